@@ -1,0 +1,26 @@
+# The two commands a newcomer needs: `make demo` and `make test` (see README.md).
+.PHONY: demo test control-plane crds lint ci
+
+CARGO ?= cargo
+
+## Build the Go control plane (cached outside the repo), start it, install the CRDs, apply the quick example.
+demo: control-plane
+	$(CARGO) run -q -p gpuval-tests --bin demo
+
+## The whole test suite: unit tests, and integration tests against a real etcd + kube-apiserver.
+test: control-plane
+	$(CARGO) test --workspace --all-targets -- --show-output
+
+control-plane:
+	@tests/scripts/build-control-plane.sh >/dev/null
+
+## Regenerate deploy/crds/ from the API types.
+crds:
+	$(CARGO) run -q -p gpuval-crds --bin crdgen -- --write
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+ci:
+	bash .ci/run

@@ -1,0 +1,24 @@
+//! Writes the CRDs as YAML: `crdgen` prints them, `crdgen --write` updates deploy/crds/.
+
+use std::{path::PathBuf, process::ExitCode};
+
+fn main() -> ExitCode {
+    let yaml = match gpuval_crds::crds_yaml() {
+        Ok(y) => y,
+        Err(e) => {
+            eprintln!("error: could not serialise the CRDs: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if std::env::args().any(|a| a == "--write") {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/gpuval.io.yaml");
+        if let Err(e) = std::fs::write(&path, yaml) {
+            eprintln!("error: could not write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+        eprintln!("wrote {}", path.display());
+    } else {
+        print!("{yaml}");
+    }
+    ExitCode::SUCCESS
+}

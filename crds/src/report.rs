@@ -1,0 +1,297 @@
+//! A node's report: what the agent prints as JSON (`--output`) and stores in its
+//! `GpuNodeResult`. Per-GPU figures, topology, telemetry, and a verdict with reasons in plain
+//! words at each level (check, GPU, node).
+
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::spec::Dtype;
+
+/// The outcome of a check, a GPU or a node. Ordered from best to worst so `max` combines.
+#[derive(
+    schemars::JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+)]
+pub enum Verdict {
+    /// Not run (not asked for, or not applicable on this node).
+    Skipped,
+    #[default]
+    Pass,
+    /// Passed, with something worth a look (a throttle reason, a figure near its floor).
+    Warn,
+    /// Ran, and the hardware fell short.
+    Fail,
+    /// Could not run (missing library, allocation refused, internal error): not a hardware verdict.
+    Error,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Skipped => "Skipped",
+            Verdict::Pass => "Pass",
+            Verdict::Warn => "Warn",
+            Verdict::Fail => "Fail",
+            Verdict::Error => "Error",
+        }
+    }
+    /// True for Fail and Error.
+    pub fn is_bad(self) -> bool {
+        matches!(self, Verdict::Fail | Verdict::Error)
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The whole report of one node.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeReport {
+    /// True when the figures come from the simulated backend (tests and demos only).
+    pub simulated: bool,
+    /// `cuda` (cudarc + NVML) or `simulated`.
+    pub backend: String,
+    pub agent_version: String,
+    /// Kubernetes node name (or hostname on bare metal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// RFC 3339 times.
+    pub started_at: String,
+    pub finished_at: String,
+    pub verdict: Verdict,
+    /// The first failures in plain words (at most a handful), worst first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<SystemInfo>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyReport>,
+}
+
+/// Driver and library versions.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SystemInfo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_driver_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}
+
+/// One GPU as the agent saw it, with its check results.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuReport {
+    /// NVML index (the `GPU<n>` of `nvidia-smi`).
+    pub index: i32,
+    pub uuid: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    pub memory_total_mib: i64,
+    pub verdict: Verdict,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<GpuHealth>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<ComputeResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<TelemetrySummary>,
+}
+
+/// Static health signals read before the checks.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuHealth {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_correctable: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_uncorrectable: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_pending: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_failure: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_gen: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_max_gen: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_width: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_max_width: Option<i32>,
+}
+
+/// Memory check result of one GPU.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryResult {
+    pub verdict: Verdict,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// GiB under test (allocated and filled).
+    pub tested_gib: f64,
+    /// The fraction of free memory that was asked for.
+    pub fraction: f64,
+    pub passes: i32,
+    /// Fill throughput, GB/s (1e9 bytes) of bytes written.
+    pub fill_gbps: f64,
+    /// Verify throughput, GB/s of bytes read.
+    pub verify_gbps: f64,
+    /// Fill+verify throughput: every byte written plus every byte read, over both phases.
+    pub gbps: f64,
+    /// Words (8 bytes) that read back wrong, over all passes.
+    pub mismatches: i64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub first_mismatches: Vec<Mismatch>,
+    pub seconds: f64,
+}
+
+/// A word that read back wrong.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Mismatch {
+    /// Byte offset into the tested block.
+    pub offset: i64,
+    /// Expected and read values, hex.
+    pub expected: String,
+    pub actual: String,
+}
+
+/// Compute burn result of one GPU.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ComputeResult {
+    pub verdict: Verdict,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    pub seconds: f64,
+    pub matrix_size: i32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gemms: Vec<GemmResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcendental: Option<TranscendentalResult>,
+}
+
+/// One data type's GEMM burn.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GemmResult {
+    pub dtype: Dtype,
+    /// Sustained TFLOP/s over the burn (2·n³ per product).
+    pub tflops: f64,
+    pub iterations: i64,
+    /// Results compared against the first result slot: elements beyond the dtype's tolerance.
+    pub mismatches: i64,
+    /// Largest relative difference seen in those comparisons.
+    pub max_rel_error: f64,
+    pub seconds: f64,
+}
+
+/// The elementwise sin/exp kernel.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscendentalResult {
+    /// Billions of elements per second (each element: several sin/exp evaluations).
+    pub gelems_per_second: f64,
+    pub iterations: i64,
+    /// Elements whose result differed from the first run.
+    pub mismatches: i64,
+}
+
+/// Min, mean and max of a sampled value.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stat {
+    pub min: f64,
+    pub mean: f64,
+    pub max: f64,
+}
+
+/// NVML telemetry sampled through the run.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TelemetrySummary {
+    pub samples: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_clock_mhz: Option<Stat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_clock_mhz: Option<Stat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature_c: Option<Stat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_w: Option<Stat>,
+    /// Every clock-throttle reason seen in any sample.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub throttle_reasons: Vec<String>,
+    /// Change of the volatile ECC counters across the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_corrected_delta: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_uncorrected_delta: Option<i64>,
+    /// Xid codes reported by NVML events during the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xid_events: Vec<i64>,
+}
+
+/// The node's GPU interconnect topology, like `nvidia-smi topo -m`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyReport {
+    pub verdict: Verdict,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// Row/column labels (`GPU0`, `GPU1`, ...).
+    pub gpus: Vec<String>,
+    /// `matrix[i][j]`: X, NV#, PIX, PXB, PHB, NODE or SYS.
+    pub matrix: Vec<Vec<String>>,
+    /// Per GPU, the CPUs near it (`0-63`), and its NUMA node(s).
+    pub cpu_affinity: Vec<String>,
+    pub numa_affinity: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlinks: Vec<NvlinkState>,
+    /// How many times the link states were sampled during the run.
+    pub samples: i32,
+    /// Link state changes seen between samples (`GPU1 link 4 went down at +93s`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub link_changes: Vec<String>,
+}
+
+/// A GPU's NVLink links.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NvlinkState {
+    pub gpu: i32,
+    pub active: i32,
+    /// Links the GPU has (NVML's link count).
+    pub total: i32,
+    /// NVLink generation (4 on Hopper), where NVML reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<i32>,
+    /// What the active links connect to: `GPU`, `NVSwitch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+}

@@ -1,0 +1,537 @@
+//! `GpuValidation`: the spec (which nodes, which checks, thresholds, deadline, node actions).
+//!
+//! Validation lives in the schema itself (bounds, enums, patterns and CEL rules), so the API
+//! server rejects a bad spec with a message that names the field.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::{Duration, status::GpuValidationStatus};
+
+/// A validation run over a set of GPU nodes: the operator starts one agent pod per selected
+/// node, each agent runs the checks below on every GPU of its node, and the status gives a
+/// verdict per node and for the whole validation.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gpuval.io",
+    version = "v1alpha1",
+    kind = "GpuValidation",
+    plural = "gpuvalidations",
+    shortname = "gpuval",
+    category = "gpuval",
+    status = "GpuValidationStatus",
+    derive = "PartialEq",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Nodes",
+        type_ = "integer",
+        json_path = ".status.summary.selected"
+    ),
+    printcolumn(
+        name = "Passed",
+        type_ = "integer",
+        json_path = ".status.summary.passed"
+    ),
+    printcolumn(
+        name = "Failed",
+        type_ = "integer",
+        json_path = ".status.summary.failed"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(
+    validation = Rule::new("!has(self.deadline) || !has(self.checks.compute) || duration(self.deadline) > duration(self.checks.compute.duration)")
+        .message("spec.deadline must be longer than spec.checks.compute.duration")
+        .field_path(".deadline"),
+    validation = Rule::new("!has(self.checks.io) || !self.checks.io.duringCompute || has(self.checks.compute)")
+        .message("spec.checks.io.duringCompute needs spec.checks.compute to be set")
+        .field_path(".checks.io.duringCompute"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuValidationSpec {
+    /// Nodes to validate, by label. With neither nodeSelector nor nodeNames, every node that
+    /// advertises allocatable `nvidia.com/gpu` is selected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+
+    /// Nodes to validate, by name. Combined with nodeSelector, a node must match both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5000))]
+    #[x_kube(validation = Rule::new("self.all(n, n.size() > 0)").message("spec.nodeNames must not contain empty names"))]
+    pub node_names: Vec<NodeName>,
+
+    /// The checks to run on every selected node; a check runs when its section is present.
+    pub checks: Checks,
+
+    /// How results are judged: the model profile and the relative rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thresholds: Option<Thresholds>,
+
+    /// The longest the whole run may take; nodes without a verdict by then get
+    /// DeadlineExceeded and their pods are removed. Default 1h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('30s') && duration(self) <= duration('720h')").message("spec.deadline must be between 30s and 720h"))]
+    pub deadline: Option<Duration>,
+
+    /// What to do to a node that fails (default: nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailure>,
+}
+
+impl GpuValidationSpec {
+    /// The deadline in force (the default is one hour).
+    pub fn deadline_or_default(&self) -> Duration {
+        self.deadline.unwrap_or(DEFAULT_DEADLINE)
+    }
+}
+
+/// Default for `spec.deadline`.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
+
+/// A Kubernetes node name (a DNS-1123 subdomain).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(transparent)]
+pub struct NodeName(pub String);
+
+impl schemars::JsonSchema for NodeName {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NodeName".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "maxLength": 253,
+            "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
+            "description": "A node name (lower-case DNS-1123 subdomain).",
+        })
+    }
+}
+
+/// The checks of a validation. Each present section enables that check with its settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(validation = Rule::new("has(self.topology) || has(self.memory) || has(self.compute) || has(self.p2p) || has(self.hostTransfer) || has(self.io)")
+    .message("spec.checks must enable at least one of topology, memory, compute, p2p, hostTransfer, io"))]
+#[serde(rename_all = "camelCase")]
+pub struct Checks {
+    /// GPU interconnect topology (like `nvidia-smi topo -m`), NVLink states, re-sampled during the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyCheck>,
+    /// Fill a fraction of each GPU's free memory with address-dependent patterns and verify every word.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryCheck>,
+    /// A sustained GEMM and transcendental burn on every GPU at once, results cross-checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<ComputeCheck>,
+    /// NVLink/PCIe peer-to-peer bandwidth and latency for every ordered GPU pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p2p: Option<P2pCheck>,
+    /// Host-to-device and device-to-host bandwidth, pinned and pageable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_transfer: Option<HostTransferCheck>,
+    /// Heavy file I/O on the node volume the administrator allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoCheck>,
+}
+
+/// Topology check settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyCheck {
+    /// Fail unless every GPU pair is connected by NVLink (default: what the GPU model's profile
+    /// expects, for example true on H100/H200 SXM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_nvlink: Option<bool>,
+    /// The fewest active NVLink links each GPU must have (default: the model profile's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 64))]
+    pub min_active_links: Option<i32>,
+    /// How often the link states are re-sampled while other checks run (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('1h')").message("spec.checks.topology.resampleInterval must be between 1s and 1h"))]
+    pub resample_interval: Option<Duration>,
+}
+
+/// Memory check settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryCheck {
+    /// The fraction of each GPU's free memory to test, greater than 0 and at most 1.
+    #[serde(default = "default_memory_fraction")]
+    #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message("spec.checks.memory.fraction must be greater than 0 and at most 1"))]
+    pub fraction: f64,
+    /// How many fill-and-verify passes, each with a new seed and its bitwise inverse.
+    #[serde(default = "default_passes")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub passes: i32,
+    /// Mismatched words tolerated before the GPU fails (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_mismatches: Option<i64>,
+    /// Lowest acceptable fill+verify throughput in GB/s (default: the model profile's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub min_gbps: Option<i32>,
+}
+
+impl Default for MemoryCheck {
+    fn default() -> Self {
+        Self {
+            fraction: default_memory_fraction(),
+            passes: default_passes(),
+            max_mismatches: None,
+            min_gbps: None,
+        }
+    }
+}
+
+fn default_memory_fraction() -> f64 {
+    0.95
+}
+fn default_passes() -> i32 {
+    1
+}
+
+/// A matrix-multiply data type.
+#[derive(
+    schemars::JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    Bf16,
+    Fp16,
+    Tf32,
+    Fp32,
+}
+
+impl Dtype {
+    pub const ALL: [Dtype; 4] = [Dtype::Bf16, Dtype::Fp16, Dtype::Tf32, Dtype::Fp32];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dtype::Bf16 => "bf16",
+            Dtype::Fp16 => "fp16",
+            Dtype::Tf32 => "tf32",
+            Dtype::Fp32 => "fp32",
+        }
+    }
+}
+
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Dtype {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Dtype::ALL
+            .into_iter()
+            .find(|d| d.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown dtype {s:?}: use one of bf16, fp16, tf32, fp32"))
+    }
+}
+
+/// Compute burn settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ComputeCheck {
+    /// How long the burn runs on every GPU (default 5m, at least 10s).
+    #[serde(default = "default_burn_duration")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('168h')").message("spec.checks.compute.duration must be between 10s and 168h"))]
+    pub duration: Duration,
+    /// GEMM data types to burn, in turn (default bf16).
+    #[serde(default = "default_dtypes")]
+    #[schemars(length(min = 1, max = 4))]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub dtypes: Vec<Dtype>,
+    /// Square matrix size n for the n×n×n GEMMs (default 8192).
+    #[serde(default = "default_matrix_size")]
+    #[schemars(range(min = 256, max = 32768))]
+    #[x_kube(validation = Rule::new("self % 256 == 0").message("spec.checks.compute.matrixSize must be a multiple of 256"))]
+    pub matrix_size: i32,
+    /// Also run the elementwise sin/exp kernel between GEMMs (default true).
+    #[serde(default = "default_true")]
+    pub transcendentals: bool,
+    /// Lowest acceptable TFLOP/s per data type (default: the model profile's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_tflops: Option<TflopsThresholds>,
+}
+
+impl Default for ComputeCheck {
+    fn default() -> Self {
+        Self {
+            duration: default_burn_duration(),
+            dtypes: default_dtypes(),
+            matrix_size: default_matrix_size(),
+            transcendentals: true,
+            min_tflops: None,
+        }
+    }
+}
+
+fn default_burn_duration() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_dtypes() -> Vec<Dtype> {
+    vec![Dtype::Bf16]
+}
+fn default_matrix_size() -> i32 {
+    8192
+}
+fn default_true() -> bool {
+    true
+}
+
+/// Per-dtype TFLOP/s floors.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TflopsThresholds {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub bf16: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub fp16: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub tf32: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub fp32: Option<i32>,
+}
+
+impl TflopsThresholds {
+    pub fn get(&self, d: Dtype) -> Option<i32> {
+        match d {
+            Dtype::Bf16 => self.bf16,
+            Dtype::Fp16 => self.fp16,
+            Dtype::Tf32 => self.tf32,
+            Dtype::Fp32 => self.fp32,
+        }
+    }
+}
+
+/// Peer-to-peer check settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("!has(self.minUnidirectionalGbps) || !has(self.minBidirectionalGbps) || self.minBidirectionalGbps >= self.minUnidirectionalGbps")
+    .message("spec.checks.p2p.minBidirectionalGbps must not be below minUnidirectionalGbps")
+    .field_path(".minBidirectionalGbps"))]
+#[serde(rename_all = "camelCase")]
+pub struct P2pCheck {
+    /// Size of each copy in MiB (default 512).
+    #[serde(default = "default_p2p_buffer")]
+    #[schemars(range(min = 1, max = 16384))]
+    pub buffer_mib: i32,
+    /// Timed copies per sample (default 16).
+    #[serde(default = "default_iterations")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub iterations: i32,
+    /// Also measure each pair with peer access off (host-staged copies).
+    #[serde(default)]
+    pub host_staged: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub min_unidirectional_gbps: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub min_bidirectional_gbps: Option<i32>,
+    /// Highest acceptable small-copy latency in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub max_latency_micros: Option<i32>,
+}
+
+impl Default for P2pCheck {
+    fn default() -> Self {
+        Self {
+            buffer_mib: default_p2p_buffer(),
+            iterations: default_iterations(),
+            host_staged: false,
+            min_unidirectional_gbps: None,
+            min_bidirectional_gbps: None,
+            max_latency_micros: None,
+        }
+    }
+}
+
+fn default_p2p_buffer() -> i32 {
+    512
+}
+fn default_iterations() -> i32 {
+    16
+}
+
+/// Host transfer check settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("self.pinned || self.pageable").message("spec.checks.hostTransfer needs pinned or pageable (or both) to be true"))]
+#[serde(rename_all = "camelCase")]
+pub struct HostTransferCheck {
+    /// Size of each copy in MiB (default 256).
+    #[serde(default = "default_host_buffer")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub buffer_mib: i32,
+    /// Measure with pinned (page-locked) host memory (default true).
+    #[serde(default = "default_true")]
+    pub pinned: bool,
+    /// Measure with ordinary pageable host memory (default true).
+    #[serde(default = "default_true")]
+    pub pageable: bool,
+    /// Lowest acceptable pinned bandwidth, each direction, in GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub min_pinned_gbps: Option<i32>,
+}
+
+impl Default for HostTransferCheck {
+    fn default() -> Self {
+        Self {
+            buffer_mib: default_host_buffer(),
+            pinned: true,
+            pageable: true,
+            min_pinned_gbps: None,
+        }
+    }
+}
+
+fn default_host_buffer() -> i32 {
+    256
+}
+
+/// File I/O check settings. Where the files go is set by the administrator (Helm values), never here.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IoCheck {
+    /// Size of each file in MiB (default 1024).
+    #[serde(default = "default_file_size")]
+    #[schemars(range(min = 1, max = 1048576))]
+    pub file_size_mib: i32,
+    /// Number of files written then read back (default 4).
+    #[serde(default = "default_files")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub files: i32,
+    /// Concurrent writers and readers (default 4).
+    #[serde(default = "default_files")]
+    #[schemars(range(min = 1, max = 256))]
+    pub concurrency: i32,
+    /// Use O_DIRECT where the filesystem allows it (default true).
+    #[serde(default = "default_true")]
+    pub direct_io: bool,
+    /// Run while the compute burn runs instead of alone (needs checks.compute).
+    #[serde(default)]
+    pub during_compute: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub min_write_mbps: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub min_read_mbps: Option<i32>,
+}
+
+impl Default for IoCheck {
+    fn default() -> Self {
+        Self {
+            file_size_mib: default_file_size(),
+            files: default_files(),
+            concurrency: default_files(),
+            direct_io: true,
+            during_compute: false,
+            min_write_mbps: None,
+            min_read_mbps: None,
+        }
+    }
+}
+
+fn default_file_size() -> i32 {
+    1024
+}
+fn default_files() -> i32 {
+    4
+}
+
+/// Which built-in model expectations apply.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+pub enum Profile {
+    /// Pick by the GPU's reported name; GPUs of unknown models get relative checks only.
+    #[default]
+    Auto,
+    H100,
+    H200,
+    A100,
+    /// No model expectations: explicit thresholds and the relative rule only.
+    None,
+}
+
+/// How results are judged.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Thresholds {
+    /// Built-in expectations per GPU model (default Auto).
+    #[serde(default)]
+    pub profile: Profile,
+    /// A GPU (or link) more than this many percent below the median of its peers in the same
+    /// run fails, even where no model profile exists (default 15).
+    #[serde(default = "default_relative")]
+    #[schemars(range(min = 1, max = 90))]
+    pub relative_tolerance_percent: i32,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self {
+            profile: Profile::Auto,
+            relative_tolerance_percent: default_relative(),
+        }
+    }
+}
+
+fn default_relative() -> i32 {
+    15
+}
+
+/// What to do to a node that fails.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+pub enum NodeAction {
+    /// Report only.
+    #[default]
+    None,
+    /// Label the node `gpuval.io/failed=<validation>`.
+    Label,
+    /// Taint the node `gpuval.io/failed=<validation>:NoSchedule`.
+    Taint,
+}
+
+/// Node action settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OnFailure {
+    #[serde(default)]
+    pub action: NodeAction,
+}

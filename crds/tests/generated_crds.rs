@@ -1,0 +1,48 @@
+//! The committed CRD YAML must be what the types generate.
+
+#[test]
+fn committed_crd_yaml_is_up_to_date() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/gpuval.io.yaml");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let generated = gpuval_crds::crds_yaml().expect("serialise CRDs");
+    assert!(
+        committed == generated,
+        "{} is stale: run `cargo run -p gpuval-crds --bin crdgen -- --write` and commit the result",
+        path.display()
+    );
+}
+
+#[test]
+fn crds_carry_the_agreed_names_and_columns() {
+    use kube::CustomResourceExt;
+    let gv = gpuval_crds::GpuValidation::crd();
+    assert_eq!(gv.spec.scope, "Cluster");
+    assert_eq!(gv.spec.group, "gpuval.io");
+    assert_eq!(
+        gv.spec.names.short_names.as_deref(),
+        Some(&["gpuval".to_string()][..])
+    );
+    let v = &gv.spec.versions[0];
+    assert!(
+        v.subresources
+            .as_ref()
+            .and_then(|s| s.status.as_ref())
+            .is_some(),
+        "status subresource"
+    );
+    let cols: Vec<_> = v
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    for want in ["Phase", "Nodes", "Passed", "Failed", "Age"] {
+        assert!(
+            cols.contains(&want),
+            "printer column {want} missing: {cols:?}"
+        );
+    }
+    let result = gpuval_crds::GpuNodeResult::crd();
+    assert_eq!(result.spec.scope, "Namespaced");
+}

@@ -1,0 +1,439 @@
+//! etcd + kube-apiserver (+ controller-manager, scheduler, kwok) as child processes.
+
+use std::{
+    fs::File,
+    io::{Read, Seek, SeekFrom},
+    net::{SocketAddr, TcpListener, TcpStream},
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use kube::{
+    Client,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+use crate::tools::Tools;
+
+/// Why the control plane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Tools(String),
+    #[error("could not {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{component} exited early ({status}); last log lines:\n{log}")]
+    Exited {
+        component: &'static str,
+        status: String,
+        log: String,
+    },
+    #[error("{component} not ready after {secs}s; last log lines:\n{log}")]
+    NotReady {
+        component: &'static str,
+        secs: u64,
+        log: String,
+    },
+    #[error("kube client: {0}")]
+    Kube(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// Which optional components to start beside etcd and kube-apiserver.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// kube-controller-manager (garbage collection through owner references, namespaces, ...).
+    pub controller_manager: bool,
+    /// kube-scheduler (binds pods that have no nodeName).
+    pub scheduler: bool,
+    /// kwok managing nodes annotated `kwok.x-k8s.io/node=fake` (fake kubelets).
+    pub kwok: bool,
+}
+
+impl Options {
+    pub fn all() -> Self {
+        Self {
+            controller_manager: true,
+            scheduler: true,
+            kwok: true,
+        }
+    }
+}
+
+struct Proc {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+/// A running control plane. Dropping it stops every process and removes its directory.
+pub struct ControlPlane {
+    procs: Vec<Proc>,
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    server: String,
+    token: String,
+    tools: Tools,
+}
+
+const ADMIN_TOKEN_USER: &str = "gpuval-test-admin";
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+impl ControlPlane {
+    /// etcd + kube-apiserver.
+    pub async fn start() -> Result<Self, Error> {
+        Self::start_with(Options::default()).await
+    }
+
+    /// etcd + kube-apiserver plus the components `opts` asks for.
+    pub async fn start_with(opts: Options) -> Result<Self, Error> {
+        let started = Instant::now();
+        let tools = Tools::locate().map_err(Error::Tools)?;
+        let dir = tempfile::Builder::new()
+            .prefix("gpuval-cp-")
+            .tempdir()
+            .map_err(io("create a temp dir"))?;
+        let mut cp = Self {
+            procs: Vec::new(),
+            kubeconfig: dir.path().join("kubeconfig"),
+            dir,
+            server: String::new(),
+            token: random_token(),
+            tools,
+        };
+
+        // etcd
+        let etcd_client = free_port()?;
+        let etcd_peer = free_port()?;
+        let etcd_url = format!("http://127.0.0.1:{etcd_client}");
+        let etcd_data = cp.dir.path().join("etcd");
+        cp.spawn(
+            "etcd",
+            Command::new(cp.tools.path("etcd"))
+                .arg(format!("--data-dir={}", etcd_data.display()))
+                .arg(format!("--listen-client-urls={etcd_url}"))
+                .arg(format!("--advertise-client-urls={etcd_url}"))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"))
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"
+                ))
+                .arg(format!(
+                    "--initial-cluster=default=http://127.0.0.1:{etcd_peer}"
+                ))
+                .arg("--unsafe-no-fsync=true")
+                .arg("--log-level=warn"),
+        )?;
+        cp.wait_tcp("etcd", etcd_client).await?;
+
+        // kube-apiserver
+        let pki = cp.dir.path().join("pki");
+        std::fs::create_dir_all(&pki).map_err(io("create the pki dir"))?;
+        let key =
+            rcgen::KeyPair::generate().map_err(|e| Error::Tools(format!("generate a key: {e}")))?;
+        let sa_key = pki.join("sa.key");
+        let sa_pub = pki.join("sa.pub");
+        std::fs::write(&sa_key, key.serialize_pem()).map_err(io("write sa.key"))?;
+        std::fs::write(&sa_pub, key.public_key_pem()).map_err(io("write sa.pub"))?;
+        let tokens = pki.join("tokens.csv");
+        std::fs::write(
+            &tokens,
+            format!("{},{ADMIN_TOKEN_USER},0,\"system:masters\"\n", cp.token),
+        )
+        .map_err(io("write tokens.csv"))?;
+        let port = free_port()?;
+        cp.server = format!("https://127.0.0.1:{port}");
+        cp.spawn(
+            "kube-apiserver",
+            Command::new(cp.tools.path("kube-apiserver"))
+                .arg(format!("--etcd-servers={etcd_url}"))
+                .arg(format!("--cert-dir={}", pki.display()))
+                .arg(format!("--secure-port={port}"))
+                .arg("--bind-address=127.0.0.1")
+                .arg("--advertise-address=127.0.0.1")
+                .arg("--service-cluster-ip-range=10.0.0.0/24")
+                .arg("--allow-privileged=true")
+                .arg("--authorization-mode=RBAC")
+                .arg(format!("--token-auth-file={}", tokens.display()))
+                .arg(format!("--service-account-issuer={}", cp.server))
+                .arg(format!("--service-account-key-file={}", sa_pub.display()))
+                .arg(format!(
+                    "--service-account-signing-key-file={}",
+                    sa_key.display()
+                ))
+                .arg("--disable-admission-plugins=ServiceAccount")
+                .arg("--v=0"),
+        )?;
+        cp.write_kubeconfig()?;
+        let client = cp.wait_apiserver().await?;
+
+        if opts.controller_manager {
+            cp.spawn(
+                "kube-controller-manager",
+                Command::new(
+                    cp.tools
+                        .require("kube-controller-manager")
+                        .map_err(Error::Tools)?,
+                )
+                .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+                .arg("--leader-elect=false")
+                .arg("--secure-port=0")
+                .arg("--controllers=*,-serviceaccount-token")
+                .arg(format!(
+                    "--service-account-private-key-file={}",
+                    sa_key.display()
+                ))
+                .arg("--concurrent-gc-syncs=5")
+                .arg("--v=0"),
+            )?;
+        }
+        if opts.scheduler {
+            cp.spawn(
+                "kube-scheduler",
+                Command::new(cp.tools.require("kube-scheduler").map_err(Error::Tools)?)
+                    .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+                    .arg(format!(
+                        "--authentication-kubeconfig={}",
+                        cp.kubeconfig.display()
+                    ))
+                    .arg(format!(
+                        "--authorization-kubeconfig={}",
+                        cp.kubeconfig.display()
+                    ))
+                    .arg("--leader-elect=false")
+                    .arg("--secure-port=0")
+                    .arg("--v=0"),
+            )?;
+        }
+        if opts.kwok {
+            cp.spawn(
+                "kwok",
+                Command::new(cp.tools.require("kwok").map_err(Error::Tools)?)
+                    .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+                    .arg("--manage-all-nodes=false")
+                    .arg("--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake")
+                    .arg("--cidr=10.0.0.0/16")
+                    .arg("--node-ip=10.0.0.1")
+                    .arg("--server-address=127.0.0.1:0"),
+            )?;
+        }
+        let version = client
+            .apiserver_version()
+            .await
+            .map_err(|e| Error::Kube(e.to_string()))?;
+        println!(
+            "control plane up: kube-apiserver {} at {} (etcd, {}{}{}) in {:.1}s",
+            version.git_version,
+            cp.server,
+            if opts.controller_manager {
+                "kube-controller-manager, "
+            } else {
+                ""
+            },
+            if opts.scheduler {
+                "kube-scheduler, "
+            } else {
+                ""
+            },
+            if opts.kwok { "kwok" } else { "" },
+            started.elapsed().as_secs_f64()
+        );
+        Ok(cp)
+    }
+
+    /// A new client with admin rights.
+    pub async fn client(&self) -> Result<Client, Error> {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).map_err(|e| Error::Kube(e.to_string()))?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Kube(e.to_string()))?;
+        Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
+    }
+
+    /// The admin kubeconfig file (for kubectl, helm, the operator process).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The control plane's temporary directory (removed on drop).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A kubectl command already pointed at this control plane.
+    pub fn kubectl(&self) -> Result<Command, Error> {
+        let mut cmd = Command::new(self.tools.require("kubectl").map_err(Error::Tools)?);
+        cmd.env("KUBECONFIG", &self.kubeconfig);
+        Ok(cmd)
+    }
+
+    /// Path of a Go-built tool (helm, kubectl, ...).
+    pub fn tool(&self, name: &str) -> Result<PathBuf, Error> {
+        self.tools.require(name).map_err(Error::Tools)
+    }
+
+    fn write_kubeconfig(&self) -> Result<(), Error> {
+        let kc = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: gpuval-test\n  cluster:\n    server: {}\n    insecure-skip-tls-verify: true\n\
+             users:\n- name: admin\n  user:\n    token: {}\ncontexts:\n- name: gpuval-test\n  context:\n    cluster: gpuval-test\n    user: admin\n\
+             current-context: gpuval-test\n",
+            self.server, self.token
+        );
+        std::fs::write(&self.kubeconfig, kc).map_err(io("write the kubeconfig"))
+    }
+
+    fn spawn(&mut self, name: &'static str, cmd: &mut Command) -> Result<(), Error> {
+        let log = self.dir.path().join(format!("{name}.log"));
+        let out = File::create(&log).map_err(io(format!("create {}", log.display())))?;
+        let err = out.try_clone().map_err(io("clone a log handle"))?;
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .current_dir(self.dir.path());
+        // SAFETY: prctl is async-signal-safe; it asks the kernel to kill the child if the
+        // spawning thread dies, so nothing outlives a test process that is killed outright.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(io(format!("start {name}")))?;
+        self.procs.push(Proc { name, child, log });
+        Ok(())
+    }
+
+    fn check_alive(&mut self, name: &'static str) -> Result<(), Error> {
+        if let Some(p) = self.procs.iter_mut().find(|p| p.name == name)
+            && let Ok(Some(status)) = p.child.try_wait()
+        {
+            return Err(Error::Exited {
+                component: name,
+                status: status.to_string(),
+                log: tail(&p.log, 30),
+            });
+        }
+        Ok(())
+    }
+
+    fn log_tail(&self, name: &str) -> String {
+        self.procs
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| tail(&p.log, 30))
+            .unwrap_or_default()
+    }
+
+    async fn wait_tcp(&mut self, name: &'static str, port: u16) -> Result<(), Error> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        loop {
+            self.check_alive(name)?;
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::NotReady {
+                    component: name,
+                    secs: READY_TIMEOUT.as_secs(),
+                    log: self.log_tail(name),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Polls `/readyz` until it answers ok (the API server checks etcd and its post-start hooks).
+    async fn wait_apiserver(&mut self) -> Result<Client, Error> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            self.check_alive("kube-apiserver")?;
+            if let Ok(client) = self.client().await {
+                let req = http::Request::get("/readyz").body(Vec::new());
+                if let Ok(req) = req
+                    && let Ok(text) = client.request_text(req).await
+                    && text.trim() == "ok"
+                {
+                    return Ok(client);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(Error::NotReady {
+                    component: "kube-apiserver",
+                    secs: READY_TIMEOUT.as_secs(),
+                    log: self.log_tail("kube-apiserver"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Read the logs before shutdown noise lands in them.
+            for p in &self.procs {
+                eprintln!(
+                    "---- {} log (last lines) ----\n{}",
+                    p.name,
+                    tail(&p.log, 25)
+                );
+            }
+        }
+        // Stop in reverse order of start (clients first, etcd last), each fully before the next.
+        for p in self.procs.iter_mut().rev() {
+            // SAFETY: plain kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(p.child.id() as libc::pid_t, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(p.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
+}
+
+fn free_port() -> Result<u16, Error> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(io("find a free port"))?;
+    l.local_addr().map(|a| a.port()).map_err(io("read a port"))
+}
+
+fn random_token() -> String {
+    // Unique per control plane; the API server only listens on loopback.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("gpuval-{:x}-{:x}", nanos, std::process::id())
+}
+
+/// The last `n` lines of a log file.
+fn tail(path: &Path, n: usize) -> String {
+    let Ok(mut f) = File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(16 * 1024)));
+    let mut s = String::new();
+    let _ = f.read_to_string(&mut s);
+    let lines: Vec<_> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

@@ -1,0 +1,15 @@
+//! Test support: a real control plane per test.
+//!
+//! [`ControlPlane::start`] launches etcd and kube-apiserver (built by
+//! `tests/scripts/build-control-plane.sh`) on 127.0.0.1 with free ports and a temporary
+//! directory, waits until the API server is ready, and hands out a [`kube::Client`] and a
+//! kubeconfig file. kube-controller-manager, kube-scheduler and kwok start when asked
+//! ([`Options`]). Everything is torn down on drop, also when the test panics; on a panic the
+//! tail of each component's log is printed.
+
+mod control_plane;
+mod tools;
+
+pub use control_plane::{ControlPlane, Error, Options};
+pub use tools::{Tools, tools_dir};
+pub mod crds;
