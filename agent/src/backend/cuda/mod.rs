@@ -1,0 +1,1 @@
+//! Real backend: cudarc (CUDA driver, NVRTC, cuBLAS) + NVML.

@@ -1,0 +1,1 @@
+//! Simulated backend (tests and demos only).
