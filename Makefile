@@ -9,7 +9,8 @@ demo: control-plane
 
 ## The whole test suite: unit tests, and integration tests against a real etcd + kube-apiserver.
 test: control-plane
-	$(CARGO) test --workspace --all-targets -- --show-output
+	LD_LIBRARY_PATH="$$(tests/scripts/install-nvrtc.sh)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" GPUVAL_REQUIRE_NVRTC=1 \
+	  $(CARGO) test --workspace --all-targets -- --show-output
 
 control-plane:
 	@tests/scripts/build-control-plane.sh >/dev/null

@@ -164,7 +164,7 @@ pub struct MemoryResult {
     pub verify_gbps: f64,
     /// Fill+verify throughput: every byte written plus every byte read, over both phases.
     pub gbps: f64,
-    /// Words (8 bytes) that read back wrong, over all passes.
+    /// 32-bit words that read back wrong, over all passes.
     pub mismatches: i64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub first_mismatches: Vec<Mismatch>,

@@ -26,7 +26,11 @@ pub enum BackendError {
     NoGpu(String),
     /// A GPU operation failed.
     #[error("GPU{gpu}: {what}: {detail}")]
-    Gpu { gpu: u32, what: String, detail: String },
+    Gpu {
+        gpu: u32,
+        what: String,
+        detail: String,
+    },
     /// The GPU index does not exist on this host.
     #[error("GPU{0} does not exist on this host")]
     NoSuchGpu(u32),
@@ -39,7 +43,11 @@ pub enum BackendError {
 
 impl BackendError {
     pub fn gpu(gpu: u32, what: impl Into<String>, detail: impl std::fmt::Display) -> Self {
-        Self::Gpu { gpu, what: what.into(), detail: detail.to_string() }
+        Self::Gpu {
+            gpu,
+            what: what.into(),
+            detail: detail.to_string(),
+        }
     }
 }
 
@@ -150,7 +158,7 @@ pub struct MemoryOutcome {
     pub bytes_written: u64,
     pub bytes_read: u64,
     pub passes: u32,
-    /// Mismatched 8-byte words over all passes.
+    /// Mismatched 32-bit words over all passes.
     pub mismatches: u64,
     pub first_mismatches: Vec<Mismatch>,
 }
@@ -183,13 +191,18 @@ pub struct GemmOutcome {
 
 impl GemmOutcome {
     pub fn tflops(&self) -> f64 {
-        if self.gemm_seconds > 0.0 { self.flops / self.gemm_seconds / 1e12 } else { 0.0 }
+        if self.gemm_seconds > 0.0 {
+            self.flops / self.gemm_seconds / 1e12
+        } else {
+            0.0
+        }
     }
 }
 
 /// The elementwise transcendental kernel on one GPU.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TranscendentalOutcome {
+    /// Elements per run (each element does many sin/exp rounds); the rate is elements × iterations / seconds.
     pub elements: u64,
     pub seconds: f64,
     pub iterations: u64,
@@ -260,9 +273,19 @@ pub trait Backend: Send + Sync {
     /// Raw topology readings (pair ancestors, NVLink link states, affinities).
     fn topology(&self) -> Result<TopologySnapshot, BackendError>;
     /// Fill a fraction of free memory with address-dependent patterns and verify every word.
-    fn memory_test(&self, gpu: u32, req: &MemoryRequest, ctl: &RunControl<'_>) -> Result<MemoryOutcome, BackendError>;
+    fn memory_test(
+        &self,
+        gpu: u32,
+        req: &MemoryRequest,
+        ctl: &RunControl<'_>,
+    ) -> Result<MemoryOutcome, BackendError>;
     /// Sustained GEMM (and transcendental) burn with results cross-checked.
-    fn compute_burn(&self, gpu: u32, req: &ComputeRequest, ctl: &RunControl<'_>) -> Result<ComputeOutcome, BackendError>;
+    fn compute_burn(
+        &self,
+        gpu: u32,
+        req: &ComputeRequest,
+        ctl: &RunControl<'_>,
+    ) -> Result<ComputeOutcome, BackendError>;
     /// One telemetry sample.
     fn sample(&self, gpu: u32) -> Result<TelemetrySample, BackendError>;
     /// Volatile ECC counters (None where the GPU has no ECC).

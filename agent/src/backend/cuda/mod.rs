@@ -1,1 +1,193 @@
-//! Real backend: cudarc (CUDA driver, NVRTC, cuBLAS) + NVML.
+//! Real backend: cudarc (CUDA driver, NVRTC, cuBLAS/cublasLt) for the checks, NVML for
+//! inventory, topology and telemetry. Libraries are loaded at run time; a missing one is a clear
+//! error, never a panic (cudarc panics on a missing library, so presence is checked first).
+
+pub mod compute;
+pub mod kernels;
+pub mod memory;
+pub mod nvml;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cudarc::driver::CudaContext;
+
+use self::kernels::Kernels;
+use self::nvml::NvmlHost;
+use super::{
+    Backend, BackendError, BackendKind, ComputeOutcome, ComputeRequest, ErrorCounters, Inventory,
+    MemoryOutcome, MemoryRequest, RunControl, TelemetrySample, TopologySnapshot, XidEvent,
+};
+
+/// The real GPU backend.
+pub struct CudaBackend {
+    nvml: NvmlHost,
+    /// NVML index → CUDA ordinal (matched by UUID; CUDA orders GPUs differently and honours
+    /// CUDA_VISIBLE_DEVICES).
+    ordinals: BTreeMap<u32, usize>,
+    /// PTX per compute capability, compiled once.
+    ptx: Mutex<HashMap<(i32, i32), Arc<String>>>,
+}
+
+fn driver_missing() -> BackendError {
+    BackendError::MissingLibrary {
+        library: "the CUDA driver (libcuda.so.1)".into(),
+        hint: "install the NVIDIA driver, or run where the driver's libraries are mounted (NVIDIA container toolkit)".into(),
+    }
+}
+
+/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` from the 16 UUID bytes.
+pub fn format_uuid(bytes: &[u8; 16]) -> String {
+    let h: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        h[0..4].concat(),
+        h[4..6].concat(),
+        h[6..8].concat(),
+        h[8..10].concat(),
+        h[10..16].concat()
+    )
+}
+
+impl CudaBackend {
+    /// Loads NVML and the CUDA driver and maps every visible GPU.
+    pub fn new() -> Result<Self, BackendError> {
+        let nvml = NvmlHost::init()?;
+        // SAFETY: only probes dlopen for libcuda.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(driver_missing());
+        }
+        let count = CudaContext::device_count()
+            .map_err(|e| BackendError::NoGpu(format!("cuDeviceGetCount: {e}")))?;
+        let mut by_uuid = HashMap::new();
+        for ord in 0..count.max(0) as usize {
+            let ctx = CudaContext::new(ord)
+                .map_err(|e| BackendError::Other(format!("CUDA device {ord}: {e}")))?;
+            let uuid = ctx
+                .uuid()
+                .map_err(|e| BackendError::Other(format!("CUDA device {ord} UUID: {e}")))?;
+            let bytes: [u8; 16] = uuid.bytes.map(|b| b as u8);
+            by_uuid.insert(format_uuid(&bytes), ord);
+        }
+        let mut ordinals = BTreeMap::new();
+        for idx in 0..nvml.device_count()? {
+            let uuid = nvml.uuid(idx)?;
+            if let Some(&ord) = by_uuid
+                .get(&uuid.to_ascii_lowercase())
+                .or_else(|| by_uuid.get(&uuid))
+            {
+                ordinals.insert(idx, ord);
+            }
+        }
+        if ordinals.is_empty() {
+            return Err(BackendError::NoGpu(
+                "NVML lists GPUs but CUDA sees none of them (CUDA_VISIBLE_DEVICES?)".into(),
+            ));
+        }
+        Ok(Self {
+            nvml,
+            ordinals,
+            ptx: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn context(&self, gpu: u32) -> Result<Arc<CudaContext>, BackendError> {
+        let ord = *self
+            .ordinals
+            .get(&gpu)
+            .ok_or(BackendError::NoSuchGpu(gpu))?;
+        CudaContext::new(ord).map_err(|e| BackendError::gpu(gpu, "open a CUDA context", e))
+    }
+
+    /// The kernels, compiled for this GPU's architecture (once) and loaded into its context.
+    fn kernels(&self, gpu: u32, ctx: &Arc<CudaContext>) -> Result<Kernels, BackendError> {
+        let cc = ctx
+            .compute_capability()
+            .map_err(|e| BackendError::gpu(gpu, "read compute capability", e))?;
+        let ptx = {
+            let mut cache = self
+                .ptx
+                .lock()
+                .map_err(|_| BackendError::Other("kernel cache poisoned".into()))?;
+            match cache.get(&cc) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = Arc::new(kernels::compile(Some(cc))?);
+                    cache.insert(cc, p.clone());
+                    p
+                }
+            }
+        };
+        Kernels::load(ctx, &ptx).map_err(|e| BackendError::gpu(gpu, "load the gpuval kernels", e))
+    }
+
+    /// Memory detection self-test: `count` planted bit flips must all be found.
+    pub fn memory_selftest(&self, gpu: u32, bytes: u64, count: u32) -> Result<u64, BackendError> {
+        let ctx = self.context(gpu)?;
+        let k = self.kernels(gpu, &ctx)?;
+        memory::selftest(&ctx, gpu, &k, bytes, count)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn inventory(&self) -> Result<Inventory, BackendError> {
+        self.nvml.inventory()
+    }
+
+    fn topology(&self) -> Result<TopologySnapshot, BackendError> {
+        self.nvml.topology()
+    }
+
+    fn memory_test(
+        &self,
+        gpu: u32,
+        req: &MemoryRequest,
+        ctl: &RunControl<'_>,
+    ) -> Result<MemoryOutcome, BackendError> {
+        let ctx = self.context(gpu)?;
+        let k = self.kernels(gpu, &ctx)?;
+        memory::run(&ctx, gpu, &k, req, ctl)
+    }
+
+    fn compute_burn(
+        &self,
+        gpu: u32,
+        req: &ComputeRequest,
+        ctl: &RunControl<'_>,
+    ) -> Result<ComputeOutcome, BackendError> {
+        let ctx = self.context(gpu)?;
+        let k = self.kernels(gpu, &ctx)?;
+        compute::run(&ctx, gpu, &k, req, ctl)
+    }
+
+    fn sample(&self, gpu: u32) -> Result<TelemetrySample, BackendError> {
+        self.nvml.sample(gpu)
+    }
+
+    fn error_counters(&self, gpu: u32) -> Result<ErrorCounters, BackendError> {
+        self.nvml.error_counters(gpu)
+    }
+
+    fn poll_xid(&self, timeout: Duration) -> Vec<XidEvent> {
+        self.nvml.poll_xid(timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_formatting_matches_nvml() {
+        let b = [
+            0xde, 0xad, 0xbe, 0xef, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a,
+            0x0b, 0x0c,
+        ];
+        assert_eq!(format_uuid(&b), "GPU-deadbeef-0102-0304-0506-0708090a0b0c");
+    }
+}

@@ -1,0 +1,578 @@
+//! Compute burn on one GPU: back-to-back n×n×n GEMMs (cublasLt for bf16, fp16 and tf32; cuBLAS
+//! sgemm for plain fp32) into rotating result slots, every slot compared with the first on the
+//! GPU (a GPU that computes wrong fails, as in gpu-burn), a sampled check of the first slot
+//! against a CPU reference in f64, and an elementwise sin/exp kernel whose every run must match
+//! the first. GEMM throughput is device-timed per batch; two batches stay in flight.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys as blas_sys};
+use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError,
+    LaunchConfig, PushKernelArg, ValidAsZeroBits, sys,
+};
+use gpuval_crds::Dtype;
+use half::{bf16, f16};
+
+use super::kernels::Kernels;
+use super::memory::grid_for;
+use crate::backend::{
+    BackendError, ComputeOutcome, ComputeRequest, GemmOutcome, RunControl, TranscendentalOutcome,
+};
+
+const SLOTS: usize = 4;
+const BATCH: usize = 8;
+/// Slot comparisons and a transcendental run every this many batches.
+const CHECK_EVERY: u64 = 4;
+const TRANS_ELEMS: u64 = 1 << 24;
+const TRANS_ROUNDS: u32 = 64;
+
+/// Checks that cuBLAS and cublasLt can be loaded.
+pub fn require_blas() -> Result<(), BackendError> {
+    // SAFETY: only probes dlopen for the libraries.
+    let (blas, lt) = unsafe {
+        (
+            cudarc::cublas::sys::is_culib_present(),
+            cudarc::cublaslt::sys::is_culib_present(),
+        )
+    };
+    if blas && lt {
+        Ok(())
+    } else {
+        Err(BackendError::MissingLibrary {
+            library: if blas {
+                "cublasLt (libcublasLt.so)"
+            } else {
+                "cuBLAS (libcublas.so)"
+            }
+            .into(),
+            hint: "install the CUDA runtime libraries (libcublas) or put them on LD_LIBRARY_PATH"
+                .into(),
+        })
+    }
+}
+
+/// Per-dtype comparison tolerances: (relative, absolute) between result slots, and the unit
+/// roundoff used for the CPU reference check.
+fn tolerance(d: Dtype) -> (f32, f32, f64) {
+    match d {
+        Dtype::Bf16 => (1e-2, 1e-2, 2f64.powi(-8)),
+        Dtype::Fp16 => (2e-3, 2e-3, 2f64.powi(-11)),
+        Dtype::Tf32 => (1e-3, 1e-3, 2f64.powi(-11)),
+        Dtype::Fp32 => (1e-5, 1e-5, 2f64.powi(-20)),
+    }
+}
+
+/// Element types the burn runs on, with their init and compare kernels.
+trait Elem: DeviceRepr + ValidAsZeroBits + FromF32 + Copy + Send + Sync + 'static {
+    fn init(k: &Kernels) -> &CudaFunction;
+    fn compare(k: &Kernels) -> &CudaFunction;
+    fn to_f64(self) -> f64;
+}
+impl Elem for bf16 {
+    fn init(k: &Kernels) -> &CudaFunction {
+        &k.init_bf16
+    }
+    fn compare(k: &Kernels) -> &CudaFunction {
+        &k.compare_bf16
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self.to_f32())
+    }
+}
+impl Elem for f16 {
+    fn init(k: &Kernels) -> &CudaFunction {
+        &k.init_f16
+    }
+    fn compare(k: &Kernels) -> &CudaFunction {
+        &k.compare_f16
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self.to_f32())
+    }
+}
+impl Elem for f32 {
+    fn init(k: &Kernels) -> &CudaFunction {
+        &k.init_f32
+    }
+    fn compare(k: &Kernels) -> &CudaFunction {
+        &k.compare_f32
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+/// Which library multiplies.
+enum Engine {
+    Lt(CudaBlasLT),
+    Blas(CudaBlas),
+}
+
+struct Transcendental {
+    input: CudaSlice<f32>,
+    reference: CudaSlice<f32>,
+    scratch: CudaSlice<f32>,
+    counters: CudaSlice<u64>,
+    maxrel: CudaSlice<u32>,
+    outcome: TranscendentalOutcome,
+}
+
+pub fn run(
+    ctx: &Arc<CudaContext>,
+    gpu: u32,
+    k: &Kernels,
+    req: &ComputeRequest,
+    ctl: &RunControl<'_>,
+) -> Result<ComputeOutcome, BackendError> {
+    require_blas()?;
+    let started = Instant::now();
+    let stream = ctx
+        .new_stream()
+        .map_err(|e| BackendError::gpu(gpu, "create a stream", e))?;
+    let mut trans = if req.transcendentals {
+        Some(Transcendental::new(&stream, k, gpu)?)
+    } else {
+        None
+    };
+    let n_dtypes = req.dtypes.len().max(1) as u32;
+    let share = req.duration / n_dtypes;
+    let mut out = ComputeOutcome::default();
+    for (i, &dtype) in req.dtypes.iter().enumerate() {
+        let frame = Frame {
+            ctx,
+            stream: &stream,
+            gpu,
+            k,
+            n: req.matrix_size,
+            budget: share,
+            ctl,
+            index: i,
+            of: req.dtypes.len(),
+        };
+        let g = match dtype {
+            Dtype::Bf16 => frame.burn::<bf16>(dtype, trans.as_mut())?,
+            Dtype::Fp16 => frame.burn::<f16>(dtype, trans.as_mut())?,
+            Dtype::Tf32 | Dtype::Fp32 => frame.burn::<f32>(dtype, trans.as_mut())?,
+        };
+        out.gemms.push(g);
+        if ctl.stopped() {
+            return Err(BackendError::Stopped);
+        }
+    }
+    out.transcendental = trans.map(|t| t.outcome);
+    out.seconds = started.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+struct Frame<'a> {
+    ctx: &'a Arc<CudaContext>,
+    stream: &'a Arc<CudaStream>,
+    gpu: u32,
+    k: &'a Kernels,
+    n: usize,
+    budget: Duration,
+    ctl: &'a RunControl<'a>,
+    index: usize,
+    of: usize,
+}
+
+impl Frame<'_> {
+    fn err(&self, what: &str) -> impl Fn(DriverError) -> BackendError + '_ {
+        let what = what.to_string();
+        move |e| BackendError::gpu(self.gpu, what.clone(), e)
+    }
+
+    fn cfg(&self) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (grid_for(self.ctx, 4), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    fn burn<T: Elem>(
+        &self,
+        dtype: Dtype,
+        mut trans: Option<&mut Transcendental>,
+    ) -> Result<GemmOutcome, BackendError>
+    where
+        CudaBlasLT: Matmul<T>,
+        CudaBlas: Gemm<T>,
+    {
+        let started = Instant::now();
+        let n = self.n;
+        let elems = (n * n) as u64;
+        let stream = self.stream;
+        // SAFETY: every element is written by the init kernel before it is read.
+        let mut a = unsafe { stream.alloc::<T>(n * n) }.map_err(self.err("allocate A"))?;
+        let mut b = unsafe { stream.alloc::<T>(n * n) }.map_err(self.err("allocate B"))?;
+        let mut slots: Vec<CudaSlice<T>> = Vec::with_capacity(SLOTS);
+        for _ in 0..SLOTS {
+            slots.push(
+                stream
+                    .alloc_zeros::<T>(n * n)
+                    .map_err(self.err("allocate a result slot"))?,
+            );
+        }
+        self.init(&mut a, elems, 0x1234_5678)?;
+        self.init(&mut b, elems, 0x0bad_cafe)?;
+        let engine = match dtype {
+            Dtype::Fp32 => Engine::Blas(
+                CudaBlas::new(stream.clone())
+                    .map_err(|e| BackendError::gpu(self.gpu, "create a cuBLAS handle", e))?,
+            ),
+            _ => Engine::Lt(
+                CudaBlasLT::new(stream.clone())
+                    .map_err(|e| BackendError::gpu(self.gpu, "create a cublasLt handle", e))?,
+            ),
+        };
+
+        // Warm-up (heuristics, clocks), then the reference check on slot 0.
+        for slot in slots.iter_mut().take(2) {
+            self.gemm(&engine, &a, &b, slot)?;
+        }
+        stream.synchronize().map_err(self.err("warm-up"))?;
+        let (ref_bad, ref_worst) = self.reference_check(dtype, &a, &b, &slots[0])?;
+
+        let mut counters = stream
+            .alloc_zeros::<u64>(1)
+            .map_err(self.err("allocate counters"))?;
+        let mut maxrel = stream
+            .alloc_zeros::<u32>(1)
+            .map_err(self.err("allocate counters"))?;
+        let (rtol, atol, _) = tolerance(dtype);
+        let flops_per = 2.0 * (n as f64).powi(3);
+        let mut inflight: VecDeque<(CudaEvent, CudaEvent)> = VecDeque::new();
+        let mut out = GemmOutcome {
+            dtype,
+            flops: 0.0,
+            gemm_seconds: 0.0,
+            iterations: 0,
+            comparisons: 0,
+            mismatches: ref_bad,
+            max_rel_error: ref_worst,
+            wall_seconds: 0.0,
+        };
+        let loop_start = Instant::now();
+        let mut batch_no: u64 = 0;
+        loop {
+            let done = loop_start.elapsed() >= self.budget || self.ctl.stopped();
+            if !done {
+                let start = self.event()?;
+                start.record(stream).map_err(self.err("record an event"))?;
+                for i in 0..BATCH {
+                    self.gemm(&engine, &a, &b, &mut slots[i % SLOTS])?;
+                }
+                let end = self.event()?;
+                end.record(stream).map_err(self.err("record an event"))?;
+                inflight.push_back((start, end));
+                batch_no += 1;
+                if batch_no.is_multiple_of(CHECK_EVERY) {
+                    let (first, rest) = slots.split_at(1);
+                    for slot in rest {
+                        self.compare(
+                            &first[0],
+                            slot,
+                            elems,
+                            rtol,
+                            atol,
+                            &mut counters,
+                            &mut maxrel,
+                        )?;
+                        out.comparisons += 1;
+                    }
+                    if let Some(t) = trans.as_deref_mut() {
+                        t.run(self)?;
+                    }
+                }
+            }
+            // Keep two batches in flight; drain everything at the end.
+            while inflight.len() > 1 || (done && !inflight.is_empty()) {
+                let Some((s, e)) = inflight.pop_front() else {
+                    break;
+                };
+                e.synchronize().map_err(self.err("wait for a GEMM batch"))?;
+                let ms = s.elapsed_ms(&e).map_err(self.err("read a timer"))?;
+                out.gemm_seconds += f64::from(ms) / 1e3;
+                out.iterations += BATCH as u64;
+                out.flops += flops_per * BATCH as f64;
+            }
+            if done {
+                break;
+            }
+            let frac = (self.index as f64
+                + (loop_start.elapsed().as_secs_f64() / self.budget.as_secs_f64()).min(1.0))
+                / self.of as f64;
+            self.ctl.progress(
+                frac,
+                &format!(
+                    "{dtype} {:.0} TFLOP/s",
+                    out.flops / out.gemm_seconds.max(1e-9) / 1e12
+                ),
+            );
+        }
+        stream.synchronize().map_err(self.err("finish the burn"))?;
+        let c = stream
+            .clone_dtoh(&counters)
+            .map_err(self.err("read counters"))?;
+        let r = stream
+            .clone_dtoh(&maxrel)
+            .map_err(self.err("read counters"))?;
+        out.mismatches += c[0];
+        out.max_rel_error = out.max_rel_error.max(f64::from(f32::from_bits(r[0])));
+        out.wall_seconds = started.elapsed().as_secs_f64();
+        Ok(out)
+    }
+
+    fn event(&self) -> Result<CudaEvent, BackendError> {
+        self.ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(self.err("create an event"))
+    }
+
+    fn init<T: Elem>(&self, buf: &mut CudaSlice<T>, n: u64, seed: u32) -> Result<(), BackendError> {
+        let mut b = self.stream.launch_builder(T::init(self.k));
+        b.arg(buf).arg(&n).arg(&seed);
+        // SAFETY: the init kernel writes n elements of buf.
+        unsafe { b.launch(self.cfg()) }
+            .map(|_| ())
+            .map_err(self.err("initialise inputs"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn compare<T: Elem>(
+        &self,
+        reference: &CudaSlice<T>,
+        other: &CudaSlice<T>,
+        n: u64,
+        rtol: f32,
+        atol: f32,
+        counters: &mut CudaSlice<u64>,
+        maxrel: &mut CudaSlice<u32>,
+    ) -> Result<(), BackendError> {
+        let mut b = self.stream.launch_builder(T::compare(self.k));
+        b.arg(reference)
+            .arg(other)
+            .arg(&n)
+            .arg(&rtol)
+            .arg(&atol)
+            .arg(counters)
+            .arg(maxrel);
+        // SAFETY: reads n elements of both slots, updates one counter each.
+        unsafe { b.launch(self.cfg()) }
+            .map(|_| ())
+            .map_err(self.err("compare results"))
+    }
+
+    fn gemm<T: Elem>(
+        &self,
+        engine: &Engine,
+        a: &CudaSlice<T>,
+        b: &CudaSlice<T>,
+        c: &mut CudaSlice<T>,
+    ) -> Result<(), BackendError>
+    where
+        CudaBlasLT: Matmul<T>,
+        CudaBlas: Gemm<T>,
+    {
+        let n = self.n;
+        let r = match engine {
+            Engine::Lt(lt) => {
+                let cfg = MatmulConfig {
+                    transa: false,
+                    transb: false,
+                    transc: false,
+                    m: n as u64,
+                    n: n as u64,
+                    k: n as u64,
+                    alpha: 1.0,
+                    lda: n as i64,
+                    ldb: n as i64,
+                    beta: 0.0,
+                    ldc: n as i64,
+                    stride_a: None,
+                    stride_b: None,
+                    stride_c: None,
+                    stride_bias: None,
+                    batch_size: None,
+                };
+                // SAFETY: a, b, c are n×n column-major matrices of T on this stream.
+                unsafe { lt.matmul(cfg, a, b, c, None, None) }.map_err(|e| e.to_string())
+            }
+            Engine::Blas(blas) => {
+                let cfg = GemmConfig {
+                    transa: blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                    transb: blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                    m: n as i32,
+                    n: n as i32,
+                    k: n as i32,
+                    alpha: T::one(),
+                    lda: n as i32,
+                    ldb: n as i32,
+                    beta: T::zero(),
+                    ldc: n as i32,
+                };
+                // SAFETY: as above.
+                unsafe { blas.gemm(cfg, a, b, c) }.map_err(|e| e.to_string())
+            }
+        };
+        r.map_err(|e| BackendError::gpu(self.gpu, "GEMM", e))
+    }
+
+    /// Compares 16 sampled elements of C = A·B with an f64 dot product on the CPU. Returns the
+    /// elements outside the dtype's error bound and the largest relative error.
+    fn reference_check<T: Elem>(
+        &self,
+        dtype: Dtype,
+        a: &CudaSlice<T>,
+        b: &CudaSlice<T>,
+        c: &CudaSlice<T>,
+    ) -> Result<(u64, f64), BackendError> {
+        let n = self.n;
+        let ha = self
+            .stream
+            .clone_dtoh(a)
+            .map_err(self.err("copy A to the host"))?;
+        let hb = self
+            .stream
+            .clone_dtoh(b)
+            .map_err(self.err("copy B to the host"))?;
+        let hc = self
+            .stream
+            .clone_dtoh(c)
+            .map_err(self.err("copy C to the host"))?;
+        let (_, _, eps) = tolerance(dtype);
+        let mut bad = 0;
+        let mut worst: f64 = 0.0;
+        for s in 0..16usize {
+            let i = (s * 2_654_435_761usize) % n;
+            let j = (s * 40_503usize + 17) % n;
+            let (mut dot, mut sq) = (0.0f64, 0.0f64);
+            for kk in 0..n {
+                let p = ha[i + kk * n].to_f64() * hb[kk + j * n].to_f64();
+                dot += p;
+                sq += p * p;
+            }
+            let got = hc[i + j * n].to_f64();
+            let bound = 8.0 * eps * (dot.abs() + sq.sqrt());
+            let diff = (got - dot).abs();
+            // NaN never passes.
+            if diff.is_nan() || diff > bound {
+                bad += 1;
+            }
+            worst = worst.max(diff / dot.abs().max(1e-12));
+        }
+        Ok((bad, worst))
+    }
+}
+
+/// One/zero for each element type (the cuBLAS alpha and beta).
+trait Scalars {
+    fn one() -> Self;
+    fn zero() -> Self;
+}
+impl<T: Elem> Scalars for T {
+    fn one() -> Self {
+        T::from_f32(1.0)
+    }
+    fn zero() -> Self {
+        T::from_f32(0.0)
+    }
+}
+
+trait FromF32 {
+    fn from_f32(v: f32) -> Self;
+}
+impl FromF32 for bf16 {
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+}
+impl FromF32 for f16 {
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+}
+impl FromF32 for f32 {
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+}
+
+impl Transcendental {
+    fn new(stream: &Arc<CudaStream>, k: &Kernels, gpu: u32) -> Result<Self, BackendError> {
+        let err = |what: &'static str| move |e: DriverError| BackendError::gpu(gpu, what, e);
+        let mut input =
+            unsafe { stream.alloc::<f32>(TRANS_ELEMS as usize) }.map_err(err("allocate"))?;
+        let reference = stream
+            .alloc_zeros::<f32>(TRANS_ELEMS as usize)
+            .map_err(err("allocate"))?;
+        let scratch = stream
+            .alloc_zeros::<f32>(TRANS_ELEMS as usize)
+            .map_err(err("allocate"))?;
+        let counters = stream.alloc_zeros::<u64>(1).map_err(err("allocate"))?;
+        let maxrel = stream.alloc_zeros::<u32>(1).map_err(err("allocate"))?;
+        let seed = 99u32;
+        let mut bld = stream.launch_builder(&k.init_f32);
+        bld.arg(&mut input).arg(&TRANS_ELEMS).arg(&seed);
+        // SAFETY: writes TRANS_ELEMS floats of input.
+        unsafe { bld.launch(LaunchConfig::for_num_elems(1 << 20)) }.map_err(err("initialise"))?;
+        Ok(Self {
+            input,
+            reference,
+            scratch,
+            counters,
+            maxrel,
+            outcome: TranscendentalOutcome::default(),
+        })
+    }
+
+    /// The first run writes the reference; every later run is compared with it exactly.
+    fn run(&mut self, f: &Frame<'_>) -> Result<(), BackendError> {
+        let first = self.outcome.iterations == 0;
+        let cfg = f.cfg();
+        let k = f.k;
+        let stream = f.stream;
+        let (input, target) = (
+            &self.input,
+            if first {
+                &mut self.reference
+            } else {
+                &mut self.scratch
+            },
+        );
+        let secs = super::memory::timed(f.ctx, stream, || {
+            let mut b = stream.launch_builder(&k.transcendental);
+            b.arg(input)
+                .arg(target)
+                .arg(&TRANS_ELEMS)
+                .arg(&TRANS_ROUNDS);
+            // SAFETY: reads and writes TRANS_ELEMS floats.
+            unsafe { b.launch(cfg) }.map(|_| ())
+        })
+        .map_err(f.err("transcendental kernel"))?;
+        self.outcome.seconds += secs;
+        self.outcome.iterations += 1;
+        self.outcome.elements = TRANS_ELEMS;
+        if !first {
+            f.compare(
+                &self.reference,
+                &self.scratch,
+                TRANS_ELEMS,
+                0.0,
+                0.0,
+                &mut self.counters,
+                &mut self.maxrel,
+            )?;
+            let c = stream
+                .clone_dtoh(&self.counters)
+                .map_err(f.err("read counters"))?;
+            self.outcome.mismatches = c[0];
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,135 @@
+//! The device kernels (`kernels.cu`), compiled by NVRTC once per GPU architecture and loaded
+//! into each GPU's context.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, DriverError};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+
+use crate::backend::BackendError;
+
+/// CUDA C source of every gpuval kernel.
+pub const SOURCE: &str = include_str!("kernels.cu");
+
+/// The NVRTC virtual architecture for a compute capability; PTX for it is JIT-compiled by the
+/// driver for the exact GPU. None lets NVRTC choose its default.
+pub fn arch_for(cc: (i32, i32)) -> Option<&'static str> {
+    Some(match cc {
+        (7, 0) => "compute_70",
+        (7, 5) => "compute_75",
+        (8, 0) => "compute_80",
+        (8, 6) => "compute_86",
+        (8, 7) => "compute_87",
+        (8, 9) => "compute_89",
+        (9, 0) => "compute_90",
+        (10, 0) => "compute_100",
+        (12, 0) => "compute_120",
+        _ => return None,
+    })
+}
+
+/// Checks that NVRTC can be loaded (cudarc panics on a missing library, so ask first).
+pub fn require_nvrtc() -> Result<(), BackendError> {
+    // SAFETY: only probes dlopen for the library; no other state is touched.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(BackendError::MissingLibrary {
+            library: "NVRTC (libnvrtc.so)".into(),
+            hint: "install the CUDA runtime libraries (cuda-nvrtc) or put them on LD_LIBRARY_PATH"
+                .into(),
+        })
+    }
+}
+
+/// Compiles [`SOURCE`] to PTX for `cc`.
+pub fn compile(cc: Option<(i32, i32)>) -> Result<String, BackendError> {
+    require_nvrtc()?;
+    let opts = CompileOptions {
+        arch: cc.and_then(arch_for),
+        options: vec!["--std=c++17".into()],
+        name: Some("gpuval_kernels.cu".into()),
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts).map_err(|e| {
+        BackendError::Other(format!(
+            "compiling the gpuval kernels with NVRTC failed: {e}"
+        ))
+    })?;
+    Ok(ptx.to_src())
+}
+
+/// Every kernel, loaded in one context.
+pub struct Kernels {
+    pub fill: CudaFunction,
+    pub verify: CudaFunction,
+    pub corrupt: CudaFunction,
+    pub init_f32: CudaFunction,
+    pub init_f16: CudaFunction,
+    pub init_bf16: CudaFunction,
+    pub compare_f32: CudaFunction,
+    pub compare_f16: CudaFunction,
+    pub compare_bf16: CudaFunction,
+    pub transcendental: CudaFunction,
+}
+
+impl Kernels {
+    pub fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self, DriverError> {
+        let m = ctx.load_module(Ptx::from_src(ptx))?;
+        Ok(Self {
+            fill: m.load_function("gv_fill")?,
+            verify: m.load_function("gv_verify")?,
+            corrupt: m.load_function("gv_corrupt")?,
+            init_f32: m.load_function("gv_init_f32")?,
+            init_f16: m.load_function("gv_init_f16")?,
+            init_bf16: m.load_function("gv_init_bf16")?,
+            compare_f32: m.load_function("gv_compare_f32")?,
+            compare_f16: m.load_function("gv_compare_f16")?,
+            compare_bf16: m.load_function("gv_compare_bf16")?,
+            transcendental: m.load_function("gv_transcendental")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Compiles the real kernel source with NVRTC when the library is loadable (CI installs it
+    /// from the nvidia-cuda-nvrtc wheel; see tests/scripts/install-nvrtc.sh). Needs no GPU.
+    #[test]
+    fn kernels_compile_with_nvrtc_for_hopper_and_ampere() {
+        if require_nvrtc().is_err() {
+            assert!(
+                std::env::var_os("GPUVAL_REQUIRE_NVRTC").is_none(),
+                "GPUVAL_REQUIRE_NVRTC is set but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)"
+            );
+            eprintln!("skipped: libnvrtc not loadable here");
+            return;
+        }
+        for cc in [(9, 0), (8, 0)] {
+            let ptx = compile(Some(cc)).unwrap_or_else(|e| panic!("{cc:?}: {e}"));
+            for name in [
+                "gv_fill",
+                "gv_verify",
+                "gv_compare_bf16",
+                "gv_transcendental",
+                "gv_init_f16",
+            ] {
+                assert!(
+                    ptx.contains(&format!(".entry {name}")),
+                    "{name} missing from PTX for {cc:?}"
+                );
+            }
+            let target = format!(".target sm_{}{}", cc.0, cc.1);
+            assert!(ptx.contains(&target), "PTX not built for {target}");
+        }
+    }
+
+    #[test]
+    fn known_architectures_map_to_virtual_targets() {
+        assert_eq!(arch_for((9, 0)), Some("compute_90"));
+        assert_eq!(arch_for((8, 0)), Some("compute_80"));
+        assert_eq!(arch_for((1, 0)), None);
+    }
+}

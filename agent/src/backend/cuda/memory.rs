@@ -1,0 +1,247 @@
+//! Memory check on one GPU: one large `cuMemAlloc` of a fraction of free memory, filled with an
+//! address-dependent pattern and verified word by word on the GPU, then the same with the
+//! bitwise inverse (so every bit is tested as 0 and as 1). Fill and verify are device-timed.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg, result, sys};
+use gpuval_crds::Mismatch;
+
+use super::kernels::Kernels;
+use crate::backend::{BackendError, MemoryOutcome, MemoryRequest, RunControl};
+
+const ALIGN: u64 = 2 << 20;
+const BLOCK: u32 = 512;
+
+/// A raw device allocation freed on drop.
+pub struct DeviceBuffer {
+    ctx: Arc<CudaContext>,
+    pub ptr: sys::CUdeviceptr,
+    pub bytes: u64,
+}
+
+impl DeviceBuffer {
+    /// Allocates up to `want` bytes, backing off in steps when the driver refuses (free memory
+    /// as reported includes what the context itself still needs).
+    pub fn alloc_up_to(ctx: &Arc<CudaContext>, gpu: u32, want: u64) -> Result<Self, BackendError> {
+        ctx.bind_to_thread()
+            .map_err(|e| BackendError::gpu(gpu, "bind context", e))?;
+        let mut bytes = want / ALIGN * ALIGN;
+        let step = (want / 100).max(256 << 20) / ALIGN * ALIGN;
+        for _ in 0..20 {
+            if bytes == 0 {
+                break;
+            }
+            // SAFETY: plain cuMemAlloc in the bound context; freed in Drop.
+            match unsafe { result::malloc_sync(bytes as usize) } {
+                Ok(ptr) => {
+                    return Ok(Self {
+                        ctx: ctx.clone(),
+                        ptr,
+                        bytes,
+                    });
+                }
+                Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                    bytes = bytes.saturating_sub(step)
+                }
+                Err(e) => return Err(BackendError::gpu(gpu, format!("allocate {bytes} bytes"), e)),
+            }
+        }
+        Err(BackendError::gpu(
+            gpu,
+            "allocate test memory",
+            format!("the driver refused even {bytes} bytes"),
+        ))
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: ptr came from cuMemAlloc in this context and is freed once.
+            if let Err(e) = unsafe { result::free_sync(self.ptr) } {
+                tracing::warn!(error = %e, "freeing GPU test memory failed");
+            }
+        }
+    }
+}
+
+pub fn grid_for(ctx: &Arc<CudaContext>, blocks_per_sm: u32) -> u32 {
+    let sms = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .unwrap_or(80);
+    (sms.max(1) as u32) * blocks_per_sm
+}
+
+/// Runs `launch` between two timing events and returns its device time in seconds.
+pub fn timed(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    launch: impl FnOnce() -> Result<(), cudarc::driver::DriverError>,
+) -> Result<f64, cudarc::driver::DriverError> {
+    let start = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+    let end = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+    start.record(stream)?;
+    launch()?;
+    end.record(stream)?;
+    end.synchronize()?;
+    Ok(f64::from(start.elapsed_ms(&end)?) / 1e3)
+}
+
+pub fn run(
+    ctx: &Arc<CudaContext>,
+    gpu: u32,
+    k: &Kernels,
+    req: &MemoryRequest,
+    ctl: &RunControl<'_>,
+) -> Result<MemoryOutcome, BackendError> {
+    let err = |what: &str| {
+        let what = what.to_string();
+        move |e: cudarc::driver::DriverError| BackendError::gpu(gpu, what, e)
+    };
+    let stream = ctx.new_stream().map_err(err("create a stream"))?;
+    let (free, total) = ctx.mem_get_info().map_err(err("read free memory"))?;
+    let want = (free as f64 * req.fraction.clamp(0.0, 1.0)) as u64;
+    let buf = DeviceBuffer::alloc_up_to(ctx, gpu, want)?;
+    let nvec = buf.bytes / 16;
+    let mut out = MemoryOutcome {
+        total_bytes: total as u64,
+        free_bytes_before: free as u64,
+        bytes_tested: buf.bytes,
+        passes: req.passes,
+        ..Default::default()
+    };
+
+    let max_log = req.max_logged.max(1);
+    let mut counters = stream
+        .alloc_zeros::<u64>(2)
+        .map_err(err("allocate counters"))?;
+    let mut log = stream
+        .alloc_zeros::<u64>(2 * max_log)
+        .map_err(err("allocate the mismatch log"))?;
+    let cfg = LaunchConfig {
+        grid_dim: (grid_for(ctx, 8), 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let steps = (req.passes.max(1) * 2) as f64;
+
+    for pass in 0..req.passes.max(1) {
+        for (half, inv) in [0u32, u32::MAX].into_iter().enumerate() {
+            if ctl.stopped() {
+                return Err(BackendError::Stopped);
+            }
+            let seed: u32 = 0x6a09_e667 ^ pass.wrapping_mul(0x9e37_79b9);
+            let ptr: u64 = buf.ptr;
+            out.fill_seconds += timed(ctx, &stream, || {
+                let mut b = stream.launch_builder(&k.fill);
+                b.arg(&ptr).arg(&nvec).arg(&seed).arg(&inv);
+                // SAFETY: gv_fill writes nvec 16-byte vectors inside buf.
+                unsafe { b.launch(cfg) }.map(|_| ())
+            })
+            .map_err(err("fill"))?;
+            out.bytes_written += nvec * 16;
+
+            stream
+                .memset_zeros(&mut counters)
+                .map_err(err("reset counters"))?;
+            let max_log_u32 = max_log as u32;
+            out.verify_seconds += timed(ctx, &stream, || {
+                let mut b = stream.launch_builder(&k.verify);
+                b.arg(&ptr)
+                    .arg(&nvec)
+                    .arg(&seed)
+                    .arg(&inv)
+                    .arg(&mut counters)
+                    .arg(&mut log)
+                    .arg(&max_log_u32);
+                // SAFETY: gv_verify reads nvec vectors of buf and writes counters[2], log[2*max_log].
+                unsafe { b.launch(cfg) }.map(|_| ())
+            })
+            .map_err(err("verify"))?;
+            out.bytes_read += nvec * 16;
+
+            let c = stream.clone_dtoh(&counters).map_err(err("read counters"))?;
+            if c[0] > 0 {
+                out.mismatches += c[0];
+                let l = stream
+                    .clone_dtoh(&log)
+                    .map_err(err("read the mismatch log"))?;
+                let logged = (c[1] as usize).min(max_log);
+                for e in l.chunks_exact(2).take(logged) {
+                    if out.first_mismatches.len() >= req.max_logged {
+                        break;
+                    }
+                    out.first_mismatches.push(Mismatch {
+                        offset: (e[0] * 4) as i64,
+                        expected: format!("{:#010x}", e[1] >> 32),
+                        actual: format!("{:#010x}", e[1] & 0xffff_ffff),
+                    });
+                }
+            }
+            let done = (pass as f64 * 2.0 + half as f64 + 1.0) / steps;
+            let gbps = (out.bytes_written + out.bytes_read) as f64
+                / (out.fill_seconds + out.verify_seconds)
+                / 1e9;
+            ctl.progress(
+                done,
+                &format!(
+                    "{:.1} GiB, {gbps:.0} GB/s, {} mismatches",
+                    buf.bytes as f64 / (1u64 << 30) as f64,
+                    out.mismatches
+                ),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Self-test of the detection path: fill, flip one bit in `count` known words, verify. Returns
+/// how many mismatches the verify kernel found (must equal `count`).
+pub fn selftest(
+    ctx: &Arc<CudaContext>,
+    gpu: u32,
+    k: &Kernels,
+    bytes: u64,
+    count: u32,
+) -> Result<u64, BackendError> {
+    let err =
+        |what: &'static str| move |e: cudarc::driver::DriverError| BackendError::gpu(gpu, what, e);
+    let stream = ctx.new_stream().map_err(err("create a stream"))?;
+    let buf = DeviceBuffer::alloc_up_to(ctx, gpu, bytes)?;
+    let nvec = buf.bytes / 16;
+    let nwords = buf.bytes / 4;
+    let ptr: u64 = buf.ptr;
+    let (seed, inv) = (7u32, 0u32);
+    let cfg = LaunchConfig {
+        grid_dim: (grid_for(ctx, 8), 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut counters = stream
+        .alloc_zeros::<u64>(2)
+        .map_err(err("allocate counters"))?;
+    let mut log = stream.alloc_zeros::<u64>(2).map_err(err("allocate log"))?;
+    let one = 1u32;
+    // SAFETY: the same bounds as in `run`; gv_corrupt touches words < nwords only.
+    unsafe {
+        let mut b = stream.launch_builder(&k.fill);
+        b.arg(&ptr).arg(&nvec).arg(&seed).arg(&inv);
+        b.launch(cfg).map_err(err("fill"))?;
+        let mut b = stream.launch_builder(&k.corrupt);
+        b.arg(&ptr).arg(&nwords).arg(&count);
+        b.launch(LaunchConfig::for_num_elems(count.max(1)))
+            .map_err(err("corrupt"))?;
+        let mut b = stream.launch_builder(&k.verify);
+        b.arg(&ptr)
+            .arg(&nvec)
+            .arg(&seed)
+            .arg(&inv)
+            .arg(&mut counters)
+            .arg(&mut log)
+            .arg(&one);
+        b.launch(cfg).map_err(err("verify"))?;
+    }
+    let c = stream.clone_dtoh(&counters).map_err(err("read counters"))?;
+    Ok(c[0])
+}

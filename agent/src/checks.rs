@@ -1,0 +1,391 @@
+//! Runs the node checks through a [`Backend`]: every GPU at once per check, NVML telemetry and
+//! Xid events sampled the whole time, topology re-sampled so a link that drops mid-run is
+//! caught; then judges everything into a [`NodeReport`].
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use gpuval_crds::{
+    Checks, ComputeResult, GpuReport, MemoryResult, NodeReport, Thresholds, TopologyReport, Verdict,
+};
+
+use crate::backend::{
+    Backend, BackendError, ComputeOutcome, ComputeRequest, ErrorCounters, GpuInfo, MemoryOutcome,
+    MemoryRequest, RunControl, TelemetrySample, TopologySnapshot,
+};
+use crate::{telemetry, topology, verdict::Judge};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub checks: Checks,
+    pub thresholds: Thresholds,
+    /// Only these NVML indices (all GPUs when None).
+    pub gpus: Option<Vec<u32>>,
+    /// Kubernetes node name (or hostname) for the report.
+    pub node: Option<String>,
+    /// How often telemetry is sampled.
+    pub sample_every: Duration,
+}
+
+impl Plan {
+    pub fn new(checks: Checks, thresholds: Thresholds) -> Self {
+        Self {
+            checks,
+            thresholds,
+            gpus: None,
+            node: None,
+            sample_every: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Where progress lines go (stderr in the CLI; tests collect them).
+pub type ProgressSink<'a> = &'a (dyn Fn(&str) + Sync);
+
+/// Everything the sampler thread gathered.
+#[derive(Default)]
+struct Sampled {
+    samples: HashMap<u32, Vec<TelemetrySample>>,
+    xids: HashMap<u32, Vec<u64>>,
+    topology_samples: i32,
+    link_changes: Vec<String>,
+}
+
+pub fn run(
+    backend: &dyn Backend,
+    plan: &Plan,
+    stop: &AtomicBool,
+    sink: ProgressSink<'_>,
+) -> NodeReport {
+    let started_at = now_rfc3339();
+    let mut report = NodeReport {
+        simulated: backend.kind() == crate::backend::BackendKind::Simulated,
+        backend: backend.kind().as_str().to_string(),
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        node: plan.node.clone(),
+        started_at,
+        ..Default::default()
+    };
+    let judge = Judge {
+        checks: &plan.checks,
+        thresholds: plan.thresholds.clone(),
+    };
+
+    let inventory = match backend.inventory() {
+        Ok(inv) => inv,
+        Err(e) => {
+            report.verdict = Verdict::Error;
+            report.failures = vec![format!("inventory: {e}")];
+            report.finished_at = now_rfc3339();
+            return report;
+        }
+    };
+    report.system = Some(inventory.system.clone());
+    let gpus: Vec<GpuInfo> = inventory
+        .gpus
+        .into_iter()
+        .filter(|g| plan.gpus.as_ref().is_none_or(|sel| sel.contains(&g.index)))
+        .collect();
+    sink(&format!(
+        "{} GPU(s): {}{}",
+        gpus.len(),
+        gpus.first().map(|g| g.name.as_str()).unwrap_or("none"),
+        if report.simulated {
+            " [SIMULATED BACKEND]"
+        } else {
+            ""
+        }
+    ));
+
+    let topo_before = if plan.checks.topology.is_some() {
+        Some(backend.topology())
+    } else {
+        None
+    };
+    let counters_before: HashMap<u32, ErrorCounters> = gpus
+        .iter()
+        .filter_map(|g| backend.error_counters(g.index).ok().map(|c| (g.index, c)))
+        .collect();
+
+    let sampled = Mutex::new(Sampled::default());
+    let sampler_stop = AtomicBool::new(false);
+    let resample_every = plan
+        .checks
+        .topology
+        .as_ref()
+        .and_then(|t| t.resample_interval)
+        .map(|d| d.as_std())
+        .unwrap_or(Duration::from_secs(30));
+    let run_started = Instant::now();
+    let mut memory: HashMap<u32, Result<MemoryOutcome, BackendError>> = HashMap::new();
+    let mut compute: HashMap<u32, Result<ComputeOutcome, BackendError>> = HashMap::new();
+
+    std::thread::scope(|s| {
+        let snap0 = topo_before.as_ref().and_then(|r| r.as_ref().ok());
+        let (gpus_ref, sampled_ref, stop_ref, every) =
+            (&gpus, &sampled, &sampler_stop, plan.sample_every);
+        s.spawn(move || {
+            sampler(
+                backend,
+                gpus_ref,
+                every,
+                resample_every,
+                snap0,
+                sampled_ref,
+                stop_ref,
+                run_started,
+            )
+        });
+
+        if let Some(m) = &plan.checks.memory {
+            let req = MemoryRequest {
+                fraction: m.fraction,
+                passes: m.passes.max(1) as u32,
+                max_logged: 16,
+            };
+            memory = on_every_gpu(&gpus, stop, sink, "memory", |gpu, ctl| {
+                backend.memory_test(gpu, &req, ctl)
+            });
+        }
+        if let Some(c) = &plan.checks.compute
+            && !stop.load(Ordering::Relaxed)
+        {
+            let req = ComputeRequest {
+                duration: c.duration.as_std(),
+                dtypes: c.dtypes.clone(),
+                matrix_size: c.matrix_size.max(256) as usize,
+                transcendentals: c.transcendentals,
+            };
+            compute = on_every_gpu(&gpus, stop, sink, "compute", |gpu, ctl| {
+                backend.compute_burn(gpu, &req, ctl)
+            });
+        }
+        sampler_stop.store(true, Ordering::Relaxed);
+    });
+
+    let mut sampled = sampled.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut gpu_reports: Vec<GpuReport> = gpus
+        .iter()
+        .map(|g| {
+            let after = backend.error_counters(g.index).ok();
+            GpuReport {
+                index: g.index as i32,
+                uuid: g.uuid.clone(),
+                name: g.name.clone(),
+                pci_bus_id: Some(g.pci_bus_id.clone()),
+                memory_total_mib: (g.memory_total_bytes >> 20) as i64,
+                health: Some(g.health.clone()),
+                memory: memory.remove(&g.index).map(|r| match r {
+                    Ok(o) => judge.memory(g, &o),
+                    Err(e) => {
+                        let (verdict, reasons) = Judge::check_error(&e);
+                        MemoryResult {
+                            verdict,
+                            reasons,
+                            ..Default::default()
+                        }
+                    }
+                }),
+                compute: compute.remove(&g.index).map(|r| match r {
+                    Ok(o) => judge.compute(g, &o),
+                    Err(e) => {
+                        let (verdict, reasons) = Judge::check_error(&e);
+                        ComputeResult {
+                            verdict,
+                            reasons,
+                            ..Default::default()
+                        }
+                    }
+                }),
+                telemetry: Some(telemetry::summarize(
+                    sampled
+                        .samples
+                        .get(&g.index)
+                        .map(Vec::as_slice)
+                        .unwrap_or(&[]),
+                    counters_before.get(&g.index).copied(),
+                    after,
+                    sampled.xids.get(&g.index).map(Vec::as_slice).unwrap_or(&[]),
+                )),
+                ..Default::default()
+            }
+        })
+        .collect();
+    judge.relative(&mut gpu_reports);
+    for g in &mut gpu_reports {
+        judge.gpu(g);
+    }
+    report.gpus = gpu_reports;
+
+    report.topology = topo_before.map(|r| match r {
+        Ok(snap) => {
+            let mut t = topology::derive(&snap);
+            t.samples = 1 + sampled.topology_samples;
+            t.link_changes = std::mem::take(&mut sampled.link_changes);
+            judge.topology(&gpus, t)
+        }
+        Err(e) => {
+            let (verdict, reasons) = Judge::check_error(&e);
+            TopologyReport {
+                verdict,
+                reasons,
+                ..Default::default()
+            }
+        }
+    });
+    judge.node(&mut report);
+    if stop.load(Ordering::Relaxed) {
+        report.verdict = Verdict::Error;
+        report
+            .failures
+            .insert(0, "the run was stopped before it finished".into());
+    }
+    report.finished_at = now_rfc3339();
+    report
+}
+
+/// Runs `f` on every GPU at once (one thread each), printing progress at most every 5 s per GPU.
+fn on_every_gpu<T: Send>(
+    gpus: &[GpuInfo],
+    stop: &AtomicBool,
+    sink: ProgressSink<'_>,
+    check: &str,
+    f: impl Fn(u32, &RunControl<'_>) -> Result<T, BackendError> + Sync,
+) -> HashMap<u32, Result<T, BackendError>> {
+    sink(&format!("[{check}] starting on {} GPU(s)", gpus.len()));
+    let started = Instant::now();
+    let results = Mutex::new(HashMap::new());
+    std::thread::scope(|s| {
+        for g in gpus {
+            let (f, results) = (&f, &results);
+            s.spawn(move || {
+                let last = Mutex::new(None::<Instant>);
+                let progress = |done: f64, note: &str| {
+                    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+                    if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+                        *last = Some(Instant::now());
+                        sink(&format!(
+                            "[{check}] GPU{} {:>3.0}% {note}",
+                            g.index,
+                            done * 100.0
+                        ));
+                    }
+                };
+                let ctl = RunControl::new(stop, &progress);
+                let r = f(g.index, &ctl);
+                match &r {
+                    Ok(_) => sink(&format!("[{check}] GPU{} done", g.index)),
+                    Err(e) => sink(&format!("[{check}] GPU{} error: {e}", g.index)),
+                }
+                results
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(g.index, r);
+            });
+        }
+    });
+    sink(&format!(
+        "[{check}] finished in {:.1}s",
+        started.elapsed().as_secs_f64()
+    ));
+    results.into_inner().unwrap_or_else(|p| p.into_inner())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sampler(
+    backend: &dyn Backend,
+    gpus: &[GpuInfo],
+    every: Duration,
+    resample_every: Duration,
+    snap0: Option<&TopologySnapshot>,
+    out: &Mutex<Sampled>,
+    stop: &AtomicBool,
+    started: Instant,
+) {
+    let mut last_topo = Instant::now();
+    let mut prev_snap = snap0.cloned();
+    while !stop.load(Ordering::Relaxed) {
+        let tick = Instant::now();
+        let samples: Vec<_> = gpus
+            .iter()
+            .filter_map(|g| backend.sample(g.index).ok().map(|s| (g.index, s)))
+            .collect();
+        let xids = backend.poll_xid(Duration::ZERO);
+        let mut changes = Vec::new();
+        let mut resampled = false;
+        if let Some(prev) = prev_snap.as_ref()
+            && last_topo.elapsed() >= resample_every
+        {
+            last_topo = Instant::now();
+            if let Ok(now) = backend.topology() {
+                changes = topology::link_changes(prev, &now, started.elapsed().as_secs_f64());
+                prev_snap = Some(now);
+                resampled = true;
+            }
+        }
+        {
+            let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+            for (gpu, s) in samples {
+                o.samples.entry(gpu).or_default().push(s);
+            }
+            for x in xids {
+                o.xids.entry(x.gpu).or_default().push(x.xid);
+            }
+            o.link_changes.extend(changes);
+            if resampled {
+                o.topology_samples += 1;
+            }
+        }
+        // Sleep in short steps so the end of the run is not delayed.
+        while tick.elapsed() < every && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20).min(every));
+        }
+    }
+}
+
+/// Current time as RFC 3339 (UTC, seconds).
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    rfc3339(secs)
+}
+
+/// Formats seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn rfc3339(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_000_000), "2026-11-18T11:06:40Z");
+    }
+}

@@ -1,0 +1,154 @@
+//! Built-in expectations per GPU model: the floors a GPU must reach when no explicit threshold
+//! is set in the spec.
+//!
+//! The H100 and H200 floors are about 85–90% of figures measured on this project's GPU
+//! machines and will be re-derived from `bench/results`; the A100 floors come from published
+//! figures (2039 GB/s HBM2e peak, 312 TFLOP/s bf16/fp16 dense, 156 tf32, 19.5 fp32 peak).
+
+use gpuval_crds::{Dtype, Profile};
+
+/// What a healthy GPU of one model reaches (SXM parts, on an NVSwitch board).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelProfile {
+    /// Short model name used in reasons (`H200 profile`).
+    pub name: &'static str,
+    /// Lowest fill+verify throughput: bytes written plus bytes read per second, in GB/s (1e9).
+    pub memory_min_gbps: f64,
+    /// Lowest sustained GEMM TFLOP/s per data type.
+    pub tflops_min: [(Dtype, f64); 4],
+    /// Active NVLink links each GPU should have.
+    pub nvlink_links: Option<u32>,
+    /// Every GPU pair must be connected by NVLink.
+    pub require_nvlink: bool,
+}
+
+impl ModelProfile {
+    /// The TFLOP/s floor for one data type.
+    pub fn tflops_min(&self, d: Dtype) -> Option<f64> {
+        self.tflops_min
+            .iter()
+            .find(|(dt, _)| *dt == d)
+            .map(|(_, v)| *v)
+    }
+}
+
+/// H200 SXM.
+pub static H200: ModelProfile = ModelProfile {
+    name: "H200",
+    memory_min_gbps: 3400.0,
+    tflops_min: [
+        (Dtype::Bf16, 700.0),
+        (Dtype::Fp16, 700.0),
+        (Dtype::Tf32, 350.0),
+        (Dtype::Fp32, 45.0),
+    ],
+    nvlink_links: Some(18),
+    require_nvlink: true,
+};
+
+/// H100 SXM.
+pub static H100: ModelProfile = ModelProfile {
+    name: "H100",
+    memory_min_gbps: 2450.0,
+    tflops_min: [
+        (Dtype::Bf16, 700.0),
+        (Dtype::Fp16, 700.0),
+        (Dtype::Tf32, 350.0),
+        (Dtype::Fp32, 45.0),
+    ],
+    nvlink_links: Some(18),
+    require_nvlink: true,
+};
+
+/// A100 SXM (80 GB).
+pub static A100: ModelProfile = ModelProfile {
+    name: "A100",
+    memory_min_gbps: 1500.0,
+    tflops_min: [
+        (Dtype::Bf16, 230.0),
+        (Dtype::Fp16, 230.0),
+        (Dtype::Tf32, 110.0),
+        (Dtype::Fp32, 15.0),
+    ],
+    nvlink_links: Some(12),
+    require_nvlink: true,
+};
+
+/// The profile that applies to a GPU: forced by the spec setting, or picked by the NVML name
+/// under `Auto`. PCIe and NVL variants get no profile under `Auto` (relative rule only).
+pub fn profile_for(setting: Profile, gpu_name: &str) -> Option<&'static ModelProfile> {
+    match setting {
+        Profile::H100 => Some(&H100),
+        Profile::H200 => Some(&H200),
+        Profile::A100 => Some(&A100),
+        Profile::None => None,
+        Profile::Auto => auto_profile(gpu_name),
+    }
+}
+
+fn auto_profile(gpu_name: &str) -> Option<&'static ModelProfile> {
+    let name = gpu_name.to_ascii_uppercase();
+    let sxm = !name.contains("PCIE") && !name.contains("NVL");
+    if !sxm {
+        None
+    } else if name.contains("H200") {
+        Some(&H200)
+    } else if name.contains("H100") {
+        Some(&H100)
+    } else if name.contains("A100") {
+        Some(&A100)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auto(name: &str) -> Option<&'static str> {
+        profile_for(Profile::Auto, name).map(|p| p.name)
+    }
+
+    #[test]
+    fn auto_matches_nvml_names() {
+        assert_eq!(auto("NVIDIA H200"), Some("H200"));
+        assert_eq!(auto("NVIDIA H200 (simulated)"), Some("H200"));
+        assert_eq!(auto("NVIDIA H100 80GB HBM3"), Some("H100"));
+        assert_eq!(auto("NVIDIA A100-SXM4-80GB"), Some("A100"));
+    }
+
+    #[test]
+    fn auto_skips_pcie_nvl_and_unknown() {
+        assert_eq!(auto("NVIDIA H100 PCIe"), None);
+        assert_eq!(auto("NVIDIA H100 NVL"), None);
+        assert_eq!(auto("NVIDIA H200 NVL"), None);
+        assert_eq!(auto("NVIDIA A100-PCIE-40GB"), None);
+        assert_eq!(auto("NVIDIA L40S"), None);
+        assert_eq!(auto(""), None);
+    }
+
+    #[test]
+    fn explicit_setting_forces_profile() {
+        assert_eq!(
+            profile_for(Profile::H100, "NVIDIA L40S").map(|p| p.name),
+            Some("H100")
+        );
+        assert_eq!(
+            profile_for(Profile::A100, "NVIDIA H200").map(|p| p.name),
+            Some("A100")
+        );
+        assert!(profile_for(Profile::None, "NVIDIA H200").is_none());
+    }
+
+    #[test]
+    fn tflops_floors_cover_every_dtype() {
+        for p in [&H100, &H200, &A100] {
+            for d in Dtype::ALL {
+                assert!(p.tflops_min(d).is_some_and(|v| v > 0.0), "{} {d}", p.name);
+            }
+        }
+        assert_eq!(H200.tflops_min(Dtype::Bf16), Some(700.0));
+        assert_eq!(A100.tflops_min(Dtype::Tf32), Some(110.0));
+    }
+}

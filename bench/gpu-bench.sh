@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One-call GPU bench: the agent's checks and the PyTorch references on the same GPUs, same call.
+#
+#   bench/gpu-bench.sh AGENT_BINARY OUT_DIR [BURN_SECONDS]
+#
+# Run from the repository root on a GPU host (the device machine: build the agent elsewhere and
+# carry target/release/gpuval-agent). Writes raw JSON, logs and a side-by-side table.md to
+# OUT_DIR; bench.tar.gz bundles everything (at most a few files come back from the device).
+set -uo pipefail
+AGENT=$(realpath "$1"); OUT=$2; BURN=${3:-60}
+mkdir -p "$OUT/raw"
+RAW="$OUT/raw"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+step() { printf '\n== %s  (%s)\n' "$*" "$(date -u +%H:%M:%S)" | tee -a "$RAW/steps.log"; }
+
+step "machine"
+{ nvidia-smi -L; nvidia-smi --query-gpu=index,name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv; uname -r; nproc; } > "$RAW/machine.txt" 2>&1
+cat "$RAW/machine.txt"
+nvidia-smi topo -m > "$RAW/topo-smi.txt" 2>&1
+nvidia-smi -q > "$RAW/nvidia-smi-q.txt" 2>&1
+
+step "agent inventory / topo (compared cell by cell with nvidia-smi topo -m)"
+"$AGENT" inventory | tee "$RAW/inventory.txt"
+"$AGENT" inventory --json > "$RAW/inventory.json"
+"$AGENT" topo --snapshot "$RAW/topo-snapshot.json" --compare "$RAW/topo-smi.txt" > "$RAW/topo-agent.txt" 2> "$RAW/topo-compare.txt"
+echo "topo compare exit $?" >> "$RAW/topo-compare.txt"
+cat "$RAW/topo-agent.txt" "$RAW/topo-compare.txt"
+
+step "agent selftest (planted bit flips must all be found)"
+"$AGENT" selftest 2>&1 | tee "$RAW/selftest.txt"
+
+step "PyTorch burst references (cool GPUs)"
+# memverify at the size the agent tests with --memory-fraction 0.8 (same bytes, see below).
+"$AGENT" run --checks memory --memory-fraction 0.8 --output "$RAW/agent-memory-0.8.json" > "$RAW/agent-memory-0.8.txt" 2>&1
+cat "$RAW/agent-memory-0.8.txt"
+GIB=$(python3 -c "import json,sys; r=json.load(open('$RAW/agent-memory-0.8.json')); print(min(g['memory']['testedGib'] for g in r['gpus']))")
+python3 bench/torch_ref.py --phase burst --memverify-gib "$GIB" > "$RAW/torch-burst.json" 2> "$RAW/torch-burst.log"
+cat "$RAW/torch-burst.json"
+
+step "agent run: topology + memory (0.95 of free) + ${BURN}s bf16 burn on every GPU at once"
+"$AGENT" run --checks topology,memory,compute --duration "${BURN}s" --dtypes bf16 --output "$RAW/agent-bf16.json" 2>&1 | tee "$RAW/agent-bf16.txt"
+
+step "PyTorch sustained bf16 for ${BURN}s on every GPU at once"
+python3 bench/torch_ref.py --phase sustained --sustained "bf16:${BURN}" > "$RAW/torch-sustained.json" 2> "$RAW/torch-sustained.log"
+cat "$RAW/torch-sustained.json"
+
+step "agent run: fp16, tf32, fp32 (20s each)"
+"$AGENT" run --checks compute --duration 60s --dtypes fp16,tf32,fp32 --output "$RAW/agent-dtypes.json" 2>&1 | tee "$RAW/agent-dtypes.txt"
+
+step "table"
+python3 bench/make_table.py "$RAW" | tee "$OUT/table.md"
+tar -C "$OUT" -czf "$OUT/bench.tar.gz" raw table.md

@@ -1,0 +1,285 @@
+//! Which nodes a validation runs on (pure). Resolved once per spec generation and recorded in
+//! status, so nodes that join later do not change a run in progress.
+
+use std::collections::BTreeSet;
+
+use gpuval_crds::{GPU_RESOURCE, GpuValidationSpec};
+use k8s_openapi::api::core::v1::Node;
+use kube::core::{Selector, SelectorExt};
+
+/// A node the run will cover.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectedNode {
+    pub name: String,
+    /// Allocatable `nvidia.com/gpu`.
+    pub gpus: i32,
+}
+
+/// The outcome of resolving a spec against the cluster's nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Selection {
+    pub selected: Vec<SelectedNode>,
+    /// Nodes that matched the selector or names but cannot run the agent, with the reason.
+    pub excluded: Vec<(String, String)>,
+    /// Names in spec.nodeNames with no Node object.
+    pub missing: Vec<String>,
+    /// The spec itself cannot be resolved (an invalid selector).
+    pub invalid: Option<String>,
+}
+
+impl Selection {
+    /// Why the run cannot start, if it cannot: (condition reason, message).
+    pub fn blocker(&self) -> Option<(&'static str, String)> {
+        if let Some(e) = &self.invalid {
+            return Some(("InvalidSpec", e.clone()));
+        }
+        if !self.missing.is_empty() {
+            return Some((
+                "NodeNotFound",
+                format!(
+                    "spec.nodeNames names nodes that do not exist: {}",
+                    self.missing.join(", ")
+                ),
+            ));
+        }
+        if self.selected.is_empty() {
+            return Some((
+                "NoNodesSelected",
+                format!("no node can run the validation: {}", self.describe()),
+            ));
+        }
+        None
+    }
+
+    /// One line for `status.selection`.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{} node(s) selected", self.selected.len());
+        if !self.excluded.is_empty() {
+            let shown: Vec<String> = self
+                .excluded
+                .iter()
+                .take(10)
+                .map(|(n, why)| format!("{n} ({why})"))
+                .collect();
+            s.push_str(&format!("; not selected: {}", shown.join(", ")));
+            if self.excluded.len() > 10 {
+                s.push_str(&format!(" and {} more", self.excluded.len() - 10));
+            }
+        }
+        if self.selected.is_empty() && self.excluded.is_empty() {
+            s.push_str("; no node matches spec.nodeSelector/nodeNames");
+        }
+        s
+    }
+}
+
+/// Allocatable GPUs of a node (0 when absent or unparsable).
+pub fn allocatable_gpus(node: &Node) -> i32 {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get(GPU_RESOURCE))
+        .and_then(|q| q.0.parse::<i32>().ok())
+        .unwrap_or(0)
+}
+
+fn is_cordoned(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// Resolves `spec` against `nodes`: a node is a candidate when it matches nodeSelector (if set)
+/// and is named in nodeNames (if set); a candidate is selected unless it is cordoned or has no
+/// allocatable `nvidia.com/gpu`. With neither field set, every node advertising GPUs is a
+/// candidate and nodes without GPUs are not listed as excluded.
+pub fn select(spec: &GpuValidationSpec, nodes: &[Node]) -> Selection {
+    let mut out = Selection::default();
+    let selector = match spec
+        .node_selector
+        .clone()
+        .map(Selector::try_from)
+        .transpose()
+    {
+        Ok(s) => s,
+        Err(e) => {
+            out.invalid = Some(format!("spec.nodeSelector is invalid: {e}"));
+            return out;
+        }
+    };
+    let names: BTreeSet<&str> = spec.node_names.iter().map(|n| n.0.as_str()).collect();
+    let targeted = selector.is_some() || !names.is_empty();
+    let existing: BTreeSet<&str> = nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    out.missing = names
+        .iter()
+        .filter(|n| !existing.contains(*n))
+        .map(|n| n.to_string())
+        .collect();
+
+    let empty = Default::default();
+    let mut sorted: Vec<&Node> = nodes.iter().collect();
+    sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    for node in sorted {
+        let Some(name) = node.metadata.name.as_deref() else {
+            continue;
+        };
+        let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+        if selector.as_ref().is_some_and(|s| !s.matches(labels))
+            || (!names.is_empty() && !names.contains(name))
+        {
+            continue;
+        }
+        let gpus = allocatable_gpus(node);
+        if gpus <= 0 {
+            if targeted {
+                out.excluded
+                    .push((name.to_string(), format!("no allocatable {GPU_RESOURCE}")));
+            }
+            continue;
+        }
+        if is_cordoned(node) {
+            out.excluded.push((name.to_string(), "cordoned".into()));
+            continue;
+        }
+        out.selected.push(SelectedNode {
+            name: name.to_string(),
+            gpus,
+        });
+    }
+    if !targeted {
+        // Say why GPU-less nodes are absent only in aggregate, to keep status small.
+        let without = nodes.iter().filter(|n| allocatable_gpus(n) <= 0).count();
+        if without > 0 {
+            out.excluded.push((
+                format!("{without} node(s)"),
+                format!("no allocatable {GPU_RESOURCE}"),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use gpuval_crds::{Checks, MemoryCheck, NodeName};
+    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+    pub fn node(name: &str, gpus: i32, labels: &[(&str, &str)], cordoned: bool) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        n.spec = Some(NodeSpec {
+            unschedulable: Some(cordoned),
+            ..Default::default()
+        });
+        let mut alloc = std::collections::BTreeMap::new();
+        if gpus > 0 {
+            alloc.insert(GPU_RESOURCE.to_string(), Quantity(gpus.to_string()));
+        }
+        n.status = Some(NodeStatus {
+            allocatable: Some(alloc),
+            ..Default::default()
+        });
+        n
+    }
+
+    pub fn spec() -> GpuValidationSpec {
+        GpuValidationSpec {
+            node_selector: None,
+            node_names: vec![],
+            checks: Checks {
+                memory: Some(MemoryCheck::default()),
+                ..Default::default()
+            },
+            thresholds: None,
+            deadline: None,
+            on_failure: None,
+        }
+    }
+
+    fn cluster() -> Vec<Node> {
+        vec![
+            node("gpu-a", 8, &[("pool", "h200")], false),
+            node("gpu-b", 8, &[("pool", "h200")], false),
+            node("gpu-c", 8, &[("pool", "h100")], true),
+            node("cpu-0", 0, &[("pool", "h200")], false),
+        ]
+    }
+
+    fn names(s: &Selection) -> Vec<&str> {
+        s.selected.iter().map(|n| n.name.as_str()).collect()
+    }
+
+    #[test]
+    fn default_selects_schedulable_gpu_nodes() {
+        let s = select(&spec(), &cluster());
+        assert_eq!(names(&s), ["gpu-a", "gpu-b"]);
+        assert_eq!(s.selected[0].gpus, 8);
+        assert!(s.excluded.contains(&("gpu-c".into(), "cordoned".into())));
+        assert!(s.describe().contains("gpu-c (cordoned)"));
+        assert!(s.blocker().is_none());
+    }
+
+    #[test]
+    fn selector_and_names_must_both_match() {
+        let mut sp = spec();
+        sp.node_selector = Some(LabelSelector {
+            match_labels: Some([("pool".to_string(), "h200".to_string())].into()),
+            ..Default::default()
+        });
+        let s = select(&sp, &cluster());
+        assert_eq!(names(&s), ["gpu-a", "gpu-b"]);
+        assert!(
+            s.excluded
+                .iter()
+                .any(|(n, why)| n == "cpu-0" && why.contains("nvidia.com/gpu"))
+        );
+        sp.node_names = vec![NodeName("gpu-b".into())];
+        assert_eq!(names(&select(&sp, &cluster())), ["gpu-b"]);
+    }
+
+    #[test]
+    fn missing_names_and_empty_selections_block_the_run() {
+        let mut sp = spec();
+        sp.node_names = vec![NodeName("gpu-a".into()), NodeName("ghost".into())];
+        let (reason, msg) = select(&sp, &cluster()).blocker().unwrap();
+        assert_eq!(reason, "NodeNotFound");
+        assert!(msg.contains("ghost"));
+
+        sp.node_names = vec![NodeName("cpu-0".into())];
+        let (reason, msg) = select(&sp, &cluster()).blocker().unwrap();
+        assert_eq!(reason, "NoNodesSelected");
+        assert!(
+            msg.contains("cpu-0 (no allocatable nvidia.com/gpu)"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn an_invalid_selector_is_reported_not_retried() {
+        let mut sp = spec();
+        sp.node_selector = Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "pool".into(),
+                operator: "Sometimes".into(),
+                values: None,
+            }]),
+            ..Default::default()
+        });
+        let (reason, msg) = select(&sp, &cluster()).blocker().unwrap();
+        assert_eq!(reason, "InvalidSpec");
+        assert!(msg.contains("spec.nodeSelector"));
+    }
+}
