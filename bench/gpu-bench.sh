@@ -37,6 +37,11 @@ GIB=$(python3 -c "import json,sys; r=json.load(open('$RAW/agent-memory-0.8.json'
 python3 bench/torch_ref.py --phase burst --memverify-gib "$GIB" > "$RAW/torch-burst.json" 2> "$RAW/torch-burst.log"
 cat "$RAW/torch-burst.json"
 
+step "short burn, like for like: agent 5s bf16, then PyTorch 5s bf16 (all GPUs at once)"
+"$AGENT" run --checks compute --duration 5s --dtypes bf16 --output "$RAW/agent-short.json" > "$RAW/agent-short.txt" 2>&1
+python3 bench/torch_ref.py --phase sustained --sustained "bf16:5" > "$RAW/torch-short.json" 2> "$RAW/torch-short.log"
+cat "$RAW/torch-short.json"
+
 step "agent run: topology + memory (0.95 of free) + ${BURN}s bf16 burn on every GPU at once"
 "$AGENT" run --checks topology,memory,compute --duration "${BURN}s" --dtypes bf16 --output "$RAW/agent-bf16.json" 2>&1 | tee "$RAW/agent-bf16.txt"
 
@@ -44,8 +49,10 @@ step "PyTorch sustained bf16 for ${BURN}s on every GPU at once"
 python3 bench/torch_ref.py --phase sustained --sustained "bf16:${BURN}" > "$RAW/torch-sustained.json" 2> "$RAW/torch-sustained.log"
 cat "$RAW/torch-sustained.json"
 
-step "agent run: fp16, tf32, fp32 (20s each)"
+step "agent run: fp16, tf32, fp32 (20s each), then PyTorch the same"
 "$AGENT" run --checks compute --duration 60s --dtypes fp16,tf32,fp32 --output "$RAW/agent-dtypes.json" 2>&1 | tee "$RAW/agent-dtypes.txt"
+python3 bench/torch_ref.py --phase sustained --sustained "fp16:20,tf32:20,fp32:20" > "$RAW/torch-dtypes.json" 2> "$RAW/torch-dtypes.log"
+cat "$RAW/torch-dtypes.json"
 
 step "table"
 python3 bench/make_table.py "$RAW" | tee "$OUT/table.md"

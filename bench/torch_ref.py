@@ -29,6 +29,11 @@ def timed(fn, dev, reps):
     return s.elapsed_time(e) / 1e3
 
 
+def on(dev, fn, *args):
+    with torch.cuda.device(dev):
+        return fn(dev, *args)
+
+
 def copy_rate(dev, gib=4):
     n = gib << 28  # int32 elements
     a = torch.empty(n, dtype=torch.int32, device=dev).random_()
@@ -39,34 +44,37 @@ def copy_rate(dev, gib=4):
     return 2 * n * 4 * 10 / t / 1e9
 
 
-def pattern(idx, seed):
-    # An address-dependent 32-bit pattern from torch integer ops (int64 to avoid overflow).
-    h = (idx * 0x9E3779B1 + seed) & 0xFFFFFFFF
+def base_pattern(m, dev):
+    # An address-dependent int32 pattern for one chunk (int32 arithmetic wraps on CUDA).
+    h = torch.arange(m, device=dev, dtype=torch.int32) * -1640531535 + 7
     h = h ^ (h >> 16)
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h = h ^ (h >> 13)
-    return h.to(torch.int32)  # wraps to the int32 bit pattern
+    h = h * -2048144789
+    return h ^ (h >> 13)
 
 
 def memverify_rate(dev, nbytes, chunk=1 << 28):
+    """The PyTorch way to fill and compare-verify: the expected pattern is computed once per
+    1 GiB chunk and XOR-keyed per chunk (so every address gets its own value); fill writes
+    base ^ key, verify counts (buf != base ^ key)."""
     n = nbytes // 4
     buf = torch.empty(n, dtype=torch.int32, device=dev)
+    base = base_pattern(min(chunk, n), dev)
+    keys = [(k * 0x61C88647 + 0x3C6EF372) % (1 << 32) - (1 << 31) for k in range(n // chunk + 1)]
     torch.cuda.synchronize(dev)
     t0 = time.perf_counter()
-    for off in range(0, n, chunk):
+    for k, off in enumerate(range(0, n, chunk)):
         m = min(chunk, n - off)
-        idx = torch.arange(off, off + m, device=dev, dtype=torch.int64)
-        buf[off:off + m] = pattern(idx, 7)
+        torch.bitwise_xor(base[:m], keys[k], out=buf[off:off + m])
     torch.cuda.synchronize(dev)
     t1 = time.perf_counter()
-    bad = 0
-    for off in range(0, n, chunk):
+    bad = torch.zeros((), dtype=torch.int64, device=dev)
+    for k, off in enumerate(range(0, n, chunk)):
         m = min(chunk, n - off)
-        idx = torch.arange(off, off + m, device=dev, dtype=torch.int64)
-        bad += int((buf[off:off + m] != pattern(idx, 7)).sum())
+        bad += (buf[off:off + m] != (base[:m] ^ keys[k])).sum()
     torch.cuda.synchronize(dev)
     t2 = time.perf_counter()
-    del buf
+    bad = int(bad)
+    del buf, base
     torch.cuda.empty_cache()
     return {"bytes": n * 4, "fill_gbps": n * 4 / (t1 - t0) / 1e9, "verify_gbps": n * 4 / (t2 - t1) / 1e9,
             "gbps": 2 * n * 4 / (t2 - t0) / 1e9, "mismatches": bad}
@@ -111,16 +119,20 @@ def main():
     ngpu = torch.cuda.device_count()
     out = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": [torch.cuda.get_device_name(i) for i in range(ngpu)]}
     if a.phase == "burst":
-        out["copy_gbps"] = [copy_rate(torch.device("cuda", i)) for i in range(ngpu)]
+        devs = [torch.device("cuda", i) for i in range(ngpu)]
+        out["copy_gbps"] = [on(d, copy_rate) for d in devs]
         if a.memverify_gib > 0:
-            out["memverify"] = [memverify_rate(torch.device("cuda", i), int(a.memverify_gib * (1 << 30))) for i in range(ngpu)]
-        out["matmul_burst_tflops"] = {d: [matmul_burst(torch.device("cuda", i), d, a.n) for i in range(ngpu)] for d in a.dtypes.split(",")}
+            out["memverify"] = [on(d, memverify_rate, int(a.memverify_gib * (1 << 30))) for d in devs]
+        out["matmul_burst_tflops"] = {t: [on(d, matmul_burst, t, a.n) for d in devs] for t in a.dtypes.split(",")}
     else:
-        dtype, secs = a.sustained.split(":")
+        # "bf16:60,fp16:20": each dtype in turn, all GPUs at once (one process per GPU).
+        out["matmul_sustained"] = {}
         ctx = mp.get_context("spawn")
         with ctx.Pool(ngpu) as pool:
-            res = pool.map(sustained_worker, [(i, dtype, a.n, float(secs)) for i in range(ngpu)])
-        out["matmul_sustained"] = {"dtype": dtype, "seconds": float(secs), "tflops": [t for _, t in sorted(res)]}
+            for part in a.sustained.split(","):
+                dtype, secs = part.split(":")
+                res = pool.map(sustained_worker, [(i, dtype, a.n, float(secs)) for i in range(ngpu)])
+                out["matmul_sustained"][dtype] = {"seconds": float(secs), "tflops": [t for _, t in sorted(res)]}
     print(json.dumps(out))
 
 

@@ -109,9 +109,14 @@ impl Judge<'_> {
     /// link state changes during the run. Keeps the report's own verdict and reasons.
     pub fn topology(&self, gpus: &[GpuInfo], mut report: TopologyReport) -> TopologyReport {
         let spec = self.checks.topology.clone().unwrap_or_default();
+        // A model profile's NVLink expectation needs peers: a lone GPU (a one-GPU VM of an SXM
+        // part, say) has nothing to link to. An explicit requireNvlink or minActiveLinks in the
+        // spec still applies.
         let require = spec.require_nvlink.unwrap_or_else(|| {
-            gpus.iter()
-                .any(|g| self.profile(&g.name).is_some_and(|p| p.require_nvlink))
+            gpus.len() > 1
+                && gpus
+                    .iter()
+                    .any(|g| self.profile(&g.name).is_some_and(|p| p.require_nvlink))
         });
         let mut reasons = Vec::new();
         if require {
@@ -890,12 +895,12 @@ mod tests {
     #[test]
     fn compute_below_profile_floor_fails() {
         let checks = compute_checks(ComputeCheck::default());
-        let out = compute_outcome(&[(Dtype::Bf16, 612.0), (Dtype::Tf32, 400.0)]);
+        let out = compute_outcome(&[(Dtype::Bf16, 512.0), (Dtype::Tf32, 400.0)]);
         let r = judge(&checks, Profile::Auto).compute(&h200(1), &out);
         assert_eq!(r.verdict, Verdict::Fail);
         assert_eq!(
             r.reasons,
-            vec!["GPU1 bf16: 612 TFLOP/s < 700 TFLOP/s (H200 profile)"]
+            vec!["GPU1 bf16: 512 TFLOP/s < 600 TFLOP/s (H200 profile)"]
         );
     }
 
@@ -1002,6 +1007,25 @@ mod tests {
         let checks = topo_checks(TopologyCheck::default());
         let r = judge(&checks, Profile::Auto).topology(&h200s(4), topo(4, "NV18", 18));
         assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
+    }
+
+    #[test]
+    fn a_single_gpu_is_not_held_to_the_profiles_nvlink_count() {
+        let checks = topo_checks(TopologyCheck::default());
+        let mut t = topo(1, "NV18", 0);
+        t.nvlinks[0].total = 0;
+        let r = judge(&checks, Profile::Auto).topology(&h200s(1), t.clone());
+        assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
+        let explicit = topo_checks(TopologyCheck {
+            min_active_links: Some(4),
+            ..Default::default()
+        });
+        let r = judge(&explicit, Profile::Auto).topology(&h200s(1), t);
+        assert_eq!(
+            r.verdict,
+            Verdict::Fail,
+            "an explicit minActiveLinks still applies"
+        );
     }
 
     #[test]

@@ -304,6 +304,9 @@ impl Frame<'_> {
             if done {
                 break;
             }
+            if out.iterations == 0 {
+                continue;
+            }
             let frac = (self.index as f64
                 + (loop_start.elapsed().as_secs_f64() / self.budget.as_secs_f64()).min(1.0))
                 / self.of as f64;
