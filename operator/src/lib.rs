@@ -4,5 +4,9 @@
 //! The decisions are pure functions ([`selection`], [`plan`], [`pod`]); [`controller`] is the
 //! thin shell that reads the cluster and applies them.
 
+pub mod config;
 pub mod plan;
+pub mod pod;
 pub mod selection;
+pub mod controller;
+pub mod metrics;

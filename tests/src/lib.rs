@@ -13,3 +13,4 @@ mod tools;
 pub use control_plane::{ControlPlane, Error, Options};
 pub use tools::{Tools, tools_dir};
 pub mod crds;
+pub mod operator;

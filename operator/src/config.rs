@@ -1,0 +1,146 @@
+//! Operator configuration (flags and environment; see `main.rs`). Validated once at start.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Toleration;
+
+/// What the operator needs to build agent pods and run.
+#[derive(Debug, Clone)]
+pub struct OperatorConfig {
+    /// Namespace of the agent pods and node results (the operator's own).
+    pub namespace: String,
+    pub agent_image: String,
+    pub agent_image_pull_policy: Option<String>,
+    pub agent_service_account: String,
+    /// Tolerations added to every agent pod (GPU nodes are often tainted).
+    pub tolerations: Vec<Toleration>,
+    /// Host directory mounted into agent pods for the I/O check, if any. Must lie inside one of
+    /// `io_allowed_paths`: the administrator decides where agents may write, never a validation.
+    pub io_host_path: Option<PathBuf>,
+    pub io_allowed_paths: Vec<PathBuf>,
+    /// Run agents privileged (only where an administrator opts in).
+    pub agent_privileged: bool,
+    /// Extra environment for agent pods (for example GPUVAL_SIMULATE in demos and tests).
+    pub agent_env: Vec<(String, String)>,
+    /// Reconciles at once.
+    pub concurrency: u16,
+}
+
+impl Default for OperatorConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "gpuval-system".into(),
+            agent_image: "ghcr.io/gpuval/gpuval-agent:latest".into(),
+            agent_image_pull_policy: None,
+            agent_service_account: "gpuval-agent".into(),
+            tolerations: Vec::new(),
+            io_host_path: None,
+            io_allowed_paths: Vec::new(),
+            agent_privileged: false,
+            agent_env: Vec::new(),
+            concurrency: 8,
+        }
+    }
+}
+
+/// A configuration the operator refuses to start with.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "--io-host-path {path} is not inside any --io-allowed-path ({allowed}); add its parent to the allowlist or pick an allowed directory"
+    )]
+    IoPathNotAllowed { path: String, allowed: String },
+    #[error("--io-host-path {0} must be an absolute path without `..`")]
+    IoPathNotAbsolute(String),
+    #[error("invalid toleration {0:?}: write KEY[=VALUE][:EFFECT], e.g. nvidia.com/gpu:NoSchedule")]
+    Toleration(String),
+    #[error("invalid --agent-env {0:?}: write NAME=VALUE")]
+    Env(String),
+    #[error("--agent-image must not be empty")]
+    NoImage,
+}
+
+impl OperatorConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.agent_image.trim().is_empty() {
+            return Err(ConfigError::NoImage);
+        }
+        if let Some(p) = &self.io_host_path {
+            if !p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+                return Err(ConfigError::IoPathNotAbsolute(p.display().to_string()));
+            }
+            if !self.io_allowed_paths.iter().any(|a| p.starts_with(a)) {
+                return Err(ConfigError::IoPathNotAllowed {
+                    path: p.display().to_string(),
+                    allowed: self.io_allowed_paths.iter().map(|a| a.display().to_string()).collect::<Vec<_>>().join(", "),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses `KEY[=VALUE][:EFFECT]` into a toleration (operator Exists when no value).
+pub fn parse_toleration(s: &str) -> Result<Toleration, ConfigError> {
+    let (kv, effect) = match s.rsplit_once(':') {
+        Some((kv, e)) if matches!(e, "NoSchedule" | "PreferNoSchedule" | "NoExecute") => (kv, Some(e.to_string())),
+        Some(_) => return Err(ConfigError::Toleration(s.into())),
+        None => (s, None),
+    };
+    let (key, value) = match kv.split_once('=') {
+        Some((k, v)) => (k, Some(v.to_string())),
+        None => (kv, None),
+    };
+    if key.is_empty() {
+        return Err(ConfigError::Toleration(s.into()));
+    }
+    Ok(Toleration {
+        key: Some(key.into()),
+        operator: Some(if value.is_some() { "Equal" } else { "Exists" }.into()),
+        value,
+        effect,
+        toleration_seconds: None,
+    })
+}
+
+/// Parses `NAME=VALUE`.
+pub fn parse_env(s: &str) -> Result<(String, String), ConfigError> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
+        _ => Err(ConfigError::Env(s.into())),
+    }
+}
+
+/// True when `path` is inside one of `allowed`.
+pub fn path_allowed(path: &Path, allowed: &[PathBuf]) -> bool {
+    allowed.iter().any(|a| path.starts_with(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_path_must_be_in_the_allowlist() {
+        let mut c = OperatorConfig { io_host_path: Some("/var/lib/gpuval/io".into()), ..Default::default() };
+        assert!(matches!(c.validate(), Err(ConfigError::IoPathNotAllowed { .. })));
+        c.io_allowed_paths = vec!["/var/lib/gpuval".into()];
+        c.validate().unwrap();
+        c.io_host_path = Some("/var/lib/gpuval/../../etc".into());
+        assert!(matches!(c.validate(), Err(ConfigError::IoPathNotAbsolute(_))));
+        c.io_host_path = Some("relative".into());
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn tolerations_parse() {
+        let t = parse_toleration("nvidia.com/gpu:NoSchedule").unwrap();
+        assert_eq!((t.key.as_deref(), t.operator.as_deref(), t.effect.as_deref()), (Some("nvidia.com/gpu"), Some("Exists"), Some("NoSchedule")));
+        let t = parse_toleration("kwok.x-k8s.io/node=fake:NoSchedule").unwrap();
+        assert_eq!((t.value.as_deref(), t.operator.as_deref()), (Some("fake"), Some("Equal")));
+        assert!(parse_toleration(":NoSchedule").is_err());
+        assert!(parse_toleration("a:Sometimes").is_err());
+        assert_eq!(parse_env("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+        assert!(parse_env("=x").is_err());
+    }
+}

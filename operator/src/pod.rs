@@ -1,0 +1,230 @@
+//! The agent pod for one node of one run (pure).
+
+use std::collections::BTreeMap;
+
+use gpuval_crds::{GPU_RESOURCE, GpuValidation, labels};
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, Container, EnvVar, EnvVarSource, HostPathVolumeSource, NodeAffinity, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodSpec, ResourceRequirements,
+    SecurityContext, Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+
+use crate::config::OperatorConfig;
+
+/// Where the I/O volume is mounted in the agent container.
+pub const IO_MOUNT: &str = "/var/lib/gpuval-io";
+pub const APP_LABEL: &str = "gpuval-agent";
+
+/// A label value (at most 63 characters): the value itself when it fits, else a stable
+/// shortened form with a hash of the whole.
+pub fn label_value(s: &str) -> String {
+    if s.len() <= 63 {
+        return s.to_string();
+    }
+    let h = s.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let head: String = s.chars().take(46).collect();
+    format!("{}-{h:016x}", head.trim_end_matches(['-', '.', '_']))
+}
+
+/// Deterministic pod name: `gpuval-<validation>-<node>-g<generation>`, shortened with a hash
+/// when it would exceed 63 characters (pod names become hostnames).
+pub fn pod_name(validation: &str, node: &str, generation: i64) -> String {
+    let full = format!("gpuval-{validation}-{node}-g{generation}");
+    if full.len() <= 63 {
+        return full;
+    }
+    let h = full.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let head: String = full.chars().take(44).collect();
+    format!("{}-{h:016x}", head.trim_end_matches(['-', '.']))
+}
+
+fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar { name: name.into(), value: Some(value.into()), value_from: None }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: path.into(), api_version: None }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The labels every agent pod of a run carries.
+pub fn pod_labels(validation: &str, node: &str, generation: i64) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), APP_LABEL.to_string()),
+        ("app.kubernetes.io/managed-by".to_string(), labels::MANAGED_BY.to_string()),
+        (labels::VALIDATION.to_string(), label_value(validation)),
+        (labels::NODE.to_string(), label_value(node)),
+        (labels::GENERATION.to_string(), generation.to_string()),
+    ])
+}
+
+/// The agent pod for `node` (with `gpus` allocatable GPUs, all of which it requests).
+pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig) -> Pod {
+    let name = gv.metadata.name.clone().unwrap_or_default();
+    let generation = gv.metadata.generation.unwrap_or(0);
+    let owner: Option<OwnerReference> = gv.controller_owner_ref(&());
+    let gpu_qty = Quantity(gpus.max(1).to_string());
+
+    let mut envs = vec![
+        env("GPUVAL_VALIDATION", name.clone()),
+        env("GPUVAL_GENERATION", generation.to_string()),
+        env("GPUVAL_VALIDATION_UID", gv.metadata.uid.clone().unwrap_or_default()),
+        field_env("NODE_NAME", "spec.nodeName"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
+        field_env("POD_NAME", "metadata.name"),
+    ];
+    let mut mounts = Vec::new();
+    let mut volumes = Vec::new();
+    if let Some(path) = &cfg.io_host_path {
+        envs.push(env("GPUVAL_IO_DIR", IO_MOUNT));
+        mounts.push(VolumeMount { name: "io".into(), mount_path: IO_MOUNT.into(), ..Default::default() });
+        volumes.push(Volume {
+            name: "io".into(),
+            host_path: Some(HostPathVolumeSource {
+                path: path.display().to_string(),
+                type_: Some("DirectoryOrCreate".into()),
+            }),
+            ..Default::default()
+        });
+    }
+    envs.extend(cfg.agent_env.iter().map(|(k, v)| env(k, v.clone())));
+
+    let mut tolerations = vec![Toleration {
+        key: Some(GPU_RESOURCE.into()),
+        operator: Some("Exists".into()),
+        effect: Some("NoSchedule".into()),
+        ..Default::default()
+    }];
+    tolerations.extend(cfg.tolerations.iter().cloned());
+
+    let privileged = cfg.agent_privileged;
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(&name, node, generation)),
+            namespace: Some(cfg.namespace.clone()),
+            labels: Some(pod_labels(&name, node, generation)),
+            annotations: Some(BTreeMap::from([(labels::NODE.to_string(), node.to_string())])),
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".into()),
+            service_account_name: Some(cfg.agent_service_account.clone()),
+            termination_grace_period_seconds: Some(30),
+            // Pinned to the node through the scheduler, so GPU capacity is accounted for and a
+            // cordoned or full node keeps the pod Pending with a reason instead of failing it.
+            affinity: Some(Affinity {
+                node_affinity: Some(NodeAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                        node_selector_terms: vec![NodeSelectorTerm {
+                            match_fields: Some(vec![NodeSelectorRequirement {
+                                key: "metadata.name".into(),
+                                operator: "In".into(),
+                                values: Some(vec![node.to_string()]),
+                            }]),
+                            ..Default::default()
+                        }],
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            tolerations: Some(tolerations),
+            containers: vec![Container {
+                name: "agent".into(),
+                image: Some(cfg.agent_image.clone()),
+                image_pull_policy: cfg.agent_image_pull_policy.clone(),
+                args: Some(vec!["k8s".into()]),
+                env: Some(envs),
+                resources: Some(ResourceRequirements {
+                    limits: Some(BTreeMap::from([(GPU_RESOURCE.to_string(), gpu_qty.clone())])),
+                    requests: Some(BTreeMap::from([
+                        (GPU_RESOURCE.to_string(), gpu_qty),
+                        ("cpu".to_string(), Quantity("1".into())),
+                        ("memory".to_string(), Quantity("1Gi".into())),
+                    ])),
+                    ..Default::default()
+                }),
+                security_context: Some(SecurityContext {
+                    privileged: Some(privileged),
+                    allow_privilege_escalation: Some(privileged),
+                    capabilities: (!privileged)
+                        .then(|| Capabilities { drop: Some(vec!["ALL".into()]), add: None }),
+                    read_only_root_filesystem: Some(true),
+                    ..Default::default()
+                }),
+                volume_mounts: (!mounts.is_empty()).then_some(mounts),
+                ..Default::default()
+            }],
+            volumes: (!volumes.is_empty()).then_some(volumes),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gv() -> GpuValidation {
+        let mut g = GpuValidation::new("acceptance", crate::selection::tests::spec());
+        g.metadata.generation = Some(3);
+        g.metadata.uid = Some("uid-1".into());
+        g
+    }
+
+    #[test]
+    fn the_pod_is_pinned_owned_and_takes_every_gpu() {
+        let cfg = OperatorConfig::default();
+        let p = agent_pod(&gv(), "gpu-a", 8, &cfg);
+        assert_eq!(p.metadata.name.as_deref(), Some("gpuval-acceptance-gpu-a-g3"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("gpuval-system"));
+        let owner = &p.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("GpuValidation", "acceptance", Some(true)));
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        let na = spec.affinity.unwrap().node_affinity.unwrap();
+        let term = &na.required_during_scheduling_ignored_during_execution.unwrap().node_selector_terms[0];
+        assert_eq!(term.match_fields.as_ref().unwrap()[0].values, Some(vec!["gpu-a".to_string()]));
+        let c = &spec.containers[0];
+        assert_eq!(c.resources.as_ref().unwrap().limits.as_ref().unwrap()[GPU_RESOURCE].0, "8");
+        let env: Vec<_> = c.env.as_ref().unwrap().iter().map(|e| e.name.as_str()).collect();
+        for want in ["GPUVAL_VALIDATION", "GPUVAL_GENERATION", "GPUVAL_VALIDATION_UID", "NODE_NAME", "POD_NAMESPACE"] {
+            assert!(env.contains(&want), "{want} missing");
+        }
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.privileged, Some(false));
+        assert_eq!(sc.capabilities.as_ref().unwrap().drop, Some(vec!["ALL".to_string()]));
+        assert!(spec.volumes.is_none(), "no I/O volume unless the admin configured one");
+    }
+
+    #[test]
+    fn io_volume_only_from_operator_config() {
+        let cfg = OperatorConfig { io_host_path: Some("/data/gpuval".into()), io_allowed_paths: vec!["/data".into()], ..Default::default() };
+        let p = agent_pod(&gv(), "gpu-a", 8, &cfg);
+        let v = &p.spec.unwrap().volumes.unwrap()[0];
+        assert_eq!(v.host_path.as_ref().unwrap().path, "/data/gpuval");
+    }
+
+    #[test]
+    fn names_and_labels_stay_within_limits() {
+        let node = "a-very-long-node-name.with.many.dns.labels.in.a.big.cluster.example.com";
+        let n = pod_name("acceptance", node, 12);
+        assert!(n.len() <= 63, "{n}");
+        assert_eq!(n, pod_name("acceptance", node, 12));
+        assert_ne!(n, pod_name("acceptance", node, 13));
+        let l = label_value(node);
+        assert!(l.len() <= 63 && l != node);
+        assert_eq!(label_value("gpu-a"), "gpu-a");
+    }
+}
