@@ -1,9 +1,11 @@
 //! gpuval node agent: checks a node's GPUs through one [`backend::Backend`] (real: cudarc + NVML;
-//! simulated: tests and demos only) and writes a [`gpuval_crds::NodeReport`].
+//! simulated: tests and demos only) and writes a [`gpuval_crds::NodeReport`]; in a pod
+//! ([`k8s`]) it stores that report as the node's `GpuNodeResult`.
 
 pub mod backend;
 pub mod checks;
 pub mod config;
+pub mod k8s;
 pub mod profiles;
 pub mod render;
 pub mod telemetry;

@@ -2,6 +2,10 @@
 //! `nvidia-smi topo -m`), `inventory`, `selftest` (proves the memory check catches planted bit
 //! flips). Exit codes: 0 pass or warn, 1 a check failed, 2 could not run (bad input, missing
 //! driver or library).
+//!
+//! `k8s` is the agent pod's mode (see `gpuval_agent::k8s`): its assignment comes from the
+//! environment, its result goes to the API; exit 0 once the result is stored whatever the
+//! verdict, 1 when it could not be stored, 2 bad environment, 143 stopped by a signal.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +17,7 @@ use gpuval_agent::backend::{
     Backend, BackendError, cuda::CudaBackend, sim::SimBackend, sim::SimSpec,
 };
 use gpuval_agent::config::{self, Overrides, RunSettings};
-use gpuval_agent::{checks, render, topology};
+use gpuval_agent::{checks, k8s, render, topology};
 use gpuval_crds::{Dtype, Duration, Profile, Verdict};
 
 #[derive(Parser)]
@@ -37,6 +41,11 @@ enum Command {
     Inventory(InventoryArgs),
     /// Plant bit flips in GPU memory and check that the memory check finds every one.
     Selftest(SelftestArgs),
+    /// Run as the operator's agent pod: read the assignment from the environment
+    /// (GPUVAL_VALIDATION, GPUVAL_GENERATION, GPUVAL_VALIDATION_UID, NODE_NAME, POD_NAMESPACE,
+    /// POD_NAME; optional GPUVAL_BACKEND, GPUVAL_SIMULATE), run the validation's checks and
+    /// store the node's GpuNodeResult.
+    K8s,
 }
 
 #[derive(Args, Clone)]
@@ -155,6 +164,7 @@ fn main() -> ExitCode {
         Command::Topo(a) => cmd_topo(a),
         Command::Inventory(a) => cmd_inventory(a),
         Command::Selftest(a) => cmd_selftest(a),
+        Command::K8s => cmd_k8s(),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -168,8 +178,11 @@ fn main() -> ExitCode {
 fn init_logging() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    // No colour codes in pod logs and files: only on a terminal.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .init();
 }
@@ -254,6 +267,23 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         Verdict::Pass | Verdict::Warn | Verdict::Skipped => 0,
         Verdict::Fail | Verdict::Error => 1,
     })
+}
+
+fn cmd_k8s() -> Result<u8, Fail> {
+    let env = k8s::AgentEnv::from_env().map_err(|e| Fail(e.to_string(), 2))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Fail(format!("start the async runtime: {e}"), 2))?;
+    let outcome = rt.block_on(k8s::run(env));
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    match &outcome {
+        k8s::Outcome::Stored(_) | k8s::Outcome::Terminated => {}
+        k8s::Outcome::Stale(why) => eprintln!("nothing to do: {why}"),
+        k8s::Outcome::NoClient(why) | k8s::Outcome::NotStored(why) => eprintln!("error: {why}"),
+    }
+    Ok(outcome.exit_code())
 }
 
 fn hostname() -> Option<String> {

@@ -87,7 +87,7 @@ fn real_reports_round_trip_through_the_report_schema() {
 
 fn rejudge(m: &str, thresholds: Thresholds) -> NodeReport {
     let mut report: NodeReport =
-        serde_json::from_str(&fixture(&format!("{m}-report.json"))).unwrap();
+        serde_json::from_str(&fixture(&format!("{m}-report.json"))).expect("fixture report parses");
     let checks = Checks {
         topology: Some(TopologyCheck::default()),
         memory: Some(MemoryCheck::default()),

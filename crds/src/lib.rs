@@ -37,6 +37,85 @@ pub mod labels {
     pub const MANAGED_BY: &str = "gpuval-operator";
     /// The label or taint key set on a node that failed, when `onFailure.action` asks for it.
     pub const FAILED_NODE: &str = "gpuval.io/failed";
+    /// A node result's verdict (`Pass`, `Warn`, `Fail`, `Error`), so that it can be selected on.
+    pub const VERDICT: &str = "gpuval.io/verdict";
+    /// Annotation on a node result: its failures in plain words, joined with `"; "`.
+    pub const SUMMARY: &str = "gpuval.io/summary";
+    /// The standard `app.kubernetes.io/managed-by` label key (its value is [`MANAGED_BY`]).
+    pub const MANAGED_BY_KEY: &str = "app.kubernetes.io/managed-by";
+    /// The standard `app.kubernetes.io/name` label key; agent pods carry [`AGENT_APP`].
+    pub const APP_NAME_KEY: &str = "app.kubernetes.io/name";
+    /// `app.kubernetes.io/name` value of agent pods.
+    pub const AGENT_APP: &str = "gpuval-agent";
+
+    /// The longest label value Kubernetes accepts.
+    pub const MAX_VALUE_LEN: usize = 63;
+
+    /// The value of the [`NODE`] label for a node: the node name itself when it fits in a label
+    /// value (63 characters), otherwise a stable short form: the name's first 46 characters,
+    /// `-`, and 16 hex digits of a hash of the whole name (the full name stays in the object's
+    /// spec). Node names are DNS subdomains, so the short form is a valid label value too.
+    pub fn node_value(node: &str) -> String {
+        if node.len() <= MAX_VALUE_LEN {
+            return node.to_string();
+        }
+        const HASH_HEX: usize = 16;
+        let keep = MAX_VALUE_LEN - HASH_HEX - 1;
+        // Node names are ASCII; `get` guards a non-ASCII input instead of panicking.
+        let prefix = node.get(..keep).unwrap_or("node");
+        let prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+        format!("{prefix}-{:016x}", crate::result::fnv1a(node.as_bytes()))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn short_node_names_are_kept() {
+            assert_eq!(node_value("gpu-0"), "gpu-0");
+            let exactly = "n".repeat(MAX_VALUE_LEN);
+            assert_eq!(node_value(&exactly), exactly);
+        }
+
+        #[test]
+        fn long_node_names_get_a_stable_hashed_form() {
+            let a = format!("{}.compute.internal", "ip-10-0-0-1.".repeat(8));
+            let b = format!("{}.compute.internal", "ip-10-0-0-2.".repeat(8));
+            let va = node_value(&a);
+            assert!(va.len() <= MAX_VALUE_LEN, "{va}");
+            assert_eq!(va, node_value(&a), "stable");
+            assert_ne!(va, node_value(&b), "distinct names stay distinct");
+            assert!(va.starts_with("ip-10-0-0-1.ip-10"));
+            assert!(
+                va.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                    && va.ends_with(|c: char| c.is_ascii_alphanumeric()),
+                "{va} is a valid label value"
+            );
+        }
+    }
+}
+
+/// The environment contract between the operator (which builds agent pods) and the agent
+/// (`gpuval-agent k8s`, which reads it).
+pub mod agent_env {
+    /// The GpuValidation's name.
+    pub const VALIDATION: &str = "GPUVAL_VALIDATION";
+    /// The validation's `metadata.generation` the pod was made for.
+    pub const GENERATION: &str = "GPUVAL_GENERATION";
+    /// The validation's `metadata.uid` (owner reference of the result).
+    pub const VALIDATION_UID: &str = "GPUVAL_VALIDATION_UID";
+    /// Downward API `spec.nodeName`.
+    pub const NODE_NAME: &str = "NODE_NAME";
+    /// Downward API `metadata.namespace`: where the result is written.
+    pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
+    /// Downward API `metadata.name`.
+    pub const POD_NAME: &str = "POD_NAME";
+    /// Optional: `cuda` (default) or `simulated`.
+    pub const BACKEND: &str = "GPUVAL_BACKEND";
+    /// Optional: a simulated-backend spec string (implies `simulated`; tests and demos only).
+    pub const SIMULATE: &str = "GPUVAL_SIMULATE";
 }
 
 /// The extended resource that GPU nodes advertise (NVIDIA device plugin).

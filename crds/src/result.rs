@@ -51,7 +51,7 @@ pub fn result_name(validation: &str, node: &str) -> String {
     format!("{}-{hash:016x}", &name[..253 - 17])
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })

@@ -56,7 +56,10 @@ pub struct Options {
     pub controller_manager: bool,
     /// kube-scheduler (binds pods that have no nodeName).
     pub scheduler: bool,
-    /// kwok managing nodes annotated `kwok.x-k8s.io/node=fake` (fake kubelets).
+    /// kwok managing nodes annotated `kwok.x-k8s.io/node=fake` (fake kubelets): such nodes
+    /// become Ready with the status they were created with; pods labelled
+    /// `app.kubernetes.io/name=gpuval-agent` are left to [`FakeKubelet`](crate::FakeKubelet),
+    /// other pods on fake nodes are marked Running (see `kwok-stages.yaml`).
     pub kwok: bool,
 }
 
@@ -87,6 +90,9 @@ pub struct ControlPlane {
 }
 
 const ADMIN_TOKEN_USER: &str = "gpuval-test-admin";
+/// kwok's stages: fake nodes become Ready and keep heartbeating; agent pods are left to the
+/// [`FakeKubelet`](crate::FakeKubelet); other pods on fake nodes run at once.
+const KWOK_STAGES: &str = include_str!("kwok-stages.yaml");
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
 impl ControlPlane {
@@ -215,16 +221,22 @@ impl ControlPlane {
             )?;
         }
         if opts.kwok {
+            // kwok exits at once ("no stages found") unless it is given stages.
+            let stages = cp.dir.path().join("kwok-stages.yaml");
+            std::fs::write(&stages, KWOK_STAGES).map_err(io("write the kwok stages"))?;
+            let kwok_port = free_port()?;
             cp.spawn(
                 "kwok",
                 Command::new(cp.tools.require("kwok").map_err(Error::Tools)?)
+                    .arg(format!("--config={}", stages.display()))
                     .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
                     .arg("--manage-all-nodes=false")
                     .arg("--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake")
                     .arg("--cidr=10.0.0.0/16")
                     .arg("--node-ip=10.0.0.1")
-                    .arg("--server-address=127.0.0.1:0"),
+                    .arg(format!("--server-address=127.0.0.1:{kwok_port}")),
             )?;
+            cp.wait_tcp("kwok", kwok_port).await?;
         }
         let version = client
             .apiserver_version()

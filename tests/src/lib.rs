@@ -6,11 +6,17 @@
 //! kubeconfig file. kube-controller-manager, kube-scheduler and kwok start when asked
 //! ([`Options`]). Everything is torn down on drop, also when the test panics; on a panic the
 //! tail of each component's log is printed.
+//!
+//! [`FakeKubelet`] runs gpuval agent pods as local processes (kwok runs the fake GPU nodes
+//! they are scheduled to, made with [`nodes::create_gpu_node`]).
 
 mod control_plane;
 mod tools;
 
 pub use control_plane::{ControlPlane, Error, Options};
+pub use kubelet::{FakeKubelet, agent_binary};
 pub use tools::{Tools, tools_dir};
 pub mod crds;
+pub mod kubelet;
+pub mod nodes;
 pub mod operator;

@@ -1,0 +1,786 @@
+//! `gpuval-agent k8s`: the agent as the operator runs it, one pod per GPU node.
+//!
+//! The pod's environment says which validation run and node this is (see
+//! [`gpuval_crds::agent_env`]). The agent reads the `GpuValidation`, runs its checks on this
+//! node, and stores the report as a `GpuNodeResult` with server-side apply: first the object
+//! (labels, summary annotation, owner reference, spec), then the status subresource (the whole
+//! [`NodeReport`]). A GPU failure is a verdict, not a crash: the agent exits 0 once the result
+//! is stored, whatever it says.
+//!
+//! Exit codes: 0 result stored, or nothing to do (the validation is gone or has moved on to a
+//! newer generation: the operator replaces stale pods); 1 the result could not be stored;
+//! 2 bad environment; 143 stopped by SIGTERM/SIGINT (checks stopped, GPUs freed, no result).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use gpuval_crds::result::result_name;
+use gpuval_crds::{
+    GpuNodeResult, GpuNodeResultSpec, GpuValidation, NodeReport, Verdict, agent_env, labels,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client, Resource};
+use tokio::sync::watch;
+
+use crate::backend::sim::{SimBackend, SimSpec};
+use crate::backend::{Backend, BackendError, cuda::CudaBackend};
+use crate::{checks, render};
+
+/// How many times an API call is tried before the agent gives up on it.
+pub const API_ATTEMPTS: u32 = 5;
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(4);
+
+/// Exit code after SIGTERM/SIGINT (128 + SIGTERM), as a shell reports it.
+pub const EXIT_TERMINATED: u8 = 143;
+
+/// A missing or unusable environment variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    #[error("environment variable {0} is not set (the operator sets it on the agent pod)")]
+    Missing(&'static str),
+    #[error("environment variable {name}={value:?} is invalid: {why}")]
+    Invalid {
+        name: &'static str,
+        value: String,
+        why: String,
+    },
+}
+
+impl EnvError {
+    /// The variable this error is about.
+    pub fn variable(&self) -> &'static str {
+        match self {
+            EnvError::Missing(name) | EnvError::Invalid { name, .. } => name,
+        }
+    }
+}
+
+/// Which GPU backend the pod asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendChoice {
+    /// cudarc + NVML (the default).
+    Cuda,
+    /// Tests and demos only: figures are not from real GPUs and every report says so.
+    Simulated(SimSpec),
+}
+
+/// The agent pod's assignment, from its environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentEnv {
+    pub validation: String,
+    pub generation: i64,
+    pub validation_uid: String,
+    pub node: String,
+    pub namespace: String,
+    pub pod_name: String,
+    pub backend: BackendChoice,
+}
+
+impl AgentEnv {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, EnvError> {
+        Self::from_lookup(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    /// Reads the variables through `get` (the environment, or a map in tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+        let required = |name: &'static str| -> Result<String, EnvError> {
+            match get(name) {
+                Some(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
+                _ => Err(EnvError::Missing(name)),
+            }
+        };
+        let invalid = |name: &'static str, value: &str, why: &str| EnvError::Invalid {
+            name,
+            value: value.to_string(),
+            why: why.to_string(),
+        };
+        let object_name = |name: &'static str| -> Result<String, EnvError> {
+            let v = required(name)?;
+            check_dns_subdomain(&v).map_err(|why| invalid(name, &v, why))?;
+            Ok(v)
+        };
+
+        let validation = object_name(agent_env::VALIDATION)?;
+        let generation_text = required(agent_env::GENERATION)?;
+        let generation = match generation_text.parse::<i64>() {
+            Ok(g) if g >= 1 => g,
+            Ok(_) => {
+                return Err(invalid(
+                    agent_env::GENERATION,
+                    &generation_text,
+                    "a generation is a whole number of at least 1",
+                ));
+            }
+            Err(_) => {
+                return Err(invalid(
+                    agent_env::GENERATION,
+                    &generation_text,
+                    "not a whole number",
+                ));
+            }
+        };
+        let validation_uid = required(agent_env::VALIDATION_UID)?;
+        let node = object_name(agent_env::NODE_NAME)?;
+        let namespace = required(agent_env::POD_NAMESPACE)?;
+        if namespace.len() > 63
+            || check_dns_subdomain(&namespace).is_err()
+            || namespace.contains('.')
+        {
+            return Err(invalid(
+                agent_env::POD_NAMESPACE,
+                &namespace,
+                "not a namespace name (lower-case letters, digits and '-', at most 63)",
+            ));
+        }
+        let pod_name = object_name(agent_env::POD_NAME)?;
+
+        let simulate = get(agent_env::SIMULATE).filter(|s| !s.trim().is_empty());
+        let backend_name = get(agent_env::BACKEND).filter(|s| !s.trim().is_empty());
+        let backend = match (backend_name.as_deref().map(str::trim), simulate) {
+            (_, Some(spec)) => {
+                let parsed: SimSpec = spec
+                    .parse()
+                    .map_err(|e| invalid(agent_env::SIMULATE, &spec, &format!("{e}")))?;
+                BackendChoice::Simulated(parsed)
+            }
+            (None, None) => BackendChoice::Cuda,
+            (Some(b), None) if b.eq_ignore_ascii_case("cuda") => BackendChoice::Cuda,
+            (Some(b), None) if b.eq_ignore_ascii_case("simulated") => {
+                BackendChoice::Simulated(SimSpec::default())
+            }
+            (Some(b), None) => {
+                return Err(invalid(agent_env::BACKEND, b, "use cuda or simulated"));
+            }
+        };
+
+        Ok(Self {
+            validation,
+            generation,
+            validation_uid,
+            node,
+            namespace,
+            pod_name,
+            backend,
+        })
+    }
+}
+
+/// A lower-case DNS-1123 subdomain (object and node names).
+fn check_dns_subdomain(s: &str) -> Result<(), &'static str> {
+    if s.len() > 253 {
+        return Err("longer than 253 characters");
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if s.split('.').all(label_ok) {
+        Ok(())
+    } else {
+        Err("not a lower-case DNS-1123 name (letters, digits, '-' and '.')")
+    }
+}
+
+/// The server-side-apply field manager of this node's agent. Field managers are limited to
+/// 128 characters, so a long node name goes in its short label form.
+pub fn field_manager(node: &str) -> String {
+    format!("gpuval-agent/{}", labels::node_value(node))
+}
+
+/// The result's summary annotation: the report's failures joined with `"; "`.
+pub fn summary(report: &NodeReport) -> String {
+    report.failures.join("; ")
+}
+
+/// The labels of a node result.
+pub fn result_labels(env: &AgentEnv, verdict: Verdict) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::VALIDATION.to_string(), env.validation.clone()),
+        (labels::NODE.to_string(), labels::node_value(&env.node)),
+        (labels::GENERATION.to_string(), env.generation.to_string()),
+        (labels::VERDICT.to_string(), verdict.as_str().to_string()),
+        (
+            labels::MANAGED_BY_KEY.to_string(),
+            labels::MANAGED_BY.to_string(),
+        ),
+    ])
+}
+
+/// The result object as the agent applies it (without status: that goes to the subresource).
+pub fn result_object(env: &AgentEnv, report: &NodeReport) -> GpuNodeResult {
+    let owner = OwnerReference {
+        api_version: GpuValidation::api_version(&()).into_owned(),
+        kind: GpuValidation::kind(&()).into_owned(),
+        name: env.validation.clone(),
+        uid: env.validation_uid.clone(),
+        controller: Some(false),
+        block_owner_deletion: Some(false),
+    };
+    GpuNodeResult {
+        metadata: ObjectMeta {
+            name: Some(result_name(&env.validation, &env.node)),
+            namespace: Some(env.namespace.clone()),
+            labels: Some(result_labels(env, report.verdict)),
+            annotations: Some(BTreeMap::from([(
+                labels::SUMMARY.to_string(),
+                summary(report),
+            )])),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: GpuNodeResultSpec {
+            validation: env.validation.clone(),
+            generation: env.generation,
+            node_name: env.node.clone(),
+        },
+        status: None,
+    }
+}
+
+/// The body of the status apply: apiVersion, kind and the whole report.
+pub fn status_patch(report: &NodeReport) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": GpuNodeResult::api_version(&()),
+        "kind": GpuNodeResult::kind(&()),
+        "status": report,
+    })
+}
+
+/// How a `k8s` run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The result is stored (whatever the verdict).
+    Stored(Verdict),
+    /// Nothing to do: the validation is gone or this pod was made for another generation.
+    Stale(String),
+    /// Could not reach or use the API before the checks (configuration, credentials).
+    NoClient(String),
+    /// The checks ran (or could not) but their result could not be stored.
+    NotStored(String),
+    /// SIGTERM or SIGINT: checks stopped, no result written.
+    Terminated,
+}
+
+impl Outcome {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Outcome::Stored(_) | Outcome::Stale(_) => 0,
+            Outcome::NotStored(_) => 1,
+            Outcome::NoClient(_) => 2,
+            Outcome::Terminated => EXIT_TERMINATED,
+        }
+    }
+}
+
+/// Runs the whole flow: read the validation, run the checks, store the result. SIGTERM and
+/// SIGINT stop it at any point; during the checks, the agent first waits until they have
+/// stopped and freed the GPUs.
+pub async fn run(env: AgentEnv) -> Outcome {
+    let stop = Arc::new(AtomicBool::new(false));
+    let signalled = match watch_signals(stop.clone()) {
+        Ok(rx) => rx,
+        Err(e) => return Outcome::NoClient(format!("install signal handlers: {e}")),
+    };
+    flow(env, stop, signalled).await
+}
+
+/// Sets `stop` and flips the returned channel on the first SIGTERM or SIGINT.
+fn watch_signals(stop: Arc<AtomicBool>) -> std::io::Result<watch::Receiver<bool>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let which = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::warn!(
+            signal = which,
+            "stopping: the checks are told to stop, no result is written"
+        );
+        stop.store(true, Ordering::SeqCst);
+        let _ = tx.send(true);
+    });
+    Ok(rx)
+}
+
+/// Resolves once a signal has arrived (never, if the signal task ended without one).
+async fn signalled(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn flow(env: AgentEnv, stop: Arc<AtomicBool>, mut sig: watch::Receiver<bool>) -> Outcome {
+    tracing::info!(
+        validation = %env.validation,
+        generation = env.generation,
+        node = %env.node,
+        pod = %env.pod_name,
+        namespace = %env.namespace,
+        "gpuval agent starting"
+    );
+    let client = tokio::select! {
+        c = Client::try_default() => match c {
+            Ok(c) => c,
+            Err(e) => return Outcome::NoClient(format!("kubernetes client: {e}")),
+        },
+        () = signalled(&mut sig) => return Outcome::Terminated,
+    };
+
+    let validations: Api<GpuValidation> = Api::all(client.clone());
+    let got = tokio::select! {
+        got = retry("get the GpuValidation", || validations.get_opt(&env.validation)) => got,
+        () = signalled(&mut sig) => return Outcome::Terminated,
+    };
+    let validation = match got {
+        Ok(Some(v)) => v,
+        Ok(None) => {
+            tracing::info!(validation = %env.validation, "the validation is gone; nothing to do");
+            return Outcome::Stale(format!("GpuValidation {} no longer exists", env.validation));
+        }
+        Err(e) => {
+            return Outcome::NotStored(format!("get GpuValidation {}: {e}", env.validation));
+        }
+    };
+    if let Some(why) = stale_reason(&env, &validation) {
+        tracing::info!(validation = %env.validation, reason = %why, "stale pod; exiting without a result");
+        return Outcome::Stale(why);
+    }
+
+    let mut checks = start_checks(&env, &validation, stop.clone());
+    let joined = tokio::select! {
+        r = &mut checks => r,
+        () = signalled(&mut sig) => {
+            // The stop flag is set: the checks stop at their next step and free the GPUs.
+            let _ = checks.await;
+            return Outcome::Terminated;
+        }
+    };
+    let report = match joined {
+        Ok(r) => r,
+        Err(e) => return Outcome::NotStored(format!("the checks did not finish: {e}")),
+    };
+    if stop.load(Ordering::SeqCst) {
+        return Outcome::Terminated;
+    }
+    print!("{}", render::table(&report));
+
+    let name = result_name(&env.validation, &env.node);
+    let stored = tokio::select! {
+        r = store(client, &env, &report) => r,
+        () = signalled(&mut sig) => return Outcome::Terminated,
+    };
+    match stored {
+        Ok(()) => {
+            tracing::info!(result = %name, namespace = %env.namespace, verdict = %report.verdict, "result stored");
+            Outcome::Stored(report.verdict)
+        }
+        Err(e) => Outcome::NotStored(format!("store GpuNodeResult {}/{name}: {e}", env.namespace)),
+    }
+}
+
+/// Why this pod should not run, if it should not: the validation was replaced (another uid)
+/// or its spec changed (another generation).
+pub fn stale_reason(env: &AgentEnv, validation: &GpuValidation) -> Option<String> {
+    let meta = &validation.metadata;
+    if meta
+        .uid
+        .as_deref()
+        .is_some_and(|uid| uid != env.validation_uid)
+    {
+        return Some(format!(
+            "GpuValidation {} was recreated (uid {} is not {})",
+            env.validation,
+            meta.uid.as_deref().unwrap_or(""),
+            env.validation_uid
+        ));
+    }
+    match meta.generation {
+        Some(g) if g != env.generation => Some(format!(
+            "GpuValidation {} is at generation {g}; this pod was made for generation {}",
+            env.validation, env.generation
+        )),
+        _ => None,
+    }
+}
+
+/// Starts the checks on a blocking thread. When the stop flag is set (a signal), the checks
+/// stop at their next step, free the GPUs, and the task ends.
+fn start_checks(
+    env: &AgentEnv,
+    validation: &GpuValidation,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<NodeReport> {
+    let spec = &validation.spec;
+    for (name, on) in [
+        ("p2p", spec.checks.p2p.is_some()),
+        ("hostTransfer", spec.checks.host_transfer.is_some()),
+        ("io", spec.checks.io.is_some()),
+    ] {
+        if on {
+            tracing::warn!(
+                check = name,
+                "this check is not implemented in this agent version yet; it is skipped"
+            );
+        }
+    }
+    let mut plan = checks::Plan::new(
+        spec.checks.clone(),
+        spec.thresholds.clone().unwrap_or_default(),
+    );
+    plan.node = Some(env.node.clone());
+    let choice = env.backend.clone();
+    tokio::task::spawn_blocking(move || {
+        let backend: Box<dyn Backend> = match make_backend(&choice) {
+            Ok(b) => b,
+            Err(e) => return backend_error_report(&plan, &choice, &e),
+        };
+        checks::run(backend.as_ref(), &plan, &stop, &|line| eprintln!("{line}"))
+    })
+}
+
+fn make_backend(choice: &BackendChoice) -> Result<Box<dyn Backend>, BackendError> {
+    match choice {
+        BackendChoice::Simulated(spec) => {
+            eprintln!(
+                "note: SIMULATED backend: figures are not from real GPUs (tests and demos only)"
+            );
+            Ok(Box::new(SimBackend::new(spec.clone())))
+        }
+        BackendChoice::Cuda => Ok(Box::new(CudaBackend::new()?)),
+    }
+}
+
+/// The report of a node whose GPU backend could not start: an Error verdict with the reason.
+fn backend_error_report(
+    plan: &checks::Plan,
+    choice: &BackendChoice,
+    e: &BackendError,
+) -> NodeReport {
+    let now = checks::now_rfc3339();
+    let simulated = matches!(choice, BackendChoice::Simulated(_));
+    NodeReport {
+        simulated,
+        backend: if simulated { "simulated" } else { "cuda" }.to_string(),
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        node: plan.node.clone(),
+        started_at: now.clone(),
+        finished_at: now,
+        verdict: Verdict::Error,
+        failures: vec![format!("GPU backend: {e}")],
+        ..Default::default()
+    }
+}
+
+/// Applies the result object, then its status.
+async fn store(client: Client, env: &AgentEnv, report: &NodeReport) -> Result<(), kube::Error> {
+    let api: Api<GpuNodeResult> = Api::namespaced(client, &env.namespace);
+    let name = result_name(&env.validation, &env.node);
+    let pp = PatchParams::apply(&field_manager(&env.node)).force();
+    let object = result_object(env, report);
+    let object_patch = Patch::Apply(&object);
+    retry("apply the GpuNodeResult", || {
+        api.patch(&name, &pp, &object_patch)
+    })
+    .await?;
+    let status = status_patch(report);
+    let status_patch = Patch::Apply(&status);
+    retry("apply the GpuNodeResult status", || {
+        api.patch_status(&name, &pp, &status_patch)
+    })
+    .await?;
+    Ok(())
+}
+
+/// True for errors worth another try: throttling, server-side trouble, lost connections.
+pub fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => matches!(status.code, 408 | 429 | 500..=599),
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
+/// Calls `f` until it succeeds, fails for good, or [`API_ATTEMPTS`] tries are spent, doubling
+/// the pause between tries.
+async fn retry<T, F, Fut>(what: &'static str, mut f: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let mut pause = FIRST_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt < API_ATTEMPTS && is_transient(&e) => {
+                tracing::warn!(what, attempt, error = %e, retry_in_ms = pause.as_millis() as u64, "transient API error");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_BACKOFF);
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn base_env() -> HashMap<&'static str, String> {
+        HashMap::from([
+            (agent_env::VALIDATION, "quick".to_string()),
+            (agent_env::GENERATION, "3".to_string()),
+            (agent_env::VALIDATION_UID, "0b9a-uid".to_string()),
+            (agent_env::NODE_NAME, "gpu-node-1".to_string()),
+            (agent_env::POD_NAMESPACE, "gpuval-system".to_string()),
+            (agent_env::POD_NAME, "quick-gpu-node-1-abcde".to_string()),
+        ])
+    }
+
+    fn parse(vars: &HashMap<&'static str, String>) -> Result<AgentEnv, EnvError> {
+        AgentEnv::from_lookup(|k| vars.get(k).cloned())
+    }
+
+    fn env() -> AgentEnv {
+        parse(&base_env()).expect("base env parses")
+    }
+
+    #[test]
+    fn complete_env_parses_with_cuda_by_default() {
+        let e = env();
+        assert_eq!(e.validation, "quick");
+        assert_eq!(e.generation, 3);
+        assert_eq!(e.node, "gpu-node-1");
+        assert_eq!(e.namespace, "gpuval-system");
+        assert_eq!(e.backend, BackendChoice::Cuda);
+    }
+
+    #[test]
+    fn every_missing_variable_is_named() {
+        for name in [
+            agent_env::VALIDATION,
+            agent_env::GENERATION,
+            agent_env::VALIDATION_UID,
+            agent_env::NODE_NAME,
+            agent_env::POD_NAMESPACE,
+            agent_env::POD_NAME,
+        ] {
+            for value in [None, Some("  ")] {
+                let mut vars = base_env();
+                match value {
+                    None => vars.remove(name),
+                    Some(v) => vars.insert(name, v.to_string()),
+                };
+                let err = parse(&vars).expect_err(name);
+                assert_eq!(err, EnvError::Missing(name));
+                let text = err.to_string();
+                assert!(text.contains(name), "{text}");
+                assert!(!text.contains('\n'), "one line: {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_values_are_named_with_the_reason() {
+        let cases = [
+            (agent_env::GENERATION, "three", "not a whole number"),
+            (agent_env::GENERATION, "0", "at least 1"),
+            (agent_env::NODE_NAME, "GPU_Node", "DNS-1123"),
+            (agent_env::VALIDATION, "a..b", "DNS-1123"),
+            (agent_env::POD_NAMESPACE, "gpuval.system", "namespace"),
+            (agent_env::BACKEND, "rocm", "cuda or simulated"),
+            (agent_env::SIMULATE, "gpus=lots", ""),
+        ];
+        for (name, value, why) in cases {
+            let mut vars = base_env();
+            vars.insert(name, value.to_string());
+            let err = parse(&vars).expect_err(name);
+            assert_eq!(err.variable(), name);
+            let text = err.to_string();
+            assert!(
+                text.contains(name) && text.contains(value) && text.contains(why),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn simulate_implies_the_simulated_backend() {
+        let mut vars = base_env();
+        vars.insert(agent_env::SIMULATE, "gpus=2,fail=memory@1".to_string());
+        let e = parse(&vars).expect("parses");
+        let BackendChoice::Simulated(spec) = e.backend else {
+            panic!("expected simulated, got {:?}", e.backend);
+        };
+        assert_eq!(spec.gpus, 2);
+
+        let mut vars = base_env();
+        vars.insert(agent_env::BACKEND, "Simulated".to_string());
+        assert_eq!(
+            parse(&vars).expect("parses").backend,
+            BackendChoice::Simulated(SimSpec::default())
+        );
+        vars.insert(agent_env::BACKEND, "cuda".to_string());
+        assert_eq!(parse(&vars).expect("parses").backend, BackendChoice::Cuda);
+    }
+
+    fn report(verdict: Verdict, failures: &[&str]) -> NodeReport {
+        NodeReport {
+            simulated: true,
+            backend: "simulated".into(),
+            agent_version: "0.1.0".into(),
+            node: Some("gpu-node-1".into()),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            finished_at: "2026-01-01T00:01:00Z".into(),
+            verdict,
+            failures: failures.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn labels_and_summary() {
+        let e = env();
+        let l = result_labels(&e, Verdict::Fail);
+        assert_eq!(l["gpuval.io/validation"], "quick");
+        assert_eq!(l["gpuval.io/node"], "gpu-node-1");
+        assert_eq!(l["gpuval.io/generation"], "3");
+        assert_eq!(l["gpuval.io/verdict"], "Fail");
+        assert_eq!(l["app.kubernetes.io/managed-by"], "gpuval-operator");
+        assert_eq!(l.len(), 5);
+
+        assert_eq!(
+            summary(&report(Verdict::Fail, &["GPU3: memory", "GPU5: slow"])),
+            "GPU3: memory; GPU5: slow"
+        );
+        assert_eq!(summary(&report(Verdict::Pass, &[])), "");
+        for v in [Verdict::Pass, Verdict::Warn, Verdict::Error] {
+            assert_eq!(result_labels(&e, v)["gpuval.io/verdict"], v.as_str());
+        }
+    }
+
+    #[test]
+    fn long_node_names_are_hashed_in_labels_and_kept_in_spec() {
+        let mut vars = base_env();
+        let node = format!("{}gpu", "rack-17.row-4.hall-b.datacenter-west.".repeat(3));
+        assert!(node.len() > 63);
+        vars.insert(agent_env::NODE_NAME, node.clone());
+        let e = parse(&vars).expect("a long node name is valid");
+        let r = report(Verdict::Pass, &[]);
+        let obj = result_object(&e, &r);
+        let label = &obj.metadata.labels.as_ref().expect("labels")["gpuval.io/node"];
+        assert!(label.len() <= 63, "{label}");
+        assert_eq!(label, &labels::node_value(&node));
+        assert_ne!(label, &node);
+        assert_eq!(obj.spec.node_name, node);
+        assert_eq!(
+            obj.metadata.name.as_deref(),
+            Some(result_name("quick", &node).as_str())
+        );
+        let fm = field_manager(&node);
+        assert!(fm.len() <= 128, "field managers are at most 128 characters");
+        assert_eq!(fm, format!("gpuval-agent/{label}"));
+        assert_eq!(field_manager("gpu-node-1"), "gpuval-agent/gpu-node-1");
+    }
+
+    #[test]
+    fn result_object_json_shape() {
+        let e = env();
+        let r = report(Verdict::Fail, &["GPU3: memory: 12 mismatched words"]);
+        let v = serde_json::to_value(result_object(&e, &r)).expect("serialises");
+        let expected = serde_json::json!({
+            "apiVersion": "gpuval.io/v1alpha1",
+            "kind": "GpuNodeResult",
+            "metadata": {
+                "name": "quick-gpu-node-1",
+                "namespace": "gpuval-system",
+                "labels": {
+                    "app.kubernetes.io/managed-by": "gpuval-operator",
+                    "gpuval.io/generation": "3",
+                    "gpuval.io/node": "gpu-node-1",
+                    "gpuval.io/validation": "quick",
+                    "gpuval.io/verdict": "Fail",
+                },
+                "annotations": {"gpuval.io/summary": "GPU3: memory: 12 mismatched words"},
+                "ownerReferences": [{
+                    "apiVersion": "gpuval.io/v1alpha1",
+                    "kind": "GpuValidation",
+                    "name": "quick",
+                    "uid": "0b9a-uid",
+                    "controller": false,
+                    "blockOwnerDeletion": false,
+                }],
+            },
+            "spec": {"validation": "quick", "generation": 3, "nodeName": "gpu-node-1"},
+        });
+        assert_eq!(v, expected);
+
+        let s = status_patch(&r);
+        assert_eq!(s["apiVersion"], "gpuval.io/v1alpha1");
+        assert_eq!(s["kind"], "GpuNodeResult");
+        assert_eq!(s["status"]["verdict"], "Fail");
+        assert_eq!(s["status"]["simulated"], true);
+        assert_eq!(s.as_object().map(|o| o.len()), Some(3));
+    }
+
+    fn validation(uid: &str, generation: i64) -> GpuValidation {
+        let mut v = GpuValidation::new(
+            "quick",
+            serde_json::from_value(serde_json::json!({"checks": {"memory": {}}})).expect("spec"),
+        );
+        v.metadata.uid = Some(uid.into());
+        v.metadata.generation = Some(generation);
+        v
+    }
+
+    #[test]
+    fn stale_pods_are_recognised() {
+        let e = env();
+        assert_eq!(stale_reason(&e, &validation("0b9a-uid", 3)), None);
+        let newer = stale_reason(&e, &validation("0b9a-uid", 4)).expect("stale");
+        assert!(newer.contains("generation 4"), "{newer}");
+        let recreated = stale_reason(&e, &validation("other-uid", 3)).expect("stale");
+        assert!(recreated.contains("recreated"), "{recreated}");
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(Outcome::Stored(Verdict::Fail).exit_code(), 0);
+        assert_eq!(Outcome::Stale(String::new()).exit_code(), 0);
+        assert_eq!(Outcome::NotStored(String::new()).exit_code(), 1);
+        assert_eq!(Outcome::NoClient(String::new()).exit_code(), 2);
+        assert_eq!(Outcome::Terminated.exit_code(), 143);
+    }
+
+    #[test]
+    fn transient_errors() {
+        let status = |code| {
+            kube::Error::Api(
+                kube::core::Status::failure("x", "y")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert!(is_transient(&status(503)));
+        assert!(is_transient(&status(429)));
+        assert!(!is_transient(&status(404)));
+        assert!(!is_transient(&status(422)));
+        assert!(!is_transient(&status(403)));
+    }
+}

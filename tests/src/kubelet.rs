@@ -1,0 +1,862 @@
+//! A fake kubelet for gpuval agent pods: it runs each agent pod as a local process
+//! (`gpuval-agent k8s`) and keeps the pod's status the way a kubelet would.
+//!
+//! [`FakeKubelet::start`] watches the pods labelled `app.kubernetes.io/name=gpuval-agent` in
+//! one namespace. A pod that kube-scheduler has bound (`spec.nodeName`), that is not terminal
+//! and not being deleted, is started once: its container's environment is resolved (plain
+//! values and the downward-API fields `spec.nodeName`, `metadata.name`, `metadata.namespace`,
+//! `metadata.uid`), `KUBECONFIG` points at the test control plane, and output goes to a log
+//! file per pod. The pod becomes Running; when the process exits it becomes Succeeded (exit 0)
+//! or Failed (with the exit code in `containerStatuses[0].state.terminated`).
+//!
+//! Deleting a pod whose process runs sends the process SIGTERM, SIGKILL after the pod's grace
+//! period, and then removes the pod object (delete with grace 0), as a kubelet does.
+//! kwok leaves these pods alone (see `kwok-stages.yaml`); should anything else overwrite the
+//! final status of a pod, the fake kubelet writes it again.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::StreamExt;
+use gpuval_crds::labels;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// The shortest grace period a deleted pod's process gets (kubelet's minimum is 2s too).
+const MIN_GRACE: Duration = Duration::from_secs(2);
+/// The longest grace period a deleted pod's process gets in tests.
+const MAX_GRACE: Duration = Duration::from_secs(30);
+/// Tries per status write or delete before giving up (transient errors only).
+const WRITE_ATTEMPTS: u32 = 5;
+/// How many times a pod's final status is written again after something else changed it.
+const MAX_REAPPLY: u32 = 5;
+
+/// What the watcher asks of a pod's supervisor.
+#[derive(Debug)]
+enum Control {
+    /// SIGKILL now (a crash).
+    Kill,
+    /// The pod is being deleted: SIGTERM, then SIGKILL after `grace`.
+    Terminate { grace: Duration },
+}
+
+/// How a pod's process ended.
+#[derive(Debug, Clone)]
+struct Terminated {
+    exit_code: i32,
+    reason: &'static str,
+    started_at: Time,
+    finished_at: Time,
+}
+
+impl Terminated {
+    fn phase(&self) -> &'static str {
+        if self.exit_code == 0 {
+            "Succeeded"
+        } else {
+            "Failed"
+        }
+    }
+}
+
+/// One pod this kubelet has taken on (keyed by uid in [`State`]).
+struct PodEntry {
+    name: String,
+    container: String,
+    image: String,
+    container_id: String,
+    log: Option<PathBuf>,
+    control: Option<mpsc::UnboundedSender<Control>>,
+    running: bool,
+    /// Deletion seen: the process is (being) stopped and the pod object is to be removed.
+    deleting: bool,
+    /// The pod object is gone from the API.
+    gone: bool,
+    /// Set once the process has exited.
+    terminated: Option<Terminated>,
+    reapplied: u32,
+    delete_sent: bool,
+}
+
+#[derive(Default)]
+struct State {
+    pods: HashMap<String, PodEntry>,
+    /// Pod names in the order their processes were started.
+    started: Vec<String>,
+    /// Pod name → uid of the latest pod of that name.
+    by_name: HashMap<String, String>,
+}
+
+struct Shared {
+    client: Client,
+    kubeconfig: PathBuf,
+    agent_binary: PathBuf,
+    namespace: String,
+    log_dir: Result<tempfile::TempDir, String>,
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; keep going.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+}
+
+/// Runs gpuval agent pods as local processes. Dropping it kills every process it started.
+pub struct FakeKubelet {
+    shared: Arc<Shared>,
+    watch: JoinHandle<()>,
+}
+
+impl FakeKubelet {
+    /// Starts watching agent pods in `namespace` (must be called inside a tokio runtime).
+    /// `agent_binary` is run as `<agent_binary> k8s` with `KUBECONFIG=<kubeconfig>`; see
+    /// [`agent_binary`] for the usual path.
+    pub fn start(
+        client: Client,
+        kubeconfig: PathBuf,
+        agent_binary: PathBuf,
+        namespace: String,
+    ) -> FakeKubelet {
+        let log_dir = tempfile::Builder::new()
+            .prefix("gpuval-kubelet-")
+            .tempdir()
+            .map_err(|e| format!("could not create a log directory: {e}"));
+        if let Err(e) = &log_dir {
+            tracing::warn!(error = %e, "agent output will be discarded");
+        }
+        let shared = Arc::new(Shared {
+            client,
+            kubeconfig,
+            agent_binary,
+            namespace,
+            log_dir,
+            state: Mutex::new(State::default()),
+        });
+        let watch = tokio::spawn(watch_pods(shared.clone()));
+        FakeKubelet { shared, watch }
+    }
+
+    /// SIGKILLs the agent process of pod `pod_name` (a crash). False when no process of that
+    /// pod is running.
+    pub fn kill(&self, pod_name: &str) -> bool {
+        let st = self.shared.state();
+        let Some(entry) = st.by_name.get(pod_name).and_then(|uid| st.pods.get(uid)) else {
+            return false;
+        };
+        match (&entry.control, entry.running) {
+            (Some(tx), true) => tx.send(Control::Kill).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// Names of the pods whose processes were started so far, in order.
+    pub fn started(&self) -> Vec<String> {
+        self.shared.state().started.clone()
+    }
+
+    /// Names of the pods whose processes are running now.
+    pub fn running(&self) -> Vec<String> {
+        let st = self.shared.state();
+        let mut names: Vec<_> = st
+            .pods
+            .values()
+            .filter(|e| e.running)
+            .map(|e| e.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// stdout and stderr of the latest process of pod `pod_name` (empty when none ran).
+    pub fn logs(&self, pod_name: &str) -> String {
+        let path = {
+            let st = self.shared.state();
+            st.by_name
+                .get(pod_name)
+                .and_then(|uid| st.pods.get(uid))
+                .and_then(|e| e.log.clone())
+        };
+        match path {
+            Some(p) => std::fs::read_to_string(&p)
+                .unwrap_or_else(|e| format!("(could not read {}: {e})", p.display())),
+            None => String::new(),
+        }
+    }
+
+    /// Where the per-pod log files are (`<pod>-<uid prefix>.log`).
+    pub fn log_dir(&self) -> Option<&Path> {
+        self.shared.log_dir.as_ref().ok().map(|d| d.path())
+    }
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        self.watch.abort();
+        let st = self.shared.state();
+        for entry in st.pods.values().filter(|e| e.running) {
+            if let Some(tx) = &entry.control {
+                let _ = tx.send(Control::Kill);
+            }
+        }
+        // The supervisors may not get to run again (the runtime may be ending): every child is
+        // also spawned with kill_on_drop and a parent-death signal.
+    }
+}
+
+/// `target/debug/gpuval-agent` of this workspace (under `$CARGO_TARGET_DIR` when set), built
+/// with `cargo build -p gpuval-agent` first, so the binary is never stale (a no-op when it is
+/// up to date). `GPUVAL_AGENT_BIN` names a binary to use as it is instead.
+pub fn agent_binary() -> Result<PathBuf, String> {
+    if let Some(bin) = std::env::var_os("GPUVAL_AGENT_BIN") {
+        let bin = PathBuf::from(bin);
+        return if bin.is_file() {
+            Ok(bin)
+        } else {
+            Err(format!("GPUVAL_AGENT_BIN={} is not a file", bin.display()))
+        };
+    }
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_agent).clone()
+}
+
+fn build_agent() -> Result<PathBuf, String> {
+    let root = crate::crds::repo_root();
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    };
+    let bin = target.join("debug").join("gpuval-agent");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = std::process::Command::new(&cargo);
+    cmd.args(["build", "-p", "gpuval-agent", "--bin", "gpuval-agent"])
+        .current_dir(&root);
+    // Cargo gives a test process its package's variables (CARGO_MANIFEST_DIR, CARGO_PKG_*,
+    // ...); some build scripts (ring's) rerun when those change, so passing them on would make
+    // this build and the next `cargo test` rebuild each other's dependencies every time.
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                k.as_ref(),
+                "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+                    | "OUT_DIR"
+            )
+        {
+            cmd.env_remove(&key);
+        }
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("run cargo build -p gpuval-agent: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build -p gpuval-agent failed ({status})"));
+    }
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "cargo build -p gpuval-agent succeeded but {} is missing",
+            bin.display()
+        ))
+    }
+}
+
+async fn watch_pods(shared: Arc<Shared>) {
+    let selector = format!("{}={}", labels::APP_NAME_KEY, labels::AGENT_APP);
+    let config = watcher::Config::default().labels(&selector);
+    let mut events = std::pin::pin!(watcher(shared.pods(), config).default_backoff());
+    // Uids seen during a (re)list: a running pod missing from it was deleted while the watch
+    // was down.
+    let mut listed: Option<HashSet<String>> = None;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => listed = Some(HashSet::new()),
+            Ok(watcher::Event::InitApply(pod)) => {
+                if let (Some(seen), Some(uid)) = (listed.as_mut(), pod.metadata.uid.clone()) {
+                    seen.insert(uid);
+                }
+                on_pod(&shared, &pod);
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(seen) = listed.take() {
+                    let vanished: Vec<String> = shared
+                        .state()
+                        .pods
+                        .keys()
+                        .filter(|uid| !seen.contains(*uid))
+                        .cloned()
+                        .collect();
+                    for uid in vanished {
+                        on_gone(&shared, &uid, None);
+                    }
+                }
+            }
+            Ok(watcher::Event::Apply(pod)) => on_pod(&shared, &pod),
+            Ok(watcher::Event::Delete(pod)) => {
+                if let Some(uid) = pod.metadata.uid.as_deref() {
+                    on_gone(&shared, uid, Some(&pod));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "fake kubelet: pod watch failed; retrying"),
+        }
+    }
+}
+
+/// The grace period a deleted pod's process gets.
+fn grace_of(pod: Option<&Pod>) -> Duration {
+    let secs = pod.and_then(|p| {
+        p.metadata.deletion_grace_period_seconds.or_else(|| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
+    });
+    let grace = secs.map_or(MAX_GRACE, |s| {
+        Duration::from_secs(u64::try_from(s).unwrap_or(0))
+    });
+    grace.clamp(MIN_GRACE, MAX_GRACE)
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// A pod was added or changed.
+fn on_pod(shared: &Arc<Shared>, pod: &Pod) {
+    let (Some(uid), Some(name)) = (pod.metadata.uid.clone(), pod.metadata.name.clone()) else {
+        return;
+    };
+    let deleting = pod.metadata.deletion_timestamp.is_some();
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
+
+    let mut st = shared.state();
+    if let Some(entry) = st.pods.get_mut(&uid) {
+        if deleting {
+            if entry.running {
+                if !entry.deleting {
+                    entry.deleting = true;
+                    if let Some(tx) = &entry.control {
+                        let _ = tx.send(Control::Terminate {
+                            grace: grace_of(Some(pod)),
+                        });
+                    }
+                }
+            } else if !entry.delete_sent {
+                entry.deleting = true;
+                entry.delete_sent = true;
+                tokio::spawn(delete_now(shared.clone(), name, uid));
+            }
+        } else if let Some(t) = entry.terminated.clone()
+            && phase != t.phase()
+            && entry.reapplied < MAX_REAPPLY
+        {
+            // Something overwrote the final status: write it again.
+            entry.reapplied += 1;
+            tracing::info!(pod = %name, phase = %phase, want = t.phase(), "fake kubelet: writing the final status again");
+            let body = terminated_status(entry, &t);
+            tokio::spawn(write_status(shared.clone(), name, body));
+        }
+        return;
+    }
+
+    if deleting {
+        // Bound but never started: a kubelet still has to remove it.
+        if bound {
+            st.pods.insert(uid.clone(), new_entry(&name, pod, true));
+            tokio::spawn(delete_now(shared.clone(), name, uid));
+        }
+        return;
+    }
+    if !bound || is_terminal(pod) {
+        return;
+    }
+    let entry = start_pod(shared, pod, &name, &uid);
+    st.by_name.insert(name.clone(), uid.clone());
+    if entry.running {
+        st.started.push(name);
+    }
+    st.pods.insert(uid, entry);
+}
+
+fn new_entry(name: &str, pod: &Pod, delete_sent: bool) -> PodEntry {
+    let container = agent_container(pod);
+    PodEntry {
+        name: name.to_string(),
+        container: container.map(|c| c.name.clone()).unwrap_or_default(),
+        image: container.and_then(|c| c.image.clone()).unwrap_or_default(),
+        container_id: String::new(),
+        log: None,
+        control: None,
+        running: false,
+        deleting: delete_sent,
+        gone: false,
+        terminated: None,
+        reapplied: 0,
+        delete_sent,
+    }
+}
+
+/// The container the agent runs in: the one named `agent`, else the first.
+fn agent_container(pod: &Pod) -> Option<&Container> {
+    let containers = &pod.spec.as_ref()?.containers;
+    containers
+        .iter()
+        .find(|c| c.name == "agent")
+        .or_else(|| containers.first())
+}
+
+/// The container's environment as a kubelet would give it: plain values and the downward-API
+/// fields the agent uses; other sources are ignored.
+pub fn container_env(pod: &Pod, container: &Container) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for var in container.env.iter().flatten() {
+        let value = match (&var.value, &var.value_from) {
+            (Some(v), _) => Some(v.clone()),
+            (None, Some(from)) => from.field_ref.as_ref().and_then(|f| {
+                match f.field_path.as_str() {
+                    "spec.nodeName" => pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+                    "metadata.name" => pod.metadata.name.clone(),
+                    "metadata.namespace" => pod.metadata.namespace.clone(),
+                    "metadata.uid" => pod.metadata.uid.clone(),
+                    other => {
+                        tracing::debug!(var = %var.name, field = other, "fake kubelet: field not supported; variable left out");
+                        None
+                    }
+                }
+            }),
+            (None, None) => Some(String::new()),
+        };
+        if let Some(v) = value {
+            out.push((var.name.clone(), v));
+        }
+    }
+    out
+}
+
+/// Starts the pod's process and its supervisor; on failure, the pod is marked Failed.
+fn start_pod(shared: &Arc<Shared>, pod: &Pod, name: &str, uid: &str) -> PodEntry {
+    let mut entry = new_entry(name, pod, false);
+    let started_at = now();
+    let Some(container) = agent_container(pod) else {
+        let t = Terminated {
+            exit_code: 128,
+            reason: "StartError",
+            started_at: started_at.clone(),
+            finished_at: started_at,
+        };
+        tracing::warn!(pod = %name, "fake kubelet: pod has no container");
+        entry.terminated = Some(t);
+        return entry;
+    };
+
+    let log = shared.log_dir.as_ref().ok().map(|d| {
+        let short_uid: String = uid.chars().take(8).collect();
+        d.path().join(format!("{name}-{short_uid}.log"))
+    });
+    let (stdout, stderr) = match log.as_ref().map(|p| open_log(p)) {
+        Some(Ok((o, e))) => (o, e),
+        Some(Err(e)) => {
+            tracing::warn!(pod = %name, error = %e, "fake kubelet: no log file; output discarded");
+            (Stdio::null(), Stdio::null())
+        }
+        None => (Stdio::null(), Stdio::null()),
+    };
+    entry.log = log;
+
+    let mut cmd = tokio::process::Command::new(&shared.agent_binary);
+    cmd.arg("k8s")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .envs(container_env(pod, container))
+        .env("KUBECONFIG", &shared.kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .kill_on_drop(true);
+    if let Ok(dir) = &shared.log_dir {
+        cmd.current_dir(dir.path());
+    }
+    // SAFETY: prctl is async-signal-safe; the child gets SIGKILL if this thread dies, so no
+    // agent outlives a test process that is killed outright.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(pod = %name, binary = %shared.agent_binary.display(), error = %e, "fake kubelet: could not start the agent");
+            let t = Terminated {
+                exit_code: 128,
+                reason: "StartError",
+                started_at: started_at.clone(),
+                finished_at: now(),
+            };
+            let body = terminated_status(&entry, &t);
+            entry.terminated = Some(t);
+            tokio::spawn(write_status(shared.clone(), name.to_string(), body));
+            return entry;
+        }
+    };
+    let pid = child.id().unwrap_or(0);
+    tracing::info!(pod = %name, pid, "fake kubelet: agent started");
+    entry.container_id = format!("fake://{pid}");
+    let (tx, rx) = mpsc::unbounded_channel();
+    entry.control = Some(tx);
+    entry.running = true;
+    let running = running_status(&entry, &started_at);
+    tokio::spawn(supervise(
+        shared.clone(),
+        name.to_string(),
+        uid.to_string(),
+        child,
+        rx,
+        started_at,
+        running,
+    ));
+    entry
+}
+
+fn open_log(path: &Path) -> std::io::Result<(Stdio, Stdio)> {
+    let out = std::fs::File::create(path)?;
+    let err = out.try_clone()?;
+    Ok((Stdio::from(out), Stdio::from(err)))
+}
+
+/// Marks the pod Running, waits for its process (acting on kill and terminate requests),
+/// writes the final status, and removes the pod when it is being deleted.
+async fn supervise(
+    shared: Arc<Shared>,
+    name: String,
+    uid: String,
+    mut child: tokio::process::Child,
+    mut control: mpsc::UnboundedReceiver<Control>,
+    started_at: Time,
+    running: Value,
+) {
+    write_status(shared.clone(), name.clone(), running).await;
+    let status = loop {
+        tokio::select! {
+            s = child.wait() => break s,
+            Some(c) = control.recv() => match c {
+                Control::Kill => {
+                    tracing::info!(pod = %name, "fake kubelet: SIGKILL (crash)");
+                    let _ = child.start_kill();
+                }
+                Control::Terminate { grace } => {
+                    tracing::info!(pod = %name, grace_s = grace.as_secs(), "fake kubelet: pod deleted; SIGTERM");
+                    break terminate(&mut child, &mut control, grace).await;
+                }
+            },
+        }
+    };
+    let exit_code = match &status {
+        Ok(s) => exit_code(s),
+        Err(e) => {
+            tracing::warn!(pod = %name, error = %e, "fake kubelet: could not wait for the agent");
+            137
+        }
+    };
+    let t = Terminated {
+        exit_code,
+        reason: if exit_code == 0 { "Completed" } else { "Error" },
+        started_at,
+        finished_at: now(),
+    };
+    tracing::info!(pod = %name, exit_code, phase = t.phase(), "fake kubelet: agent exited");
+
+    let (body, deleting, gone) = {
+        let mut st = shared.state();
+        let Some(entry) = st.pods.get_mut(&uid) else {
+            return;
+        };
+        entry.running = false;
+        entry.control = None;
+        let body = terminated_status(entry, &t);
+        entry.terminated = Some(t);
+        let deleting = entry.deleting && !entry.gone;
+        if deleting {
+            entry.delete_sent = true;
+        }
+        (body, deleting, entry.gone)
+    };
+    if !gone {
+        write_status(shared.clone(), name.clone(), body).await;
+    }
+    if deleting {
+        delete_now(shared, name, uid).await;
+    }
+}
+
+/// SIGTERM, then SIGKILL once `grace` is over (or at once on a kill request).
+async fn terminate(
+    child: &mut tokio::process::Child,
+    control: &mut mpsc::UnboundedReceiver<Control>,
+    grace: Duration,
+) -> std::io::Result<ExitStatus> {
+    if let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
+        // SAFETY: plain kill(2) on our own child, which is not reaped yet (we hold it), so the
+        // pid cannot have been reused.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+    tokio::select! {
+        s = child.wait() => return s,
+        () = tokio::time::sleep(grace) => {}
+        // A non-kill message (or a closed channel) only disables this branch.
+        Some(Control::Kill) = control.recv() => {}
+    }
+    let _ = child.start_kill();
+    child.wait().await
+}
+
+/// The exit code a container runtime reports: the code, or 128 + the signal.
+fn exit_code(s: &ExitStatus) -> i32 {
+    s.code()
+        .or_else(|| s.signal().map(|sig| 128 + sig))
+        .unwrap_or(255)
+}
+
+/// The pod (or its process) is gone from the API.
+fn on_gone(shared: &Arc<Shared>, uid: &str, pod: Option<&Pod>) {
+    let mut st = shared.state();
+    let Some(entry) = st.pods.get_mut(uid) else {
+        return;
+    };
+    entry.gone = true;
+    if entry.running && !entry.deleting {
+        entry.deleting = true;
+        if let Some(tx) = &entry.control {
+            let _ = tx.send(Control::Terminate {
+                grace: grace_of(pod),
+            });
+        }
+    }
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+fn running_status(entry: &PodEntry, started_at: &Time) -> Value {
+    json!({
+        "status": {
+            "phase": "Running",
+            "startTime": started_at,
+            "conditions": [
+                {"type": "Initialized", "status": "True", "lastTransitionTime": started_at},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": started_at},
+                {"type": "Ready", "status": "True", "lastTransitionTime": started_at},
+            ],
+            "containerStatuses": [{
+                "name": entry.container,
+                "image": entry.image,
+                "imageID": "",
+                "containerID": entry.container_id,
+                "ready": true,
+                "started": true,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": started_at}},
+            }],
+        }
+    })
+}
+
+fn terminated_status(entry: &PodEntry, t: &Terminated) -> Value {
+    let reason = if t.exit_code == 0 {
+        "PodCompleted"
+    } else {
+        "PodFailed"
+    };
+    json!({
+        "status": {
+            "phase": t.phase(),
+            "startTime": t.started_at,
+            "conditions": [
+                {"type": "ContainersReady", "status": "False", "reason": reason, "lastTransitionTime": t.finished_at},
+                {"type": "Ready", "status": "False", "reason": reason, "lastTransitionTime": t.finished_at},
+            ],
+            "containerStatuses": [{
+                "name": entry.container,
+                "image": entry.image,
+                "imageID": "",
+                "containerID": entry.container_id,
+                "ready": false,
+                "started": false,
+                "restartCount": 0,
+                "state": {
+                    // Strategic merge: null removes the running state.
+                    "running": null,
+                    "terminated": {
+                        "exitCode": t.exit_code,
+                        "reason": t.reason,
+                        "startedAt": t.started_at,
+                        "finishedAt": t.finished_at,
+                        "containerID": entry.container_id,
+                    },
+                },
+            }],
+        }
+    })
+}
+
+fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => matches!(s.code, 408 | 409 | 429 | 500..=599),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Strategic-merge-patches the pod's status, retrying transient errors; a pod that is gone
+/// is left alone.
+async fn write_status(shared: Arc<Shared>, name: String, body: Value) {
+    let api = shared.pods();
+    let mut pause = Duration::from_millis(100);
+    for attempt in 1..=WRITE_ATTEMPTS {
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&body))
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(s)) if s.is_not_found() => return,
+            Err(e) if attempt < WRITE_ATTEMPTS && is_transient(&e) => {
+                tracing::debug!(pod = %name, attempt, error = %e, "fake kubelet: status write failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            Err(e) => {
+                tracing::warn!(pod = %name, error = %e, "fake kubelet: could not write the pod status");
+                return;
+            }
+        }
+    }
+}
+
+/// Removes the pod object at once (what a kubelet does once the containers are stopped).
+async fn delete_now(shared: Arc<Shared>, name: String, uid: String) {
+    let api = shared.pods();
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let mut pause = Duration::from_millis(100);
+    for attempt in 1..=WRITE_ATTEMPTS {
+        match api.delete(&name, &dp).await {
+            Ok(_) => return,
+            // Gone already, or a new pod of that name (uid precondition).
+            Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => return,
+            Err(e) if attempt < WRITE_ATTEMPTS && is_transient(&e) => {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            Err(e) => {
+                tracing::warn!(pod = %name, error = %e, "fake kubelet: could not remove the pod");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(env: Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "agent-1", "namespace": "gpuval-system", "uid": "u-1"},
+            "spec": {
+                "nodeName": "gpu-1",
+                "containers": [{"name": "agent", "image": "gpuval-agent:test", "env": env}],
+            },
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn env_resolves_values_and_downward_api_fields() {
+        let p = pod(json!([
+            {"name": "PLAIN", "value": "x"},
+            {"name": "EMPTY"},
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        ]));
+        let c = agent_container(&p).expect("container");
+        let env = container_env(&p, c);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("PLAIN"), Some("x"));
+        assert_eq!(get("EMPTY"), Some(""));
+        assert_eq!(get("NODE_NAME"), Some("gpu-1"));
+        assert_eq!(get("POD_NAME"), Some("agent-1"));
+        assert_eq!(get("POD_NAMESPACE"), Some("gpuval-system"));
+        assert_eq!(get("POD_UID"), Some("u-1"));
+        assert_eq!(get("POD_IP"), None);
+        assert_eq!(get("SECRET"), None);
+    }
+
+    #[test]
+    fn grace_is_bounded() {
+        let mut p = pod(json!([]));
+        assert_eq!(grace_of(None), MAX_GRACE);
+        p.metadata.deletion_grace_period_seconds = Some(0);
+        assert_eq!(grace_of(Some(&p)), MIN_GRACE);
+        p.metadata.deletion_grace_period_seconds = Some(5);
+        assert_eq!(grace_of(Some(&p)), Duration::from_secs(5));
+        p.metadata.deletion_grace_period_seconds = Some(3600);
+        assert_eq!(grace_of(Some(&p)), MAX_GRACE);
+    }
+
+    #[test]
+    fn exit_codes_follow_container_runtimes() {
+        assert_eq!(exit_code(&ExitStatus::from_raw(0)), 0);
+        assert_eq!(exit_code(&ExitStatus::from_raw(1 << 8)), 1);
+        assert_eq!(exit_code(&ExitStatus::from_raw(143 << 8)), 143);
+        assert_eq!(exit_code(&ExitStatus::from_raw(libc::SIGKILL)), 137);
+    }
+}

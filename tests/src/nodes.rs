@@ -1,0 +1,100 @@
+//! Fake GPU nodes, run by kwok: they exist in the API, become Ready and advertise what they were
+//! created with (cpu, memory, pods and `nvidia.com/gpu`), so that kube-scheduler places pods on
+//! them. Nothing runs there: agent pods are run by [`FakeKubelet`](crate::FakeKubelet).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use gpuval_crds::GPU_RESOURCE;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::wait::await_condition;
+use kube::{Api, Client, api::PostParams};
+
+/// The annotation (and taint key) kwok uses to pick the nodes it runs.
+pub const KWOK_NODE_KEY: &str = "kwok.x-k8s.io/node";
+/// The annotation, label and taint value of kwok nodes.
+pub const KWOK_NODE_VALUE: &str = "fake";
+
+/// Creates a kwok node `name` with `gpus` × `nvidia.com/gpu` (none when 0), 64 CPUs, 512Gi
+/// of memory and room for 110 pods, carrying `labels` plus `type: kwok` and
+/// `kubernetes.io/hostname`, and the taint `kwok.x-k8s.io/node=fake:NoSchedule` (pods meant
+/// for it tolerate that). kwok marks it Ready shortly after; see [`wait_node_ready`].
+pub async fn create_gpu_node(
+    client: &Client,
+    name: &str,
+    gpus: i32,
+    labels: &[(&str, &str)],
+) -> Result<Node, kube::Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    api.create(&PostParams::default(), &gpu_node(name, gpus, labels))
+        .await
+}
+
+/// The node object [`create_gpu_node`] creates.
+pub fn gpu_node(name: &str, gpus: i32, labels: &[(&str, &str)]) -> Node {
+    let mut all_labels = BTreeMap::from([
+        ("type".to_string(), "kwok".to_string()),
+        ("kubernetes.io/hostname".to_string(), name.to_string()),
+        ("kubernetes.io/os".to_string(), "linux".to_string()),
+    ]);
+    all_labels.extend(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let mut resources = BTreeMap::from([
+        ("cpu".to_string(), Quantity("64".into())),
+        ("memory".to_string(), Quantity("512Gi".into())),
+        ("pods".to_string(), Quantity("110".into())),
+    ]);
+    if gpus > 0 {
+        resources.insert(GPU_RESOURCE.to_string(), Quantity(gpus.to_string()));
+    }
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(all_labels),
+            annotations: Some(BTreeMap::from([(
+                KWOK_NODE_KEY.to_string(),
+                KWOK_NODE_VALUE.to_string(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: KWOK_NODE_KEY.to_string(),
+                value: Some(KWOK_NODE_VALUE.to_string()),
+                effect: "NoSchedule".to_string(),
+                time_added: None,
+            }]),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            capacity: Some(resources.clone()),
+            allocatable: Some(resources),
+            ..Default::default()
+        }),
+    }
+}
+
+/// True when the node's Ready condition is True.
+pub fn is_node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Waits (watching, not polling) until kwok has marked node `name` Ready.
+pub async fn wait_node_ready(client: &Client, name: &str, timeout: Duration) -> Result<(), String> {
+    let api: Api<Node> = Api::all(client.clone());
+    let ready = await_condition(api, name, |n: Option<&Node>| n.is_some_and(is_node_ready));
+    tokio::time::timeout(timeout, ready)
+        .await
+        .map_err(|_| {
+            format!(
+                "node {name} not Ready within {}s (is kwok running?)",
+                timeout.as_secs()
+            )
+        })?
+        .map_err(|e| format!("watch node {name}: {e}"))?;
+    Ok(())
+}
