@@ -205,7 +205,10 @@ pub fn summary(report: &NodeReport) -> String {
 /// The labels of a node result.
 pub fn result_labels(env: &AgentEnv, verdict: Verdict) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (labels::VALIDATION.to_string(), env.validation.clone()),
+        (
+            labels::VALIDATION.to_string(),
+            labels::node_value(&env.validation),
+        ),
         (labels::NODE.to_string(), labels::node_value(&env.node)),
         (labels::GENERATION.to_string(), env.generation.to_string()),
         (labels::VERDICT.to_string(), verdict.as_str().to_string()),
@@ -231,10 +234,11 @@ pub fn result_object(env: &AgentEnv, report: &NodeReport) -> GpuNodeResult {
             name: Some(result_name(&env.validation, &env.node)),
             namespace: Some(env.namespace.clone()),
             labels: Some(result_labels(env, report.verdict)),
-            annotations: Some(BTreeMap::from([(
-                labels::SUMMARY.to_string(),
-                summary(report),
-            )])),
+            annotations: Some(BTreeMap::from([
+                (labels::SUMMARY.to_string(), summary(report)),
+                // The full node name (the label may hold its shortened form).
+                (labels::NODE.to_string(), env.node.clone()),
+            ])),
             owner_references: Some(vec![owner]),
             ..Default::default()
         },

@@ -210,8 +210,15 @@ mod tests {
 
     #[test]
     fn pattern_agrees_with_parser_on_sign_and_units() {
-        // The schema pattern is what the API server enforces; keep it in step with FromStr.
-        assert!(DURATION_PATTERN.contains("ms|s|m|h"));
-        assert!(!DURATION_PATTERN.contains('-'));
+        // The schema pattern is what the API server enforces (tests/tests/api.rs sends it bad
+        // durations); keep its units in step with FromStr and allow no sign before a group.
+        assert!(DURATION_PATTERN.contains("(ms|s|m|h)"));
+        assert!(
+            DURATION_PATTERN.starts_with("^([0-9]"),
+            "a duration starts with a digit, never a sign"
+        );
+        for unit in ["ms", "s", "m", "h"] {
+            assert!(format!("3{unit}").parse::<Duration>().is_ok(), "{unit}");
+        }
     }
 }

@@ -28,7 +28,7 @@ use crate::report::NodeReport;
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("self == oldSelf").message("spec of a GpuNodeResult is immutable"))]
+#[x_kube(validation = Rule::new("self.validation == oldSelf.validation && self.nodeName == oldSelf.nodeName && self.generation >= oldSelf.generation").message("a GpuNodeResult keeps its validation and node, and its generation only moves forward"))]
 #[serde(rename_all = "camelCase")]
 pub struct GpuNodeResultSpec {
     /// The GpuValidation this result belongs to.

@@ -66,13 +66,21 @@ impl OperatorConfig {
             return Err(ConfigError::NoImage);
         }
         if let Some(p) = &self.io_host_path {
-            if !p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+            if !p.is_absolute()
+                || p.components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+            {
                 return Err(ConfigError::IoPathNotAbsolute(p.display().to_string()));
             }
             if !self.io_allowed_paths.iter().any(|a| p.starts_with(a)) {
                 return Err(ConfigError::IoPathNotAllowed {
                     path: p.display().to_string(),
-                    allowed: self.io_allowed_paths.iter().map(|a| a.display().to_string()).collect::<Vec<_>>().join(", "),
+                    allowed: self
+                        .io_allowed_paths
+                        .iter()
+                        .map(|a| a.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 });
             }
         }
@@ -83,7 +91,9 @@ impl OperatorConfig {
 /// Parses `KEY[=VALUE][:EFFECT]` into a toleration (operator Exists when no value).
 pub fn parse_toleration(s: &str) -> Result<Toleration, ConfigError> {
     let (kv, effect) = match s.rsplit_once(':') {
-        Some((kv, e)) if matches!(e, "NoSchedule" | "PreferNoSchedule" | "NoExecute") => (kv, Some(e.to_string())),
+        Some((kv, e)) if matches!(e, "NoSchedule" | "PreferNoSchedule" | "NoExecute") => {
+            (kv, Some(e.to_string()))
+        }
         Some(_) => return Err(ConfigError::Toleration(s.into())),
         None => (s, None),
     };
@@ -122,12 +132,21 @@ mod tests {
 
     #[test]
     fn io_path_must_be_in_the_allowlist() {
-        let mut c = OperatorConfig { io_host_path: Some("/var/lib/gpuval/io".into()), ..Default::default() };
-        assert!(matches!(c.validate(), Err(ConfigError::IoPathNotAllowed { .. })));
+        let mut c = OperatorConfig {
+            io_host_path: Some("/var/lib/gpuval/io".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::IoPathNotAllowed { .. })
+        ));
         c.io_allowed_paths = vec!["/var/lib/gpuval".into()];
         c.validate().unwrap();
         c.io_host_path = Some("/var/lib/gpuval/../../etc".into());
-        assert!(matches!(c.validate(), Err(ConfigError::IoPathNotAbsolute(_))));
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::IoPathNotAbsolute(_))
+        ));
         c.io_host_path = Some("relative".into());
         assert!(c.validate().is_err());
     }
@@ -135,9 +154,15 @@ mod tests {
     #[test]
     fn tolerations_parse() {
         let t = parse_toleration("nvidia.com/gpu:NoSchedule").unwrap();
-        assert_eq!((t.key.as_deref(), t.operator.as_deref(), t.effect.as_deref()), (Some("nvidia.com/gpu"), Some("Exists"), Some("NoSchedule")));
+        assert_eq!(
+            (t.key.as_deref(), t.operator.as_deref(), t.effect.as_deref()),
+            (Some("nvidia.com/gpu"), Some("Exists"), Some("NoSchedule"))
+        );
         let t = parse_toleration("kwok.x-k8s.io/node=fake:NoSchedule").unwrap();
-        assert_eq!((t.value.as_deref(), t.operator.as_deref()), (Some("fake"), Some("Equal")));
+        assert_eq!(
+            (t.value.as_deref(), t.operator.as_deref()),
+            (Some("fake"), Some("Equal"))
+        );
         assert!(parse_toleration(":NoSchedule").is_err());
         assert!(parse_toleration("a:Sometimes").is_err());
         assert_eq!(parse_env("A=b=c").unwrap(), ("A".into(), "b=c".into()));

@@ -10,7 +10,9 @@ use futures::StreamExt;
 use gpuval_crds::{GpuNodeResult, GpuValidation, NodeAction, NodeVerdict, Phase, Verdict, labels};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PartialObjectMeta, PostParams, ResourceExt};
+use kube::api::{
+    Api, DeleteParams, PartialObjectMeta, Patch, PatchParams, PostParams, ResourceExt,
+};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -24,10 +26,6 @@ use crate::{pod, selection};
 
 pub const FIELD_MANAGER: &str = "gpuval-operator";
 const MANAGED: &str = "app.kubernetes.io/managed-by=gpuval-operator";
-/// Annotation on node results: the node's full name (labels are capped at 63 characters).
-pub const RESULT_NODE_ANNOTATION: &str = "gpuval.io/node";
-pub const RESULT_SUMMARY_ANNOTATION: &str = "gpuval.io/summary";
-pub const RESULT_VERDICT_LABEL: &str = "gpuval.io/verdict";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -60,30 +58,52 @@ pub struct Ctx {
 }
 
 fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
-    meta.owner_references.iter().flatten().any(|o| o.kind == "GpuValidation" && o.uid == uid)
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "GpuValidation" && o.uid == uid)
 }
 
 fn owner_ref_of(meta: &kube::api::ObjectMeta) -> Option<ObjectRef<GpuValidation>> {
-    meta.owner_references.iter().flatten().find(|o| o.kind == "GpuValidation").map(|o| ObjectRef::new(&o.name))
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "GpuValidation")
+        .map(|o| ObjectRef::new(&o.name))
 }
 
 /// A pod as the plan sees it: phase, and why it failed or is stuck, in words.
 fn pod_view(p: &Pod) -> Option<PodView> {
     let labels = p.metadata.labels.as_ref()?;
     let generation = labels.get(labels::GENERATION)?.parse().ok()?;
-    let node = p.annotations().get(labels::NODE).cloned().or_else(|| labels.get(labels::NODE).cloned())?;
+    let node = p
+        .annotations()
+        .get(labels::NODE)
+        .cloned()
+        .or_else(|| labels.get(labels::NODE).cloned())?;
     let status = p.status.as_ref();
-    let mut phase = status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into());
-    let cs = status.and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.first());
-    let terminated = cs.and_then(|c| c.state.as_ref()).and_then(|s| s.terminated.as_ref());
-    let waiting = cs.and_then(|c| c.state.as_ref()).and_then(|s| s.waiting.as_ref());
+    let mut phase = status
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_else(|| "Pending".into());
+    let cs = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first());
+    let terminated = cs
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.as_ref());
+    let waiting = cs
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.waiting.as_ref());
     let mut reason = None;
     if let Some(t) = terminated {
         reason = Some(format!(
             "{} (exit code {}){}",
             t.reason.as_deref().unwrap_or("terminated"),
             t.exit_code,
-            t.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+            t.message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
         ));
     }
     if let Some(r) = status.and_then(|s| s.reason.as_deref()) {
@@ -92,7 +112,14 @@ fn pod_view(p: &Pod) -> Option<PodView> {
     }
     if let Some(w) = waiting {
         let r = w.reason.as_deref().unwrap_or("");
-        if matches!(r, "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "CreateContainerConfigError" | "CreateContainerError") {
+        if matches!(
+            r,
+            "ErrImagePull"
+                | "ImagePullBackOff"
+                | "InvalidImageName"
+                | "CreateContainerConfigError"
+                | "CreateContainerError"
+        ) {
             phase = "Failed".into();
             reason = Some(format!("{r}: {}", w.message.as_deref().unwrap_or("")));
         }
@@ -100,8 +127,17 @@ fn pod_view(p: &Pod) -> Option<PodView> {
     if phase == "Pending" && reason.is_none() {
         reason = status
             .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
-            .map(|c| format!("{}: {}", c.reason.as_deref().unwrap_or("Unschedulable"), c.message.as_deref().unwrap_or("")));
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            })
+            .map(|c| {
+                format!(
+                    "{}: {}",
+                    c.reason.as_deref().unwrap_or("Unschedulable"),
+                    c.message.as_deref().unwrap_or("")
+                )
+            });
     }
     Some(PodView {
         name: p.name_any(),
@@ -116,7 +152,7 @@ fn pod_view(p: &Pod) -> Option<PodView> {
 
 fn result_view(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultView> {
     let labels = r.metadata.labels.as_ref()?;
-    let verdict = match labels.get(RESULT_VERDICT_LABEL)?.as_str() {
+    let verdict = match labels.get(labels::VERDICT)?.as_str() {
         "Pass" => Verdict::Pass,
         "Warn" => Verdict::Warn,
         "Fail" => Verdict::Fail,
@@ -126,10 +162,16 @@ fn result_view(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultView> {
     let ann = r.metadata.annotations.as_ref();
     Some(ResultView {
         name: r.name_any(),
-        node: ann.and_then(|a| a.get(RESULT_NODE_ANNOTATION)).or_else(|| labels.get(labels::NODE)).cloned()?,
+        node: ann
+            .and_then(|a| a.get(labels::NODE))
+            .or_else(|| labels.get(labels::NODE))
+            .cloned()?,
         generation: labels.get(labels::GENERATION)?.parse().ok()?,
         verdict,
-        summary: ann.and_then(|a| a.get(RESULT_SUMMARY_ANNOTATION)).cloned().unwrap_or_default(),
+        summary: ann
+            .and_then(|a| a.get(labels::SUMMARY))
+            .cloned()
+            .unwrap_or_default(),
     })
 }
 
@@ -138,9 +180,26 @@ pub fn observe(gv: &GpuValidation, ctx: &Ctx) -> World {
     let uid = gv.metadata.uid.clone().unwrap_or_default();
     World {
         now: Some(Timestamp::now()),
-        nodes: ctx.nodes.state().iter().map(|n| n.name_any()).collect::<BTreeSet<_>>(),
-        pods: ctx.pods.state().iter().filter(|p| owned_by(&p.metadata, &uid)).filter_map(|p| pod_view(p)).collect(),
-        results: ctx.results.state().iter().filter(|r| owned_by(&r.metadata, &uid)).filter_map(|r| result_view(r)).collect(),
+        nodes: ctx
+            .nodes
+            .state()
+            .iter()
+            .map(|n| n.name_any())
+            .collect::<BTreeSet<_>>(),
+        pods: ctx
+            .pods
+            .state()
+            .iter()
+            .filter(|p| owned_by(&p.metadata, &uid))
+            .filter_map(|p| pod_view(p))
+            .collect(),
+        results: ctx
+            .results
+            .state()
+            .iter()
+            .filter(|r| owned_by(&r.metadata, &uid))
+            .filter_map(|r| result_view(r))
+            .collect(),
     }
 }
 
@@ -155,7 +214,10 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
     tracing::debug!(validation = %name, create = step.create_pods.len(), delete = step.delete_pods.len(), "reconcile");
     apply(&gv, &ctx, &step).await?;
     update_phase_gauge(&ctx);
-    Ok(step.requeue_after.map(Action::requeue).unwrap_or_else(|| Action::requeue(Duration::from_secs(600))))
+    Ok(step
+        .requeue_after
+        .map(Action::requeue)
+        .unwrap_or_else(|| Action::requeue(Duration::from_secs(600))))
 }
 
 async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Error> {
@@ -164,16 +226,32 @@ async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Error> 
     let results: Api<GpuNodeResult> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
 
     for p in &step.delete_pods {
-        ignore_not_found(pods.delete(p, &DeleteParams::background()).await.map(|_| ()))?;
+        ignore_not_found(
+            pods.delete(p, &DeleteParams::background())
+                .await
+                .map(|_| ()),
+        )?;
     }
     for r in &step.delete_results {
-        ignore_not_found(results.delete(r, &DeleteParams::background()).await.map(|_| ()))?;
+        ignore_not_found(
+            results
+                .delete(r, &DeleteParams::background())
+                .await
+                .map(|_| ()),
+        )?;
     }
-    let to_create: Vec<Pod> = step.create_pods.iter().map(|(node, gpus)| pod::agent_pod(gv, node, *gpus, &ctx.cfg)).collect();
+    let to_create: Vec<Pod> = step
+        .create_pods
+        .iter()
+        .map(|(node, gpus)| pod::agent_pod(gv, node, *gpus, &ctx.cfg))
+        .collect();
     let created = futures::stream::iter(to_create.into_iter().map(|pod| {
         let pods = pods.clone();
         async move {
-            let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            let pp = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
             match pods.create(&pp, &pod).await {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
@@ -197,11 +275,32 @@ async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Error> 
             "status": step.status,
         });
         let api: Api<GpuValidation> = Api::all(ctx.client.clone());
-        api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
-        let before: Vec<NodeVerdict> = gv.status.iter().flat_map(|s| s.nodes.iter().map(|n| n.verdict)).collect();
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+        let before: Vec<NodeVerdict> = gv
+            .status
+            .iter()
+            .flat_map(|s| s.nodes.iter().map(|n| n.verdict))
+            .collect();
         for n in &step.status.nodes {
-            if n.verdict.is_final() && !before.is_empty() && !gv.status.iter().flat_map(|s| &s.nodes).any(|o| o.name == n.name && o.verdict == n.verdict) {
-                ctx.metrics.node_verdicts.get_or_create(&VerdictLabels { verdict: format!("{:?}", n.verdict) }).inc();
+            if n.verdict.is_final()
+                && !before.is_empty()
+                && !gv
+                    .status
+                    .iter()
+                    .flat_map(|s| &s.nodes)
+                    .any(|o| o.name == n.name && o.verdict == n.verdict)
+            {
+                ctx.metrics
+                    .node_verdicts
+                    .get_or_create(&VerdictLabels {
+                        verdict: format!("{:?}", n.verdict),
+                    })
+                    .inc();
             }
         }
     }
@@ -209,7 +308,11 @@ async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Error> 
     let reference = gv.object_ref(&());
     for e in &step.events {
         let ev = Event {
-            type_: if e.warning { EventType::Warning } else { EventType::Normal },
+            type_: if e.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
             reason: e.reason.into(),
             note: Some(e.note.clone()),
             action: "Reconcile".into(),
@@ -220,7 +323,12 @@ async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Error> 
         }
     }
 
-    let action = gv.spec.on_failure.as_ref().map(|o| o.action).unwrap_or_default();
+    let action = gv
+        .spec
+        .on_failure
+        .as_ref()
+        .map(|o| o.action)
+        .unwrap_or_default();
     if action != NodeAction::None {
         for node in &step.newly_failed {
             if let Err(err) = mark_node(ctx, node, &name, action).await {
@@ -232,14 +340,22 @@ async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Error> 
 }
 
 /// Labels or taints a node that failed (`gpuval.io/failed=<validation>`).
-async fn mark_node(ctx: &Ctx, node: &str, validation: &str, action: NodeAction) -> Result<(), kube::Error> {
+async fn mark_node(
+    ctx: &Ctx,
+    node: &str,
+    validation: &str,
+    action: NodeAction,
+) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let value = pod::label_value(validation);
+    let value = labels::node_value(validation);
     match action {
         NodeAction::None => Ok(()),
         NodeAction::Label => {
             let patch = serde_json::json!({"metadata": {"labels": {labels::FAILED_NODE: value}}});
-            nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
+            nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
         }
         NodeAction::Taint => {
             let current = nodes.get(node).await?;
@@ -247,12 +363,20 @@ async fn mark_node(ctx: &Ctx, node: &str, validation: &str, action: NodeAction) 
             if taints.iter().any(|t| t.key == labels::FAILED_NODE) {
                 return Ok(());
             }
-            taints.push(Taint { key: labels::FAILED_NODE.into(), value: Some(value), effect: "NoSchedule".into(), time_added: None });
+            taints.push(Taint {
+                key: labels::FAILED_NODE.into(),
+                value: Some(value),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            });
             let patch = serde_json::json!({
                 "metadata": {"resourceVersion": current.metadata.resource_version},
                 "spec": {"taints": taints},
             });
-            nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
+            nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
         }
     }
 }
@@ -274,12 +398,20 @@ fn update_phase_gauge(ctx: &Ctx) {
         *counts.entry(format!("{p:?}")).or_default() += 1;
     }
     for (phase, n) in counts {
-        ctx.metrics.validations.get_or_create(&PhaseLabels { phase }).set(n);
+        ctx.metrics
+            .validations
+            .get_or_create(&PhaseLabels { phase })
+            .set(n);
     }
 }
 
 fn error_policy(gv: Arc<GpuValidation>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.metrics.reconcile_errors.get_or_create(&ErrorLabels { error: err.metric_label().into() }).inc();
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&ErrorLabels {
+            error: err.metric_label().into(),
+        })
+        .inc();
     tracing::warn!(validation = %gv.name_any(), error = %err, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
@@ -341,21 +473,35 @@ pub async fn run(
         validations: validations.clone(),
         recorder: Recorder::new(
             client.clone(),
-            Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() },
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
         ),
         metrics: metrics.clone(),
     });
 
     let node_validations = validations.clone();
     let controller = controller
-        .with_config(ControllerConfig::default().concurrency(cfg.concurrency).debounce(Duration::from_millis(200)))
+        .with_config(
+            ControllerConfig::default()
+                .concurrency(cfg.concurrency)
+                .debounce(Duration::from_millis(200)),
+        )
         .watches_stream(pod_stream, |p: Pod| owner_ref_of(&p.metadata))
-        .watches_stream(result_stream, |r: PartialObjectMeta<GpuNodeResult>| owner_ref_of(&r.metadata))
+        .watches_stream(result_stream, |r: PartialObjectMeta<GpuNodeResult>| {
+            owner_ref_of(&r.metadata)
+        })
         .watches_stream(node_stream, move |_n: Node| {
             node_validations
                 .state()
                 .into_iter()
-                .filter(|v| !v.status.as_ref().and_then(|s| s.phase).is_some_and(Phase::is_terminal))
+                .filter(|v| {
+                    !v.status
+                        .as_ref()
+                        .and_then(|s| s.phase)
+                        .is_some_and(Phase::is_terminal)
+                })
                 .map(|v| ObjectRef::new(&v.name_any()))
                 .collect::<Vec<_>>()
         })
@@ -364,7 +510,11 @@ pub async fn run(
     let stores_ready = {
         let (pods, results, nodes) = (pods.clone(), results.clone(), nodes.clone());
         async move {
-            let _ = tokio::join!(pods.wait_until_ready(), results.wait_until_ready(), nodes.wait_until_ready());
+            let _ = tokio::join!(
+                pods.wait_until_ready(),
+                results.wait_until_ready(),
+                nodes.wait_until_ready()
+            );
             ready.store(true, Ordering::Relaxed);
             tracing::info!("caches filled; reconciling");
         }

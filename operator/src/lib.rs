@@ -5,8 +5,8 @@
 //! thin shell that reads the cluster and applies them.
 
 pub mod config;
+pub mod controller;
+pub mod metrics;
 pub mod plan;
 pub mod pod;
 pub mod selection;
-pub mod controller;
-pub mod metrics;

@@ -15,7 +15,11 @@ use gpuval_operator::{controller, metrics::Metrics};
 use kube_lease_manager::LeaseManagerBuilder;
 
 #[derive(Parser, Debug)]
-#[command(name = "gpuval-operator", version, about = "GPU acceptance operator for Kubernetes")]
+#[command(
+    name = "gpuval-operator",
+    version,
+    about = "GPU acceptance operator for Kubernetes"
+)]
 struct Args {
     /// Namespace for agent pods, node results and the leader Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "gpuval-system")]
@@ -24,16 +28,28 @@ struct Args {
     agent_image: String,
     #[arg(long, env = "GPUVAL_AGENT_IMAGE_PULL_POLICY")]
     agent_image_pull_policy: Option<String>,
-    #[arg(long, env = "GPUVAL_AGENT_SERVICE_ACCOUNT", default_value = "gpuval-agent")]
+    #[arg(
+        long,
+        env = "GPUVAL_AGENT_SERVICE_ACCOUNT",
+        default_value = "gpuval-agent"
+    )]
     agent_service_account: String,
     /// Toleration for agent pods, KEY[=VALUE][:EFFECT]; repeatable.
-    #[arg(long = "agent-toleration", env = "GPUVAL_AGENT_TOLERATIONS", value_delimiter = ',')]
+    #[arg(
+        long = "agent-toleration",
+        env = "GPUVAL_AGENT_TOLERATIONS",
+        value_delimiter = ','
+    )]
     tolerations: Vec<String>,
     /// Host directory mounted into agent pods for the I/O check.
     #[arg(long, env = "GPUVAL_IO_HOST_PATH")]
     io_host_path: Option<PathBuf>,
     /// Directories the I/O host path may lie in (the administrator's allowlist); repeatable.
-    #[arg(long = "io-allowed-path", env = "GPUVAL_IO_ALLOWED_PATHS", value_delimiter = ',')]
+    #[arg(
+        long = "io-allowed-path",
+        env = "GPUVAL_IO_ALLOWED_PATHS",
+        value_delimiter = ','
+    )]
     io_allowed_paths: Vec<PathBuf>,
     /// Run agent pods privileged (an administrator's opt-in).
     #[arg(long, env = "GPUVAL_AGENT_PRIVILEGED")]
@@ -63,12 +79,28 @@ struct Http {
     ready: Arc<AtomicBool>,
 }
 
-async fn serve_metrics(State(h): State<Http>) -> (StatusCode, [(&'static str, &'static str); 1], String) {
-    (StatusCode::OK, [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], h.metrics.encode())
+async fn serve_metrics(
+    State(h): State<Http>,
+) -> (StatusCode, [(&'static str, &'static str); 1], String) {
+    (
+        StatusCode::OK,
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        h.metrics.encode(),
+    )
 }
 
 async fn readyz(State(h): State<Http>) -> (StatusCode, &'static str) {
-    if h.ready.load(Ordering::Relaxed) { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "caches not filled or not leader") }
+    if h.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "caches not filled or not leader",
+        )
+    }
 }
 
 fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
@@ -77,11 +109,21 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
         agent_image: a.agent_image.clone(),
         agent_image_pull_policy: a.agent_image_pull_policy.clone(),
         agent_service_account: a.agent_service_account.clone(),
-        tolerations: a.tolerations.iter().filter(|t| !t.is_empty()).map(|t| config::parse_toleration(t)).collect::<Result<_, _>>()?,
+        tolerations: a
+            .tolerations
+            .iter()
+            .filter(|t| !t.is_empty())
+            .map(|t| config::parse_toleration(t))
+            .collect::<Result<_, _>>()?,
         io_host_path: a.io_host_path.clone(),
         io_allowed_paths: a.io_allowed_paths.clone(),
         agent_privileged: a.agent_privileged,
-        agent_env: a.agent_env.iter().filter(|e| !e.is_empty()).map(|e| config::parse_env(e)).collect::<Result<_, _>>()?,
+        agent_env: a
+            .agent_env
+            .iter()
+            .filter(|e| !e.is_empty())
+            .map(|e| config::parse_env(e))
+            .collect::<Result<_, _>>()?,
         concurrency: a.concurrency.max(1),
     };
     cfg.validate()?;
@@ -91,24 +133,35 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube=warn".into());
     if args.log_format == "text" {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     } else {
-        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
     }
     let cfg = build_config(&args).context("invalid configuration")?;
-    let client = kube::Client::try_default().await.context("connect to the Kubernetes API")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connect to the Kubernetes API")?;
 
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
-    let http = Http { metrics: metrics.clone(), ready: ready.clone() };
+    let http = Http {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+    };
     let app = Router::new()
         .route("/metrics", get(serve_metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(http);
-    let listener = tokio::net::TcpListener::bind(args.metrics_addr).await.with_context(|| format!("bind {}", args.metrics_addr))?;
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .with_context(|| format!("bind {}", args.metrics_addr))?;
     tracing::info!(addr = %args.metrics_addr, "serving /metrics /healthz /readyz");
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
@@ -117,10 +170,11 @@ async fn main() -> anyhow::Result<()> {
     });
 
     let shutdown = async {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return std::future::pending().await,
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
         tokio::select! {
             _ = term.recv() => {},
             _ = tokio::signal::ctrl_c() => {},
@@ -128,7 +182,8 @@ async fn main() -> anyhow::Result<()> {
     };
 
     if args.leader_elect {
-        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("gpuval-operator-{}", std::process::id()));
+        let identity = std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("gpuval-operator-{}", std::process::id()));
         let manager = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
             .with_namespace(&cfg.namespace)
             .with_identity(&identity)

@@ -1,6 +1,5 @@
 //! Prometheus metrics, served at `/metrics`.
 
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -41,11 +40,34 @@ impl Default for Metrics {
         let node_verdicts = Family::<VerdictLabels, Counter>::default();
         let pods_created = Counter::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
-        registry.register("reconcile_errors", "Reconciles that failed, by error kind", reconcile_errors.clone());
-        registry.register("validations", "GpuValidations by phase", validations.clone());
-        registry.register("node_verdicts", "Final node verdicts reached, by verdict", node_verdicts.clone());
-        registry.register("agent_pods_created", "Agent pods created", pods_created.clone());
-        Self { registry, reconciles, reconcile_errors, validations, node_verdicts, pods_created }
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by error kind",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "validations",
+            "GpuValidations by phase",
+            validations.clone(),
+        );
+        registry.register(
+            "node_verdicts",
+            "Final node verdicts reached, by verdict",
+            node_verdicts.clone(),
+        );
+        registry.register(
+            "agent_pods_created",
+            "Agent pods created",
+            pods_created.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            reconcile_errors,
+            validations,
+            node_verdicts,
+            pods_created,
+        }
     }
 }
 

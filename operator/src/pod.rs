@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use gpuval_crds::{GPU_RESOURCE, GpuValidation, labels};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, Container, EnvVar, EnvVarSource, HostPathVolumeSource, NodeAffinity, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodSpec, ResourceRequirements,
-    SecurityContext, Toleration, Volume, VolumeMount,
+    Affinity, Capabilities, Container, EnvVar, EnvVarSource, HostPathVolumeSource, NodeAffinity,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodSpec,
+    ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -18,17 +18,6 @@ use crate::config::OperatorConfig;
 pub const IO_MOUNT: &str = "/var/lib/gpuval-io";
 pub const APP_LABEL: &str = "gpuval-agent";
 
-/// A label value (at most 63 characters): the value itself when it fits, else a stable
-/// shortened form with a hash of the whole.
-pub fn label_value(s: &str) -> String {
-    if s.len() <= 63 {
-        return s.to_string();
-    }
-    let h = s.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    let head: String = s.chars().take(46).collect();
-    format!("{}-{h:016x}", head.trim_end_matches(['-', '.', '_']))
-}
-
 /// Deterministic pod name: `gpuval-<validation>-<node>-g<generation>`, shortened with a hash
 /// when it would exceed 63 characters (pod names become hostnames).
 pub fn pod_name(validation: &str, node: &str, generation: i64) -> String {
@@ -36,13 +25,19 @@ pub fn pod_name(validation: &str, node: &str, generation: i64) -> String {
     if full.len() <= 63 {
         return full;
     }
-    let h = full.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let h = full.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
     let head: String = full.chars().take(44).collect();
     format!("{}-{h:016x}", head.trim_end_matches(['-', '.']))
 }
 
 fn env(name: &str, value: impl Into<String>) -> EnvVar {
-    EnvVar { name: name.into(), value: Some(value.into()), value_from: None }
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        value_from: None,
+    }
 }
 
 fn field_env(name: &str, path: &str) -> EnvVar {
@@ -50,7 +45,10 @@ fn field_env(name: &str, path: &str) -> EnvVar {
         name: name.into(),
         value: None,
         value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector { field_path: path.into(), api_version: None }),
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                api_version: None,
+            }),
             ..Default::default()
         }),
     }
@@ -60,9 +58,15 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 pub fn pod_labels(validation: &str, node: &str, generation: i64) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_string(), APP_LABEL.to_string()),
-        ("app.kubernetes.io/managed-by".to_string(), labels::MANAGED_BY.to_string()),
-        (labels::VALIDATION.to_string(), label_value(validation)),
-        (labels::NODE.to_string(), label_value(node)),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            labels::MANAGED_BY.to_string(),
+        ),
+        (
+            labels::VALIDATION.to_string(),
+            labels::node_value(validation),
+        ),
+        (labels::NODE.to_string(), labels::node_value(node)),
         (labels::GENERATION.to_string(), generation.to_string()),
     ])
 }
@@ -77,7 +81,10 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
     let mut envs = vec![
         env("GPUVAL_VALIDATION", name.clone()),
         env("GPUVAL_GENERATION", generation.to_string()),
-        env("GPUVAL_VALIDATION_UID", gv.metadata.uid.clone().unwrap_or_default()),
+        env(
+            "GPUVAL_VALIDATION_UID",
+            gv.metadata.uid.clone().unwrap_or_default(),
+        ),
         field_env("NODE_NAME", "spec.nodeName"),
         field_env("POD_NAMESPACE", "metadata.namespace"),
         field_env("POD_NAME", "metadata.name"),
@@ -86,7 +93,11 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
     let mut volumes = Vec::new();
     if let Some(path) = &cfg.io_host_path {
         envs.push(env("GPUVAL_IO_DIR", IO_MOUNT));
-        mounts.push(VolumeMount { name: "io".into(), mount_path: IO_MOUNT.into(), ..Default::default() });
+        mounts.push(VolumeMount {
+            name: "io".into(),
+            mount_path: IO_MOUNT.into(),
+            ..Default::default()
+        });
         volumes.push(Volume {
             name: "io".into(),
             host_path: Some(HostPathVolumeSource {
@@ -112,7 +123,10 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
             name: Some(pod_name(&name, node, generation)),
             namespace: Some(cfg.namespace.clone()),
             labels: Some(pod_labels(&name, node, generation)),
-            annotations: Some(BTreeMap::from([(labels::NODE.to_string(), node.to_string())])),
+            annotations: Some(BTreeMap::from([(
+                labels::NODE.to_string(),
+                node.to_string(),
+            )])),
             owner_references: owner.map(|o| vec![o]),
             ..Default::default()
         },
@@ -146,7 +160,10 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
                 args: Some(vec!["k8s".into()]),
                 env: Some(envs),
                 resources: Some(ResourceRequirements {
-                    limits: Some(BTreeMap::from([(GPU_RESOURCE.to_string(), gpu_qty.clone())])),
+                    limits: Some(BTreeMap::from([(
+                        GPU_RESOURCE.to_string(),
+                        gpu_qty.clone(),
+                    )])),
                     requests: Some(BTreeMap::from([
                         (GPU_RESOURCE.to_string(), gpu_qty),
                         ("cpu".to_string(), Quantity("1".into())),
@@ -157,8 +174,10 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
                 security_context: Some(SecurityContext {
                     privileged: Some(privileged),
                     allow_privilege_escalation: Some(privileged),
-                    capabilities: (!privileged)
-                        .then(|| Capabilities { drop: Some(vec!["ALL".into()]), add: None }),
+                    capabilities: (!privileged).then(|| Capabilities {
+                        drop: Some(vec!["ALL".into()]),
+                        add: None,
+                    }),
                     read_only_root_filesystem: Some(true),
                     ..Default::default()
                 }),
@@ -187,30 +206,67 @@ mod tests {
     fn the_pod_is_pinned_owned_and_takes_every_gpu() {
         let cfg = OperatorConfig::default();
         let p = agent_pod(&gv(), "gpu-a", 8, &cfg);
-        assert_eq!(p.metadata.name.as_deref(), Some("gpuval-acceptance-gpu-a-g3"));
+        assert_eq!(
+            p.metadata.name.as_deref(),
+            Some("gpuval-acceptance-gpu-a-g3")
+        );
         assert_eq!(p.metadata.namespace.as_deref(), Some("gpuval-system"));
         let owner = &p.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("GpuValidation", "acceptance", Some(true)));
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+            ("GpuValidation", "acceptance", Some(true))
+        );
         let spec = p.spec.unwrap();
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         let na = spec.affinity.unwrap().node_affinity.unwrap();
-        let term = &na.required_during_scheduling_ignored_during_execution.unwrap().node_selector_terms[0];
-        assert_eq!(term.match_fields.as_ref().unwrap()[0].values, Some(vec!["gpu-a".to_string()]));
+        let term = &na
+            .required_during_scheduling_ignored_during_execution
+            .unwrap()
+            .node_selector_terms[0];
+        assert_eq!(
+            term.match_fields.as_ref().unwrap()[0].values,
+            Some(vec!["gpu-a".to_string()])
+        );
         let c = &spec.containers[0];
-        assert_eq!(c.resources.as_ref().unwrap().limits.as_ref().unwrap()[GPU_RESOURCE].0, "8");
-        let env: Vec<_> = c.env.as_ref().unwrap().iter().map(|e| e.name.as_str()).collect();
-        for want in ["GPUVAL_VALIDATION", "GPUVAL_GENERATION", "GPUVAL_VALIDATION_UID", "NODE_NAME", "POD_NAMESPACE"] {
+        assert_eq!(
+            c.resources.as_ref().unwrap().limits.as_ref().unwrap()[GPU_RESOURCE].0,
+            "8"
+        );
+        let env: Vec<_> = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        for want in [
+            "GPUVAL_VALIDATION",
+            "GPUVAL_GENERATION",
+            "GPUVAL_VALIDATION_UID",
+            "NODE_NAME",
+            "POD_NAMESPACE",
+        ] {
             assert!(env.contains(&want), "{want} missing");
         }
         let sc = c.security_context.as_ref().unwrap();
         assert_eq!(sc.privileged, Some(false));
-        assert_eq!(sc.capabilities.as_ref().unwrap().drop, Some(vec!["ALL".to_string()]));
-        assert!(spec.volumes.is_none(), "no I/O volume unless the admin configured one");
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop,
+            Some(vec!["ALL".to_string()])
+        );
+        assert!(
+            spec.volumes.is_none(),
+            "no I/O volume unless the admin configured one"
+        );
     }
 
     #[test]
     fn io_volume_only_from_operator_config() {
-        let cfg = OperatorConfig { io_host_path: Some("/data/gpuval".into()), io_allowed_paths: vec!["/data".into()], ..Default::default() };
+        let cfg = OperatorConfig {
+            io_host_path: Some("/data/gpuval".into()),
+            io_allowed_paths: vec!["/data".into()],
+            ..Default::default()
+        };
         let p = agent_pod(&gv(), "gpu-a", 8, &cfg);
         let v = &p.spec.unwrap().volumes.unwrap()[0];
         assert_eq!(v.host_path.as_ref().unwrap().path, "/data/gpuval");
@@ -223,8 +279,8 @@ mod tests {
         assert!(n.len() <= 63, "{n}");
         assert_eq!(n, pod_name("acceptance", node, 12));
         assert_ne!(n, pod_name("acceptance", node, 13));
-        let l = label_value(node);
+        let l = labels::node_value(node);
         assert!(l.len() <= 63 && l != node);
-        assert_eq!(label_value("gpu-a"), "gpu-a");
+        assert_eq!(pod_labels("v", node, 1)[labels::NODE], l);
     }
 }

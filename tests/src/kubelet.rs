@@ -96,6 +96,9 @@ struct State {
     started: Vec<String>,
     /// Pod name → uid of the latest pod of that name.
     by_name: HashMap<String, String>,
+    /// Node name → environment that overrides the pod's for agents on that node (a node's
+    /// simulated hardware faults, say).
+    node_env: HashMap<String, Vec<(String, String)>>,
 }
 
 struct Shared {
@@ -164,6 +167,15 @@ impl FakeKubelet {
             (Some(tx), true) => tx.send(Control::Kill).is_ok(),
             _ => false,
         }
+    }
+
+    /// Sets an environment variable for every agent started on `node` from now on, overriding
+    /// the pod's own (for example `GPUVAL_SIMULATE` with a fault for that node's GPUs).
+    pub fn set_node_env(&self, node: &str, key: &str, value: &str) {
+        let mut st = self.shared.state();
+        let env = st.node_env.entry(node.to_string()).or_default();
+        env.retain(|(k, _)| k != key);
+        env.push((key.to_string(), value.to_string()));
     }
 
     /// Names of the pods whose processes were started so far, in order.
@@ -404,7 +416,13 @@ fn on_pod(shared: &Arc<Shared>, pod: &Pod) {
     if !bound || is_terminal(pod) {
         return;
     }
-    let entry = start_pod(shared, pod, &name, &uid);
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let node_env = st.node_env.get(&node).cloned().unwrap_or_default();
+    let entry = start_pod(shared, pod, &name, &uid, node_env);
     st.by_name.insert(name.clone(), uid.clone());
     if entry.running {
         st.started.push(name);
@@ -468,7 +486,13 @@ pub fn container_env(pod: &Pod, container: &Container) -> Vec<(String, String)> 
 }
 
 /// Starts the pod's process and its supervisor; on failure, the pod is marked Failed.
-fn start_pod(shared: &Arc<Shared>, pod: &Pod, name: &str, uid: &str) -> PodEntry {
+fn start_pod(
+    shared: &Arc<Shared>,
+    pod: &Pod,
+    name: &str,
+    uid: &str,
+    node_env: Vec<(String, String)>,
+) -> PodEntry {
     let mut entry = new_entry(name, pod, false);
     let started_at = now();
     let Some(container) = agent_container(pod) else {
@@ -503,6 +527,7 @@ fn start_pod(shared: &Arc<Shared>, pod: &Pod, name: &str, uid: &str) -> PodEntry
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("RUST_LOG", "info")
         .envs(container_env(pod, container))
+        .envs(node_env)
         .env("KUBECONFIG", &shared.kubeconfig)
         .stdin(Stdio::null())
         .stdout(stdout)

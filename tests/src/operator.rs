@@ -27,8 +27,19 @@ impl OperatorHandle {
         let shutdown = async move {
             let _ = rx.await;
         };
-        let task = tokio::spawn(controller::run(client, cfg, metrics.clone(), ready.clone(), shutdown));
-        Self { task: Some(task), stop: Some(tx), metrics, ready }
+        let task = tokio::spawn(controller::run(
+            client,
+            cfg,
+            metrics.clone(),
+            ready.clone(),
+            shutdown,
+        ));
+        Self {
+            task: Some(task),
+            stop: Some(tx),
+            metrics,
+            ready,
+        }
     }
 
     /// Asks for a graceful stop and waits for it (in-flight reconciles finish).

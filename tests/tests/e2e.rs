@@ -28,35 +28,86 @@ struct Env {
 }
 
 async fn env(gpu_nodes: &[&str]) -> Env {
-    let cp = ControlPlane::start_with(Options::all()).await.expect("control plane");
+    let cp = ControlPlane::start_with(Options::all())
+        .await
+        .expect("control plane");
     let client = cp.client().await.expect("client");
     crds::install_crds(&client).await.expect("CRDs");
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": NS}})).expect("namespace object");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
     for n in gpu_nodes {
-        nodes::create_gpu_node(&client, n, 8, &[("pool", "h200")]).await.expect("node");
+        nodes::create_gpu_node(&client, n, 8, &[("pool", "h200")])
+            .await
+            .expect("node");
     }
     for n in gpu_nodes {
-        nodes::wait_node_ready(&client, n, Duration::from_secs(60)).await.expect("node ready");
+        nodes::wait_node_ready(&client, n, Duration::from_secs(60))
+            .await
+            .expect("node ready");
     }
-    let kubelet = FakeKubelet::start(client.clone(), cp.kubeconfig().to_path_buf(), agent_binary().expect("agent binary"), NS.into());
-    Env { cp, client, kubelet }
+    let kubelet = FakeKubelet::start(
+        client.clone(),
+        cp.kubeconfig().to_path_buf(),
+        agent_binary().expect("agent binary"),
+        NS.into(),
+    );
+    Env {
+        cp,
+        client,
+        kubelet,
+    }
 }
 
 async fn apply(client: &Client, name: &str, spec: Value) -> GpuValidation {
     let api: Api<GpuValidation> = Api::all(client.clone());
     let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "metadata": {"name": name}, "spec": spec});
-    api.patch(name, &PatchParams::apply("e2e"), &Patch::Apply(&body)).await.expect("apply validation")
+    api.patch(name, &PatchParams::apply("e2e"), &Patch::Apply(&body))
+        .await
+        .expect("apply validation")
 }
 
 /// Waits (watching, not polling) until `cond` holds for validation `name`.
-async fn wait_for(client: &Client, name: &str, secs: u64, what: &str, cond: impl Condition<GpuValidation>) -> GpuValidation {
+async fn wait_for(
+    client: &Client,
+    name: &str,
+    secs: u64,
+    what: &str,
+    cond: impl Condition<GpuValidation>,
+) -> GpuValidation {
     let api: Api<GpuValidation> = Api::all(client.clone());
-    match tokio::time::timeout(Duration::from_secs(secs), await_condition(api.clone(), name, cond)).await {
+    match tokio::time::timeout(
+        Duration::from_secs(secs),
+        await_condition(api.clone(), name, cond),
+    )
+    .await
+    {
         Ok(Ok(Some(gv))) => gv,
         other => {
-            let now = api.get(name).await.ok().map(|g| serde_json::to_string_pretty(&g.status).unwrap_or_default());
-            panic!("{name}: not {what} within {secs}s ({other:?}); status now: {}", now.unwrap_or_default())
+            let now = api
+                .get(name)
+                .await
+                .ok()
+                .map(|g| serde_json::to_string_pretty(&g.status).unwrap_or_default());
+            let pods: Vec<String> = pods_of(client, name)
+                .await
+                .iter()
+                .map(|p| {
+                    let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                    format!(
+                        "{} node={node:?} status={}",
+                        p.name_any(),
+                        serde_json::to_string(&p.status).unwrap_or_default()
+                    )
+                })
+                .collect();
+            panic!(
+                "{name}: not {what} within {secs}s ({other:?}); status now: {}\npods: {pods:#?}",
+                now.unwrap_or_default()
+            )
         }
     }
 }
@@ -72,35 +123,57 @@ fn g_generation(gv: Option<&GpuValidation>) -> Option<i64> {
 }
 
 fn verdicts(gv: &GpuValidation) -> Vec<(String, NodeVerdict)> {
-    gv.status.iter().flat_map(|s| s.nodes.iter().map(|n| (n.name.clone(), n.verdict))).collect()
+    gv.status
+        .iter()
+        .flat_map(|s| s.nodes.iter().map(|n| (n.name.clone(), n.verdict)))
+        .collect()
 }
 
 async fn pods_of(client: &Client, validation: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
-    api.list(&ListParams::default().labels(&format!("gpuval.io/validation={validation}"))).await.expect("list pods").items
+    api.list(&ListParams::default().labels(&format!("gpuval.io/validation={validation}")))
+        .await
+        .expect("list pods")
+        .items
 }
 
 /// Waits, re-checking on every pod event, until `done` holds for the validation's live pods
 /// (those without a deletionTimestamp).
-async fn wait_pods(client: &Client, validation: &str, secs: u64, what: &str, done: impl Fn(&[Pod]) -> bool) {
+async fn wait_pods(
+    client: &Client,
+    validation: &str,
+    secs: u64,
+    what: &str,
+    done: impl Fn(&[Pod]) -> bool,
+) {
     use futures::StreamExt;
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     loop {
-        let live: Vec<Pod> = pods_of(client, validation).await.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        let live: Vec<Pod> = pods_of(client, validation)
+            .await
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
         if done(&live) {
             return;
         }
         match tokio::time::timeout_at(deadline, events.next()).await {
             Ok(Some(_)) => {}
-            Ok(None) | Err(_) => panic!("{validation}: pods not {what} within {secs}s: {:?}", live.iter().map(|p| p.name_any()).collect::<Vec<_>>()),
+            Ok(None) | Err(_) => panic!(
+                "{validation}: pods not {what} within {secs}s: {:?}",
+                live.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+            ),
         }
     }
 }
 
 fn running(n: i32) -> impl Condition<GpuValidation> {
-    move |g: Option<&GpuValidation>| g.and_then(|g| g.status.as_ref()).is_some_and(|s| s.summary.as_ref().is_some_and(|x| x.running >= n))
+    move |g: Option<&GpuValidation>| {
+        g.and_then(|g| g.status.as_ref())
+            .is_some_and(|s| s.summary.as_ref().is_some_and(|x| x.running >= n))
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,13 +181,37 @@ async fn all_pass_gives_passed_ready_and_kubectl_wait_returns() {
     let e = env(&["gpu-a", "gpu-b", "gpu-c"]).await;
     let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
     let mut wait = e.cp.kubectl().unwrap();
-    apply(&e.client, "quick", json!({"checks": {"topology": {}, "memory": {}, "compute": {"duration": "30s"}}})).await;
-    let waited = wait
-        .args(["wait", "--for=condition=Ready", "gpuvalidation/quick", "--timeout=120s"])
+    apply(
+        &e.client,
+        "quick",
+        json!({"checks": {"topology": {}, "memory": {}, "compute": {"duration": "30s"}}}),
+    )
+    .await;
+    // kubectl wait runs beside the operator (off the async runtime) and must return on success.
+    let kubectl_wait = tokio::task::spawn_blocking(move || {
+        wait.args([
+            "wait",
+            "--for=condition=Ready",
+            "gpuvalidation/quick",
+            "--timeout=120s",
+        ])
         .output()
-        .expect("run kubectl wait");
-    assert!(waited.status.success(), "kubectl wait failed: {}", String::from_utf8_lossy(&waited.stderr));
-    let gv = wait_for(&e.client, "quick", 30, "terminal", |g: Option<&GpuValidation>| terminal(g)).await;
+    });
+    let gv = wait_for(
+        &e.client,
+        "quick",
+        120,
+        "terminal",
+        |g: Option<&GpuValidation>| terminal(g),
+    )
+    .await;
+    let waited = kubectl_wait.await.expect("join").expect("run kubectl wait");
+    assert!(
+        waited.status.success(),
+        "kubectl wait failed: {}; status: {}",
+        String::from_utf8_lossy(&waited.stderr),
+        serde_json::to_string_pretty(&gv.status).unwrap_or_default()
+    );
     let s = gv.status.as_ref().unwrap();
     assert_eq!(s.phase, Some(Phase::Passed), "{:?}", verdicts(&gv));
     assert!(conditions::is_true(&s.conditions, READY));
@@ -124,34 +221,73 @@ async fn all_pass_gives_passed_ready_and_kubectl_wait_returns() {
     let results: Api<GpuNodeResult> = Api::namespaced(e.client.clone(), NS);
     let all = results.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(all.len(), 3);
-    assert!(all.iter().all(|r| r.status.as_ref().is_some_and(|st| st.simulated && st.gpus.len() == 8)));
-    assert_eq!(pods_of(&e.client, "quick").await.len(), 3, "one pod per node");
+    assert!(all.iter().all(|r| {
+        r.status
+            .as_ref()
+            .is_some_and(|st| st.simulated && st.gpus.len() == 8)
+    }));
+    assert_eq!(
+        pods_of(&e.client, "quick").await.len(),
+        3,
+        "one pod per node"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_gpu_fails_the_run_naming_node_and_gpu() {
     let e = env(&["gpu-a", "gpu-b"]).await;
-    e.kubelet.set_node_env("gpu-b", "GPUVAL_SIMULATE", "gpus=8,model=H200,timescale=0.002,fail=memory@5");
+    e.kubelet.set_node_env(
+        "gpu-b",
+        "GPUVAL_SIMULATE",
+        "gpus=8,model=H200,timescale=0.002,fail=memory@5",
+    );
     let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
-    apply(&e.client, "bad-gpu", json!({"checks": {"memory": {}, "compute": {"duration": "30s"}}})).await;
-    let gv = wait_for(&e.client, "bad-gpu", 120, "terminal", |g: Option<&GpuValidation>| terminal(g)).await;
+    apply(
+        &e.client,
+        "bad-gpu",
+        json!({"checks": {"memory": {}, "compute": {"duration": "30s"}}}),
+    )
+    .await;
+    let gv = wait_for(
+        &e.client,
+        "bad-gpu",
+        120,
+        "terminal",
+        |g: Option<&GpuValidation>| terminal(g),
+    )
+    .await;
     let s = gv.status.as_ref().unwrap();
     assert_eq!(s.phase, Some(Phase::Failed));
     let stalled = conditions::find(&s.conditions, STALLED).expect("Stalled");
     assert_eq!(stalled.status, "True");
-    assert!(stalled.message.contains("gpu-b") && stalled.message.contains("GPU5"), "{}", stalled.message);
+    assert!(
+        stalled.message.contains("gpu-b") && stalled.message.contains("GPU5"),
+        "{}",
+        stalled.message
+    );
     let b = s.nodes.iter().find(|n| n.name == "gpu-b").unwrap();
     assert_eq!(b.verdict, NodeVerdict::Failed);
     assert!(b.message.as_deref().unwrap().contains("GPU5 memory"));
-    assert_eq!(s.nodes.iter().find(|n| n.name == "gpu-a").unwrap().verdict, NodeVerdict::Passed);
+    assert_eq!(
+        s.nodes.iter().find(|n| n.name == "gpu-a").unwrap().verdict,
+        NodeVerdict::Passed
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_gives_error_and_the_run_completes() {
     let e = env(&["gpu-a", "gpu-b"]).await;
     // Each burn takes 10m × 0.02 = 12 s: time to kill gpu-b's agent mid-run.
-    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, "gpus=8,model=H200,timescale=0.02"));
-    apply(&e.client, "crash", json!({"checks": {"compute": {"duration": "10m"}}, "deadline": "1h"})).await;
+    let _op = OperatorHandle::start(
+        e.client.clone(),
+        test_config(NS, "gpus=8,model=H200,timescale=0.02"),
+    );
+    apply(
+        &e.client,
+        "crash",
+        json!({"checks": {"compute": {"duration": "10m"}}, "deadline": "1h"}),
+    )
+    .await;
     wait_for(&e.client, "crash", 60, "running on both nodes", running(2)).await;
     let pods = pods_of(&e.client, "crash").await;
     let pod_b = pods
@@ -160,10 +296,28 @@ async fn a_killed_agent_gives_error_and_the_run_completes() {
         .map(|p| p.name_any())
         .expect("a pod on gpu-b");
     assert!(e.kubelet.kill(&pod_b), "agent of {pod_b} was running");
-    let gv = wait_for(&e.client, "crash", 120, "terminal", |g: Option<&GpuValidation>| terminal(g)).await;
-    let b = gv.status.as_ref().unwrap().nodes.iter().find(|n| n.name == "gpu-b").cloned().unwrap();
+    let gv = wait_for(
+        &e.client,
+        "crash",
+        120,
+        "terminal",
+        |g: Option<&GpuValidation>| terminal(g),
+    )
+    .await;
+    let b = gv
+        .status
+        .as_ref()
+        .unwrap()
+        .nodes
+        .iter()
+        .find(|n| n.name == "gpu-b")
+        .cloned()
+        .unwrap();
     assert_eq!(b.verdict, NodeVerdict::Error, "{b:?}");
-    assert!(b.message.as_deref().unwrap().contains("agent pod failed"), "{b:?}");
+    assert!(
+        b.message.as_deref().unwrap().contains("agent pod failed"),
+        "{b:?}"
+    );
     assert_eq!(gv.status.as_ref().unwrap().phase, Some(Phase::Failed));
 }
 
@@ -171,10 +325,28 @@ async fn a_killed_agent_gives_error_and_the_run_completes() {
 async fn the_deadline_gives_deadline_exceeded_and_removes_pods() {
     let e = env(&["gpu-a"]).await;
     // 20 s × 5 = 100 s of simulated burn against a 30 s deadline.
-    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, "gpus=8,model=H200,timescale=5"));
-    apply(&e.client, "slow", json!({"checks": {"compute": {"duration": "20s"}}, "deadline": "30s"})).await;
-    let gv = wait_for(&e.client, "slow", 120, "terminal", |g: Option<&GpuValidation>| terminal(g)).await;
-    assert_eq!(verdicts(&gv), vec![("gpu-a".to_string(), NodeVerdict::DeadlineExceeded)]);
+    let _op = OperatorHandle::start(
+        e.client.clone(),
+        test_config(NS, "gpus=8,model=H200,timescale=5"),
+    );
+    apply(
+        &e.client,
+        "slow",
+        json!({"checks": {"compute": {"duration": "20s"}}, "deadline": "30s"}),
+    )
+    .await;
+    let gv = wait_for(
+        &e.client,
+        "slow",
+        120,
+        "terminal",
+        |g: Option<&GpuValidation>| terminal(g),
+    )
+    .await;
+    assert_eq!(
+        verdicts(&gv),
+        vec![("gpu-a".to_string(), NodeVerdict::DeadlineExceeded)]
+    );
     wait_pods(&e.client, "slow", 60, "removed", |live| live.is_empty()).await;
 }
 
@@ -183,30 +355,78 @@ async fn a_restarted_operator_makes_no_duplicates_and_reaches_the_verdict() {
     let e = env(&["gpu-a", "gpu-b"]).await;
     let sim = "gpus=8,model=H200,timescale=0.01";
     let op = OperatorHandle::start(e.client.clone(), test_config(NS, sim));
-    apply(&e.client, "restart", json!({"checks": {"compute": {"duration": "10m"}}})).await;
+    apply(
+        &e.client,
+        "restart",
+        json!({"checks": {"compute": {"duration": "10m"}}}),
+    )
+    .await;
     wait_for(&e.client, "restart", 60, "running", running(1)).await;
     op.stop().await;
     let _op2 = OperatorHandle::start(e.client.clone(), test_config(NS, sim));
-    let gv = wait_for(&e.client, "restart", 120, "terminal", |g: Option<&GpuValidation>| terminal(g)).await;
-    assert_eq!(gv.status.as_ref().unwrap().phase, Some(Phase::Passed), "{:?}", verdicts(&gv));
-    assert_eq!(pods_of(&e.client, "restart").await.len(), 2, "no duplicate pods");
+    let gv = wait_for(
+        &e.client,
+        "restart",
+        120,
+        "terminal",
+        |g: Option<&GpuValidation>| terminal(g),
+    )
+    .await;
+    assert_eq!(
+        gv.status.as_ref().unwrap().phase,
+        Some(Phase::Passed),
+        "{:?}",
+        verdicts(&gv)
+    );
+    assert_eq!(
+        pods_of(&e.client, "restart").await.len(),
+        2,
+        "no duplicate pods"
+    );
     assert_eq!(e.kubelet.started().len(), 2, "each agent ran once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_edit_starts_a_new_run_and_the_old_pods_go() {
     let e = env(&["gpu-a"]).await;
-    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, "gpus=8,model=H200,timescale=0.05"));
-    apply(&e.client, "edit", json!({"checks": {"compute": {"duration": "10m"}}})).await;
+    let _op = OperatorHandle::start(
+        e.client.clone(),
+        test_config(NS, "gpus=8,model=H200,timescale=0.05"),
+    );
+    apply(
+        &e.client,
+        "edit",
+        json!({"checks": {"compute": {"duration": "10m"}}}),
+    )
+    .await;
     wait_for(&e.client, "edit", 60, "running", running(1)).await;
-    let old: Vec<String> = pods_of(&e.client, "edit").await.iter().map(|p| p.name_any()).collect();
-    let edited = apply(&e.client, "edit", json!({"checks": {"memory": {"fraction": 0.5}}})).await;
+    let old: Vec<String> = pods_of(&e.client, "edit")
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    let edited = apply(
+        &e.client,
+        "edit",
+        json!({"checks": {"memory": {"fraction": 0.5}}}),
+    )
+    .await;
     assert_eq!(edited.metadata.generation, Some(2));
-    let gv = wait_for(&e.client, "edit", 120, "terminal at generation 2", |g: Option<&GpuValidation>| terminal(g)).await;
+    let gv = wait_for(
+        &e.client,
+        "edit",
+        120,
+        "terminal at generation 2",
+        |g: Option<&GpuValidation>| terminal(g),
+    )
+    .await;
     assert_eq!(gv.status.as_ref().unwrap().observed_generation, Some(2));
     assert_eq!(gv.status.as_ref().unwrap().phase, Some(Phase::Passed));
     wait_pods(&e.client, "edit", 60, "only generation 2", |live| {
-        live.iter().all(|p| !old.contains(&p.name_any()) && p.labels().get("gpuval.io/generation").map(String::as_str) == Some("2"))
+        live.iter().all(|p| {
+            !old.contains(&p.name_any())
+                && p.labels().get("gpuval.io/generation").map(String::as_str) == Some("2")
+        })
     })
     .await;
 }
@@ -216,41 +436,124 @@ async fn deleting_the_validation_takes_its_pods_and_results() {
     let e = env(&["gpu-a", "gpu-b"]).await;
     let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
     apply(&e.client, "gone", json!({"checks": {"memory": {}}})).await;
-    wait_for(&e.client, "gone", 120, "terminal", |g: Option<&GpuValidation>| terminal(g)).await;
+    wait_for(
+        &e.client,
+        "gone",
+        120,
+        "terminal",
+        |g: Option<&GpuValidation>| terminal(g),
+    )
+    .await;
     let results: Api<GpuNodeResult> = Api::namespaced(e.client.clone(), NS);
-    assert_eq!(results.list(&ListParams::default()).await.unwrap().items.len(), 2);
-    let owned: Vec<(String, String)> = results.list(&ListParams::default()).await.unwrap().items.iter().map(|r| (r.name_any(), r.uid().unwrap_or_default())).collect();
+    assert_eq!(
+        results
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2
+    );
+    let owned: Vec<(String, String)> = results
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|r| (r.name_any(), r.uid().unwrap_or_default()))
+        .collect();
     let api: Api<GpuValidation> = Api::all(e.client.clone());
     let uid = api.get("gone").await.unwrap().uid().unwrap();
-    api.delete("gone", &DeleteParams::foreground()).await.unwrap();
-    let deleted = await_condition(api, "gone", kube::runtime::wait::conditions::is_deleted(&uid));
-    tokio::time::timeout(Duration::from_secs(60), deleted).await.expect("validation deleted").unwrap();
+    api.delete("gone", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    let deleted = await_condition(
+        api,
+        "gone",
+        kube::runtime::wait::conditions::is_deleted(&uid),
+    );
+    tokio::time::timeout(Duration::from_secs(60), deleted)
+        .await
+        .expect("validation deleted")
+        .unwrap();
     // Garbage collection (kube-controller-manager) removes the owned pods and results.
-    wait_pods(&e.client, "gone", 60, "garbage-collected", |live| live.is_empty()).await;
+    wait_pods(&e.client, "gone", 60, "garbage-collected", |live| {
+        live.is_empty()
+    })
+    .await;
     for (name, uid) in owned {
-        let gone = await_condition(results.clone(), &name, kube::runtime::wait::conditions::is_deleted(&uid));
-        tokio::time::timeout(Duration::from_secs(60), gone).await.unwrap_or_else(|_| panic!("result {name} not collected")).unwrap();
+        let gone = await_condition(
+            results.clone(),
+            &name,
+            kube::runtime::wait::conditions::is_deleted(&uid),
+        );
+        tokio::time::timeout(Duration::from_secs(60), gone)
+            .await
+            .unwrap_or_else(|_| panic!("result {name} not collected"))
+            .unwrap();
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cordoned_and_gpu_less_nodes_are_not_selected_and_status_says_why() {
     let e = env(&["gpu-a", "gpu-c"]).await;
-    nodes::create_gpu_node(&e.client, "cpu-0", 0, &[("pool", "h200")]).await.unwrap();
+    nodes::create_gpu_node(&e.client, "cpu-0", 0, &[("pool", "h200")])
+        .await
+        .unwrap();
     let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(e.client.clone());
-    node_api.patch("gpu-c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}}))).await.unwrap();
+    node_api
+        .patch(
+            "gpu-c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
     let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
-    apply(&e.client, "pool", json!({"nodeSelector": {"matchLabels": {"pool": "h200"}}, "checks": {"memory": {}}})).await;
-    let gv = wait_for(&e.client, "pool", 120, "terminal", |g: Option<&GpuValidation>| terminal(g)).await;
+    apply(
+        &e.client,
+        "pool",
+        json!({"nodeSelector": {"matchLabels": {"pool": "h200"}}, "checks": {"memory": {}}}),
+    )
+    .await;
+    let gv = wait_for(
+        &e.client,
+        "pool",
+        120,
+        "terminal",
+        |g: Option<&GpuValidation>| terminal(g),
+    )
+    .await;
     let s = gv.status.as_ref().unwrap();
-    assert_eq!(verdicts(&gv), vec![("gpu-a".to_string(), NodeVerdict::Passed)]);
+    assert_eq!(
+        verdicts(&gv),
+        vec![("gpu-a".to_string(), NodeVerdict::Passed)]
+    );
     let why = s.selection.as_deref().unwrap();
-    assert!(why.contains("gpu-c (cordoned)") && why.contains("cpu-0 (no allocatable nvidia.com/gpu)"), "{why}");
+    assert!(
+        why.contains("gpu-c (cordoned)") && why.contains("cpu-0 (no allocatable nvidia.com/gpu)"),
+        "{why}"
+    );
 
     // A named node that does not exist stalls the validation instead of retrying forever.
-    apply(&e.client, "ghost", json!({"nodeNames": ["gpu-a", "ghost-node"], "checks": {"memory": {}}})).await;
-    let gv = wait_for(&e.client, "ghost", 60, "terminal", |g: Option<&GpuValidation>| terminal(g)).await;
+    apply(
+        &e.client,
+        "ghost",
+        json!({"nodeNames": ["gpu-a", "ghost-node"], "checks": {"memory": {}}}),
+    )
+    .await;
+    let gv = wait_for(
+        &e.client,
+        "ghost",
+        60,
+        "terminal",
+        |g: Option<&GpuValidation>| terminal(g),
+    )
+    .await;
     let stalled = conditions::find(&gv.status.as_ref().unwrap().conditions, STALLED).unwrap();
-    assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "NodeNotFound"));
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", "NodeNotFound")
+    );
     assert!(stalled.message.contains("ghost-node"));
 }

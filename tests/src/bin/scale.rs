@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use gpuval_crds::{GpuNodeResult, GpuReport, GpuValidation, NodeReport, Verdict, labels, result::result_name};
+use gpuval_crds::{
+    GpuNodeResult, GpuReport, GpuValidation, NodeReport, Verdict, labels, result::result_name,
+};
 use gpuval_tests::{ControlPlane, Options, crds};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, ResourceExt};
@@ -32,7 +34,11 @@ struct Args {
 }
 
 fn args() -> Result<Args, String> {
-    let mut a = Args { nodes: 1000, operator: PathBuf::from("target/release/gpuval-operator"), out: PathBuf::from("bench/results/scale") };
+    let mut a = Args {
+        nodes: 1000,
+        operator: PathBuf::from("target/release/gpuval-operator"),
+        out: PathBuf::from("bench/results/scale"),
+    };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         let v = it.next().ok_or(format!("{k} needs a value"))?;
@@ -40,7 +46,11 @@ fn args() -> Result<Args, String> {
             "--nodes" => a.nodes = v.parse().map_err(|e| format!("--nodes: {e}"))?,
             "--operator" => a.operator = v.into(),
             "--out" => a.out = v.into(),
-            _ => return Err(format!("unknown flag {k}: use --nodes N --operator PATH --out DIR")),
+            _ => {
+                return Err(format!(
+                    "unknown flag {k}: use --nodes N --operator PATH --out DIR"
+                ));
+            }
         }
     }
     Ok(a)
@@ -82,7 +92,11 @@ fn fake_report(node: &str) -> NodeReport {
 }
 
 /// Writes the node's result the way the agent does (SSA object + SSA status).
-async fn write_result(client: kube::Client, gv: &GpuValidation, node: &str) -> Result<(), kube::Error> {
+async fn write_result(
+    client: kube::Client,
+    gv: &GpuValidation,
+    node: &str,
+) -> Result<(), kube::Error> {
     let name = gv.name_any();
     let rname = result_name(&name, node);
     let api: Api<GpuNodeResult> = Api::namespaced(client, NS);
@@ -92,8 +106,8 @@ async fn write_result(client: kube::Client, gv: &GpuValidation, node: &str) -> R
         "metadata": {
             "name": rname, "namespace": NS,
             "labels": {labels::VALIDATION: name, labels::NODE: node, labels::GENERATION: generation.to_string(),
-                       "gpuval.io/verdict": "Pass", "app.kubernetes.io/managed-by": "gpuval-operator"},
-            "annotations": {"gpuval.io/node": node, "gpuval.io/summary": ""},
+                       labels::VERDICT: "Pass", "app.kubernetes.io/managed-by": "gpuval-operator"},
+            "annotations": {labels::NODE: node, labels::SUMMARY: ""},
             "ownerReferences": [{"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "name": name,
                                   "uid": gv.metadata.uid.clone().unwrap_or_default()}],
         },
@@ -102,7 +116,8 @@ async fn write_result(client: kube::Client, gv: &GpuValidation, node: &str) -> R
     let pp = PatchParams::apply(&format!("gpuval-agent/{node}")).force();
     api.patch(&rname, &pp, &Patch::Apply(&obj)).await?;
     let status = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult", "status": fake_report(node)});
-    api.patch_status(&rname, &pp, &Patch::Apply(&status)).await?;
+    api.patch_status(&rname, &pp, &Patch::Apply(&status))
+        .await?;
     Ok(())
 }
 
@@ -115,9 +130,18 @@ fn proc_stat(pid: u32) -> (u64, f64) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
-    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: f64 = fields
+        .get(11)
+        .and_then(|u| u.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        + fields
+            .get(12)
+            .and_then(|s| s.parse::<f64>().ok())
+            .unwrap_or(0.0);
     (hwm_kb, ticks / 100.0)
 }
 
@@ -135,11 +159,20 @@ async fn run() -> Result<(), String> {
         let s = s.to_string();
         move |err: kube::Error| format!("{s}: {err}")
     };
-    let cp = ControlPlane::start_with(Options { scheduler: true, ..Default::default() }).await.map_err(|e| e.to_string())?;
+    let cp = ControlPlane::start_with(Options {
+        scheduler: true,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| e.to_string())?;
     let client = cp.client().await.map_err(|e| e.to_string())?;
     crds::install_crds(&client).await?;
     Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": NS}})).map_err(|e| e.to_string())?)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}}))
+                .map_err(|e| e.to_string())?,
+        )
         .await
         .map_err(e("create namespace"))?;
 
@@ -148,22 +181,49 @@ async fn run() -> Result<(), String> {
     futures::stream::iter((0..a.nodes).map(|i| {
         let nodes = nodes.clone();
         async move {
-            let n: Node = serde_json::from_value(node_json(&format!("gpu-{i:05}"))).map_err(|e| e.to_string())?;
-            nodes.create(&PostParams::default(), &n).await.map(|_| ()).map_err(|e| e.to_string())
+            let n: Node = serde_json::from_value(node_json(&format!("gpu-{i:05}")))
+                .map_err(|e| e.to_string())?;
+            nodes
+                .create(&PostParams::default(), &n)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         }
     }))
     .buffer_unordered(32)
     .try_collect::<Vec<_>>()
     .await?;
-    eprintln!("{} nodes created in {:.1}s", a.nodes, t.elapsed().as_secs_f64());
+    eprintln!(
+        "{} nodes created in {:.1}s",
+        a.nodes,
+        t.elapsed().as_secs_f64()
+    );
 
-    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
     let mut op = Command::new(&a.operator)
         .env("KUBECONFIG", cp.kubeconfig())
-        .env("RUST_LOG", std::env::var("OPERATOR_LOG").unwrap_or_else(|_| "warn".into()))
-        .args(["--agent-image", "gpuval-agent:scale", "--log-format", "text", "--namespace", NS, "--concurrency", "8"])
+        .env(
+            "RUST_LOG",
+            std::env::var("OPERATOR_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .args([
+            "--agent-image",
+            "gpuval-agent:scale",
+            "--log-format",
+            "text",
+            "--namespace",
+            NS,
+            "--concurrency",
+            "8",
+        ])
         // No controller-manager here, so the not-ready taint that admission puts on new nodes stays.
-        .args(["--agent-toleration", "node.kubernetes.io/not-ready:NoSchedule"])
+        .args([
+            "--agent-toleration",
+            "node.kubernetes.io/not-ready:NoSchedule",
+        ])
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
@@ -186,8 +246,14 @@ async fn run() -> Result<(), String> {
                 .default_backoff()
                 .applied_objects()
                 .for_each_concurrent(32, |p| {
-                    let (pods, gvs, client, seen, done, created) =
-                        (pods.clone(), gvs.clone(), client.clone(), seen.clone(), done.clone(), created.clone());
+                    let (pods, gvs, client, seen, done, created) = (
+                        pods.clone(),
+                        gvs.clone(),
+                        client.clone(),
+                        seen.clone(),
+                        done.clone(),
+                        created.clone(),
+                    );
                     async move {
                         let Ok(p) = p else { return };
                         {
@@ -199,21 +265,36 @@ async fn run() -> Result<(), String> {
                         }
                         let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else {
                             if std::env::var_os("SCALE_DEBUG").is_some() {
-                                eprintln!("pod {} not bound: {:?}", p.name_any(), p.status.as_ref().and_then(|s| s.conditions.clone()));
+                                eprintln!(
+                                    "pod {} not bound: {:?}",
+                                    p.name_any(),
+                                    p.status.as_ref().and_then(|s| s.conditions.clone())
+                                );
                             }
                             return;
                         };
                         if !seen.lock().await.insert(format!("r/{}", p.name_any())) {
                             return;
                         }
-                        let Some(owner) = p.owner_references().first().map(|o| o.name.clone()) else { return };
-                        let Ok(gv) = gvs.get(&owner).await else { return };
+                        let Some(owner) = p.owner_references().first().map(|o| o.name.clone())
+                        else {
+                            return;
+                        };
+                        let Ok(gv) = gvs.get(&owner).await else {
+                            return;
+                        };
                         match write_result(client, &gv, &node).await {
                             Ok(()) => done.lock().await.push(Instant::now()),
                             Err(e) => eprintln!("fake agent: result for {node}: {e}"),
                         }
                         let status = json!({"status": {"phase": "Succeeded"}});
-                        let _ = pods.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
+                        let _ = pods
+                            .patch_status(
+                                &p.name_any(),
+                                &PatchParams::default(),
+                                &Patch::Merge(&status),
+                            )
+                            .await;
                     }
                 })
                 .await;
@@ -223,11 +304,23 @@ async fn run() -> Result<(), String> {
     let applied = Instant::now();
     let gv = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "metadata": {"name": "scale"},
                     "spec": {"checks": {"memory": {}, "compute": {"duration": "5m"}}, "deadline": "2h"}});
-    gvs.patch("scale", &PatchParams::apply("scale-bench"), &Patch::Apply(&gv)).await.map_err(e("apply validation"))?;
+    gvs.patch(
+        "scale",
+        &PatchParams::apply("scale-bench"),
+        &Patch::Apply(&gv),
+    )
+    .await
+    .map_err(e("apply validation"))?;
 
     // Wait for Passed (watch the validation).
     let passed_at = {
-        let mut stream = watcher(gvs.clone(), watcher::Config::default().fields("metadata.name=scale")).default_backoff().applied_objects().boxed();
+        let mut stream = watcher(
+            gvs.clone(),
+            watcher::Config::default().fields("metadata.name=scale"),
+        )
+        .default_backoff()
+        .applied_objects()
+        .boxed();
         let deadline = tokio::time::sleep(Duration::from_secs(600));
         tokio::pin!(deadline);
         loop {
@@ -248,14 +341,38 @@ async fn run() -> Result<(), String> {
     agent.abort();
 
     let created = all_created.lock().await.ok_or("not every pod was seen")?;
-    let last_result = done_results.lock().await.iter().max().copied().ok_or("no result written")?;
+    let last_result = done_results
+        .lock()
+        .await
+        .iter()
+        .max()
+        .copied()
+        .ok_or("no result written")?;
     let raw = client
-        .request_text(http::Request::get("/apis/gpuval.io/v1alpha1/gpuvalidations/scale").body(Vec::new()).map_err(|e| e.to_string())?)
+        .request_text(
+            http::Request::get("/apis/gpuval.io/v1alpha1/gpuvalidations/scale")
+                .body(Vec::new())
+                .map_err(|e| e.to_string())?,
+        )
         .await
         .map_err(e("get validation"))?;
-    let pods_now = pods.list(&ListParams::default().labels("gpuval.io/validation=scale")).await.map_err(e("list pods"))?.items.len();
-    let phase = final_gv.status.as_ref().and_then(|s| s.phase).map(|p| format!("{p:?}")).unwrap_or_default();
-    let summary = final_gv.status.as_ref().and_then(|s| s.summary.clone()).unwrap_or_default();
+    let pods_now = pods
+        .list(&ListParams::default().labels("gpuval.io/validation=scale"))
+        .await
+        .map_err(e("list pods"))?
+        .items
+        .len();
+    let phase = final_gv
+        .status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .map(|p| format!("{p:?}"))
+        .unwrap_or_default();
+    let summary = final_gv
+        .status
+        .as_ref()
+        .and_then(|s| s.summary.clone())
+        .unwrap_or_default();
 
     let result = json!({
         "nodes": a.nodes,
@@ -274,7 +391,14 @@ async fn run() -> Result<(), String> {
     });
     std::fs::create_dir_all(&a.out).map_err(|e| e.to_string())?;
     let file = a.out.join(format!("scale-{}.json", a.nodes));
-    std::fs::write(&file, serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    println!("{}", serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?);
+    std::fs::write(
+        &file,
+        serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?
+    );
     Ok(())
 }
