@@ -123,21 +123,14 @@ async fn run() -> Result<(), String> {
             "$ kubectl get gpunoderesults -n {NS}\n{}",
             kubectl(&cp, &["get", "gpunoderesults", "-n", NS])?
         );
-        let jsonpath =
-            "{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{\"\\n\"}{end}";
-        println!(
-            "$ kubectl get gpuval {name} -o jsonpath='<conditions>'\n{}",
-            kubectl(
-                &cp,
-                &[
-                    "get",
-                    "gpuval",
-                    &name,
-                    "-o",
-                    &format!("jsonpath={jsonpath}")
-                ]
-            )?
-        );
+        let gv = api
+            .get(&name)
+            .await
+            .map_err(|e| format!("get {name}: {e}"))?;
+        println!("conditions of {name}:");
+        for c in gv.status.iter().flat_map(|s| s.conditions.iter()) {
+            println!("  {}={} ({}): {}", c.type_, c.status, c.reason, c.message);
+        }
     }
     if exit_at_once {
         return Ok(());
