@@ -721,7 +721,7 @@ mod tests {
                     "gpuval.io/validation": "quick",
                     "gpuval.io/verdict": "Fail",
                 },
-                "annotations": {"gpuval.io/summary": "GPU3: memory: 12 mismatched words"},
+                "annotations": {"gpuval.io/summary": "GPU3: memory: 12 mismatched words", "gpuval.io/node": "gpu-node-1"},
                 "ownerReferences": [{
                     "apiVersion": "gpuval.io/v1alpha1",
                     "kind": "GpuValidation",
