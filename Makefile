@@ -10,7 +10,7 @@ demo: control-plane
 ## The whole test suite: unit tests, and integration tests against a real etcd + kube-apiserver.
 test: control-plane
 	LD_LIBRARY_PATH="$$(tests/scripts/install-nvrtc.sh)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" GPUVAL_REQUIRE_NVRTC=1 \
-	  $(CARGO) test --workspace --all-targets -- --show-output
+	  $(CARGO) test --workspace --all-targets --no-fail-fast -- --show-output
 
 control-plane:
 	@tests/scripts/build-control-plane.sh >/dev/null
