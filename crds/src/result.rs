@@ -51,7 +51,8 @@ pub fn result_name(validation: &str, node: &str) -> String {
     format!("{}-{hash:016x}", &name[..253 - 17])
 }
 
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+/// 64-bit FNV-1a: the stable hash behind shortened names and label values.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })

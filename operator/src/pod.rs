@@ -25,9 +25,7 @@ pub fn pod_name(validation: &str, node: &str, generation: i64) -> String {
     if full.len() <= 63 {
         return full;
     }
-    let h = full.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
+    let h = gpuval_crds::result::fnv1a(full.as_bytes());
     let head: String = full.chars().take(44).collect();
     format!("{}-{h:016x}", head.trim_end_matches(['-', '.']))
 }

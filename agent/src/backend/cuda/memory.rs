@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg, result, sys};
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, result, sys,
+};
 use gpuval_crds::Mismatch;
 
 use super::kernels::Kernels;
@@ -88,6 +90,45 @@ pub fn timed(
     Ok(f64::from(start.elapsed_ms(&end)?) / 1e3)
 }
 
+/// The fill and verify launches over one buffer, shared by the check and its self-test.
+struct Pattern<'a> {
+    stream: &'a Arc<CudaStream>,
+    k: &'a Kernels,
+    cfg: LaunchConfig,
+    ptr: u64,
+    nvec: u64,
+}
+
+impl Pattern<'_> {
+    fn fill(&self, seed: u32, inv: u32) -> Result<(), cudarc::driver::DriverError> {
+        let mut b = self.stream.launch_builder(&self.k.fill);
+        b.arg(&self.ptr).arg(&self.nvec).arg(&seed).arg(&inv);
+        // SAFETY: gv_fill writes nvec 16-byte vectors inside the buffer at ptr.
+        unsafe { b.launch(self.cfg) }.map(|_| ())
+    }
+
+    fn verify(
+        &self,
+        seed: u32,
+        inv: u32,
+        counters: &mut CudaSlice<u64>,
+        log: &mut CudaSlice<u64>,
+        max_log: u32,
+    ) -> Result<(), cudarc::driver::DriverError> {
+        let mut b = self.stream.launch_builder(&self.k.verify);
+        b.arg(&self.ptr)
+            .arg(&self.nvec)
+            .arg(&seed)
+            .arg(&inv)
+            .arg(counters)
+            .arg(log)
+            .arg(&max_log);
+        // SAFETY: gv_verify reads nvec vectors and writes counters[2] and log[2 * max_log],
+        // which the callers allocate with those sizes.
+        unsafe { b.launch(self.cfg) }.map(|_| ())
+    }
+}
+
 pub fn run(
     ctx: &Arc<CudaContext>,
     gpu: u32,
@@ -125,6 +166,13 @@ pub fn run(
         shared_mem_bytes: 0,
     };
     let steps = (req.passes.max(1) * 2) as f64;
+    let pattern = Pattern {
+        stream: &stream,
+        k,
+        cfg,
+        ptr: buf.ptr,
+        nvec,
+    };
 
     for pass in 0..req.passes.max(1) {
         for (half, inv) in [0u32, u32::MAX].into_iter().enumerate() {
@@ -132,14 +180,8 @@ pub fn run(
                 return Err(BackendError::Stopped);
             }
             let seed: u32 = 0x6a09_e667 ^ pass.wrapping_mul(0x9e37_79b9);
-            let ptr: u64 = buf.ptr;
-            out.fill_seconds += timed(ctx, &stream, || {
-                let mut b = stream.launch_builder(&k.fill);
-                b.arg(&ptr).arg(&nvec).arg(&seed).arg(&inv);
-                // SAFETY: gv_fill writes nvec 16-byte vectors inside buf.
-                unsafe { b.launch(cfg) }.map(|_| ())
-            })
-            .map_err(err("fill"))?;
+            out.fill_seconds +=
+                timed(ctx, &stream, || pattern.fill(seed, inv)).map_err(err("fill"))?;
             out.bytes_written += nvec * 16;
 
             stream
@@ -147,16 +189,7 @@ pub fn run(
                 .map_err(err("reset counters"))?;
             let max_log_u32 = max_log as u32;
             out.verify_seconds += timed(ctx, &stream, || {
-                let mut b = stream.launch_builder(&k.verify);
-                b.arg(&ptr)
-                    .arg(&nvec)
-                    .arg(&seed)
-                    .arg(&inv)
-                    .arg(&mut counters)
-                    .arg(&mut log)
-                    .arg(&max_log_u32);
-                // SAFETY: gv_verify reads nvec vectors of buf and writes counters[2], log[2*max_log].
-                unsafe { b.launch(cfg) }.map(|_| ())
+                pattern.verify(seed, inv, &mut counters, &mut log, max_log_u32)
             })
             .map_err(err("verify"))?;
             out.bytes_read += nvec * 16;
@@ -222,26 +255,21 @@ pub fn selftest(
         .alloc_zeros::<u64>(2)
         .map_err(err("allocate counters"))?;
     let mut log = stream.alloc_zeros::<u64>(2).map_err(err("allocate log"))?;
-    let one = 1u32;
-    // SAFETY: the same bounds as in `run`; gv_corrupt touches words < nwords only.
-    unsafe {
-        let mut b = stream.launch_builder(&k.fill);
-        b.arg(&ptr).arg(&nvec).arg(&seed).arg(&inv);
-        b.launch(cfg).map_err(err("fill"))?;
-        let mut b = stream.launch_builder(&k.corrupt);
-        b.arg(&ptr).arg(&nwords).arg(&count);
-        b.launch(LaunchConfig::for_num_elems(count.max(1)))
-            .map_err(err("corrupt"))?;
-        let mut b = stream.launch_builder(&k.verify);
-        b.arg(&ptr)
-            .arg(&nvec)
-            .arg(&seed)
-            .arg(&inv)
-            .arg(&mut counters)
-            .arg(&mut log)
-            .arg(&one);
-        b.launch(cfg).map_err(err("verify"))?;
-    }
+    let pattern = Pattern {
+        stream: &stream,
+        k,
+        cfg,
+        ptr,
+        nvec,
+    };
+    pattern.fill(seed, inv).map_err(err("fill"))?;
+    let mut b = stream.launch_builder(&k.corrupt);
+    b.arg(&ptr).arg(&nwords).arg(&count);
+    // SAFETY: gv_corrupt touches words < nwords only.
+    unsafe { b.launch(LaunchConfig::for_num_elems(count.max(1))) }.map_err(err("corrupt"))?;
+    pattern
+        .verify(seed, inv, &mut counters, &mut log, 1)
+        .map_err(err("verify"))?;
     let c = stream.clone_dtoh(&counters).map_err(err("read counters"))?;
     Ok(c[0])
 }
