@@ -8,14 +8,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use gpuval_crds::{
-    Checks, ComputeResult, GpuReport, MemoryResult, NodeReport, Thresholds, TopologyReport, Verdict,
+    Checks, ComputeResult, GpuReport, HostTransferResult, MemoryResult, NodeReport, P2pResult,
+    Thresholds, TopologyReport, Verdict,
 };
 
 use crate::backend::{
-    Backend, BackendError, ComputeOutcome, ComputeRequest, ErrorCounters, GpuInfo, MemoryOutcome,
-    MemoryRequest, RunControl, TelemetrySample, TopologySnapshot,
+    Backend, BackendError, ComputeOutcome, ComputeRequest, ErrorCounters, GpuInfo,
+    HostTransferOutcome, HostTransferRequest, MemoryOutcome, MemoryRequest, P2pOutcome, P2pRequest,
+    RunControl, TelemetrySample, TopologySnapshot,
 };
+use crate::link_verdict::link_error_deltas;
 use crate::{telemetry, topology, verdict::Judge};
+
+const MIB: u64 = 1024 * 1024;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -28,6 +33,8 @@ pub struct Plan {
     pub node: Option<String>,
     /// How often telemetry is sampled.
     pub sample_every: Duration,
+    /// Seed of the peer-to-peer pair order (None: a new order each run).
+    pub p2p_seed: Option<u64>,
 }
 
 impl Plan {
@@ -38,6 +45,7 @@ impl Plan {
             gpus: None,
             node: None,
             sample_every: Duration::from_millis(500),
+            p2p_seed: None,
         }
     }
 }
@@ -122,6 +130,7 @@ pub fn run(
     let run_started = Instant::now();
     let mut memory: HashMap<u32, Result<MemoryOutcome, BackendError>> = HashMap::new();
     let mut compute: HashMap<u32, Result<ComputeOutcome, BackendError>> = HashMap::new();
+    let mut links = LinkRuns::default();
 
     std::thread::scope(|s| {
         let snap0 = topo_before.as_ref().and_then(|r| r.as_ref().ok());
@@ -163,6 +172,7 @@ pub fn run(
                 backend.compute_burn(gpu, &req, ctl)
             });
         }
+        links = run_links(backend, plan, &gpus, stop, sink);
         sampler_stop.store(true, Ordering::Relaxed);
     });
 
@@ -200,6 +210,21 @@ pub fn run(
                         }
                     }
                 }),
+                host_transfer: links.host.remove(&g.index).map(|r| match r {
+                    Ok(o) => judge.host_transfer(
+                        g,
+                        &o,
+                        &plan.checks.host_transfer.clone().unwrap_or_default(),
+                    ),
+                    Err(e) => {
+                        let (verdict, reasons) = Judge::check_error(&e);
+                        HostTransferResult {
+                            verdict,
+                            reasons,
+                            ..Default::default()
+                        }
+                    }
+                }),
                 telemetry: Some(telemetry::summarize(
                     sampled
                         .samples
@@ -215,6 +240,7 @@ pub fn run(
         })
         .collect();
     judge.relative(&mut gpu_reports);
+    judge.relative_host(&mut gpu_reports);
     for g in &mut gpu_reports {
         judge.gpu(g);
     }
@@ -236,6 +262,22 @@ pub fn run(
             }
         }
     });
+    report.p2p = links.p2p.map(|r| {
+        let spec = plan.checks.p2p.clone().unwrap_or_default();
+        match r {
+            Ok(o) => judge.p2p(&gpus, &o, &spec, links.link_moved, links.link_failures),
+            Err(e) => {
+                let (verdict, reasons) = Judge::check_error(&e);
+                P2pResult {
+                    verdict,
+                    reasons,
+                    buffer_mib: spec.buffer_mib,
+                    iterations: spec.iterations,
+                    ..Default::default()
+                }
+            }
+        }
+    });
     judge.node(&mut report);
     if stop.load(Ordering::Relaxed) {
         report.verdict = Verdict::Error;
@@ -245,6 +287,114 @@ pub fn run(
     }
     report.finished_at = now_rfc3339();
     report
+}
+
+/// What the link checks measured.
+#[derive(Default)]
+struct LinkRuns {
+    p2p: Option<Result<P2pOutcome, BackendError>>,
+    /// NVLink counters that moved during the p2p check, and the moves that fail it.
+    link_moved: Vec<String>,
+    link_failures: Vec<String>,
+    host: HashMap<u32, Result<HostTransferOutcome, BackendError>>,
+}
+
+/// Peer-to-peer (all pairs, one after another) then host transfers, each a node-wide
+/// operation of the backend.
+fn run_links(
+    backend: &dyn Backend,
+    plan: &Plan,
+    gpus: &[GpuInfo],
+    stop: &AtomicBool,
+    sink: ProgressSink<'_>,
+) -> LinkRuns {
+    let mut out = LinkRuns::default();
+    let indices: Vec<u32> = gpus.iter().map(|g| g.index).collect();
+    if let Some(p) = &plan.checks.p2p
+        && !stop.load(Ordering::Relaxed)
+    {
+        let req = P2pRequest {
+            buffer_bytes: u64::try_from(p.buffer_mib.max(1)).unwrap_or(1) * MIB,
+            iterations: u32::try_from(p.iterations.max(1)).unwrap_or(1),
+            samples: 3,
+            latency_copies: 100,
+            chase_steps: 20_000,
+            host_staged: p.host_staged,
+            seed: plan.p2p_seed.unwrap_or_else(clock_seed),
+        };
+        if indices.len() < 2 {
+            sink("[p2p] skipped: fewer than two GPUs");
+            out.p2p = Some(Ok(P2pOutcome::default()));
+        } else {
+            let before: HashMap<u32, _> = indices
+                .iter()
+                .filter_map(|&g| backend.nvlink_errors(g).ok().map(|e| (g, e)))
+                .collect();
+            out.p2p = Some(on_node(stop, sink, "p2p", |ctl| {
+                backend.p2p(&indices, &req, ctl)
+            }));
+            for &g in &indices {
+                if let (Some(b), Ok(a)) = (before.get(&g), backend.nvlink_errors(g)) {
+                    let (moved, failures) = link_error_deltas(g, b, &a);
+                    out.link_moved.extend(moved);
+                    out.link_failures.extend(failures);
+                }
+            }
+        }
+    }
+    if let Some(h) = &plan.checks.host_transfer
+        && !stop.load(Ordering::Relaxed)
+    {
+        let req = HostTransferRequest {
+            buffer_bytes: u64::try_from(h.buffer_mib.max(1)).unwrap_or(1) * MIB,
+            iterations: 8,
+            samples: 3,
+            pinned: h.pinned,
+            pageable: h.pageable,
+        };
+        let results = on_node(stop, sink, "hostTransfer", |ctl| {
+            Ok(backend.host_transfer(&indices, &req, ctl))
+        });
+        out.host = results.unwrap_or_default().into_iter().collect();
+    }
+    out
+}
+
+/// A seed that differs from run to run.
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x5eed)
+}
+
+/// Runs one node-wide operation with progress lines at most every 5 s.
+fn on_node<T>(
+    stop: &AtomicBool,
+    sink: ProgressSink<'_>,
+    check: &str,
+    f: impl FnOnce(&RunControl<'_>) -> Result<T, BackendError>,
+) -> Result<T, BackendError> {
+    sink(&format!("[{check}] starting"));
+    let started = Instant::now();
+    let last = Mutex::new(None::<Instant>);
+    let progress = |done: f64, note: &str| {
+        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+            *last = Some(Instant::now());
+            sink(&format!("[{check}] {:>3.0}% {note}", done * 100.0));
+        }
+    };
+    let ctl = RunControl::new(stop, &progress);
+    let r = f(&ctl);
+    match &r {
+        Ok(_) => sink(&format!(
+            "[{check}] finished in {:.1}s",
+            started.elapsed().as_secs_f64()
+        )),
+        Err(e) => sink(&format!("[{check}] error: {e}")),
+    }
+    r
 }
 
 /// Runs `f` on every GPU at once (one thread each), printing progress at most every 5 s per GPU.

@@ -119,6 +119,31 @@ pub fn validate(s: &RunSettings) -> Result<(), String> {
             ));
         }
     }
+    if let Some(p) = &c.p2p {
+        if !(1..=16384).contains(&p.buffer_mib) {
+            return Err(format!(
+                "checks.p2p.bufferMib must be between 1 and 16384 (got {})",
+                p.buffer_mib
+            ));
+        }
+        if !(1..=10000).contains(&p.iterations) {
+            return Err(format!(
+                "checks.p2p.iterations must be between 1 and 10000 (got {})",
+                p.iterations
+            ));
+        }
+    }
+    if let Some(h) = &c.host_transfer {
+        if !(1..=65536).contains(&h.buffer_mib) {
+            return Err(format!(
+                "checks.hostTransfer.bufferMib must be between 1 and 65536 (got {})",
+                h.buffer_mib
+            ));
+        }
+        if !h.pinned && !h.pageable {
+            return Err("checks.hostTransfer needs pinned or pageable (or both) to be true".into());
+        }
+    }
     if !(1..=90).contains(&s.thresholds.relative_tolerance_percent) {
         return Err("thresholds.relativeTolerancePercent must be between 1 and 90".into());
     }
@@ -136,6 +161,10 @@ pub struct Overrides {
     pub dtypes: Option<Vec<Dtype>>,
     pub matrix_size: Option<i32>,
     pub no_transcendentals: bool,
+    pub p2p_buffer_mib: Option<i32>,
+    pub p2p_iterations: Option<i32>,
+    pub host_staged: bool,
+    pub host_buffer_mib: Option<i32>,
     pub profile: Option<Profile>,
     pub tolerance: Option<i32>,
 }
@@ -207,6 +236,22 @@ impl Overrides {
             if self.no_transcendentals {
                 k.transcendentals = false;
             }
+        }
+        if let Some(p) = s.checks.p2p.as_mut() {
+            if let Some(n) = self.p2p_buffer_mib {
+                p.buffer_mib = n;
+            }
+            if let Some(n) = self.p2p_iterations {
+                p.iterations = n;
+            }
+            if self.host_staged {
+                p.host_staged = true;
+            }
+        }
+        if let Some(h) = s.checks.host_transfer.as_mut()
+            && let Some(n) = self.host_buffer_mib
+        {
+            h.buffer_mib = n;
         }
         if let Some(p) = self.profile {
             s.thresholds.profile = p;

@@ -428,18 +428,6 @@ fn start_checks(
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<NodeReport> {
     let spec = &validation.spec;
-    for (name, on) in [
-        ("p2p", spec.checks.p2p.is_some()),
-        ("hostTransfer", spec.checks.host_transfer.is_some()),
-        ("io", spec.checks.io.is_some()),
-    ] {
-        if on {
-            tracing::warn!(
-                check = name,
-                "this check is not implemented in this agent version yet; it is skipped"
-            );
-        }
-    }
     let mut plan = checks::Plan::new(
         spec.checks.clone(),
         spec.thresholds.clone().unwrap_or_default(),

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod checks;
 pub mod config;
 pub mod k8s;
+pub mod link_verdict;
 pub mod profiles;
 pub mod render;
 pub mod telemetry;

@@ -71,7 +71,8 @@ struct RunArgs {
     /// Settings in the API's shape: a GpuValidation, its spec, or a `checks` object (YAML or JSON).
     #[arg(long, short = 'c', value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Run exactly these checks (comma-separated): topology, memory, compute.
+    /// Run exactly these checks (comma-separated): topology, memory, compute, p2p,
+    /// hostTransfer, io.
     #[arg(long, value_delimiter = ',')]
     checks: Option<Vec<String>>,
     /// Fraction of each GPU's free memory to test (0 < f ≤ 1).
@@ -89,6 +90,18 @@ struct RunArgs {
     matrix_size: Option<i32>,
     #[arg(long)]
     no_transcendentals: bool,
+    /// Peer-to-peer copy size in MiB.
+    #[arg(long)]
+    p2p_buffer_mib: Option<i32>,
+    /// Peer-to-peer timed copies per sample.
+    #[arg(long)]
+    p2p_iterations: Option<i32>,
+    /// Also measure every pair with peer access off (host-staged copies).
+    #[arg(long)]
+    host_staged: bool,
+    /// Host transfer copy size in MiB.
+    #[arg(long)]
+    host_buffer_mib: Option<i32>,
     /// Model expectations: Auto, H100, H200, A100, None.
     #[arg(long)]
     profile: Option<ProfileArg>,
@@ -224,6 +237,10 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         dtypes: a.dtypes.clone(),
         matrix_size: a.matrix_size,
         no_transcendentals: a.no_transcendentals,
+        p2p_buffer_mib: a.p2p_buffer_mib,
+        p2p_iterations: a.p2p_iterations,
+        host_staged: a.host_staged,
+        host_buffer_mib: a.host_buffer_mib,
         profile: a.profile.map(|p| match p {
             ProfileArg::Auto => Profile::Auto,
             ProfileArg::H100 => Profile::H100,
@@ -234,17 +251,6 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         tolerance: a.tolerance,
     };
     let settings = overrides.apply(base).map_err(|e| Fail(e, 2))?;
-    for (name, on) in [
-        ("p2p", settings.checks.p2p.is_some()),
-        ("hostTransfer", settings.checks.host_transfer.is_some()),
-        ("io", settings.checks.io.is_some()),
-    ] {
-        if on {
-            eprintln!(
-                "note: the {name} check is not implemented in this agent version yet; it is skipped"
-            );
-        }
-    }
     let be = backend(&a.backend)?;
     let stop = stop_flag();
     let mut plan = checks::Plan::new(settings.checks, settings.thresholds);

@@ -8,6 +8,13 @@
 //! these are floors for sustained burns. The H100 SXM shares the H200's compute and power limit;
 //! its memory floor is lower (3.35 TB/s HBM3 against 4.8). The A100 floors come from published
 //! figures (2039 GB/s HBM2e peak, 312 TFLOP/s bf16/fp16 dense, 156 tf32, 19.5 fp32 peak).
+//!
+//! Links: on HGX H100/H200 (NVLink 4 through NVSwitches) a healthy pair copies about 392 GB/s
+//! one way and 785 both ways on the copy engines, and pinned host transfers reach about 55 GB/s
+//! per direction on PCIe Gen5 x16 (`shared/research/cudarc-nvml.md`, measured on H200); the
+//! floors are about 80% of that, so a link running at half width or a GPU trained at PCIe Gen4
+//! (about 25 GB/s) fails. A100 (NVLink 3, 300 GB/s per direction peak; PCIe Gen4 x16): floors
+//! from the published peaks.
 
 use gpuval_crds::{Dtype, Profile};
 
@@ -24,6 +31,12 @@ pub struct ModelProfile {
     pub nvlink_links: Option<u32>,
     /// Every GPU pair must be connected by NVLink.
     pub require_nvlink: bool,
+    /// Lowest peer-to-peer copy rate between two GPUs, GB/s: one direction, and both at once.
+    pub p2p_unidirectional_min_gbps: f64,
+    pub p2p_bidirectional_min_gbps: f64,
+    /// Lowest pinned host transfer rate per direction, GB/s (a PCIe link of the GPU's
+    /// generation at full width).
+    pub host_pinned_min_gbps: f64,
 }
 
 impl ModelProfile {
@@ -48,6 +61,9 @@ pub static H200: ModelProfile = ModelProfile {
     ],
     nvlink_links: Some(18),
     require_nvlink: true,
+    p2p_unidirectional_min_gbps: 320.0,
+    p2p_bidirectional_min_gbps: 620.0,
+    host_pinned_min_gbps: 40.0,
 };
 
 /// H100 SXM.
@@ -62,6 +78,9 @@ pub static H100: ModelProfile = ModelProfile {
     ],
     nvlink_links: Some(18),
     require_nvlink: true,
+    p2p_unidirectional_min_gbps: 320.0,
+    p2p_bidirectional_min_gbps: 620.0,
+    host_pinned_min_gbps: 40.0,
 };
 
 /// A100 SXM (80 GB).
@@ -76,6 +95,9 @@ pub static A100: ModelProfile = ModelProfile {
     ],
     nvlink_links: Some(12),
     require_nvlink: true,
+    p2p_unidirectional_min_gbps: 200.0,
+    p2p_bidirectional_min_gbps: 380.0,
+    host_pinned_min_gbps: 20.0,
 };
 
 /// The profile that applies to a GPU: forced by the spec setting, or picked by the NVML name

@@ -1,7 +1,10 @@
 //! The human table the agent prints: one row per GPU, then topology, then the node verdict
 //! and its failures. Plain text, no colours.
 
-use gpuval_crds::{ComputeResult, GpuReport, MemoryResult, NodeReport, TelemetrySummary};
+use gpuval_crds::{
+    ComputeResult, GpuReport, MemoryResult, NodeReport, P2pPair, P2pResult, TelemetrySummary,
+    TransferRates,
+};
 
 const HEADER: [&str; 7] = [
     "GPU",
@@ -27,6 +30,10 @@ pub fn table(report: &NodeReport) -> String {
         .collect();
     out.push_str(&columns(&rows));
     out.push_str(&topology_line(report));
+    out.push_str(&host_section(report));
+    if let Some(p) = &report.p2p {
+        out.push_str(&p2p_section(p));
+    }
     let node = report
         .node
         .as_deref()
@@ -102,6 +109,129 @@ fn topology_line(report: &NodeReport) -> String {
     }
 }
 
+/// Host transfer rates per GPU, when measured.
+fn host_section(report: &NodeReport) -> String {
+    let measured: Vec<&GpuReport> = report
+        .gpus
+        .iter()
+        .filter(|g| g.host_transfer.is_some())
+        .collect();
+    if measured.is_empty() {
+        return String::new();
+    }
+    let rates = |r: Option<TransferRates>| {
+        r.map_or_else(dash, |r| format!("{:.1}/{:.1}", r.h2d_gbps, r.d2h_gbps))
+    };
+    let mut rows = vec![
+        [
+            "GPU",
+            "PINNED H2D/D2H GB/s",
+            "ALL AT ONCE",
+            "PAGEABLE",
+            "VERDICT",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for g in measured {
+        if let Some(h) = &g.host_transfer {
+            rows.push(vec![
+                g.index.to_string(),
+                rates(h.pinned),
+                rates(h.pinned_concurrent),
+                rates(h.pageable),
+                h.verdict.to_string(),
+            ]);
+        }
+    }
+    format!("host transfers:\n{}", indent(&columns(&rows)))
+}
+
+/// Peer-to-peer matrices (rows send, columns receive) and the check's verdict.
+fn p2p_section(p: &P2pResult) -> String {
+    let mut out = format!("p2p: {}", p.verdict);
+    if p.pairs.is_empty() {
+        out.push('\n');
+        return out;
+    }
+    out.push_str(&format!(
+        " ({} pairs, {} MiB x {} copies)\n",
+        p.pairs.len(),
+        p.buffer_mib,
+        p.iterations
+    ));
+    let cells: [(&str, Cell); 4] = [
+        ("unidirectional GB/s", |q| {
+            format!("{:.0}", q.unidirectional_gbps)
+        }),
+        ("bidirectional GB/s", |q| {
+            format!("{:.0}", q.bidirectional_gbps)
+        }),
+        ("copy latency us", |q| {
+            format!("{:.1}", q.copy_latency_micros)
+        }),
+        ("load latency ns", |q| {
+            q.load_latency_nanos
+                .map_or_else(dash, |v| format!("{v:.0}"))
+        }),
+    ];
+    for (title, cell) in cells {
+        out.push_str(&format!("  {title}:\n"));
+        out.push_str(&indent(&indent(&matrix(&p.pairs, cell))));
+    }
+    if p.pairs
+        .iter()
+        .any(|q| q.staged_unidirectional_gbps.is_some())
+    {
+        out.push_str("  host-staged unidirectional GB/s:\n");
+        out.push_str(&indent(&indent(&matrix(&p.pairs, |q| {
+            q.staged_unidirectional_gbps
+                .map_or_else(dash, |v| format!("{v:.0}"))
+        }))));
+    }
+    out
+}
+
+/// How one figure of a pair is printed.
+type Cell = fn(&P2pPair) -> String;
+
+/// A GPU × GPU matrix of one figure; X on the diagonal, `err` where the pair failed to run.
+fn matrix(pairs: &[P2pPair], cell: Cell) -> String {
+    let mut gpus: Vec<i32> = pairs.iter().flat_map(|q| [q.src, q.dst]).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    let mut rows = vec![
+        std::iter::once(String::new())
+            .chain(gpus.iter().map(|g| format!("GPU{g}")))
+            .collect::<Vec<_>>(),
+    ];
+    for &src in &gpus {
+        let mut row = vec![format!("GPU{src}")];
+        for &dst in &gpus {
+            row.push(if src == dst {
+                "X".to_string()
+            } else {
+                pairs
+                    .iter()
+                    .find(|q| q.src == src && q.dst == dst)
+                    .map_or_else(dash, |q| {
+                        if q.error.is_some() {
+                            "err".to_string()
+                        } else {
+                            cell(q)
+                        }
+                    })
+            });
+        }
+        rows.push(row);
+    }
+    columns(&rows)
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
 /// Left-aligned columns two spaces apart, trailing spaces trimmed.
 fn columns(rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = Vec::new();
@@ -161,6 +291,43 @@ mod tests {
         );
         assert!(text.contains("node: Fail\n  - GPU2 memory: "), "{text}");
         assert!(!text.contains('\x1b'));
+    }
+
+    #[test]
+    fn p2p_matrices_and_host_rates_are_printed() {
+        let report = simulated_report("gpus=3,slow=p2p@2:0.25");
+        let mut report = report;
+        let pair = |src, dst, gbps| P2pPair {
+            src,
+            dst,
+            unidirectional_gbps: gbps,
+            bidirectional_gbps: 2.0 * gbps,
+            copy_latency_micros: 8.1,
+            ..Default::default()
+        };
+        report.p2p = Some(P2pResult {
+            verdict: Verdict::Fail,
+            buffer_mib: 512,
+            iterations: 16,
+            pairs: vec![pair(0, 1, 392.0), pair(1, 0, 391.0), pair(0, 2, 98.0)],
+            ..Default::default()
+        });
+        report.gpus[1].host_transfer = Some(gpuval_crds::HostTransferResult {
+            pinned: Some(TransferRates {
+                h2d_gbps: 55.3,
+                d2h_gbps: 55.6,
+            }),
+            ..Default::default()
+        });
+        let text = table(&report);
+        assert!(
+            text.contains("p2p: Fail (3 pairs, 512 MiB x 16 copies)"),
+            "{text}"
+        );
+        assert!(text.contains("\n    GPU0  X     392   98\n"), "{text}");
+        assert!(text.contains("\n    GPU1  391   X     -\n"), "{text}");
+        assert!(text.contains("\n    GPU0  X     784   196\n"), "{text}");
+        assert!(text.contains("  1    55.3/55.6"), "{text}");
     }
 
     #[test]

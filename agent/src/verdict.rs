@@ -178,6 +178,9 @@ impl Judge<'_> {
             worst,
             gpu.memory.as_ref().map_or(Verdict::Pass, |m| m.verdict),
             gpu.compute.as_ref().map_or(Verdict::Pass, |c| c.verdict),
+            gpu.host_transfer
+                .as_ref()
+                .map_or(Verdict::Pass, |h| h.verdict),
         ]
         .into_iter()
         .max()
@@ -200,7 +203,8 @@ impl Judge<'_> {
             .unwrap_or(Verdict::Pass);
         let gpus = report.gpus.iter().map(|g| g.verdict).max();
         let topology = report.topology.as_ref().map(|t| t.verdict);
-        report.verdict = [Some(report.verdict), Some(worst), gpus, topology]
+        let p2p = report.p2p.as_ref().map(|p| p.verdict);
+        report.verdict = [Some(report.verdict), Some(worst), gpus, topology, p2p]
             .into_iter()
             .flatten()
             .max()
@@ -211,6 +215,11 @@ impl Judge<'_> {
 
     fn profile(&self, gpu_name: &str) -> Option<&'static ModelProfile> {
         profile_for(self.thresholds.profile, gpu_name)
+    }
+
+    /// The model profile that applies to a GPU of this name (spec setting or Auto).
+    pub(crate) fn profile_of(&self, gpu_name: &str) -> Option<&'static ModelProfile> {
+        self.profile(gpu_name)
     }
 
     fn memory_rate_reason(&self, gpu: &GpuInfo, gbps: f64, spec: &MemoryCheck) -> Option<String> {
@@ -436,7 +445,7 @@ fn measured(v: Verdict) -> bool {
 /// `(position, value, median of the others)` of every value more than `tolerance` (a share)
 /// below the median of the other values; positions without a value are neither judged nor
 /// counted as peers.
-fn outliers(values: &[Option<f64>], tolerance: f64) -> Vec<(usize, f64, f64)> {
+pub(crate) fn outliers(values: &[Option<f64>], tolerance: f64) -> Vec<(usize, f64, f64)> {
     let mut found = Vec::new();
     for (i, v) in values.iter().enumerate() {
         let Some(v) = *v else { continue };
@@ -467,10 +476,20 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
 }
 
 fn below_peers(gpu: i32, what: &str, value: f64, unit: &str, median: f64) -> String {
+    below_peers_named(&format!("GPU{gpu}"), what, value, unit, median, "its peers")
+}
+
+/// `GPU1->GPU3 unidirectional: 120 GB/s is 69% below the other pairs (median 392)`.
+pub(crate) fn below_peers_named(
+    name: &str,
+    what: &str,
+    value: f64,
+    unit: &str,
+    median: f64,
+    peers: &str,
+) -> String {
     let percent = (1.0 - value / median) * 100.0;
-    format!(
-        "GPU{gpu} {what}: {value:.0} {unit} is {percent:.0}% below its peers (median {median:.0})"
-    )
+    format!("{name} {what}: {value:.0} {unit} is {percent:.0}% below {peers} (median {median:.0})")
 }
 
 /// Every reason of one GPU with its severity: its checks', telemetry's and health's.
@@ -481,6 +500,9 @@ fn gpu_findings(gpu: &GpuReport) -> Vec<Finding> {
     }
     if let Some(c) = &gpu.compute {
         found.extend(c.reasons.iter().map(|r| (c.verdict, r.clone())));
+    }
+    if let Some(h) = &gpu.host_transfer {
+        found.extend(h.reasons.iter().map(|r| (h.verdict, r.clone())));
     }
     if let Some(t) = &gpu.telemetry {
         found.extend(telemetry_findings(gpu.index, t));
@@ -597,6 +619,9 @@ fn node_findings(report: &NodeReport) -> Vec<Vec<Finding>> {
     if let Some(t) = &report.topology {
         found.push(t.reasons.iter().map(|r| (t.verdict, r.clone())).collect());
     }
+    if let Some(p) = &report.p2p {
+        found.push(p.reasons.iter().map(|r| (p.verdict, r.clone())).collect());
+    }
     found
 }
 
@@ -616,7 +641,7 @@ fn worst_first(sources: Vec<Vec<Finding>>) -> Vec<String> {
     ranked.into_iter().map(|(_, _, r)| r).collect()
 }
 
-fn push_unique(into: &mut Vec<String>, reasons: impl IntoIterator<Item = String>) {
+pub(crate) fn push_unique(into: &mut Vec<String>, reasons: impl IntoIterator<Item = String>) {
     for r in reasons {
         if !into.contains(&r) {
             into.push(r);
@@ -624,7 +649,7 @@ fn push_unique(into: &mut Vec<String>, reasons: impl IntoIterator<Item = String>
     }
 }
 
-fn fail_if_any(reasons: &[String]) -> Verdict {
+pub(crate) fn fail_if_any(reasons: &[String]) -> Verdict {
     if reasons.is_empty() {
         Verdict::Pass
     } else {

@@ -82,6 +82,9 @@ pub struct NodeReport {
     pub gpus: Vec<GpuReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<TopologyReport>,
+    /// NVLink/PCIe peer-to-peer transfers between every ordered pair of GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p2p: Option<P2pResult>,
 }
 
 /// Driver and library versions.
@@ -118,6 +121,8 @@ pub struct GpuReport {
     pub memory: Option<MemoryResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute: Option<ComputeResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_transfer: Option<HostTransferResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<TelemetrySummary>,
 }
@@ -221,6 +226,85 @@ pub struct TranscendentalResult {
     pub iterations: i64,
     /// Elements whose result differed from the first run.
     pub mismatches: i64,
+}
+
+/// Host transfer result of one GPU. Rates in GB/s (1e9 bytes per second), each direction.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HostTransferResult {
+    pub verdict: Verdict,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// Pinned host memory, this GPU alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<TransferRates>,
+    /// Pageable host memory, this GPU alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pageable: Option<TransferRates>,
+    /// Pinned, while every GPU of the node transfers at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_concurrent: Option<TransferRates>,
+    /// NUMA node the host buffers were placed on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<i32>,
+    /// Bytes that differed after a host → GPU → host round trip.
+    pub mismatches: i64,
+    pub seconds: f64,
+}
+
+/// Host-to-device and device-to-host rates, GB/s.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TransferRates {
+    pub h2d_gbps: f64,
+    pub d2h_gbps: f64,
+}
+
+/// The peer-to-peer check of a node: one entry per ordered pair, in the order measured.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct P2pResult {
+    pub verdict: Verdict,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// Bytes per copy (MiB) and timed copies per sample.
+    pub buffer_mib: i32,
+    pub iterations: i32,
+    pub pairs: Vec<P2pPair>,
+    /// NVLink error counters that moved during the check (`GPU2 link 5: replay +3`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlink_errors: Vec<String>,
+    pub seconds: f64,
+}
+
+/// One ordered pair: `src` sends, `dst` receives.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct P2pPair {
+    pub src: i32,
+    pub dst: i32,
+    pub verdict: Verdict,
+    /// Peer access was enabled (direct NVLink/PCIe transfers); otherwise copies were staged
+    /// through host memory by the driver.
+    pub peer_access: bool,
+    /// GB/s, `src → dst`.
+    pub unidirectional_gbps: f64,
+    /// GB/s, both directions at once, summed.
+    pub bidirectional_gbps: f64,
+    /// One 4-byte copy-engine copy, microseconds.
+    pub copy_latency_micros: f64,
+    /// One dependent load by `dst` from `src`'s memory, nanoseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_latency_nanos: Option<f64>,
+    /// The same with peer access off (host-staged), when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_unidirectional_gbps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_bidirectional_gbps: Option<f64>,
+    /// 32-bit words that arrived wrong.
+    pub mismatches: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Min, mean and max of a sampled value.

@@ -8,6 +8,7 @@
 pub mod cuda;
 pub mod sim;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -217,6 +218,103 @@ pub struct ComputeOutcome {
     pub seconds: f64,
 }
 
+/// Peer-to-peer check parameters for a set of GPUs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct P2pRequest {
+    /// Bytes per copy.
+    pub buffer_bytes: u64,
+    /// Timed copies per sample; the figure is the median of [`P2pRequest::samples`] samples.
+    pub iterations: u32,
+    pub samples: u32,
+    /// Small (4-byte) copies timed back to back for the copy-engine latency.
+    pub latency_copies: u32,
+    /// Dependent loads in the device-side pointer chase.
+    pub chase_steps: u32,
+    /// Also measure every pair with peer access off (copies staged through host memory).
+    pub host_staged: bool,
+    /// Seed of the pair order (shuffled so a slow pair is not always measured at the same
+    /// moment of the run).
+    pub seed: u64,
+}
+
+/// What one ordered pair (`src` sends to `dst`) measured.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PairOutcome {
+    pub src: u32,
+    pub dst: u32,
+    /// Peer access was possible and enabled (otherwise the driver stages copies through host
+    /// memory and the device-side latency is not measured).
+    pub peer_access: bool,
+    /// `src → dst`, issued on the source GPU's copy engine, GB/s (1e9).
+    pub unidirectional_gbps: f64,
+    /// `src → dst` and `dst → src` at once, one stream each, sum of both directions.
+    pub bidirectional_gbps: f64,
+    /// One 4-byte copy, averaged over back-to-back copies, microseconds.
+    pub copy_latency_us: f64,
+    /// One dependent load by `dst` from `src`'s memory (pointer chase), nanoseconds.
+    pub load_latency_ns: Option<f64>,
+    /// The same copies with peer access off (host-staged), when asked for.
+    pub staged_unidirectional_gbps: Option<f64>,
+    pub staged_bidirectional_gbps: Option<f64>,
+    /// 32-bit words that arrived wrong, over every verified copy.
+    pub mismatches: u64,
+    /// Why this pair could not be measured; the other pairs go on.
+    pub error: Option<String>,
+}
+
+/// What the peer-to-peer check measured.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct P2pOutcome {
+    /// In the order they were measured.
+    pub pairs: Vec<PairOutcome>,
+    pub seconds: f64,
+}
+
+/// Host transfer parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTransferRequest {
+    pub buffer_bytes: u64,
+    /// Timed copies per sample (median of `samples`).
+    pub iterations: u32,
+    pub samples: u32,
+    pub pinned: bool,
+    pub pageable: bool,
+}
+
+/// Host-to-device and device-to-host rates of one GPU, GB/s (1e9).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct DirectionRates {
+    pub h2d_gbps: f64,
+    pub d2h_gbps: f64,
+}
+
+/// What the host transfer check measured on one GPU.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HostTransferOutcome {
+    /// Pinned memory, this GPU alone.
+    pub pinned: Option<DirectionRates>,
+    /// Pageable memory, this GPU alone.
+    pub pageable: Option<DirectionRates>,
+    /// Pinned memory while every GPU of the node transfers at once.
+    pub pinned_concurrent: Option<DirectionRates>,
+    /// NUMA node the host buffers were placed near (the GPU's, where known).
+    pub numa_node: Option<u32>,
+    /// Bytes that came back different after a host → device → host round trip.
+    pub mismatches: u64,
+    pub seconds: f64,
+}
+
+/// NVLink error counters of one link (NVML `nvmlDeviceGetNvLinkErrorCounter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkErrors {
+    pub link: u32,
+    pub replay: u64,
+    pub recovery: u64,
+    pub crc_flit: u64,
+    pub crc_data: u64,
+}
+
 /// One telemetry sample of one GPU. Fields NVML does not give are None.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -264,6 +362,18 @@ impl<'a> RunControl<'a> {
     }
 }
 
+/// Fisher–Yates with a small xorshift generator: the order is reproducible from the seed.
+pub fn shuffle<T>(items: &mut [T], seed: u64) {
+    let mut x = seed | 1;
+    for i in (1..items.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let j = (x % (i as u64 + 1)) as usize;
+        items.swap(i, j);
+    }
+}
+
 /// A GPU backend. Every method that takes a `gpu` may be called from several threads at once,
 /// one per GPU; the checks run all GPUs concurrently.
 pub trait Backend: Send + Sync {
@@ -286,10 +396,45 @@ pub trait Backend: Send + Sync {
         req: &ComputeRequest,
         ctl: &RunControl<'_>,
     ) -> Result<ComputeOutcome, BackendError>;
+    /// Peer-to-peer bandwidth and latency between every ordered pair of `gpus`.
+    fn p2p(
+        &self,
+        gpus: &[u32],
+        req: &P2pRequest,
+        ctl: &RunControl<'_>,
+    ) -> Result<P2pOutcome, BackendError>;
+    /// Host ↔ device bandwidth of each of `gpus`, alone and all at once. Per-GPU failures are
+    /// reported per GPU.
+    fn host_transfer(
+        &self,
+        gpus: &[u32],
+        req: &HostTransferRequest,
+        ctl: &RunControl<'_>,
+    ) -> BTreeMap<u32, Result<HostTransferOutcome, BackendError>>;
+    /// Error counters of the GPU's active NVLink links (empty without NVLink).
+    fn nvlink_errors(&self, gpu: u32) -> Result<Vec<LinkErrors>, BackendError>;
     /// One telemetry sample.
     fn sample(&self, gpu: u32) -> Result<TelemetrySample, BackendError>;
     /// Volatile ECC counters (None where the GPU has no ECC).
     fn error_counters(&self, gpu: u32) -> Result<ErrorCounters, BackendError>;
     /// Xid events that arrived since the last call, waiting at most `timeout` for the first.
     fn poll_xid(&self, timeout: Duration) -> Vec<XidEvent>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shuffle_is_a_reproducible_permutation() {
+        let mut a: Vec<u32> = (0..56).collect();
+        let mut b = a.clone();
+        shuffle(&mut a, 7);
+        shuffle(&mut b, 7);
+        assert_eq!(a, b);
+        assert_ne!(a, (0..56).collect::<Vec<_>>(), "the order should change");
+        let mut sorted = a.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..56).collect::<Vec<_>>());
+    }
 }

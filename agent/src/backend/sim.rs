@@ -1,10 +1,12 @@
 //! Simulated backend (tests and demos only): a deterministic node of H100, H200 or A100 GPUs,
 //! with faults injected from a spec string such as
-//! `gpus=8,model=H200,fail=memory@2+compute@5,slow=compute@3:0.5,xid=1:79,linkdown=2:4,error=memory@1,timescale=0.01`.
+//! `gpus=8,model=H200,fail=memory@2+compute@5,slow=compute@3:0.5+p2p@6:0.3,xid=1:79,linkdown=2:4,error=memory@1,timescale=0.01`
+//! (checks: `memory`, `compute`, `p2p` (every pair of that GPU), `host` (host transfers)).
 //!
 //! Every figure is a pure function of the spec, the GPU and the request (telemetry also of how
 //! many samples were taken), so two runs with the same spec give the same report.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -15,9 +17,10 @@ use std::time::Duration;
 use gpuval_crds::{Dtype, GpuHealth, Mismatch, SystemInfo};
 
 use super::{
-    Backend, BackendError, BackendKind, ComputeOutcome, ComputeRequest, ErrorCounters, GemmOutcome,
-    GpuInfo, Inventory, LinkReading, MemoryOutcome, MemoryRequest, RunControl, TelemetrySample,
-    TopoGpu, TopologySnapshot, TranscendentalOutcome, XidEvent,
+    Backend, BackendError, BackendKind, ComputeOutcome, ComputeRequest, DirectionRates,
+    ErrorCounters, GemmOutcome, GpuInfo, HostTransferOutcome, HostTransferRequest, Inventory,
+    LinkErrors, LinkReading, MemoryOutcome, MemoryRequest, P2pOutcome, P2pRequest, PairOutcome,
+    RunControl, TelemetrySample, TopoGpu, TopologySnapshot, TranscendentalOutcome, XidEvent,
 };
 
 /// The keys a spec string may use.
@@ -103,6 +106,21 @@ impl SimModel {
             Dtype::Fp32 => fp32,
         }
     }
+    /// Healthy peer-to-peer figures: (unidirectional GB/s, bidirectional GB/s, copy latency µs,
+    /// load latency ns), NVLink through NVSwitches.
+    fn p2p(self) -> (f64, f64, f64, f64) {
+        match self {
+            SimModel::A100 => (230.0, 450.0, 9.5, 950.0),
+            _ => (392.0, 770.0, 8.1, 850.0),
+        }
+    }
+    /// Healthy pinned host transfer rate per direction, GB/s (PCIe Gen5 or Gen4 x16).
+    fn host_gbps(self) -> f64 {
+        match self {
+            SimModel::A100 => 24.5,
+            _ => 55.3,
+        }
+    }
     /// Transcendental kernel rate, billions of elements per second.
     fn gelems(self) -> f64 {
         match self {
@@ -141,6 +159,10 @@ impl FromStr for SimModel {
 pub enum SimCheck {
     Memory,
     Compute,
+    /// Every pair the GPU is part of.
+    P2p,
+    /// Host transfers.
+    Host,
 }
 
 impl fmt::Display for SimCheck {
@@ -148,6 +170,8 @@ impl fmt::Display for SimCheck {
         f.write_str(match self {
             SimCheck::Memory => "memory",
             SimCheck::Compute => "compute",
+            SimCheck::P2p => "p2p",
+            SimCheck::Host => "host",
         })
     }
 }
@@ -158,7 +182,11 @@ impl FromStr for SimCheck {
         match s {
             "memory" => Ok(SimCheck::Memory),
             "compute" => Ok(SimCheck::Compute),
-            _ => Err(format!("unknown check {s:?}: use memory or compute")),
+            "p2p" => Ok(SimCheck::P2p),
+            "host" => Ok(SimCheck::Host),
+            _ => Err(format!(
+                "unknown check {s:?}: use memory, compute, p2p or host"
+            )),
         }
     }
 }
@@ -684,6 +712,110 @@ impl Backend for SimBackend {
                 .then(|| self.transcendental_outcome(seconds)),
             seconds,
         })
+    }
+
+    fn p2p(
+        &self,
+        gpus: &[u32],
+        req: &P2pRequest,
+        ctl: &RunControl<'_>,
+    ) -> Result<P2pOutcome, BackendError> {
+        for &g in gpus {
+            self.check_gpu(g)?;
+            self.injected_error(SimCheck::P2p, g)?;
+        }
+        let wall = if self.spec.timescale > 0.0 {
+            MEMORY_WALL
+        } else {
+            Duration::ZERO
+        };
+        spend(ctl, wall, |done| done, "peer-to-peer pairs")?;
+        let mut order: Vec<(u32, u32)> = gpus
+            .iter()
+            .flat_map(|&a| gpus.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))
+            .collect();
+        crate::backend::shuffle(&mut order, req.seed);
+        let (uni, bidi, copy_us, load_ns) = self.spec.model.p2p();
+        let pairs: Vec<PairOutcome> = order
+            .into_iter()
+            .map(|(src, dst)| {
+                let slow =
+                    self.spec.slowdown(SimCheck::P2p, src) * self.spec.slowdown(SimCheck::P2p, dst);
+                let wobble = 1.0 + 0.005 * jitter(src * 64 + dst, 20);
+                let fail = listed(&self.spec.fail, SimCheck::P2p, src)
+                    || listed(&self.spec.fail, SimCheck::P2p, dst);
+                PairOutcome {
+                    src,
+                    dst,
+                    peer_access: true,
+                    unidirectional_gbps: uni * slow * wobble,
+                    bidirectional_gbps: bidi * slow * wobble,
+                    copy_latency_us: copy_us / slow.max(0.01),
+                    load_latency_ns: Some(load_ns / slow.max(0.01)),
+                    staged_unidirectional_gbps: req.host_staged.then_some(37.5 * wobble),
+                    staged_bidirectional_gbps: req.host_staged.then_some(41.0 * wobble),
+                    mismatches: if fail { 12 } else { 0 },
+                    error: None,
+                }
+            })
+            .collect();
+        ctl.progress(1.0, &format!("{} pairs", pairs.len()));
+        Ok(P2pOutcome {
+            seconds: pairs.len() as f64 * 0.2,
+            pairs,
+        })
+    }
+
+    fn host_transfer(
+        &self,
+        gpus: &[u32],
+        req: &HostTransferRequest,
+        _ctl: &RunControl<'_>,
+    ) -> BTreeMap<u32, Result<HostTransferOutcome, BackendError>> {
+        gpus.iter()
+            .map(|&g| {
+                let r = self
+                    .check_gpu(g)
+                    .and_then(|_| self.injected_error(SimCheck::Host, g))
+                    .map(|_| {
+                        let rate = self.spec.model.host_gbps()
+                            * self.spec.slowdown(SimCheck::Host, g)
+                            * (1.0 + 0.004 * jitter(g, 30));
+                        let both = DirectionRates {
+                            h2d_gbps: rate,
+                            d2h_gbps: rate * 1.003,
+                        };
+                        let scaled = |f: f64| DirectionRates {
+                            h2d_gbps: both.h2d_gbps * f,
+                            d2h_gbps: both.d2h_gbps * f,
+                        };
+                        HostTransferOutcome {
+                            pinned: req.pinned.then_some(both),
+                            pageable: req.pageable.then(|| scaled(0.3)),
+                            pinned_concurrent: (req.pinned && gpus.len() > 1).then(|| scaled(0.97)),
+                            numa_node: Some(self.socket(g)),
+                            mismatches: if listed(&self.spec.fail, SimCheck::Host, g) {
+                                64
+                            } else {
+                                0
+                            },
+                            seconds: 1.0,
+                        }
+                    });
+                (g, r)
+            })
+            .collect()
+    }
+
+    fn nvlink_errors(&self, gpu: u32) -> Result<Vec<LinkErrors>, BackendError> {
+        self.check_gpu(gpu)?;
+        Ok((0..self.spec.model.nvlinks())
+            .filter(|l| !self.spec.linkdown.contains(&(gpu, *l)))
+            .map(|link| LinkErrors {
+                link,
+                ..Default::default()
+            })
+            .collect())
     }
 
     fn sample(&self, gpu: u32) -> Result<TelemetrySample, BackendError> {

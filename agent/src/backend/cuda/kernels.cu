@@ -163,3 +163,44 @@ extern "C" __global__ void gv_transcendental(const float* in, float* out, u64 n,
         out[i] = acc;
     }
 }
+
+// --- links -------------------------------------------------------------------------------
+
+__device__ __forceinline__ u64 global_ns() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Holds its stream until the host sets *flag (pinned, device-mapped memory) or max_ns pass,
+// so a batch of copies queued behind it starts at once and their enqueue cost is not timed.
+extern "C" __global__ void gv_spin(volatile u32* flag, u64 max_ns) {
+    u64 start = global_ns();
+    while (*flag == 0 && global_ns() - start < max_ns) {
+        __nanosleep(200);
+    }
+}
+
+// A cyclic chain of pointers through `nodes` slots `stride` bytes apart, starting at base:
+// slot i points at slot (i + step) mod nodes, a large jump each time so neighbouring cache
+// lines are not prefetched. `step` must be odd and `nodes` a power of two so the walk visits
+// every slot before it repeats.
+extern "C" __global__ void gv_chain_init(u64 base, u64 nodes, u64 stride, u64 step) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nodes; i += (u64)gridDim.x * blockDim.x) {
+        u64 next = (i + step) & (nodes - 1);
+        *(u64*)(base + i * stride) = base + next * stride;
+    }
+}
+
+// One thread walks `steps` links of a chain (possibly in a peer GPU's memory) and writes the
+// end pointer (so the walk cannot be optimised away) and the elapsed device time in ns.
+extern "C" __global__ void gv_chase(u64 start, u64 steps, u64* out) {
+    u64 p = start;
+    u64 t0 = global_ns();
+    for (u64 s = 0; s < steps; s++) {
+        p = *(volatile u64*)p;
+    }
+    u64 t1 = global_ns();
+    out[0] = p;
+    out[1] = t1 - t0;
+}

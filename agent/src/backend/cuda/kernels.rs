@@ -71,6 +71,9 @@ pub struct Kernels {
     pub compare_f16: CudaFunction,
     pub compare_bf16: CudaFunction,
     pub transcendental: CudaFunction,
+    pub spin: CudaFunction,
+    pub chain_init: CudaFunction,
+    pub chase: CudaFunction,
 }
 
 impl Kernels {
@@ -87,6 +90,9 @@ impl Kernels {
             compare_f16: m.load_function("gv_compare_f16")?,
             compare_bf16: m.load_function("gv_compare_bf16")?,
             transcendental: m.load_function("gv_transcendental")?,
+            spin: m.load_function("gv_spin")?,
+            chain_init: m.load_function("gv_chain_init")?,
+            chase: m.load_function("gv_chase")?,
         })
     }
 }
@@ -115,6 +121,9 @@ mod tests {
                 "gv_compare_bf16",
                 "gv_transcendental",
                 "gv_init_f16",
+                "gv_spin",
+                "gv_chain_init",
+                "gv_chase",
             ] {
                 assert!(
                     ptx.contains(&format!(".entry {name}")),

@@ -57,6 +57,23 @@ impl DeviceBuffer {
     }
 }
 
+impl DeviceBuffer {
+    /// Allocates exactly `bytes` (rounded up to 16), or says how much was asked for.
+    pub fn alloc_exact(ctx: &Arc<CudaContext>, gpu: u32, bytes: u64) -> Result<Self, BackendError> {
+        ctx.bind_to_thread()
+            .map_err(|e| BackendError::gpu(gpu, "bind context", e))?;
+        let bytes = bytes.div_ceil(16).max(1) * 16;
+        // SAFETY: plain cuMemAlloc in the bound context; freed in Drop.
+        let ptr = unsafe { result::malloc_sync(bytes as usize) }
+            .map_err(|e| BackendError::gpu(gpu, format!("allocate {} MiB", bytes >> 20), e))?;
+        Ok(Self {
+            ctx: ctx.clone(),
+            ptr,
+            bytes,
+        })
+    }
+}
+
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {

@@ -3,9 +3,12 @@
 //! error, never a panic (cudarc panics on a missing library, so presence is checked first).
 
 pub mod compute;
+pub mod gate;
+pub mod host;
 pub mod kernels;
 pub mod memory;
 pub mod nvml;
+pub mod p2p;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -16,8 +19,9 @@ use cudarc::driver::CudaContext;
 use self::kernels::Kernels;
 use self::nvml::NvmlHost;
 use super::{
-    Backend, BackendError, BackendKind, ComputeOutcome, ComputeRequest, ErrorCounters, Inventory,
-    MemoryOutcome, MemoryRequest, RunControl, TelemetrySample, TopologySnapshot, XidEvent,
+    Backend, BackendError, BackendKind, ComputeOutcome, ComputeRequest, ErrorCounters,
+    HostTransferOutcome, HostTransferRequest, Inventory, LinkErrors, MemoryOutcome, MemoryRequest,
+    P2pOutcome, P2pRequest, RunControl, TelemetrySample, TopologySnapshot, XidEvent,
 };
 
 /// The real GPU backend.
@@ -163,6 +167,41 @@ impl Backend for CudaBackend {
         let ctx = self.context(gpu)?;
         let k = self.kernels(gpu, &ctx)?;
         compute::run(&ctx, gpu, &k, req, ctl)
+    }
+
+    fn p2p(
+        &self,
+        gpus: &[u32],
+        req: &P2pRequest,
+        ctl: &RunControl<'_>,
+    ) -> Result<P2pOutcome, BackendError> {
+        let mut setups = Vec::with_capacity(gpus.len());
+        for &gpu in gpus {
+            let ctx = self.context(gpu)?;
+            let kernels = self.kernels(gpu, &ctx)?;
+            setups.push(p2p::PeerSetup { gpu, ctx, kernels });
+        }
+        p2p::run(setups, req, ctl)
+    }
+
+    fn host_transfer(
+        &self,
+        gpus: &[u32],
+        req: &HostTransferRequest,
+        ctl: &RunControl<'_>,
+    ) -> BTreeMap<u32, Result<HostTransferOutcome, BackendError>> {
+        let bytes = usize::try_from(req.buffer_bytes).unwrap_or(usize::MAX);
+        let pin = |gpu: u32| self.nvml.pin_thread_near(gpu);
+        let open = |gpu: u32, numa: Option<u32>| {
+            let ctx = self.context(gpu)?;
+            let k = self.kernels(gpu, &ctx)?;
+            host::HostSide::open(gpu, ctx, k, bytes, numa)
+        };
+        host::run(gpus, req, ctl, &pin, &open)
+    }
+
+    fn nvlink_errors(&self, gpu: u32) -> Result<Vec<LinkErrors>, BackendError> {
+        self.nvml.nvlink_errors(gpu)
     }
 
     fn sample(&self, gpu: u32) -> Result<TelemetrySample, BackendError> {

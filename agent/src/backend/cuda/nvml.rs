@@ -13,6 +13,7 @@ use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, TemperatureSensor, TopologyLevel,
 };
+use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::{NvmlError, nvml_try};
@@ -26,8 +27,8 @@ use nvml_wrapper::{Device, EventSet, Nvml, cuda_driver_version_major, cuda_drive
 use tracing::debug;
 
 use crate::backend::{
-    BackendError, ErrorCounters, GpuInfo, Inventory, LinkReading, TelemetrySample, TopoGpu,
-    TopologySnapshot, XidEvent,
+    BackendError, ErrorCounters, GpuInfo, Inventory, LinkErrors, LinkReading, TelemetrySample,
+    TopoGpu, TopologySnapshot, XidEvent,
 };
 use crate::topology::{normalize_bus_id, parse_ranges, set_bits};
 
@@ -190,6 +191,49 @@ impl NvmlHost {
                 count(MemoryError::Uncorrected),
             )?,
         })
+    }
+
+    /// Binds the calling thread to the CPUs nearest the GPU (so pinned host memory it
+    /// allocates lands on the GPU's NUMA node) and returns that node, where known. A host
+    /// where NVML cannot set affinity (a container without the permission, say) just runs
+    /// unbound.
+    pub fn pin_thread_near(&self, gpu: u32) -> Option<u32> {
+        let mut dev = self.device(gpu).ok()?;
+        if let Err(e) = dev.set_cpu_affinity() {
+            debug!(gpu, error = %e, "could not bind the thread near the GPU");
+        }
+        let bus = bus_id(gpu, &dev).ok()?;
+        numa_nodes(gpu, &dev, &bus).first().copied()
+    }
+
+    /// Error counters of every active NVLink link of the GPU (empty without NVLink).
+    pub fn nvlink_errors(&self, gpu: u32) -> Result<Vec<LinkErrors>, BackendError> {
+        let dev = self.device(gpu)?;
+        let mut out = Vec::new();
+        for link in 0..MAX_LINKS {
+            let nv = dev.link_wrapper_for(link);
+            match nv.is_active() {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) if is_unsupported(&e) || matches!(e, NvmlError::InvalidArg) => break,
+                Err(e) => {
+                    return Err(BackendError::gpu(
+                        gpu,
+                        format!("read NVLink {link} state"),
+                        e,
+                    ));
+                }
+            }
+            let read = |c| logged("NVLink error counter", nv.error_counter(c)).unwrap_or(0);
+            out.push(LinkErrors {
+                link,
+                replay: read(ErrorCounter::DlReplay),
+                recovery: read(ErrorCounter::DlRecovery),
+                crc_flit: read(ErrorCounter::DlCrcFlit),
+                crc_data: read(ErrorCounter::DlCrcData),
+            });
+        }
+        Ok(out)
     }
 
     /// Critical Xid events: waits up to `timeout` for the first, then takes whatever else is

@@ -1,0 +1,440 @@
+//! Host transfer check: host-to-device and device-to-host bandwidth of each GPU, with pinned
+//! (page-locked, allocated near the GPU's NUMA node) and pageable host memory, each GPU alone
+//! and then every GPU at once.
+//!
+//! Pinned copies are queued behind a start gate and device-timed; pageable copies are timed
+//! on the wall clock around the whole copy, because the driver stages them through its own
+//! pinned buffers on the calling thread. A host → device → host round trip of a pattern is
+//! compared byte for byte.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use cudarc::driver::{CudaContext, CudaStream, sys};
+
+use super::gate::Gate;
+use super::kernels::Kernels;
+use super::memory::DeviceBuffer;
+use crate::backend::{
+    BackendError, DirectionRates, HostTransferOutcome, HostTransferRequest, RunControl,
+};
+
+/// Page-locked host memory freed on drop.
+pub struct PinnedBuffer {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a plain owned allocation; access goes through &self / &mut self.
+unsafe impl Send for PinnedBuffer {}
+unsafe impl Sync for PinnedBuffer {}
+
+impl PinnedBuffer {
+    /// Portable (usable from every context), not write-combined (the CPU reads it back).
+    pub fn new(ctx: &Arc<CudaContext>, gpu: u32, len: usize) -> Result<Self, BackendError> {
+        ctx.bind_to_thread()
+            .map_err(|e| BackendError::gpu(gpu, "bind context", e))?;
+        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: allocates `len` bytes of pinned memory; freed once in Drop.
+        unsafe { sys::cuMemHostAlloc(&mut p, len, sys::CU_MEMHOSTALLOC_PORTABLE) }
+            .result()
+            .map_err(|e| {
+                BackendError::gpu(
+                    gpu,
+                    format!("allocate {} MiB of pinned host memory", len >> 20),
+                    e,
+                )
+            })?;
+        Ok(Self { ptr: p.cast(), len })
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is a live allocation of len bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: from cuMemHostAlloc, freed once; no copy is in flight (callers synchronize).
+        if let Err(e) = unsafe { sys::cuMemFreeHost(self.ptr.cast()) }.result() {
+            tracing::warn!(error = %e, "freeing pinned host memory failed");
+        }
+    }
+}
+
+/// One GPU's buffers for the check.
+pub struct HostSide {
+    pub gpu: u32,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    k: Kernels,
+    gate: Gate,
+    device: DeviceBuffer,
+    pinned: PinnedBuffer,
+    back: PinnedBuffer,
+    pub numa_node: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    H2d,
+    D2h,
+}
+
+impl HostSide {
+    /// Allocates the buffers; call on a thread already bound near the GPU.
+    pub fn open(
+        gpu: u32,
+        ctx: Arc<CudaContext>,
+        k: Kernels,
+        bytes: usize,
+        numa_node: Option<u32>,
+    ) -> Result<Self, BackendError> {
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| BackendError::gpu(gpu, "create a stream", e))?;
+        let device = DeviceBuffer::alloc_exact(&ctx, gpu, bytes as u64)?;
+        let mut pinned = PinnedBuffer::new(&ctx, gpu, bytes)?;
+        let back = PinnedBuffer::new(&ctx, gpu, bytes)?;
+        fill_pattern(pinned.as_mut_slice(), u64::from(gpu));
+        let gate = Gate::new(&ctx, gpu)?;
+        Ok(Self {
+            gpu,
+            ctx,
+            stream,
+            k,
+            gate,
+            device,
+            pinned,
+            back,
+            numa_node,
+        })
+    }
+
+    /// Pinned rates (median of the samples), then the round-trip check. With `sync`, every
+    /// GPU starts each direction together; a GPU that fails still waits at every barrier so
+    /// the others are not left waiting.
+    pub fn pinned_rates(
+        &self,
+        req: &HostTransferRequest,
+        sync: Option<&Barrier>,
+    ) -> Result<(DirectionRates, u64), BackendError> {
+        let mut r = DirectionRates::default();
+        let mut failed = None;
+        for dir in [Dir::H2d, Dir::D2h] {
+            if let Some(b) = sync {
+                b.wait();
+            }
+            if failed.is_some() {
+                continue;
+            }
+            let mut rates = Vec::new();
+            for _ in 0..req.samples.max(1) {
+                match self.pinned_sample(dir, req.iterations.max(1)) {
+                    Ok(v) => rates.push(v),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            let m = median(rates);
+            match dir {
+                Dir::H2d => r.h2d_gbps = m,
+                Dir::D2h => r.d2h_gbps = m,
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        Ok((r, self.round_trip_mismatches()?))
+    }
+
+    fn pinned_sample(&self, dir: Dir, iterations: u32) -> Result<f64, BackendError> {
+        let err = |what: &'static str| move |e| BackendError::gpu(self.gpu, what, e);
+        let start = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(err("create an event"))?;
+        let end = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(err("create an event"))?;
+        self.gate.close();
+        self.gate.hold(&self.stream, &self.k)?;
+        let queued = start
+            .record(&self.stream)
+            .map_err(err("record an event"))
+            .and_then(|_| (0..iterations).try_for_each(|_| self.copy_async(dir, self.pinned.ptr)))
+            .and_then(|_| end.record(&self.stream).map_err(err("record an event")));
+        self.gate.open();
+        let synced = self.stream.synchronize().map_err(err("synchronize"));
+        queued?;
+        synced?;
+        let ms = start.elapsed_ms(&end).map_err(err("read event time"))?;
+        Ok(rate(
+            self.device.bytes * u64::from(iterations),
+            f64::from(ms) / 1e3,
+        ))
+    }
+
+    fn copy_async(&self, dir: Dir, host: *mut u8) -> Result<(), BackendError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| BackendError::gpu(self.gpu, "bind context", e))?;
+        let n = self.device.bytes as usize;
+        let s = self.stream.cu_stream();
+        // SAFETY: `host` points at a live buffer of at least n bytes (pinned or pageable) and
+        // the device buffer holds n bytes; every caller synchronizes the stream before the
+        // host buffer can go away.
+        let r = unsafe {
+            match dir {
+                Dir::H2d => sys::cuMemcpyHtoDAsync_v2(self.device.ptr, host.cast(), n, s),
+                Dir::D2h => sys::cuMemcpyDtoHAsync_v2(host.cast(), self.device.ptr, n, s),
+            }
+        };
+        r.result().map_err(|e| {
+            let what = match dir {
+                Dir::H2d => "copy host to device",
+                Dir::D2h => "copy device to host",
+            };
+            BackendError::gpu(self.gpu, what, e)
+        })
+    }
+
+    /// Pageable rates: ordinary (already touched) heap memory, wall-clock timed.
+    pub fn pageable_rates(
+        &self,
+        req: &HostTransferRequest,
+    ) -> Result<DirectionRates, BackendError> {
+        let mut host = vec![0u8; self.device.bytes as usize];
+        fill_pattern(&mut host, u64::from(self.gpu) ^ 0xfeed);
+        let mut r = DirectionRates::default();
+        for dir in [Dir::H2d, Dir::D2h] {
+            let mut rates = Vec::new();
+            for _ in 0..req.samples.max(1) {
+                let t = Instant::now();
+                for _ in 0..req.iterations.max(1) {
+                    self.copy_async(dir, host.as_mut_ptr())?;
+                }
+                self.stream
+                    .synchronize()
+                    .map_err(|e| BackendError::gpu(self.gpu, "synchronize", e))?;
+                rates.push(rate(
+                    self.device.bytes * u64::from(req.iterations.max(1)),
+                    t.elapsed().as_secs_f64(),
+                ));
+            }
+            let m = median(rates);
+            match dir {
+                Dir::H2d => r.h2d_gbps = m,
+                Dir::D2h => r.d2h_gbps = m,
+            }
+        }
+        Ok(r)
+    }
+
+    /// Copies the pattern to the GPU and back into a second buffer; bytes that differ.
+    fn round_trip_mismatches(&self) -> Result<u64, BackendError> {
+        self.copy_async(Dir::H2d, self.pinned.ptr)?;
+        self.copy_async(Dir::D2h, self.back.ptr)?;
+        self.stream
+            .synchronize()
+            .map_err(|e| BackendError::gpu(self.gpu, "synchronize", e))?;
+        let (a, b) = (self.pinned.as_slice(), self.back.as_slice());
+        if a == b {
+            return Ok(0);
+        }
+        Ok(a.iter().zip(b).filter(|(x, y)| x != y).count() as u64)
+    }
+}
+
+/// Runs the whole check for every GPU: alone one at a time, then pinned all at once. Every
+/// thread that allocates or copies is first bound near its GPU with `pin` (which returns the
+/// GPU's NUMA node); `open` builds one GPU's buffers.
+pub fn run(
+    gpus: &[u32],
+    req: &HostTransferRequest,
+    ctl: &RunControl<'_>,
+    pin: &(dyn Fn(u32) -> Option<u32> + Sync),
+    open: &(dyn Fn(u32, Option<u32>) -> Result<HostSide, BackendError> + Sync),
+) -> BTreeMap<u32, Result<HostTransferOutcome, BackendError>> {
+    let mut results = BTreeMap::new();
+    let mut ready = Vec::new();
+    for (gpu, side) in on_threads(gpus.iter().copied(), |g| open(g, pin(g))) {
+        match side {
+            Ok(s) => ready.push(s),
+            Err(e) => {
+                results.insert(gpu, Err(e));
+            }
+        }
+    }
+
+    let steps = ready.len() as f64 + 1.0;
+    for (i, side) in ready.iter().enumerate() {
+        if ctl.stopped() {
+            results.insert(side.gpu, Err(BackendError::Stopped));
+            continue;
+        }
+        let t = Instant::now();
+        let measured = on_threads([side], |s| {
+            pin(s.gpu);
+            alone(s, req)
+        })
+        .pop()
+        .map_or_else(
+            || Err(BackendError::gpu(side.gpu, "host transfers", "no result")),
+            |(_, r)| r,
+        );
+        ctl.progress(
+            (i as f64 + 1.0) / steps,
+            &format!("GPU{} host transfers", side.gpu),
+        );
+        results.insert(
+            side.gpu,
+            measured.map(|mut o| {
+                o.seconds = t.elapsed().as_secs_f64();
+                o
+            }),
+        );
+    }
+
+    if req.pinned && ready.len() > 1 && !ctl.stopped() {
+        let ok: Vec<&HostSide> = ready
+            .iter()
+            .filter(|s| matches!(results.get(&s.gpu), Some(Ok(_))))
+            .collect();
+        let barrier = Barrier::new(ok.len());
+        let together = on_threads(ok, |side| {
+            pin(side.gpu);
+            side.pinned_rates(req, Some(&barrier))
+        });
+        for (gpu, r) in together {
+            if let Some(Ok(o)) = results.get_mut(&gpu) {
+                match r {
+                    Ok((rates, bad)) => {
+                        o.pinned_concurrent = Some(rates);
+                        o.mismatches += bad;
+                    }
+                    Err(e) => {
+                        results.insert(gpu, Err(e));
+                    }
+                }
+            }
+        }
+        ctl.progress(1.0, "all GPUs at once");
+    }
+    results
+}
+
+/// Something that names its GPU.
+trait OfGpu {
+    fn gpu(&self) -> u32;
+}
+impl OfGpu for u32 {
+    fn gpu(&self) -> u32 {
+        *self
+    }
+}
+impl OfGpu for &HostSide {
+    fn gpu(&self) -> u32 {
+        self.gpu
+    }
+}
+
+/// Runs `f` on one thread per item, all at once, and returns each GPU's result in order.
+fn on_threads<I, T, R>(
+    items: I,
+    f: impl Fn(T) -> Result<R, BackendError> + Sync,
+) -> Vec<(u32, Result<R, BackendError>)>
+where
+    I: IntoIterator<Item = T>,
+    T: OfGpu + Send,
+    R: Send,
+{
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .into_iter()
+            .map(|item| {
+                let gpu = item.gpu();
+                let f = &f;
+                (gpu, s.spawn(move || f(item)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(gpu, h)| {
+                let r = h.join().unwrap_or_else(|_| {
+                    Err(BackendError::gpu(gpu, "host transfers", "thread panicked"))
+                });
+                (gpu, r)
+            })
+            .collect()
+    })
+}
+
+fn alone(side: &HostSide, req: &HostTransferRequest) -> Result<HostTransferOutcome, BackendError> {
+    let mut out = HostTransferOutcome {
+        numa_node: side.numa_node,
+        ..Default::default()
+    };
+    if req.pinned {
+        let (rates, bad) = side.pinned_rates(req, None)?;
+        out.pinned = Some(rates);
+        out.mismatches += bad;
+    }
+    if req.pageable {
+        out.pageable = Some(side.pageable_rates(req)?);
+    }
+    Ok(out)
+}
+
+/// An index-dependent byte pattern (cheap; every 8-byte word differs).
+fn fill_pattern(buf: &mut [u8], seed: u64) {
+    for (i, chunk) in buf.chunks_mut(8).enumerate() {
+        let v = (i as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add(seed)
+            .rotate_left(17)
+            .to_le_bytes();
+        chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+}
+
+fn rate(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 / seconds / 1e9
+    } else {
+        0.0
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_words_differ_and_depend_on_seed() {
+        let mut a = vec![0u8; 64];
+        let mut b = vec![0u8; 64];
+        fill_pattern(&mut a, 1);
+        fill_pattern(&mut b, 2);
+        assert_ne!(a, b);
+        assert_ne!(a[0..8], a[8..16]);
+        let mut odd = vec![0u8; 13];
+        fill_pattern(&mut odd, 1);
+        assert_eq!(odd[..8], a[..8]);
+    }
+}

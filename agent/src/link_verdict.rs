@@ -1,0 +1,685 @@
+//! Judging the link checks: peer-to-peer pairs (a node-level result) and host transfers (per
+//! GPU). A pair under its threshold is named (`GPU1->GPU3 unidirectional 120 GB/s < 320 GB/s
+//! (H200 profile)`), and a pair or GPU far below its peers fails even without a profile.
+
+use gpuval_crds::{
+    GpuReport, HostTransferCheck, HostTransferResult, P2pCheck, P2pPair, P2pResult, TransferRates,
+    Verdict,
+};
+
+use crate::backend::{
+    DirectionRates, GpuInfo, HostTransferOutcome, LinkErrors, P2pOutcome, PairOutcome,
+};
+use crate::profiles::ModelProfile;
+use crate::verdict::{Judge, below_peers_named, fail_if_any, outliers, push_unique};
+
+impl Judge<'_> {
+    /// Judges every pair: errors, corrupted data, floors (spec, else the model profile where
+    /// the profile expects NVLink between peers), latency ceiling, the relative rule among
+    /// pairs, and NVLink error counters that moved.
+    pub fn p2p(
+        &self,
+        gpus: &[GpuInfo],
+        out: &P2pOutcome,
+        spec: &P2pCheck,
+        link_errors: Vec<String>,
+        link_failures: Vec<String>,
+    ) -> P2pResult {
+        let profile = self.link_profile(gpus);
+        let mut pairs: Vec<PairJudged> = out.pairs.iter().map(pair_result).collect();
+        for (pair, measured) in pairs.iter_mut().zip(&out.pairs) {
+            let reasons = self.pair_reasons(measured, spec, profile);
+            if measured.error.is_some() {
+                pair.verdict = Verdict::Error;
+            } else {
+                pair.verdict = fail_if_any(&reasons);
+            }
+            let name = pair_name(measured);
+            let mut all = Vec::new();
+            if let Some(e) = &measured.error {
+                all.push(format!("{name}: {e}"));
+            }
+            all.extend(reasons);
+            pair.reasons_into(all);
+        }
+        let tolerance = self.tolerance();
+        for (what, value) in [
+            ("unidirectional", uni as fn(&P2pPair) -> Option<f64>),
+            ("bidirectional", bidi),
+        ] {
+            let values: Vec<Option<f64>> = pairs.iter().map(|p| value(p)).collect();
+            for (i, v, median) in outliers(&values, tolerance) {
+                let name = format!("GPU{}->GPU{}", pairs[i].src, pairs[i].dst);
+                let why = below_peers_named(&name, what, v, "GB/s", median, "the other pairs");
+                pairs[i].verdict = pairs[i].verdict.max(Verdict::Fail);
+                pairs[i].reasons_into(vec![why]);
+            }
+        }
+
+        let mut result = P2pResult {
+            buffer_mib: spec.buffer_mib,
+            iterations: spec.iterations,
+            seconds: out.seconds,
+            nvlink_errors: link_errors,
+            ..Default::default()
+        };
+        let mut reasons = Vec::new();
+        let mut verdict = Verdict::Pass;
+        for p in &pairs {
+            verdict = verdict.max(p.verdict);
+            reasons.extend(p.pending_reasons.iter().cloned());
+        }
+        if !link_failures.is_empty() {
+            verdict = verdict.max(Verdict::Fail);
+            reasons.extend(link_failures);
+        } else if !result.nvlink_errors.is_empty() {
+            verdict = verdict.max(Verdict::Warn);
+            reasons.push(format!(
+                "NVLink error counters moved during the check: {}",
+                result.nvlink_errors.join("; ")
+            ));
+        }
+        if gpus.len() < 2 {
+            verdict = Verdict::Skipped;
+            reasons.push("fewer than two GPUs: no pairs to test".to_string());
+        }
+        result.verdict = verdict;
+        push_unique(&mut result.reasons, reasons);
+        result.pairs = pairs.into_iter().map(|p| p.pair).collect();
+        result
+    }
+
+    /// Judges one GPU's host transfers: corrupted round trip, and the pinned floor (spec
+    /// `minPinnedGbps`, else the model profile) in each direction.
+    pub fn host_transfer(
+        &self,
+        gpu: &GpuInfo,
+        out: &HostTransferOutcome,
+        spec: &HostTransferCheck,
+    ) -> HostTransferResult {
+        let mut reasons = Vec::new();
+        if out.mismatches > 0 {
+            reasons.push(format!(
+                "GPU{}: {} byte{} differed after a host → GPU → host round trip",
+                gpu.index,
+                out.mismatches,
+                if out.mismatches == 1 { "" } else { "s" }
+            ));
+        }
+        let floor = match spec.min_pinned_gbps {
+            Some(v) => Some((f64::from(v), "spec minPinnedGbps".to_string())),
+            None => self
+                .profile_of(&gpu.name)
+                .map(|p| (p.host_pinned_min_gbps, format!("{} profile", p.name))),
+        };
+        if let (Some(rates), Some((floor, source))) = (out.pinned, floor) {
+            for (dir, v) in [
+                ("host→device", rates.h2d_gbps),
+                ("device→host", rates.d2h_gbps),
+            ] {
+                if v < floor {
+                    reasons.push(format!(
+                        "GPU{} {dir} pinned {v:.1} GB/s < {floor:.0} GB/s ({source})",
+                        gpu.index
+                    ));
+                }
+            }
+        }
+        HostTransferResult {
+            verdict: fail_if_any(&reasons),
+            reasons,
+            pinned: out.pinned.map(rates),
+            pageable: out.pageable.map(rates),
+            pinned_concurrent: out.pinned_concurrent.map(rates),
+            numa_node: out.numa_node.and_then(|n| i32::try_from(n).ok()),
+            mismatches: i64::try_from(out.mismatches).unwrap_or(i64::MAX),
+            seconds: out.seconds,
+        }
+    }
+
+    /// The relative rule for host transfers: a GPU's pinned rate (either direction) far below
+    /// the other GPUs' fails.
+    pub fn relative_host(&self, gpus: &mut [GpuReport]) {
+        let tolerance = self.tolerance();
+        for (dir, pick) in [
+            ("host→device pinned", h2d as fn(&GpuReport) -> Option<f64>),
+            ("device→host pinned", d2h),
+        ] {
+            let values: Vec<Option<f64>> = gpus.iter().map(pick).collect();
+            for (i, v, median) in outliers(&values, tolerance) {
+                let name = format!("GPU{}", gpus[i].index);
+                if let Some(h) = gpus[i].host_transfer.as_mut() {
+                    let why = below_peers_named(&name, dir, v, "GB/s", median, "its peers");
+                    h.verdict = h.verdict.max(Verdict::Fail);
+                    push_unique(&mut h.reasons, [why]);
+                }
+            }
+        }
+    }
+
+    fn tolerance(&self) -> f64 {
+        f64::from(self.thresholds.relative_tolerance_percent.clamp(1, 90)) / 100.0
+    }
+
+    /// The profile whose link floors apply: only with two or more GPUs, and only when every
+    /// GPU has the same profile and that profile expects NVLink between peers.
+    fn link_profile(&self, gpus: &[GpuInfo]) -> Option<&'static ModelProfile> {
+        if gpus.len() < 2 {
+            return None;
+        }
+        let first = self.profile_of(&gpus.first()?.name)?;
+        gpus.iter()
+            .all(|g| {
+                self.profile_of(&g.name)
+                    .is_some_and(|p| p.name == first.name)
+            })
+            .then_some(first)
+            .filter(|p| p.require_nvlink)
+    }
+
+    fn pair_reasons(
+        &self,
+        p: &PairOutcome,
+        spec: &P2pCheck,
+        profile: Option<&ModelProfile>,
+    ) -> Vec<String> {
+        if p.error.is_some() && p.unidirectional_gbps <= 0.0 {
+            return Vec::new();
+        }
+        let name = pair_name(p);
+        let mut reasons = Vec::new();
+        if p.mismatches > 0 {
+            reasons.push(format!(
+                "{name}: {} word{} arrived corrupted",
+                p.mismatches,
+                if p.mismatches == 1 { "" } else { "s" }
+            ));
+        }
+        if !p.peer_access && profile.is_some() {
+            reasons.push(format!(
+                "{name}: peer access is not available (copies go through host memory)"
+            ));
+        }
+        let floor = |explicit: Option<i32>, from_profile: Option<f64>| match explicit {
+            Some(v) => Some((f64::from(v), "spec".to_string())),
+            None => from_profile.zip(profile.map(|p| format!("{} profile", p.name))),
+        };
+        let checks = [
+            (
+                "unidirectional",
+                p.unidirectional_gbps,
+                floor(
+                    spec.min_unidirectional_gbps,
+                    profile.map(|p| p.p2p_unidirectional_min_gbps),
+                ),
+            ),
+            (
+                "bidirectional",
+                p.bidirectional_gbps,
+                floor(
+                    spec.min_bidirectional_gbps,
+                    profile.map(|p| p.p2p_bidirectional_min_gbps),
+                ),
+            ),
+        ];
+        for (what, v, floor) in checks {
+            if let Some((floor, source)) = floor
+                && v < floor
+            {
+                reasons.push(format!(
+                    "{name} {what} {v:.0} GB/s < {floor:.0} GB/s ({source})"
+                ));
+            }
+        }
+        if let Some(max) = spec.max_latency_micros
+            && p.copy_latency_us > f64::from(max)
+        {
+            reasons.push(format!(
+                "{name} copy latency {:.1} µs > {max} µs (spec maxLatencyMicros)",
+                p.copy_latency_us
+            ));
+        }
+        reasons
+    }
+}
+
+/// NVLink counters that moved between two readings of one GPU: (descriptions, failures).
+/// Recovery events (a link retrained) fail; replays and CRC errors are worth a look.
+pub fn link_error_deltas(
+    gpu: u32,
+    before: &[LinkErrors],
+    after: &[LinkErrors],
+) -> (Vec<String>, Vec<String>) {
+    let mut moved = Vec::new();
+    let mut failures = Vec::new();
+    for a in after {
+        let b = before
+            .iter()
+            .find(|b| b.link == a.link)
+            .copied()
+            .unwrap_or(LinkErrors {
+                link: a.link,
+                ..Default::default()
+            });
+        let deltas = [
+            ("replay", a.replay.saturating_sub(b.replay)),
+            ("recovery", a.recovery.saturating_sub(b.recovery)),
+            ("CRC flit", a.crc_flit.saturating_sub(b.crc_flit)),
+            ("CRC data", a.crc_data.saturating_sub(b.crc_data)),
+        ];
+        let parts: Vec<String> = deltas
+            .iter()
+            .filter(|(_, d)| *d > 0)
+            .map(|(n, d)| format!("{n} +{d}"))
+            .collect();
+        if parts.is_empty() {
+            continue;
+        }
+        let line = format!("GPU{gpu} link {}: {}", a.link, parts.join(", "));
+        if deltas[1].1 > 0 {
+            failures.push(format!("NVLink recovery during the check: {line}"));
+        }
+        moved.push(line);
+    }
+    (moved, failures)
+}
+
+/// A pair's report entry while it is being judged (its reasons are kept apart, then joined
+/// into the check's reasons).
+struct PairJudged {
+    pair: P2pPair,
+    pending_reasons: Vec<String>,
+}
+
+impl PairJudged {
+    fn reasons_into(&mut self, reasons: Vec<String>) {
+        push_unique(&mut self.pending_reasons, reasons);
+    }
+}
+
+impl std::ops::Deref for PairJudged {
+    type Target = P2pPair;
+    fn deref(&self) -> &P2pPair {
+        &self.pair
+    }
+}
+
+impl std::ops::DerefMut for PairJudged {
+    fn deref_mut(&mut self) -> &mut P2pPair {
+        &mut self.pair
+    }
+}
+
+fn pair_result(p: &PairOutcome) -> PairJudged {
+    PairJudged {
+        pair: P2pPair {
+            src: i32::try_from(p.src).unwrap_or(i32::MAX),
+            dst: i32::try_from(p.dst).unwrap_or(i32::MAX),
+            verdict: Verdict::Pass,
+            peer_access: p.peer_access,
+            unidirectional_gbps: round2(p.unidirectional_gbps),
+            bidirectional_gbps: round2(p.bidirectional_gbps),
+            copy_latency_micros: round2(p.copy_latency_us),
+            load_latency_nanos: p.load_latency_ns.map(round2),
+            staged_unidirectional_gbps: p.staged_unidirectional_gbps.map(round2),
+            staged_bidirectional_gbps: p.staged_bidirectional_gbps.map(round2),
+            mismatches: i64::try_from(p.mismatches).unwrap_or(i64::MAX),
+            error: p.error.clone(),
+        },
+        pending_reasons: Vec::new(),
+    }
+}
+
+fn pair_name(p: &PairOutcome) -> String {
+    format!("GPU{}->GPU{}", p.src, p.dst)
+}
+
+fn uni(p: &P2pPair) -> Option<f64> {
+    measured(p).then_some(p.unidirectional_gbps)
+}
+
+fn bidi(p: &P2pPair) -> Option<f64> {
+    measured(p).then_some(p.bidirectional_gbps)
+}
+
+fn measured(p: &P2pPair) -> bool {
+    p.error.is_none() && p.unidirectional_gbps > 0.0
+}
+
+fn h2d(g: &GpuReport) -> Option<f64> {
+    pinned(g).map(|r| r.h2d_gbps)
+}
+
+fn d2h(g: &GpuReport) -> Option<f64> {
+    pinned(g).map(|r| r.d2h_gbps)
+}
+
+fn pinned(g: &GpuReport) -> Option<TransferRates> {
+    g.host_transfer
+        .as_ref()
+        .filter(|h| !matches!(h.verdict, Verdict::Error | Verdict::Skipped))
+        .and_then(|h| h.pinned)
+        .filter(|r| r.h2d_gbps > 0.0 && r.d2h_gbps > 0.0)
+}
+
+fn rates(r: DirectionRates) -> TransferRates {
+    TransferRates {
+        h2d_gbps: round2(r.h2d_gbps),
+        d2h_gbps: round2(r.d2h_gbps),
+    }
+}
+
+/// Two decimals keep the stored report small and readable.
+fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use gpuval_crds::{Checks, GpuHealth, Profile, Thresholds};
+
+    use super::*;
+    use crate::backend::sim::{SimBackend, SimSpec};
+    use crate::checks::{self, Plan};
+
+    fn gpu(index: u32) -> GpuInfo {
+        GpuInfo {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "NVIDIA H200".into(),
+            pci_bus_id: String::new(),
+            memory_total_bytes: 1 << 30,
+            memory_free_bytes: 1 << 30,
+            compute_capability: Some((9, 0)),
+            health: GpuHealth::default(),
+        }
+    }
+
+    fn pair(src: u32, dst: u32, uni: f64) -> PairOutcome {
+        PairOutcome {
+            src,
+            dst,
+            peer_access: true,
+            unidirectional_gbps: uni,
+            bidirectional_gbps: 2.0 * uni,
+            copy_latency_us: 8.0,
+            load_latency_ns: Some(850.0),
+            ..Default::default()
+        }
+    }
+
+    fn all_pairs(n: u32, uni: impl Fn(u32, u32) -> f64) -> P2pOutcome {
+        P2pOutcome {
+            pairs: (0..n)
+                .flat_map(|a| (0..n).filter(move |b| *b != a).map(move |b| (a, b)))
+                .map(|(a, b)| pair(a, b, uni(a, b)))
+                .collect(),
+            seconds: 1.0,
+        }
+    }
+
+    fn judge(checks: &Checks, profile: Profile) -> Judge<'_> {
+        Judge {
+            checks,
+            thresholds: Thresholds {
+                profile,
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn healthy_pairs_pass() {
+        let checks = Checks::default();
+        let gpus: Vec<_> = (0..4).map(gpu).collect();
+        let r = judge(&checks, Profile::Auto).p2p(
+            &gpus,
+            &all_pairs(4, |_, _| 392.0),
+            &P2pCheck::default(),
+            vec![],
+            vec![],
+        );
+        assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
+        assert_eq!(r.pairs.len(), 12);
+        assert!(r.pairs.iter().all(|p| p.verdict == Verdict::Pass));
+    }
+
+    #[test]
+    fn a_pair_under_the_profile_floor_is_named() {
+        let checks = Checks::default();
+        let gpus: Vec<_> = (0..4).map(gpu).collect();
+        // Every pair touching GPU3 is slow, so the relative rule alone would not single it out.
+        let out = all_pairs(4, |a, b| if a == 3 || b == 3 { 120.0 } else { 392.0 });
+        let r =
+            judge(&checks, Profile::Auto).p2p(&gpus, &out, &P2pCheck::default(), vec![], vec![]);
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert!(
+            r.reasons
+                .contains(&"GPU1->GPU3 unidirectional 120 GB/s < 320 GB/s (H200 profile)".into()),
+            "{:#?}",
+            r.reasons
+        );
+        let bad = r
+            .pairs
+            .iter()
+            .filter(|p| p.verdict == Verdict::Fail)
+            .count();
+        assert_eq!(bad, 6);
+    }
+
+    #[test]
+    fn spec_floor_applies_without_a_profile() {
+        let checks = Checks::default();
+        let gpus: Vec<_> = (0..2).map(gpu).collect();
+        let spec = P2pCheck {
+            min_unidirectional_gbps: Some(400),
+            max_latency_micros: Some(5),
+            ..Default::default()
+        };
+        let r = judge(&checks, Profile::None).p2p(
+            &gpus,
+            &all_pairs(2, |_, _| 392.0),
+            &spec,
+            vec![],
+            vec![],
+        );
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert!(
+            r.reasons
+                .contains(&"GPU0->GPU1 unidirectional 392 GB/s < 400 GB/s (spec)".into())
+        );
+        assert!(
+            r.reasons
+                .contains(&"GPU1->GPU0 copy latency 8.0 µs > 5 µs (spec maxLatencyMicros)".into()),
+            "{:#?}",
+            r.reasons
+        );
+    }
+
+    #[test]
+    fn one_pair_far_below_the_others_fails_the_relative_rule() {
+        let checks = Checks::default();
+        let gpus: Vec<_> = (0..4).map(gpu).collect();
+        let out = all_pairs(4, |a, b| if (a, b) == (2, 0) { 250.0 } else { 392.0 });
+        let r =
+            judge(&checks, Profile::None).p2p(&gpus, &out, &P2pCheck::default(), vec![], vec![]);
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert_eq!(
+            r.reasons,
+            vec![
+                "GPU2->GPU0 unidirectional: 250 GB/s is 36% below the other pairs (median 392)",
+                "GPU2->GPU0 bidirectional: 500 GB/s is 36% below the other pairs (median 784)",
+            ]
+        );
+    }
+
+    #[test]
+    fn corruption_and_errors_are_reported_per_pair() {
+        let checks = Checks::default();
+        let gpus: Vec<_> = (0..2).map(gpu).collect();
+        let mut out = all_pairs(2, |_, _| 392.0);
+        out.pairs[0].mismatches = 7;
+        out.pairs[1].error = Some("copy to GPU0: CUDA_ERROR_LAUNCH_FAILED".into());
+        out.pairs[1].unidirectional_gbps = 0.0;
+        let r =
+            judge(&checks, Profile::None).p2p(&gpus, &out, &P2pCheck::default(), vec![], vec![]);
+        assert_eq!(r.verdict, Verdict::Error);
+        assert_eq!(r.pairs[0].verdict, Verdict::Fail);
+        assert_eq!(r.pairs[1].verdict, Verdict::Error);
+        assert!(
+            r.reasons
+                .contains(&"GPU0->GPU1: 7 words arrived corrupted".into())
+        );
+        assert!(
+            r.reasons
+                .contains(&"GPU1->GPU0: copy to GPU0: CUDA_ERROR_LAUNCH_FAILED".into())
+        );
+    }
+
+    #[test]
+    fn nvlink_counters_warn_and_recovery_fails() {
+        let before = [LinkErrors {
+            link: 4,
+            replay: 10,
+            ..Default::default()
+        }];
+        let after = [
+            LinkErrors {
+                link: 4,
+                replay: 13,
+                ..Default::default()
+            },
+            LinkErrors {
+                link: 5,
+                recovery: 1,
+                ..Default::default()
+            },
+        ];
+        let (moved, failures) = link_error_deltas(2, &before, &after);
+        assert_eq!(
+            moved,
+            ["GPU2 link 4: replay +3", "GPU2 link 5: recovery +1"]
+        );
+        assert_eq!(
+            failures,
+            ["NVLink recovery during the check: GPU2 link 5: recovery +1"]
+        );
+
+        let checks = Checks::default();
+        let gpus: Vec<_> = (0..2).map(gpu).collect();
+        let healthy = all_pairs(2, |_, _| 392.0);
+        let j = judge(&checks, Profile::Auto);
+        let warn = j.p2p(
+            &gpus,
+            &healthy,
+            &P2pCheck::default(),
+            moved[..1].to_vec(),
+            vec![],
+        );
+        assert_eq!(warn.verdict, Verdict::Warn);
+        let fail = j.p2p(&gpus, &healthy, &P2pCheck::default(), moved, failures);
+        assert_eq!(fail.verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn host_transfer_floor_and_round_trip() {
+        let checks = Checks::default();
+        let j = judge(&checks, Profile::Auto);
+        let out = HostTransferOutcome {
+            pinned: Some(DirectionRates {
+                h2d_gbps: 26.2,
+                d2h_gbps: 55.0,
+            }),
+            mismatches: 2,
+            ..Default::default()
+        };
+        let r = j.host_transfer(&gpu(5), &out, &HostTransferCheck::default());
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert_eq!(
+            r.reasons,
+            [
+                "GPU5: 2 bytes differed after a host → GPU → host round trip",
+                "GPU5 host→device pinned 26.2 GB/s < 40 GB/s (H200 profile)",
+            ]
+        );
+        let spec = HostTransferCheck {
+            min_pinned_gbps: Some(20),
+            ..Default::default()
+        };
+        let clean = HostTransferOutcome {
+            mismatches: 0,
+            ..out
+        };
+        assert_eq!(
+            j.host_transfer(&gpu(5), &clean, &spec).verdict,
+            Verdict::Pass
+        );
+    }
+
+    /// The whole path through the orchestrator on the simulator: a slow GPU's pairs are named
+    /// in the node's failures, host transfers land in every GPU's report.
+    #[test]
+    fn simulated_run_names_the_slow_pairs() {
+        let spec: SimSpec = "gpus=4,slow=p2p@2:0.3+host@1:0.4".parse().unwrap();
+        let backend = SimBackend::new(spec);
+        let checks = Checks {
+            p2p: Some(P2pCheck::default()),
+            host_transfer: Some(HostTransferCheck::default()),
+            ..Default::default()
+        };
+        let mut plan = Plan::new(checks, Thresholds::default());
+        plan.p2p_seed = Some(1);
+        let stop = AtomicBool::new(false);
+        let report = checks::run(&backend, &plan, &stop, &|_| {});
+        assert_eq!(report.verdict, Verdict::Fail);
+        let p2p = report.p2p.as_ref().unwrap();
+        assert_eq!(p2p.pairs.len(), 12);
+        let failed: Vec<(i32, i32)> = p2p
+            .pairs
+            .iter()
+            .filter(|p| p.verdict == Verdict::Fail)
+            .map(|p| (p.src, p.dst))
+            .collect();
+        assert_eq!(failed.len(), 6, "{failed:?}");
+        assert!(failed.iter().all(|(a, b)| *a == 2 || *b == 2));
+        assert!(
+            report.failures.iter().any(|f| f.contains("GPU2")
+                && f.contains(" unidirectional 11")
+                && f.ends_with("GB/s < 320 GB/s (H200 profile)")),
+            "{:#?}",
+            report.failures
+        );
+        let host = report.gpus[1].host_transfer.as_ref().unwrap();
+        assert_eq!(host.verdict, Verdict::Fail, "{:?}", host.reasons);
+        assert!(
+            host.reasons[0].starts_with("GPU1 host→device pinned 22."),
+            "{:?}",
+            host.reasons
+        );
+        assert_eq!(
+            report.gpus[0].host_transfer.as_ref().unwrap().verdict,
+            Verdict::Pass
+        );
+    }
+
+    #[test]
+    fn one_gpu_skips_p2p() {
+        let backend = SimBackend::new("gpus=1".parse().unwrap());
+        let checks = Checks {
+            p2p: Some(P2pCheck::default()),
+            ..Default::default()
+        };
+        let stop = AtomicBool::new(false);
+        let report = checks::run(
+            &backend,
+            &Plan::new(checks, Thresholds::default()),
+            &stop,
+            &|_| {},
+        );
+        let p2p = report.p2p.unwrap();
+        assert_eq!(p2p.verdict, Verdict::Skipped);
+        assert_eq!(report.verdict, Verdict::Pass);
+    }
+}
