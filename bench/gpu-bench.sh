@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # One-call GPU bench: the agent's checks and the PyTorch references on the same GPUs, same call.
 #
-#   bench/gpu-bench.sh AGENT_BINARY OUT_DIR [BURN_SECONDS]
+#   bench/gpu-bench.sh AGENT_BINARY OUT_DIR [BURN_SECONDS] [PARTS]
+#
+# PARTS (comma-separated, default core,links,io): core = inventory, topology, memory and compute
+# against PyTorch; links = p2p and host transfers against PyTorch; io = file I/O against dd
+# (IO_DIR, default /tmp/gpuval-io-bench, on the disk to test).
 #
 # Run from the repository root on a GPU host (the device machine: build the agent elsewhere and
 # carry target/release/gpuval-agent). Writes raw JSON, logs and a side-by-side table.md to
 # OUT_DIR; bench.tar.gz bundles everything (at most a few files come back from the device).
 set -uo pipefail
-AGENT=$(realpath "$1"); OUT=$2; BURN=${3:-60}
+AGENT=$(realpath "$1"); OUT=$2; BURN=${3:-60}; PARTS=${4:-core,links,io}
+IO_DIR=${IO_DIR:-/tmp/gpuval-io-bench}
+part() { [[ ",$PARTS," == *",$1,"* ]]; }
 mkdir -p "$OUT/raw"
 RAW="$OUT/raw"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -19,6 +25,7 @@ cat "$RAW/machine.txt"
 nvidia-smi topo -m > "$RAW/topo-smi.txt" 2>&1
 nvidia-smi -q > "$RAW/nvidia-smi-q.txt" 2>&1
 
+if part core; then
 step "agent inventory / topo (compared cell by cell with nvidia-smi topo -m)"
 "$AGENT" inventory | tee "$RAW/inventory.txt"
 "$AGENT" inventory --json > "$RAW/inventory.json"
@@ -53,6 +60,27 @@ step "agent run: fp16, tf32, fp32 (20s each), then PyTorch the same"
 "$AGENT" run --checks compute --duration 60s --dtypes fp16,tf32,fp32 --output "$RAW/agent-dtypes.json" 2>&1 | tee "$RAW/agent-dtypes.txt"
 python3 bench/torch_ref.py --phase sustained --sustained "fp16:20,tf32:20,fp32:20" > "$RAW/torch-dtypes.json" 2> "$RAW/torch-dtypes.log"
 cat "$RAW/torch-dtypes.json"
+fi
+
+if part links; then
+step "agent p2p (every ordered pair, host-staged too) and host transfers"
+"$AGENT" run --checks p2p,hostTransfer --host-staged --output "$RAW/agent-links.json" 2>&1 | tee "$RAW/agent-links.txt"
+step "PyTorch p2p copy_ (one stream, then two) and host copies (pinned, pageable, all GPUs at once)"
+python3 bench/link_ref.py > "$RAW/torch-links.json" 2> "$RAW/torch-links.log"
+cat "$RAW/torch-links.json"
+fi
+
+if part io; then
+mkdir -p "$IO_DIR"; df -hT "$IO_DIR" > "$RAW/io-disk.txt"; cat "$RAW/io-disk.txt"
+step "agent io: 4 files x 1 GiB, 4 writers, O_DIRECT, then dd the same on the same disk"
+"$AGENT" run --checks io --io-dir "$IO_DIR" --io-file-size-mib 1024 --io-files 4 --io-concurrency 4 --output "$RAW/agent-io.json" 2>&1 | tee "$RAW/agent-io.txt"
+bash bench/io_ref.sh "$IO_DIR" 1024 4 4 > "$RAW/dd-io.json" 2> "$RAW/dd-io.log"
+"$AGENT" run --checks io --io-dir "$IO_DIR" --io-file-size-mib 1024 --io-files 4 --io-concurrency 4 --output "$RAW/agent-io-2.json" > "$RAW/agent-io-2.txt" 2>&1
+bash bench/io_ref.sh "$IO_DIR" 1024 4 4 > "$RAW/dd-io-2.json" 2>> "$RAW/dd-io.log"
+cat "$RAW/dd-io.json" "$RAW/dd-io-2.json"
+step "agent io during a 30 s bf16 burn on every GPU"
+"$AGENT" run --config bench/io-during-compute.yaml --io-dir "$IO_DIR" --output "$RAW/agent-io-burn.json" 2>&1 | tee "$RAW/agent-io-burn.txt"
+fi
 
 step "table"
 python3 bench/make_table.py "$RAW" | tee "$OUT/table.md"

@@ -17,7 +17,7 @@ use crate::backend::{
     HostTransferOutcome, HostTransferRequest, MemoryOutcome, MemoryRequest, P2pOutcome, P2pRequest,
     RunControl, TelemetrySample, TopologySnapshot,
 };
-use crate::link_verdict::link_error_deltas;
+use crate::link_verdict::LinkErrorMoves;
 use crate::{telemetry, topology, verdict::Judge};
 
 const MIB: u64 = 1024 * 1024;
@@ -265,7 +265,7 @@ pub fn run(
     report.p2p = links.p2p.map(|r| {
         let spec = plan.checks.p2p.clone().unwrap_or_default();
         match r {
-            Ok(o) => judge.p2p(&gpus, &o, &spec, links.link_moved, links.link_failures),
+            Ok(o) => judge.p2p(&gpus, &o, &spec, &links.link_errors),
             Err(e) => {
                 let (verdict, reasons) = Judge::check_error(&e);
                 P2pResult {
@@ -293,9 +293,8 @@ pub fn run(
 #[derive(Default)]
 struct LinkRuns {
     p2p: Option<Result<P2pOutcome, BackendError>>,
-    /// NVLink counters that moved during the p2p check, and the moves that fail it.
-    link_moved: Vec<String>,
-    link_failures: Vec<String>,
+    /// NVLink error counters that moved during the p2p check.
+    link_errors: LinkErrorMoves,
     host: HashMap<u32, Result<HostTransferOutcome, BackendError>>,
 }
 
@@ -335,9 +334,7 @@ fn run_links(
             }));
             for &g in &indices {
                 if let (Some(b), Ok(a)) = (before.get(&g), backend.nvlink_errors(g)) {
-                    let (moved, failures) = link_error_deltas(g, b, &a);
-                    out.link_moved.extend(moved);
-                    out.link_failures.extend(failures);
+                    out.link_errors.add(g, b, &a);
                 }
             }
         }

@@ -17,6 +17,8 @@ const SPIN_LIMIT_NS: u64 = 5_000_000_000;
 pub struct Gate {
     host: *mut u32,
     device: u64,
+    /// Kept alive (and made current) until the word is freed.
+    ctx: Arc<CudaContext>,
 }
 
 // SAFETY: the word is only written by the owner through `&self` methods with volatile stores,
@@ -44,7 +46,11 @@ impl Gate {
         // SAFETY: host came from cuMemHostAlloc with DEVICEMAP.
         let mapped =
             unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) }.result();
-        let gate = Self { host, device };
+        let gate = Self {
+            host,
+            device,
+            ctx: ctx.clone(),
+        };
         mapped.map_err(|e| BackendError::gpu(gpu, "map the start gate", e))?;
         gate.close();
         Ok(gate)
@@ -78,6 +84,9 @@ impl Gate {
 
 impl Drop for Gate {
     fn drop(&mut self) {
+        if let Err(e) = self.ctx.bind_to_thread() {
+            tracing::warn!(error = %e, "binding the context to free the start gate failed");
+        }
         // SAFETY: host came from cuMemHostAlloc and is freed once; every kernel that read it
         // has finished (its stream was synchronized by the timing that used it).
         if let Err(e) = unsafe { sys::cuMemFreeHost(self.host.cast()) }.result() {

@@ -24,6 +24,9 @@ use crate::backend::{
 pub struct PinnedBuffer {
     ptr: *mut u8,
     len: usize,
+    /// Kept alive (and made current) until the memory is freed: a destroyed context has
+    /// already freed it.
+    ctx: Arc<CudaContext>,
 }
 
 // SAFETY: a plain owned allocation; access goes through &self / &mut self.
@@ -46,7 +49,11 @@ impl PinnedBuffer {
                     e,
                 )
             })?;
-        Ok(Self { ptr: p.cast(), len })
+        Ok(Self {
+            ptr: p.cast(),
+            len,
+            ctx: ctx.clone(),
+        })
     }
 
     pub fn as_slice(&self) -> &[u8] {
@@ -62,6 +69,9 @@ impl PinnedBuffer {
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
+        if let Err(e) = self.ctx.bind_to_thread() {
+            tracing::warn!(error = %e, "binding the context to free pinned host memory failed");
+        }
         // SAFETY: from cuMemHostAlloc, freed once; no copy is in flight (callers synchronize).
         if let Err(e) = unsafe { sys::cuMemFreeHost(self.ptr.cast()) }.result() {
             tracing::warn!(error = %e, "freeing pinned host memory failed");

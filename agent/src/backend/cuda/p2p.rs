@@ -105,8 +105,8 @@ pub fn run(
                 return Err(BackendError::Stopped);
             }
             let (src, dst) = (&peers[a], &peers[b]);
-            let measured = uni(src, dst, &gate, &staged)
-                .and_then(|u| Ok((u, bidi(src, dst, &gate, &staged)?)))
+            let measured = uni(src, dst, None, &staged)
+                .and_then(|u| Ok((u, bidi(src, dst, None, &staged)?)))
                 .and_then(|r| Ok((r, verify_pair(src, dst)?)));
             match measured {
                 Ok(((u, bi), bad)) => {
@@ -170,6 +170,7 @@ fn measure_pair(
     req: &P2pRequest,
     pair: &mut PairOutcome,
 ) -> Result<(), BackendError> {
+    let gate = pair.peer_access.then_some(gate);
     pair.unidirectional_gbps = uni(src, dst, gate, req)?;
     pair.mismatches += verify(dst, src.seed)?;
     pair.bidirectional_gbps = bidi(src, dst, gate, req)?;
@@ -332,11 +333,13 @@ fn sync(p: &Peer) -> Result<(), BackendError> {
         .map_err(|e| BackendError::gpu(p.gpu, "synchronize", e))
 }
 
-/// Device time of work queued by `enqueue` on `src`'s stream behind the start gate, seconds.
-/// The gate is opened on every path, so no spin kernel outlives the call.
+/// Device time of work queued by `enqueue` on `src`'s stream, seconds: behind the start gate
+/// when `gate` is given (opened on every path, so no spin kernel outlives the call). Copies
+/// without peer access are staged by the driver on the calling thread and block it, so they
+/// must not be queued behind a gate.
 fn gated(
     src: &Peer,
-    gate: &Gate,
+    gate: Option<&Gate>,
     enqueue: impl FnOnce() -> Result<(), BackendError>,
 ) -> Result<f64, BackendError> {
     let err = |what: &'static str| move |e| BackendError::gpu(src.gpu, what, e);
@@ -348,14 +351,18 @@ fn gated(
         .ctx
         .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
         .map_err(err("create an event"))?;
-    gate.close();
-    gate.hold(&src.stream, &src.k)?;
+    if let Some(g) = gate {
+        g.close();
+        g.hold(&src.stream, &src.k)?;
+    }
     let queued = start
         .record(&src.stream)
         .map_err(err("record an event"))
         .and_then(|_| enqueue())
         .and_then(|_| end.record(&src.stream).map_err(err("record an event")));
-    gate.open();
+    if let Some(g) = gate {
+        g.open();
+    }
     let synced = sync(src);
     queued?;
     synced?;
@@ -364,7 +371,7 @@ fn gated(
 }
 
 /// `src → dst` GB/s: the median of the samples.
-fn uni(src: &Peer, dst: &Peer, gate: &Gate, req: &P2pRequest) -> Result<f64, BackendError> {
+fn uni(src: &Peer, dst: &Peer, gate: Option<&Gate>, req: &P2pRequest) -> Result<f64, BackendError> {
     let bytes = src.send.bytes;
     let iterations = req.iterations.max(1);
     let mut rates = Vec::new();
@@ -380,7 +387,12 @@ fn uni(src: &Peer, dst: &Peer, gate: &Gate, req: &P2pRequest) -> Result<f64, Bac
 /// `src ⇄ dst` at once, GB/s of both directions together: the median of the samples. The
 /// destination's stream starts on an event recorded after the gate, and the source's end waits
 /// for the destination's, so the time spans both directions.
-fn bidi(src: &Peer, dst: &Peer, gate: &Gate, req: &P2pRequest) -> Result<f64, BackendError> {
+fn bidi(
+    src: &Peer,
+    dst: &Peer,
+    gate: Option<&Gate>,
+    req: &P2pRequest,
+) -> Result<f64, BackendError> {
     let bytes = src.send.bytes;
     let iterations = req.iterations.max(1);
     let mut rates = Vec::new();
@@ -410,7 +422,12 @@ fn bidi(src: &Peer, dst: &Peer, gate: &Gate, req: &P2pRequest) -> Result<f64, Ba
 }
 
 /// Microseconds per 4-byte copy, back to back.
-fn copy_latency(src: &Peer, dst: &Peer, gate: &Gate, copies: u32) -> Result<f64, BackendError> {
+fn copy_latency(
+    src: &Peer,
+    dst: &Peer,
+    gate: Option<&Gate>,
+    copies: u32,
+) -> Result<f64, BackendError> {
     let secs = gated(src, gate, || queue_copies(src, dst, &src.stream, 4, copies))?;
     Ok(secs * 1e6 / f64::from(copies))
 }
