@@ -197,9 +197,14 @@ pub fn field_manager(node: &str) -> String {
     format!("gpuval-agent/{}", labels::node_value(node))
 }
 
-/// The result's summary annotation: the report's failures joined with `"; "`.
+/// The result's summary annotation (the operator copies it into the validation's node
+/// status): the report's failures joined with `"; "`, or the key figures when there are none.
 pub fn summary(report: &NodeReport) -> String {
-    report.failures.join("; ")
+    if report.failures.is_empty() {
+        crate::render::headline(report)
+    } else {
+        report.failures.join("; ")
+    }
 }
 
 /// The labels of a node result.
@@ -661,7 +666,9 @@ mod tests {
             summary(&report(Verdict::Fail, &["GPU3: memory", "GPU5: slow"])),
             "GPU3: memory; GPU5: slow"
         );
-        assert_eq!(summary(&report(Verdict::Pass, &[])), "");
+        let passed = report(Verdict::Pass, &[]);
+        assert_eq!(summary(&passed), crate::render::headline(&passed));
+        assert!(summary(&passed).ends_with("no GPUs"));
         for v in [Verdict::Pass, Verdict::Warn, Verdict::Error] {
             assert_eq!(result_labels(&e, v)["gpuval.io/verdict"], v.as_str());
         }

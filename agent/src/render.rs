@@ -109,6 +109,76 @@ fn topology_line(report: &NodeReport) -> String {
     }
 }
 
+/// One line of the node's key figures (ranges over GPUs), for the validation's status:
+/// `4x NVIDIA H200: memory 4344-4355 GB/s; bf16 677-687 TFLOP/s; p2p 392-396 GB/s
+/// (both ways 780-785); host pinned 55.1-55.5 GB/s`. Simulated reports say so first.
+pub fn headline(report: &NodeReport) -> String {
+    let mut parts = Vec::new();
+    let memory: Vec<f64> = report
+        .gpus
+        .iter()
+        .filter_map(|g| g.memory.as_ref().map(|m| m.gbps))
+        .filter(|v| *v > 0.0)
+        .collect();
+    if !memory.is_empty() {
+        parts.push(format!("memory {} GB/s", span(&memory, 0)));
+    }
+    let mut dtypes: Vec<gpuval_crds::Dtype> = Vec::new();
+    for g in &report.gpus {
+        for gm in g.compute.iter().flat_map(|c| &c.gemms) {
+            if !dtypes.contains(&gm.dtype) {
+                dtypes.push(gm.dtype);
+            }
+        }
+    }
+    for d in dtypes {
+        let v: Vec<f64> = report
+            .gpus
+            .iter()
+            .flat_map(|g| g.compute.iter().flat_map(|c| &c.gemms))
+            .filter(|gm| gm.dtype == d)
+            .map(|gm| gm.tflops)
+            .collect();
+        parts.push(format!("{d} {} TFLOP/s", span(&v, 0)));
+    }
+    if let Some(p) = report.p2p.as_ref().filter(|p| !p.pairs.is_empty()) {
+        let uni: Vec<f64> = p.pairs.iter().map(|q| q.unidirectional_gbps).collect();
+        let bidi: Vec<f64> = p.pairs.iter().map(|q| q.bidirectional_gbps).collect();
+        parts.push(format!(
+            "p2p {} GB/s (both ways {})",
+            span(&uni, 0),
+            span(&bidi, 0)
+        ));
+    }
+    let host: Vec<f64> = report
+        .gpus
+        .iter()
+        .filter_map(|g| g.host_transfer.as_ref().and_then(|h| h.pinned))
+        .flat_map(|r| [r.h2d_gbps, r.d2h_gbps])
+        .collect();
+    if !host.is_empty() {
+        parts.push(format!("host pinned {} GB/s", span(&host, 1)));
+    }
+    let sim = if report.simulated { "SIMULATED " } else { "" };
+    let Some(first) = report.gpus.first() else {
+        return format!("{sim}no GPUs");
+    };
+    let head = format!("{sim}{}x {}", report.gpus.len(), first.name);
+    if parts.is_empty() {
+        head
+    } else {
+        format!("{head}: {}", parts.join("; "))
+    }
+}
+
+/// `min-max` (or one value) with `decimals` decimals.
+fn span(values: &[f64], decimals: usize) -> String {
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (a, b) = (format!("{lo:.decimals$}"), format!("{hi:.decimals$}"));
+    if a == b { a } else { format!("{a}-{b}") }
+}
+
 /// Host transfer rates per GPU, when measured.
 fn host_section(report: &NodeReport) -> String {
     let measured: Vec<&GpuReport> = report
@@ -328,6 +398,27 @@ mod tests {
         assert!(text.contains("\n    GPU1  391   X     -\n"), "{text}");
         assert!(text.contains("\n    GPU0  X     784   196\n"), "{text}");
         assert!(text.contains("  1    55.3/55.6"), "{text}");
+    }
+
+    #[test]
+    fn headline_gives_ranges_of_the_key_figures() {
+        let mut report = simulated_report("gpus=2");
+        report.gpus[0].host_transfer = Some(gpuval_crds::HostTransferResult {
+            pinned: Some(TransferRates {
+                h2d_gbps: 55.26,
+                d2h_gbps: 55.61,
+            }),
+            ..Default::default()
+        });
+        let line = headline(&report);
+        assert!(
+            line.starts_with("SIMULATED 2x NVIDIA H200 (simulated): memory "),
+            "{line}"
+        );
+        assert!(line.contains(" GB/s; bf16 7"), "{line}");
+        assert!(line.ends_with("; host pinned 55.3-55.6 GB/s"), "{line}");
+        assert_eq!(span(&[392.4], 0), "392");
+        assert_eq!(span(&[391.6, 396.2], 0), "392-396");
     }
 
     #[test]
