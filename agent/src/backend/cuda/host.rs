@@ -13,9 +13,9 @@ use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
 
-use super::gate::Gate;
 use super::kernels::Kernels;
 use super::memory::DeviceBuffer;
+use super::timing::{self, Gate, median, rate};
 use crate::backend::{
     BackendError, DirectionRates, HostTransferOutcome, HostTransferRequest, RunControl,
 };
@@ -168,31 +168,15 @@ impl HostSide {
     }
 
     fn pinned_sample(&self, dir: Dir, iterations: u32) -> Result<f64, BackendError> {
-        let err = |what: &'static str| move |e| BackendError::gpu(self.gpu, what, e);
-        let start = self
-            .ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(err("create an event"))?;
-        let end = self
-            .ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(err("create an event"))?;
-        self.gate.close();
-        self.gate.hold(&self.stream, &self.k)?;
-        let queued = start
-            .record(&self.stream)
-            .map_err(err("record an event"))
-            .and_then(|_| (0..iterations).try_for_each(|_| self.copy_async(dir, self.pinned.ptr)))
-            .and_then(|_| end.record(&self.stream).map_err(err("record an event")));
-        self.gate.open();
-        let synced = self.stream.synchronize().map_err(err("synchronize"));
-        queued?;
-        synced?;
-        let ms = start.elapsed_ms(&end).map_err(err("read event time"))?;
-        Ok(rate(
-            self.device.bytes * u64::from(iterations),
-            f64::from(ms) / 1e3,
-        ))
+        let secs = timing::timed(
+            &self.ctx,
+            &self.stream,
+            &self.k,
+            self.gpu,
+            Some(&self.gate),
+            || (0..iterations).try_for_each(|_| self.copy_async(dir, self.pinned.ptr)),
+        )?;
+        Ok(rate(self.device.bytes * u64::from(iterations), secs))
     }
 
     fn copy_async(&self, dir: Dir, host: *mut u8) -> Result<(), BackendError> {
@@ -416,19 +400,6 @@ fn fill_pattern(buf: &mut [u8], seed: u64) {
             .to_le_bytes();
         chunk.copy_from_slice(&v[..chunk.len()]);
     }
-}
-
-fn rate(bytes: u64, seconds: f64) -> f64 {
-    if seconds > 0.0 {
-        bytes as f64 / seconds / 1e9
-    } else {
-        0.0
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 #[cfg(test)]

@@ -3,12 +3,12 @@
 //! error, never a panic (cudarc panics on a missing library, so presence is checked first).
 
 pub mod compute;
-pub mod gate;
 pub mod host;
 pub mod kernels;
 pub mod memory;
 pub mod nvml;
 pub mod p2p;
+pub mod timing;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

@@ -23,9 +23,9 @@ use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, result, sys,
 };
 
-use super::gate::Gate;
 use super::kernels::Kernels;
 use super::memory::{DeviceBuffer, grid_for};
+use super::timing::{self, Gate, median, rate};
 use crate::backend::{BackendError, P2pOutcome, P2pRequest, PairOutcome, RunControl};
 
 /// Size of each GPU's pointer-chase chain, and the distance between its slots (one cache line
@@ -333,41 +333,13 @@ fn sync(p: &Peer) -> Result<(), BackendError> {
         .map_err(|e| BackendError::gpu(p.gpu, "synchronize", e))
 }
 
-/// Device time of work queued by `enqueue` on `src`'s stream, seconds: behind the start gate
-/// when `gate` is given (opened on every path, so no spin kernel outlives the call). Copies
-/// without peer access are staged by the driver on the calling thread and block it, so they
-/// must not be queued behind a gate.
+/// Device time of work queued by `enqueue` on `src`'s stream (see [`timing::timed`]).
 fn gated(
     src: &Peer,
     gate: Option<&Gate>,
     enqueue: impl FnOnce() -> Result<(), BackendError>,
 ) -> Result<f64, BackendError> {
-    let err = |what: &'static str| move |e| BackendError::gpu(src.gpu, what, e);
-    let start = src
-        .ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(err("create an event"))?;
-    let end = src
-        .ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(err("create an event"))?;
-    if let Some(g) = gate {
-        g.close();
-        g.hold(&src.stream, &src.k)?;
-    }
-    let queued = start
-        .record(&src.stream)
-        .map_err(err("record an event"))
-        .and_then(|_| enqueue())
-        .and_then(|_| end.record(&src.stream).map_err(err("record an event")));
-    if let Some(g) = gate {
-        g.open();
-    }
-    let synced = sync(src);
-    queued?;
-    synced?;
-    let ms = start.elapsed_ms(&end).map_err(err("read event time"))?;
-    Ok(f64::from(ms) / 1e3)
+    timing::timed(&src.ctx, &src.stream, &src.k, src.gpu, gate, enqueue)
 }
 
 /// `src → dst` GB/s: the median of the samples.
@@ -495,19 +467,6 @@ fn verify_pair(src: &Peer, dst: &Peer) -> Result<u64, BackendError> {
     Ok(verify(dst, src.seed)? + verify(src, dst.seed)?)
 }
 
-fn rate(bytes: u64, seconds: f64) -> f64 {
-    if seconds > 0.0 {
-        bytes as f64 / seconds / 1e9
-    } else {
-        0.0
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -516,12 +475,5 @@ mod tests {
     fn every_unordered_pair_once() {
         let p: Vec<_> = all_pairs(4).collect();
         assert_eq!(p, [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]);
-    }
-
-    #[test]
-    fn median_and_rate() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(rate(2_000_000_000, 2.0), 1.0);
-        assert_eq!(rate(5, 0.0), 0.0);
     }
 }

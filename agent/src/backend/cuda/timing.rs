@@ -1,6 +1,7 @@
-//! A start gate for timed copy batches: a spin kernel holds a stream until the host opens the
-//! gate (a word in pinned, device-mapped host memory), so every copy queued behind it is
-//! already enqueued when the clock starts and enqueue cost stays out of the timing.
+//! Timing of copy batches: device events around the batch, optionally behind a start gate (a
+//! spin kernel that holds the stream until the host opens the gate, a word in pinned,
+//! device-mapped host memory), so every copy is already enqueued when the clock starts and
+//! enqueue cost stays out of the timing; and the rate and median helpers.
 
 use std::sync::Arc;
 
@@ -92,5 +93,70 @@ impl Drop for Gate {
         if let Err(e) = unsafe { sys::cuMemFreeHost(self.host.cast()) }.result() {
             tracing::warn!(error = %e, "freeing the start gate failed");
         }
+    }
+}
+
+/// Device time in seconds of the work `enqueue` queues on `stream`, behind `gate` when given.
+/// The gate is opened on every path, so no spin kernel outlives the call. Work that blocks the
+/// host while it runs (driver-staged copies) must not go behind a gate.
+pub fn timed(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    k: &Kernels,
+    gpu: u32,
+    gate: Option<&Gate>,
+    enqueue: impl FnOnce() -> Result<(), BackendError>,
+) -> Result<f64, BackendError> {
+    let err = |what: &'static str| move |e| BackendError::gpu(gpu, what, e);
+    let start = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(err("create an event"))?;
+    let end = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(err("create an event"))?;
+    if let Some(g) = gate {
+        g.close();
+        g.hold(stream, k)?;
+    }
+    let queued = start
+        .record(stream)
+        .map_err(err("record an event"))
+        .and_then(|_| enqueue())
+        .and_then(|_| end.record(stream).map_err(err("record an event")));
+    if let Some(g) = gate {
+        g.open();
+    }
+    let synced = stream.synchronize().map_err(err("synchronize"));
+    queued?;
+    synced?;
+    let ms = start.elapsed_ms(&end).map_err(err("read event time"))?;
+    Ok(f64::from(ms) / 1e3)
+}
+
+/// Bytes per second in GB/s (1e9); 0 without a time.
+pub fn rate(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 / seconds / 1e9
+    } else {
+        0.0
+    }
+}
+
+/// The middle sample (the upper middle of an even count); 0 without samples.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_rate() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![]), 0.0);
+        assert_eq!(rate(2_000_000_000, 2.0), 1.0);
+        assert_eq!(rate(5, 0.0), 0.0);
     }
 }
