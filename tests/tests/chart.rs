@@ -518,6 +518,35 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
         "each agent had its own pod token"
     );
 
+    // The agent pods carry the chart's settings: its agent service account, the extra
+    // toleration (the kwok nodes are tainted with it), and no privilege.
+    let agent_pods = Api::<Pod>::namespaced(admin.clone(), NS)
+        .list(&ListParams::default().labels("gpuval.io/validation=chart"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(agent_pods.len(), 2);
+    for p in &agent_pods {
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.service_account_name.as_deref(),
+            Some(agent_sa.as_str())
+        );
+        assert!(
+            spec.tolerations
+                .iter()
+                .flatten()
+                .any(|t| t.key.as_deref() == Some("kwok.x-k8s.io/node"))
+        );
+        let sc = spec.containers[0].security_context.as_ref().unwrap();
+        assert_eq!(sc.privileged, Some(false));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            spec.containers[0].image.as_deref(),
+            Some("gpuval-agent:test")
+        );
+    }
+
     // The results were written by each node's agent, as that agent.
     let results: Api<GpuNodeResult> = Api::namespaced(admin.clone(), NS);
     let all = results.list(&ListParams::default()).await.unwrap().items;
@@ -697,8 +726,51 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
             .create(&PostParams::default(), &pod)
             .await,
     );
+    // helm uninstall removes what the templates made and keeps the CRDs (and so the
+    // validations and results), as the README says.
+    drop(operator);
+    let mut uninstall = chart::helm().unwrap();
+    uninstall
+        .args([
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NS,
+            "--wait",
+            "--kubeconfig",
+        ])
+        .arg(cp.kubeconfig());
+    chart::output(&mut uninstall).unwrap_or_else(|e| panic!("helm uninstall: {e}"));
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(admin.clone(), NS);
+    assert!(
+        deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin.clone());
+    assert!(
+        roles
+            .list(&ListParams::default().labels("app.kubernetes.io/part-of=gpuval"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let crd_api: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    assert!(
+        crd_api
+            .get_opt("gpuvalidations.gpuval.io")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(validations.get_opt("chart").await.unwrap().is_some());
     println!(
-        "chart e2e: install, verdict and confinement checks in {:.1}s",
+        "chart e2e: install, verdict, confinement and uninstall in {:.1}s",
         started.elapsed().as_secs_f64()
     );
 }
