@@ -116,6 +116,28 @@ fn check_invariants(file: &str, docs: &[Value]) {
         "{file}: {sas:?}"
     );
 
+    // No wildcards and no secrets anywhere; cluster-wide roles never reach pods.
+    for role in docs
+        .iter()
+        .filter(|d| matches!(d["kind"].as_str(), Some("Role" | "ClusterRole")))
+    {
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            for field in ["apiGroups", "resources", "verbs"] {
+                assert!(
+                    !rule[field]
+                        .as_array()
+                        .is_some_and(|v| v.iter().any(|x| x == "*")),
+                    "{file}: wildcard in {rule}"
+                );
+            }
+            let resources = rule["resources"].as_array().cloned().unwrap_or_default();
+            assert!(!resources.contains(&json!("secrets")), "{file}: {rule}");
+            if role["kind"] == "ClusterRole" {
+                assert!(!resources.contains(&json!("pods")), "{file}: {rule}");
+            }
+        }
+    }
+
     // Every rule bound to the agent: no pods, no spec writes, results only.
     let agent_roles: Vec<&str> = docs
         .iter()

@@ -124,6 +124,33 @@ fn dockerfile_passes_hadolint_and_builds_what_ci_builds() {
     assert!(read(".dockerignore").contains("target/"));
 }
 
+#[test]
+fn chart_and_image_versions_follow_the_workspace() {
+    let cargo = read("Cargo.toml");
+    let version = cargo
+        .split("[workspace.package]")
+        .nth(1)
+        .and_then(|s| s.lines().find(|l| l.starts_with("version")))
+        .and_then(|l| l.split('"').nth(1))
+        .expect("workspace version");
+    let chart_yaml = chart::documents(&read("charts/gpuval/Chart.yaml")).unwrap();
+    assert_eq!(
+        chart_yaml[0]["appVersion"], version,
+        "Chart.yaml appVersion"
+    );
+    assert!(
+        read("Dockerfile").contains(&format!("ARG VERSION={version}")),
+        "the Dockerfile's default VERSION is {version}"
+    );
+    // The chart's default images are tagged with the appVersion.
+    let rendered = chart::render("gpuval", "gpuval-system", &[]).unwrap();
+    assert!(
+        rendered.contains(&format!("gpuval-operator:{version}")),
+        "{rendered}"
+    );
+    assert!(rendered.contains(&format!("gpuval-agent:{version}")));
+}
+
 /// A GpuValidation at `generation` with the given status.
 fn validation(generation: i64, status: Value) -> Value {
     json!({
