@@ -23,7 +23,7 @@ chart-tools:
 release:
 	$(CARGO) build --release --locked -p gpuval-operator -p gpuval-agent
 
-## Regenerate deploy/crds/ from the API types.
+## Regenerate the CRD YAML from the API types (deploy/crds/ and charts/gpuval/crds/).
 crds:
 	$(CARGO) run -q -p gpuval-crds --bin crdgen -- --write
 
