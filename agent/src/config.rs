@@ -288,7 +288,7 @@ mod tests {
     #[test]
     fn the_example_manifests_load() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
-        for f in ["quick.yaml", "full.yaml"] {
+        for f in ["quick.yaml", "standard.yaml", "burn-in-24h.yaml"] {
             load(&dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         }
     }

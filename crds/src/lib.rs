@@ -140,3 +140,11 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
     }
     Ok(out)
 }
+
+/// Where the generated CRD YAML is committed, relative to the repository root: the plain
+/// manifests and the Helm chart's `crds/` directory. `crdgen --write` writes every copy and a
+/// test fails when any of them differs from [`crds_yaml`].
+pub const CRD_COPIES: [&str; 2] = [
+    "deploy/crds/gpuval.io.yaml",
+    "charts/gpuval/crds/gpuval.io.yaml",
+];

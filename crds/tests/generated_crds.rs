@@ -1,16 +1,19 @@
-//! The committed CRD YAML must be what the types generate.
+//! Every committed copy of the CRD YAML (plain manifests, Helm chart) must be what the types
+//! generate.
 
 #[test]
 fn committed_crd_yaml_is_up_to_date() {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/gpuval.io.yaml");
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let generated = gpuval_crds::crds_yaml().expect("serialise CRDs");
-    assert!(
-        committed == generated,
-        "{} is stale: run `cargo run -p gpuval-crds --bin crdgen -- --write` and commit the result",
-        path.display()
-    );
+    for rel in gpuval_crds::CRD_COPIES {
+        let path = root.join(rel);
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "{} is stale: run `make crds` (crdgen --write) and commit the result",
+            path.display()
+        );
+    }
 }
 
 #[test]

@@ -108,6 +108,19 @@ struct Shared {
     namespace: String,
     log_dir: Result<tempfile::TempDir, String>,
     state: Mutex<State>,
+    options: KubeletOptions,
+    /// Pod-bound tokens handed to agents so far.
+    tokens_minted: std::sync::atomic::AtomicUsize,
+}
+
+/// How the fake kubelet runs agent pods. The default is what [`FakeKubelet::start`] does.
+#[derive(Debug, Clone, Default)]
+pub struct KubeletOptions {
+    /// Give each agent its pod's own identity instead of the admin kubeconfig: a token for the
+    /// pod's `serviceAccountName`, bound to the pod, from the TokenRequest API (what a real
+    /// kubelet mounts as the projected service-account token), so the agent runs with exactly
+    /// the rights of its service account and its token names the node it runs on.
+    pub pod_tokens: bool,
 }
 
 impl Shared {
@@ -137,6 +150,23 @@ impl FakeKubelet {
         agent_binary: PathBuf,
         namespace: String,
     ) -> FakeKubelet {
+        Self::start_with(
+            client,
+            kubeconfig,
+            agent_binary,
+            namespace,
+            KubeletOptions::default(),
+        )
+    }
+
+    /// [`start`](Self::start) with [`KubeletOptions`].
+    pub fn start_with(
+        client: Client,
+        kubeconfig: PathBuf,
+        agent_binary: PathBuf,
+        namespace: String,
+        options: KubeletOptions,
+    ) -> FakeKubelet {
         let log_dir = tempfile::Builder::new()
             .prefix("gpuval-kubelet-")
             .tempdir()
@@ -151,6 +181,8 @@ impl FakeKubelet {
             namespace,
             log_dir,
             state: Mutex::new(State::default()),
+            options,
+            tokens_minted: std::sync::atomic::AtomicUsize::new(0),
         });
         let watch = tokio::spawn(watch_pods(shared.clone()));
         FakeKubelet { shared, watch }
@@ -210,6 +242,13 @@ impl FakeKubelet {
                 .unwrap_or_else(|e| format!("(could not read {}: {e})", p.display())),
             None => String::new(),
         }
+    }
+
+    /// How many pod-bound tokens were handed to agents ([`KubeletOptions::pod_tokens`]).
+    pub fn tokens_minted(&self) -> usize {
+        self.shared
+            .tokens_minted
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Where the per-pod log files are (`<pod>-<uid prefix>.log`).
@@ -422,7 +461,20 @@ fn on_pod(shared: &Arc<Shared>, pod: &Pod) {
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default();
     let node_env = st.node_env.get(&node).cloned().unwrap_or_default();
-    let entry = start_pod(shared, pod, &name, &uid, node_env);
+    if shared.options.pod_tokens {
+        // The token is minted first (an API call); the entry stands in until the process starts.
+        st.by_name.insert(name.clone(), uid.clone());
+        st.pods.insert(uid.clone(), new_entry(&name, pod, false));
+        tokio::spawn(start_with_pod_token(
+            shared.clone(),
+            pod.clone(),
+            name,
+            uid,
+            node_env,
+        ));
+        return;
+    }
+    let entry = start_pod(shared, pod, &name, &uid, node_env, &shared.kubeconfig);
     st.by_name.insert(name.clone(), uid.clone());
     if entry.running {
         st.started.push(name);
@@ -485,6 +537,86 @@ pub fn container_env(pod: &Pod, container: &Container) -> Vec<(String, String)> 
     out
 }
 
+/// Mints a token for the pod's service account bound to the pod, writes a kubeconfig with it,
+/// and starts the pod's process with that kubeconfig (unless the pod went away meanwhile). When
+/// no token can be had, the pod fails as a kubelet's would when its token volume cannot be set
+/// up.
+async fn start_with_pod_token(
+    shared: Arc<Shared>,
+    pod: Pod,
+    name: String,
+    uid: String,
+    node_env: Vec<(String, String)>,
+) {
+    let minted = pod_kubeconfig(&shared, &pod, &name, &uid).await;
+    let mut st = shared.state();
+    if st
+        .pods
+        .get(&uid)
+        .is_none_or(|e| e.deleting || e.gone || e.terminated.is_some())
+    {
+        return;
+    }
+    let entry = match minted {
+        Ok(kubeconfig) => {
+            shared
+                .tokens_minted
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            start_pod(&shared, &pod, &name, &uid, node_env, &kubeconfig)
+        }
+        Err(e) => {
+            tracing::warn!(pod = %name, error = %e, "fake kubelet: no service-account token for the pod");
+            let mut entry = new_entry(&name, &pod, false);
+            let t = Terminated {
+                exit_code: 128,
+                reason: "StartError",
+                started_at: now(),
+                finished_at: now(),
+            };
+            let body = terminated_status(&entry, &t);
+            entry.terminated = Some(t);
+            tokio::spawn(write_status(shared.clone(), name.clone(), body));
+            entry
+        }
+    };
+    if entry.running {
+        st.started.push(name);
+    }
+    st.pods.insert(uid, entry);
+}
+
+/// A kubeconfig file holding a token for the pod's service account, bound to the pod.
+async fn pod_kubeconfig(
+    shared: &Shared,
+    pod: &Pod,
+    name: &str,
+    uid: &str,
+) -> Result<PathBuf, String> {
+    let sa = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".into());
+    let bound = crate::auth::BoundPod {
+        name: name.to_string(),
+        uid: uid.to_string(),
+    };
+    let token = crate::auth::request_token(&shared.client, &shared.namespace, &sa, Some(&bound))
+        .await
+        .map_err(|e| format!("TokenRequest for service account {sa}: {e}"))?;
+    let server = crate::auth::server_of(&shared.kubeconfig)?;
+    let dir = shared
+        .log_dir
+        .as_ref()
+        .map_err(|e| format!("no directory for the pod's kubeconfig: {e}"))?;
+    let short_uid: String = uid.chars().take(8).collect();
+    let path = dir.path().join(format!("{name}-{short_uid}.kubeconfig"));
+    std::fs::write(&path, crate::auth::token_kubeconfig(&server, &token))
+        .map_err(|e| format!("write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
 /// Starts the pod's process and its supervisor; on failure, the pod is marked Failed.
 fn start_pod(
     shared: &Arc<Shared>,
@@ -492,6 +624,7 @@ fn start_pod(
     name: &str,
     uid: &str,
     node_env: Vec<(String, String)>,
+    kubeconfig: &Path,
 ) -> PodEntry {
     let mut entry = new_entry(name, pod, false);
     let started_at = now();
@@ -528,7 +661,7 @@ fn start_pod(
         .env("RUST_LOG", "info")
         .envs(container_env(pod, container))
         .envs(node_env)
-        .env("KUBECONFIG", &shared.kubeconfig)
+        .env("KUBECONFIG", kubeconfig)
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)

@@ -14,8 +14,11 @@ mod control_plane;
 mod tools;
 
 pub use control_plane::{ControlPlane, Error, Options};
-pub use kubelet::{FakeKubelet, agent_binary};
+pub use kubelet::{FakeKubelet, KubeletOptions, agent_binary};
 pub use tools::{Tools, tools_dir};
+pub mod auth;
+pub mod binaries;
+pub mod chart;
 pub mod crds;
 pub mod kubelet;
 pub mod nodes;

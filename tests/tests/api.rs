@@ -115,8 +115,8 @@ async fn every_example_is_accepted_and_defaults_are_applied() {
         }
     }
     assert!(
-        seen >= 2,
-        "expected at least a quick and a full example, found {seen}"
+        seen >= 3,
+        "expected the quick, standard and burn-in examples, found {seen}"
     );
 }
 

@@ -1,4 +1,5 @@
-//! Writes the CRDs as YAML: `crdgen` prints them, `crdgen --write` updates deploy/crds/.
+//! Writes the CRDs as YAML: `crdgen` prints them; `crdgen --write` updates every committed copy
+//! (deploy/crds/ for plain `kubectl apply`, and the Helm chart's crds/ directory).
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -11,12 +12,15 @@ fn main() -> ExitCode {
         }
     };
     if std::env::args().any(|a| a == "--write") {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/gpuval.io.yaml");
-        if let Err(e) = std::fs::write(&path, yaml) {
-            eprintln!("error: could not write {}: {e}", path.display());
-            return ExitCode::FAILURE;
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        for rel in gpuval_crds::CRD_COPIES {
+            let path = root.join(rel);
+            if let Err(e) = std::fs::write(&path, &yaml) {
+                eprintln!("error: could not write {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+            eprintln!("wrote {}", path.display());
         }
-        eprintln!("wrote {}", path.display());
     } else {
         print!("{yaml}");
     }

@@ -1,0 +1,80 @@
+# syntax=docker/dockerfile:1
+# Images for gpuval, one build, two targets:
+#
+#   docker build --target operator -t gpuval-operator .
+#   docker build --target agent    -t gpuval-agent .
+#
+# Both binaries come from one `make release` (the same command CI runs, so what CI builds is
+# what ships). Versions are build arguments; labels follow the OCI image annotations.
+
+ARG RUST_VERSION=1.95
+ARG DEBIAN_RELEASE=bookworm
+ARG CUDA_VERSION=13.0.2
+ARG UBUNTU_VERSION=24.04
+ARG OPERATOR_BASE=gcr.io/distroless/cc-debian12:nonroot
+
+# ---- build: both binaries, release profile, locked dependencies ----------------------------
+FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
+WORKDIR /src
+COPY . .
+# The agent loads CUDA (driver, NVRTC, cuBLAS) and NVML at run time, so the build needs no
+# CUDA toolkit; the operator uses rustls with ring, so no OpenSSL either.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    make release \
+    && install -D -m 0755 target/release/gpuval-operator /out/gpuval-operator \
+    && install -D -m 0755 target/release/gpuval-agent /out/gpuval-agent
+
+# ---- operator: glibc + libgcc only (distroless), non-root -----------------------------------
+FROM ${OPERATOR_BASE} AS operator
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="gpuval-operator" \
+      org.opencontainers.image.description="gpuval operator: GpuValidation to agent pods to verdicts" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://example.invalid/gpuval"
+COPY --from=build /out/gpuval-operator /usr/local/bin/gpuval-operator
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/gpuval-operator"]
+
+# ---- agent: NVIDIA CUDA runtime (cuBLAS, cuBLASLt, NVRTC); the driver comes from the node ---
+FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu${UBUNTU_VERSION} AS agent
+ARG CUDA_VERSION
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="gpuval-agent" \
+      org.opencontainers.image.description="gpuval node agent: GPU memory, compute, interconnect, host-link and I/O checks" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://example.invalid/gpuval" \
+      io.gpuval.cuda.version="${CUDA_VERSION}"
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# The runtime image carries cuBLAS; NVRTC comes with its CUDA libraries. Install NVRTC from
+# NVIDIA's repository (configured in the base image) only if a base lacks it, then fail the
+# build unless both are there: the agent compiles its kernels with NVRTC at start.
+# hadolint ignore=DL3008
+RUN cuda_pkg="$(cut -d. -f1,2 <<<"${CUDA_VERSION}" | tr . -)" \
+    && if ! ls /usr/local/cuda/lib64/libnvrtc.so.* >/dev/null 2>&1; then \
+         apt-get update \
+         && apt-get install -y --no-install-recommends "cuda-nvrtc-${cuda_pkg}" \
+         && rm -rf /var/lib/apt/lists/*; \
+       fi \
+    && ls /usr/local/cuda/lib64/libnvrtc.so.* /usr/local/cuda/lib64/libcublasLt.so.* /usr/local/cuda/lib64/libcublas.so.* \
+    && ldconfig
+ENV LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib:/usr/local/nvidia/lib64 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+COPY --from=build /out/gpuval-agent /usr/local/bin/gpuval-agent
+# Non-root: the device plugin's GPU device nodes and NVML work for an unprivileged user. The
+# I/O check's host directory must be writable by this UID.
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/gpuval-agent"]
+CMD ["--help"]

@@ -1,0 +1,90 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "gpuval.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpuval.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gpuval.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "gpuval.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuval
+{{- end }}
+
+{{- define "gpuval.operatorSelector" -}}
+app.kubernetes.io/name: {{ include "gpuval.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "gpuval.operatorServiceAccount" -}}
+{{- default (printf "%s-operator" (include "gpuval.fullname" .)) .Values.operator.serviceAccount.name }}
+{{- end }}
+
+{{- define "gpuval.agentServiceAccount" -}}
+{{- default (printf "%s-agent" (include "gpuval.fullname" .)) .Values.agent.serviceAccount.name }}
+{{- end }}
+
+{{/* repository:tag, or repository@digest when a digest is given. Call with (list image appVersion). */}}
+{{- define "gpuval.image" -}}
+{{- $img := index . 0 }}
+{{- if $img.digest }}
+{{- printf "%s@%s" $img.repository $img.digest }}
+{{- else }}
+{{- printf "%s:%s" $img.repository (default (index . 1) $img.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Agent tolerations in the operator's KEY[=VALUE][:EFFECT] form, comma-separated. */}}
+{{- define "gpuval.agentTolerations" -}}
+{{- $out := list }}
+{{- range .Values.agent.tolerations }}
+{{- $t := .key }}
+{{- if .value }}{{ $t = printf "%s=%s" $t .value }}{{ end }}
+{{- if .effect }}{{ $t = printf "%s:%s" $t .effect }}{{ end }}
+{{- $out = append $out $t }}
+{{- end }}
+{{- join "," $out }}
+{{- end }}
+
+{{/* Agent environment as NAME=VALUE pairs separated by ';' (sorted by name). */}}
+{{- define "gpuval.agentEnv" -}}
+{{- $out := list }}
+{{- range $k, $v := .Values.agent.extraEnv }}
+{{- $out = append $out (printf "%s=%s" $k (toString $v)) }}
+{{- end }}
+{{- join ";" $out }}
+{{- end }}
+
+{{/* Checks across values that a JSON schema cannot express well; fails with a plain message. */}}
+{{- define "gpuval.validate" -}}
+{{- if and (gt (int .Values.operator.replicas) 1) (not .Values.operator.leaderElection.enabled) }}
+{{- fail (printf "operator.replicas is %d but operator.leaderElection.enabled is false: several replicas without leader election would all create agent pods; enable leader election or use one replica" (int .Values.operator.replicas)) }}
+{{- end }}
+{{- with .Values.agent.io.hostPath }}
+{{- $path := trimSuffix "/" . }}
+{{- $ok := false }}
+{{- range $.Values.agent.io.allowedPaths }}
+{{- $dir := trimSuffix "/" . }}
+{{- if or (eq $path $dir) (hasPrefix (printf "%s/" $dir) $path) (eq $dir "") }}{{ $ok = true }}{{ end }}
+{{- end }}
+{{- if not $ok }}
+{{- fail (printf "agent.io.hostPath %s is not inside any of agent.io.allowedPaths %v: add its parent directory to agent.io.allowedPaths (the administrator's allowlist) or choose an allowed directory" . $.Values.agent.io.allowedPaths) }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,822 @@
+//! The Helm chart (charts/gpuval) on a real control plane: it lints, renders with the default
+//! and every ci/ values file into manifests the API server accepts, refuses bad values with a
+//! clear message, and installs for real; the operator, run with the chart's operator
+//! service-account token and the chart Deployment's environment, completes a validation
+//! whose agents run with pod-bound tokens of the chart's agent service account, which proves
+//! both sets of RBAC are enough; the agent's token is then shown to be confined.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gpuval_crds::{GpuNodeResult, GpuValidation, Phase};
+use gpuval_tests::auth::{self, BoundPod};
+use gpuval_tests::binaries::operator_binary;
+use gpuval_tests::chart::{self, ChartTools, OperatorProcess};
+use gpuval_tests::kubelet::{FakeKubelet, KubeletOptions, agent_binary};
+use gpuval_tests::{ControlPlane, Options, crds, nodes};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+const NS: &str = "gpuval-system";
+const RELEASE: &str = "gpuval";
+
+fn ci_values() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(chart::chart_dir().join("ci"))
+        .expect("charts/gpuval/ci")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "ci values files: {files:?}");
+    files
+}
+
+fn kinds(docs: &[Value]) -> Vec<String> {
+    docs.iter()
+        .map(|d| d["kind"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace object");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+}
+
+async fn wait_crd(client: &Client, name: &str) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(api, name, conditions::is_crd_established()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("CRD {name} not Established"))
+    .expect("watch CRD");
+}
+
+/// What every rendering must hold, whatever the values: a hardened operator, separate
+/// identities for operator and agent, and an agent that can write nothing but results.
+fn check_invariants(file: &str, docs: &[Value]) {
+    let deployments = find(docs, "Deployment");
+    assert_eq!(deployments.len(), 1, "{file}: {:?}", kinds(docs));
+    let pod = &deployments[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{file}");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &pod["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{file}");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{file}");
+    assert_eq!(sc["privileged"], false, "{file}");
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{file}");
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert!(c[probe]["httpGet"]["path"].is_string(), "{file}: {probe}");
+    }
+    assert!(c["resources"]["requests"].is_object(), "{file}: resources");
+    let env = |name: &str| {
+        c["env"]
+            .as_array()
+            .and_then(|e| e.iter().find(|v| v["name"] == name))
+            .and_then(|v| v["value"].as_str())
+            .map(str::to_string)
+    };
+    let replicas = deployments[0]["spec"]["replicas"].as_i64().unwrap_or(1);
+    if replicas > 1 {
+        assert_eq!(
+            env("GPUVAL_LEADER_ELECT").as_deref(),
+            Some("true"),
+            "{file}"
+        );
+    }
+    let operator_sa = pod["serviceAccountName"].as_str().expect("operator SA");
+    let agent_sa = env("GPUVAL_AGENT_SERVICE_ACCOUNT").expect("agent SA");
+    assert_ne!(operator_sa, agent_sa, "{file}: one identity for both");
+    let sas: Vec<&str> = find(docs, "ServiceAccount")
+        .iter()
+        .filter_map(|s| s["metadata"]["name"].as_str())
+        .collect();
+    assert!(
+        sas.contains(&operator_sa) && sas.contains(&agent_sa.as_str()),
+        "{file}: {sas:?}"
+    );
+
+    // No wildcards and no secrets anywhere; cluster-wide roles never reach pods.
+    for role in docs
+        .iter()
+        .filter(|d| matches!(d["kind"].as_str(), Some("Role" | "ClusterRole")))
+    {
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            for field in ["apiGroups", "resources", "verbs"] {
+                assert!(
+                    !rule[field]
+                        .as_array()
+                        .is_some_and(|v| v.iter().any(|x| x == "*")),
+                    "{file}: wildcard in {rule}"
+                );
+            }
+            let resources = rule["resources"].as_array().cloned().unwrap_or_default();
+            assert!(!resources.contains(&json!("secrets")), "{file}: {rule}");
+            if role["kind"] == "ClusterRole" {
+                assert!(!resources.contains(&json!("pods")), "{file}: {rule}");
+            }
+        }
+    }
+
+    // Every rule bound to the agent: no pods, no spec writes, results only.
+    let agent_roles: Vec<&str> = docs
+        .iter()
+        .filter(|d| {
+            matches!(
+                d["kind"].as_str(),
+                Some("RoleBinding" | "ClusterRoleBinding")
+            )
+        })
+        .filter(|b| {
+            b["subjects"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["name"] == agent_sa.as_str()))
+        })
+        .filter_map(|b| b["roleRef"]["name"].as_str())
+        .collect();
+    assert!(!agent_roles.is_empty(), "{file}: agent has no role");
+    for d in docs.iter().filter(|d| {
+        matches!(d["kind"].as_str(), Some("Role" | "ClusterRole"))
+            && agent_roles.contains(&d["metadata"]["name"].as_str().unwrap_or(""))
+    }) {
+        for rule in d["rules"].as_array().into_iter().flatten() {
+            let resources: Vec<&str> = rule["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let verbs: Vec<&str> = rule["verbs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            assert_eq!(rule["apiGroups"], json!(["gpuval.io"]), "{file}: {rule}");
+            for r in &resources {
+                match *r {
+                    "gpuvalidations" => assert_eq!(verbs, ["get"], "{file}: {rule}"),
+                    "gpunoderesults" | "gpunoderesults/status" => assert!(
+                        verbs.iter().all(|v| matches!(*v, "create" | "patch")),
+                        "{file}: {rule}"
+                    ),
+                    other => panic!("{file}: agent may touch {other}"),
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
+    let cp = ControlPlane::start().await.expect("control plane");
+    let client = cp.client().await.expect("client");
+    create_namespace(&client, NS).await;
+    // The ServiceMonitor kind must exist for its dry run (a stand-in for the Prometheus
+    // Operator's CRD).
+    let sm = crds::repo_root().join("tests/chart/servicemonitor-crd.yaml");
+    let out = cp
+        .kubectl()
+        .unwrap()
+        .args(["apply", "-f"])
+        .arg(&sm)
+        .output()
+        .expect("kubectl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_crd(&client, "servicemonitors.monitoring.coreos.com").await;
+
+    let mut sets: Vec<(String, Vec<PathBuf>)> = vec![("defaults".into(), Vec::new())];
+    sets.extend(ci_values().into_iter().map(|f| {
+        (
+            f.file_name().unwrap().to_string_lossy().into_owned(),
+            vec![f],
+        )
+    }));
+    for (name, files) in &sets {
+        // helm lint --strict (warnings fail too).
+        let mut lint = chart::helm().unwrap();
+        lint.args(["lint", "--strict", &chart::kube_version_arg()])
+            .arg(chart::chart_dir());
+        for f in files {
+            lint.arg("--values").arg(f);
+        }
+        chart::output(&mut lint).unwrap_or_else(|e| panic!("helm lint with {name}: {e}"));
+
+        // helm template, CRDs included, then a server-side dry run of every manifest.
+        let mut template = chart::helm().unwrap();
+        template
+            .args(["template", RELEASE])
+            .arg(chart::chart_dir())
+            .args([
+                "--namespace",
+                NS,
+                "--include-crds",
+                &chart::kube_version_arg(),
+            ]);
+        for f in files {
+            template.arg("--values").arg(f);
+        }
+        let rendered = chart::output(&mut template)
+            .unwrap_or_else(|e| panic!("helm template with {name}: {e}"));
+        let docs = chart::documents(&rendered).unwrap();
+        check_invariants(name, &docs);
+        let manifest = cp.dir().join(format!("rendered-{name}"));
+        std::fs::write(&manifest, &rendered).unwrap();
+        let out = cp
+            .kubectl()
+            .unwrap()
+            .args(["apply", "--dry-run=server", "-f"])
+            .arg(&manifest)
+            .output()
+            .expect("kubectl");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: the API server refused a manifest: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // One line of output per object: every manifest went through the server.
+        assert_eq!(
+            stdout
+                .lines()
+                .filter(|l| l.contains("(server dry run)"))
+                .count(),
+            docs.len(),
+            "{name}: {stdout}"
+        );
+        println!(
+            "{name}: {} objects accepted: {:?}",
+            docs.len(),
+            kinds(&docs)
+        );
+    }
+
+    // The values files change what they should.
+    let with = |file: &str| {
+        let f = chart::chart_dir().join("ci").join(file);
+        chart::documents(&chart::render(RELEASE, NS, &[f.as_path()]).unwrap()).unwrap()
+    };
+    let defaults = chart::documents(&chart::render(RELEASE, NS, &[]).unwrap()).unwrap();
+    assert_eq!(find(&defaults, "ValidatingAdmissionPolicy").len(), 1);
+    assert!(find(&defaults, "ServiceMonitor").is_empty());
+    let minimal = with("minimal-values.yaml");
+    assert!(find(&minimal, "ValidatingAdmissionPolicy").is_empty());
+    assert!(find(&minimal, "Service").is_empty());
+    let ha = with("ha-monitoring-values.yaml");
+    assert_eq!(find(&ha, "ServiceMonitor").len(), 1);
+    assert_eq!(find(&ha, "Deployment")[0]["spec"]["replicas"], 2);
+    let io = with("io-privileged-values.yaml");
+    let env = &find(&io, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"];
+    let get = |n: &str| {
+        env.as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == n)
+            .map(|v| v["value"].clone())
+    };
+    assert_eq!(get("GPUVAL_AGENT_PRIVILEGED"), Some(json!("true")));
+    assert_eq!(
+        get("GPUVAL_IO_HOST_PATH"),
+        Some(json!("/var/lib/gpuval/io"))
+    );
+    assert_eq!(
+        get("GPUVAL_AGENT_TOLERATIONS"),
+        Some(json!("dedicated=gpu:NoSchedule,nvidia.com/maintenance"))
+    );
+    let d = &find(&defaults, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        d.as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "GPUVAL_AGENT_PRIVILEGED" && v["value"] == "false"),
+        "agents are unprivileged unless an admin opts in"
+    );
+}
+
+#[test]
+fn bad_values_are_refused_with_a_message_naming_the_value() {
+    let dir = crds::repo_root().join("tests/chart/bad");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/chart/bad")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let expect = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{}: first line must be `# expect: <message>`", f.display()));
+        match chart::render(RELEASE, NS, &[f.as_path()]) {
+            Ok(_) => panic!("{} was accepted", f.display()),
+            Err(e) => assert!(
+                e.contains(expect),
+                "{}: expected {expect:?} in:\n{e}",
+                f.display()
+            ),
+        }
+    }
+}
+
+/// Whether a call was refused for lack of rights (403) or by admission (422/403 with the
+/// policy's message); returns the message.
+fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) -> String {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => s.message,
+        other => panic!("{what}: expected a refusal, got {other:?}"),
+    }
+}
+
+fn result_body(validation: &str, node: &str, annotated: &str) -> Value {
+    json!({
+        "apiVersion": "gpuval.io/v1alpha1",
+        "kind": "GpuNodeResult",
+        "metadata": {
+            "name": format!("{validation}-{node}"),
+            "namespace": NS,
+            "annotations": {"gpuval.io/node": annotated},
+            "labels": {"gpuval.io/node": annotated},
+        },
+        "spec": {"validation": validation, "generation": 1, "nodeName": node},
+    })
+}
+
+async fn apply_result(client: &Client, body: &Value) -> Result<GpuNodeResult, kube::Error> {
+    let api: Api<GpuNodeResult> = Api::namespaced(client.clone(), NS);
+    let name = body["metadata"]["name"]
+        .as_str()
+        .expect("result name")
+        .to_string();
+    api.patch(
+        &name,
+        &PatchParams::apply("gpuval-agent/probe").force(),
+        &Patch::Apply(body),
+    )
+    .await
+}
+
+fn lua_health(tools: &ChartTools, objects: &[Value]) -> Vec<Value> {
+    chart::argocd_health(tools, objects).expect("run the Argo CD health check")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
+    let started = std::time::Instant::now();
+    let tools = ChartTools::install().expect("chart tools");
+    let operator_bin = operator_binary().expect("operator binary");
+    let agent_bin = agent_binary().expect("agent binary");
+    let cp = ControlPlane::start_with(Options::all())
+        .await
+        .expect("control plane");
+    let admin = cp.client().await.expect("client");
+    for n in ["gpu-a", "gpu-b"] {
+        nodes::create_gpu_node(&admin, n, 8, &[])
+            .await
+            .expect("node");
+    }
+
+    // helm install, for real: CRDs from crds/, then every template.
+    let values = crds::repo_root().join("tests/chart/e2e-values.yaml");
+    let mut install = chart::helm().unwrap();
+    install
+        .args(["install", RELEASE])
+        .arg(chart::chart_dir())
+        .args(["--namespace", NS, "--create-namespace", "--values"])
+        .arg(&values)
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig());
+    let notes = chart::output(&mut install).unwrap_or_else(|e| panic!("helm install: {e}"));
+    assert!(
+        notes.contains("kubectl apply") && notes.contains("kubectl wait --for=condition=Ready"),
+        "NOTES tell how to start a validation: {notes}"
+    );
+    wait_crd(&admin, "gpuvalidations.gpuval.io").await;
+    wait_crd(&admin, "gpunoderesults.gpuval.io").await;
+    for n in ["gpu-a", "gpu-b"] {
+        nodes::wait_node_ready(&admin, n, Duration::from_secs(60))
+            .await
+            .expect("node ready");
+    }
+
+    // The operator as its Deployment runs it: that container's environment and the chart's
+    // operator service account (a TokenRequest token, not admin).
+    let mut get = chart::helm().unwrap();
+    get.args([
+        "get",
+        "manifest",
+        RELEASE,
+        "--namespace",
+        NS,
+        "--kubeconfig",
+    ])
+    .arg(cp.kubeconfig());
+    let installed = chart::documents(&chart::output(&mut get).unwrap()).unwrap();
+    let deployment = find(&installed, "Deployment")[0];
+    let pod_spec = &deployment["spec"]["template"]["spec"];
+    let operator_sa = pod_spec["serviceAccountName"].as_str().unwrap();
+    let pod_name = "gpuval-operator-5d4f-x7k2p";
+    let mut env = chart::deployment_env(deployment, NS, pod_name).unwrap();
+    let agent_sa = env
+        .iter()
+        .find(|(k, _)| k == "GPUVAL_AGENT_SERVICE_ACCOUNT")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    // The one change: /metrics on a free loopback port instead of the pod's 0.0.0.0:8080.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for (k, v) in env.iter_mut() {
+        if k == "GPUVAL_METRICS_ADDR" {
+            *v = format!("127.0.0.1:{port}");
+        }
+    }
+    let operator_token = auth::request_token(&admin, NS, operator_sa, None)
+        .await
+        .expect("operator token");
+    let operator_kc = cp.dir().join("operator.kubeconfig");
+    std::fs::write(
+        &operator_kc,
+        auth::token_kubeconfig(cp.server(), &operator_token),
+    )
+    .unwrap();
+    let args: Vec<String> = pod_spec["containers"][0]["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    let mut operator = OperatorProcess::start(
+        &operator_bin,
+        &args,
+        &env,
+        &operator_kc,
+        cp.dir().join("operator.log"),
+    )
+    .expect("operator process");
+
+    // Agents run with their own pod-bound tokens of the agent service account.
+    let kubelet = FakeKubelet::start_with(
+        admin.clone(),
+        cp.kubeconfig().to_path_buf(),
+        agent_bin,
+        NS.into(),
+        KubeletOptions { pod_tokens: true },
+    );
+
+    let validations: Api<GpuValidation> = Api::all(admin.clone());
+    let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+        "metadata": {"name": "chart"},
+        "spec": {"checks": {"topology": {}, "memory": {}, "compute": {"duration": "30s"}}}});
+    validations
+        .patch("chart", &PatchParams::apply("e2e"), &Patch::Apply(&body))
+        .await
+        .expect("apply validation");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let gv = loop {
+        operator.check_running().unwrap();
+        let gv = validations.get("chart").await.expect("get validation");
+        let done = gv.status.as_ref().is_some_and(|s| {
+            s.phase.is_some_and(Phase::is_terminal)
+                && s.observed_generation == gv.metadata.generation
+        });
+        if done {
+            break gv;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "no verdict in 120s; status: {}\noperator log:\n{}\nagent logs: {:?}",
+                serde_json::to_string_pretty(&gv.status).unwrap_or_default(),
+                operator.logs(),
+                kubelet
+                    .started()
+                    .iter()
+                    .map(|p| kubelet.logs(p))
+                    .collect::<Vec<_>>()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let s = gv.status.as_ref().unwrap();
+    assert_eq!(
+        s.phase,
+        Some(Phase::Passed),
+        "status: {}\noperator log:\n{}",
+        serde_json::to_string_pretty(s).unwrap_or_default(),
+        operator.logs()
+    );
+    assert_eq!(s.summary.as_ref().unwrap().passed, 2);
+    assert_eq!(
+        kubelet.tokens_minted(),
+        2,
+        "each agent had its own pod token"
+    );
+
+    // The agent pods carry the chart's settings: its agent service account, the extra
+    // toleration (the kwok nodes are tainted with it), and no privilege.
+    let agent_pods = Api::<Pod>::namespaced(admin.clone(), NS)
+        .list(&ListParams::default().labels("gpuval.io/validation=chart"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(agent_pods.len(), 2);
+    for p in &agent_pods {
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.service_account_name.as_deref(),
+            Some(agent_sa.as_str())
+        );
+        assert!(
+            spec.tolerations
+                .iter()
+                .flatten()
+                .any(|t| t.key.as_deref() == Some("kwok.x-k8s.io/node"))
+        );
+        let sc = spec.containers[0].security_context.as_ref().unwrap();
+        assert_eq!(sc.privileged, Some(false));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            spec.containers[0].image.as_deref(),
+            Some("gpuval-agent:test")
+        );
+    }
+
+    // The results were written by each node's agent, as that agent.
+    let results: Api<GpuNodeResult> = Api::namespaced(admin.clone(), NS);
+    let all = results.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(all.len(), 2);
+    for r in &all {
+        let managers: Vec<String> = r
+            .managed_fields()
+            .iter()
+            .filter_map(|m| m.manager.clone())
+            .collect();
+        assert!(
+            managers.contains(&format!("gpuval-agent/{}", r.spec.node_name)),
+            "{}: {managers:?}",
+            r.name_any()
+        );
+    }
+    // Leader election took the Lease under the chart's RBAC, named after the pod.
+    let lease = Api::<Lease>::namespaced(admin.clone(), NS)
+        .get("gpuval-operator")
+        .await
+        .expect("lease");
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some(pod_name)
+    );
+    // Events about the (cluster-scoped) validation were published in `default`.
+    let events = Api::<Event>::namespaced(admin.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("chart")),
+        "no event about the validation: {:?}\noperator log:\n{}",
+        events.iter().map(|e| &e.reason).collect::<Vec<_>>(),
+        operator.logs()
+    );
+    // The operator's endpoints answer.
+    let metrics = http_get(port, "/metrics").await;
+    assert!(metrics.contains("gpuval"), "{metrics}");
+    assert_eq!(http_get(port, "/readyz").await.trim(), "ok");
+
+    // The Argo CD health check, on the real object, says Healthy.
+    let health = lua_health(&tools, &[serde_json::to_value(&gv).unwrap()]);
+    assert_eq!(health[0]["status"], "Healthy", "{health:?}");
+
+    // --- The agent's identity is confined. A pod of the agent service account on gpu-a (kwok
+    // runs it; it is not an agent pod, so the fake kubelet leaves it alone).
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "agent-probe", "namespace": NS},
+        "spec": {
+            "nodeName": "gpu-a",
+            "serviceAccountName": agent_sa,
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "probe", "image": "gpuval-agent:test"}],
+        },
+    }))
+    .unwrap();
+    let probe = Api::<Pod>::namespaced(admin.clone(), NS)
+        .create(&PostParams::default(), &probe)
+        .await
+        .expect("probe pod");
+    let bound = BoundPod {
+        name: probe.name_any(),
+        uid: probe.uid().unwrap(),
+    };
+    let agent_token = auth::request_token(&admin, NS, &agent_sa, Some(&bound))
+        .await
+        .expect("agent token");
+    let agent = auth::token_client(cp.server(), &agent_token).await.unwrap();
+
+    // Allowed: its own node's result.
+    apply_result(&agent, &result_body("probe", "gpu-a", "gpu-a"))
+        .await
+        .expect("an agent writes its own node's result");
+    // Refused by the admission policy: another node's result, or its own result dressed up as
+    // another node's.
+    let m = refused(
+        "write gpu-b's result",
+        apply_result(&agent, &result_body("probe", "gpu-b", "gpu-b")).await,
+    );
+    assert!(m.contains("may not write the result of node gpu-b"), "{m}");
+    let m = refused(
+        "annotate as gpu-b",
+        apply_result(&agent, &result_body("probe2", "gpu-a", "gpu-b")).await,
+    );
+    assert!(
+        m.contains("must annotate its result gpuval.io/node=gpu-a"),
+        "{m}"
+    );
+    let other = all.iter().find(|r| r.spec.node_name == "gpu-b").unwrap();
+    let status_patch = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
+        "status": {"verdict": "Fail", "failures": ["forged"]}});
+    let m = refused(
+        "overwrite gpu-b's status",
+        Api::<GpuNodeResult>::namespaced(agent.clone(), NS)
+            .patch_status(
+                &other.name_any(),
+                &PatchParams::apply("gpuval-agent/gpu-a").force(),
+                &Patch::Apply(&status_patch),
+            )
+            .await,
+    );
+    assert!(m.contains("gpu-b"), "{m}");
+    // Refused by RBAC: pods, the validation's spec and status, reading or deleting results.
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "x"},
+        "spec": {"containers": [{"name": "x", "image": "x"}]}}))
+    .unwrap();
+    refused(
+        "create a pod",
+        Api::<Pod>::namespaced(agent.clone(), NS)
+            .create(&PostParams::default(), &pod)
+            .await,
+    );
+    let agent_gv: Api<GpuValidation> = Api::all(agent.clone());
+    agent_gv
+        .get("chart")
+        .await
+        .expect("an agent reads its validation");
+    refused(
+        "change the validation's spec",
+        agent_gv
+            .patch(
+                "chart",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"checks": {"memory": {"fraction": 0.1}}}})),
+            )
+            .await,
+    );
+    refused(
+        "change the validation's status",
+        agent_gv
+            .patch_status(
+                "chart",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Passed"}})),
+            )
+            .await,
+    );
+    let agent_results: Api<GpuNodeResult> = Api::namespaced(agent.clone(), NS);
+    refused(
+        "list results",
+        agent_results.list(&ListParams::default()).await,
+    );
+    refused(
+        "delete a result",
+        agent_results
+            .delete(&other.name_any(), &DeleteParams::default())
+            .await,
+    );
+    // A token of the agent service account that is not bound to a scheduled pod names no node.
+    let unbound = auth::request_token(&admin, NS, &agent_sa, None)
+        .await
+        .unwrap();
+    let unbound = auth::token_client(cp.server(), &unbound).await.unwrap();
+    let m = refused(
+        "write with an unbound token",
+        apply_result(&unbound, &result_body("probe3", "gpu-a", "gpu-a")).await,
+    );
+    assert!(m.contains("names no node"), "{m}");
+
+    // The operator's identity is confined too: no secrets, no pods outside its namespace.
+    let op = auth::token_client(cp.server(), &operator_token)
+        .await
+        .unwrap();
+    refused(
+        "operator lists secrets",
+        Api::<Secret>::namespaced(op.clone(), NS)
+            .list(&ListParams::default())
+            .await,
+    );
+    refused(
+        "operator creates a pod in default",
+        Api::<Pod>::namespaced(op, "default")
+            .create(&PostParams::default(), &pod)
+            .await,
+    );
+    // helm uninstall removes what the templates made and keeps the CRDs (and so the
+    // validations and results), as the README says.
+    drop(operator);
+    let mut uninstall = chart::helm().unwrap();
+    uninstall
+        .args([
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NS,
+            "--wait",
+            "--kubeconfig",
+        ])
+        .arg(cp.kubeconfig());
+    chart::output(&mut uninstall).unwrap_or_else(|e| panic!("helm uninstall: {e}"));
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(admin.clone(), NS);
+    assert!(
+        deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin.clone());
+    assert!(
+        roles
+            .list(&ListParams::default().labels("app.kubernetes.io/part-of=gpuval"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let crd_api: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    assert!(
+        crd_api
+            .get_opt("gpuvalidations.gpuval.io")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(validations.get_opt("chart").await.unwrap().is_some());
+    println!(
+        "chart e2e: install, verdict, confinement and uninstall in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// GET http://127.0.0.1:<port><path> with a plain HTTP/1.1 request (the operator's endpoints).
+async fn http_get(port: u16, path: &str) -> String {
+    let path = path.to_string();
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port))
+            .expect("connect to the operator's metrics port");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("read timeout");
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send the request");
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).expect("read the answer");
+        buf.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or(buf)
+    })
+    .await
+    .expect("join")
+}
