@@ -18,18 +18,28 @@ pub fn workspace_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
 
 /// The operator binary (`GPUVAL_OPERATOR_BIN` names a binary to use as it is instead).
 pub fn operator_binary() -> Result<PathBuf, String> {
-    if let Some(bin) = std::env::var_os("GPUVAL_OPERATOR_BIN") {
-        let bin = PathBuf::from(bin);
-        return if bin.is_file() {
-            Ok(bin)
-        } else {
-            Err(format!(
-                "GPUVAL_OPERATOR_BIN={} is not a file",
-                bin.display()
-            ))
-        };
+    given_or_built("GPUVAL_OPERATOR_BIN", "gpuval-operator", "gpuval-operator")
+}
+
+/// The agent binary (`GPUVAL_AGENT_BIN` names a binary to use as it is instead).
+pub fn agent_binary() -> Result<PathBuf, String> {
+    given_or_built("GPUVAL_AGENT_BIN", "gpuval-agent", "gpuval-agent")
+}
+
+/// The binary named by the environment variable `var` when set (it must exist), else
+/// [`workspace_binary`].
+fn given_or_built(var: &str, package: &str, bin: &str) -> Result<PathBuf, String> {
+    match std::env::var_os(var) {
+        Some(given) => {
+            let given = PathBuf::from(given);
+            if given.is_file() {
+                Ok(given)
+            } else {
+                Err(format!("{var}={} is not a file", given.display()))
+            }
+        }
+        None => workspace_binary(package, bin),
     }
-    workspace_binary("gpuval-operator", "gpuval-operator")
 }
 
 fn build(package: &str, bin: &str) -> Result<PathBuf, String> {

@@ -272,66 +272,9 @@ impl Drop for FakeKubelet {
 }
 
 /// `target/debug/gpuval-agent` of this workspace (under `$CARGO_TARGET_DIR` when set), built
-/// with `cargo build -p gpuval-agent` first, so the binary is never stale (a no-op when it is
-/// up to date). `GPUVAL_AGENT_BIN` names a binary to use as it is instead.
+/// first so it is never stale; `GPUVAL_AGENT_BIN` names a binary to use as it is instead.
 pub fn agent_binary() -> Result<PathBuf, String> {
-    if let Some(bin) = std::env::var_os("GPUVAL_AGENT_BIN") {
-        let bin = PathBuf::from(bin);
-        return if bin.is_file() {
-            Ok(bin)
-        } else {
-            Err(format!("GPUVAL_AGENT_BIN={} is not a file", bin.display()))
-        };
-    }
-    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_agent).clone()
-}
-
-fn build_agent() -> Result<PathBuf, String> {
-    let root = crate::crds::repo_root();
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => root.join(dir),
-        None => root.join("target"),
-    };
-    let bin = target.join("debug").join("gpuval-agent");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = std::process::Command::new(&cargo);
-    cmd.args(["build", "-p", "gpuval-agent", "--bin", "gpuval-agent"])
-        .current_dir(&root);
-    // Cargo gives a test process its package's variables (CARGO_MANIFEST_DIR, CARGO_PKG_*,
-    // ...); some build scripts (ring's) rerun when those change, so passing them on would make
-    // this build and the next `cargo test` rebuild each other's dependencies every time.
-    for (key, _) in std::env::vars_os() {
-        let k = key.to_string_lossy();
-        if k.starts_with("CARGO_PKG_")
-            || k.starts_with("CARGO_MANIFEST_")
-            || matches!(
-                k.as_ref(),
-                "CARGO_CRATE_NAME"
-                    | "CARGO_BIN_NAME"
-                    | "CARGO_PRIMARY_PACKAGE"
-                    | "CARGO_TARGET_TMPDIR"
-                    | "CARGO_RUSTC_CURRENT_DIR"
-                    | "OUT_DIR"
-            )
-        {
-            cmd.env_remove(&key);
-        }
-    }
-    let status = cmd
-        .status()
-        .map_err(|e| format!("run cargo build -p gpuval-agent: {e}"))?;
-    if !status.success() {
-        return Err(format!("cargo build -p gpuval-agent failed ({status})"));
-    }
-    if bin.is_file() {
-        Ok(bin)
-    } else {
-        Err(format!(
-            "cargo build -p gpuval-agent succeeded but {} is missing",
-            bin.display()
-        ))
-    }
+    crate::binaries::agent_binary()
 }
 
 async fn watch_pods(shared: Arc<Shared>) {
