@@ -459,6 +459,20 @@ async fn scenario(
         clock.say(format!("verdict {to_verdict:.1}s after apply"));
     }
 
+    // The agent exits right after storing its result; let it free the GPUs before this run
+    // ends (the next scenario measures free memory at its start).
+    let still = if verdict.is_ok() {
+        wait_agents_exited(&kubelet, Duration::from_secs(30)).await
+    } else {
+        Vec::new()
+    };
+    if !still.is_empty() {
+        clock.say(format!(
+            "agent(s) still running 30s after the verdict, killed now: {}",
+            still.join(", ")
+        ));
+    }
+
     // Whatever happened, write what the API holds.
     let written = write_objects(client, ns, validation_name, &args.out).await;
     for pod in kubelet.started() {
@@ -518,6 +532,18 @@ async fn scenario(
     print!("{text}");
     write_file(&args.out.join("summary.txt"), &text);
     Ok(ok)
+}
+
+/// Waits until the fake kubelet runs no agent process, up to `within`; returns those still running.
+async fn wait_agents_exited(kubelet: &FakeKubelet, within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let running = kubelet.running();
+        if running.is_empty() || Instant::now() > deadline {
+            return running;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn pass_fail(ok: bool) -> &'static str {
