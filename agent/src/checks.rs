@@ -3,18 +3,21 @@
 //! caught; then judges everything into a [`NodeReport`].
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use gpuval_crds::{
-    Checks, ComputeResult, GpuReport, MemoryResult, NodeReport, Thresholds, TopologyReport, Verdict,
+    Checks, ComputeResult, GpuReport, IoResult, MemoryResult, NodeReport, Thresholds,
+    TopologyReport, Verdict,
 };
 
 use crate::backend::{
     Backend, BackendError, ComputeOutcome, ComputeRequest, ErrorCounters, GpuInfo, MemoryOutcome,
     MemoryRequest, RunControl, TelemetrySample, TopologySnapshot,
 };
+use crate::io_check::{self, judge::Context as IoContext};
 use crate::{telemetry, topology, verdict::Judge};
 
 /// What to run.
@@ -28,6 +31,11 @@ pub struct Plan {
     pub node: Option<String>,
     /// How often telemetry is sampled.
     pub sample_every: Duration,
+    /// Where the io check writes (the admin-allowed node volume on Kubernetes, any path on
+    /// bare metal). None: an io check reports an Error saying how to set it.
+    pub io_dir: Option<PathBuf>,
+    /// io engine settings that are not part of the spec.
+    pub io_tuning: io_check::Tuning,
 }
 
 impl Plan {
@@ -38,6 +46,8 @@ impl Plan {
             gpus: None,
             node: None,
             sample_every: Duration::from_millis(500),
+            io_dir: None,
+            io_tuning: io_check::Tuning::default(),
         }
     }
 }
@@ -79,6 +89,8 @@ pub fn run(
         Err(e) => {
             report.verdict = Verdict::Error;
             report.failures = vec![format!("inventory: {e}")];
+            report.io = io_alone(plan, stop, sink, report.simulated);
+            report.failures.extend(io_failures(report.io.as_ref()));
             report.finished_at = now_rfc3339();
             return report;
         }
@@ -122,6 +134,7 @@ pub fn run(
     let run_started = Instant::now();
     let mut memory: HashMap<u32, Result<MemoryOutcome, BackendError>> = HashMap::new();
     let mut compute: HashMap<u32, Result<ComputeOutcome, BackendError>> = HashMap::new();
+    let mut io_beside_burn: Option<IoResult> = None;
 
     std::thread::scope(|s| {
         let snap0 = topo_before.as_ref().and_then(|r| r.as_ref().ok());
@@ -150,6 +163,9 @@ pub fn run(
                 backend.memory_test(gpu, &req, ctl)
             });
         }
+        let io_thread = io_during_compute(plan, stop).then(|| {
+            s.spawn(|| run_io(plan, stop, sink, io_context(true, false, report.simulated)))
+        });
         if let Some(c) = &plan.checks.compute
             && !stop.load(Ordering::Relaxed)
         {
@@ -164,6 +180,7 @@ pub fn run(
             });
         }
         sampler_stop.store(true, Ordering::Relaxed);
+        io_beside_burn = io_thread.map(join_io);
     });
 
     let mut sampled = sampled.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -236,6 +253,7 @@ pub fn run(
             }
         }
     });
+    report.io = io_beside_burn.or_else(|| io_alone(plan, stop, sink, report.simulated));
     judge.node(&mut report);
     if stop.load(Ordering::Relaxed) {
         report.verdict = Verdict::Error;
@@ -245,6 +263,104 @@ pub fn run(
     }
     report.finished_at = now_rfc3339();
     report
+}
+
+// ---- io: file I/O on the host, not the GPUs: alone after the GPU checks, or on its own
+// thread beside the compute burn (`duringCompute`). Its errors never stop the other checks.
+
+/// True when the io check should run beside the compute burn.
+fn io_during_compute(plan: &Plan, stop: &AtomicBool) -> bool {
+    plan.checks.io.as_ref().is_some_and(|c| c.during_compute)
+        && plan.checks.compute.is_some()
+        && !stop.load(Ordering::Relaxed)
+}
+
+/// The io check run alone (None when it was not asked for).
+fn io_alone(
+    plan: &Plan,
+    stop: &AtomicBool,
+    sink: ProgressSink<'_>,
+    simulated: bool,
+) -> Option<IoResult> {
+    let spec = plan.checks.io.as_ref()?;
+    let wanted_beside_burn = spec.during_compute;
+    Some(run_io(
+        plan,
+        stop,
+        sink,
+        io_context(false, wanted_beside_burn, simulated),
+    ))
+}
+
+fn io_context(during_compute: bool, no_compute_to_join: bool, simulated: bool) -> IoContext {
+    IoContext {
+        during_compute,
+        no_compute_to_join,
+        simulated_backend: simulated,
+    }
+}
+
+/// Runs the io check and judges it; an engine error becomes the result's Error.
+fn run_io(plan: &Plan, stop: &AtomicBool, sink: ProgressSink<'_>, ctx: IoContext) -> IoResult {
+    let spec = plan.checks.io.clone().unwrap_or_default();
+    let Some(dir) = plan.io_dir.as_deref() else {
+        let e = io_check::IoError::NoDirectory;
+        sink(&format!("[io] error: {e}"));
+        return io_check::judge::io_error(&spec, None, &e, ctx);
+    };
+    let req = plan
+        .io_tuning
+        .apply(io_check::IoRequest::from_spec(&spec, dir));
+    sink(&format!(
+        "[io] starting: {} files of {} in {} with {} workers{}",
+        req.files,
+        io_check::human(req.file_size),
+        dir.display(),
+        req.concurrency,
+        if ctx.during_compute {
+            ", beside the compute burn"
+        } else {
+            ""
+        }
+    ));
+    let last = Mutex::new(None::<Instant>);
+    let progress = |done: f64, note: &str| {
+        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+            *last = Some(Instant::now());
+            sink(&format!("[io] {:>3.0}% {note}", done * 100.0));
+        }
+    };
+    match io_check::run(&req, &RunControl::new(stop, &progress)) {
+        Ok(out) => {
+            sink(&format!(
+                "[io] done: write {:.0} MB/s, read {:.0} MB/s, {} bad words",
+                out.write_mbps(),
+                out.read_mbps(),
+                out.mismatches
+            ));
+            io_check::judge::io(&spec, &out, ctx)
+        }
+        Err(e) => {
+            sink(&format!("[io] error: {e}"));
+            io_check::judge::io_error(&spec, Some(dir), &e, ctx)
+        }
+    }
+}
+
+fn join_io(h: std::thread::ScopedJoinHandle<'_, IoResult>) -> IoResult {
+    h.join().unwrap_or_else(|_| IoResult {
+        verdict: Verdict::Error,
+        reasons: vec!["io: the io check panicked".into()],
+        ..Default::default()
+    })
+}
+
+/// The io result's Fail and Error reasons (for a report that is not judged further).
+fn io_failures(io: Option<&IoResult>) -> Vec<String> {
+    io.filter(|r| r.verdict.is_bad())
+        .map(|r| r.reasons.clone())
+        .unwrap_or_default()
 }
 
 /// Runs `f` on every GPU at once (one thread each), printing progress at most every 5 s per GPU.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::pattern::Pattern;
-use super::{IoError, IoRequest, MismatchAt, sys};
+use super::{IoError, IoRequest, MismatchAt, pipeline, sys};
 use crate::backend::RunControl;
 
 /// O_DIRECT needs buffers, offsets and lengths aligned to the device's logical block; 4 KiB
@@ -94,11 +94,11 @@ impl<'a> Phases<'a> {
         IoError::classify(e, op, &self.req.dir, path, offset)
     }
 
-    /// Runs `f` on every file with `concurrency` threads, each with its own aligned buffer.
+    /// Runs `f` on every file with `concurrency` threads, each with its own two aligned buffers.
     /// The first error (or a stop) ends the other workers at their next block.
     fn pool<T: Send>(
         &self,
-        f: impl Fn(u32, &mut [u8]) -> Result<T, IoError> + Sync,
+        f: impl Fn(u32, &mut [AlignedBuf; 2]) -> Result<T, IoError> + Sync,
     ) -> Result<Vec<T>, IoError> {
         let next = AtomicU32::new(0);
         let first_error: Mutex<Option<IoError>> = Mutex::new(None);
@@ -107,13 +107,16 @@ impl<'a> Phases<'a> {
         std::thread::scope(|s| {
             for _ in 0..workers {
                 s.spawn(|| {
-                    let mut buf = AlignedBuf::new(self.req.block_size);
+                    let mut bufs = [
+                        AlignedBuf::new(self.req.block_size),
+                        AlignedBuf::new(self.req.block_size),
+                    ];
                     loop {
                         let file = next.fetch_add(1, Ordering::Relaxed);
                         if file >= self.req.files || self.abort.load(Ordering::Relaxed) {
                             break;
                         }
-                        match f(file, buf.as_mut()) {
+                        match f(file, &mut bufs) {
                             Ok(r) => lock(&results).push(r),
                             Err(e) => {
                                 lock(&first_error).get_or_insert(e);
@@ -150,21 +153,26 @@ impl<'a> Phases<'a> {
         );
     }
 
-    fn write_file(&self, file: u32, buf: &mut [u8]) -> Result<(), IoError> {
+    /// Writes one file: the pattern is made on a helper thread while the previous block is
+    /// being written.
+    fn write_file(&self, file: u32, bufs: &mut [AlignedBuf; 2]) -> Result<(), IoError> {
         let path = self.path(file);
         let f = sys::open(&path, true, self.direct).map_err(|e| self.os("create", &path, 0, e))?;
         let size = self.req.file_size;
-        let mut offset = 0u64;
-        while offset < size {
-            self.keep_going()?;
-            let n = (size - offset).min(buf.len() as u64) as usize;
-            let block = offset / self.req.block_size as u64;
-            let chunk = &mut buf[..n];
-            self.pattern.fill(file, block, chunk);
-            write_full_at(&f, chunk, offset).map_err(|(e, at)| self.os("write", &path, at, e))?;
-            offset += n as u64;
-            self.advance(n as u64, "writing");
-        }
+        pipeline::run(
+            bufs,
+            pipeline::blocks(size, self.req.block_size),
+            |offset, buf| {
+                self.pattern.fill(file, offset, buf);
+                Ok(())
+            },
+            |offset, buf| {
+                self.keep_going()?;
+                write_full_at(&f, buf, offset).map_err(|(e, at)| self.os("write", &path, at, e))?;
+                self.advance(buf.len() as u64, "writing");
+                Ok(())
+            },
+        )?;
         f.sync_all().map_err(|e| self.os("fsync", &path, size, e))?;
         if !self.direct
             && let Err(e) = sys::drop_cache(&f)
@@ -174,44 +182,49 @@ impl<'a> Phases<'a> {
         Ok(())
     }
 
-    fn read_file(&self, file: u32, buf: &mut [u8]) -> Result<ReadBack, IoError> {
+    /// Reads one file back: blocks are read on a helper thread while the previous one is being
+    /// checked.
+    fn read_file(&self, file: u32, bufs: &mut [AlignedBuf; 2]) -> Result<ReadBack, IoError> {
         let path = self.path(file);
         let f = sys::open(&path, false, self.direct).map_err(|e| self.os("open", &path, 0, e))?;
         let size = self.req.file_size;
         let name = file_name(file);
+        let max = self.req.max_logged;
         let mut out = ReadBack::default();
-        let mut offset = 0u64;
-        while offset < size {
-            self.keep_going()?;
-            let n = (size - offset).min(buf.len() as u64) as usize;
-            let block = offset / self.req.block_size as u64;
-            let chunk = &mut buf[..n];
-            let got =
-                read_full_at(&f, chunk, offset).map_err(|e| self.os("read", &path, offset, e))?;
-            if got < n {
-                return Err(IoError::ShortRead {
-                    file: name,
-                    got: offset + got as u64,
-                    want: size,
-                });
-            }
-            let max = self.req.max_logged;
-            out.mismatches += self
-                .pattern
-                .check(file, block, chunk, |word, expected, actual| {
-                    if out.first.len() < max {
-                        out.first.push(MismatchAt {
-                            file: name.clone(),
-                            offset: offset + 8 * word as u64,
-                            expected,
-                            actual,
-                        });
-                    }
-                });
-            offset += n as u64;
-            out.bytes += n as u64;
-            self.advance(n as u64, "reading back");
-        }
+        pipeline::run(
+            bufs,
+            pipeline::blocks(size, self.req.block_size),
+            |offset, buf| {
+                self.keep_going()?;
+                let got =
+                    read_full_at(&f, buf, offset).map_err(|e| self.os("read", &path, offset, e))?;
+                if got < buf.len() {
+                    return Err(IoError::ShortRead {
+                        file: name.clone(),
+                        got: offset + got as u64,
+                        want: size,
+                    });
+                }
+                Ok(())
+            },
+            |offset, buf| {
+                out.mismatches += self
+                    .pattern
+                    .check(file, offset, buf, |at, expected, actual| {
+                        if out.first.len() < max {
+                            out.first.push(MismatchAt {
+                                file: name.clone(),
+                                offset: offset + at as u64,
+                                expected,
+                                actual,
+                            });
+                        }
+                    });
+                out.bytes += buf.len() as u64;
+                self.advance(buf.len() as u64, "reading back");
+                Ok(())
+            },
+        )?;
         Ok(out)
     }
 }

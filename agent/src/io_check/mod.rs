@@ -12,6 +12,7 @@ mod engine;
 mod error;
 pub mod judge;
 mod pattern;
+mod pipeline;
 mod sys;
 mod workdir;
 
@@ -30,6 +31,9 @@ pub use error::{IoError, human};
 const MIB: u64 = 1 << 20;
 /// Default I/O size per read and write call, the same as the `dd bs=8M` reference.
 pub const DEFAULT_BLOCK_SIZE: usize = 8 << 20;
+/// The most memory the I/O buffers may take (two blocks per worker); with many workers the
+/// block size shrinks to fit.
+pub const BUFFER_BUDGET: usize = 1 << 30;
 /// How many mismatched words are recorded with their place.
 pub const MAX_LOGGED: usize = 16;
 
@@ -136,13 +140,36 @@ impl IoRequest {
                 self.file_size
             ));
         }
-        if self.block_size == 0 || self.block_size as u64 % align != 0 {
+        let chunk = pattern::CHUNK;
+        if self.block_size == 0 || self.block_size % chunk != 0 {
             return bad(format!(
-                "the block size must be a positive multiple of {align} bytes (got {})",
+                "the block size must be a positive multiple of {chunk} bytes (got {})",
                 self.block_size
             ));
         }
         Ok(())
+    }
+}
+
+/// Engine settings that are not part of the spec (command-line flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tuning {
+    /// Bytes per read and write call (default [`DEFAULT_BLOCK_SIZE`]).
+    pub block_size: Option<usize>,
+    /// Skip the free-space pre-flight: only for tests that need the write phase itself to
+    /// meet a full filesystem.
+    pub skip_preflight: bool,
+}
+
+impl Tuning {
+    pub fn apply(&self, mut req: IoRequest) -> IoRequest {
+        if let Some(b) = self.block_size {
+            req.block_size = b;
+        }
+        if self.skip_preflight {
+            req.preflight = false;
+        }
+        req
     }
 }
 
@@ -207,6 +234,13 @@ fn mbps(bytes: u64, seconds: f64) -> f64 {
     }
 }
 
+/// The largest block size (a multiple of the pattern chunk) that keeps two buffers per worker
+/// within [`BUFFER_BUDGET`].
+fn max_block_size(workers: u32) -> usize {
+    let per_buffer = BUFFER_BUDGET / (2 * workers.max(1) as usize);
+    (per_buffer / pattern::CHUNK).max(1) * pattern::CHUNK
+}
+
 fn fresh_seed() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -219,6 +253,12 @@ fn fresh_seed() -> u64 {
 /// check wrote is left behind (see [`IoOutcome::cleanup_error`] for the one exception).
 pub fn run(req: &IoRequest, ctl: &RunControl<'_>) -> Result<IoOutcome, IoError> {
     req.validate()?;
+    let mut req = req.clone();
+    req.block_size = req.block_size.min(max_block_size(req.concurrency.min(req.files)));
+    let req = &req;
+    if ctl.stopped() {
+        return Err(IoError::Stopped);
+    }
     let dir = req.dir.as_path();
     let meta = std::fs::metadata(dir).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => IoError::MissingDir { dir: dir.into() },
@@ -274,7 +314,7 @@ pub fn run(req: &IoRequest, ctl: &RunControl<'_>) -> Result<IoOutcome, IoError> 
     out.direct_io = direct;
     out.direct_io_note = note;
 
-    let pattern = pattern::Pattern::new(req.seed, req.block_size);
+    let pattern = pattern::Pattern::new(req.seed);
     let phases = engine::Phases::new(req, work.path(), direct, &pattern, ctl);
     tracing::info!(dir = %dir.display(), files = req.files, file_size = req.file_size, concurrency = out.concurrency, direct, "io check: writing");
     out.write_seconds = phases.write()?;
