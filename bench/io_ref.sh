@@ -53,7 +53,7 @@ phase() {
 }
 
 bytes=$(( size_mib * 1024 * 1024 * files ))
-t0=$(now); phase write; sync -f "$work"; t1=$(now)
+t0=$(now); phase write; t1=$(now)
 phase read; t2=$(now)
 awk -v b="$bytes" -v t0="$t0" -v t1="$t1" -v t2="$t2" \
   'BEGIN { printf "{\"dd_write_mbps\":%.1f,\"dd_read_mbps\":%.1f}\n", b / (t1 - t0) / 1e6, b / (t2 - t1) / 1e6 }'

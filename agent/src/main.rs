@@ -34,7 +34,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the checks and print a table; --output writes the JSON report.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the GPU interconnect topology like `nvidia-smi topo -m`.
     Topo(TopoArgs),
     /// List GPUs: index, UUID, name, memory, driver, PCIe, ECC, remapped rows.
@@ -193,7 +193,7 @@ fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(a) => cmd_run(a),
+        Command::Run(a) => cmd_run(*a),
         Command::Topo(a) => cmd_topo(a),
         Command::Inventory(a) => cmd_inventory(a),
         Command::Selftest(a) => cmd_selftest(a),

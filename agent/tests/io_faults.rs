@@ -42,7 +42,7 @@ fn agent_args(dir: &Path, out: &Path, extra: &[&str]) -> Vec<String> {
 fn report(path: &Path) -> Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("no report at {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
+    serde_json::from_str(&text).expect("the report is JSON")
 }
 
 fn io_reason(r: &Value) -> String {
@@ -53,7 +53,7 @@ fn io_reason(r: &Value) -> String {
 }
 
 fn assert_memory_passed(r: &Value) {
-    let gpus = r["gpus"].as_array().unwrap();
+    let gpus = r["gpus"].as_array().expect("a gpus list");
     assert_eq!(gpus.len(), 2);
     for g in gpus {
         assert_eq!(g["memory"]["verdict"], "Pass", "{g}");
@@ -98,9 +98,9 @@ struct NsRun {
 /// Mounts `fs` with `options` on a fresh directory in a private mount namespace, runs the
 /// agent there with `extra` arguments, and lists the directory afterwards.
 fn run_in_fresh_fs(fs: &str, options: &str, extra: &[&str]) -> NsRun {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().expect("a temporary directory");
     let dir = tmp.path().join("volume");
-    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(&dir).expect("create the mount point");
     let out = tmp.path().join("report.json");
     let left = tmp.path().join("left.txt");
     let exit = tmp.path().join("exit.txt");
@@ -118,16 +118,17 @@ ls -A "$dir" > "$left"
         .arg(AGENT)
         .args(agent_args(&dir, &out, extra))
         .env_remove("GPUVAL_IO_DIR");
-    let o: Output = cmd.output().unwrap();
+    let o: Output = cmd.output().expect("run unshare");
     assert!(
         o.status.success(),
         "the namespace script failed: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let read = |p: &PathBuf| std::fs::read_to_string(p).unwrap();
+    let read =
+        |p: &PathBuf| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     NsRun {
         report: report(&out),
-        exit: read(&exit).trim().parse().unwrap(),
+        exit: read(&exit).trim().parse().expect("an exit code"),
         left: read(&left).lines().map(String::from).collect(),
     }
 }

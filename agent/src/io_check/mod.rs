@@ -61,15 +61,19 @@ pub struct IoRequest {
     pub hooks: Hooks,
 }
 
+/// A test callback that gets a directory.
+#[doc(hidden)]
+pub type Hook = Arc<dyn Fn(&Path) + Send + Sync>;
+
 /// Callbacks tests use to interfere with a run at a known point.
 #[doc(hidden)]
 #[derive(Clone, Default)]
 pub struct Hooks {
     /// After the free-space pre-flight passed, before anything is written; gets `dir`.
-    pub after_preflight: Option<Arc<dyn Fn(&Path) + Send + Sync>>,
+    pub after_preflight: Option<Hook>,
     /// After every file was written and fsynced, before the read-back; gets the working
     /// subdirectory.
-    pub after_write: Option<Arc<dyn Fn(&Path) + Send + Sync>>,
+    pub after_write: Option<Hook>,
 }
 
 impl std::fmt::Debug for IoRequest {
@@ -134,14 +138,14 @@ impl IoRequest {
         if self.files == 0 || self.concurrency == 0 {
             return bad("files and concurrency must be at least 1".into());
         }
-        if self.file_size == 0 || self.file_size % align != 0 {
+        if self.file_size == 0 || !self.file_size.is_multiple_of(align) {
             return bad(format!(
                 "the file size must be a positive multiple of {align} bytes (got {})",
                 self.file_size
             ));
         }
         let chunk = pattern::CHUNK;
-        if self.block_size == 0 || self.block_size % chunk != 0 {
+        if self.block_size == 0 || !self.block_size.is_multiple_of(chunk) {
             return bad(format!(
                 "the block size must be a positive multiple of {chunk} bytes (got {})",
                 self.block_size
@@ -254,7 +258,9 @@ fn fresh_seed() -> u64 {
 pub fn run(req: &IoRequest, ctl: &RunControl<'_>) -> Result<IoOutcome, IoError> {
     req.validate()?;
     let mut req = req.clone();
-    req.block_size = req.block_size.min(max_block_size(req.concurrency.min(req.files)));
+    req.block_size = req
+        .block_size
+        .min(max_block_size(req.concurrency.min(req.files)));
     let req = &req;
     if ctl.stopped() {
         return Err(IoError::Stopped);

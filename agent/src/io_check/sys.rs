@@ -41,10 +41,14 @@ pub fn fs_info(dir: &Path) -> io::Result<FsInfo> {
     let fs_type = if unsafe { libc::statfs(c.as_ptr(), sfs.as_mut_ptr()) } == 0 {
         // SAFETY: statfs returned 0 and the struct was zeroed before the call.
         let sfs = unsafe { sfs.assume_init() };
+        // f_type's width differs between targets (i64 on x86_64 and aarch64).
+        #[allow(clippy::unnecessary_cast)]
         fs_name(sfs.f_type as i64)
     } else {
         None
     };
+    // fsblkcnt_t and c_ulong are u64 on 64-bit Linux, narrower on some 32-bit targets.
+    #[allow(clippy::useless_conversion)]
     Ok(FsInfo {
         free_bytes: u64::from(vfs.f_bavail).saturating_mul(u64::from(vfs.f_frsize)),
         sized: vfs.f_blocks != 0,
