@@ -483,6 +483,93 @@ pub fn rfc3339(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::sim::{SimBackend, SimSpec};
+    use gpuval_crds::{ComputeCheck, IoCheck, MemoryCheck};
+
+    fn io_plan(dir: &std::path::Path, compute: bool, during_compute: bool) -> Plan {
+        let checks = Checks {
+            memory: Some(MemoryCheck::default()),
+            compute: compute.then(|| ComputeCheck {
+                duration: "1s".parse().expect("a duration"),
+                ..Default::default()
+            }),
+            io: Some(IoCheck {
+                file_size_mib: 2,
+                files: 2,
+                concurrency: 2,
+                during_compute,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut plan = Plan::new(checks, Thresholds::default());
+        plan.io_dir = Some(dir.to_path_buf());
+        plan
+    }
+
+    fn run_sim(plan: &Plan) -> (NodeReport, Vec<String>) {
+        let spec: SimSpec = "gpus=2,timescale=0.2".parse().expect("a sim spec");
+        let lines = Mutex::new(Vec::new());
+        let sink = |l: &str| lines.lock().expect("lines").push(l.to_string());
+        let report = run(&SimBackend::new(spec), plan, &AtomicBool::new(false), &sink);
+        (report, lines.into_inner().expect("lines"))
+    }
+
+    #[test]
+    fn io_runs_beside_the_burn_when_asked() {
+        let d = tempfile::tempdir().expect("a temp dir");
+        let (report, lines) = run_sim(&io_plan(d.path(), true, true));
+        let io = report.io.expect("an io result");
+        assert_eq!(io.verdict, Verdict::Pass, "{:?}", io.reasons);
+        assert!(io.during_compute);
+        assert_eq!(io.notes[0], "ran while the compute burn ran");
+        assert!(
+            io.notes[1].contains("only the GPU figures"),
+            "{:?}",
+            io.notes
+        );
+        let at = |prefix: &str| lines.iter().position(|l| l.starts_with(prefix));
+        let io_start = at("[io] starting").expect("io started");
+        let burn_end = at("[compute] finished").expect("burn finished");
+        assert!(io_start < burn_end, "{lines:?}");
+        assert!(lines[io_start].ends_with(", beside the compute burn"));
+        assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.failures);
+        assert_eq!(std::fs::read_dir(d.path()).expect("dir").count(), 0);
+    }
+
+    #[test]
+    fn io_runs_alone_after_the_gpu_checks_otherwise() {
+        let d = tempfile::tempdir().expect("a temp dir");
+        // duringCompute without a compute check: alone, and said so
+        let (report, lines) = run_sim(&io_plan(d.path(), false, true));
+        let io = report.io.expect("an io result");
+        assert!(!io.during_compute);
+        assert!(
+            io.notes[0].contains("no compute check ran"),
+            "{:?}",
+            io.notes
+        );
+        let at = |prefix: &str| {
+            lines
+                .iter()
+                .position(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix:?} in {lines:?}"))
+        };
+        assert!(at("[memory] finished") < at("[io] starting"), "{lines:?}");
+    }
+
+    #[test]
+    fn an_io_error_leaves_the_gpu_checks_alone() {
+        let d = tempfile::tempdir().expect("a temp dir");
+        let mut plan = io_plan(&d.path().join("missing"), true, true);
+        plan.checks.memory = Some(MemoryCheck::default());
+        let (report, _) = run_sim(&plan);
+        let io = report.io.expect("an io result");
+        assert_eq!(io.verdict, Verdict::Error);
+        assert!(report.gpus.iter().all(|g| g.verdict == Verdict::Pass));
+        assert_eq!(report.verdict, Verdict::Error);
+        assert_eq!(report.failures, io.reasons);
+    }
 
     #[test]
     fn rfc3339_formats_known_instants() {
