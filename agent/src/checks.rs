@@ -179,8 +179,10 @@ pub fn run(
                 backend.compute_burn(gpu, &req, ctl)
             });
         }
-        sampler_stop.store(true, Ordering::Relaxed);
+        // Wait for io beside the burn here, so it never overlaps a later check (keep this
+        // right after the compute block).
         io_beside_burn = io_thread.map(join_io);
+        sampler_stop.store(true, Ordering::Relaxed);
     });
 
     let mut sampled = sampled.into_inner().unwrap_or_else(|p| p.into_inner());
