@@ -3,13 +3,14 @@
 //! caught; then judges everything into a [`NodeReport`].
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use gpuval_crds::{
-    Checks, ComputeResult, GpuReport, HostTransferResult, MemoryResult, NodeReport, P2pResult,
-    Thresholds, TopologyReport, Verdict,
+    Checks, ComputeResult, GpuReport, HostTransferResult, IoResult, MemoryResult, NodeReport,
+    P2pResult, Thresholds, TopologyReport, Verdict,
 };
 
 use crate::backend::{
@@ -17,6 +18,7 @@ use crate::backend::{
     HostTransferOutcome, HostTransferRequest, MemoryOutcome, MemoryRequest, P2pOutcome, P2pRequest,
     RunControl, TelemetrySample, TopologySnapshot,
 };
+use crate::io_check::{self, judge::Context as IoContext};
 use crate::link_verdict::LinkErrorMoves;
 use crate::{telemetry, topology, verdict::Judge};
 
@@ -35,6 +37,11 @@ pub struct Plan {
     pub sample_every: Duration,
     /// Seed of the peer-to-peer pair order (None: a new order each run).
     pub p2p_seed: Option<u64>,
+    /// Where the io check writes (the admin-allowed node volume on Kubernetes, any path on
+    /// bare metal). None: an io check reports an Error saying how to set it.
+    pub io_dir: Option<PathBuf>,
+    /// io engine settings that are not part of the spec.
+    pub io_tuning: io_check::Tuning,
 }
 
 impl Plan {
@@ -46,6 +53,8 @@ impl Plan {
             node: None,
             sample_every: Duration::from_millis(500),
             p2p_seed: None,
+            io_dir: None,
+            io_tuning: io_check::Tuning::default(),
         }
     }
 }
@@ -87,6 +96,8 @@ pub fn run(
         Err(e) => {
             report.verdict = Verdict::Error;
             report.failures = vec![format!("inventory: {e}")];
+            report.io = io_alone(plan, stop, sink, report.simulated);
+            report.failures.extend(io_failures(report.io.as_ref()));
             report.finished_at = now_rfc3339();
             return report;
         }
@@ -131,6 +142,7 @@ pub fn run(
     let mut memory: HashMap<u32, Result<MemoryOutcome, BackendError>> = HashMap::new();
     let mut compute: HashMap<u32, Result<ComputeOutcome, BackendError>> = HashMap::new();
     let mut links = LinkRuns::default();
+    let mut io_beside_burn: Option<IoResult> = None;
 
     std::thread::scope(|s| {
         let snap0 = topo_before.as_ref().and_then(|r| r.as_ref().ok());
@@ -159,6 +171,9 @@ pub fn run(
                 backend.memory_test(gpu, &req, ctl)
             });
         }
+        let io_thread = io_during_compute(plan, stop).then(|| {
+            s.spawn(|| run_io(plan, stop, sink, io_context(true, false, report.simulated)))
+        });
         if let Some(c) = &plan.checks.compute
             && !stop.load(Ordering::Relaxed)
         {
@@ -172,6 +187,9 @@ pub fn run(
                 backend.compute_burn(gpu, &req, ctl)
             });
         }
+        // Wait for io beside the burn here, so it never overlaps a later check (keep this
+        // right after the compute block).
+        io_beside_burn = io_thread.map(join_io);
         links = run_links(backend, plan, &gpus, stop, sink);
         sampler_stop.store(true, Ordering::Relaxed);
     });
@@ -278,6 +296,7 @@ pub fn run(
             }
         }
     });
+    report.io = io_beside_burn.or_else(|| io_alone(plan, stop, sink, report.simulated));
     judge.node(&mut report);
     if stop.load(Ordering::Relaxed) {
         report.verdict = Verdict::Error;
@@ -392,6 +411,104 @@ fn on_node<T>(
         Err(e) => sink(&format!("[{check}] error: {e}")),
     }
     r
+}
+
+// ---- io: file I/O on the host, not the GPUs: alone after the GPU checks, or on its own
+// thread beside the compute burn (`duringCompute`). Its errors never stop the other checks.
+
+/// True when the io check should run beside the compute burn.
+fn io_during_compute(plan: &Plan, stop: &AtomicBool) -> bool {
+    plan.checks.io.as_ref().is_some_and(|c| c.during_compute)
+        && plan.checks.compute.is_some()
+        && !stop.load(Ordering::Relaxed)
+}
+
+/// The io check run alone (None when it was not asked for).
+fn io_alone(
+    plan: &Plan,
+    stop: &AtomicBool,
+    sink: ProgressSink<'_>,
+    simulated: bool,
+) -> Option<IoResult> {
+    let spec = plan.checks.io.as_ref()?;
+    let wanted_beside_burn = spec.during_compute;
+    Some(run_io(
+        plan,
+        stop,
+        sink,
+        io_context(false, wanted_beside_burn, simulated),
+    ))
+}
+
+fn io_context(during_compute: bool, no_compute_to_join: bool, simulated: bool) -> IoContext {
+    IoContext {
+        during_compute,
+        no_compute_to_join,
+        simulated_backend: simulated,
+    }
+}
+
+/// Runs the io check and judges it; an engine error becomes the result's Error.
+fn run_io(plan: &Plan, stop: &AtomicBool, sink: ProgressSink<'_>, ctx: IoContext) -> IoResult {
+    let spec = plan.checks.io.clone().unwrap_or_default();
+    let Some(dir) = plan.io_dir.as_deref() else {
+        let e = io_check::IoError::NoDirectory;
+        sink(&format!("[io] error: {e}"));
+        return io_check::judge::io_error(&spec, None, &e, ctx);
+    };
+    let req = plan
+        .io_tuning
+        .apply(io_check::IoRequest::from_spec(&spec, dir));
+    sink(&format!(
+        "[io] starting: {} files of {} in {} with {} workers{}",
+        req.files,
+        io_check::human(req.file_size),
+        dir.display(),
+        req.concurrency,
+        if ctx.during_compute {
+            ", beside the compute burn"
+        } else {
+            ""
+        }
+    ));
+    let last = Mutex::new(None::<Instant>);
+    let progress = |done: f64, note: &str| {
+        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+            *last = Some(Instant::now());
+            sink(&format!("[io] {:>3.0}% {note}", done * 100.0));
+        }
+    };
+    match io_check::run(&req, &RunControl::new(stop, &progress)) {
+        Ok(out) => {
+            sink(&format!(
+                "[io] done: write {:.0} MB/s, read {:.0} MB/s, {} bad words",
+                out.write_mbps(),
+                out.read_mbps(),
+                out.mismatches
+            ));
+            io_check::judge::io(&spec, &out, ctx)
+        }
+        Err(e) => {
+            sink(&format!("[io] error: {e}"));
+            io_check::judge::io_error(&spec, Some(dir), &e, ctx)
+        }
+    }
+}
+
+fn join_io(h: std::thread::ScopedJoinHandle<'_, IoResult>) -> IoResult {
+    h.join().unwrap_or_else(|_| IoResult {
+        verdict: Verdict::Error,
+        reasons: vec!["io: the io check panicked".into()],
+        ..Default::default()
+    })
+}
+
+/// The io result's Fail and Error reasons (for a report that is not judged further).
+fn io_failures(io: Option<&IoResult>) -> Vec<String> {
+    io.filter(|r| r.verdict.is_bad())
+        .map(|r| r.reasons.clone())
+        .unwrap_or_default()
 }
 
 /// Runs `f` on every GPU at once (one thread each), printing progress at most every 5 s per GPU.
@@ -514,6 +631,93 @@ pub fn rfc3339(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::sim::{SimBackend, SimSpec};
+    use gpuval_crds::{ComputeCheck, IoCheck, MemoryCheck};
+
+    fn io_plan(dir: &std::path::Path, compute: bool, during_compute: bool) -> Plan {
+        let checks = Checks {
+            memory: Some(MemoryCheck::default()),
+            compute: compute.then(|| ComputeCheck {
+                duration: "1s".parse().expect("a duration"),
+                ..Default::default()
+            }),
+            io: Some(IoCheck {
+                file_size_mib: 2,
+                files: 2,
+                concurrency: 2,
+                during_compute,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut plan = Plan::new(checks, Thresholds::default());
+        plan.io_dir = Some(dir.to_path_buf());
+        plan
+    }
+
+    fn run_sim(plan: &Plan) -> (NodeReport, Vec<String>) {
+        let spec: SimSpec = "gpus=2,timescale=0.2".parse().expect("a sim spec");
+        let lines = Mutex::new(Vec::new());
+        let sink = |l: &str| lines.lock().expect("lines").push(l.to_string());
+        let report = run(&SimBackend::new(spec), plan, &AtomicBool::new(false), &sink);
+        (report, lines.into_inner().expect("lines"))
+    }
+
+    #[test]
+    fn io_runs_beside_the_burn_when_asked() {
+        let d = tempfile::tempdir().expect("a temp dir");
+        let (report, lines) = run_sim(&io_plan(d.path(), true, true));
+        let io = report.io.expect("an io result");
+        assert_eq!(io.verdict, Verdict::Pass, "{:?}", io.reasons);
+        assert!(io.during_compute);
+        assert_eq!(io.notes[0], "ran while the compute burn ran");
+        assert!(
+            io.notes[1].contains("only the GPU figures"),
+            "{:?}",
+            io.notes
+        );
+        let at = |prefix: &str| lines.iter().position(|l| l.starts_with(prefix));
+        let io_start = at("[io] starting").expect("io started");
+        let burn_end = at("[compute] finished").expect("burn finished");
+        assert!(io_start < burn_end, "{lines:?}");
+        assert!(lines[io_start].ends_with(", beside the compute burn"));
+        assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.failures);
+        assert_eq!(std::fs::read_dir(d.path()).expect("dir").count(), 0);
+    }
+
+    #[test]
+    fn io_runs_alone_after_the_gpu_checks_otherwise() {
+        let d = tempfile::tempdir().expect("a temp dir");
+        // duringCompute without a compute check: alone, and said so
+        let (report, lines) = run_sim(&io_plan(d.path(), false, true));
+        let io = report.io.expect("an io result");
+        assert!(!io.during_compute);
+        assert!(
+            io.notes[0].contains("no compute check ran"),
+            "{:?}",
+            io.notes
+        );
+        let at = |prefix: &str| {
+            lines
+                .iter()
+                .position(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix:?} in {lines:?}"))
+        };
+        assert!(at("[memory] finished") < at("[io] starting"), "{lines:?}");
+    }
+
+    #[test]
+    fn an_io_error_leaves_the_gpu_checks_alone() {
+        let d = tempfile::tempdir().expect("a temp dir");
+        let mut plan = io_plan(&d.path().join("missing"), true, true);
+        plan.checks.memory = Some(MemoryCheck::default());
+        let (report, _) = run_sim(&plan);
+        let io = report.io.expect("an io result");
+        assert_eq!(io.verdict, Verdict::Error);
+        assert!(report.gpus.iter().all(|g| g.verdict == Verdict::Pass));
+        assert_eq!(report.verdict, Verdict::Error);
+        assert_eq!(report.failures, io.reasons);
+    }
 
     #[test]
     fn rfc3339_formats_known_instants() {

@@ -144,6 +144,26 @@ pub fn validate(s: &RunSettings) -> Result<(), String> {
             return Err("checks.hostTransfer needs pinned or pageable (or both) to be true".into());
         }
     }
+    if let Some(io) = &c.io {
+        if !(1..=1_048_576).contains(&io.file_size_mib) {
+            return Err(format!(
+                "checks.io.fileSizeMib must be between 1 and 1048576 (got {})",
+                io.file_size_mib
+            ));
+        }
+        if !(1..=10_000).contains(&io.files) {
+            return Err(format!(
+                "checks.io.files must be between 1 and 10000 (got {})",
+                io.files
+            ));
+        }
+        if !(1..=256).contains(&io.concurrency) {
+            return Err(format!(
+                "checks.io.concurrency must be between 1 and 256 (got {})",
+                io.concurrency
+            ));
+        }
+    }
     if !(1..=90).contains(&s.thresholds.relative_tolerance_percent) {
         return Err("thresholds.relativeTolerancePercent must be between 1 and 90".into());
     }
@@ -167,6 +187,14 @@ pub struct Overrides {
     pub host_buffer_mib: Option<i32>,
     pub profile: Option<Profile>,
     pub tolerance: Option<i32>,
+    pub io_file_size_mib: Option<i32>,
+    pub io_files: Option<i32>,
+    pub io_concurrency: Option<i32>,
+    /// Buffered I/O instead of O_DIRECT.
+    pub io_buffered: bool,
+    pub io_during_compute: bool,
+    pub io_min_write_mbps: Option<i32>,
+    pub io_min_read_mbps: Option<i32>,
 }
 
 pub const CHECK_NAMES: [&str; 6] = ["topology", "memory", "compute", "p2p", "hostTransfer", "io"];
@@ -253,6 +281,29 @@ impl Overrides {
         {
             h.buffer_mib = n;
         }
+        if let Some(io) = s.checks.io.as_mut() {
+            if let Some(v) = self.io_file_size_mib {
+                io.file_size_mib = v;
+            }
+            if let Some(v) = self.io_files {
+                io.files = v;
+            }
+            if let Some(v) = self.io_concurrency {
+                io.concurrency = v;
+            }
+            if self.io_buffered {
+                io.direct_io = false;
+            }
+            if self.io_during_compute {
+                io.during_compute = true;
+            }
+            if let Some(v) = self.io_min_write_mbps {
+                io.min_write_mbps = Some(v);
+            }
+            if let Some(v) = self.io_min_read_mbps {
+                io.min_read_mbps = Some(v);
+            }
+        }
         if let Some(p) = self.profile {
             s.thresholds.profile = p;
         }
@@ -291,6 +342,34 @@ mod tests {
         for f in ["quick.yaml", "standard.yaml", "burn-in-24h.yaml"] {
             load(&dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         }
+    }
+
+    #[test]
+    fn io_flags_set_the_io_check() {
+        let o = Overrides {
+            checks: Some(vec!["io".into(), "memory".into()]),
+            io_file_size_mib: Some(256),
+            io_files: Some(8),
+            io_concurrency: Some(2),
+            io_buffered: true,
+            io_min_write_mbps: Some(900),
+            ..Default::default()
+        };
+        let s = o.apply(RunSettings::default()).unwrap();
+        let io = s.checks.io.unwrap();
+        assert_eq!(
+            (io.file_size_mib, io.files, io.concurrency, io.direct_io),
+            (256, 8, 2, false)
+        );
+        assert_eq!((io.min_write_mbps, io.min_read_mbps), (Some(900), None));
+        assert!(s.checks.compute.is_none());
+        let bad = Overrides {
+            checks: Some(vec!["io".into()]),
+            io_concurrency: Some(0),
+            ..Default::default()
+        };
+        let err = bad.apply(RunSettings::default()).unwrap_err();
+        assert!(err.contains("checks.io.concurrency"), "{err}");
     }
 
     #[test]

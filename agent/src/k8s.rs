@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -79,6 +80,9 @@ pub struct AgentEnv {
     pub namespace: String,
     pub pod_name: String,
     pub backend: BackendChoice,
+    /// Where the io check writes (`GPUVAL_IO_DIR`: the operator mounts the admin's host path
+    /// there); None when the admin set none.
+    pub io_dir: Option<PathBuf>,
 }
 
 impl AgentEnv {
@@ -159,6 +163,11 @@ impl AgentEnv {
             }
         };
 
+        let io_dir = get(agent_env::IO_DIR)
+            .map(|d| d.trim().to_string())
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from);
+
         Ok(Self {
             validation,
             generation,
@@ -167,6 +176,7 @@ impl AgentEnv {
             namespace,
             pod_name,
             backend,
+            io_dir,
         })
     }
 }
@@ -438,6 +448,7 @@ fn start_checks(
         spec.thresholds.clone().unwrap_or_default(),
     );
     plan.node = Some(env.node.clone());
+    plan.io_dir = env.io_dir.clone();
     let choice = env.backend.clone();
     tokio::task::spawn_blocking(move || {
         let backend: Box<dyn Backend> = match make_backend(&choice) {
@@ -566,6 +577,19 @@ mod tests {
         assert_eq!(e.node, "gpu-node-1");
         assert_eq!(e.namespace, "gpuval-system");
         assert_eq!(e.backend, BackendChoice::Cuda);
+        assert_eq!(e.io_dir, None);
+    }
+
+    #[test]
+    fn io_dir_comes_from_the_environment() {
+        let mut vars = base_env();
+        vars.insert(agent_env::IO_DIR, "/var/lib/gpuval-io".to_string());
+        assert_eq!(
+            parse(&vars).unwrap().io_dir,
+            Some(PathBuf::from("/var/lib/gpuval-io"))
+        );
+        vars.insert(agent_env::IO_DIR, "  ".to_string());
+        assert_eq!(parse(&vars).unwrap().io_dir, None);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod checks;
 pub mod config;
+pub mod io_check;
 pub mod k8s;
 pub mod link_verdict;
 pub mod profiles;

@@ -17,7 +17,7 @@ use gpuval_agent::backend::{
     Backend, BackendError, cuda::CudaBackend, sim::SimBackend, sim::SimSpec,
 };
 use gpuval_agent::config::{self, Overrides, RunSettings};
-use gpuval_agent::{checks, k8s, render, topology};
+use gpuval_agent::{checks, io_check, k8s, render, topology};
 use gpuval_crds::{Dtype, Duration, Profile, Verdict};
 
 #[derive(Parser)]
@@ -34,7 +34,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the checks and print a table; --output writes the JSON report.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the GPU interconnect topology like `nvidia-smi topo -m`.
     Topo(TopoArgs),
     /// List GPUs: index, UUID, name, memory, driver, PCIe, ECC, remapped rows.
@@ -61,6 +61,7 @@ struct BackendArgs {
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
 enum BackendChoice {
     Cuda,
+    #[value(alias = "sim")]
     Simulated,
 }
 
@@ -108,6 +109,38 @@ struct RunArgs {
     /// Relative rule: a GPU more than this many percent below its peers fails.
     #[arg(long)]
     tolerance: Option<i32>,
+    /// Directory the io check writes in (a fresh subdirectory, removed afterwards). The io
+    /// check is real file I/O on this host under either backend.
+    #[arg(long, env = "GPUVAL_IO_DIR", value_name = "DIR")]
+    io_dir: Option<PathBuf>,
+    /// io: size of each file, MiB.
+    #[arg(long)]
+    io_file_size_mib: Option<i32>,
+    /// io: number of files written and read back.
+    #[arg(long)]
+    io_files: Option<i32>,
+    /// io: concurrent writers and readers.
+    #[arg(long)]
+    io_concurrency: Option<i32>,
+    /// io: buffered I/O instead of O_DIRECT.
+    #[arg(long)]
+    io_buffered: bool,
+    /// io: run beside the compute burn instead of after the GPU checks.
+    #[arg(long)]
+    io_during_compute: bool,
+    /// io: fail below this write throughput, MB/s.
+    #[arg(long)]
+    io_min_write_mbps: Option<i32>,
+    /// io: fail below this read throughput, MB/s.
+    #[arg(long)]
+    io_min_read_mbps: Option<i32>,
+    /// io: bytes per read and write call, KiB (default 8192, like `dd bs=8M`).
+    #[arg(long)]
+    io_block_kib: Option<usize>,
+    /// io, tests only: skip the free-space pre-flight so the write phase itself meets a
+    /// full filesystem.
+    #[arg(long, hide = true)]
+    io_skip_preflight: bool,
     /// Only these GPUs (NVML indices, comma-separated).
     #[arg(long, value_delimiter = ',')]
     gpus: Option<Vec<u32>>,
@@ -173,7 +206,7 @@ fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(a) => cmd_run(a),
+        Command::Run(a) => cmd_run(*a),
         Command::Topo(a) => cmd_topo(a),
         Command::Inventory(a) => cmd_inventory(a),
         Command::Selftest(a) => cmd_selftest(a),
@@ -249,12 +282,24 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
             ProfileArg::None => Profile::None,
         }),
         tolerance: a.tolerance,
+        io_file_size_mib: a.io_file_size_mib,
+        io_files: a.io_files,
+        io_concurrency: a.io_concurrency,
+        io_buffered: a.io_buffered,
+        io_during_compute: a.io_during_compute,
+        io_min_write_mbps: a.io_min_write_mbps,
+        io_min_read_mbps: a.io_min_read_mbps,
     };
     let settings = overrides.apply(base).map_err(|e| Fail(e, 2))?;
     let be = backend(&a.backend)?;
     let stop = stop_flag();
     let mut plan = checks::Plan::new(settings.checks, settings.thresholds);
     plan.gpus = a.gpus.clone();
+    plan.io_dir = a.io_dir.clone();
+    plan.io_tuning = io_check::Tuning {
+        block_size: a.io_block_kib.map(|k| k.saturating_mul(1024)),
+        skip_preflight: a.io_skip_preflight,
+    };
     plan.node = std::env::var("NODE_NAME").ok().or_else(hostname);
     let report = checks::run(be.as_ref(), &plan, &stop, &|line| eprintln!("{line}"));
     let json = serde_json::to_string_pretty(&report)

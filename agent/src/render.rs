@@ -1,6 +1,7 @@
 //! The human table the agent prints: one row per GPU, then topology, then the node verdict
 //! and its failures. Plain text, no colours.
 
+use gpuval_crds::IoResult;
 use gpuval_crds::{
     ComputeResult, GpuReport, MemoryResult, NodeReport, P2pPair, P2pResult, TelemetrySummary,
     TransferRates,
@@ -33,6 +34,9 @@ pub fn table(report: &NodeReport) -> String {
     out.push_str(&host_section(report));
     if let Some(p) = &report.p2p {
         out.push_str(&p2p_section(p));
+    }
+    if let Some(io) = &report.io {
+        out.push_str(&io_line(io));
     }
     let node = report
         .node
@@ -302,6 +306,31 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
 }
 
+/// `io: Pass (4 × 1024 MiB in /data, ext4, O_DIRECT, 4 workers): write 1520 MB/s, read 2110 MB/s, 0 bad words`
+fn io_line(io: &IoResult) -> String {
+    if io.bytes <= 0 {
+        return format!("io: {}\n", io.verdict);
+    }
+    let mut how = vec![format!(
+        "{} × {} MiB in {}",
+        io.files, io.file_size_mib, io.dir
+    )];
+    how.extend(io.fs_type.clone());
+    how.push(if io.direct_io { "O_DIRECT" } else { "buffered" }.to_string());
+    how.push(format!("{} workers", io.concurrency));
+    if io.during_compute {
+        how.push("during the burn".into());
+    }
+    format!(
+        "io: {} ({}): write {:.0} MB/s, read {:.0} MB/s, {} bad words\n",
+        io.verdict,
+        how.join(", "),
+        io.write_mbps,
+        io.read_mbps,
+        io.mismatches
+    )
+}
+
 /// Left-aligned columns two spaces apart, trailing spaces trimmed.
 fn columns(rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = Vec::new();
@@ -438,6 +467,38 @@ mod tests {
             text.contains("topology: Pass\nnode gpu-node-1: Error\n  - no GPUs found\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn io_line_shows_how_and_how_fast() {
+        let mut report = NodeReport {
+            io: Some(IoResult {
+                verdict: Verdict::Pass,
+                dir: "/data".into(),
+                fs_type: Some("xfs".into()),
+                files: 4,
+                file_size_mib: 1024,
+                concurrency: 4,
+                bytes: 4 << 30,
+                write_mbps: 1520.4,
+                read_mbps: 2110.0,
+                direct_io: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let text = table(&report);
+        assert!(
+            text.contains("topology: not checked\nio: Pass (4 × 1024 MiB in /data, xfs, O_DIRECT, 4 workers): write 1520 MB/s, read 2110 MB/s, 0 bad words\n"),
+            "{text}"
+        );
+        report.io = Some(IoResult {
+            verdict: Verdict::Error,
+            ..Default::default()
+        });
+        assert!(table(&report).contains("\nio: Error\n"));
+        report.io = None;
+        assert!(!table(&report).contains("io:"));
     }
 
     #[test]

@@ -188,8 +188,8 @@ impl Judge<'_> {
         push_unique(&mut gpu.reasons, findings.into_iter().map(|(_, r)| r));
     }
 
-    /// The node's verdict: the worst of its GPUs (judged here with [`Judge::gpu`]) and its
-    /// topology; `failures` gets the first Fail and Error reasons, worst first.
+    /// The node's verdict: the worst of its GPUs (judged here with [`Judge::gpu`]), its
+    /// topology, its p2p and its io check; `failures` gets the first Fail and Error reasons, worst first.
     pub fn node(&self, report: &mut NodeReport) {
         for gpu in &mut report.gpus {
             self.gpu(gpu);
@@ -204,7 +204,8 @@ impl Judge<'_> {
         let gpus = report.gpus.iter().map(|g| g.verdict).max();
         let topology = report.topology.as_ref().map(|t| t.verdict);
         let p2p = report.p2p.as_ref().map(|p| p.verdict);
-        report.verdict = [Some(report.verdict), Some(worst), gpus, topology, p2p]
+        let io = report.io.as_ref().map(|i| i.verdict);
+        report.verdict = [Some(report.verdict), Some(worst), gpus, topology, p2p, io]
             .into_iter()
             .flatten()
             .max()
@@ -600,7 +601,7 @@ fn health_findings(gpu: i32, h: &GpuHealth) -> Vec<Finding> {
 }
 
 /// Every reason of the node with its severity, grouped by source: no GPUs, each GPU, the
-/// topology.
+/// topology, the io check.
 fn node_findings(report: &NodeReport) -> Vec<Vec<Finding>> {
     let mut found = Vec::new();
     if report.gpus.is_empty() {
@@ -621,6 +622,9 @@ fn node_findings(report: &NodeReport) -> Vec<Vec<Finding>> {
     }
     if let Some(p) = &report.p2p {
         found.push(p.reasons.iter().map(|r| (p.verdict, r.clone())).collect());
+    }
+    if let Some(io) = &report.io {
+        found.push(io.reasons.iter().map(|r| (io.verdict, r.clone())).collect());
     }
     found
 }
@@ -1455,6 +1459,32 @@ mod tests {
         judge(&checks, Profile::Auto).node(&mut report);
         assert_eq!(report.verdict, Verdict::Fail);
         assert_eq!(report.failures, vec!["GPU0: 17 of 18 NVLink links active"]);
+    }
+
+    #[test]
+    fn node_io_failure_or_error_reaches_the_node() {
+        let checks = Checks::default();
+        for (verdict, reason) in [
+            (
+                Verdict::Fail,
+                "io: write 812 MB/s < 1000 MB/s (spec minWriteMbps)",
+            ),
+            (Verdict::Error, "io: io directory /data does not exist"),
+        ] {
+            let mut report = NodeReport {
+                gpus: vec![report_with(0, 4000.0, 780.0)],
+                io: Some(gpuval_crds::IoResult {
+                    verdict,
+                    reasons: vec![reason.into()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            judge(&checks, Profile::Auto).node(&mut report);
+            assert_eq!(report.verdict, verdict);
+            assert_eq!(report.failures, vec![reason]);
+            assert_eq!(report.gpus[0].verdict, Verdict::Pass);
+        }
     }
 
     #[test]

@@ -116,6 +116,8 @@ pub mod agent_env {
     pub const BACKEND: &str = "GPUVAL_BACKEND";
     /// Optional: a simulated-backend spec string (implies `simulated`; tests and demos only).
     pub const SIMULATE: &str = "GPUVAL_SIMULATE";
+    /// Optional: the directory the io check writes in (the operator's `--io-host-path`, mounted).
+    pub const IO_DIR: &str = "GPUVAL_IO_DIR";
 }
 
 /// The extended resource that GPU nodes advertise (NVIDIA device plugin).

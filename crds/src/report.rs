@@ -85,6 +85,8 @@ pub struct NodeReport {
     /// NVLink/PCIe peer-to-peer transfers between every ordered pair of GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p2p: Option<P2pResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoResult>,
 }
 
 /// Driver and library versions.
@@ -378,4 +380,58 @@ pub struct NvlinkState {
     /// What the active links connect to: `GPU`, `NVSwitch`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<String>,
+}
+
+/// The file I/O check: files written, fsynced, read back and verified in a directory on the
+/// node. Real file I/O on the host under either GPU backend.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IoResult {
+    pub verdict: Verdict,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// The directory asked for (the files went into a fresh subdirectory of it, since removed).
+    pub dir: String,
+    /// Filesystem type of that directory (`ext4`, `xfs`, `tmpfs`, ...), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs_type: Option<String>,
+    pub files: i32,
+    pub file_size_mib: i64,
+    pub concurrency: i32,
+    /// Bytes written (and the same again read back).
+    pub bytes: i64,
+    /// MB/s (1e6 bytes): write including every fsync; read including verification.
+    pub write_mbps: f64,
+    pub read_mbps: f64,
+    pub write_seconds: f64,
+    pub read_seconds: f64,
+    /// True when the files were written and read with O_DIRECT.
+    pub direct_io: bool,
+    /// Why direct I/O was not used, and what was done instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_io_note: Option<String>,
+    /// True when the check ran while the compute burn ran.
+    pub during_compute: bool,
+    /// Free space in the directory's filesystem before the check, bytes.
+    pub free_bytes_before: i64,
+    /// 8-byte words that read back different from what was written.
+    pub mismatches: i64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub first_mismatches: Vec<IoMismatch>,
+    /// Facts worth knowing about how the figures were taken (not verdict reasons).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// An 8-byte word of a file that read back wrong.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IoMismatch {
+    /// File name inside the check's working directory.
+    pub file: String,
+    /// Byte offset into the file.
+    pub offset: i64,
+    /// Expected and read values, hex.
+    pub expected: String,
+    pub actual: String,
 }
