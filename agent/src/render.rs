@@ -163,6 +163,12 @@ pub fn headline(report: &NodeReport) -> String {
     if !host.is_empty() {
         parts.push(format!("host pinned {} GB/s", span(&host, 1)));
     }
+    if let Some(io) = report.io.as_ref().filter(|io| io.bytes > 0) {
+        parts.push(format!(
+            "io write {:.0} MB/s, read {:.0} MB/s",
+            io.write_mbps, io.read_mbps
+        ));
+    }
     let sim = if report.simulated { "SIMULATED " } else { "" };
     let Some(first) = report.gpus.first() else {
         return format!("{sim}no GPUs");
