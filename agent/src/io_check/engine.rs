@@ -94,11 +94,11 @@ impl<'a> Phases<'a> {
         IoError::classify(e, op, &self.req.dir, path, offset)
     }
 
-    /// Runs `f` on every file with `concurrency` threads, each with its own two aligned buffers.
+    /// Runs `f` on every file with `concurrency` threads, each with its own aligned buffers.
     /// The first error (or a stop) ends the other workers at their next block.
     fn pool<T: Send>(
         &self,
-        f: impl Fn(u32, &mut [AlignedBuf; 2]) -> Result<T, IoError> + Sync,
+        f: impl Fn(u32, &mut [AlignedBuf]) -> Result<T, IoError> + Sync,
     ) -> Result<Vec<T>, IoError> {
         let next = AtomicU32::new(0);
         let first_error: Mutex<Option<IoError>> = Mutex::new(None);
@@ -107,10 +107,9 @@ impl<'a> Phases<'a> {
         std::thread::scope(|s| {
             for _ in 0..workers {
                 s.spawn(|| {
-                    let mut bufs = [
-                        AlignedBuf::new(self.req.block_size),
-                        AlignedBuf::new(self.req.block_size),
-                    ];
+                    let mut bufs: Vec<AlignedBuf> = (0..pipeline::DEPTH)
+                        .map(|_| AlignedBuf::new(self.req.block_size))
+                        .collect();
                     loop {
                         let file = next.fetch_add(1, Ordering::Relaxed);
                         if file >= self.req.files || self.abort.load(Ordering::Relaxed) {
@@ -155,7 +154,7 @@ impl<'a> Phases<'a> {
 
     /// Writes one file: the pattern is made on a helper thread while the previous block is
     /// being written.
-    fn write_file(&self, file: u32, bufs: &mut [AlignedBuf; 2]) -> Result<(), IoError> {
+    fn write_file(&self, file: u32, bufs: &mut [AlignedBuf]) -> Result<(), IoError> {
         let path = self.path(file);
         let f = sys::open(&path, true, self.direct).map_err(|e| self.os("create", &path, 0, e))?;
         let size = self.req.file_size;
@@ -184,7 +183,7 @@ impl<'a> Phases<'a> {
 
     /// Reads one file back: blocks are read on a helper thread while the previous one is being
     /// checked.
-    fn read_file(&self, file: u32, bufs: &mut [AlignedBuf; 2]) -> Result<ReadBack, IoError> {
+    fn read_file(&self, file: u32, bufs: &mut [AlignedBuf]) -> Result<ReadBack, IoError> {
         let path = self.path(file);
         let f = sys::open(&path, false, self.direct).map_err(|e| self.os("open", &path, 0, e))?;
         let size = self.req.file_size;

@@ -31,7 +31,7 @@ pub use error::{IoError, human};
 const MIB: u64 = 1 << 20;
 /// Default I/O size per read and write call, the same as the `dd bs=8M` reference.
 pub const DEFAULT_BLOCK_SIZE: usize = 8 << 20;
-/// The most memory the I/O buffers may take (two blocks per worker); with many workers the
+/// The most memory the I/O buffers may take (a few blocks per worker); with many workers the
 /// block size shrinks to fit.
 pub const BUFFER_BUDGET: usize = 1 << 30;
 /// How many mismatched words are recorded with their place.
@@ -238,10 +238,10 @@ fn mbps(bytes: u64, seconds: f64) -> f64 {
     }
 }
 
-/// The largest block size (a multiple of the pattern chunk) that keeps two buffers per worker
+/// The largest block size (a multiple of the pattern chunk) that keeps every worker's buffers
 /// within [`BUFFER_BUDGET`].
 fn max_block_size(workers: u32) -> usize {
-    let per_buffer = BUFFER_BUDGET / (2 * workers.max(1) as usize);
+    let per_buffer = BUFFER_BUDGET / (pipeline::DEPTH * workers.max(1) as usize);
     (per_buffer / pattern::CHUNK).max(1) * pattern::CHUNK
 }
 

@@ -1,10 +1,14 @@
-//! Two-stage, two-buffer pipeline for one file: while one buffer is in a system call, the
-//! other is being filled with the pattern (writes) or checked (reads), so pattern work hides
-//! behind the I/O instead of adding to it.
+//! Two-stage pipeline for one file over a few buffers: while one buffer is in a system call,
+//! another is being filled with the pattern (writes) or checked (reads), so pattern work hides
+//! behind the I/O instead of adding to it. A spare buffer absorbs scheduling jitter on a busy
+//! CPU.
 
 use std::sync::mpsc::sync_channel;
 
 use super::engine::AlignedBuf;
+
+/// Buffers per worker.
+pub const DEPTH: usize = 3;
 
 /// `(offset, length)` of each block of a file of `size` bytes in blocks of `block` bytes.
 pub fn blocks(size: u64, block: usize) -> impl Iterator<Item = (u64, usize)> + Send {
@@ -16,18 +20,19 @@ pub fn blocks(size: u64, block: usize) -> impl Iterator<Item = (u64, usize)> + S
 }
 
 /// Runs `first` on each block in order on a helper thread and `then` on the same block on the
-/// calling thread, with the two `bufs` passed between them. The first error of either stage
+/// calling thread, with `bufs` passed between them. The first error of either stage
 /// ends both and is returned.
 pub fn run<E: Send>(
-    bufs: &mut [AlignedBuf; 2],
+    bufs: &mut [AlignedBuf],
     blocks: impl Iterator<Item = (u64, usize)> + Send,
     first: impl Fn(u64, &mut [u8]) -> Result<(), E> + Sync,
     mut then: impl FnMut(u64, &mut [u8]) -> Result<(), E>,
 ) -> Result<(), E> {
-    let (empty_tx, empty_rx) = sync_channel::<&mut AlignedBuf>(2);
-    let (full_tx, full_rx) = sync_channel::<Result<(u64, usize, &mut AlignedBuf), E>>(2);
+    let n = bufs.len().max(1);
+    let (empty_tx, empty_rx) = sync_channel::<&mut AlignedBuf>(n);
+    let (full_tx, full_rx) = sync_channel::<Result<(u64, usize, &mut AlignedBuf), E>>(n);
     for b in bufs.iter_mut() {
-        // capacity 2, receiver alive: cannot fail
+        // capacity for every buffer, receiver alive: cannot fail
         let _ = empty_tx.send(b);
     }
     std::thread::scope(|s| {
@@ -62,8 +67,8 @@ mod tests {
 
     use super::*;
 
-    fn bufs() -> [AlignedBuf; 2] {
-        [AlignedBuf::new(4096), AlignedBuf::new(4096)]
+    fn bufs() -> Vec<AlignedBuf> {
+        (0..DEPTH).map(|_| AlignedBuf::new(4096)).collect()
     }
 
     #[test]
@@ -124,7 +129,7 @@ mod tests {
             |off, _| if off == 2 * 4096 { Err("then") } else { Ok(()) },
         );
         assert_eq!(r, Err("then"));
-        // at most two blocks ahead of the failed one
-        assert!(*produced.lock().unwrap() <= 5);
+        // at most DEPTH blocks ahead of the failed one
+        assert!(*produced.lock().unwrap() <= 3 + DEPTH);
     }
 }

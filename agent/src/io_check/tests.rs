@@ -135,15 +135,16 @@ fn a_stop_mid_write_ends_the_run_and_leaves_nothing() {
 
 #[test]
 fn many_workers_get_smaller_blocks() {
-    assert_eq!(max_block_size(4), 128 << 20);
-    assert_eq!(max_block_size(256), 2 << 20);
+    // 1 GiB over 3 buffers per worker, rounded down to 64 KiB
+    assert_eq!(max_block_size(4), 89_456_640);
+    assert_eq!(max_block_size(256), 1_376_256);
     assert_eq!(max_block_size(100_000), pattern::CHUNK);
     let d = tempfile::tempdir().unwrap();
     let mut req = small(d.path(), 256 * KIB, 2, 2);
     req.block_size = 2 << 30;
     let stop = AtomicBool::new(false);
     let out = run(&req, &RunControl::new(&stop, &quiet())).unwrap();
-    assert_eq!(out.block_size, 256 << 20);
+    assert_eq!(out.block_size, max_block_size(2));
 }
 
 #[test]
