@@ -38,7 +38,7 @@ intro = bf16 or load("agent-links.json") or load("agent-io.json") or {}
 if any((load(n) or {}).get("simulated") for n in os.listdir(raw) if n.startswith("agent-") and n.endswith(".json")):
     print("**SIMULATED BACKEND: these figures are not from real GPUs.**\n")
 print(f"# gpuval agent vs PyTorch\n\nMachine: {', '.join(l for l in machine[:1])}; {len(intro.get('gpus', []))} GPU(s); "
-      f"torch {burst.get('torch')} (CUDA {burst.get('cuda')}); agent {intro.get('agentVersion')} backend {intro.get('backend')}; "
+      f"torch {burst.get('torch') or (load('torch-links.json') or {}).get('torch')} (CUDA {burst.get('cuda')}); agent {intro.get('agentVersion')} backend {intro.get('backend')}; "
       f"started {intro.get('startedAt')}\n")
 print("Ratios are agent / PyTorch on the same GPU in the same call. Targets from the issues in brackets.\n")
 
