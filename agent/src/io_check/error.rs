@@ -10,7 +10,7 @@ use super::sys;
 pub enum IoError {
     /// No directory was configured for the check.
     #[error(
-        "no directory for the io check: pass --io-dir DIR (or set GPUVAL_IO_DIR); on Kubernetes, ask the cluster admin to set the operator's --io-host-path (Helm value for the io host path)"
+        "no directory for the io check: pass --io-dir DIR (or set GPUVAL_IO_DIR); on Kubernetes, ask the cluster admin to set the operator's --io-host-path (Helm values agent.io.hostPath inside agent.io.allowedPaths)"
     )]
     NoDirectory,
     #[error(
