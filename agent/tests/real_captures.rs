@@ -1,14 +1,18 @@
 //! Tests on readings captured on the GPU machines (committed under tests/fixtures/real/, copied
 //! from bench/results/2026-11-21-*): topology derivation against `nvidia-smi topo -m` captured
-//! in the same call, the report schema, and the verdict rules on real figures.
+//! in the same call, the report schema, and the verdict rules on real figures (the links too,
+//! against the profile and the standard example).
 
 use std::path::PathBuf;
 
-use gpuval_agent::backend::TopologySnapshot;
+use gpuval_agent::backend::{
+    DirectionRates, HostTransferOutcome, P2pOutcome, PairOutcome, TopologySnapshot,
+};
+use gpuval_agent::link_verdict::LinkErrorMoves;
 use gpuval_agent::topology;
 use gpuval_agent::verdict::Judge;
 use gpuval_crds::{
-    Checks, ComputeCheck, MemoryCheck, NodeReport, Thresholds, TopologyCheck, Verdict,
+    Checks, ComputeCheck, MemoryCheck, NodeReport, P2pCheck, Thresholds, TopologyCheck, Verdict,
 };
 
 fn fixture(name: &str) -> String {
@@ -171,4 +175,134 @@ fn a_real_gpu_slowed_by_a_fifth_is_flagged_by_the_relative_rule() {
         reason.contains("GPU2 bf16") && reason.contains("below its peers"),
         "{reason}"
     );
+}
+
+/// The p2p pairs and host transfers of a real 4×H200 run
+/// (bench/results/2026-11-21-h200x4-links-recheck/), back as backend outcomes.
+fn real_links() -> (Vec<gpuval_agent::backend::GpuInfo>, P2pOutcome, NodeReport) {
+    let report: NodeReport =
+        serde_json::from_str(&fixture("h200x4-links-report.json")).expect("fixture parses");
+    let p2p = report.p2p.as_ref().expect("a p2p result");
+    let outcome = P2pOutcome {
+        pairs: p2p
+            .pairs
+            .iter()
+            .map(|p| PairOutcome {
+                src: p.src as u32,
+                dst: p.dst as u32,
+                peer_access: p.peer_access,
+                unidirectional_gbps: p.unidirectional_gbps,
+                bidirectional_gbps: p.bidirectional_gbps,
+                copy_latency_us: p.copy_latency_micros,
+                load_latency_ns: p.load_latency_nanos,
+                staged_unidirectional_gbps: p.staged_unidirectional_gbps,
+                staged_bidirectional_gbps: p.staged_bidirectional_gbps,
+                mismatches: p.mismatches as u64,
+                error: p.error.clone(),
+            })
+            .collect(),
+        seconds: p2p.seconds,
+    };
+    let gpus = report
+        .gpus
+        .iter()
+        .map(|g| gpuval_agent::backend::GpuInfo {
+            index: g.index as u32,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            pci_bus_id: g.pci_bus_id.clone().unwrap_or_default(),
+            memory_total_bytes: (g.memory_total_mib as u64) << 20,
+            memory_free_bytes: (g.memory_total_mib as u64) << 20,
+            compute_capability: Some((9, 0)),
+            health: g.health.clone().unwrap_or_default(),
+        })
+        .collect();
+    (gpus, outcome, report)
+}
+
+#[test]
+fn real_links_pass_the_profile_and_the_standard_example() {
+    let (gpus, outcome, report) = real_links();
+    let standard = gpuval_agent::config::load(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/standard.yaml"),
+    )
+    .expect("the standard example loads");
+    let judge = Judge {
+        checks: &standard.checks,
+        thresholds: standard.thresholds.clone(),
+    };
+    for spec in [
+        P2pCheck::default(),
+        standard.checks.p2p.clone().expect("standard has p2p"),
+    ] {
+        let r = judge.p2p(&gpus, &outcome, &spec, &LinkErrorMoves::default());
+        assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
+        assert_eq!(r.pairs.len(), 12);
+    }
+    let host = standard
+        .checks
+        .host_transfer
+        .clone()
+        .expect("standard has hostTransfer");
+    for (g, info) in report.gpus.iter().zip(&gpus) {
+        let h = g.host_transfer.as_ref().expect("host transfer result");
+        let rates = |r: Option<gpuval_crds::TransferRates>| {
+            r.map(|r| DirectionRates {
+                h2d_gbps: r.h2d_gbps,
+                d2h_gbps: r.d2h_gbps,
+            })
+        };
+        let outcome = HostTransferOutcome {
+            pinned: rates(h.pinned),
+            pageable: rates(h.pageable),
+            pinned_concurrent: rates(h.pinned_concurrent),
+            mismatches: h.mismatches as u64,
+            ..Default::default()
+        };
+        let r = judge.host_transfer(info, &outcome, &host);
+        assert_eq!(
+            r.verdict,
+            Verdict::Pass,
+            "GPU{}: {:?}",
+            info.index,
+            r.reasons
+        );
+    }
+}
+
+#[test]
+fn a_real_pair_at_a_third_of_its_rate_is_named() {
+    let (gpus, mut outcome, _) = real_links();
+    let slow = outcome
+        .pairs
+        .iter_mut()
+        .find(|p| (p.src, p.dst) == (1, 3))
+        .expect("pair 1->3");
+    slow.unidirectional_gbps /= 3.0;
+    let checks = Checks::default();
+    let judge = Judge {
+        checks: &checks,
+        thresholds: Thresholds::default(),
+    };
+    let r = judge.p2p(
+        &gpus,
+        &outcome,
+        &P2pCheck::default(),
+        &LinkErrorMoves::default(),
+    );
+    assert_eq!(r.verdict, Verdict::Fail);
+    assert!(
+        r.reasons
+            .iter()
+            .any(|x| x.starts_with("GPU1->GPU3 unidirectional 132 GB/s < 320 GB/s (H200 profile)")),
+        "{:?}",
+        r.reasons
+    );
+    let failed: Vec<(i32, i32)> = r
+        .pairs
+        .iter()
+        .filter(|p| p.verdict.is_bad())
+        .map(|p| (p.src, p.dst))
+        .collect();
+    assert_eq!(failed, [(1, 3)]);
 }
