@@ -8,10 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gpuval_crds::{
-    Checks, ComputeResult, GpuReport, HostTransferResult, IoResult, MemoryResult, NodeReport,
-    P2pResult, Thresholds, TopologyReport, Verdict,
-};
+use gpuval_crds::{Checks, GpuReport, IoResult, NodeReport, P2pResult, Thresholds, Verdict};
 
 use crate::backend::{
     Backend, BackendError, ComputeOutcome, ComputeRequest, ErrorCounters, GpuInfo,
@@ -195,6 +192,7 @@ pub fn run(
     });
 
     let mut sampled = sampled.into_inner().unwrap_or_else(|p| p.into_inner());
+    let host_spec = plan.checks.host_transfer.clone().unwrap_or_default();
     let mut gpu_reports: Vec<GpuReport> = gpus
         .iter()
         .map(|g| {
@@ -206,43 +204,16 @@ pub fn run(
                 pci_bus_id: Some(g.pci_bus_id.clone()),
                 memory_total_mib: (g.memory_total_bytes >> 20) as i64,
                 health: Some(g.health.clone()),
-                memory: memory.remove(&g.index).map(|r| match r {
-                    Ok(o) => judge.memory(g, &o),
-                    Err(e) => {
-                        let (verdict, reasons) = Judge::check_error(&e);
-                        MemoryResult {
-                            verdict,
-                            reasons,
-                            ..Default::default()
-                        }
-                    }
-                }),
-                compute: compute.remove(&g.index).map(|r| match r {
-                    Ok(o) => judge.compute(g, &o),
-                    Err(e) => {
-                        let (verdict, reasons) = Judge::check_error(&e);
-                        ComputeResult {
-                            verdict,
-                            reasons,
-                            ..Default::default()
-                        }
-                    }
-                }),
-                host_transfer: links.host.remove(&g.index).map(|r| match r {
-                    Ok(o) => judge.host_transfer(
-                        g,
-                        &o,
-                        &plan.checks.host_transfer.clone().unwrap_or_default(),
-                    ),
-                    Err(e) => {
-                        let (verdict, reasons) = Judge::check_error(&e);
-                        HostTransferResult {
-                            verdict,
-                            reasons,
-                            ..Default::default()
-                        }
-                    }
-                }),
+                memory: memory
+                    .remove(&g.index)
+                    .map(|r| Judge::judged(r, |o| judge.memory(g, &o))),
+                compute: compute
+                    .remove(&g.index)
+                    .map(|r| Judge::judged(r, |o| judge.compute(g, &o))),
+                host_transfer: links
+                    .host
+                    .remove(&g.index)
+                    .map(|r| Judge::judged(r, |o| judge.host_transfer(g, &o, &host_spec))),
                 telemetry: Some(telemetry::summarize(
                     sampled
                         .samples
@@ -271,29 +242,17 @@ pub fn run(
             t.link_changes = std::mem::take(&mut sampled.link_changes);
             judge.topology(&gpus, t)
         }
-        Err(e) => {
-            let (verdict, reasons) = Judge::check_error(&e);
-            TopologyReport {
-                verdict,
-                reasons,
-                ..Default::default()
-            }
-        }
+        Err(e) => Judge::errored(&e),
     });
     report.p2p = links.p2p.map(|r| {
         let spec = plan.checks.p2p.clone().unwrap_or_default();
         match r {
             Ok(o) => judge.p2p(&gpus, &o, &spec, &links.link_errors),
-            Err(e) => {
-                let (verdict, reasons) = Judge::check_error(&e);
-                P2pResult {
-                    verdict,
-                    reasons,
-                    buffer_mib: spec.buffer_mib,
-                    iterations: spec.iterations,
-                    ..Default::default()
-                }
-            }
+            Err(e) => P2pResult {
+                buffer_mib: spec.buffer_mib,
+                iterations: spec.iterations,
+                ..Judge::errored(&e)
+            },
         }
     });
     report.io = io_beside_burn.or_else(|| io_alone(plan, stop, sink, report.simulated));

@@ -25,33 +25,33 @@ impl Judge<'_> {
         links: &LinkErrorMoves,
     ) -> P2pResult {
         let profile = self.link_profile(gpus);
-        let mut pairs: Vec<PairJudged> = out.pairs.iter().map(pair_result).collect();
+        let mut pairs: Vec<P2pPair> = out.pairs.iter().map(pair_result).collect();
+        // Each pair's reasons, kept apart until they join the check's, pair by pair.
+        let mut pair_reasons: Vec<Vec<String>> = Vec::with_capacity(pairs.len());
         for (pair, measured) in pairs.iter_mut().zip(&out.pairs) {
             let reasons = self.pair_reasons(measured, spec, profile);
-            if measured.error.is_some() {
-                pair.verdict = Verdict::Error;
+            pair.verdict = if measured.error.is_some() {
+                Verdict::Error
             } else {
-                pair.verdict = fail_if_any(&reasons);
-            }
-            let name = pair_name(measured);
-            let mut all = Vec::new();
-            if let Some(e) = &measured.error {
-                all.push(format!("{name}: {e}"));
-            }
-            all.extend(reasons);
-            pair.reasons_into(all);
+                fail_if_any(&reasons)
+            };
+            let error = measured
+                .error
+                .as_ref()
+                .map(|e| format!("{}: {e}", pair_name(measured)));
+            pair_reasons.push(error.into_iter().chain(reasons).collect());
         }
         let tolerance = self.tolerance();
         for (what, value) in [
             ("unidirectional", uni as fn(&P2pPair) -> Option<f64>),
             ("bidirectional", bidi),
         ] {
-            let values: Vec<Option<f64>> = pairs.iter().map(|p| value(p)).collect();
+            let values: Vec<Option<f64>> = pairs.iter().map(value).collect();
             for (i, v, median) in outliers(&values, tolerance) {
                 let name = format!("GPU{}->GPU{}", pairs[i].src, pairs[i].dst);
                 let why = below_peers_named(&name, what, v, "GB/s", median, "the other pairs");
                 pairs[i].verdict = pairs[i].verdict.max(Verdict::Fail);
-                pairs[i].reasons_into(vec![why]);
+                push_unique(&mut pair_reasons[i], [why]);
             }
         }
 
@@ -62,12 +62,11 @@ impl Judge<'_> {
             nvlink_errors: links.notes.clone(),
             ..Default::default()
         };
-        let mut reasons = Vec::new();
-        let mut verdict = Verdict::Pass;
-        for p in &pairs {
-            verdict = verdict.max(p.verdict);
-            reasons.extend(p.pending_reasons.iter().cloned());
-        }
+        let mut verdict = pairs
+            .iter()
+            .map(|p| p.verdict)
+            .fold(Verdict::Pass, Verdict::max);
+        let mut reasons: Vec<String> = pair_reasons.into_iter().flatten().collect();
         if !links.failures.is_empty() {
             verdict = verdict.max(Verdict::Fail);
             reasons.extend(links.failures.iter().cloned());
@@ -82,7 +81,7 @@ impl Judge<'_> {
         }
         result.verdict = verdict;
         push_unique(&mut result.reasons, reasons);
-        result.pairs = pairs.into_iter().map(|p| p.pair).collect();
+        result.pairs = pairs;
         result
     }
 
@@ -325,49 +324,21 @@ impl LinkErrorMoves {
     }
 }
 
-/// A pair's report entry while it is being judged (its reasons are kept apart, then joined
-/// into the check's reasons).
-struct PairJudged {
-    pair: P2pPair,
-    pending_reasons: Vec<String>,
-}
-
-impl PairJudged {
-    fn reasons_into(&mut self, reasons: Vec<String>) {
-        push_unique(&mut self.pending_reasons, reasons);
-    }
-}
-
-impl std::ops::Deref for PairJudged {
-    type Target = P2pPair;
-    fn deref(&self) -> &P2pPair {
-        &self.pair
-    }
-}
-
-impl std::ops::DerefMut for PairJudged {
-    fn deref_mut(&mut self) -> &mut P2pPair {
-        &mut self.pair
-    }
-}
-
-fn pair_result(p: &PairOutcome) -> PairJudged {
-    PairJudged {
-        pair: P2pPair {
-            src: i32::try_from(p.src).unwrap_or(i32::MAX),
-            dst: i32::try_from(p.dst).unwrap_or(i32::MAX),
-            verdict: Verdict::Pass,
-            peer_access: p.peer_access,
-            unidirectional_gbps: round2(p.unidirectional_gbps),
-            bidirectional_gbps: round2(p.bidirectional_gbps),
-            copy_latency_micros: round2(p.copy_latency_us),
-            load_latency_nanos: p.load_latency_ns.map(round2),
-            staged_unidirectional_gbps: p.staged_unidirectional_gbps.map(round2),
-            staged_bidirectional_gbps: p.staged_bidirectional_gbps.map(round2),
-            mismatches: i64::try_from(p.mismatches).unwrap_or(i64::MAX),
-            error: p.error.clone(),
-        },
-        pending_reasons: Vec::new(),
+/// A pair's report entry, not yet judged.
+fn pair_result(p: &PairOutcome) -> P2pPair {
+    P2pPair {
+        src: i32::try_from(p.src).unwrap_or(i32::MAX),
+        dst: i32::try_from(p.dst).unwrap_or(i32::MAX),
+        verdict: Verdict::Pass,
+        peer_access: p.peer_access,
+        unidirectional_gbps: round2(p.unidirectional_gbps),
+        bidirectional_gbps: round2(p.bidirectional_gbps),
+        copy_latency_micros: round2(p.copy_latency_us),
+        load_latency_nanos: p.load_latency_ns.map(round2),
+        staged_unidirectional_gbps: p.staged_unidirectional_gbps.map(round2),
+        staged_bidirectional_gbps: p.staged_bidirectional_gbps.map(round2),
+        mismatches: i64::try_from(p.mismatches).unwrap_or(i64::MAX),
+        error: p.error.clone(),
     }
 }
 

@@ -49,10 +49,11 @@ impl ModelProfile {
     }
 }
 
-/// H200 SXM.
-pub static H200: ModelProfile = ModelProfile {
-    name: "H200",
-    memory_min_gbps: 3400.0,
+/// What the H100 and H200 SXM share: the same SMs, clocks and 700 W cap, NVLink 4 through
+/// NVSwitches, PCIe Gen5 x16. Only their memory differs.
+const HOPPER_SXM: ModelProfile = ModelProfile {
+    name: "Hopper",
+    memory_min_gbps: 0.0,
     tflops_min: [
         (Dtype::Bf16, 600.0),
         (Dtype::Fp16, 570.0),
@@ -66,21 +67,18 @@ pub static H200: ModelProfile = ModelProfile {
     host_pinned_min_gbps: 40.0,
 };
 
+/// H200 SXM.
+pub static H200: ModelProfile = ModelProfile {
+    name: "H200",
+    memory_min_gbps: 3400.0,
+    ..HOPPER_SXM
+};
+
 /// H100 SXM.
 pub static H100: ModelProfile = ModelProfile {
     name: "H100",
     memory_min_gbps: 2450.0,
-    tflops_min: [
-        (Dtype::Bf16, 600.0),
-        (Dtype::Fp16, 570.0),
-        (Dtype::Tf32, 300.0),
-        (Dtype::Fp32, 45.0),
-    ],
-    nvlink_links: Some(18),
-    require_nvlink: true,
-    p2p_unidirectional_min_gbps: 320.0,
-    p2p_bidirectional_min_gbps: 620.0,
-    host_pinned_min_gbps: 40.0,
+    ..HOPPER_SXM
 };
 
 /// A100 SXM (80 GB).

@@ -37,6 +37,30 @@ const WARN_THROTTLES: [&str; 4] = [
 /// A reason with how bad it is.
 type Finding = (Verdict, String);
 
+/// A check's result in the report: it carries a verdict and the reasons for it.
+pub trait CheckOutcome: Default {
+    fn set_outcome(&mut self, verdict: Verdict, reasons: Vec<String>);
+}
+
+macro_rules! check_outcome {
+    ($($t:ty),*) => {$(
+        impl CheckOutcome for $t {
+            fn set_outcome(&mut self, verdict: Verdict, reasons: Vec<String>) {
+                self.verdict = verdict;
+                self.reasons = reasons;
+            }
+        }
+    )*};
+}
+
+check_outcome!(
+    MemoryResult,
+    ComputeResult,
+    TopologyReport,
+    gpuval_crds::HostTransferResult,
+    gpuval_crds::P2pResult
+);
+
 /// Judges results against the spec's checks and thresholds and the model profiles.
 pub struct Judge<'a> {
     pub checks: &'a Checks,
@@ -103,6 +127,25 @@ impl Judge<'_> {
     /// The verdict and reason of a check that could not run.
     pub fn check_error(err: &BackendError) -> (Verdict, Vec<String>) {
         (Verdict::Error, vec![err.to_string()])
+    }
+
+    /// The result of a check that could not run: Error, with the backend's reason.
+    pub fn errored<R: CheckOutcome>(err: &BackendError) -> R {
+        let (verdict, reasons) = Self::check_error(err);
+        let mut r = R::default();
+        r.set_outcome(verdict, reasons);
+        r
+    }
+
+    /// `ok` of what the backend measured, or [`Judge::errored`] when it could not measure.
+    pub fn judged<O, R: CheckOutcome>(
+        measured: Result<O, BackendError>,
+        ok: impl FnOnce(O) -> R,
+    ) -> R {
+        match measured {
+            Ok(o) => ok(o),
+            Err(e) => Self::errored(&e),
+        }
     }
 
     /// Judges the topology: NVLink between every pair where required, active link counts, and

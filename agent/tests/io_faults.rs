@@ -133,6 +133,15 @@ ls -A "$dir" > "$left"
     }
 }
 
+/// The run exited 1 with the io check in Error: the report and the io reason.
+fn io_error(o: &std::process::Output, out: &Path) -> (Value, String) {
+    assert_eq!(o.status.code(), Some(1));
+    let r = report(out);
+    assert_eq!(r["io"]["verdict"], "Error");
+    let reason = io_reason(&r);
+    (r, reason)
+}
+
 #[test]
 fn missing_directory_is_an_error_and_the_other_checks_go_on() {
     let tmp = tempfile::tempdir().unwrap();
@@ -143,10 +152,7 @@ fn missing_directory_is_an_error_and_the_other_checks_go_on() {
         .env_remove("GPUVAL_IO_DIR")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    let r = report(&out);
-    assert_eq!(r["io"]["verdict"], "Error");
-    let reason = io_reason(&r);
+    let (r, reason) = io_error(&o, &out);
     assert!(
         reason.contains(&format!("{} does not exist", dir.display())),
         "{reason}"
@@ -176,10 +182,7 @@ fn no_directory_configured_says_how_to_set_one() {
         .env_remove("GPUVAL_IO_DIR")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    let r = report(&out);
-    assert_eq!(r["io"]["verdict"], "Error");
-    let reason = io_reason(&r);
+    let (r, reason) = io_error(&o, &out);
     assert!(
         reason.contains("--io-dir DIR") && reason.contains("--io-host-path"),
         "{reason}"

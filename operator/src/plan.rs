@@ -139,33 +139,10 @@ pub fn next(gv: &GpuValidation, world: &World, select: impl FnOnce() -> Selectio
             s.phase = Some(Phase::Failed);
             s.summary = Some(Summary::default());
             s.completion_time = Some(now_t.clone());
-            conditions::set_condition(
-                &mut s.conditions,
-                READY,
-                false,
-                reason,
-                &message,
-                Some(generation),
-                &now_t,
-            );
-            conditions::set_condition(
-                &mut s.conditions,
-                RECONCILING,
-                false,
-                reason,
-                &message,
-                Some(generation),
-                &now_t,
-            );
-            conditions::set_condition(
-                &mut s.conditions,
-                STALLED,
-                true,
-                reason,
-                &message,
-                Some(generation),
-                &now_t,
-            );
+            let (c, g) = (&mut s.conditions, Some(generation));
+            conditions::set_condition(c, READY, false, reason, &message, g, &now_t);
+            conditions::set_condition(c, RECONCILING, false, reason, &message, g, &now_t);
+            conditions::set_condition(c, STALLED, true, reason, &message, g, &now_t);
             step.events.push(PlannedEvent {
                 warning: true,
                 reason,

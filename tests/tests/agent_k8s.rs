@@ -301,28 +301,37 @@ async fn agent_pod_runs_the_checks_and_stores_a_failing_result() {
     );
 }
 
-#[tokio::test]
-async fn a_crashed_agent_leaves_its_pod_failed_and_no_result() {
-    let node = "gpu-node-b";
-    let c = cluster(node).await;
+/// A validation with a 10 s burn and its agent pod, once the agent runs. `timescale=1`: the
+/// simulated burn takes its real 10 s, long enough to act on the agent mid-run.
+async fn running_agent(
+    c: &Cluster,
+    validation: &str,
+    pod_name: &str,
+    node: &str,
+) -> (GpuValidation, Pod) {
     let v = create_validation(
         &c.client,
-        "crash",
+        validation,
         json!({"checks": {"memory": {}, "compute": {"duration": "10s"}}}),
     )
     .await;
-
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
-    let pod_name = "crash-gpu-node-b";
-    // timescale=1: the simulated burn takes its real 10s, long enough to crash it mid-run.
     pods.create(
         &PostParams::default(),
         &agent_pod(pod_name, &v, node, "gpus=8,timescale=1"),
     )
     .await
     .expect("create agent pod");
+    let pod = wait_pod(c, pod_name, "Running", |p| phase(p) == Some("Running")).await;
+    (v, pod)
+}
 
-    wait_pod(&c, pod_name, "Running", |p| phase(p) == Some("Running")).await;
+#[tokio::test]
+async fn a_crashed_agent_leaves_its_pod_failed_and_no_result() {
+    let node = "gpu-node-b";
+    let c = cluster(node).await;
+    let pod_name = "crash-gpu-node-b";
+    running_agent(&c, "crash", pod_name, node).await;
     assert!(c.kubelet.kill(pod_name), "the agent process was running");
 
     let pod = wait_pod(&c, pod_name, "Failed", |p| {
@@ -358,22 +367,9 @@ async fn a_crashed_agent_leaves_its_pod_failed_and_no_result() {
 async fn deleting_a_running_agent_pod_stops_the_agent_and_removes_the_pod() {
     let node = "gpu-node-c";
     let c = cluster(node).await;
-    let v = create_validation(
-        &c.client,
-        "stopped",
-        json!({"checks": {"memory": {}, "compute": {"duration": "10s"}}}),
-    )
-    .await;
-
-    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
     let pod_name = "stopped-gpu-node-c";
-    pods.create(
-        &PostParams::default(),
-        &agent_pod(pod_name, &v, node, "gpus=8,timescale=1"),
-    )
-    .await
-    .expect("create agent pod");
-    let running = wait_pod(&c, pod_name, "Running", |p| phase(p) == Some("Running")).await;
+    let (v, running) = running_agent(&c, "stopped", pod_name, node).await;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
     let uid = running.metadata.uid.clone().expect("pod uid");
 
     // A graceful delete (30s): the pod stays, Terminating, until the kubelet has stopped the

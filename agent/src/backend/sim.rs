@@ -931,8 +931,8 @@ pub(crate) mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize};
 
     use gpuval_crds::{
-        Checks, ComputeCheck, ComputeResult, GpuReport, MemoryCheck, MemoryResult, NodeReport,
-        NvlinkState, Thresholds, TopologyCheck, TopologyReport, Verdict,
+        Checks, ComputeCheck, GpuReport, MemoryCheck, NodeReport, Thresholds, TopologyCheck,
+        Verdict,
     };
 
     use super::*;
@@ -972,71 +972,16 @@ pub(crate) mod tests {
         }
     }
 
-    /// A minimal `nvidia-smi topo -m` style reading of a snapshot (enough for judging).
-    fn derive(snap: &TopologySnapshot) -> TopologyReport {
-        let active = |g: &TopoGpu| g.links.iter().filter(|l| l.active).count() as i32;
-        let n = snap.gpus.len();
-        let cell = |i: usize, j: usize| {
-            let (a, b) = (active(&snap.gpus[i]), active(&snap.gpus[j]));
-            match snap.ancestors[i][j].as_deref() {
-                None => "X".to_string(),
-                Some(_) if a > 0 && b > 0 => format!("NV{}", a.min(b)),
-                Some("HOSTBRIDGE") => "PHB".to_string(),
-                Some("SYSTEM") => "SYS".to_string(),
-                Some(other) => other.to_string(),
-            }
-        };
-        TopologyReport {
-            gpus: snap
-                .gpus
-                .iter()
-                .map(|g| format!("GPU{}", g.index))
-                .collect(),
-            matrix: (0..n)
-                .map(|i| (0..n).map(|j| cell(i, j)).collect())
-                .collect(),
-            nvlinks: snap
-                .gpus
-                .iter()
-                .map(|g| NvlinkState {
-                    gpu: g.index as i32,
-                    active: active(g),
-                    total: g.links.len() as i32,
-                    version: g.links.first().and_then(|l| l.version).map(|v| v as i32),
-                    remote: Some("NVSwitch".into()),
-                })
-                .collect(),
-            samples: 1,
-            ..Default::default()
-        }
-    }
-
     fn gpu_report(b: &SimBackend, judge: &Judge<'_>, g: &GpuInfo, xids: &[XidEvent]) -> GpuReport {
         let stop = AtomicBool::new(false);
         let ctl = RunControl::new(&stop, &|_, _| {});
         let before = b.error_counters(g.index).ok();
-        let memory = match b.memory_test(g.index, &memory_request(), &ctl) {
-            Ok(out) => judge.memory(g, &out),
-            Err(e) => {
-                let (verdict, reasons) = Judge::check_error(&e);
-                MemoryResult {
-                    verdict,
-                    reasons,
-                    ..Default::default()
-                }
-            }
-        };
-        let compute = match b.compute_burn(g.index, &compute_request(300), &ctl) {
-            Ok(out) => judge.compute(g, &out),
-            Err(e) => {
-                let (verdict, reasons) = Judge::check_error(&e);
-                ComputeResult {
-                    verdict,
-                    reasons,
-                    ..Default::default()
-                }
-            }
-        };
+        let memory = Judge::judged(b.memory_test(g.index, &memory_request(), &ctl), |o| {
+            judge.memory(g, &o)
+        });
+        let compute = Judge::judged(b.compute_burn(g.index, &compute_request(300), &ctl), |o| {
+            judge.compute(g, &o)
+        });
         let samples: Vec<TelemetrySample> =
             (0..12).filter_map(|_| b.sample(g.index).ok()).collect();
         let after = b.error_counters(g.index).ok();
@@ -1075,7 +1020,10 @@ pub(crate) mod tests {
             .map(|g| gpu_report(&b, &judge, g, &xids))
             .collect();
         judge.relative(&mut gpus);
-        let topology = judge.topology(&inv.gpus, derive(&b.topology().expect("topology")));
+        let topology = judge.topology(
+            &inv.gpus,
+            crate::topology::derive(&b.topology().expect("topology")),
+        );
         let mut report = NodeReport {
             simulated: true,
             backend: b.kind().as_str().to_string(),

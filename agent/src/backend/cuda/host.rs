@@ -275,7 +275,7 @@ pub fn run(
 ) -> BTreeMap<u32, Result<HostTransferOutcome, BackendError>> {
     let mut results = BTreeMap::new();
     let mut ready = Vec::new();
-    for (gpu, side) in on_threads(gpus.iter().copied(), |g| open(g, pin(g))) {
+    for (gpu, side) in on_threads(gpus.iter().map(|&g| (g, g)), |g| open(g, pin(g))) {
         match side {
             Ok(s) => ready.push(s),
             Err(e) => {
@@ -291,7 +291,7 @@ pub fn run(
             continue;
         }
         let t = Instant::now();
-        let measured = on_threads([side], |s| {
+        let measured = on_threads([(side.gpu, side)], |s| {
             pin(s.gpu);
             alone(s, req)
         })
@@ -319,7 +319,7 @@ pub fn run(
             .filter(|s| matches!(results.get(&s.gpu), Some(Ok(_))))
             .collect();
         let barrier = Barrier::new(ok.len());
-        let together = on_threads(ok, |side| {
+        let together = on_threads(ok.iter().map(|s| (s.gpu, *s)), |side| {
             pin(side.gpu);
             side.pinned_rates(req, Some(&barrier))
         });
@@ -341,36 +341,20 @@ pub fn run(
     results
 }
 
-/// Something that names its GPU.
-trait OfGpu {
-    fn gpu(&self) -> u32;
-}
-impl OfGpu for u32 {
-    fn gpu(&self) -> u32 {
-        *self
-    }
-}
-impl OfGpu for &HostSide {
-    fn gpu(&self) -> u32 {
-        self.gpu
-    }
-}
-
-/// Runs `f` on one thread per item, all at once, and returns each GPU's result in order.
-fn on_threads<I, T, R>(
-    items: I,
+/// Runs `f` on one thread per `(gpu, item)`, all at once, and returns each GPU's result in
+/// order (a panicked thread becomes that GPU's error).
+fn on_threads<T, R>(
+    items: impl IntoIterator<Item = (u32, T)>,
     f: impl Fn(T) -> Result<R, BackendError> + Sync,
 ) -> Vec<(u32, Result<R, BackendError>)>
 where
-    I: IntoIterator<Item = T>,
-    T: OfGpu + Send,
+    T: Send,
     R: Send,
 {
     std::thread::scope(|s| {
         let handles: Vec<_> = items
             .into_iter()
-            .map(|item| {
-                let gpu = item.gpu();
+            .map(|(gpu, item)| {
                 let f = &f;
                 (gpu, s.spawn(move || f(item)))
             })

@@ -124,13 +124,19 @@ pub fn run(
         }
     }
 
+    // Peer access is turned on for a pair only when each side can reach the other, since
+    // it is enabled in both directions.
+    let mut reachable = vec![vec![false; peers.len()]; peers.len()];
     for (a, b) in all_pairs(peers.len()) {
-        if can_access(&peers[a], &peers[b])? {
+        let both = can_access(&peers[a], &peers[b])? && can_access(&peers[b], &peers[a])?;
+        if both {
             set_peer_access(&peers[a], &peers[b], true)?;
         }
+        reachable[a][b] = both;
+        reachable[b][a] = both;
     }
     for (pair, &(a, b)) in pairs.iter_mut().zip(&order) {
-        pair.peer_access = can_access(&peers[a], &peers[b])? && can_access(&peers[b], &peers[a])?;
+        pair.peer_access = reachable[a][b];
         warm_up(&peers[a], &peers[b])?;
     }
 
