@@ -4,9 +4,10 @@
 use std::path::Path;
 
 use gpuval_crds::{
-    Checks, ComputeCheck, Dtype, Duration, GpuValidationSpec, MemoryCheck, Profile, Thresholds,
-    TopologyCheck,
+    Checks, ComputeCheck, GpuValidationSpec, MemoryCheck, Profile, Thresholds, TopologyCheck,
 };
+
+use crate::checks;
 
 /// A bad configuration file or flag, with what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -170,144 +171,54 @@ pub fn validate(s: &RunSettings) -> Result<(), String> {
     Ok(())
 }
 
-/// Command-line overrides; each Some replaces the file's (or default's) value.
-#[derive(Debug, Clone, Default)]
+/// Command-line settings over the file's (or the defaults): which checks, each check's own
+/// flags (declared in its folder), and the thresholds. Flattened into `gpuval-agent run`.
+#[derive(clap::Args, Debug, Clone, Default)]
 pub struct Overrides {
-    /// Exactly these checks (others removed); unknown names are an error.
+    /// Run exactly these checks (comma-separated): topology, memory, compute, p2p,
+    /// hostTransfer, io.
+    #[arg(long, value_delimiter = ',')]
     pub checks: Option<Vec<String>>,
-    pub memory_fraction: Option<f64>,
-    pub memory_passes: Option<i32>,
-    pub duration: Option<Duration>,
-    pub dtypes: Option<Vec<Dtype>>,
-    pub matrix_size: Option<i32>,
-    pub no_transcendentals: bool,
-    pub p2p_buffer_mib: Option<i32>,
-    pub p2p_iterations: Option<i32>,
-    pub host_staged: bool,
-    pub host_buffer_mib: Option<i32>,
+    #[command(flatten)]
+    pub flags: checks::Flags,
+    /// Model expectations: Auto, H100, H200, A100, None.
+    #[arg(long, value_parser = parse_profile)]
     pub profile: Option<Profile>,
+    /// Relative rule: a GPU more than this many percent below its peers fails.
+    #[arg(long)]
     pub tolerance: Option<i32>,
-    pub io_file_size_mib: Option<i32>,
-    pub io_files: Option<i32>,
-    pub io_concurrency: Option<i32>,
-    /// Buffered I/O instead of O_DIRECT.
-    pub io_buffered: bool,
-    pub io_during_compute: bool,
-    pub io_min_write_mbps: Option<i32>,
-    pub io_min_read_mbps: Option<i32>,
 }
 
-pub const CHECK_NAMES: [&str; 6] = ["topology", "memory", "compute", "p2p", "hostTransfer", "io"];
+/// A profile name as the API spells it, case-insensitive.
+fn parse_profile(s: &str) -> Result<Profile, String> {
+    [
+        Profile::Auto,
+        Profile::H100,
+        Profile::H200,
+        Profile::A100,
+        Profile::None,
+    ]
+    .into_iter()
+    .find(|p| format!("{p:?}").eq_ignore_ascii_case(s))
+    .ok_or_else(|| format!("{s:?} is not a profile: use Auto, H100, H200, A100 or None"))
+}
 
 impl Overrides {
     pub fn apply(self, mut s: RunSettings) -> Result<RunSettings, String> {
-        if let Some(names) = &self.checks {
-            for n in names {
-                if !CHECK_NAMES.iter().any(|c| c.eq_ignore_ascii_case(n)) {
-                    return Err(format!(
-                        "unknown check {n:?}: use {}",
-                        CHECK_NAMES.join(", ")
-                    ));
-                }
-            }
-            let want = |name: &str| names.iter().any(|n| n.eq_ignore_ascii_case(name));
-            let c = &mut s.checks;
-            c.topology = if want("topology") {
-                Some(c.topology.take().unwrap_or_default())
-            } else {
-                None
-            };
-            c.memory = if want("memory") {
-                Some(c.memory.take().unwrap_or_default())
-            } else {
-                None
-            };
-            c.compute = if want("compute") {
-                Some(c.compute.take().unwrap_or_default())
-            } else {
-                None
-            };
-            c.p2p = if want("p2p") {
-                Some(c.p2p.take().unwrap_or_default())
-            } else {
-                None
-            };
-            c.host_transfer = if want("hostTransfer") {
-                Some(c.host_transfer.take().unwrap_or_default())
-            } else {
-                None
-            };
-            c.io = if want("io") {
-                Some(c.io.take().unwrap_or_default())
-            } else {
-                None
-            };
+        let Self {
+            checks: names,
+            flags,
+            profile,
+            tolerance,
+        } = self;
+        if let Some(names) = &names {
+            checks::select(&mut s.checks, names)?;
         }
-        if let Some(m) = s.checks.memory.as_mut() {
-            if let Some(f) = self.memory_fraction {
-                m.fraction = f;
-            }
-            if let Some(p) = self.memory_passes {
-                m.passes = p;
-            }
-        }
-        if let Some(k) = s.checks.compute.as_mut() {
-            if let Some(d) = self.duration {
-                k.duration = d;
-            }
-            if let Some(d) = self.dtypes {
-                k.dtypes = d;
-            }
-            if let Some(n) = self.matrix_size {
-                k.matrix_size = n;
-            }
-            if self.no_transcendentals {
-                k.transcendentals = false;
-            }
-        }
-        if let Some(p) = s.checks.p2p.as_mut() {
-            if let Some(n) = self.p2p_buffer_mib {
-                p.buffer_mib = n;
-            }
-            if let Some(n) = self.p2p_iterations {
-                p.iterations = n;
-            }
-            if self.host_staged {
-                p.host_staged = true;
-            }
-        }
-        if let Some(h) = s.checks.host_transfer.as_mut()
-            && let Some(n) = self.host_buffer_mib
-        {
-            h.buffer_mib = n;
-        }
-        if let Some(io) = s.checks.io.as_mut() {
-            if let Some(v) = self.io_file_size_mib {
-                io.file_size_mib = v;
-            }
-            if let Some(v) = self.io_files {
-                io.files = v;
-            }
-            if let Some(v) = self.io_concurrency {
-                io.concurrency = v;
-            }
-            if self.io_buffered {
-                io.direct_io = false;
-            }
-            if self.io_during_compute {
-                io.during_compute = true;
-            }
-            if let Some(v) = self.io_min_write_mbps {
-                io.min_write_mbps = Some(v);
-            }
-            if let Some(v) = self.io_min_read_mbps {
-                io.min_read_mbps = Some(v);
-            }
-        }
-        if let Some(p) = self.profile {
+        flags.apply(&mut s.checks);
+        if let Some(p) = profile {
             s.thresholds.profile = p;
         }
-        if let Some(t) = self.tolerance {
+        if let Some(t) = tolerance {
             s.thresholds.relative_tolerance_percent = t;
         }
         validate(&s)?;
@@ -317,7 +228,23 @@ impl Overrides {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+    use gpuval_crds::Dtype;
+
     use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        overrides: Overrides,
+    }
+
+    /// The overrides `gpuval-agent run` makes of these flags.
+    fn flags(args: &[&str]) -> Overrides {
+        Cli::try_parse_from(std::iter::once("run").chain(args.iter().copied()))
+            .expect("valid flags")
+            .overrides
+    }
 
     #[test]
     fn reads_a_whole_validation_a_spec_or_bare_checks() {
@@ -346,15 +273,19 @@ mod tests {
 
     #[test]
     fn io_flags_set_the_io_check() {
-        let o = Overrides {
-            checks: Some(vec!["io".into(), "memory".into()]),
-            io_file_size_mib: Some(256),
-            io_files: Some(8),
-            io_concurrency: Some(2),
-            io_buffered: true,
-            io_min_write_mbps: Some(900),
-            ..Default::default()
-        };
+        let o = flags(&[
+            "--checks",
+            "io,memory",
+            "--io-file-size-mib",
+            "256",
+            "--io-files",
+            "8",
+            "--io-concurrency",
+            "2",
+            "--io-buffered",
+            "--io-min-write-mbps",
+            "900",
+        ]);
         let s = o.apply(RunSettings::default()).unwrap();
         let io = s.checks.io.unwrap();
         assert_eq!(
@@ -363,11 +294,7 @@ mod tests {
         );
         assert_eq!((io.min_write_mbps, io.min_read_mbps), (Some(900), None));
         assert!(s.checks.compute.is_none());
-        let bad = Overrides {
-            checks: Some(vec!["io".into()]),
-            io_concurrency: Some(0),
-            ..Default::default()
-        };
+        let bad = flags(&["--checks", "io", "--io-concurrency", "0"]);
         let err = bad.apply(RunSettings::default()).unwrap_err();
         assert!(err.contains("checks.io.concurrency"), "{err}");
     }
@@ -389,13 +316,16 @@ mod tests {
 
     #[test]
     fn overrides_select_checks_and_settings() {
-        let o = Overrides {
-            checks: Some(vec!["memory".into(), "compute".into()]),
-            duration: Some("60s".parse().unwrap()),
-            dtypes: Some(vec![Dtype::Bf16, Dtype::Tf32]),
-            memory_fraction: Some(0.5),
-            ..Default::default()
-        };
+        let o = flags(&[
+            "--checks",
+            "memory,compute",
+            "--duration",
+            "60s",
+            "--dtypes",
+            "bf16,tf32",
+            "--memory-fraction",
+            "0.5",
+        ]);
         let s = o.apply(RunSettings::default()).unwrap();
         assert!(s.checks.topology.is_none());
         assert_eq!(
@@ -413,10 +343,7 @@ mod tests {
             vec![Dtype::Bf16, Dtype::Tf32]
         );
         assert_eq!(s.checks.memory.as_ref().unwrap().fraction, 0.5);
-        let bad = Overrides {
-            checks: Some(vec!["gpuburn".into()]),
-            ..Default::default()
-        };
+        let bad = flags(&["--checks", "gpuburn"]);
         assert!(
             bad.apply(RunSettings::default())
                 .unwrap_err()

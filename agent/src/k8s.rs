@@ -27,9 +27,10 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use tokio::sync::watch;
 
-use crate::backend::sim::{SimBackend, SimSpec};
-use crate::backend::{Backend, BackendError, cuda::CudaBackend};
-use crate::{checks, render};
+use crate::backend::sim::SimSpec;
+use crate::backend::{self, BackendChoice, BackendError};
+use crate::runner::{self, Plan};
+use crate::{render, report};
 
 /// How many times an API call is tried before the agent gives up on it.
 pub const API_ATTEMPTS: u32 = 5;
@@ -59,15 +60,6 @@ impl EnvError {
             EnvError::Missing(name) | EnvError::Invalid { name, .. } => name,
         }
     }
-}
-
-/// Which GPU backend the pod asked for.
-#[derive(Debug, Clone, PartialEq)]
-pub enum BackendChoice {
-    /// cudarc + NVML (the default).
-    Cuda,
-    /// Tests and demos only: figures are not from real GPUs and every report says so.
-    Simulated(SimSpec),
 }
 
 /// The agent pod's assignment, from its environment.
@@ -443,7 +435,7 @@ fn start_checks(
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<NodeReport> {
     let spec = &validation.spec;
-    let mut plan = checks::Plan::new(
+    let mut plan = Plan::new(
         spec.checks.clone(),
         spec.thresholds.clone().unwrap_or_default(),
     );
@@ -451,45 +443,24 @@ fn start_checks(
     plan.io_dir = env.io_dir.clone();
     let choice = env.backend.clone();
     tokio::task::spawn_blocking(move || {
-        let backend: Box<dyn Backend> = match make_backend(&choice) {
+        let backend = match backend::open(&choice) {
             Ok(b) => b,
             Err(e) => return backend_error_report(&plan, &choice, &e),
         };
-        checks::run(backend.as_ref(), &plan, &stop, &|line| eprintln!("{line}"))
+        runner::run(&backend, &plan, &stop, &|line| eprintln!("{line}"))
     })
 }
 
-fn make_backend(choice: &BackendChoice) -> Result<Box<dyn Backend>, BackendError> {
-    match choice {
-        BackendChoice::Simulated(spec) => {
-            eprintln!(
-                "note: SIMULATED backend: figures are not from real GPUs (tests and demos only)"
-            );
-            Ok(Box::new(SimBackend::new(spec.clone())))
-        }
-        BackendChoice::Cuda => Ok(Box::new(CudaBackend::new()?)),
-    }
-}
-
 /// The report of a node whose GPU backend could not start: an Error verdict with the reason.
-fn backend_error_report(
-    plan: &checks::Plan,
-    choice: &BackendChoice,
-    e: &BackendError,
-) -> NodeReport {
-    let now = checks::now_rfc3339();
-    let simulated = matches!(choice, BackendChoice::Simulated(_));
-    NodeReport {
-        simulated,
-        backend: if simulated { "simulated" } else { "cuda" }.to_string(),
-        agent_version: env!("CARGO_PKG_VERSION").to_string(),
-        node: plan.node.clone(),
-        started_at: now.clone(),
-        finished_at: now,
-        verdict: Verdict::Error,
-        failures: vec![format!("GPU backend: {e}")],
-        ..Default::default()
-    }
+fn backend_error_report(plan: &Plan, choice: &BackendChoice, e: &BackendError) -> NodeReport {
+    let kind = match choice {
+        BackendChoice::Cuda => backend::BackendKind::Cuda,
+        BackendChoice::Simulated(_) => backend::BackendKind::Simulated,
+    };
+    report::could_not_run(
+        report::started(kind, plan.node.clone()),
+        format!("GPU backend: {e}"),
+    )
 }
 
 /// Applies the result object, then its status.

@@ -1,15 +1,23 @@
-//! gpuval node agent: checks a node's GPUs through one [`backend::Backend`] (real: cudarc + NVML;
-//! simulated: tests and demos only) and writes a [`gpuval_crds::NodeReport`]; in a pod
+//! gpuval node agent: checks a node's GPUs and writes a [`gpuval_crds::NodeReport`]; in a pod
 //! ([`k8s`]) it stores that report as the node's `GpuNodeResult`.
+//!
+//! Layers, each using only those below it: the entry points (`main`, [`k8s`], [`config`]) →
+//! [`runner`] (inventory, sampler, aggregation) and [`render`] → [`checks`] (one folder per
+//! check; `checks/mod.rs` lists them) → [`check`] (the contract and the shared fan-out) →
+//! [`backend`] (CUDA/NVML and simulated plumbing), [`judge`], [`run_control`], [`text`],
+//! [`profiles`], [`telemetry`], [`report`] → [`pci`].
 
 pub mod backend;
+pub mod check;
 pub mod checks;
 pub mod config;
-pub mod io_check;
+pub mod judge;
 pub mod k8s;
-pub mod link_verdict;
+pub mod pci;
 pub mod profiles;
 pub mod render;
+pub mod report;
+pub mod run_control;
+pub mod runner;
 pub mod telemetry;
-pub mod topology;
-pub mod verdict;
+pub mod text;

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use gpuval_agent::backend::{
-    Backend, BackendError, cuda::CudaBackend, sim::SimBackend, sim::SimSpec,
-};
+use gpuval_agent::backend::{self, Backend, BackendChoice, BackendError, sim::SimSpec};
+use gpuval_agent::checks::{io, memory, topology};
 use gpuval_agent::config::{self, Overrides, RunSettings};
-use gpuval_agent::{checks, io_check, k8s, render, topology};
-use gpuval_crds::{Dtype, Duration, Profile, Verdict};
+use gpuval_agent::runner::{self, Plan};
+use gpuval_agent::{k8s, render};
+use gpuval_crds::Verdict;
 
 #[derive(Parser)]
 #[command(
@@ -51,15 +51,15 @@ enum Command {
 #[derive(Args, Clone)]
 struct BackendArgs {
     /// GPU backend. `simulated` is for tests and demos only: its figures are not real.
-    #[arg(long, value_enum, default_value_t = BackendChoice::Cuda)]
-    backend: BackendChoice,
+    #[arg(long, value_enum, default_value_t = BackendName::Cuda)]
+    backend: BackendName,
     /// Simulated machine and faults, e.g. `gpus=8,model=H200,fail=memory@2` (implies --backend simulated).
     #[arg(long, value_name = "SPEC")]
     simulate: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
-enum BackendChoice {
+enum BackendName {
     Cuda,
     #[value(alias = "sim")]
     Simulated,
@@ -72,68 +72,12 @@ struct RunArgs {
     /// Settings in the API's shape: a GpuValidation, its spec, or a `checks` object (YAML or JSON).
     #[arg(long, short = 'c', value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Run exactly these checks (comma-separated): topology, memory, compute, p2p,
-    /// hostTransfer, io.
-    #[arg(long, value_delimiter = ',')]
-    checks: Option<Vec<String>>,
-    /// Fraction of each GPU's free memory to test (0 < f ≤ 1).
-    #[arg(long)]
-    memory_fraction: Option<f64>,
-    #[arg(long)]
-    memory_passes: Option<i32>,
-    /// Compute burn duration, like 60s, 5m, 1h.
-    #[arg(long)]
-    duration: Option<Duration>,
-    /// GEMM data types (comma-separated): bf16, fp16, tf32, fp32.
-    #[arg(long, value_delimiter = ',')]
-    dtypes: Option<Vec<Dtype>>,
-    #[arg(long)]
-    matrix_size: Option<i32>,
-    #[arg(long)]
-    no_transcendentals: bool,
-    /// Peer-to-peer copy size in MiB.
-    #[arg(long)]
-    p2p_buffer_mib: Option<i32>,
-    /// Peer-to-peer timed copies per sample.
-    #[arg(long)]
-    p2p_iterations: Option<i32>,
-    /// Also measure every pair with peer access off (host-staged copies).
-    #[arg(long)]
-    host_staged: bool,
-    /// Host transfer copy size in MiB.
-    #[arg(long)]
-    host_buffer_mib: Option<i32>,
-    /// Model expectations: Auto, H100, H200, A100, None.
-    #[arg(long)]
-    profile: Option<ProfileArg>,
-    /// Relative rule: a GPU more than this many percent below its peers fails.
-    #[arg(long)]
-    tolerance: Option<i32>,
+    #[command(flatten)]
+    overrides: Overrides,
     /// Directory the io check writes in (a fresh subdirectory, removed afterwards). The io
     /// check is real file I/O on this host under either backend.
     #[arg(long, env = "GPUVAL_IO_DIR", value_name = "DIR")]
     io_dir: Option<PathBuf>,
-    /// io: size of each file, MiB.
-    #[arg(long)]
-    io_file_size_mib: Option<i32>,
-    /// io: number of files written and read back.
-    #[arg(long)]
-    io_files: Option<i32>,
-    /// io: concurrent writers and readers.
-    #[arg(long)]
-    io_concurrency: Option<i32>,
-    /// io: buffered I/O instead of O_DIRECT.
-    #[arg(long)]
-    io_buffered: bool,
-    /// io: run beside the compute burn instead of after the GPU checks.
-    #[arg(long)]
-    io_during_compute: bool,
-    /// io: fail below this write throughput, MB/s.
-    #[arg(long)]
-    io_min_write_mbps: Option<i32>,
-    /// io: fail below this read throughput, MB/s.
-    #[arg(long)]
-    io_min_read_mbps: Option<i32>,
     /// io: bytes per read and write call, KiB (default 8192, like `dd bs=8M`).
     #[arg(long)]
     io_block_kib: Option<usize>,
@@ -150,15 +94,6 @@ struct RunArgs {
     /// Print the JSON report on stdout instead of the table.
     #[arg(long)]
     json: bool,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ProfileArg {
-    Auto,
-    H100,
-    H200,
-    A100,
-    None,
 }
 
 #[derive(Args)]
@@ -233,18 +168,20 @@ fn init_logging() {
         .init();
 }
 
-fn backend(args: &BackendArgs) -> Result<Box<dyn Backend>, Fail> {
-    if args.backend == BackendChoice::Simulated || args.simulate.is_some() {
+/// Opens the backend the flags name (`--simulate` implies the simulated one).
+fn backend(args: &BackendArgs) -> Result<Backend, Fail> {
+    let choice = if args.backend == BackendName::Simulated || args.simulate.is_some() {
         let spec: SimSpec = args
             .simulate
             .as_deref()
             .unwrap_or("")
             .parse()
             .map_err(|e| Fail(format!("--simulate: {e}"), 2))?;
-        eprintln!("note: SIMULATED backend: figures are not from real GPUs (tests and demos only)");
-        return Ok(Box::new(SimBackend::new(spec)));
-    }
-    Ok(Box::new(CudaBackend::new()?))
+        BackendChoice::Simulated(spec)
+    } else {
+        BackendChoice::Cuda
+    };
+    Ok(backend::open(&choice)?)
 }
 
 fn stop_flag() -> Arc<AtomicBool> {
@@ -262,46 +199,18 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         Some(p) => config::load(p).map_err(|e| Fail(e.to_string(), 2))?,
         None => RunSettings::default(),
     };
-    let overrides = Overrides {
-        checks: a.checks.clone(),
-        memory_fraction: a.memory_fraction,
-        memory_passes: a.memory_passes,
-        duration: a.duration,
-        dtypes: a.dtypes.clone(),
-        matrix_size: a.matrix_size,
-        no_transcendentals: a.no_transcendentals,
-        p2p_buffer_mib: a.p2p_buffer_mib,
-        p2p_iterations: a.p2p_iterations,
-        host_staged: a.host_staged,
-        host_buffer_mib: a.host_buffer_mib,
-        profile: a.profile.map(|p| match p {
-            ProfileArg::Auto => Profile::Auto,
-            ProfileArg::H100 => Profile::H100,
-            ProfileArg::H200 => Profile::H200,
-            ProfileArg::A100 => Profile::A100,
-            ProfileArg::None => Profile::None,
-        }),
-        tolerance: a.tolerance,
-        io_file_size_mib: a.io_file_size_mib,
-        io_files: a.io_files,
-        io_concurrency: a.io_concurrency,
-        io_buffered: a.io_buffered,
-        io_during_compute: a.io_during_compute,
-        io_min_write_mbps: a.io_min_write_mbps,
-        io_min_read_mbps: a.io_min_read_mbps,
-    };
-    let settings = overrides.apply(base).map_err(|e| Fail(e, 2))?;
+    let settings = a.overrides.clone().apply(base).map_err(|e| Fail(e, 2))?;
     let be = backend(&a.backend)?;
     let stop = stop_flag();
-    let mut plan = checks::Plan::new(settings.checks, settings.thresholds);
+    let mut plan = Plan::new(settings.checks, settings.thresholds);
     plan.gpus = a.gpus.clone();
     plan.io_dir = a.io_dir.clone();
-    plan.io_tuning = io_check::Tuning {
+    plan.io_tuning = io::Tuning {
         block_size: a.io_block_kib.map(|k| k.saturating_mul(1024)),
         skip_preflight: a.io_skip_preflight,
     };
     plan.node = std::env::var("NODE_NAME").ok().or_else(hostname);
-    let report = checks::run(be.as_ref(), &plan, &stop, &|line| eprintln!("{line}"));
+    let report = runner::run(&be, &plan, &stop, &|line| eprintln!("{line}"));
     let json = serde_json::to_string_pretty(&report)
         .map_err(|e| Fail(format!("serialise the report: {e}"), 2))?;
     if let Some(path) = &a.output {
@@ -346,7 +255,7 @@ fn hostname() -> Option<String> {
 
 fn cmd_topo(a: TopoArgs) -> Result<u8, Fail> {
     let be = backend(&a.backend)?;
-    let snap = be.topology()?;
+    let snap = be.platform().topology()?;
     if let Some(p) = &a.snapshot {
         let text = serde_json::to_string_pretty(&snap).map_err(|e| Fail(e.to_string(), 2))?;
         std::fs::write(p, text).map_err(|e| Fail(format!("write {}: {e}", p.display()), 2))?;
@@ -384,7 +293,7 @@ fn cmd_topo(a: TopoArgs) -> Result<u8, Fail> {
 
 fn cmd_inventory(a: InventoryArgs) -> Result<u8, Fail> {
     let be = backend(&a.backend)?;
-    let inv = be.inventory()?;
+    let inv = be.platform().inventory()?;
     if a.json {
         println!(
             "{}",
@@ -439,11 +348,11 @@ fn cmd_inventory(a: InventoryArgs) -> Result<u8, Fail> {
 }
 
 fn cmd_selftest(a: SelftestArgs) -> Result<u8, Fail> {
-    let be = CudaBackend::new()?;
-    let inv = be.inventory()?;
+    let be = backend::cuda::CudaBackend::new()?;
+    let inv = backend::Platform::inventory(&be)?;
     let mut ok = true;
     for g in &inv.gpus {
-        let found = be.memory_selftest(g.index, a.mib << 20, a.flips)?;
+        let found = memory::selftest(&be, g.index, a.mib << 20, a.flips)?;
         let pass = found == u64::from(a.flips);
         ok &= pass;
         println!(

@@ -5,12 +5,11 @@
 
 use std::path::PathBuf;
 
-use gpuval_agent::backend::{
-    DirectionRates, HostTransferOutcome, P2pOutcome, PairOutcome, TopologySnapshot,
-};
-use gpuval_agent::link_verdict::LinkErrorMoves;
-use gpuval_agent::topology;
-use gpuval_agent::verdict::Judge;
+use gpuval_agent::backend::TopologySnapshot;
+use gpuval_agent::checks::host::{DirectionRates, HostTransferOutcome};
+use gpuval_agent::checks::p2p::{LinkErrorMoves, P2pOutcome, PairOutcome};
+use gpuval_agent::checks::{compare_gpus, topology};
+use gpuval_agent::judge::Judge;
 use gpuval_crds::{
     Checks, ComputeCheck, MemoryCheck, NodeReport, P2pCheck, Thresholds, TopologyCheck, Verdict,
 };
@@ -113,7 +112,7 @@ fn rejudge(m: &str, thresholds: Thresholds) -> NodeReport {
             c.reasons.clear();
         }
     }
-    judge.relative(&mut report.gpus);
+    compare_gpus(&judge, &mut report.gpus);
     judge.node(&mut report);
     report
 }
@@ -158,7 +157,7 @@ fn a_real_gpu_slowed_by_a_fifth_is_flagged_by_the_relative_rule() {
         g.compute.as_mut().unwrap().verdict = Verdict::Pass;
         g.compute.as_mut().unwrap().reasons.clear();
     }
-    judge.relative(&mut report.gpus);
+    compare_gpus(&judge, &mut report.gpus);
     let flagged: Vec<i32> = report
         .gpus
         .iter()

@@ -2,12 +2,9 @@
 //! inventory, topology and telemetry. Libraries are loaded at run time; a missing one is a clear
 //! error, never a panic (cudarc panics on a missing library, so presence is checked first).
 
-pub mod compute;
-pub mod host;
+pub mod buffer;
 pub mod kernels;
-pub mod memory;
 pub mod nvml;
-pub mod p2p;
 pub mod timing;
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,14 +16,13 @@ use cudarc::driver::CudaContext;
 use self::kernels::Kernels;
 use self::nvml::NvmlHost;
 use super::{
-    Backend, BackendError, BackendKind, ComputeOutcome, ComputeRequest, ErrorCounters,
-    HostTransferOutcome, HostTransferRequest, Inventory, LinkErrors, MemoryOutcome, MemoryRequest,
-    P2pOutcome, P2pRequest, RunControl, TelemetrySample, TopologySnapshot, XidEvent,
+    BackendError, BackendKind, ErrorCounters, Inventory, LinkErrors, Platform, TelemetrySample,
+    TopologySnapshot, XidEvent,
 };
 
 /// The real GPU backend.
 pub struct CudaBackend {
-    nvml: NvmlHost,
+    pub(crate) nvml: NvmlHost,
     /// NVML index → CUDA ordinal (matched by UUID; CUDA orders GPUs differently and honours
     /// CUDA_VISIBLE_DEVICES).
     ordinals: BTreeMap<u32, usize>,
@@ -96,7 +92,8 @@ impl CudaBackend {
         })
     }
 
-    fn context(&self, gpu: u32) -> Result<Arc<CudaContext>, BackendError> {
+    /// A CUDA context on the GPU with this NVML index.
+    pub(crate) fn context(&self, gpu: u32) -> Result<Arc<CudaContext>, BackendError> {
         let ord = *self
             .ordinals
             .get(&gpu)
@@ -105,7 +102,11 @@ impl CudaBackend {
     }
 
     /// The kernels, compiled for this GPU's architecture (once) and loaded into its context.
-    fn kernels(&self, gpu: u32, ctx: &Arc<CudaContext>) -> Result<Kernels, BackendError> {
+    pub(crate) fn kernels(
+        &self,
+        gpu: u32,
+        ctx: &Arc<CudaContext>,
+    ) -> Result<Kernels, BackendError> {
         let cc = ctx
             .compute_capability()
             .map_err(|e| BackendError::gpu(gpu, "read compute capability", e))?;
@@ -125,16 +126,9 @@ impl CudaBackend {
         };
         Kernels::load(ctx, &ptx).map_err(|e| BackendError::gpu(gpu, "load the gpuval kernels", e))
     }
-
-    /// Memory detection self-test: `count` planted bit flips must all be found.
-    pub fn memory_selftest(&self, gpu: u32, bytes: u64, count: u32) -> Result<u64, BackendError> {
-        let ctx = self.context(gpu)?;
-        let k = self.kernels(gpu, &ctx)?;
-        memory::selftest(&ctx, gpu, &k, bytes, count)
-    }
 }
 
-impl Backend for CudaBackend {
+impl Platform for CudaBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda
     }
@@ -145,59 +139,6 @@ impl Backend for CudaBackend {
 
     fn topology(&self) -> Result<TopologySnapshot, BackendError> {
         self.nvml.topology()
-    }
-
-    fn memory_test(
-        &self,
-        gpu: u32,
-        req: &MemoryRequest,
-        ctl: &RunControl<'_>,
-    ) -> Result<MemoryOutcome, BackendError> {
-        let ctx = self.context(gpu)?;
-        let k = self.kernels(gpu, &ctx)?;
-        memory::run(&ctx, gpu, &k, req, ctl)
-    }
-
-    fn compute_burn(
-        &self,
-        gpu: u32,
-        req: &ComputeRequest,
-        ctl: &RunControl<'_>,
-    ) -> Result<ComputeOutcome, BackendError> {
-        let ctx = self.context(gpu)?;
-        let k = self.kernels(gpu, &ctx)?;
-        compute::run(&ctx, gpu, &k, req, ctl)
-    }
-
-    fn p2p(
-        &self,
-        gpus: &[u32],
-        req: &P2pRequest,
-        ctl: &RunControl<'_>,
-    ) -> Result<P2pOutcome, BackendError> {
-        let mut setups = Vec::with_capacity(gpus.len());
-        for &gpu in gpus {
-            let ctx = self.context(gpu)?;
-            let kernels = self.kernels(gpu, &ctx)?;
-            setups.push(p2p::PeerSetup { gpu, ctx, kernels });
-        }
-        p2p::run(setups, req, ctl)
-    }
-
-    fn host_transfer(
-        &self,
-        gpus: &[u32],
-        req: &HostTransferRequest,
-        ctl: &RunControl<'_>,
-    ) -> BTreeMap<u32, Result<HostTransferOutcome, BackendError>> {
-        let bytes = usize::try_from(req.buffer_bytes).unwrap_or(usize::MAX);
-        let pin = |gpu: u32| self.nvml.pin_thread_near(gpu);
-        let open = |gpu: u32, numa: Option<u32>| {
-            let ctx = self.context(gpu)?;
-            let k = self.kernels(gpu, &ctx)?;
-            host::HostSide::open(gpu, ctx, k, bytes, numa)
-        };
-        host::run(gpus, req, ctl, &pin, &open)
     }
 
     fn nvlink_errors(&self, gpu: u32) -> Result<Vec<LinkErrors>, BackendError> {

@@ -30,7 +30,7 @@ use crate::backend::{
     BackendError, ErrorCounters, GpuInfo, Inventory, LinkErrors, LinkReading, TelemetrySample,
     TopoGpu, TopologySnapshot, XidEvent,
 };
-use crate::topology::{normalize_bus_id, parse_ranges, set_bits};
+use crate::pci::{normalize_bus_id, parse_ranges, set_bits};
 
 /// `NVML_NVLINK_MAX_LINKS` in nvml.h.
 const MAX_LINKS: u32 = 18;
@@ -721,7 +721,7 @@ mod tests {
     #[test]
     #[ignore = "needs an NVIDIA GPU and nvidia-smi"]
     fn real_nvml_matches_nvidia_smi() {
-        use crate::topology::{compare, derive, parse_nvidia_smi, render};
+        use crate::checks::topology::{compare, derive, parse_nvidia_smi, render};
         let host = NvmlHost::init().expect("NVML initialises");
         let inventory = host.inventory().expect("inventory");
         println!(

@@ -23,10 +23,13 @@ use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, result, sys,
 };
 
-use super::kernels::Kernels;
-use super::memory::{DeviceBuffer, grid_for};
-use super::timing::{self, Gate, median, rate};
-use crate::backend::{BackendError, P2pOutcome, P2pRequest, PairOutcome, RunControl};
+use super::{P2pOutcome, P2pRequest, PairOutcome, shuffle};
+use crate::backend::BackendError;
+use crate::backend::cuda::CudaBackend;
+use crate::backend::cuda::buffer::{DeviceBuffer, grid_for};
+use crate::backend::cuda::kernels::Kernels;
+use crate::backend::cuda::timing::{self, Gate, median, rate};
+use crate::run_control::RunControl;
 
 /// Size of each GPU's pointer-chase chain, and the distance between its slots (one cache line
 /// and then some, so consecutive loads never share a line).
@@ -51,13 +54,13 @@ struct Peer {
 
 /// Everything a GPU needs, opened by the backend (which owns the NVML index → ordinal map and
 /// the compiled kernels).
-pub struct PeerSetup {
+struct PeerSetup {
     pub gpu: u32,
     pub ctx: Arc<CudaContext>,
     pub kernels: Kernels,
 }
 
-pub fn run(
+fn run(
     setups: Vec<PeerSetup>,
     req: &P2pRequest,
     ctl: &RunControl<'_>,
@@ -80,7 +83,7 @@ pub fn run(
                 .map(move |b| (a, b))
         })
         .collect();
-    crate::backend::shuffle(&mut order, req.seed);
+    shuffle(&mut order, req.seed);
     let mut pairs: Vec<PairOutcome> = order
         .iter()
         .map(|&(a, b)| PairOutcome {
@@ -471,6 +474,24 @@ fn verify(dst: &Peer, sender_seed: u32) -> Result<u64, BackendError> {
 /// After a bidirectional test each side holds the other's pattern.
 fn verify_pair(src: &Peer, dst: &Peer) -> Result<u64, BackendError> {
     Ok(verify(dst, src.seed)? + verify(src, dst.seed)?)
+}
+
+impl CudaBackend {
+    /// Every ordered pair of `gpus`.
+    pub(crate) fn p2p(
+        &self,
+        gpus: &[u32],
+        req: &P2pRequest,
+        ctl: &RunControl<'_>,
+    ) -> Result<P2pOutcome, BackendError> {
+        let mut setups = Vec::with_capacity(gpus.len());
+        for &gpu in gpus {
+            let ctx = self.context(gpu)?;
+            let kernels = self.kernels(gpu, &ctx)?;
+            setups.push(PeerSetup { gpu, ctx, kernels });
+        }
+        run(setups, req, ctl)
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! files on success, on error and on stop. Use: [`run`] with an [`IoRequest`], then
 //! [`judge::io`] (or [`judge::io_error`]) for the report's [`gpuval_crds::IoResult`].
 
+mod check;
 mod engine;
 mod error;
 pub mod judge;
@@ -15,6 +16,8 @@ mod pattern;
 mod pipeline;
 mod sys;
 mod workdir;
+
+crate::check_result!(gpuval_crds::IoResult);
 
 #[cfg(test)]
 mod tests;
@@ -24,7 +27,8 @@ use std::sync::Arc;
 
 use gpuval_crds::IoCheck;
 
-use crate::backend::RunControl;
+use crate::run_control::RunControl;
+pub use check::{Flags, Io, IoMeasured};
 pub use engine::file_name;
 pub use error::{IoError, human};
 
@@ -389,4 +393,50 @@ fn choose_direct(
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => refused("write"),
         Err(e) => Err(os("write", e)),
     }
+}
+
+/// The table line, when the check ran.
+pub fn section(report: &gpuval_crds::NodeReport) -> String {
+    report.io.as_ref().map(io_line).unwrap_or_default()
+}
+
+/// The headline's part: `io write 1520 MB/s, read 2110 MB/s`.
+pub fn headline(report: &gpuval_crds::NodeReport) -> Vec<String> {
+    report
+        .io
+        .as_ref()
+        .filter(|io| io.bytes > 0)
+        .map(|io| {
+            format!(
+                "io write {:.0} MB/s, read {:.0} MB/s",
+                io.write_mbps, io.read_mbps
+            )
+        })
+        .into_iter()
+        .collect()
+}
+
+/// `io: Pass (4 × 1024 MiB in /data, ext4, O_DIRECT, 4 workers): write 1520 MB/s, read 2110 MB/s, 0 bad words`
+fn io_line(io: &gpuval_crds::IoResult) -> String {
+    if io.bytes <= 0 {
+        return format!("io: {}\n", io.verdict);
+    }
+    let mut how = vec![format!(
+        "{} × {} MiB in {}",
+        io.files, io.file_size_mib, io.dir
+    )];
+    how.extend(io.fs_type.clone());
+    how.push(if io.direct_io { "O_DIRECT" } else { "buffered" }.to_string());
+    how.push(format!("{} workers", io.concurrency));
+    if io.during_compute {
+        how.push("during the burn".into());
+    }
+    format!(
+        "io: {} ({}): write {:.0} MB/s, read {:.0} MB/s, {} bad words\n",
+        io.verdict,
+        how.join(", "),
+        io.write_mbps,
+        io.read_mbps,
+        io.mismatches
+    )
 }

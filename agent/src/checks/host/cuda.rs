@@ -13,12 +13,13 @@ use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
 
-use super::kernels::Kernels;
-use super::memory::DeviceBuffer;
-use super::timing::{self, Gate, median, rate};
-use crate::backend::{
-    BackendError, DirectionRates, HostTransferOutcome, HostTransferRequest, RunControl,
-};
+use super::{DirectionRates, HostTransferOutcome, HostTransferRequest};
+use crate::backend::BackendError;
+use crate::backend::cuda::CudaBackend;
+use crate::backend::cuda::buffer::DeviceBuffer;
+use crate::backend::cuda::kernels::Kernels;
+use crate::backend::cuda::timing::{self, Gate, median, rate};
+use crate::run_control::RunControl;
 
 /// Page-locked host memory freed on drop.
 pub struct PinnedBuffer {
@@ -266,7 +267,7 @@ impl HostSide {
 /// Runs the whole check for every GPU: alone one at a time, then pinned all at once. Every
 /// thread that allocates or copies is first bound near its GPU with `pin` (which returns the
 /// GPU's NUMA node); `open` builds one GPU's buffers.
-pub fn run(
+fn run(
     gpus: &[u32],
     req: &HostTransferRequest,
     ctl: &RunControl<'_>,
@@ -396,6 +397,25 @@ fn fill_pattern(buf: &mut [u8], seed: u64) {
             .rotate_left(17)
             .to_le_bytes();
         chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+}
+
+impl CudaBackend {
+    /// Host transfers of each of `gpus`, alone and all at once.
+    pub(crate) fn host_transfer(
+        &self,
+        gpus: &[u32],
+        req: &HostTransferRequest,
+        ctl: &RunControl<'_>,
+    ) -> BTreeMap<u32, Result<HostTransferOutcome, BackendError>> {
+        let bytes = usize::try_from(req.buffer_bytes).unwrap_or(usize::MAX);
+        let pin = |gpu: u32| self.nvml.pin_thread_near(gpu);
+        let open = |gpu: u32, numa: Option<u32>| {
+            let ctx = self.context(gpu)?;
+            let k = self.kernels(gpu, &ctx)?;
+            HostSide::open(gpu, ctx, k, bytes, numa)
+        };
+        run(gpus, req, ctl, &pin, &open)
     }
 }
 

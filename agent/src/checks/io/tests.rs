@@ -223,7 +223,7 @@ fn in_mount_namespace(name: &str) -> bool {
             .arg(&exe)
             .args([
                 "--exact",
-                &format!("io_check::tests::{name}"),
+                &format!("checks::io::tests::{name}"),
                 "--nocapture",
             ])
             .args(["--test-threads", "1"])

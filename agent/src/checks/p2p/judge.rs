@@ -1,17 +1,15 @@
-//! Judging the link checks: peer-to-peer pairs (a node-level result) and host transfers (per
-//! GPU). A pair under its threshold is named (`GPU1->GPU3 unidirectional 120 GB/s < 320 GB/s
-//! (H200 profile)`), and a pair or GPU far below its peers fails even without a profile.
+//! Judging the peer-to-peer pairs: a pair under its threshold is named (`GPU1->GPU3
+//! unidirectional 120 GB/s < 320 GB/s (H200 profile)`), and a pair far below the other pairs
+//! fails even without a profile.
 
-use gpuval_crds::{
-    GpuReport, HostTransferCheck, HostTransferResult, P2pCheck, P2pPair, P2pResult, TransferRates,
-    Verdict,
-};
+use gpuval_crds::{P2pCheck, P2pPair, P2pResult, Verdict};
 
-use crate::backend::{
-    DirectionRates, GpuInfo, HostTransferOutcome, LinkErrors, P2pOutcome, PairOutcome,
+use super::{LinkErrorMoves, P2pOutcome, PairOutcome};
+use crate::backend::GpuInfo;
+use crate::judge::{
+    Judge, below_peers_named, fail_if_any, outliers, plural, push_unique, round_to,
 };
 use crate::profiles::ModelProfile;
-use crate::verdict::{Judge, below_peers_named, fail_if_any, outliers, push_unique};
 
 impl Judge<'_> {
     /// Judges every pair: errors, corrupted data, floors (spec, else the model profile where
@@ -85,78 +83,6 @@ impl Judge<'_> {
         result
     }
 
-    /// Judges one GPU's host transfers: corrupted round trip, and the pinned floor (spec
-    /// `minPinnedGbps`, else the model profile) in each direction.
-    pub fn host_transfer(
-        &self,
-        gpu: &GpuInfo,
-        out: &HostTransferOutcome,
-        spec: &HostTransferCheck,
-    ) -> HostTransferResult {
-        let mut reasons = Vec::new();
-        if out.mismatches > 0 {
-            reasons.push(format!(
-                "GPU{}: {} byte{} differed after a host → GPU → host round trip",
-                gpu.index,
-                out.mismatches,
-                if out.mismatches == 1 { "" } else { "s" }
-            ));
-        }
-        let floor = match spec.min_pinned_gbps {
-            Some(v) => Some((f64::from(v), "spec minPinnedGbps".to_string())),
-            None => self
-                .profile_of(&gpu.name)
-                .map(|p| (p.host_pinned_min_gbps, format!("{} profile", p.name))),
-        };
-        if let (Some(rates), Some((floor, source))) = (out.pinned, floor) {
-            for (dir, v) in [
-                ("host→device", rates.h2d_gbps),
-                ("device→host", rates.d2h_gbps),
-            ] {
-                if v < floor {
-                    reasons.push(format!(
-                        "GPU{} {dir} pinned {v:.1} GB/s < {floor:.0} GB/s ({source})",
-                        gpu.index
-                    ));
-                }
-            }
-        }
-        HostTransferResult {
-            verdict: fail_if_any(&reasons),
-            reasons,
-            pinned: out.pinned.map(rates),
-            pageable: out.pageable.map(rates),
-            pinned_concurrent: out.pinned_concurrent.map(rates),
-            numa_node: out.numa_node.and_then(|n| i32::try_from(n).ok()),
-            mismatches: i64::try_from(out.mismatches).unwrap_or(i64::MAX),
-            seconds: out.seconds,
-        }
-    }
-
-    /// The relative rule for host transfers: a GPU's pinned rate (either direction) far below
-    /// the other GPUs' fails.
-    pub fn relative_host(&self, gpus: &mut [GpuReport]) {
-        let tolerance = self.tolerance();
-        for (dir, pick) in [
-            ("host→device pinned", h2d as fn(&GpuReport) -> Option<f64>),
-            ("device→host pinned", d2h),
-        ] {
-            let values: Vec<Option<f64>> = gpus.iter().map(pick).collect();
-            for (i, v, median) in outliers(&values, tolerance) {
-                let name = format!("GPU{}", gpus[i].index);
-                if let Some(h) = gpus[i].host_transfer.as_mut() {
-                    let why = below_peers_named(&name, dir, v, "GB/s", median, "its peers");
-                    h.verdict = h.verdict.max(Verdict::Fail);
-                    push_unique(&mut h.reasons, [why]);
-                }
-            }
-        }
-    }
-
-    fn tolerance(&self) -> f64 {
-        f64::from(self.thresholds.relative_tolerance_percent.clamp(1, 90)) / 100.0
-    }
-
     /// The profile whose link floors apply: only with two or more GPUs, and only when every
     /// GPU has the same profile and that profile expects NVLink between peers.
     fn link_profile(&self, gpus: &[GpuInfo]) -> Option<&'static ModelProfile> {
@@ -188,7 +114,7 @@ impl Judge<'_> {
             reasons.push(format!(
                 "{name}: {} word{} arrived corrupted",
                 p.mismatches,
-                if p.mismatches == 1 { "" } else { "s" }
+                plural(p.mismatches)
             ));
         }
         if !p.peer_access && profile.is_some() {
@@ -239,91 +165,6 @@ impl Judge<'_> {
     }
 }
 
-/// A link whose replay and CRC counters together rise by more than this during the check is
-/// worth a look. Healthy H200 links showed CRC-data counts of up to about 70 per link over this
-/// check's traffic (corrected by the link layer, no replays), so this is well above noise.
-pub const LINK_ERROR_WARN: u64 = 1000;
-
-/// What the NVLink error counters did during the check.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LinkErrorMoves {
-    /// One line per GPU whose counters moved (`GPU0: CRC data +378 (18 links, at most +51 on
-    /// link 11)`), for the report.
-    pub notes: Vec<String>,
-    /// Links far above the noise: a Warn.
-    pub warnings: Vec<String>,
-    /// Recovery events (a link retrained): a Fail.
-    pub failures: Vec<String>,
-}
-
-impl LinkErrorMoves {
-    /// Adds one GPU's readings before and after the check.
-    pub fn add(&mut self, gpu: u32, before: &[LinkErrors], after: &[LinkErrors]) {
-        let names = ["replay", "recovery", "CRC flit", "CRC data"];
-        let mut totals = [0u64; 4];
-        let mut worst = [(0u64, 0u32); 4];
-        let mut links = 0;
-        for a in after {
-            let b = before
-                .iter()
-                .find(|b| b.link == a.link)
-                .copied()
-                .unwrap_or(LinkErrors {
-                    link: a.link,
-                    ..Default::default()
-                });
-            let d = [
-                a.replay.saturating_sub(b.replay),
-                a.recovery.saturating_sub(b.recovery),
-                a.crc_flit.saturating_sub(b.crc_flit),
-                a.crc_data.saturating_sub(b.crc_data),
-            ];
-            if d.iter().all(|v| *v == 0) {
-                continue;
-            }
-            links += 1;
-            for k in 0..4 {
-                totals[k] += d[k];
-                if d[k] > worst[k].0 {
-                    worst[k] = (d[k], a.link);
-                }
-            }
-            if d[1] > 0 {
-                self.failures.push(format!(
-                    "GPU{gpu} NVLink {}: {} recovery event{} during the check (the link retrained)",
-                    a.link,
-                    d[1],
-                    if d[1] == 1 { "" } else { "s" }
-                ));
-            }
-            let noisy = d[0] + d[2] + d[3];
-            if noisy > LINK_ERROR_WARN {
-                self.warnings.push(format!(
-                    "GPU{gpu} NVLink {}: {noisy} replay/CRC errors during the check (> {LINK_ERROR_WARN})",
-                    a.link
-                ));
-            }
-        }
-        if links == 0 {
-            return;
-        }
-        let parts: Vec<String> = (0..4)
-            .filter(|k| totals[*k] > 0)
-            .map(|k| {
-                format!(
-                    "{} +{} (at most +{} on link {})",
-                    names[k], totals[k], worst[k].0, worst[k].1
-                )
-            })
-            .collect();
-        self.notes.push(format!(
-            "GPU{gpu}: {} over {links} link{}",
-            parts.join(", "),
-            if links == 1 { "" } else { "s" }
-        ));
-    }
-}
-
 /// A pair's report entry, not yet judged.
 fn pair_result(p: &PairOutcome) -> P2pPair {
     P2pPair {
@@ -331,12 +172,12 @@ fn pair_result(p: &PairOutcome) -> P2pPair {
         dst: i32::try_from(p.dst).unwrap_or(i32::MAX),
         verdict: Verdict::Pass,
         peer_access: p.peer_access,
-        unidirectional_gbps: round2(p.unidirectional_gbps),
-        bidirectional_gbps: round2(p.bidirectional_gbps),
-        copy_latency_micros: round2(p.copy_latency_us),
-        load_latency_nanos: p.load_latency_ns.map(round2),
-        staged_unidirectional_gbps: p.staged_unidirectional_gbps.map(round2),
-        staged_bidirectional_gbps: p.staged_bidirectional_gbps.map(round2),
+        unidirectional_gbps: round_to(p.unidirectional_gbps, 2),
+        bidirectional_gbps: round_to(p.bidirectional_gbps, 2),
+        copy_latency_micros: round_to(p.copy_latency_us, 2),
+        load_latency_nanos: p.load_latency_ns.map(|v| round_to(v, 2)),
+        staged_unidirectional_gbps: p.staged_unidirectional_gbps.map(|v| round_to(v, 2)),
+        staged_bidirectional_gbps: p.staged_bidirectional_gbps.map(|v| round_to(v, 2)),
         mismatches: i64::try_from(p.mismatches).unwrap_or(i64::MAX),
         error: p.error.clone(),
     }
@@ -347,43 +188,15 @@ fn pair_name(p: &PairOutcome) -> String {
 }
 
 fn uni(p: &P2pPair) -> Option<f64> {
-    measured(p).then_some(p.unidirectional_gbps)
+    has_rates(p).then_some(p.unidirectional_gbps)
 }
 
 fn bidi(p: &P2pPair) -> Option<f64> {
-    measured(p).then_some(p.bidirectional_gbps)
+    has_rates(p).then_some(p.bidirectional_gbps)
 }
 
-fn measured(p: &P2pPair) -> bool {
+fn has_rates(p: &P2pPair) -> bool {
     p.error.is_none() && p.unidirectional_gbps > 0.0
-}
-
-fn h2d(g: &GpuReport) -> Option<f64> {
-    pinned(g).map(|r| r.h2d_gbps)
-}
-
-fn d2h(g: &GpuReport) -> Option<f64> {
-    pinned(g).map(|r| r.d2h_gbps)
-}
-
-fn pinned(g: &GpuReport) -> Option<TransferRates> {
-    g.host_transfer
-        .as_ref()
-        .filter(|h| !matches!(h.verdict, Verdict::Error | Verdict::Skipped))
-        .and_then(|h| h.pinned)
-        .filter(|r| r.h2d_gbps > 0.0 && r.d2h_gbps > 0.0)
-}
-
-fn rates(r: DirectionRates) -> TransferRates {
-    TransferRates {
-        h2d_gbps: round2(r.h2d_gbps),
-        d2h_gbps: round2(r.d2h_gbps),
-    }
-}
-
-/// Two decimals keep the stored report small and readable.
-fn round2(v: f64) -> f64 {
-    (v * 100.0).round() / 100.0
 }
 
 #[cfg(test)]
@@ -394,7 +207,9 @@ mod tests {
 
     use super::*;
     use crate::backend::sim::{SimBackend, SimSpec};
-    use crate::checks::{self, Plan};
+    use crate::backend::{Backend, LinkErrors};
+    use crate::runner::{self, Plan};
+    use gpuval_crds::{HostTransferCheck, Verdict};
 
     fn gpu(index: u32) -> GpuInfo {
         GpuInfo {
@@ -627,41 +442,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn host_transfer_floor_and_round_trip() {
-        let checks = Checks::default();
-        let j = judge(&checks, Profile::Auto);
-        let out = HostTransferOutcome {
-            pinned: Some(DirectionRates {
-                h2d_gbps: 26.2,
-                d2h_gbps: 55.0,
-            }),
-            mismatches: 2,
-            ..Default::default()
-        };
-        let r = j.host_transfer(&gpu(5), &out, &HostTransferCheck::default());
-        assert_eq!(r.verdict, Verdict::Fail);
-        assert_eq!(
-            r.reasons,
-            [
-                "GPU5: 2 bytes differed after a host → GPU → host round trip",
-                "GPU5 host→device pinned 26.2 GB/s < 40 GB/s (H200 profile)",
-            ]
-        );
-        let spec = HostTransferCheck {
-            min_pinned_gbps: Some(20),
-            ..Default::default()
-        };
-        let clean = HostTransferOutcome {
-            mismatches: 0,
-            ..out
-        };
-        assert_eq!(
-            j.host_transfer(&gpu(5), &clean, &spec).verdict,
-            Verdict::Pass
-        );
-    }
-
     /// The whole path through the orchestrator on the simulator: a slow GPU's pairs are named
     /// in the node's failures, host transfers land in every GPU's report.
     #[test]
@@ -676,7 +456,7 @@ mod tests {
         let mut plan = Plan::new(checks, Thresholds::default());
         plan.p2p_seed = Some(1);
         let stop = AtomicBool::new(false);
-        let report = checks::run(&backend, &plan, &stop, &|_| {});
+        let report = runner::run(&Backend::Simulated(backend), &plan, &stop, &|_| {});
         assert_eq!(report.verdict, Verdict::Fail);
         let p2p = report.p2p.as_ref().unwrap();
         assert_eq!(p2p.pairs.len(), 12);
@@ -716,8 +496,8 @@ mod tests {
             ..Default::default()
         };
         let stop = AtomicBool::new(false);
-        let report = checks::run(
-            &backend,
+        let report = runner::run(
+            &Backend::Simulated(backend),
             &Plan::new(checks, Thresholds::default()),
             &stop,
             &|_| {},

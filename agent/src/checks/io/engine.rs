@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::pattern::Pattern;
 use super::{IoError, IoRequest, MismatchAt, pipeline, sys};
-use crate::backend::RunControl;
+use crate::run_control::RunControl;
 
 /// O_DIRECT needs buffers, offsets and lengths aligned to the device's logical block; 4 KiB
 /// covers 512-byte and 4K-native devices.

@@ -17,11 +17,12 @@ use cudarc::driver::{
 use gpuval_crds::Dtype;
 use half::{bf16, f16};
 
-use super::kernels::Kernels;
-use super::memory::grid_for;
-use crate::backend::{
-    BackendError, ComputeOutcome, ComputeRequest, GemmOutcome, RunControl, TranscendentalOutcome,
-};
+use super::{ComputeOutcome, ComputeRequest, GemmOutcome, TranscendentalOutcome};
+use crate::backend::BackendError;
+use crate::backend::cuda::CudaBackend;
+use crate::backend::cuda::buffer::{grid_for, timed};
+use crate::backend::cuda::kernels::Kernels;
+use crate::run_control::RunControl;
 
 const SLOTS: usize = 4;
 const BATCH: usize = 8;
@@ -121,7 +122,7 @@ struct Transcendental {
     outcome: TranscendentalOutcome,
 }
 
-pub fn run(
+fn run(
     ctx: &Arc<CudaContext>,
     gpu: u32,
     k: &Kernels,
@@ -548,7 +549,7 @@ impl Transcendental {
                 &mut self.scratch
             },
         );
-        let secs = super::memory::timed(f.ctx, stream, || {
+        let secs = timed(f.ctx, stream, || {
             let mut b = stream.launch_builder(&k.transcendental);
             b.arg(input)
                 .arg(target)
@@ -577,5 +578,19 @@ impl Transcendental {
             self.outcome.mismatches = c[0];
         }
         Ok(())
+    }
+}
+
+impl CudaBackend {
+    /// The compute burn on one GPU.
+    pub(crate) fn compute_burn(
+        &self,
+        gpu: u32,
+        req: &ComputeRequest,
+        ctl: &RunControl<'_>,
+    ) -> Result<ComputeOutcome, BackendError> {
+        let ctx = self.context(gpu)?;
+        let k = self.kernels(gpu, &ctx)?;
+        run(&ctx, gpu, &k, req, ctl)
     }
 }

@@ -4,108 +4,17 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, result, sys,
-};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use gpuval_crds::Mismatch;
 
-use super::kernels::Kernels;
-use crate::backend::{BackendError, MemoryOutcome, MemoryRequest, RunControl};
+use super::{MemoryOutcome, MemoryRequest};
+use crate::backend::BackendError;
+use crate::backend::cuda::CudaBackend;
+use crate::backend::cuda::buffer::{DeviceBuffer, grid_for, timed};
+use crate::backend::cuda::kernels::Kernels;
+use crate::run_control::RunControl;
 
-const ALIGN: u64 = 2 << 20;
 const BLOCK: u32 = 512;
-
-/// A raw device allocation freed on drop.
-pub struct DeviceBuffer {
-    ctx: Arc<CudaContext>,
-    pub ptr: sys::CUdeviceptr,
-    pub bytes: u64,
-}
-
-impl DeviceBuffer {
-    /// Allocates up to `want` bytes, backing off in steps when the driver refuses (free memory
-    /// as reported includes what the context itself still needs).
-    pub fn alloc_up_to(ctx: &Arc<CudaContext>, gpu: u32, want: u64) -> Result<Self, BackendError> {
-        ctx.bind_to_thread()
-            .map_err(|e| BackendError::gpu(gpu, "bind context", e))?;
-        let mut bytes = want / ALIGN * ALIGN;
-        let step = (want / 100).max(256 << 20) / ALIGN * ALIGN;
-        for _ in 0..20 {
-            if bytes == 0 {
-                break;
-            }
-            // SAFETY: plain cuMemAlloc in the bound context; freed in Drop.
-            match unsafe { result::malloc_sync(bytes as usize) } {
-                Ok(ptr) => {
-                    return Ok(Self {
-                        ctx: ctx.clone(),
-                        ptr,
-                        bytes,
-                    });
-                }
-                Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                    bytes = bytes.saturating_sub(step)
-                }
-                Err(e) => return Err(BackendError::gpu(gpu, format!("allocate {bytes} bytes"), e)),
-            }
-        }
-        Err(BackendError::gpu(
-            gpu,
-            "allocate test memory",
-            format!("the driver refused even {bytes} bytes"),
-        ))
-    }
-}
-
-impl DeviceBuffer {
-    /// Allocates exactly `bytes` (rounded up to 16), or says how much was asked for.
-    pub fn alloc_exact(ctx: &Arc<CudaContext>, gpu: u32, bytes: u64) -> Result<Self, BackendError> {
-        ctx.bind_to_thread()
-            .map_err(|e| BackendError::gpu(gpu, "bind context", e))?;
-        let bytes = bytes.div_ceil(16).max(1) * 16;
-        // SAFETY: plain cuMemAlloc in the bound context; freed in Drop.
-        let ptr = unsafe { result::malloc_sync(bytes as usize) }
-            .map_err(|e| BackendError::gpu(gpu, format!("allocate {} MiB", bytes >> 20), e))?;
-        Ok(Self {
-            ctx: ctx.clone(),
-            ptr,
-            bytes,
-        })
-    }
-}
-
-impl Drop for DeviceBuffer {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: ptr came from cuMemAlloc in this context and is freed once.
-            if let Err(e) = unsafe { result::free_sync(self.ptr) } {
-                tracing::warn!(error = %e, "freeing GPU test memory failed");
-            }
-        }
-    }
-}
-
-pub fn grid_for(ctx: &Arc<CudaContext>, blocks_per_sm: u32) -> u32 {
-    let sms = ctx
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .unwrap_or(80);
-    (sms.max(1) as u32) * blocks_per_sm
-}
-
-/// Runs `launch` between two timing events and returns its device time in seconds.
-pub fn timed(
-    ctx: &Arc<CudaContext>,
-    stream: &Arc<CudaStream>,
-    launch: impl FnOnce() -> Result<(), cudarc::driver::DriverError>,
-) -> Result<f64, cudarc::driver::DriverError> {
-    let start = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-    let end = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-    start.record(stream)?;
-    launch()?;
-    end.record(stream)?;
-    end.synchronize()?;
-    Ok(f64::from(start.elapsed_ms(&end)?) / 1e3)
-}
 
 /// The fill and verify launches over one buffer, shared by the check and its self-test.
 struct Pattern<'a> {
@@ -146,7 +55,7 @@ impl Pattern<'_> {
     }
 }
 
-pub fn run(
+fn run(
     ctx: &Arc<CudaContext>,
     gpu: u32,
     k: &Kernels,
@@ -248,7 +157,7 @@ pub fn run(
 
 /// Self-test of the detection path: fill, flip one bit in `count` known words, verify. Returns
 /// how many mismatches the verify kernel found (must equal `count`).
-pub fn selftest(
+fn selftest_on(
     ctx: &Arc<CudaContext>,
     gpu: u32,
     k: &Kernels,
@@ -289,4 +198,26 @@ pub fn selftest(
         .map_err(err("verify"))?;
     let c = stream.clone_dtoh(&counters).map_err(err("read counters"))?;
     Ok(c[0])
+}
+
+impl CudaBackend {
+    /// The memory check on one GPU.
+    pub(crate) fn memory_test(
+        &self,
+        gpu: u32,
+        req: &MemoryRequest,
+        ctl: &RunControl<'_>,
+    ) -> Result<MemoryOutcome, BackendError> {
+        let ctx = self.context(gpu)?;
+        let k = self.kernels(gpu, &ctx)?;
+        run(&ctx, gpu, &k, req, ctl)
+    }
+}
+
+/// The memory check's self-test on one GPU: `count` bit flips planted in `bytes` of memory;
+/// returns how many the verify kernel found (all of them, on a healthy GPU).
+pub fn selftest(b: &CudaBackend, gpu: u32, bytes: u64, count: u32) -> Result<u64, BackendError> {
+    let ctx = b.context(gpu)?;
+    let k = b.kernels(gpu, &ctx)?;
+    selftest_on(&ctx, gpu, &k, bytes, count)
 }

@@ -1,0 +1,153 @@
+//! The contract every check implements, and the shared fan-out that measures it.
+//!
+//! A check is measured in one of two scopes: [`GpuCheck`] on every GPU at once (one thread
+//! each), or [`NodeCheck`] once for the whole node (all pairs, all GPUs together, the node's
+//! disk). Measuring and judging are separate passes: [`Stage`] measures, with progress lines and
+//! stop handling; the check's `judge` then turns what was measured into report results.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use gpuval_crds::{GpuReport, NodeReport};
+
+use crate::backend::{Backend, BackendError, GpuInfo};
+use crate::judge::Judge;
+use crate::run_control::{ProgressSink, RunControl, ThrottledProgress};
+
+/// A check measured on every GPU at once; its result sits in each GPU's report.
+pub trait GpuCheck: Sync {
+    /// The check's name in the spec, `--checks` and progress lines.
+    const NAME: &'static str;
+    /// What one GPU's measurement produced.
+    type Outcome: Send;
+    /// Measures one GPU (called on every GPU at once, one thread each).
+    fn measure(
+        &self,
+        backend: &Backend,
+        gpu: &GpuInfo,
+        ctl: &RunControl<'_>,
+    ) -> Result<Self::Outcome, BackendError>;
+    /// Judges one GPU's measurement (or the error that stopped it) into its report.
+    fn judge(
+        &self,
+        judge: &Judge<'_>,
+        gpu: &GpuInfo,
+        measured: Result<Self::Outcome, BackendError>,
+        into: &mut GpuReport,
+    );
+    /// Rules across the node's GPUs once every GPU is judged (the relative rule).
+    fn compare(&self, _judge: &Judge<'_>, _gpus: &mut [GpuReport]) {}
+}
+
+/// A check measured once for the whole node; its judge writes wherever its results belong.
+pub trait NodeCheck: Sync {
+    /// The check's name in the spec, `--checks` and progress lines.
+    const NAME: &'static str;
+    /// What the node-wide measurement produced.
+    type Outcome: Send;
+    /// Why the check has nothing to measure on these GPUs (and the outcome that stands for
+    /// it), if so: `fewer than two GPUs` for the pairs of one GPU.
+    fn skipped(&self, _gpus: &[GpuInfo]) -> Option<(&'static str, Self::Outcome)> {
+        None
+    }
+    /// Measures the node.
+    fn measure(
+        &self,
+        backend: &Backend,
+        gpus: &[GpuInfo],
+        ctl: &RunControl<'_>,
+    ) -> Result<Self::Outcome, BackendError>;
+    /// Judges the measurement (or the error that stopped it) into the node report, whose
+    /// `gpus` are already in place.
+    fn judge(
+        &self,
+        judge: &Judge<'_>,
+        gpus: &[GpuInfo],
+        measured: Result<Self::Outcome, BackendError>,
+        into: &mut NodeReport,
+    );
+}
+
+/// What one measuring pass runs against: the backend, the GPUs, the stop flag, the progress sink.
+#[derive(Clone, Copy)]
+pub struct Stage<'a> {
+    pub backend: &'a Backend,
+    pub gpus: &'a [GpuInfo],
+    pub stop: &'a AtomicBool,
+    pub sink: ProgressSink<'a>,
+}
+
+impl Stage<'_> {
+    /// True once a stop was requested.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Measures `check` on every GPU at once (one thread each), with throttled progress lines
+    /// per GPU (`[memory] GPU3  40% ...`).
+    pub fn on_every_gpu<C: GpuCheck>(
+        &self,
+        check: &C,
+    ) -> HashMap<u32, Result<C::Outcome, BackendError>> {
+        let name = C::NAME;
+        (self.sink)(&format!("[{name}] starting on {} GPU(s)", self.gpus.len()));
+        let started = Instant::now();
+        let results = Mutex::new(HashMap::new());
+        std::thread::scope(|s| {
+            for g in self.gpus {
+                let results = &results;
+                s.spawn(move || {
+                    let throttled =
+                        ThrottledProgress::new(self.sink, format!("[{name}] GPU{}", g.index));
+                    let progress = |done: f64, note: &str| throttled.report(done, note);
+                    let r = check.measure(self.backend, g, &RunControl::new(self.stop, &progress));
+                    match &r {
+                        Ok(_) => (self.sink)(&format!("[{name}] GPU{} done", g.index)),
+                        Err(e) => (self.sink)(&format!("[{name}] GPU{} error: {e}", g.index)),
+                    }
+                    results
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(g.index, r);
+                });
+            }
+        });
+        (self.sink)(&format!(
+            "[{name}] finished in {:.1}s",
+            started.elapsed().as_secs_f64()
+        ));
+        results.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Measures `check` once for the node, with throttled progress lines (`[p2p]  40% ...`).
+    pub fn on_node<C: NodeCheck>(&self, check: &C) -> Result<C::Outcome, BackendError> {
+        if let Some((why, outcome)) = check.skipped(self.gpus) {
+            (self.sink)(&format!("[{}] skipped: {why}", C::NAME));
+            return Ok(outcome);
+        }
+        self.timed(C::NAME, |ctl| check.measure(self.backend, self.gpus, ctl))
+    }
+
+    /// Runs one node-wide operation named `name` with start, progress and end lines.
+    pub fn timed<T>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&RunControl<'_>) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        (self.sink)(&format!("[{name}] starting"));
+        let started = Instant::now();
+        let throttled = ThrottledProgress::new(self.sink, format!("[{name}]"));
+        let progress = |done: f64, note: &str| throttled.report(done, note);
+        let r = f(&RunControl::new(self.stop, &progress));
+        match &r {
+            Ok(_) => (self.sink)(&format!(
+                "[{name}] finished in {:.1}s",
+                started.elapsed().as_secs_f64()
+            )),
+            Err(e) => (self.sink)(&format!("[{name}] error: {e}")),
+        }
+        r
+    }
+}

@@ -1,0 +1,316 @@
+//! The compute check: a sustained GEMM burn (bf16, fp16, tf32, fp32) on every GPU at once with
+//! every result slot cross-checked, plus an elementwise transcendental kernel; TFLOP/s per data
+//! type.
+
+mod cuda;
+mod sim;
+#[cfg(test)]
+mod tests;
+
+crate::check_result!(gpuval_crds::ComputeResult);
+
+use std::time::Duration;
+
+use gpuval_crds::{
+    ComputeCheck, ComputeResult, Dtype, GemmResult, GpuReport, NodeReport, TranscendentalResult,
+};
+
+use crate::backend::{Backend, BackendError, GpuInfo};
+use crate::check::GpuCheck;
+use crate::judge::{Judge, fail_if_any, plural, ran, to_i64};
+use crate::profiles::ModelProfile;
+use crate::run_control::RunControl;
+
+/// Compute burn parameters for one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComputeRequest {
+    /// Total burn time; split evenly among the dtypes.
+    pub duration: Duration,
+    pub dtypes: Vec<Dtype>,
+    pub matrix_size: usize,
+    pub transcendentals: bool,
+}
+
+/// One dtype's burn on one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GemmOutcome {
+    pub dtype: Dtype,
+    /// Floating-point operations done by the timed GEMMs (2·n³ each).
+    pub flops: f64,
+    /// Device-timed seconds of the GEMM batches.
+    pub gemm_seconds: f64,
+    pub iterations: u64,
+    /// Result slots compared with the first one, and elements that differed beyond tolerance.
+    pub comparisons: u64,
+    pub mismatches: u64,
+    pub max_rel_error: f64,
+    pub wall_seconds: f64,
+}
+
+impl GemmOutcome {
+    pub fn tflops(&self) -> f64 {
+        if self.gemm_seconds > 0.0 {
+            self.flops / self.gemm_seconds / 1e12
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The elementwise transcendental kernel on one GPU.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TranscendentalOutcome {
+    /// Elements per run (each element does many sin/exp rounds); the rate is elements × iterations / seconds.
+    pub elements: u64,
+    pub seconds: f64,
+    pub iterations: u64,
+    pub mismatches: u64,
+}
+
+/// What a compute burn measured on one GPU.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ComputeOutcome {
+    pub gemms: Vec<GemmOutcome>,
+    pub transcendental: Option<TranscendentalOutcome>,
+    pub seconds: f64,
+}
+
+/// The compute check as its spec asks for it.
+pub struct Compute {
+    pub request: ComputeRequest,
+}
+
+impl Compute {
+    pub fn from_spec(spec: &ComputeCheck) -> Self {
+        Self {
+            request: ComputeRequest {
+                duration: spec.duration.as_std(),
+                dtypes: spec.dtypes.clone(),
+                matrix_size: usize::try_from(spec.matrix_size.max(256)).unwrap_or(256),
+                transcendentals: spec.transcendentals,
+            },
+        }
+    }
+}
+
+impl GpuCheck for Compute {
+    const NAME: &'static str = "compute";
+    type Outcome = ComputeOutcome;
+
+    fn measure(
+        &self,
+        backend: &Backend,
+        gpu: &GpuInfo,
+        ctl: &RunControl<'_>,
+    ) -> Result<ComputeOutcome, BackendError> {
+        match backend {
+            Backend::Cuda(b) => b.compute_burn(gpu.index, &self.request, ctl),
+            Backend::Simulated(b) => b.compute_burn(gpu.index, &self.request, ctl),
+        }
+    }
+
+    fn judge(
+        &self,
+        judge: &Judge<'_>,
+        gpu: &GpuInfo,
+        measured: Result<ComputeOutcome, BackendError>,
+        into: &mut GpuReport,
+    ) {
+        into.compute = Some(Judge::judged(measured, |o| judge.compute(gpu, &o)));
+    }
+
+    /// The relative rule per data type: a GPU far below its peers' TFLOP/s fails.
+    fn compare(&self, judge: &Judge<'_>, gpus: &mut [GpuReport]) {
+        for dtype in Dtype::ALL {
+            judge.relative_per_gpu(
+                gpus,
+                dtype.as_str(),
+                "TFLOP/s",
+                |g| gemm_tflops(g, dtype),
+                |g| g.compute.as_mut(),
+            );
+        }
+    }
+}
+
+impl Judge<'_> {
+    /// Judges one GPU's compute burn: result mismatches and TFLOP/s per data type, and the
+    /// transcendental kernel's mismatches.
+    pub fn compute(&self, gpu: &GpuInfo, out: &ComputeOutcome) -> ComputeResult {
+        let spec = self.checks.compute.clone().unwrap_or_default();
+        let profile = self.profile_of(&gpu.name);
+        let mut reasons = Vec::new();
+        let mut gemms = Vec::with_capacity(out.gemms.len());
+        for g in &out.gemms {
+            reasons.extend(gemm_reasons(gpu.index, g, &spec, profile));
+            gemms.push(gemm_result(g));
+        }
+        let transcendental = out.transcendental.as_ref().map(|t| {
+            if t.mismatches > 0 {
+                reasons.push(format!(
+                    "GPU{} transcendental: {} elements differed from the first run",
+                    gpu.index, t.mismatches
+                ));
+            }
+            transcendental_result(t)
+        });
+        ComputeResult {
+            verdict: fail_if_any(&reasons),
+            reasons,
+            seconds: out.seconds,
+            matrix_size: spec.matrix_size,
+            gemms,
+            transcendental,
+        }
+    }
+}
+
+fn gemm_reasons(
+    gpu: u32,
+    g: &GemmOutcome,
+    spec: &ComputeCheck,
+    profile: Option<&ModelProfile>,
+) -> Vec<String> {
+    let mut reasons = Vec::new();
+    if g.mismatches > 0 {
+        reasons.push(format!(
+            "GPU{gpu} {}: {} mismatched element{} in {} result comparisons (max relative error {:.2e})",
+            g.dtype,
+            g.mismatches,
+            plural(g.mismatches),
+            g.comparisons,
+            g.max_rel_error
+        ));
+    }
+    let floor = match spec.min_tflops.as_ref().and_then(|t| t.get(g.dtype)) {
+        Some(v) => Some((f64::from(v), "spec minTflops".to_string())),
+        None => profile.and_then(|p| {
+            p.tflops_min(g.dtype)
+                .map(|v| (v, format!("{} profile", p.name)))
+        }),
+    };
+    if let Some((floor, source)) = floor {
+        let tflops = g.tflops();
+        if tflops < floor {
+            reasons.push(format!(
+                "GPU{gpu} {}: {tflops:.0} TFLOP/s < {floor:.0} TFLOP/s ({source})",
+                g.dtype
+            ));
+        }
+    }
+    reasons
+}
+
+fn gemm_result(g: &GemmOutcome) -> GemmResult {
+    GemmResult {
+        dtype: g.dtype,
+        tflops: g.tflops(),
+        iterations: to_i64(g.iterations),
+        mismatches: to_i64(g.mismatches),
+        max_rel_error: g.max_rel_error,
+        seconds: g.wall_seconds,
+    }
+}
+
+/// `elements` is taken as the elements of one iteration.
+fn transcendental_result(t: &TranscendentalOutcome) -> TranscendentalResult {
+    let total = t.elements as f64 * t.iterations as f64;
+    TranscendentalResult {
+        gelems_per_second: if t.seconds > 0.0 {
+            total / t.seconds / 1e9
+        } else {
+            0.0
+        },
+        iterations: to_i64(t.iterations),
+        mismatches: to_i64(t.mismatches),
+    }
+}
+
+fn gemm_tflops(g: &GpuReport, dtype: Dtype) -> Option<f64> {
+    g.compute
+        .as_ref()
+        .filter(|c| ran(c.verdict))
+        .and_then(|c| c.gemms.iter().find(|r| r.dtype == dtype))
+        .map(|r| r.tflops)
+        .filter(|v| v.is_finite() && *v > 0.0)
+}
+
+/// Command-line flags of the compute check.
+#[derive(clap::Args, Debug, Clone, Default)]
+#[group(skip)]
+pub struct Flags {
+    /// Compute burn duration, like 60s, 5m, 1h.
+    #[arg(long)]
+    pub duration: Option<gpuval_crds::Duration>,
+    /// GEMM data types (comma-separated): bf16, fp16, tf32, fp32.
+    #[arg(long, value_delimiter = ',')]
+    pub dtypes: Option<Vec<Dtype>>,
+    /// GEMM matrix size (a multiple of 256).
+    #[arg(long)]
+    pub matrix_size: Option<i32>,
+    /// Leave out the transcendental (sin/exp) kernel.
+    #[arg(long)]
+    pub no_transcendentals: bool,
+}
+
+impl Flags {
+    /// Applies the flags that were given to the check's settings.
+    pub fn apply(&self, spec: &mut ComputeCheck) {
+        let Self {
+            duration,
+            dtypes,
+            matrix_size,
+            no_transcendentals,
+        } = self;
+        if let Some(d) = duration {
+            spec.duration = *d;
+        }
+        if let Some(d) = dtypes {
+            spec.dtypes = d.clone();
+        }
+        if let Some(n) = matrix_size {
+            spec.matrix_size = *n;
+        }
+        if *no_transcendentals {
+            spec.transcendentals = false;
+        }
+    }
+}
+
+/// The GPU table's COMPUTE cell: `bf16 681 fp16 671`.
+pub fn cell(c: &ComputeResult) -> String {
+    if c.gemms.is_empty() {
+        return c.verdict.to_string();
+    }
+    c.gemms
+        .iter()
+        .map(|g| format!("{} {:.0}", g.dtype, g.tflops))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The headline's parts, one per data type: `bf16 677-682 TFLOP/s`.
+pub fn headline(report: &NodeReport) -> Vec<String> {
+    let gemms = || {
+        report
+            .gpus
+            .iter()
+            .flat_map(|g| g.compute.iter().flat_map(|c| &c.gemms))
+    };
+    let mut dtypes: Vec<Dtype> = Vec::new();
+    for gm in gemms() {
+        if !dtypes.contains(&gm.dtype) {
+            dtypes.push(gm.dtype);
+        }
+    }
+    dtypes
+        .into_iter()
+        .map(|d| {
+            let v: Vec<f64> = gemms()
+                .filter(|gm| gm.dtype == d)
+                .map(|gm| gm.tflops)
+                .collect();
+            format!("{d} {} TFLOP/s", crate::text::span(&v, 0))
+        })
+        .collect()
+}

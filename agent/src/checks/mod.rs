@@ -1,0 +1,411 @@
+//! The checks, one folder each (request from the spec, real and simulated measurement, judge,
+//! table section and headline part, CLI flags), and this file: the one place that lists them.
+//!
+//! Adding a check: a folder here, its spec and result types in the API crate, and one line in
+//! each of the exhaustive lists below ([`Planned`], [`Measured`], [`select`], [`gpu_results`] or
+//! [`node_results`], [`Flags`], the table and headline lists). Each list destructures the API
+//! type with no `..`, so the compiler names every one of them when a field is added.
+
+pub mod compute;
+pub mod host;
+pub mod io;
+pub mod memory;
+pub mod p2p;
+pub mod topology;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gpuval_crds::{Checks, GpuReport, NodeReport, Thresholds, Verdict};
+
+use crate::backend::{BackendError, GpuInfo};
+use crate::check::{GpuCheck, NodeCheck, Stage};
+use crate::judge::{CheckResult, Judge};
+use crate::run_control::RunControl;
+
+use self::compute::Compute;
+use self::host::Host;
+use self::io::{Io, IoMeasured};
+use self::memory::Memory;
+use self::p2p::{P2p, P2pMeasured};
+use self::topology::{Topology, TopologyMeasured};
+
+/// Every check's name (as in the spec and `--checks`), in the order they run.
+pub const NAMES: [&str; 6] = [
+    Topology::NAME,
+    Memory::NAME,
+    Compute::NAME,
+    P2p::NAME,
+    Host::NAME,
+    Io::NAME,
+];
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub checks: Checks,
+    pub thresholds: Thresholds,
+    /// Only these NVML indices (all GPUs when None).
+    pub gpus: Option<Vec<u32>>,
+    /// Kubernetes node name (or hostname) for the report.
+    pub node: Option<String>,
+    /// How often telemetry is sampled.
+    pub sample_every: Duration,
+    /// Seed of the peer-to-peer pair order (None: a new order each run).
+    pub p2p_seed: Option<u64>,
+    /// Where the io check writes (the admin-allowed node volume on Kubernetes, any path on
+    /// bare metal). None: an io check reports an Error saying how to set it.
+    pub io_dir: Option<PathBuf>,
+    /// io engine settings that are not part of the spec.
+    pub io_tuning: io::Tuning,
+}
+
+impl Plan {
+    pub fn new(checks: Checks, thresholds: Thresholds) -> Self {
+        Self {
+            checks,
+            thresholds,
+            gpus: None,
+            node: None,
+            sample_every: Duration::from_millis(500),
+            p2p_seed: None,
+            io_dir: None,
+            io_tuning: io::Tuning::default(),
+        }
+    }
+}
+
+/// The checks a plan asks for, each built from its spec section.
+pub struct Planned {
+    topology: Option<Topology>,
+    memory: Option<Memory>,
+    compute: Option<Compute>,
+    p2p: Option<P2p>,
+    host: Option<Host>,
+    io: Option<Io>,
+}
+
+/// What the checks measured, before judging.
+#[derive(Default)]
+pub struct Measured {
+    pub topology: Option<Result<TopologyMeasured, BackendError>>,
+    memory: HashMap<u32, Result<memory::MemoryOutcome, BackendError>>,
+    compute: HashMap<u32, Result<compute::ComputeOutcome, BackendError>>,
+    p2p: Option<Result<P2pMeasured, BackendError>>,
+    host: Option<Result<host::PerGpu, BackendError>>,
+    /// Err: the io thread panicked.
+    io: Option<Result<IoMeasured, ()>>,
+}
+
+impl Planned {
+    /// `simulated`: whether the GPU figures come from the simulated backend (io says so).
+    pub fn new(plan: &Plan, simulated: bool) -> Self {
+        let Checks {
+            topology,
+            memory,
+            compute,
+            p2p,
+            host_transfer,
+            io,
+        } = &plan.checks;
+        let beside_compute = compute.is_some() && io.as_ref().is_some_and(|c| c.during_compute);
+        Self {
+            topology: topology.as_ref().map(Topology::from_spec),
+            memory: memory.as_ref().map(Memory::from_spec),
+            compute: compute.as_ref().map(Compute::from_spec),
+            p2p: p2p.as_ref().map(|s| P2p::from_spec(s, plan.p2p_seed)),
+            host: host_transfer.as_ref().map(Host::from_spec),
+            io: io.as_ref().map(|s| {
+                let (dir, tuning) = (plan.io_dir.clone(), plan.io_tuning.clone());
+                Io::new(s, dir, tuning, beside_compute, simulated)
+            }),
+        }
+    }
+
+    /// The first topology reading, taken before any check loads the GPUs (the runner's
+    /// sampler re-reads it every [`Planned::resample_every`]).
+    pub fn first_topology(
+        &self,
+        stage: &Stage<'_>,
+    ) -> Option<Result<TopologyMeasured, BackendError>> {
+        let t = self.topology.as_ref()?;
+        let ctl = RunControl::new(stage.stop, &|_, _| {});
+        Some(t.measure(stage.backend, stage.gpus, &ctl))
+    }
+
+    /// How often the topology is re-read during the run.
+    pub fn resample_every(&self) -> Duration {
+        self.topology
+            .as_ref()
+            .map_or(Duration::from_secs(30), Topology::resample_every)
+    }
+
+    /// Measures the checks in their order: memory; compute (with io on a thread beside it when
+    /// asked); peer-to-peer; host transfers; then io alone when it did not run beside the burn.
+    /// A check after a stop request is not started (memory sees the stop itself).
+    pub fn measure(&self, stage: &Stage<'_>, into: &mut Measured) {
+        let Self {
+            topology: _,
+            memory,
+            compute,
+            p2p,
+            host,
+            io,
+        } = self;
+        if let Some(m) = memory {
+            into.memory = stage.on_every_gpu(m);
+        }
+        let beside = io.as_ref().filter(|i| i.context.during_compute);
+        std::thread::scope(|s| {
+            let io_thread = beside
+                .filter(|_| !stage.stopped())
+                .map(|i| s.spawn(|| i.measure(stage.stop, stage.sink)));
+            if let Some(c) = compute.as_ref().filter(|_| !stage.stopped()) {
+                into.compute = stage.on_every_gpu(c);
+            }
+            // Wait for io beside the burn here, so it never overlaps a later check.
+            into.io = io_thread.map(|h| h.join().map_err(|_| ()));
+        });
+        if let Some(p) = p2p.as_ref().filter(|_| !stage.stopped()) {
+            into.p2p = Some(stage.on_node(p));
+        }
+        if let Some(h) = host.as_ref().filter(|_| !stage.stopped()) {
+            into.host = Some(stage.on_node(h));
+        }
+        if let Some(i) = io.as_ref().filter(|_| into.io.is_none()) {
+            into.io = Some(Ok(i.measure(stage.stop, stage.sink)));
+        }
+    }
+
+    /// Judges what was measured into `report`, whose `gpus` (one per GPU of `gpus`, in order)
+    /// already exist: each check's results, then the rules across GPUs.
+    pub fn judge(&self, judge: &Judge<'_>, gpus: &[GpuInfo], m: Measured, report: &mut NodeReport) {
+        let Measured {
+            topology: topology_measured,
+            mut memory,
+            mut compute,
+            p2p,
+            host,
+            io,
+        } = m;
+        for (g, r) in gpus.iter().zip(report.gpus.iter_mut()) {
+            judge_gpu(&self.memory, judge, g, memory.remove(&g.index), r);
+            judge_gpu(&self.compute, judge, g, compute.remove(&g.index), r);
+        }
+        judge_node(&self.host, judge, gpus, host, report);
+        if let Some(c) = &self.memory {
+            c.compare(judge, &mut report.gpus);
+        }
+        if let Some(c) = &self.compute {
+            c.compare(judge, &mut report.gpus);
+        }
+        judge_node(&self.topology, judge, gpus, topology_measured, report);
+        judge_node(&self.p2p, judge, gpus, p2p, report);
+        if let (Some(check), Some(measured)) = (&self.io, io) {
+            report.io = Some(match measured {
+                Ok(m) => check.judge(m),
+                Err(()) => Io::panicked(),
+            });
+        }
+    }
+
+    /// The io check alone, for a node whose GPUs could not be inventoried.
+    pub fn io_only(&self, stage: &Stage<'_>) -> Option<gpuval_crds::IoResult> {
+        let i = self.io.as_ref()?;
+        Some(i.judge(i.measure(stage.stop, stage.sink)))
+    }
+}
+
+fn judge_gpu<C: GpuCheck>(
+    check: &Option<C>,
+    judge: &Judge<'_>,
+    gpu: &GpuInfo,
+    measured: Option<Result<C::Outcome, BackendError>>,
+    into: &mut GpuReport,
+) {
+    if let (Some(c), Some(m)) = (check, measured) {
+        c.judge(judge, gpu, m, into);
+    }
+}
+
+fn judge_node<C: NodeCheck>(
+    check: &Option<C>,
+    judge: &Judge<'_>,
+    gpus: &[GpuInfo],
+    measured: Option<Result<C::Outcome, BackendError>>,
+    into: &mut NodeReport,
+) {
+    if let (Some(c), Some(m)) = (check, measured) {
+        c.judge(judge, gpus, m, into);
+    }
+}
+
+/// The rules across GPUs of every per-GPU check (the relative rule), with default settings:
+/// for reports judged outside a run.
+pub fn compare_gpus(judge: &Judge<'_>, gpus: &mut [GpuReport]) {
+    Memory::from_spec(&Default::default()).compare(judge, gpus);
+    Compute::from_spec(&Default::default()).compare(judge, gpus);
+}
+
+/// A check result's verdict and reasons, as the GPU and node verdicts collect them.
+pub type Found<'a> = (Verdict, &'a [String]);
+
+fn found<R: CheckResult>(r: &Option<R>) -> Option<Found<'_>> {
+    r.as_ref().map(|r| (r.verdict(), r.reasons()))
+}
+
+/// The results of the per-GPU checks in one GPU's report.
+pub fn gpu_results(g: &GpuReport) -> Vec<Found<'_>> {
+    let GpuReport {
+        memory,
+        compute,
+        host_transfer,
+        index: _,
+        uuid: _,
+        name: _,
+        pci_bus_id: _,
+        memory_total_mib: _,
+        verdict: _,
+        reasons: _,
+        health: _,
+        telemetry: _,
+    } = g;
+    [found(memory), found(compute), found(host_transfer)]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The results of the node-level checks in a node report.
+pub fn node_results(r: &NodeReport) -> Vec<Found<'_>> {
+    let NodeReport {
+        topology,
+        p2p,
+        io,
+        simulated: _,
+        backend: _,
+        agent_version: _,
+        node: _,
+        started_at: _,
+        finished_at: _,
+        verdict: _,
+        failures: _,
+        system: _,
+        gpus: _,
+    } = r;
+    [found(topology), found(p2p), found(io)]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Keeps exactly the checks named (case-insensitive), each with its settings from `checks` or
+/// its defaults; an unknown name is an error that lists the known ones.
+pub fn select(checks: &mut Checks, names: &[String]) -> Result<(), String> {
+    if let Some(n) = names
+        .iter()
+        .find(|n| !NAMES.iter().any(|c| c.eq_ignore_ascii_case(n)))
+    {
+        return Err(format!("unknown check {n:?}: use {}", NAMES.join(", ")));
+    }
+    fn keep<T: Default>(slot: &mut Option<T>, name: &str, names: &[String]) {
+        *slot = names
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(name))
+            .then(|| slot.take().unwrap_or_default());
+    }
+    let Checks {
+        topology,
+        memory,
+        compute,
+        p2p,
+        host_transfer,
+        io,
+    } = checks;
+    keep(topology, Topology::NAME, names);
+    keep(memory, Memory::NAME, names);
+    keep(compute, Compute::NAME, names);
+    keep(p2p, P2p::NAME, names);
+    keep(host_transfer, Host::NAME, names);
+    keep(io, Io::NAME, names);
+    Ok(())
+}
+
+/// Every check's command-line flags, flattened into `gpuval-agent run`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Flags {
+    #[command(flatten)]
+    pub memory: memory::Flags,
+    #[command(flatten)]
+    pub compute: compute::Flags,
+    #[command(flatten)]
+    pub p2p: p2p::Flags,
+    #[command(flatten)]
+    pub host: host::Flags,
+    #[command(flatten)]
+    pub io: io::Flags,
+}
+
+impl Flags {
+    /// Applies the flags that were given to the checks that are on.
+    pub fn apply(&self, checks: &mut Checks) {
+        let Checks {
+            topology: _,
+            memory,
+            compute,
+            p2p,
+            host_transfer,
+            io,
+        } = checks;
+        if let Some(s) = memory {
+            self.memory.apply(s);
+        }
+        if let Some(s) = compute {
+            self.compute.apply(s);
+        }
+        if let Some(s) = p2p {
+            self.p2p.apply(s);
+        }
+        if let Some(s) = host_transfer {
+            self.host.apply(s);
+        }
+        if let Some(s) = io {
+            self.io.apply(s);
+        }
+    }
+}
+
+/// A GPU table column of a per-GPU check: its header, and its cell (None: the check did not run).
+pub type Column = (&'static str, fn(&GpuReport) -> Option<String>);
+
+/// The GPU table's check columns: header and cell of each per-GPU check.
+pub fn gpu_columns() -> [Column; 2] {
+    [
+        ("MEMORY", |g| g.memory.as_ref().map(memory::cell)),
+        ("COMPUTE TFLOP/s", |g| g.compute.as_ref().map(compute::cell)),
+    ]
+}
+
+/// The table sections below the GPU rows, in order.
+pub fn sections(report: &NodeReport) -> String {
+    [
+        topology::section(report),
+        host::section(report),
+        p2p::section(report),
+        io::section(report),
+    ]
+    .concat()
+}
+
+/// The status headline's parts, in order (`memory 4336-4338 GB/s`, `bf16 677-682 TFLOP/s`, ...).
+pub fn headline_parts(report: &NodeReport) -> Vec<String> {
+    [
+        memory::headline(report),
+        compute::headline(report),
+        p2p::headline(report),
+        host::headline(report),
+        io::headline(report),
+    ]
+    .concat()
+}

@@ -1,0 +1,595 @@
+//! A GPU's verdict from its checks, telemetry and health, and the node's from its GPUs and its
+//! node-level checks: the worst of them, with the Fail and Error reasons worst first.
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+
+use gpuval_crds::{GpuHealth, GpuReport, NodeReport, TelemetrySummary, Verdict};
+
+use crate::checks::{Found, gpu_results, node_results};
+use crate::judge::{Judge, plural, push_unique};
+
+/// How many failure reasons a node report carries.
+const MAX_NODE_FAILURES: usize = 5;
+/// Throttle reasons that point at hardware or cooling trouble (a Warn).
+const WARN_THROTTLES: [&str; 4] = [
+    "HwSlowdown",
+    "HwThermalSlowdown",
+    "HwPowerBrakeSlowdown",
+    "SwThermalSlowdown",
+];
+/// A reason with how bad it is.
+type Finding = (Verdict, String);
+
+impl Judge<'_> {
+    /// One GPU's verdict: the worst of its memory, compute, telemetry and health, with every
+    /// reason collected into `reasons`. Keeps a verdict or reasons already set.
+    pub fn gpu(&self, gpu: &mut GpuReport) {
+        let findings = gpu_findings(gpu);
+        let worst = findings
+            .iter()
+            .map(|(v, _)| *v)
+            .max()
+            .unwrap_or(Verdict::Pass);
+        gpu.verdict = gpu_results(gpu)
+            .into_iter()
+            .map(|(v, _)| v)
+            .chain([gpu.verdict, worst])
+            .max()
+            .unwrap_or(Verdict::Pass);
+        push_unique(&mut gpu.reasons, findings.into_iter().map(|(_, r)| r));
+    }
+
+    /// The node's verdict: the worst of its GPUs (judged here with [`Judge::gpu`]), its
+    /// topology, its p2p and its io check; `failures` gets the first Fail and Error reasons, worst first.
+    pub fn node(&self, report: &mut NodeReport) {
+        for gpu in &mut report.gpus {
+            self.gpu(gpu);
+        }
+        let findings = node_findings(report);
+        let worst = findings
+            .iter()
+            .flatten()
+            .map(|(v, _)| *v)
+            .max()
+            .unwrap_or(Verdict::Pass);
+        let gpus = report.gpus.iter().map(|g| g.verdict).max();
+        let checks = node_results(report).into_iter().map(|(v, _)| v).max();
+        report.verdict = [Some(report.verdict), Some(worst), gpus, checks]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(Verdict::Pass);
+        push_unique(&mut report.failures, worst_first(findings));
+        report.failures.truncate(MAX_NODE_FAILURES);
+    }
+}
+
+/// Every reason of one GPU with its severity: its checks', telemetry's and health's.
+fn gpu_findings(gpu: &GpuReport) -> Vec<Finding> {
+    let mut found = findings_of(gpu_results(gpu));
+    if let Some(t) = &gpu.telemetry {
+        found.extend(telemetry_findings(gpu.index, t));
+    }
+    if let Some(h) = &gpu.health {
+        found.extend(health_findings(gpu.index, h));
+    }
+    found
+}
+
+/// Each reason of each check result, with that result's verdict.
+fn findings_of(results: Vec<Found<'_>>) -> Vec<Finding> {
+    results
+        .into_iter()
+        .flat_map(|(v, reasons)| reasons.iter().map(move |r| (v, r.clone())))
+        .collect()
+}
+
+fn telemetry_findings(gpu: i32, t: &TelemetrySummary) -> Vec<Finding> {
+    let mut found = Vec::new();
+    if let Some(n) = t.ecc_uncorrected_delta.filter(|n| *n > 0) {
+        found.push((
+            Verdict::Fail,
+            format!(
+                "GPU{gpu}: {n} uncorrectable ECC error{} during the run",
+                plural(n)
+            ),
+        ));
+    }
+    let mut xids: BTreeMap<i64, usize> = BTreeMap::new();
+    for x in &t.xid_events {
+        *xids.entry(*x).or_default() += 1;
+    }
+    for (xid, count) in xids {
+        let times = if count > 1 {
+            format!(" ({count} times)")
+        } else {
+            String::new()
+        };
+        found.push((
+            Verdict::Fail,
+            format!("GPU{gpu}: Xid {xid} during the run{times}"),
+        ));
+    }
+    let throttles: Vec<&str> = t
+        .throttle_reasons
+        .iter()
+        .map(String::as_str)
+        .filter(|r| WARN_THROTTLES.contains(r))
+        .collect();
+    if !throttles.is_empty() {
+        found.push((
+            Verdict::Warn,
+            format!(
+                "GPU{gpu}: clocks throttled during the run ({})",
+                throttles.join(", ")
+            ),
+        ));
+    }
+    found
+}
+
+fn health_findings(gpu: i32, h: &GpuHealth) -> Vec<Finding> {
+    let mut found = Vec::new();
+    if h.remapped_rows_failure == Some(true) {
+        found.push((
+            Verdict::Fail,
+            format!("GPU{gpu}: row remapping failed; the GPU needs service"),
+        ));
+    }
+    if h.remapped_rows_pending == Some(true) {
+        found.push((
+            Verdict::Fail,
+            format!("GPU{gpu}: a row remapping is pending; reset the GPU to apply it"),
+        ));
+    }
+    if let Some(n) = h.remapped_rows_uncorrectable.filter(|n| *n > 0) {
+        found.push((
+            Verdict::Warn,
+            format!(
+                "GPU{gpu}: {n} row{} remapped after uncorrectable errors",
+                plural(n)
+            ),
+        ));
+    }
+    if let (Some(now), Some(max)) = (h.pcie_gen, h.pcie_max_gen)
+        && now < max
+    {
+        found.push((
+            Verdict::Warn,
+            format!("GPU{gpu}: PCIe link at Gen{now}, below its maximum Gen{max}"),
+        ));
+    }
+    if let (Some(now), Some(max)) = (h.pcie_width, h.pcie_max_width)
+        && now < max
+    {
+        found.push((
+            Verdict::Warn,
+            format!("GPU{gpu}: PCIe link at x{now}, below its maximum x{max}"),
+        ));
+    }
+    found
+}
+
+/// Every reason of the node with its severity, grouped by source: no GPUs, each GPU, the
+/// topology, the io check.
+fn node_findings(report: &NodeReport) -> Vec<Vec<Finding>> {
+    let mut found = Vec::new();
+    if report.gpus.is_empty() {
+        found.push(vec![(Verdict::Error, "no GPUs found".to_string())]);
+    }
+    for gpu in &report.gpus {
+        let known = gpu_findings(gpu);
+        let other: Vec<Finding> = gpu
+            .reasons
+            .iter()
+            .filter(|r| !known.iter().any(|(_, k)| k == *r))
+            .map(|r| (gpu.verdict, r.clone()))
+            .collect();
+        found.push(known.into_iter().chain(other).collect());
+    }
+    found.extend(
+        node_results(report)
+            .into_iter()
+            .map(|r| findings_of(vec![r])),
+    );
+    found
+}
+
+/// The Fail and Error reasons, Error first; within a severity, each source's first reason
+/// before any source's second, so one GPU with many failures does not hide the others.
+fn worst_first(sources: Vec<Vec<Finding>>) -> Vec<String> {
+    let mut ranked: Vec<(Verdict, usize, String)> = Vec::new();
+    for source in sources {
+        let mut seen: BTreeMap<Verdict, usize> = BTreeMap::new();
+        for (verdict, reason) in source.into_iter().filter(|(v, _)| v.is_bad()) {
+            let rank = seen.entry(verdict).or_default();
+            ranked.push((verdict, *rank, reason));
+            *rank += 1;
+        }
+    }
+    ranked.sort_by_key(|(v, rank, _)| (Reverse(*v), *rank));
+    ranked.into_iter().map(|(_, _, r)| r).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use gpuval_crds::{
+        Checks, ComputeResult, Dtype, GemmResult, MemoryResult, Profile, Stat, TopologyReport,
+    };
+
+    use super::*;
+    use crate::checks::compare_gpus as relative;
+    use crate::judge::testing::judge;
+
+    // ---- relative ----
+
+    fn report_with(index: i32, gbps: f64, bf16: f64) -> GpuReport {
+        GpuReport {
+            index,
+            name: "NVIDIA L40S".into(),
+            memory: Some(MemoryResult {
+                gbps,
+                ..Default::default()
+            }),
+            compute: Some(ComputeResult {
+                gemms: vec![GemmResult {
+                    dtype: Dtype::Bf16,
+                    tflops: bf16,
+                    iterations: 1,
+                    mismatches: 0,
+                    max_rel_error: 0.0,
+                    seconds: 1.0,
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn verdicts(gpus: &[GpuReport]) -> Vec<(Verdict, Verdict)> {
+        gpus.iter()
+            .map(|g| {
+                let m = g.memory.as_ref().map_or(Verdict::Skipped, |m| m.verdict);
+                let c = g.compute.as_ref().map_or(Verdict::Skipped, |c| c.verdict);
+                (m, c)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn relative_flags_slow_gpu_among_eight_without_profile() {
+        let checks = Checks::default();
+        let mut gpus: Vec<GpuReport> = (0..8)
+            .map(|i| report_with(i, 4000.0 + i as f64, 780.0))
+            .collect();
+        gpus[3].compute = report_with(3, 0.0, 560.0).compute;
+        if let Some(m) = gpus[6].memory.as_mut() {
+            m.gbps = 3000.0;
+        }
+        relative(&judge(&checks, Profile::None), &mut gpus);
+        let c = gpus[3].compute.as_ref().expect("compute");
+        assert_eq!(c.verdict, Verdict::Fail);
+        assert_eq!(
+            c.reasons,
+            vec!["GPU3 bf16: 560 TFLOP/s is 28% below its peers (median 780)"]
+        );
+        let m = gpus[6].memory.as_ref().expect("memory");
+        assert_eq!(
+            m.reasons,
+            vec!["GPU6 memory: 3000 GB/s is 25% below its peers (median 4003)"]
+        );
+        let bad: Vec<usize> = verdicts(&gpus)
+            .iter()
+            .enumerate()
+            .filter(|(_, (m, c))| m.is_bad() || c.is_bad())
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(bad, vec![3, 6]);
+    }
+
+    #[test]
+    fn relative_with_two_gpus_flags_only_the_slower() {
+        let checks = Checks::default();
+        let mut gpus = vec![report_with(0, 4000.0, 780.0), report_with(1, 4000.0, 560.0)];
+        relative(&judge(&checks, Profile::None), &mut gpus);
+        assert_eq!(
+            verdicts(&gpus),
+            vec![
+                (Verdict::Pass, Verdict::Pass),
+                (Verdict::Pass, Verdict::Fail)
+            ]
+        );
+        let mut close = vec![report_with(0, 4000.0, 780.0), report_with(1, 3500.0, 700.0)];
+        relative(&judge(&checks, Profile::None), &mut close);
+        assert_eq!(verdicts(&close), vec![(Verdict::Pass, Verdict::Pass); 2]);
+    }
+
+    #[test]
+    fn relative_needs_a_peer_and_skips_errored_checks() {
+        let checks = Checks::default();
+        let mut one = vec![report_with(0, 10.0, 1.0)];
+        relative(&judge(&checks, Profile::None), &mut one);
+        assert_eq!(verdicts(&one), vec![(Verdict::Pass, Verdict::Pass)]);
+
+        let mut gpus = vec![report_with(0, 4000.0, 780.0), report_with(1, 0.0, 0.0)];
+        if let Some(c) = gpus[1].compute.as_mut() {
+            c.verdict = Verdict::Error;
+        }
+        relative(&judge(&checks, Profile::None), &mut gpus);
+        assert_eq!(
+            verdicts(&gpus),
+            vec![
+                (Verdict::Pass, Verdict::Pass),
+                (Verdict::Pass, Verdict::Error)
+            ]
+        );
+    }
+
+    // ---- gpu ----
+
+    #[test]
+    fn gpu_takes_worst_of_checks_telemetry_and_health() {
+        let checks = Checks::default();
+        let j = judge(&checks, Profile::Auto);
+        let mut clean = report_with(0, 4000.0, 780.0);
+        clean.telemetry = Some(TelemetrySummary {
+            samples: 3,
+            temperature_c: Some(Stat {
+                min: 30.0,
+                mean: 50.0,
+                max: 70.0,
+            }),
+            throttle_reasons: vec!["SwPowerCap".into()],
+            ecc_uncorrected_delta: Some(0),
+            ..Default::default()
+        });
+        clean.health = Some(GpuHealth {
+            pcie_gen: Some(5),
+            pcie_max_gen: Some(5),
+            remapped_rows_uncorrectable: Some(0),
+            ..Default::default()
+        });
+        j.gpu(&mut clean);
+        assert_eq!(clean.verdict, Verdict::Pass, "{:?}", clean.reasons);
+
+        let mut xid = clean.clone();
+        if let Some(t) = xid.telemetry.as_mut() {
+            t.xid_events = vec![79];
+        }
+        j.gpu(&mut xid);
+        assert_eq!(xid.verdict, Verdict::Fail);
+        assert_eq!(xid.reasons, vec!["GPU0: Xid 79 during the run"]);
+
+        let mut ecc = clean.clone();
+        if let Some(t) = ecc.telemetry.as_mut() {
+            t.ecc_uncorrected_delta = Some(2);
+        }
+        j.gpu(&mut ecc);
+        assert_eq!(
+            ecc.reasons,
+            vec!["GPU0: 2 uncorrectable ECC errors during the run"]
+        );
+
+        let mut hot = clean.clone();
+        if let Some(t) = hot.telemetry.as_mut() {
+            t.throttle_reasons.push("HwThermalSlowdown".into());
+        }
+        j.gpu(&mut hot);
+        assert_eq!(hot.verdict, Verdict::Warn);
+        assert_eq!(
+            hot.reasons,
+            vec!["GPU0: clocks throttled during the run (HwThermalSlowdown)"]
+        );
+    }
+
+    #[test]
+    fn gpu_health_rules() {
+        let checks = Checks::default();
+        let j = judge(&checks, Profile::Auto);
+        let with = |h: GpuHealth| {
+            let mut g = GpuReport {
+                index: 1,
+                health: Some(h),
+                ..Default::default()
+            };
+            j.gpu(&mut g);
+            (g.verdict, g.reasons)
+        };
+        let (v, r) = with(GpuHealth {
+            remapped_rows_pending: Some(true),
+            ..Default::default()
+        });
+        assert_eq!((v, r.len()), (Verdict::Fail, 1));
+        let (v, _) = with(GpuHealth {
+            remapped_rows_failure: Some(true),
+            ..Default::default()
+        });
+        assert_eq!(v, Verdict::Fail);
+        let (v, r) = with(GpuHealth {
+            remapped_rows_uncorrectable: Some(2),
+            ..Default::default()
+        });
+        assert_eq!(v, Verdict::Warn);
+        assert_eq!(r, vec!["GPU1: 2 rows remapped after uncorrectable errors"]);
+        let (v, r) = with(GpuHealth {
+            pcie_gen: Some(4),
+            pcie_max_gen: Some(5),
+            pcie_width: Some(8),
+            pcie_max_width: Some(16),
+            ..Default::default()
+        });
+        assert_eq!(v, Verdict::Warn);
+        assert_eq!(
+            r,
+            vec![
+                "GPU1: PCIe link at Gen4, below its maximum Gen5",
+                "GPU1: PCIe link at x8, below its maximum x16"
+            ]
+        );
+        let (v, r) = with(GpuHealth {
+            remapped_rows_pending: Some(false),
+            remapped_rows_failure: Some(false),
+            pcie_gen: Some(5),
+            pcie_max_gen: Some(5),
+            ..Default::default()
+        });
+        assert_eq!((v, r.len()), (Verdict::Pass, 0));
+    }
+
+    #[test]
+    fn gpu_is_idempotent() {
+        let checks = Checks::default();
+        let j = judge(&checks, Profile::Auto);
+        let mut g = report_with(2, 4000.0, 780.0);
+        if let Some(m) = g.memory.as_mut() {
+            m.verdict = Verdict::Fail;
+            m.reasons = vec!["GPU2 memory: 1 mismatched word".into()];
+        }
+        j.gpu(&mut g);
+        j.gpu(&mut g);
+        assert_eq!(g.verdict, Verdict::Fail);
+        assert_eq!(g.reasons, vec!["GPU2 memory: 1 mismatched word"]);
+    }
+
+    // ---- node ----
+
+    #[test]
+    fn node_passes_when_everything_passes() {
+        let checks = Checks::default();
+        let mut report = NodeReport {
+            gpus: (0..2).map(|i| report_with(i, 4000.0, 780.0)).collect(),
+            topology: Some(TopologyReport::default()),
+            ..Default::default()
+        };
+        judge(&checks, Profile::Auto).node(&mut report);
+        assert_eq!(report.verdict, Verdict::Pass);
+        assert!(report.failures.is_empty());
+    }
+
+    #[test]
+    fn node_failures_worst_first_and_capped() {
+        let checks = Checks::default();
+        let mut gpus: Vec<GpuReport> = (0..8).map(|i| report_with(i, 4000.0, 780.0)).collect();
+        for g in gpus.iter_mut().take(6) {
+            let i = g.index;
+            if let Some(c) = g.compute.as_mut() {
+                c.verdict = Verdict::Fail;
+                c.reasons = vec![format!("GPU{i} bf16: slow")];
+            }
+        }
+        if let Some(m) = gpus[7].memory.as_mut() {
+            m.verdict = Verdict::Error;
+            m.reasons = vec!["GPU7: memory test: out of memory".into()];
+        }
+        gpus[7].health = Some(GpuHealth {
+            pcie_gen: Some(3),
+            pcie_max_gen: Some(5),
+            ..Default::default()
+        });
+        let mut report = NodeReport {
+            gpus,
+            topology: Some(TopologyReport {
+                verdict: Verdict::Fail,
+                reasons: vec!["GPU0 and GPU1 are connected by SYS, not NVLink".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        judge(&checks, Profile::Auto).node(&mut report);
+        assert_eq!(report.verdict, Verdict::Error);
+        assert_eq!(report.failures.len(), 5);
+        assert_eq!(report.failures[0], "GPU7: memory test: out of memory");
+        assert_eq!(report.failures[1], "GPU0 bf16: slow");
+        assert_eq!(report.failures[4], "GPU3 bf16: slow");
+        assert!(report.failures.iter().all(|f| !f.contains("PCIe")));
+        assert_eq!(report.gpus[7].verdict, Verdict::Error);
+        assert_eq!(report.gpus[7].reasons.len(), 2);
+    }
+
+    #[test]
+    fn node_failures_spread_over_sources() {
+        let checks = Checks::default();
+        let mut gpus: Vec<GpuReport> = (0..3).map(|i| report_with(i, 4000.0, 780.0)).collect();
+        if let Some(c) = gpus[0].compute.as_mut() {
+            c.verdict = Verdict::Fail;
+            c.reasons = (0..6).map(|k| format!("GPU0 reason {k}")).collect();
+        }
+        if let Some(m) = gpus[2].memory.as_mut() {
+            m.verdict = Verdict::Fail;
+            m.reasons = vec!["GPU2 memory reason".into()];
+        }
+        let mut report = NodeReport {
+            gpus,
+            topology: Some(TopologyReport {
+                verdict: Verdict::Fail,
+                reasons: vec!["topology reason".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        judge(&checks, Profile::Auto).node(&mut report);
+        assert_eq!(
+            report.failures,
+            vec![
+                "GPU0 reason 0",
+                "GPU2 memory reason",
+                "topology reason",
+                "GPU0 reason 1",
+                "GPU0 reason 2"
+            ]
+        );
+    }
+
+    #[test]
+    fn node_topology_failure_fails_node() {
+        let checks = Checks::default();
+        let mut report = NodeReport {
+            gpus: vec![report_with(0, 4000.0, 780.0)],
+            topology: Some(TopologyReport {
+                verdict: Verdict::Fail,
+                reasons: vec!["GPU0: 17 of 18 NVLink links active".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        judge(&checks, Profile::Auto).node(&mut report);
+        assert_eq!(report.verdict, Verdict::Fail);
+        assert_eq!(report.failures, vec!["GPU0: 17 of 18 NVLink links active"]);
+    }
+
+    #[test]
+    fn node_io_failure_or_error_reaches_the_node() {
+        let checks = Checks::default();
+        for (verdict, reason) in [
+            (
+                Verdict::Fail,
+                "io: write 812 MB/s < 1000 MB/s (spec minWriteMbps)",
+            ),
+            (Verdict::Error, "io: io directory /data does not exist"),
+        ] {
+            let mut report = NodeReport {
+                gpus: vec![report_with(0, 4000.0, 780.0)],
+                io: Some(gpuval_crds::IoResult {
+                    verdict,
+                    reasons: vec![reason.into()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            judge(&checks, Profile::Auto).node(&mut report);
+            assert_eq!(report.verdict, verdict);
+            assert_eq!(report.failures, vec![reason]);
+            assert_eq!(report.gpus[0].verdict, Verdict::Pass);
+        }
+    }
+
+    #[test]
+    fn node_without_gpus_is_an_error() {
+        let checks = Checks::default();
+        let mut report = NodeReport::default();
+        judge(&checks, Profile::Auto).node(&mut report);
+        assert_eq!(report.verdict, Verdict::Error);
+        assert_eq!(report.failures, vec!["no GPUs found"]);
+    }
+}
