@@ -80,8 +80,13 @@ pub fn next(
         ..Default::default()
     };
 
+    if same_run && previous.phase.is_some_and(Phase::is_terminal) {
+        // A finished run stays as it ended (a blocked one has no node lines to count again).
+        step.status = previous;
+        return step;
+    }
     let mut status = if same_run {
-        previous.clone()
+        previous
     } else {
         match start::start_run(generation, &previous, &select(), &now_t) {
             start::RunStart::Blocked { status, event } => {
@@ -104,8 +109,7 @@ pub fn next(
     let waiting_for_result = advance_nodes(&mut status.nodes, world, generation, &clock, &mut step);
 
     let (phase, summary) = conclude(&mut status, generation, &now_t);
-    let was_terminal = same_run && previous.phase.is_some_and(Phase::is_terminal);
-    if phase.is_terminal() && !was_terminal {
+    if phase.is_terminal() {
         step.events.push(events::finished(phase, &summary));
     }
     step.requeue_after = events::requeue_after(phase, &clock, waiting_for_result);
@@ -468,5 +472,36 @@ mod tests {
         assert_eq!(stalled.reason, "NoNodesSelected");
         assert!(s.create_pods.is_empty());
         assert_eq!(s.requeue_after, None);
+    }
+    #[test]
+    fn a_blocked_run_stays_blocked() {
+        let g = gv(1, None);
+        let (now, w) = world(0, vec![], vec![]);
+        let first = next(&g, &w, now, Selection::default);
+        let g = gv(1, Some(first.status.clone()));
+        let again = next(&g, &w, at(5), || {
+            unreachable!("the node set is resolved once")
+        });
+        assert_eq!(again.status, first.status, "still Failed and Stalled");
+        assert!(again.events.is_empty());
+        assert_eq!(again.requeue_after, None);
+    }
+
+    #[test]
+    fn a_finished_run_is_left_as_it_ended() {
+        let done = |node| pod(node, PodPhase::Succeeded);
+        let passed = |node| result(node, Verdict::Pass, "");
+        let (now, w) = world(
+            60,
+            vec![done("a"), done("b")],
+            vec![passed("a"), passed("b")],
+        );
+        let steps = run(&[world(0, vec![], vec![]), (now, w.clone())]);
+        assert_eq!(steps[1].status.phase, Some(Phase::Passed));
+        let g = gv(1, Some(steps[1].status.clone()));
+        let again = next(&g, &w, at(900), two_nodes);
+        assert_eq!(again.status, steps[1].status);
+        assert!(again.events.is_empty(), "Passed is told once");
+        assert_eq!(again.requeue_after, None);
     }
 }
