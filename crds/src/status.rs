@@ -1,9 +1,43 @@
 //! `GpuValidation` status: phase, kstatus conditions, counts and a compact line per node.
 //! Full per-node detail lives in `GpuNodeResult` objects so this object stays small.
 
+use std::fmt;
+use std::str::FromStr;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::report::Verdict;
+
+/// A string that names none of an enum's values (as written in the API).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} '{value}': use one of {expected}")]
+pub struct UnknownValue {
+    /// What was being parsed (`phase`, `node verdict`, `verdict`).
+    pub kind: &'static str,
+    /// The string as given.
+    pub value: String,
+    /// The accepted values, comma-separated.
+    pub expected: String,
+}
+
+/// Finds the value of `all` whose API name is `s` (exact, as the API writes it).
+fn parse_named<T: Copy>(
+    s: &str,
+    all: &[T],
+    name: impl Fn(T) -> &'static str,
+    kind: &'static str,
+) -> Result<T, UnknownValue> {
+    all.iter()
+        .copied()
+        .find(|v| name(*v) == s)
+        .ok_or_else(|| UnknownValue {
+            kind,
+            value: s.to_string(),
+            expected: all.iter().map(|v| name(*v)).collect::<Vec<_>>().join(", "),
+        })
+}
 
 /// Where a validation stands.
 #[derive(
@@ -22,8 +56,36 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in the order a run moves through them.
+    pub const ALL: [Phase; 4] = [Phase::Pending, Phase::Running, Phase::Passed, Phase::Failed];
+
+    /// True for Passed and Failed: the run of this generation is over.
     pub fn is_terminal(self) -> bool {
         matches!(self, Phase::Passed | Phase::Failed)
+    }
+
+    /// The phase as the API writes it (`Pending`, `Running`, `Passed`, `Failed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Passed => "Passed",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Phase {
+    type Err = UnknownValue;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_named(s, &Phase::ALL, Phase::as_str, "phase")
     }
 }
 
@@ -48,8 +110,63 @@ pub enum NodeVerdict {
 }
 
 impl NodeVerdict {
+    /// Every node verdict.
+    pub const ALL: [NodeVerdict; 6] = [
+        NodeVerdict::Pending,
+        NodeVerdict::Running,
+        NodeVerdict::Passed,
+        NodeVerdict::Failed,
+        NodeVerdict::Error,
+        NodeVerdict::DeadlineExceeded,
+    ];
+
+    /// True once the node has its verdict for this run (anything but Pending and Running).
     pub fn is_final(self) -> bool {
         !matches!(self, NodeVerdict::Pending | NodeVerdict::Running)
+    }
+
+    /// The verdict as the API writes it (`Passed`, `DeadlineExceeded`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeVerdict::Pending => "Pending",
+            NodeVerdict::Running => "Running",
+            NodeVerdict::Passed => "Passed",
+            NodeVerdict::Failed => "Failed",
+            NodeVerdict::Error => "Error",
+            NodeVerdict::DeadlineExceeded => "DeadlineExceeded",
+        }
+    }
+}
+
+impl fmt::Display for NodeVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for NodeVerdict {
+    type Err = UnknownValue;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_named(s, &NodeVerdict::ALL, NodeVerdict::as_str, "node verdict")
+    }
+}
+
+/// Every check or node-result verdict ([`Verdict::as_str`] names them).
+const VERDICTS: [Verdict; 5] = [
+    Verdict::Skipped,
+    Verdict::Pass,
+    Verdict::Warn,
+    Verdict::Fail,
+    Verdict::Error,
+];
+
+/// Parses a node result's verdict as the agent writes it (the `gpuval.io/verdict` label).
+impl FromStr for Verdict {
+    type Err = UnknownValue;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_named(s, &VERDICTS, Verdict::as_str, "verdict")
     }
 }
 
@@ -108,4 +225,56 @@ pub struct NodeStatus {
     /// Name of the GpuNodeResult with the full report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The API name of a value: what serde writes, without the quotes.
+    fn api_name(v: impl Serialize) -> String {
+        match serde_json::to_value(v) {
+            Ok(serde_json::Value::String(s)) => s,
+            other => panic!("expected a string, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn phase_names_match_the_api_and_parse_back() {
+        for p in Phase::ALL {
+            assert_eq!(p.as_str(), api_name(p));
+            assert_eq!(p.to_string(), p.as_str());
+            assert_eq!(p.as_str().parse::<Phase>(), Ok(p));
+        }
+    }
+
+    #[test]
+    fn node_verdict_names_match_the_api_and_parse_back() {
+        for v in NodeVerdict::ALL {
+            assert_eq!(v.as_str(), api_name(v));
+            assert_eq!(v.to_string(), v.as_str());
+            assert_eq!(v.as_str().parse::<NodeVerdict>(), Ok(v));
+        }
+    }
+
+    #[test]
+    fn verdict_names_parse_back() {
+        for v in VERDICTS {
+            assert_eq!(v.as_str(), api_name(v));
+            assert_eq!(v.as_str().parse::<Verdict>(), Ok(v));
+        }
+    }
+
+    #[test]
+    fn unknown_names_are_refused_with_the_choices() {
+        let e = "passed".parse::<Phase>().expect_err("names are exact");
+        assert_eq!(e.kind, "phase");
+        assert_eq!(e.value, "passed");
+        assert_eq!(
+            e.to_string(),
+            "unknown phase 'passed': use one of Pending, Running, Passed, Failed"
+        );
+        assert!("Timeout".parse::<NodeVerdict>().is_err());
+        assert!("".parse::<Verdict>().is_err());
+    }
 }

@@ -52,9 +52,9 @@ pub enum ConfigError {
     IoPathNotAllowed { path: String, allowed: String },
     #[error("--io-host-path {0} must be an absolute path without `..`")]
     IoPathNotAbsolute(String),
-    #[error("invalid toleration {0:?}: write KEY[=VALUE][:EFFECT], e.g. nvidia.com/gpu:NoSchedule")]
+    #[error("invalid toleration '{0}': write KEY[=VALUE][:EFFECT], e.g. nvidia.com/gpu:NoSchedule")]
     Toleration(String),
-    #[error("invalid --agent-env {0:?}: write NAME=VALUE")]
+    #[error("invalid --agent-env '{0}': write NAME=VALUE")]
     Env(String),
     #[error("--agent-image must not be empty")]
     NoImage,

@@ -1,12 +1,15 @@
 //! The gpuval operator: watches `GpuValidation`s, fans agent pods out to the selected GPU
 //! nodes, and aggregates the nodes' results into the validation's status.
 //!
-//! The decisions are pure functions ([`selection`], [`plan`], [`pod`]); [`controller`] is the
-//! thin shell that reads the cluster and applies them.
+//! The decisions are pure functions ([`selection`], [`reconcile`] and its steps, [`pod`]);
+//! [`controller`] is the thin shell that watches the cluster, [`observe`]s it, and [`apply`]s
+//! the decisions.
 
+pub mod apply;
 pub mod config;
 pub mod controller;
 pub mod metrics;
-pub mod plan;
+pub mod observe;
 pub mod pod;
+pub mod reconcile;
 pub mod selection;

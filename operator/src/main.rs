@@ -130,12 +130,10 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
     Ok(cfg)
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info,kube=warn".into());
-    if args.log_format == "text" {
+    if format == "text" {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     } else {
         tracing_subscriber::fmt()
@@ -143,77 +141,99 @@ async fn main() -> anyhow::Result<()> {
             .with_env_filter(filter)
             .init();
     }
-    let cfg = build_config(&args).context("invalid configuration")?;
-    let client = kube::Client::try_default()
-        .await
-        .context("connect to the Kubernetes API")?;
+}
 
-    let metrics = Arc::new(Metrics::default());
-    let ready = Arc::new(AtomicBool::new(false));
-    let http = Http {
-        metrics: metrics.clone(),
-        ready: ready.clone(),
-    };
+/// Serves /metrics, /healthz and /readyz on `addr` in the background.
+async fn serve_http(addr: SocketAddr, http: Http) -> anyhow::Result<()> {
     let app = Router::new()
         .route("/metrics", get(serve_metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(http);
-    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .with_context(|| format!("bind {}", args.metrics_addr))?;
-    tracing::info!(addr = %args.metrics_addr, "serving /metrics /healthz /readyz");
+        .with_context(|| format!("bind {addr}"))?;
+    tracing::info!(addr = %addr, "serving /metrics /healthz /readyz");
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "metrics server stopped");
         }
     });
+    Ok(())
+}
 
-    let shutdown = async {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = term.recv() => {},
-            _ = tokio::signal::ctrl_c() => {},
-        }
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
     };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}
 
-    if args.leader_elect {
-        let identity = std::env::var("POD_NAME")
-            .unwrap_or_else(|_| format!("gpuval-operator-{}", std::process::id()));
-        let manager = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-            .with_namespace(&cfg.namespace)
-            .with_identity(&identity)
-            .with_duration(15)
-            .with_grace(5)
-            .build()
-            .await
-            .context("set up leader election")?;
-        let (mut leader, _task) = manager.watch().await;
-        tracing::info!(identity = %identity, lease = %args.lease_name, "waiting to become leader");
-        while !*leader.borrow_and_update() {
+/// Waits to hold the Lease `lease_name`, then runs the controller until `shutdown` resolves
+/// or the lease is lost.
+async fn run_as_leader(
+    client: kube::Client,
+    cfg: OperatorConfig,
+    lease_name: &str,
+    http: Http,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let identity = std::env::var("POD_NAME")
+        .unwrap_or_else(|_| format!("gpuval-operator-{}", std::process::id()));
+    let manager = LeaseManagerBuilder::new(client.clone(), lease_name)
+        .with_namespace(&cfg.namespace)
+        .with_identity(&identity)
+        .with_duration(15)
+        .with_grace(5)
+        .build()
+        .await
+        .context("set up leader election")?;
+    let (mut leader, _task) = manager.watch().await;
+    tracing::info!(identity = %identity, lease = %lease_name, "waiting to become leader");
+    while !*leader.borrow_and_update() {
+        if leader.changed().await.is_err() {
+            anyhow::bail!("leader election stopped");
+        }
+    }
+    tracing::info!(identity = %identity, "leading");
+    let lost = async move {
+        while *leader.borrow_and_update() {
             if leader.changed().await.is_err() {
-                anyhow::bail!("leader election stopped");
+                break;
             }
         }
-        tracing::info!(identity = %identity, "leading");
-        let lost = async move {
-            while *leader.borrow_and_update() {
-                if leader.changed().await.is_err() {
-                    break;
-                }
-            }
-            tracing::warn!("lost the lease; stopping");
-        };
-        let stop = async move {
-            tokio::select! { _ = shutdown => {}, _ = lost => {} }
-        };
-        controller::run(client, cfg, metrics, ready, stop).await;
+        tracing::warn!("lost the lease; stopping");
+    };
+    let stop = async move {
+        tokio::select! { _ = shutdown => {}, _ = lost => {} }
+    };
+    controller::run(client, cfg, http.metrics, http.ready, stop).await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_tracing(&args.log_format);
+    let cfg = build_config(&args).context("invalid configuration")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connect to the Kubernetes API")?;
+
+    let http = Http {
+        metrics: Arc::new(Metrics::default()),
+        ready: Arc::new(AtomicBool::new(false)),
+    };
+    serve_http(args.metrics_addr, http.clone()).await?;
+    if args.leader_elect {
+        run_as_leader(client, cfg, &args.lease_name, http, shutdown_signal()).await?;
     } else {
-        controller::run(client, cfg, metrics, ready, shutdown).await;
+        controller::run(client, cfg, http.metrics, http.ready, shutdown_signal()).await;
     }
     tracing::info!("stopped");
     Ok(())

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use gpuval_crds::{GPU_RESOURCE, GpuValidation, labels};
+use gpuval_crds::{GPU_RESOURCE, GpuValidation, agent_env, labels};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, EnvVar, EnvVarSource, HostPathVolumeSource, NodeAffinity,
     NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodSpec,
@@ -14,9 +14,10 @@ use kube::Resource;
 
 use crate::config::OperatorConfig;
 
-/// Where the I/O volume is mounted in the agent container.
+/// Where the I/O volume is mounted in the agent container (the agent's `GPUVAL_IO_DIR`).
 pub const IO_MOUNT: &str = "/var/lib/gpuval-io";
-pub const APP_LABEL: &str = "gpuval-agent";
+/// The `app.kubernetes.io/name` of agent pods.
+pub const APP_LABEL: &str = labels::AGENT_APP;
 
 /// Deterministic pod name: `gpuval-<validation>-<node>-g<generation>`, shortened with a hash
 /// when it would exceed 63 characters (pod names become hostnames).
@@ -55,9 +56,9 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 /// The labels every agent pod of a run carries.
 pub fn pod_labels(validation: &str, node: &str, generation: i64) -> BTreeMap<String, String> {
     BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), APP_LABEL.to_string()),
+        (labels::APP_NAME_KEY.to_string(), APP_LABEL.to_string()),
         (
-            "app.kubernetes.io/managed-by".to_string(),
+            labels::MANAGED_BY_KEY.to_string(),
             labels::MANAGED_BY.to_string(),
         ),
         (
@@ -69,44 +70,75 @@ pub fn pod_labels(validation: &str, node: &str, generation: i64) -> BTreeMap<Str
     ])
 }
 
-/// The agent pod for `node` (with `gpus` allocatable GPUs, all of which it requests).
-pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig) -> Pod {
-    let name = gv.metadata.name.clone().unwrap_or_default();
-    let generation = gv.metadata.generation.unwrap_or(0);
-    let owner: Option<OwnerReference> = gv.controller_owner_ref(&());
-    let gpu_qty = Quantity(gpus.max(1).to_string());
-
+/// The agent's environment: its run, its node and pod (downward API), the I/O directory when
+/// the admin set one, then the admin's extra variables.
+fn container_env(gv: &GpuValidation, cfg: &OperatorConfig) -> Vec<EnvVar> {
     let mut envs = vec![
-        env("GPUVAL_VALIDATION", name.clone()),
-        env("GPUVAL_GENERATION", generation.to_string()),
         env(
-            "GPUVAL_VALIDATION_UID",
+            agent_env::VALIDATION,
+            gv.metadata.name.clone().unwrap_or_default(),
+        ),
+        env(
+            agent_env::GENERATION,
+            gv.metadata.generation.unwrap_or(0).to_string(),
+        ),
+        env(
+            agent_env::VALIDATION_UID,
             gv.metadata.uid.clone().unwrap_or_default(),
         ),
-        field_env("NODE_NAME", "spec.nodeName"),
-        field_env("POD_NAMESPACE", "metadata.namespace"),
-        field_env("POD_NAME", "metadata.name"),
+        field_env(agent_env::NODE_NAME, "spec.nodeName"),
+        field_env(agent_env::POD_NAMESPACE, "metadata.namespace"),
+        field_env(agent_env::POD_NAME, "metadata.name"),
     ];
-    let mut mounts = Vec::new();
-    let mut volumes = Vec::new();
-    if let Some(path) = &cfg.io_host_path {
-        envs.push(env("GPUVAL_IO_DIR", IO_MOUNT));
-        mounts.push(VolumeMount {
-            name: "io".into(),
-            mount_path: IO_MOUNT.into(),
-            ..Default::default()
-        });
-        volumes.push(Volume {
-            name: "io".into(),
-            host_path: Some(HostPathVolumeSource {
-                path: path.display().to_string(),
-                type_: Some("DirectoryOrCreate".into()),
-            }),
-            ..Default::default()
-        });
+    if cfg.io_host_path.is_some() {
+        envs.push(env(agent_env::IO_DIR, IO_MOUNT));
     }
     envs.extend(cfg.agent_env.iter().map(|(k, v)| env(k, v.clone())));
+    envs
+}
 
+/// The I/O check's host directory and its mount, when the admin configured one.
+fn io_volume(cfg: &OperatorConfig) -> Option<(Volume, VolumeMount)> {
+    let path = cfg.io_host_path.as_ref()?;
+    let volume = Volume {
+        name: "io".into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.display().to_string(),
+            type_: Some("DirectoryOrCreate".into()),
+        }),
+        ..Default::default()
+    };
+    let mount = VolumeMount {
+        name: "io".into(),
+        mount_path: IO_MOUNT.into(),
+        ..Default::default()
+    };
+    Some((volume, mount))
+}
+
+/// Pinned to the node through the scheduler, so GPU capacity is accounted for and a cordoned or
+/// full node keeps the pod Pending with a reason instead of failing it.
+fn pinned_to(node: &str) -> Affinity {
+    Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_fields: Some(vec![NodeSelectorRequirement {
+                        key: "metadata.name".into(),
+                        operator: "In".into(),
+                        values: Some(vec![node.to_string()]),
+                    }]),
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The GPU taint toleration, then the admin's.
+fn tolerations(cfg: &OperatorConfig) -> Vec<Toleration> {
     let mut tolerations = vec![Toleration {
         key: Some(GPU_RESOURCE.into()),
         operator: Some("Exists".into()),
@@ -114,8 +146,57 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
         ..Default::default()
     }];
     tolerations.extend(cfg.tolerations.iter().cloned());
+    tolerations
+}
 
-    let privileged = cfg.agent_privileged;
+/// Every GPU of the node (at least one), one CPU and 1 GiB.
+fn resources(gpus: i32) -> ResourceRequirements {
+    let gpu_qty = Quantity(gpus.max(1).to_string());
+    ResourceRequirements {
+        limits: Some(BTreeMap::from([(
+            GPU_RESOURCE.to_string(),
+            gpu_qty.clone(),
+        )])),
+        requests: Some(BTreeMap::from([
+            (GPU_RESOURCE.to_string(), gpu_qty),
+            ("cpu".to_string(), Quantity("1".into())),
+            ("memory".to_string(), Quantity("1Gi".into())),
+        ])),
+        ..Default::default()
+    }
+}
+
+/// Least privilege (no capabilities, read-only root) unless the admin opted into privileged.
+fn security_context(privileged: bool) -> SecurityContext {
+    SecurityContext {
+        privileged: Some(privileged),
+        allow_privilege_escalation: Some(privileged),
+        capabilities: (!privileged).then(|| Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        read_only_root_filesystem: Some(true),
+        ..Default::default()
+    }
+}
+
+/// The agent pod for `node` (with `gpus` allocatable GPUs, all of which it requests).
+pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig) -> Pod {
+    let name = gv.metadata.name.clone().unwrap_or_default();
+    let generation = gv.metadata.generation.unwrap_or(0);
+    let owner: Option<OwnerReference> = gv.controller_owner_ref(&());
+    let (volume, mount) = io_volume(cfg).unzip();
+    let container = Container {
+        name: "agent".into(),
+        image: Some(cfg.agent_image.clone()),
+        image_pull_policy: cfg.agent_image_pull_policy.clone(),
+        args: Some(vec!["k8s".into()]),
+        env: Some(container_env(gv, cfg)),
+        resources: Some(resources(gpus)),
+        security_context: Some(security_context(cfg.agent_privileged)),
+        volume_mounts: mount.map(|m| vec![m]),
+        ..Default::default()
+    };
     Pod {
         metadata: ObjectMeta {
             name: Some(pod_name(&name, node, generation)),
@@ -132,57 +213,10 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
             restart_policy: Some("Never".into()),
             service_account_name: Some(cfg.agent_service_account.clone()),
             termination_grace_period_seconds: Some(30),
-            // Pinned to the node through the scheduler, so GPU capacity is accounted for and a
-            // cordoned or full node keeps the pod Pending with a reason instead of failing it.
-            affinity: Some(Affinity {
-                node_affinity: Some(NodeAffinity {
-                    required_during_scheduling_ignored_during_execution: Some(NodeSelector {
-                        node_selector_terms: vec![NodeSelectorTerm {
-                            match_fields: Some(vec![NodeSelectorRequirement {
-                                key: "metadata.name".into(),
-                                operator: "In".into(),
-                                values: Some(vec![node.to_string()]),
-                            }]),
-                            ..Default::default()
-                        }],
-                    }),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            tolerations: Some(tolerations),
-            containers: vec![Container {
-                name: "agent".into(),
-                image: Some(cfg.agent_image.clone()),
-                image_pull_policy: cfg.agent_image_pull_policy.clone(),
-                args: Some(vec!["k8s".into()]),
-                env: Some(envs),
-                resources: Some(ResourceRequirements {
-                    limits: Some(BTreeMap::from([(
-                        GPU_RESOURCE.to_string(),
-                        gpu_qty.clone(),
-                    )])),
-                    requests: Some(BTreeMap::from([
-                        (GPU_RESOURCE.to_string(), gpu_qty),
-                        ("cpu".to_string(), Quantity("1".into())),
-                        ("memory".to_string(), Quantity("1Gi".into())),
-                    ])),
-                    ..Default::default()
-                }),
-                security_context: Some(SecurityContext {
-                    privileged: Some(privileged),
-                    allow_privilege_escalation: Some(privileged),
-                    capabilities: (!privileged).then(|| Capabilities {
-                        drop: Some(vec!["ALL".into()]),
-                        add: None,
-                    }),
-                    read_only_root_filesystem: Some(true),
-                    ..Default::default()
-                }),
-                volume_mounts: (!mounts.is_empty()).then_some(mounts),
-                ..Default::default()
-            }],
-            volumes: (!volumes.is_empty()).then_some(volumes),
+            affinity: Some(pinned_to(node)),
+            tolerations: Some(tolerations(cfg)),
+            containers: vec![container],
+            volumes: volume.map(|v| vec![v]),
             ..Default::default()
         }),
         status: None,

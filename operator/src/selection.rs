@@ -120,17 +120,13 @@ pub fn select(spec: &GpuValidationSpec, nodes: &[Node]) -> Selection {
         .map(|n| n.to_string())
         .collect();
 
-    let empty = Default::default();
     let mut sorted: Vec<&Node> = nodes.iter().collect();
     sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     for node in sorted {
         let Some(name) = node.metadata.name.as_deref() else {
             continue;
         };
-        let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
-        if selector.as_ref().is_some_and(|s| !s.matches(labels))
-            || (!names.is_empty() && !names.contains(name))
-        {
+        if !is_candidate(node, name, selector.as_ref(), &names) {
             continue;
         }
         let gpus = allocatable_gpus(node);
@@ -151,16 +147,33 @@ pub fn select(spec: &GpuValidationSpec, nodes: &[Node]) -> Selection {
         });
     }
     if !targeted {
-        // Say why GPU-less nodes are absent only in aggregate, to keep status small.
-        let without = nodes.iter().filter(|n| allocatable_gpus(n) <= 0).count();
-        if without > 0 {
-            out.excluded.push((
-                format!("{without} node(s)"),
-                format!("no allocatable {GPU_RESOURCE}"),
-            ));
-        }
+        out.excluded.extend(without_gpus(nodes));
     }
     out
+}
+
+/// True when node `name` matches `selector` (if any) and is among `names` (if any).
+fn is_candidate(
+    node: &Node,
+    name: &str,
+    selector: Option<&Selector>,
+    names: &BTreeSet<&str>,
+) -> bool {
+    let empty = Default::default();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+    selector.is_none_or(|s| s.matches(labels)) && (names.is_empty() || names.contains(name))
+}
+
+/// Why GPU-less nodes are absent, in aggregate (to keep status small): none when every node
+/// has GPUs.
+fn without_gpus(nodes: &[Node]) -> Option<(String, String)> {
+    let without = nodes.iter().filter(|n| allocatable_gpus(n) <= 0).count();
+    (without > 0).then(|| {
+        (
+            format!("{without} node(s)"),
+            format!("no allocatable {GPU_RESOURCE}"),
+        )
+    })
 }
 
 #[cfg(test)]

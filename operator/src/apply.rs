@@ -1,0 +1,194 @@
+//! The shell's write side: carries out a reconcile [`Step`] against the API server (pods,
+//! results, the status through server-side apply, events, failed-node actions).
+
+use futures::StreamExt;
+use gpuval_crds::{GpuNodeResult, GpuValidation, GpuValidationStatus, NodeAction, labels};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kube::Resource;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, ResourceExt};
+use kube::runtime::events::{Event, EventType};
+
+use crate::controller::{Ctx, Error, FIELD_MANAGER};
+use crate::pod;
+use crate::reconcile::{PlannedEvent, Step};
+
+/// Agent pods created at once.
+const CREATE_CONCURRENCY: usize = 32;
+
+/// Applies `step` for validation `gv`: deletes first, then creates, then writes the status
+/// (only when it changed), then tells (events) and acts on failed nodes. Events and node
+/// actions are best effort: their failures are logged, not retried.
+pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Error> {
+    delete_all::<Pod>(ctx, &step.delete_pods).await?;
+    delete_all::<GpuNodeResult>(ctx, &step.delete_results).await?;
+    create_pods(gv, ctx, &step.create_pods).await?;
+    if gv.status.as_ref() != Some(&step.status) {
+        write_status(&gv.name_any(), ctx, &step.status).await?;
+        ctx.metrics
+            .count_new_verdicts(gv.status.as_ref(), &step.status);
+    }
+    publish_events(gv, ctx, &step.events).await;
+    act_on_failed_nodes(gv, ctx, &step.newly_failed).await;
+    Ok(())
+}
+
+/// Deletes the named objects of kind `K` in the operator's namespace (gone already is fine).
+async fn delete_all<K>(ctx: &Ctx, names: &[String]) -> Result<(), kube::Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    for name in names {
+        ignore_not_found(
+            api.delete(name, &DeleteParams::background())
+                .await
+                .map(|_| ()),
+        )?;
+    }
+    Ok(())
+}
+
+/// Creates the agent pods for `nodes` ((node, gpus) pairs), a few at once; a pod that exists
+/// already is fine.
+async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let pods: Vec<Pod> = nodes
+        .iter()
+        .map(|(node, gpus)| pod::agent_pod(gv, node, *gpus, &ctx.cfg))
+        .collect();
+    let created = futures::stream::iter(pods.into_iter().map(|pod| {
+        let (api, pp) = (api.clone(), pp.clone());
+        async move {
+            match api.create(&pp, &pod).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            }
+        }
+    }))
+    .buffer_unordered(CREATE_CONCURRENCY)
+    .collect::<Vec<_>>()
+    .await;
+    for c in created {
+        if c? {
+            ctx.metrics.pods_created.inc();
+        }
+    }
+    Ok(())
+}
+
+/// Writes `status` to validation `name` through server-side apply.
+async fn write_status(name: &str, ctx: &Ctx, status: &GpuValidationStatus) -> Result<(), Error> {
+    let body = serde_json::json!({
+        "apiVersion": GpuValidation::api_version(&()),
+        "kind": GpuValidation::kind(&()),
+        "status": status,
+    });
+    let api: Api<GpuValidation> = Api::all(ctx.client.clone());
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Publishes `events` about `gv` (logging the ones that could not be published).
+async fn publish_events(gv: &GpuValidation, ctx: &Ctx, events: &[PlannedEvent]) {
+    let reference = gv.object_ref(&());
+    for e in events {
+        let ev = Event {
+            type_: if e.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: e.reason.into(),
+            note: Some(e.note.clone()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(err) = ctx.recorder.publish(&ev, &reference).await {
+            tracing::warn!(validation = %gv.name_any(), reason = e.reason, error = %err, "could not publish an event");
+        }
+    }
+}
+
+/// Applies `spec.onFailure.action` to the nodes that just failed (logging the ones that could
+/// not be marked).
+async fn act_on_failed_nodes(gv: &GpuValidation, ctx: &Ctx, failed: &[String]) {
+    let action = gv
+        .spec
+        .on_failure
+        .as_ref()
+        .map(|o| o.action)
+        .unwrap_or_default();
+    if action == NodeAction::None {
+        return;
+    }
+    let name = gv.name_any();
+    for node in failed {
+        if let Err(err) = mark_node(ctx, node, &name, action).await {
+            tracing::warn!(validation = %name, node = %node, error = %err, "could not mark a failed node");
+        }
+    }
+}
+
+/// Labels or taints a node that failed (`gpuval.io/failed=<validation>`).
+async fn mark_node(
+    ctx: &Ctx,
+    node: &str,
+    validation: &str,
+    action: NodeAction,
+) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let value = labels::node_value(validation);
+    match action {
+        NodeAction::None => Ok(()),
+        NodeAction::Label => {
+            let patch = serde_json::json!({"metadata": {"labels": {labels::FAILED_NODE: value}}});
+            nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+        }
+        NodeAction::Taint => {
+            let current = nodes.get(node).await?;
+            let mut taints = current.spec.and_then(|s| s.taints).unwrap_or_default();
+            if taints.iter().any(|t| t.key == labels::FAILED_NODE) {
+                return Ok(());
+            }
+            taints.push(Taint {
+                key: labels::FAILED_NODE.into(),
+                value: Some(value),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            });
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "spec": {"taints": taints},
+            });
+            nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+        }
+    }
+}
+
+/// A 404 is no error when deleting.
+fn ignore_not_found(r: Result<(), kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other,
+    }
+}

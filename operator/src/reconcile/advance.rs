@@ -1,0 +1,319 @@
+//! One node's line of a run: from its agent pod and its result (and whether the node still
+//! exists and the run is past its deadline), the node's next verdict and what to do to its pod.
+
+use std::time::Duration;
+
+use gpuval_crds::{NodeStatus, NodeVerdict, Verdict};
+
+use super::clock::RunClock;
+use super::truncate;
+use super::view::{PodPhase, PodView, ResultView};
+
+/// How long a pod may sit Succeeded before a missing result counts as an error (the result
+/// watch can trail the pod watch).
+pub const RESULT_GRACE: Duration = Duration::from_secs(30);
+
+/// What the cluster shows of one node for this generation.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// The node's agent pod, if it exists.
+    pub pod: Option<&'a PodView>,
+    /// The node's result, if the agent stored one.
+    pub result: Option<&'a ResultView>,
+    /// The Node object still exists.
+    pub node_exists: bool,
+}
+
+/// What to do to a node's agent pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodChange {
+    /// The node has no pod for this generation yet: create one.
+    Create,
+    /// The node ran out of time: delete its pod (by name).
+    Delete(String),
+}
+
+/// A node's next line and what follows from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Advanced {
+    pub line: NodeStatus,
+    pub pod: Option<PodChange>,
+    /// The agent finished and its result is awaited (look again soon).
+    pub waiting_for_result: bool,
+}
+
+/// The verdict a node gets from its result's verdict (warnings and skips pass).
+pub fn node_verdict_of(v: Verdict) -> NodeVerdict {
+    match v {
+        Verdict::Pass | Verdict::Warn | Verdict::Skipped => NodeVerdict::Passed,
+        Verdict::Fail => NodeVerdict::Failed,
+        Verdict::Error => NodeVerdict::Error,
+    }
+}
+
+/// Advances a node whose verdict is not final yet. In order: a result decides; past the
+/// deadline the node is out of time (and its pod goes); a deleted node is an error; otherwise
+/// the pod's state decides (see [`from_pod`]).
+pub fn advance_node(line: &NodeStatus, seen: Seen<'_>, clock: &RunClock) -> Advanced {
+    let mut next = Advanced {
+        line: line.clone(),
+        pod: None,
+        waiting_for_result: false,
+    };
+    let l = &mut next.line;
+    if let Some(r) = seen.result {
+        l.verdict = node_verdict_of(r.verdict);
+        l.message = (!r.summary.is_empty()).then(|| truncate(&r.summary));
+        l.result = Some(r.name.clone());
+    } else if clock.past_deadline() {
+        l.verdict = NodeVerdict::DeadlineExceeded;
+        l.message = Some(format!(
+            "no verdict within the deadline ({})",
+            clock.deadline
+        ));
+        next.pod = seen
+            .pod
+            .filter(|p| !p.deleting)
+            .map(|p| PodChange::Delete(p.name.clone()));
+    } else if !seen.node_exists {
+        l.verdict = NodeVerdict::Error;
+        l.message = Some("the node was deleted before it reported".into());
+    } else {
+        return from_pod(line, seen.pod, clock);
+    }
+    next
+}
+
+/// Advances a node (that exists, has no result and is within the deadline) from its pod: no pod
+/// yet means create one, unless the agent was already running (then it vanished); a running
+/// agent is Running; an agent that exited 0 gets [`RESULT_GRACE`] to show its result; a failed
+/// or deleted pod is an error; a pending pod keeps the node Pending with the pod's reason.
+pub fn from_pod(line: &NodeStatus, pod: Option<&PodView>, clock: &RunClock) -> Advanced {
+    let mut next = Advanced {
+        line: line.clone(),
+        pod: None,
+        waiting_for_result: false,
+    };
+    let l = &mut next.line;
+    let error = |l: &mut NodeStatus, why: String| {
+        l.verdict = NodeVerdict::Error;
+        l.message = Some(why);
+    };
+    let Some(p) = pod else {
+        if line.verdict == NodeVerdict::Running {
+            error(l, "the agent pod disappeared before it reported".into());
+        } else {
+            l.verdict = NodeVerdict::Pending;
+            next.pod = Some(PodChange::Create);
+        }
+        return next;
+    };
+    if p.deleting {
+        error(l, "the agent pod was deleted before it reported".into());
+        return next;
+    }
+    match p.phase {
+        PodPhase::Running => {
+            l.verdict = NodeVerdict::Running;
+            l.message = None;
+        }
+        PodPhase::Succeeded => {
+            let waited = p.finished_at.map_or(Duration::ZERO, |f| clock.since(f));
+            if waited >= RESULT_GRACE {
+                error(l, "the agent exited without storing its result".into());
+            } else {
+                l.verdict = NodeVerdict::Running;
+                next.waiting_for_result = true;
+            }
+        }
+        PodPhase::Failed => {
+            let why = p.reason.as_deref().unwrap_or("no reason given");
+            error(l, truncate(&format!("agent pod failed: {why}")));
+        }
+        PodPhase::Pending | PodPhase::Unknown => {
+            l.verdict = NodeVerdict::Pending;
+            l.message = p.reason.as_deref().map(truncate);
+        }
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_790_000_000 + secs).unwrap()
+    }
+
+    /// A clock `secs` into a run with a one-hour deadline.
+    fn clock(secs: i64) -> RunClock {
+        RunClock::new(
+            at(secs),
+            Some(&Time(at(0))),
+            gpuval_crds::Duration::from_secs(3600),
+        )
+    }
+
+    fn line(verdict: NodeVerdict) -> NodeStatus {
+        NodeStatus {
+            name: "gpu-0".into(),
+            verdict,
+            gpus: 8,
+            message: Some("earlier message".into()),
+            result: None,
+        }
+    }
+
+    fn pod(phase: PodPhase) -> PodView {
+        PodView {
+            name: "pod-gpu-0".into(),
+            node: "gpu-0".into(),
+            generation: 1,
+            phase,
+            ..Default::default()
+        }
+    }
+
+    fn seen(pod: Option<&PodView>) -> Seen<'_> {
+        Seen {
+            pod,
+            result: None,
+            node_exists: true,
+        }
+    }
+
+    #[test]
+    fn verdicts_map_to_node_verdicts() {
+        assert_eq!(node_verdict_of(Verdict::Pass), NodeVerdict::Passed);
+        assert_eq!(node_verdict_of(Verdict::Warn), NodeVerdict::Passed);
+        assert_eq!(node_verdict_of(Verdict::Skipped), NodeVerdict::Passed);
+        assert_eq!(node_verdict_of(Verdict::Fail), NodeVerdict::Failed);
+        assert_eq!(node_verdict_of(Verdict::Error), NodeVerdict::Error);
+    }
+
+    #[test]
+    fn a_result_decides_even_past_the_deadline() {
+        let r = ResultView {
+            name: "v-gpu-0".into(),
+            node: "gpu-0".into(),
+            generation: 1,
+            verdict: Verdict::Fail,
+            summary: "GPU3 memory: 2 mismatched words".into(),
+        };
+        let p = pod(PodPhase::Running);
+        let s = Seen {
+            result: Some(&r),
+            ..seen(Some(&p))
+        };
+        let a = advance_node(&line(NodeVerdict::Running), s, &clock(4000));
+        assert_eq!(a.line.verdict, NodeVerdict::Failed);
+        assert_eq!(
+            a.line.message.as_deref(),
+            Some("GPU3 memory: 2 mismatched words")
+        );
+        assert_eq!(a.line.result.as_deref(), Some("v-gpu-0"));
+        assert_eq!(a.pod, None);
+    }
+
+    #[test]
+    fn past_the_deadline_the_node_is_out_of_time_and_its_pod_goes() {
+        let p = pod(PodPhase::Running);
+        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(3600));
+        assert_eq!(a.line.verdict, NodeVerdict::DeadlineExceeded);
+        assert_eq!(
+            a.line.message.as_deref(),
+            Some("no verdict within the deadline (1h)")
+        );
+        assert_eq!(a.pod, Some(PodChange::Delete("pod-gpu-0".into())));
+
+        let mut deleting = pod(PodPhase::Running);
+        deleting.deleting = true;
+        let a = advance_node(
+            &line(NodeVerdict::Running),
+            seen(Some(&deleting)),
+            &clock(3600),
+        );
+        assert_eq!(a.pod, None, "a pod already being deleted is left alone");
+    }
+
+    #[test]
+    fn a_deleted_node_is_an_error() {
+        let s = Seen {
+            node_exists: false,
+            ..seen(None)
+        };
+        let a = advance_node(&line(NodeVerdict::Pending), s, &clock(10));
+        assert_eq!(a.line.verdict, NodeVerdict::Error);
+        assert_eq!(a.pod, None, "no pod for a node that is gone");
+    }
+
+    #[test]
+    fn no_pod_means_create_one_unless_the_agent_was_running() {
+        let a = advance_node(&line(NodeVerdict::Pending), seen(None), &clock(10));
+        assert_eq!(a.line.verdict, NodeVerdict::Pending);
+        assert_eq!(a.pod, Some(PodChange::Create));
+        assert_eq!(a.line.message.as_deref(), Some("earlier message"));
+
+        let a = advance_node(&line(NodeVerdict::Running), seen(None), &clock(10));
+        assert_eq!(a.line.verdict, NodeVerdict::Error);
+        assert_eq!(a.pod, None);
+        assert!(a.line.message.unwrap().contains("disappeared"));
+    }
+
+    #[test]
+    fn pod_phases_move_the_node() {
+        let p = pod(PodPhase::Running);
+        let a = advance_node(&line(NodeVerdict::Pending), seen(Some(&p)), &clock(10));
+        assert_eq!(
+            (a.line.verdict, a.line.message),
+            (NodeVerdict::Running, None)
+        );
+
+        let mut p = pod(PodPhase::Pending);
+        p.reason = Some("Unschedulable: 0/3 nodes are available".into());
+        let a = advance_node(&line(NodeVerdict::Pending), seen(Some(&p)), &clock(10));
+        assert_eq!(a.line.verdict, NodeVerdict::Pending);
+        assert_eq!(a.line.message, p.reason);
+
+        let p = pod(PodPhase::Unknown);
+        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(10));
+        assert_eq!(
+            (a.line.verdict, a.line.message),
+            (NodeVerdict::Pending, None)
+        );
+
+        let mut p = pod(PodPhase::Failed);
+        p.reason = Some("OOMKilled (exit code 137)".into());
+        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(10));
+        assert_eq!(a.line.verdict, NodeVerdict::Error);
+        assert_eq!(
+            a.line.message.as_deref(),
+            Some("agent pod failed: OOMKilled (exit code 137)")
+        );
+
+        let mut p = pod(PodPhase::Running);
+        p.deleting = true;
+        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(10));
+        assert_eq!(a.line.verdict, NodeVerdict::Error);
+        assert!(a.line.message.unwrap().contains("was deleted"));
+    }
+
+    #[test]
+    fn a_finished_agent_gets_a_grace_period_for_its_result() {
+        let mut p = pod(PodPhase::Succeeded);
+        p.finished_at = Some(at(100));
+        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(129));
+        assert_eq!(a.line.verdict, NodeVerdict::Running);
+        assert!(a.waiting_for_result);
+        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(130));
+        assert_eq!(a.line.verdict, NodeVerdict::Error);
+        assert!(!a.waiting_for_result);
+        assert_eq!(
+            a.line.message.as_deref(),
+            Some("the agent exited without storing its result")
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! What to tell people and when to look again: the validation's Kubernetes events and the
+//! requeue interval.
+
+use std::time::Duration;
+
+use gpuval_crds::{NodeStatus, Phase, Summary};
+
+use super::clock::RunClock;
+use super::{summarize, truncate};
+
+/// Requeue while a run is in progress (watches can miss events).
+pub const RUNNING_REQUEUE: Duration = Duration::from_secs(30);
+/// Requeue while a finished agent's result is awaited (the result watch trails the pod watch).
+pub const RESULT_POLL: Duration = Duration::from_secs(5);
+
+/// A Kubernetes event to publish about the validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedEvent {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+/// A run started on `nodes` nodes for spec generation `generation`.
+pub fn started(nodes: usize, generation: i64) -> PlannedEvent {
+    PlannedEvent {
+        warning: false,
+        reason: "Started",
+        note: format!("validating {nodes} node(s), generation {generation}"),
+    }
+}
+
+/// The run cannot start (`reason` is the Stalled condition's reason).
+pub fn blocked(reason: &'static str, message: &str) -> PlannedEvent {
+    PlannedEvent {
+        warning: true,
+        reason,
+        note: truncate(message),
+    }
+}
+
+/// A node reached a final verdict other than Passed.
+pub fn node_failed(line: &NodeStatus) -> PlannedEvent {
+    PlannedEvent {
+        warning: true,
+        reason: "NodeFailed",
+        note: truncate(&format!(
+            "{}: {}: {}",
+            line.name,
+            line.verdict,
+            line.message.as_deref().unwrap_or("")
+        )),
+    }
+}
+
+/// The run reached `phase`, a terminal one (Passed or Failed).
+pub fn finished(phase: Phase, summary: &Summary) -> PlannedEvent {
+    PlannedEvent {
+        warning: phase == Phase::Failed,
+        reason: phase.as_str(),
+        note: truncate(&summarize::progress(summary)),
+    }
+}
+
+/// When to reconcile again: never for a finished run (the periodic resync still runs);
+/// otherwise every [`RUNNING_REQUEUE`], just after the deadline when that comes first, and
+/// every [`RESULT_POLL`] while a finished agent's result is awaited.
+pub fn requeue_after(phase: Phase, clock: &RunClock, waiting_for_result: bool) -> Option<Duration> {
+    if phase.is_terminal() {
+        return None;
+    }
+    let mut after = RUNNING_REQUEUE.min(clock.to_deadline() + Duration::from_secs(1));
+    if waiting_for_result {
+        after = after.min(RESULT_POLL);
+    }
+    Some(after)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuval_crds::NodeVerdict;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn clock(elapsed: i64, deadline: u64) -> RunClock {
+        let start = Timestamp::from_second(1_790_000_000).unwrap();
+        let now = Timestamp::from_second(1_790_000_000 + elapsed).unwrap();
+        RunClock::new(
+            now,
+            Some(&Time(start)),
+            gpuval_crds::Duration::from_secs(deadline),
+        )
+    }
+
+    #[test]
+    fn a_failed_node_is_a_warning_naming_node_verdict_and_message() {
+        let e = node_failed(&NodeStatus {
+            name: "gpu-7".into(),
+            verdict: NodeVerdict::DeadlineExceeded,
+            message: Some("no verdict within the deadline (1h)".into()),
+            ..Default::default()
+        });
+        assert!(e.warning);
+        assert_eq!(e.reason, "NodeFailed");
+        assert_eq!(
+            e.note,
+            "gpu-7: DeadlineExceeded: no verdict within the deadline (1h)"
+        );
+    }
+
+    #[test]
+    fn finishing_is_named_for_the_phase_and_only_failure_warns() {
+        let sum = Summary {
+            selected: 3,
+            passed: 2,
+            failed: 1,
+            ..Default::default()
+        };
+        let failed = finished(Phase::Failed, &sum);
+        assert!(failed.warning);
+        assert_eq!(failed.reason, "Failed");
+        assert_eq!(failed.note, "3/3 node(s) done, 2 passed, 1 failed");
+        let passed = finished(Phase::Passed, &sum);
+        assert!(!passed.warning);
+        assert_eq!(passed.reason, "Passed");
+    }
+
+    #[test]
+    fn long_notes_are_cut() {
+        let e = blocked("InvalidSpec", &"x".repeat(1000));
+        assert!(e.note.len() <= super::super::MAX_MESSAGE);
+        assert!(e.note.ends_with("..."));
+    }
+
+    #[test]
+    fn requeue_follows_phase_deadline_and_awaited_results() {
+        assert_eq!(requeue_after(Phase::Passed, &clock(10, 3600), true), None);
+        assert_eq!(
+            requeue_after(Phase::Running, &clock(10, 3600), false),
+            Some(RUNNING_REQUEUE)
+        );
+        assert_eq!(
+            requeue_after(Phase::Pending, &clock(3590, 3600), false),
+            Some(Duration::from_secs(11)),
+            "just after the deadline"
+        );
+        assert_eq!(
+            requeue_after(Phase::Running, &clock(10, 3600), true),
+            Some(RESULT_POLL)
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! The kstatus conditions (`Ready`, `Reconciling`, `Stalled`), each with the generation it
+//! describes, so that GitOps tools and `kubectl wait` can follow a run.
+
+use gpuval_crds::conditions::{READY, RECONCILING, STALLED, set_condition};
+use gpuval_crds::{NodeStatus, NodeVerdict, Phase, Summary};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::{summarize, truncate};
+
+/// Failed nodes named in the Stalled and Ready messages of a failed run.
+const NAMED_FAILURES: usize = 3;
+
+/// Sets the three conditions to the same (status, reason) pattern.
+fn set_all(
+    conditions: &mut Vec<Condition>,
+    [ready, reconciling, stalled]: [(bool, &str); 3],
+    reason: &str,
+    generation: i64,
+    now: &Time,
+) {
+    let g = Some(generation);
+    set_condition(conditions, READY, ready.0, reason, ready.1, g, now);
+    set_condition(
+        conditions,
+        RECONCILING,
+        reconciling.0,
+        reason,
+        reconciling.1,
+        g,
+        now,
+    );
+    set_condition(conditions, STALLED, stalled.0, reason, stalled.1, g, now);
+}
+
+/// The run cannot start: not ready, not reconciling, stalled, all for `reason`.
+pub fn set_blocked(
+    conditions: &mut Vec<Condition>,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: &Time,
+) {
+    let states = [(false, message), (false, message), (true, message)];
+    set_all(conditions, states, reason, generation, now);
+}
+
+/// Sets the conditions for a run in `phase` with counts `sum`: Ready once every node passed,
+/// Reconciling while the run goes on, Stalled once a node failed (naming the first few).
+pub fn set_for_phase(
+    conditions: &mut Vec<Condition>,
+    phase: Phase,
+    sum: &Summary,
+    nodes: &[NodeStatus],
+    generation: i64,
+    now: &Time,
+) {
+    let progress = summarize::progress(sum);
+    match phase {
+        Phase::Passed => {
+            let msg = format!("all {} node(s) passed", sum.selected);
+            let states = [(true, msg.as_str()), (false, msg.as_str()), (false, "")];
+            set_all(conditions, states, "Passed", generation, now);
+        }
+        Phase::Failed => {
+            let msg = failure_message(sum, nodes);
+            let states = [
+                (false, msg.as_str()),
+                (false, progress.as_str()),
+                (true, msg.as_str()),
+            ];
+            set_all(conditions, states, "NodesFailed", generation, now);
+        }
+        Phase::Pending | Phase::Running => {
+            let states = [
+                (false, progress.as_str()),
+                (true, progress.as_str()),
+                (false, ""),
+            ];
+            set_all(conditions, states, phase.as_str(), generation, now);
+        }
+    }
+}
+
+/// `2 of 8 node(s) failed; gpu-3 Failed: GPU5 memory: ...; gpu-6 Error: ...`
+fn failure_message(sum: &Summary, nodes: &[NodeStatus]) -> String {
+    let first: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.verdict.is_final() && n.verdict != NodeVerdict::Passed)
+        .take(NAMED_FAILURES)
+        .map(|n| {
+            format!(
+                "{} {}: {}",
+                n.name,
+                n.verdict,
+                n.message.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    truncate(&format!(
+        "{} of {} node(s) failed; {}",
+        sum.failed,
+        sum.selected,
+        first.join("; ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuval_crds::conditions::{find, is_true};
+    use k8s_openapi::jiff::Timestamp;
+
+    fn now() -> Time {
+        Time(Timestamp::from_second(1_790_000_000).unwrap())
+    }
+
+    fn line(name: &str, verdict: NodeVerdict, message: &str) -> NodeStatus {
+        NodeStatus {
+            name: name.into(),
+            verdict,
+            message: (!message.is_empty()).then(|| message.into()),
+            ..Default::default()
+        }
+    }
+
+    /// (status, reason, message, observedGeneration) of a condition.
+    fn cond(c: &[Condition], type_: &str) -> (String, String, String, Option<i64>) {
+        let c = find(c, type_).unwrap();
+        (
+            c.status.clone(),
+            c.reason.clone(),
+            c.message.clone(),
+            c.observed_generation,
+        )
+    }
+
+    #[test]
+    fn a_blocked_run_is_stalled_and_not_reconciling() {
+        let mut c = Vec::new();
+        set_blocked(&mut c, "NodeNotFound", "ghost is missing", 4, &now());
+        assert_eq!(
+            cond(&c, STALLED),
+            (
+                "True".into(),
+                "NodeNotFound".into(),
+                "ghost is missing".into(),
+                Some(4)
+            )
+        );
+        assert!(!is_true(&c, READY));
+        assert!(!is_true(&c, RECONCILING));
+    }
+
+    #[test]
+    fn a_running_run_is_reconciling_with_its_progress() {
+        let mut c = Vec::new();
+        let sum = Summary {
+            selected: 2,
+            running: 1,
+            passed: 1,
+            ..Default::default()
+        };
+        set_for_phase(&mut c, Phase::Running, &sum, &[], 2, &now());
+        let progress = "1/2 node(s) done, 1 passed, 0 failed".to_string();
+        assert_eq!(
+            cond(&c, RECONCILING),
+            ("True".into(), "Running".into(), progress.clone(), Some(2))
+        );
+        assert_eq!(
+            cond(&c, READY),
+            ("False".into(), "Running".into(), progress, Some(2))
+        );
+        assert!(!is_true(&c, STALLED));
+    }
+
+    #[test]
+    fn a_passed_run_is_ready() {
+        let mut c = Vec::new();
+        let sum = Summary {
+            selected: 2,
+            passed: 2,
+            ..Default::default()
+        };
+        set_for_phase(&mut c, Phase::Passed, &sum, &[], 1, &now());
+        assert_eq!(
+            cond(&c, READY),
+            (
+                "True".into(),
+                "Passed".into(),
+                "all 2 node(s) passed".into(),
+                Some(1)
+            )
+        );
+        assert!(!is_true(&c, RECONCILING));
+        assert!(!is_true(&c, STALLED));
+    }
+
+    #[test]
+    fn a_failed_run_names_its_first_three_failed_nodes() {
+        let nodes = [
+            line("a", NodeVerdict::Passed, ""),
+            line("b", NodeVerdict::Failed, "GPU3 memory: 2 mismatched words"),
+            line("c", NodeVerdict::DeadlineExceeded, "late"),
+            line("d", NodeVerdict::Error, "pod failed"),
+            line("e", NodeVerdict::Error, "node deleted"),
+        ];
+        let sum = summarize::count(&nodes);
+        let mut c = Vec::new();
+        set_for_phase(&mut c, Phase::Failed, &sum, &nodes, 1, &now());
+        let (status, reason, message, _) = cond(&c, STALLED);
+        assert_eq!((status.as_str(), reason.as_str()), ("True", "NodesFailed"));
+        assert_eq!(
+            message,
+            "4 of 5 node(s) failed; b Failed: GPU3 memory: 2 mismatched words; \
+             c DeadlineExceeded: late; d Error: pod failed"
+        );
+        assert_eq!(cond(&c, READY).2, message);
+        assert_eq!(
+            cond(&c, RECONCILING).2,
+            "5/5 node(s) done, 1 passed, 4 failed"
+        );
+    }
+}

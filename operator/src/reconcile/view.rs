@@ -1,0 +1,89 @@
+//! What the reconcile steps see of the cluster: this validation's agent pods and node results,
+//! reduced by the shell to the few facts the steps decide on.
+
+use std::collections::BTreeSet;
+
+use gpuval_crds::Verdict;
+use k8s_openapi::jiff::Timestamp;
+
+/// A pod's `status.phase`, parsed once by the shell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PodPhase {
+    /// Accepted but not running yet (being scheduled, pulling the image, ...).
+    #[default]
+    Pending,
+    /// The agent container is running.
+    Running,
+    /// The agent exited 0.
+    Succeeded,
+    /// The agent exited non-zero, or the pod cannot start at all.
+    Failed,
+    /// The kubelet cannot report the pod's state (or the phase is one this operator does not know).
+    Unknown,
+}
+
+impl PodPhase {
+    /// Parses `status.phase` as the API writes it; a phase this operator does not know is
+    /// [`PodPhase::Unknown`].
+    pub fn parse(phase: &str) -> Self {
+        match phase {
+            "Pending" => PodPhase::Pending,
+            "Running" => PodPhase::Running,
+            "Succeeded" => PodPhase::Succeeded,
+            "Failed" => PodPhase::Failed,
+            _ => PodPhase::Unknown,
+        }
+    }
+}
+
+/// One of this validation's agent pods, as far as the steps care.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodView {
+    pub name: String,
+    /// The node the pod was made for (its annotation, not the scheduler's choice).
+    pub node: String,
+    /// The validation generation the pod was made for.
+    pub generation: i64,
+    pub phase: PodPhase,
+    /// Why the pod failed or is stuck, in words (Evicted: ..., OOMKilled, exit code 137, ...).
+    pub reason: Option<String>,
+    /// The pod has a deletion timestamp.
+    pub deleting: bool,
+    /// When the agent container finished (Succeeded/Failed pods).
+    pub finished_at: Option<Timestamp>,
+}
+
+/// One of this validation's node results (metadata only: verdict label and summary annotation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResultView {
+    pub name: String,
+    pub node: String,
+    pub generation: i64,
+    pub verdict: Verdict,
+    /// The node's failures in plain words (empty when there are none).
+    pub summary: String,
+}
+
+/// What the cluster looks like now, for one validation.
+#[derive(Debug, Clone, Default)]
+pub struct World {
+    /// Names of nodes that exist.
+    pub nodes: BTreeSet<String>,
+    pub pods: Vec<PodView>,
+    pub results: Vec<ResultView>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_phases_parse_and_unknown_ones_are_unknown() {
+        assert_eq!(PodPhase::parse("Pending"), PodPhase::Pending);
+        assert_eq!(PodPhase::parse("Running"), PodPhase::Running);
+        assert_eq!(PodPhase::parse("Succeeded"), PodPhase::Succeeded);
+        assert_eq!(PodPhase::parse("Failed"), PodPhase::Failed);
+        assert_eq!(PodPhase::parse("Unknown"), PodPhase::Unknown);
+        assert_eq!(PodPhase::parse("running"), PodPhase::Unknown, "exact names");
+    }
+}
