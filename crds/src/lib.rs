@@ -9,10 +9,15 @@
 
 pub mod conditions;
 pub mod duration;
+pub mod names;
 pub mod report;
 pub mod result;
+pub mod rules;
+pub mod schema;
+pub mod selector;
 pub mod spec;
 pub mod status;
+pub mod validate;
 
 pub use duration::{Duration, DurationError};
 pub use report::*;
@@ -127,8 +132,7 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
-    use kube::CustomResourceExt;
-    vec![GpuValidation::crd(), GpuNodeResult::crd()]
+    vec![schema::gpu_validation_crd(), schema::gpu_node_result_crd()]
 }
 
 /// The CRDs as one multi-document YAML stream (what `crdgen` writes to `deploy/crds/`).
