@@ -2,7 +2,10 @@
 //! [`GpuNodeResult`] (one node's full report), shared by the operator and the agent.
 //!
 //! This crate does no I/O: it holds the types, their schema rules (enforced by the API server
-//! through the generated CRDs), and small pure helpers (durations, conditions, labels).
+//! through the generated CRDs, [`schema`]; the CEL rules written once in [`rules`] and
+//! [`duration::DurationRange`]), a validator that checks settings files against that same
+//! generated schema ([`validate`]), and small pure helpers (durations, conditions, labels,
+//! Kubernetes name syntax in [`names`]).
 
 // kube-derive printcolumn(...) repeats `type_ = "integer"` etc.; that is data, not a mistake.
 #![allow(clippy::duplicated_attributes)]

@@ -58,18 +58,48 @@ fn drop_integer_formats(schema: &mut JSONSchemaProps) {
 mod tests {
     use super::*;
 
-    fn formats(schema: &serde_json::Value, out: &mut Vec<String>) {
+    /// Integer schemas under `schema` that keep a format, and those without both bounds.
+    fn integers(
+        schema: &serde_json::Value,
+        formats: &mut Vec<String>,
+        unbounded: &mut Vec<String>,
+    ) {
         match schema {
             serde_json::Value::Object(m) => {
-                if m.get("type").and_then(|t| t.as_str()) == Some("integer")
-                    && m.contains_key("format")
-                {
-                    out.push(format!("{schema}"));
+                if m.get("type").and_then(|t| t.as_str()) == Some("integer") {
+                    if m.contains_key("format") {
+                        formats.push(format!("{schema}"));
+                    }
+                    if !(m.contains_key("minimum") && m.contains_key("maximum")) {
+                        unbounded.push(format!("{schema}"));
+                    }
                 }
-                m.values().for_each(|v| formats(v, out));
+                m.values().for_each(|v| integers(v, formats, unbounded));
             }
-            serde_json::Value::Array(a) => a.iter().for_each(|v| formats(v, out)),
+            serde_json::Value::Array(a) => a.iter().for_each(|v| integers(v, formats, unbounded)),
             _ => {}
+        }
+    }
+
+    #[test]
+    fn no_category_shadows_a_resource_name() {
+        // kubectl resolves a category before a short name: `gpuval` as both made
+        // `kubectl get gpuval quick` ask for two kinds at once.
+        let crds = [gpu_validation_crd(), gpu_node_result_crd()];
+        let mut names = Vec::new();
+        for crd in &crds {
+            let n = &crd.spec.names;
+            names.push(n.plural.clone());
+            names.extend(n.singular.clone());
+            names.extend(n.short_names.clone().unwrap_or_default());
+        }
+        for crd in &crds {
+            for category in crd.spec.names.categories.iter().flatten() {
+                assert!(
+                    !names.contains(category),
+                    "category {category} is also a resource name"
+                );
+            }
         }
     }
 
@@ -77,14 +107,21 @@ mod tests {
     fn no_integer_keeps_a_format_and_every_spec_integer_is_bounded() {
         for crd in [gpu_validation_crd(), gpu_node_result_crd()] {
             let json = serde_json::to_value(&crd).unwrap();
-            let mut found = Vec::new();
-            formats(&json, &mut found);
-            assert!(found.is_empty(), "{found:?}");
+            let (mut formats, mut unbounded) = (Vec::new(), Vec::new());
+            integers(&json, &mut formats, &mut unbounded);
+            assert!(formats.is_empty(), "{formats:?}");
         }
-        // The raw generation does carry them (so the finishing step is doing the work).
+        let crd = serde_json::to_value(gpu_validation_crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let (mut formats, mut unbounded) = (Vec::new(), Vec::new());
+        integers(spec, &mut formats, &mut unbounded);
+        assert!(
+            unbounded.is_empty(),
+            "spec integers without both bounds: {unbounded:?}"
+        );
+        // The raw generation does carry formats (so the finishing step is doing the work).
         let raw = serde_json::to_value(GpuValidation::crd()).unwrap();
-        let mut found = Vec::new();
-        formats(&raw, &mut found);
-        assert!(!found.is_empty());
+        integers(&raw, &mut formats, &mut unbounded);
+        assert!(!formats.is_empty());
     }
 }
