@@ -3,9 +3,7 @@
 
 use std::path::Path;
 
-use gpuval_crds::{
-    Checks, ComputeCheck, GpuValidationSpec, MemoryCheck, Profile, Thresholds, TopologyCheck,
-};
+use gpuval_crds::{Checks, ComputeCheck, MemoryCheck, Profile, Thresholds, TopologyCheck};
 
 use crate::checks;
 
@@ -65,110 +63,18 @@ pub fn parse(text: &str) -> Result<RunSettings, String> {
     } else {
         serde_json::json!({ "checks": value })
     };
-    let spec: GpuValidationSpec =
-        serde_json::from_value(spec_value).map_err(|e| format!("not a valid spec: {e}"))?;
-    let settings = RunSettings {
+    // The CRD's own schema decides, field paths in every message (`checks.memory.fraction: ...`).
+    let spec = gpuval_crds::validate::parse_settings(spec_value)
+        .map_err(|e| format!("not a valid spec: {e}"))?;
+    Ok(RunSettings {
         checks: spec.checks,
         thresholds: spec.thresholds.unwrap_or_default(),
-    };
-    validate(&settings)?;
-    Ok(settings)
+    })
 }
 
 /// The same bounds the API server enforces (the CRD schema), for files used outside Kubernetes.
 pub fn validate(s: &RunSettings) -> Result<(), String> {
-    let c = &s.checks;
-    if c.topology.is_none()
-        && c.memory.is_none()
-        && c.compute.is_none()
-        && c.p2p.is_none()
-        && c.host_transfer.is_none()
-        && c.io.is_none()
-    {
-        return Err(
-            "checks: enable at least one of topology, memory, compute, p2p, hostTransfer, io"
-                .into(),
-        );
-    }
-    if let Some(m) = &c.memory {
-        if !(m.fraction > 0.0 && m.fraction <= 1.0) {
-            return Err(format!(
-                "checks.memory.fraction must be greater than 0 and at most 1 (got {})",
-                m.fraction
-            ));
-        }
-        if m.passes < 1 {
-            return Err("checks.memory.passes must be at least 1".into());
-        }
-    }
-    if let Some(k) = &c.compute {
-        if k.duration.as_std() < std::time::Duration::from_secs(1) {
-            return Err(format!(
-                "checks.compute.duration must be at least 1s (got {})",
-                k.duration
-            ));
-        }
-        if k.dtypes.is_empty() {
-            return Err(
-                "checks.compute.dtypes must name at least one of bf16, fp16, tf32, fp32".into(),
-            );
-        }
-        if k.matrix_size < 256 || k.matrix_size % 256 != 0 {
-            return Err(format!(
-                "checks.compute.matrixSize must be a multiple of 256, at least 256 (got {})",
-                k.matrix_size
-            ));
-        }
-    }
-    if let Some(p) = &c.p2p {
-        if !(1..=16384).contains(&p.buffer_mib) {
-            return Err(format!(
-                "checks.p2p.bufferMib must be between 1 and 16384 (got {})",
-                p.buffer_mib
-            ));
-        }
-        if !(1..=10000).contains(&p.iterations) {
-            return Err(format!(
-                "checks.p2p.iterations must be between 1 and 10000 (got {})",
-                p.iterations
-            ));
-        }
-    }
-    if let Some(h) = &c.host_transfer {
-        if !(1..=65536).contains(&h.buffer_mib) {
-            return Err(format!(
-                "checks.hostTransfer.bufferMib must be between 1 and 65536 (got {})",
-                h.buffer_mib
-            ));
-        }
-        if !h.pinned && !h.pageable {
-            return Err("checks.hostTransfer needs pinned or pageable (or both) to be true".into());
-        }
-    }
-    if let Some(io) = &c.io {
-        if !(1..=1_048_576).contains(&io.file_size_mib) {
-            return Err(format!(
-                "checks.io.fileSizeMib must be between 1 and 1048576 (got {})",
-                io.file_size_mib
-            ));
-        }
-        if !(1..=10_000).contains(&io.files) {
-            return Err(format!(
-                "checks.io.files must be between 1 and 10000 (got {})",
-                io.files
-            ));
-        }
-        if !(1..=256).contains(&io.concurrency) {
-            return Err(format!(
-                "checks.io.concurrency must be between 1 and 256 (got {})",
-                io.concurrency
-            ));
-        }
-    }
-    if !(1..=90).contains(&s.thresholds.relative_tolerance_percent) {
-        return Err("thresholds.relativeTolerancePercent must be between 1 and 90".into());
-    }
-    Ok(())
+    gpuval_crds::validate::check_settings(&s.checks, &s.thresholds).map_err(|e| e.to_string())
 }
 
 /// Command-line settings over the file's (or the defaults): which checks, each check's own
@@ -311,6 +217,65 @@ mod tests {
         ] {
             let err = parse(text).unwrap_err();
             assert!(err.contains(want), "{text:?} gave {err:?}");
+        }
+    }
+
+    #[test]
+    fn file_errors_name_the_field_path() {
+        for (text, want) in [
+            (
+                "checks: {memory: {fraction: abc}}",
+                "checks.memory.fraction: must be of type number",
+            ),
+            (
+                "spec: {checks: {p2p: {iterations: [1]}}}",
+                "checks.p2p.iterations: must be of type integer",
+            ),
+            (
+                "checks: {compute: {duration: 1s}}",
+                "checks.compute.duration",
+            ),
+            (
+                "checks: {compute: {duration: 169h}}",
+                "checks.compute.duration",
+            ),
+            ("checks: {io: {files: 10001}}", "checks.io.files"),
+            ("checks: {memory: {minGbps: 0}}", "checks.memory.minGbps"),
+            (
+                "checks: {topology: {minActiveLinks: 65}}",
+                "checks.topology.minActiveLinks",
+            ),
+            (
+                "checks: {memory: {}, gpuburn: {}}",
+                "checks.gpuburn: unknown field",
+            ),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(err.contains(want), "{text:?} gave {err:?}");
+        }
+        // A long bare-metal burn needs no deadline.
+        let s = parse("checks: {compute: {duration: 24h}}").unwrap();
+        assert_eq!(s.checks.compute.unwrap().duration.to_string(), "24h");
+    }
+
+    #[test]
+    fn overrides_are_held_to_the_schema_bounds() {
+        for (o, want) in [
+            (
+                flags(&["--checks", "compute", "--duration", "1s"]),
+                "checks.compute.duration",
+            ),
+            (
+                flags(&["--checks", "memory", "--memory-passes", "1001"]),
+                "checks.memory.passes",
+            ),
+            (
+                flags(&["--tolerance", "91"]),
+                "thresholds.relativeTolerancePercent",
+            ),
+        ] {
+            let err = o.apply(RunSettings::default()).unwrap_err();
+            assert!(err.contains(want), "{err}");
         }
     }
 

@@ -2,17 +2,25 @@
 //! [`GpuNodeResult`] (one node's full report), shared by the operator and the agent.
 //!
 //! This crate does no I/O: it holds the types, their schema rules (enforced by the API server
-//! through the generated CRDs), and small pure helpers (durations, conditions, labels).
+//! through the generated CRDs, [`schema`]; the CEL rules written once in [`rules`] and
+//! [`duration::DurationRange`]), a validator that checks settings files against that same
+//! generated schema ([`validate`]), and small pure helpers (durations, conditions, labels,
+//! Kubernetes name syntax in [`names`]).
 
 // kube-derive printcolumn(...) repeats `type_ = "integer"` etc.; that is data, not a mistake.
 #![allow(clippy::duplicated_attributes)]
 
 pub mod conditions;
 pub mod duration;
+pub mod names;
 pub mod report;
 pub mod result;
+pub mod rules;
+pub mod schema;
+pub mod selector;
 pub mod spec;
 pub mod status;
+pub mod validate;
 
 pub use duration::{Duration, DurationError};
 pub use report::*;
@@ -127,8 +135,7 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
-    use kube::CustomResourceExt;
-    vec![GpuValidation::crd(), GpuNodeResult::crd()]
+    vec![schema::gpu_validation_crd(), schema::gpu_node_result_crd()]
 }
 
 /// The CRDs as one multi-document YAML stream (what `crdgen` writes to `deploy/crds/`).

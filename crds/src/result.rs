@@ -14,7 +14,7 @@ use crate::report::NodeReport;
     kind = "GpuNodeResult",
     plural = "gpunoderesults",
     shortname = "gpuresult",
-    category = "gpuval",
+    category = "gpuval-all",
     namespaced,
     status = "NodeReport",
     derive = "PartialEq",
@@ -32,23 +32,35 @@ use crate::report::NodeReport;
 #[serde(rename_all = "camelCase")]
 pub struct GpuNodeResultSpec {
     /// The GpuValidation this result belongs to.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(max = 253), regex(pattern = crate::names::NODE_NAME_PATTERN))]
     pub validation: String,
     /// The validation's metadata.generation the agent ran.
     pub generation: i64,
-    #[schemars(length(min = 1, max = 253))]
+    /// The node the agent ran on.
+    #[schemars(length(max = 253), regex(pattern = crate::names::NODE_NAME_PATTERN))]
     pub node_name: String,
 }
 
-/// The deterministic name of a node's result object for a validation.
+/// The deterministic name of a node's result object for a validation: `<validation>-<node>`, or
+/// when that passes 253 characters, its head and 16 hex digits of a hash of the whole, the head
+/// cut back to an alphanumeric so the name stays a DNS-1123 subdomain (a cut that ended on `.`
+/// or `-` would leave `.-` or `--` before the hash).
 pub fn result_name(validation: &str, node: &str) -> String {
+    const MAX: usize = crate::names::DNS1123_SUBDOMAIN_MAX;
+    const HASH_HEX: usize = 16;
     let name = format!("{validation}-{node}");
-    if name.len() <= 253 {
+    if name.len() <= MAX {
         return name;
     }
-    // Keep it a valid object name: truncate and add a stable hash of the full name.
     let hash = fnv1a(name.as_bytes());
-    format!("{}-{hash:016x}", &name[..253 - 17])
+    let keep = MAX - HASH_HEX - 1;
+    // Names are ASCII; a cut inside a multi-byte character moves back to its start.
+    let cut = (0..=keep)
+        .rev()
+        .find(|i| name.is_char_boundary(*i))
+        .unwrap_or(0);
+    let head = name[..cut].trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    format!("{head}-{hash:016x}")
 }
 
 /// 64-bit FNV-1a: the stable hash behind shortened names and label values.
@@ -70,5 +82,17 @@ mod tests {
         assert!(a.len() <= 253);
         assert_eq!(a, result_name("quick", &long_node));
         assert_ne!(a, result_name("quick2", &long_node));
+    }
+
+    #[test]
+    fn a_cut_that_lands_on_a_dot_or_dash_is_trimmed() {
+        // "v-" (2) + 234 characters puts a '.' at index 235, the last one kept.
+        for sep in ['.', '-'] {
+            let node = format!("{}{sep}{}", "a".repeat(233), "b".repeat(40));
+            let name = result_name("v", &node);
+            assert!(name.len() <= 253, "{name}");
+            assert!(crate::names::is_dns1123_subdomain(&name), "{name}");
+            assert!(!name.contains(".-") && !name.contains("--"), "{name}");
+        }
     }
 }

@@ -7,7 +7,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use crate::{Duration, status::GpuValidationStatus};
+use crate::{Duration, duration::DurationRange, names, rules, status::GpuValidationStatus};
+
+/// The largest integer a JSON number holds exactly (2^53 - 1): the bound of the `i64` fields.
+pub const MAX_EXACT_INTEGER: i64 = (1 << 53) - 1;
 
 /// A validation run over a set of GPU nodes: the operator starts one agent pod per selected
 /// node, each agent runs the checks below on every GPU of its node, and the status gives a
@@ -19,7 +22,7 @@ use crate::{Duration, status::GpuValidationStatus};
     kind = "GpuValidation",
     plural = "gpuvalidations",
     shortname = "gpuval",
-    category = "gpuval",
+    category = "gpuval-all",
     status = "GpuValidationStatus",
     derive = "PartialEq",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
@@ -51,24 +54,21 @@ use crate::{Duration, status::GpuValidationStatus};
     )
 )]
 #[x_kube(
-    validation = Rule::new("!has(self.deadline) || !has(self.checks.compute) || duration(self.deadline) > duration(self.checks.compute.duration)")
-        .message("spec.deadline must be longer than spec.checks.compute.duration")
-        .field_path(".deadline"),
-    validation = Rule::new("!has(self.checks.io) || !self.checks.io.duringCompute || has(self.checks.compute)")
-        .message("spec.checks.io.duringCompute needs spec.checks.compute to be set")
-        .field_path(".checks.io.duringCompute"),
+    validation = rules::deadline_covers_burn(),
+    validation = rules::io_during_compute_needs_compute()
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GpuValidationSpec {
     /// Nodes to validate, by label. With neither nodeSelector nor nodeNames, every node that
     /// advertises allocatable `nvidia.com/gpu` is selected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::selector::schema")]
     pub node_selector: Option<LabelSelector>,
 
-    /// Nodes to validate, by name. Combined with nodeSelector, a node must match both.
+    /// Nodes to validate, by name (each once). Combined with nodeSelector, a node must match both.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 5000))]
-    #[x_kube(validation = Rule::new("self.all(n, n.size() > 0)").message("spec.nodeNames must not contain empty names"))]
+    #[schemars(length(max = MAX_NODE_NAMES))]
+    #[x_kube(merge_strategy = ListMerge::Set, validation = rules::node_names_total())]
     pub node_names: Vec<NodeName>,
 
     /// The checks to run on every selected node; a check runs when its section is present.
@@ -81,7 +81,7 @@ pub struct GpuValidationSpec {
     /// The longest the whole run may take; nodes without a verdict by then get
     /// DeadlineExceeded and their pods are removed. Default 1h.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('30s') && duration(self) <= duration('720h')").message("spec.deadline must be between 30s and 720h"))]
+    #[x_kube(validation = DEADLINE_RANGE.rule())]
     pub deadline: Option<Duration>,
 
     /// What to do to a node that fails (default: nothing).
@@ -98,6 +98,18 @@ impl GpuValidationSpec {
 
 /// Default for `spec.deadline`.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
+/// The range of `spec.deadline`.
+pub const DEADLINE_RANGE: DurationRange =
+    DurationRange::new(Duration::from_secs(30), Duration::from_secs(720 * 3600));
+/// The range of `spec.checks.compute.duration`.
+pub const BURN_RANGE: DurationRange =
+    DurationRange::new(Duration::from_secs(10), Duration::from_secs(168 * 3600));
+/// The range of `spec.checks.topology.resampleInterval`.
+pub const RESAMPLE_RANGE: DurationRange =
+    DurationRange::new(Duration::from_secs(1), Duration::from_secs(3600));
+/// The most entries `spec.nodeNames` may have (their total size is bounded too:
+/// [`rules::MAX_NODE_NAMES_CHARS`]).
+pub const MAX_NODE_NAMES: usize = 5000;
 
 /// A Kubernetes node name (a DNS-1123 subdomain).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -114,8 +126,8 @@ impl schemars::JsonSchema for NodeName {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "maxLength": 253,
-            "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
+            "maxLength": names::DNS1123_SUBDOMAIN_MAX,
+            "pattern": names::NODE_NAME_PATTERN,
             "description": "A node name (lower-case DNS-1123 subdomain).",
         })
     }
@@ -123,8 +135,7 @@ impl schemars::JsonSchema for NodeName {
 
 /// The checks of a validation. Each present section enables that check with its settings.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[x_kube(validation = Rule::new("has(self.topology) || has(self.memory) || has(self.compute) || has(self.p2p) || has(self.hostTransfer) || has(self.io)")
-    .message("spec.checks must enable at least one of topology, memory, compute, p2p, hostTransfer, io"))]
+#[x_kube(validation = rules::at_least_one_check())]
 #[serde(rename_all = "camelCase")]
 pub struct Checks {
     /// GPU interconnect topology (like `nvidia-smi topo -m`), NVLink states, re-sampled during the run.
@@ -161,7 +172,7 @@ pub struct TopologyCheck {
     pub min_active_links: Option<i32>,
     /// How often the link states are re-sampled while other checks run (default 30s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('1h')").message("spec.checks.topology.resampleInterval must be between 1s and 1h"))]
+    #[x_kube(validation = RESAMPLE_RANGE.rule())]
     pub resample_interval: Option<Duration>,
 }
 
@@ -171,7 +182,7 @@ pub struct TopologyCheck {
 pub struct MemoryCheck {
     /// The fraction of each GPU's free memory to test, greater than 0 and at most 1.
     #[serde(default = "default_memory_fraction")]
-    #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message("spec.checks.memory.fraction must be greater than 0 and at most 1"))]
+    #[schemars(extend("minimum" = 0, "exclusiveMinimum" = true, "maximum" = 1))]
     pub fraction: f64,
     /// How many fill-and-verify passes, each with a new seed and its bitwise inverse.
     #[serde(default = "default_passes")]
@@ -179,7 +190,7 @@ pub struct MemoryCheck {
     pub passes: i32,
     /// Mismatched words tolerated before the GPU fails (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_EXACT_INTEGER))]
     pub max_mismatches: Option<i64>,
     /// Lowest acceptable fill+verify throughput in GB/s (default: the model profile's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -261,7 +272,7 @@ impl std::str::FromStr for Dtype {
 pub struct ComputeCheck {
     /// How long the burn runs on every GPU (default 5m, at least 10s).
     #[serde(default = "default_burn_duration")]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('168h')").message("spec.checks.compute.duration must be between 10s and 168h"))]
+    #[x_kube(validation = BURN_RANGE.rule())]
     pub duration: Duration,
     /// GEMM data types to burn, in turn (default bf16).
     #[serde(default = "default_dtypes")]
@@ -270,8 +281,7 @@ pub struct ComputeCheck {
     pub dtypes: Vec<Dtype>,
     /// Square matrix size n for the n×n×n GEMMs (default 8192).
     #[serde(default = "default_matrix_size")]
-    #[schemars(range(min = 256, max = 32768))]
-    #[x_kube(validation = Rule::new("self % 256 == 0").message("spec.checks.compute.matrixSize must be a multiple of 256"))]
+    #[schemars(range(min = 256, max = 32768), extend("multipleOf" = 256))]
     pub matrix_size: i32,
     /// Also run the elementwise sin/exp kernel between GEMMs (default true).
     #[serde(default = "default_true")]
@@ -337,9 +347,7 @@ impl TflopsThresholds {
 
 /// Peer-to-peer check settings.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[x_kube(validation = Rule::new("!has(self.minUnidirectionalGbps) || !has(self.minBidirectionalGbps) || self.minBidirectionalGbps >= self.minUnidirectionalGbps")
-    .message("spec.checks.p2p.minBidirectionalGbps must not be below minUnidirectionalGbps")
-    .field_path(".minBidirectionalGbps"))]
+#[x_kube(validation = rules::p2p_bidirectional_not_below_unidirectional())]
 #[serde(rename_all = "camelCase")]
 pub struct P2pCheck {
     /// Size of each copy in MiB (default 512).
@@ -387,7 +395,7 @@ fn default_iterations() -> i32 {
 
 /// Host transfer check settings.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[x_kube(validation = Rule::new("self.pinned || self.pageable").message("spec.checks.hostTransfer needs pinned or pageable (or both) to be true"))]
+#[x_kube(validation = rules::host_transfer_measures_something())]
 #[serde(rename_all = "camelCase")]
 pub struct HostTransferCheck {
     /// Size of each copy in MiB (default 256).

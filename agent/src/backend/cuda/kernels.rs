@@ -60,6 +60,7 @@ pub fn compile(cc: Option<(i32, i32)>) -> Result<String, BackendError> {
 }
 
 /// Every kernel, loaded in one context.
+#[derive(Clone)]
 pub struct Kernels {
     pub fill: CudaFunction,
     pub verify: CudaFunction,

@@ -101,6 +101,18 @@ impl CudaBackend {
         CudaContext::new(ord).map_err(|e| BackendError::gpu(gpu, "open a CUDA context", e))
     }
 
+    /// Runs `f` with a context on the GPU with this NVML index and the kernels loaded into it:
+    /// how a check's CUDA code reaches one GPU.
+    pub(crate) fn on_gpu<T>(
+        &self,
+        gpu: u32,
+        f: impl FnOnce(&Arc<CudaContext>, &Kernels) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        let ctx = self.context(gpu)?;
+        let kernels = self.kernels(gpu, &ctx)?;
+        f(&ctx, &kernels)
+    }
+
     /// The kernels, compiled for this GPU's architecture (once) and loaded into its context.
     pub(crate) fn kernels(
         &self,

@@ -466,6 +466,22 @@ impl SimBackend {
         &self.spec
     }
 
+    /// The checks every simulated measurement makes first: the GPU exists, and no `error=`
+    /// fault is planted for this check on it.
+    pub(crate) fn begin(&self, check: SimCheck, gpu: u32) -> Result<(), BackendError> {
+        self.check_gpu(gpu)?;
+        self.injected_error(check, gpu)
+    }
+
+    /// Wall time of a short simulated phase: none unless the spec asks for time to pass.
+    pub(crate) fn short_wall(&self) -> Duration {
+        if self.spec.timescale > 0.0 {
+            MEMORY_WALL
+        } else {
+            Duration::ZERO
+        }
+    }
+
     pub(crate) fn check_gpu(&self, gpu: u32) -> Result<(), BackendError> {
         if gpu < self.spec.gpus {
             Ok(())

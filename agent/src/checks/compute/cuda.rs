@@ -19,7 +19,6 @@ use half::{bf16, f16};
 
 use super::{ComputeOutcome, ComputeRequest, GemmOutcome, TranscendentalOutcome};
 use crate::backend::BackendError;
-use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::buffer::{grid_for, timed};
 use crate::backend::cuda::kernels::Kernels;
 use crate::run_control::RunControl;
@@ -122,7 +121,7 @@ struct Transcendental {
     outcome: TranscendentalOutcome,
 }
 
-fn run(
+pub(super) fn run(
     ctx: &Arc<CudaContext>,
     gpu: u32,
     k: &Kernels,
@@ -578,19 +577,5 @@ impl Transcendental {
             self.outcome.mismatches = c[0];
         }
         Ok(())
-    }
-}
-
-impl CudaBackend {
-    /// The compute burn on one GPU.
-    pub(crate) fn compute_burn(
-        &self,
-        gpu: u32,
-        req: &ComputeRequest,
-        ctl: &RunControl<'_>,
-    ) -> Result<ComputeOutcome, BackendError> {
-        let ctx = self.context(gpu)?;
-        let k = self.kernels(gpu, &ctx)?;
-        run(&ctx, gpu, &k, req, ctl)
     }
 }

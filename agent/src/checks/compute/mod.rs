@@ -104,7 +104,9 @@ impl GpuCheck for Compute {
         ctl: &RunControl<'_>,
     ) -> Result<ComputeOutcome, BackendError> {
         match backend {
-            Backend::Cuda(b) => b.compute_burn(gpu.index, &self.request, ctl),
+            Backend::Cuda(b) => b.on_gpu(gpu.index, |ctx, k| {
+                cuda::run(ctx, gpu.index, k, &self.request, ctl)
+            }),
             Backend::Simulated(b) => b.compute_burn(gpu.index, &self.request, ctl),
         }
     }

@@ -52,8 +52,7 @@ impl SimBackend {
         req: &ComputeRequest,
         ctl: &RunControl<'_>,
     ) -> Result<ComputeOutcome, BackendError> {
-        self.check_gpu(gpu)?;
-        self.injected_error(SimCheck::Compute, gpu)?;
+        self.begin(SimCheck::Compute, gpu)?;
         let count = req.dtypes.len().max(1);
         let share = req.duration / u32::try_from(count).unwrap_or(u32::MAX);
         let mut gemms = Vec::with_capacity(req.dtypes.len());

@@ -411,9 +411,9 @@ impl CudaBackend {
         let bytes = usize::try_from(req.buffer_bytes).unwrap_or(usize::MAX);
         let pin = |gpu: u32| self.nvml.pin_thread_near(gpu);
         let open = |gpu: u32, numa: Option<u32>| {
-            let ctx = self.context(gpu)?;
-            let k = self.kernels(gpu, &ctx)?;
-            HostSide::open(gpu, ctx, k, bytes, numa)
+            self.on_gpu(gpu, |ctx, k| {
+                HostSide::open(gpu, ctx.clone(), k.clone(), bytes, numa)
+            })
         };
         run(gpus, req, ctl, &pin, &open)
     }

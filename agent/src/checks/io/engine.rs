@@ -10,13 +10,14 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
+use super::buffer::AlignedBuf;
 use super::pattern::Pattern;
 use super::{IoError, IoRequest, MismatchAt, pipeline, sys};
 use crate::run_control::RunControl;
 
 /// O_DIRECT needs buffers, offsets and lengths aligned to the device's logical block; 4 KiB
 /// covers 512-byte and 4K-native devices.
-pub const ALIGN: usize = 4096;
+pub use super::buffer::ALIGN;
 
 /// What the phases share.
 pub struct Phases<'a> {
@@ -264,38 +265,4 @@ fn read_full_at(f: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         }
     }
     Ok(done)
-}
-
-/// A heap buffer whose usable part starts on an [`ALIGN`] boundary (for O_DIRECT).
-pub struct AlignedBuf {
-    raw: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    pub fn new(len: usize) -> Self {
-        let raw = vec![0u8; len + ALIGN];
-        let start = raw.as_ptr().align_offset(ALIGN).min(ALIGN);
-        Self { raw, start, len }
-    }
-
-    pub fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.raw[self.start..self.start + self.len]
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn aligned_buffers_are_aligned() {
-        for len in [4096, 8 << 20, 12288] {
-            let mut b = AlignedBuf::new(len);
-            let s = b.as_mut();
-            assert_eq!(s.len(), len);
-            assert_eq!(s.as_ptr() as usize % ALIGN, 0);
-        }
-    }
 }

@@ -8,6 +8,7 @@
 //! files on success, on error and on stop. Use: [`run`] with an [`IoRequest`], then
 //! [`judge::io`] (or [`judge::io_error`]) for the report's [`gpuval_crds::IoResult`].
 
+mod buffer;
 mod check;
 mod engine;
 mod error;
@@ -60,19 +61,15 @@ pub struct IoRequest {
     /// Check free space before writing (on, except in tests of the mid-run disk-full path).
     pub preflight: bool,
     pub max_logged: usize,
-    /// Test seams; empty in normal use.
-    #[doc(hidden)]
-    pub hooks: Hooks,
 }
 
 /// A test callback that gets a directory.
-#[doc(hidden)]
-pub type Hook = Arc<dyn Fn(&Path) + Send + Sync>;
+pub(crate) type Hook = Arc<dyn Fn(&Path) + Send + Sync>;
 
-/// Callbacks tests use to interfere with a run at a known point.
-#[doc(hidden)]
+/// Callbacks tests use to interfere with a run at a known point (see [`run_hooked`]); never
+/// part of a request.
 #[derive(Clone, Default)]
-pub struct Hooks {
+pub(crate) struct Hooks {
     /// After the free-space pre-flight passed, before anything is written; gets `dir`.
     pub after_preflight: Option<Hook>,
     /// After every file was written and fsynced, before the read-back; gets the working
@@ -109,7 +106,6 @@ impl IoRequest {
             seed: fresh_seed(),
             preflight: true,
             max_logged: MAX_LOGGED,
-            hooks: Hooks::default(),
         }
     }
 
@@ -260,6 +256,15 @@ fn fresh_seed() -> u64 {
 /// Runs the check. Errors name what is wrong and what to do; whatever happens, nothing the
 /// check wrote is left behind (see [`IoOutcome::cleanup_error`] for the one exception).
 pub fn run(req: &IoRequest, ctl: &RunControl<'_>) -> Result<IoOutcome, IoError> {
+    run_hooked(req, ctl, &Hooks::default())
+}
+
+/// [`run`], with test callbacks at known points.
+pub(crate) fn run_hooked(
+    req: &IoRequest,
+    ctl: &RunControl<'_>,
+    hooks: &Hooks,
+) -> Result<IoOutcome, IoError> {
     req.validate()?;
     let mut req = req.clone();
     req.block_size = req
@@ -317,7 +322,7 @@ pub fn run(req: &IoRequest, ctl: &RunControl<'_>) -> Result<IoOutcome, IoError> 
             fs.fs_type.unwrap_or_default()
         ));
     }
-    if let Some(h) = &req.hooks.after_preflight {
+    if let Some(h) = &hooks.after_preflight {
         h(dir);
     }
 
@@ -332,7 +337,7 @@ pub fn run(req: &IoRequest, ctl: &RunControl<'_>) -> Result<IoOutcome, IoError> 
     tracing::info!(dir = %dir.display(), files = req.files, file_size = req.file_size, concurrency = out.concurrency, direct, "io check: writing");
     out.write_seconds = phases.write()?;
     out.bytes_written = req.total_bytes();
-    if let Some(h) = &req.hooks.after_write {
+    if let Some(h) = &hooks.after_write {
         h(work.path());
     }
     tracing::info!(
@@ -384,7 +389,7 @@ fn choose_direct(
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return refused("open"),
         Err(e) => return Err(os("create", e)),
     };
-    let mut buf = engine::AlignedBuf::new(engine::ALIGN);
+    let mut buf = buffer::AlignedBuf::new(buffer::ALIGN);
     let written = std::os::unix::fs::FileExt::write_at(&f, buf.as_mut(), 0);
     drop(f);
     std::fs::remove_file(&probe).map_err(|e| os("remove", e))?;

@@ -5,7 +5,7 @@
 
 use std::sync::mpsc::sync_channel;
 
-use super::engine::AlignedBuf;
+use super::buffer::AlignedBuf;
 
 /// Buffers per worker.
 pub const DEPTH: usize = 3;

@@ -60,29 +60,32 @@ fn planted_corruption_and_a_misplaced_block_are_found() {
     let d = tempfile::tempdir().unwrap();
     let mut req = small(d.path(), 1024 * KIB, 3, 3);
     req.block_size = 64 * KIB as usize;
-    req.hooks.after_write = Some(Arc::new(|work: &Path| {
-        // a flipped byte in file 1 at 300 KiB + 21 (word at +16)
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(work.join(file_name(1)))
-            .unwrap();
-        let mut b = [0u8; 1];
-        f.read_exact_at(&mut b, 300 * KIB + 21).unwrap();
-        f.write_all_at(&[b[0] ^ 0x40], 300 * KIB + 21).unwrap();
-        // file 2's block 0 copied over its block 5 (a write that landed at the wrong place)
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(work.join(file_name(2)))
-            .unwrap();
-        let mut block = vec![0u8; 64 * KIB as usize];
-        f.read_exact_at(&mut block, 0).unwrap();
-        f.write_all_at(&block, 5 * 64 * KIB).unwrap();
-        f.sync_all().unwrap();
-    }));
+    let hooks = Hooks {
+        after_write: Some(Arc::new(|work: &Path| {
+            // a flipped byte in file 1 at 300 KiB + 21 (word at +16)
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(work.join(file_name(1)))
+                .unwrap();
+            let mut b = [0u8; 1];
+            f.read_exact_at(&mut b, 300 * KIB + 21).unwrap();
+            f.write_all_at(&[b[0] ^ 0x40], 300 * KIB + 21).unwrap();
+            // file 2's block 0 copied over its block 5 (a write that landed at the wrong place)
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(work.join(file_name(2)))
+                .unwrap();
+            let mut block = vec![0u8; 64 * KIB as usize];
+            f.read_exact_at(&mut block, 0).unwrap();
+            f.write_all_at(&block, 5 * 64 * KIB).unwrap();
+            f.sync_all().unwrap();
+        })),
+        ..Default::default()
+    };
     let stop = AtomicBool::new(false);
-    let out = run(&req, &RunControl::new(&stop, &quiet())).unwrap();
+    let out = run_hooked(&req, &RunControl::new(&stop, &quiet()), &hooks).unwrap();
     assert_eq!(out.mismatches, 1 + 64 * KIB / 8);
     let first = &out.first_mismatches[0];
     assert_eq!(first.file, "file-00001");
@@ -100,12 +103,15 @@ fn planted_corruption_and_a_misplaced_block_are_found() {
 #[test]
 fn an_error_mid_run_names_the_file_and_leaves_nothing() {
     let d = tempfile::tempdir().unwrap();
-    let mut req = small(d.path(), 256 * KIB, 4, 2);
-    req.hooks.after_write = Some(Arc::new(|work: &Path| {
-        std::fs::remove_file(work.join(file_name(2))).unwrap();
-    }));
+    let req = small(d.path(), 256 * KIB, 4, 2);
+    let hooks = Hooks {
+        after_write: Some(Arc::new(|work: &Path| {
+            std::fs::remove_file(work.join(file_name(2))).unwrap();
+        })),
+        ..Default::default()
+    };
     let stop = AtomicBool::new(false);
-    let err = run(&req, &RunControl::new(&stop, &quiet())).unwrap_err();
+    let err = run_hooked(&req, &RunControl::new(&stop, &quiet()), &hooks).unwrap_err();
     let text = err.to_string();
     assert!(
         text.starts_with("open ") && text.contains("file-00002"),
@@ -174,12 +180,15 @@ fn bad_directories_and_requests_are_named() {
 #[test]
 fn files_larger_than_free_space_fail_before_writing() {
     let d = tempfile::tempdir().unwrap();
-    let mut req = small(d.path(), 1 << 50, 4, 4);
+    let req = small(d.path(), 1 << 50, 4, 4);
     let wrote = Arc::new(AtomicBool::new(false));
     let w = wrote.clone();
-    req.hooks.after_preflight = Some(Arc::new(move |_: &Path| w.store(true, Ordering::Relaxed)));
+    let hooks = Hooks {
+        after_preflight: Some(Arc::new(move |_: &Path| w.store(true, Ordering::Relaxed))),
+        ..Default::default()
+    };
     let stop = AtomicBool::new(false);
-    let err = run(&req, &RunControl::new(&stop, &quiet())).unwrap_err();
+    let err = run_hooked(&req, &RunControl::new(&stop, &quiet()), &hooks).unwrap_err();
     let t = err.to_string();
     assert!(matches!(err, IoError::NoSpace { .. }), "{t}");
     assert!(t.starts_with("not enough free space in "), "{t}");
@@ -315,17 +324,20 @@ fn disk_full_after_the_preflight_is_named_and_cleaned_up() {
     }
     let d = tempfile::tempdir().unwrap();
     let _m = mount("tmpfs", "size=16m", d.path());
-    let mut req = small(d.path(), 4096 * KIB, 3, 3);
+    let req = small(d.path(), 4096 * KIB, 3, 3);
     // The pre-flight sees 16 MiB free for 12 MiB of files; then another writer takes all but
     // 5 MiB, as a neighbour filling the disk during the check would.
-    req.hooks.after_preflight = Some(Arc::new(|dir: &Path| {
-        let free = sys::fs_info(dir).unwrap().free_bytes;
-        let f = std::fs::File::create(dir.join("neighbour")).unwrap();
-        f.write_all_at(&vec![1u8; (free - 5 * MIB) as usize], 0)
-            .unwrap();
-    }));
+    let hooks = Hooks {
+        after_preflight: Some(Arc::new(|dir: &Path| {
+            let free = sys::fs_info(dir).unwrap().free_bytes;
+            let f = std::fs::File::create(dir.join("neighbour")).unwrap();
+            f.write_all_at(&vec![1u8; (free - 5 * MIB) as usize], 0)
+                .unwrap();
+        })),
+        ..Default::default()
+    };
     let stop = AtomicBool::new(false);
-    let err = run(&req, &RunControl::new(&stop, &quiet())).unwrap_err();
+    let err = run_hooked(&req, &RunControl::new(&stop, &quiet()), &hooks).unwrap_err();
     let t = err.to_string();
     match &err {
         IoError::DiskFull {

@@ -55,7 +55,7 @@ impl Pattern<'_> {
     }
 }
 
-fn run(
+pub(super) fn run(
     ctx: &Arc<CudaContext>,
     gpu: u32,
     k: &Kernels,
@@ -200,24 +200,8 @@ fn selftest_on(
     Ok(c[0])
 }
 
-impl CudaBackend {
-    /// The memory check on one GPU.
-    pub(crate) fn memory_test(
-        &self,
-        gpu: u32,
-        req: &MemoryRequest,
-        ctl: &RunControl<'_>,
-    ) -> Result<MemoryOutcome, BackendError> {
-        let ctx = self.context(gpu)?;
-        let k = self.kernels(gpu, &ctx)?;
-        run(&ctx, gpu, &k, req, ctl)
-    }
-}
-
 /// The memory check's self-test on one GPU: `count` bit flips planted in `bytes` of memory;
 /// returns how many the verify kernel found (all of them, on a healthy GPU).
 pub fn selftest(b: &CudaBackend, gpu: u32, bytes: u64, count: u32) -> Result<u64, BackendError> {
-    let ctx = b.context(gpu)?;
-    let k = b.kernels(gpu, &ctx)?;
-    selftest_on(&ctx, gpu, &k, bytes, count)
+    b.on_gpu(gpu, |ctx, k| selftest_on(ctx, gpu, k, bytes, count))
 }

@@ -81,7 +81,9 @@ impl GpuCheck for Memory {
         ctl: &RunControl<'_>,
     ) -> Result<MemoryOutcome, BackendError> {
         match backend {
-            Backend::Cuda(b) => b.memory_test(gpu.index, &self.request, ctl),
+            Backend::Cuda(b) => b.on_gpu(gpu.index, |ctx, k| {
+                cuda::run(ctx, gpu.index, k, &self.request, ctl)
+            }),
             Backend::Simulated(b) => b.memory_test(gpu.index, &self.request, ctl),
         }
     }

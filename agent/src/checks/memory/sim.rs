@@ -1,11 +1,9 @@
 //! The memory check on the simulated backend (tests and demos only).
-use std::time::Duration;
-
 use gpuval_crds::Mismatch;
 
 use super::{MemoryOutcome, MemoryRequest};
 use crate::backend::BackendError;
-use crate::backend::sim::{MEMORY_WALL, MIB, SimBackend, SimCheck, jitter, listed, spend};
+use crate::backend::sim::{MIB, SimBackend, SimCheck, jitter, listed, spend};
 use crate::run_control::RunControl;
 
 impl SimBackend {
@@ -45,14 +43,13 @@ impl SimBackend {
         req: &MemoryRequest,
         ctl: &RunControl<'_>,
     ) -> Result<MemoryOutcome, BackendError> {
-        self.check_gpu(gpu)?;
-        self.injected_error(SimCheck::Memory, gpu)?;
-        let wall = if self.spec.timescale > 0.0 {
-            MEMORY_WALL
-        } else {
-            Duration::ZERO
-        };
-        spend(ctl, wall, |done| done, "memory fill and verify")?;
+        self.begin(SimCheck::Memory, gpu)?;
+        spend(
+            ctl,
+            self.short_wall(),
+            |done| done,
+            "memory fill and verify",
+        )?;
         let out = self.memory_outcome(gpu, req);
         ctl.progress(1.0, &format!("{} mismatches", out.mismatches));
         Ok(out)

@@ -486,9 +486,13 @@ impl CudaBackend {
     ) -> Result<P2pOutcome, BackendError> {
         let mut setups = Vec::with_capacity(gpus.len());
         for &gpu in gpus {
-            let ctx = self.context(gpu)?;
-            let kernels = self.kernels(gpu, &ctx)?;
-            setups.push(PeerSetup { gpu, ctx, kernels });
+            setups.push(self.on_gpu(gpu, |ctx, kernels| {
+                Ok(PeerSetup {
+                    gpu,
+                    ctx: ctx.clone(),
+                    kernels: kernels.clone(),
+                })
+            })?);
         }
         run(setups, req, ctl)
     }

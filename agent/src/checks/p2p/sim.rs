@@ -1,9 +1,7 @@
 //! The peer-to-peer check on the simulated backend (tests and demos only).
-use std::time::Duration;
-
 use super::{P2pOutcome, P2pRequest, PairOutcome, shuffle};
 use crate::backend::BackendError;
-use crate::backend::sim::{MEMORY_WALL, SimBackend, SimCheck, jitter, listed, spend};
+use crate::backend::sim::{SimBackend, SimCheck, jitter, listed, spend};
 use crate::run_control::RunControl;
 
 impl SimBackend {
@@ -14,15 +12,9 @@ impl SimBackend {
         ctl: &RunControl<'_>,
     ) -> Result<P2pOutcome, BackendError> {
         for &g in gpus {
-            self.check_gpu(g)?;
-            self.injected_error(SimCheck::P2p, g)?;
+            self.begin(SimCheck::P2p, g)?;
         }
-        let wall = if self.spec.timescale > 0.0 {
-            MEMORY_WALL
-        } else {
-            Duration::ZERO
-        };
-        spend(ctl, wall, |done| done, "peer-to-peer pairs")?;
+        spend(ctl, self.short_wall(), |done| done, "peer-to-peer pairs")?;
         let mut order: Vec<(u32, u32)> = gpus
             .iter()
             .flat_map(|&a| gpus.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))

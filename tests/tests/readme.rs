@@ -1,0 +1,309 @@
+//! Every `kubectl` command of README.md and of the examples' comments, run as written (through
+//! `sh`, from the repository root) against a real control plane with the CRDs installed, in the
+//! order a reader meets them. The test stands in for the operator where a command needs its
+//! work: it writes the validation's status and a node's result before the commands that read
+//! them. `NODE` in a command is a node's name, as the README says.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpuval_crds::{GpuValidation, conditions, result::result_name};
+use gpuval_tests::{ControlPlane, crds};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Client, discovery::ApiResource};
+use serde_json::json;
+
+const NS: &str = "gpuval-system";
+const NODE: &str = "gpu-node-1";
+
+/// A command and where it was written.
+#[derive(Debug, Clone)]
+struct Written {
+    at: String,
+    command: String,
+}
+
+/// `kubectl` lines of the README's shell blocks (trailing comments dropped) and the complete
+/// commands in its inline code (a verb and at least one argument: `kubectl wait` alone is a
+/// name in a sentence, not a command).
+fn readme_commands(text: &str) -> Vec<Written> {
+    let mut out = Vec::new();
+    let mut in_block = false;
+    for (i, line) in text.lines().enumerate() {
+        let at = format!("README.md:{}", i + 1);
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if in_block {
+            let code = line.split(" #").next().unwrap_or("").trim();
+            if code.starts_with("kubectl ") {
+                out.push(Written {
+                    at,
+                    command: code.to_string(),
+                });
+            }
+            continue;
+        }
+        for (n, span) in line.split('`').enumerate() {
+            if n % 2 == 1 && span.starts_with("kubectl ") && span.split_whitespace().count() >= 3 {
+                out.push(Written {
+                    at: at.clone(),
+                    command: span.to_string(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// `kubectl` commands in the comments of the example manifests.
+fn example_commands(dir: &Path, out: &mut Vec<Written>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .expect("examples dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            example_commands(&path, out);
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            let Some(comment) = line.trim_start().strip_prefix('#') else {
+                continue;
+            };
+            if let Some(start) = comment.find("kubectl ") {
+                let command = comment[start..].trim_end_matches(['.', ',', ';', ')', '`']);
+                out.push(Written {
+                    at: format!("{}:{}", path.display(), i + 1),
+                    command: command.trim().to_string(),
+                });
+            }
+        }
+    }
+}
+
+fn shell(cp: &ControlPlane, command: &str) -> Command {
+    let bin = cp.tool("kubectl").expect("kubectl");
+    let dir = bin.parent().expect("tools dir").to_path_buf();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs = vec![dir];
+    dirs.extend(std::env::split_paths(&path));
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", command])
+        .current_dir(crds::repo_root())
+        .env("PATH", std::env::join_paths(dirs).expect("PATH"))
+        .env("KUBECONFIG", cp.kubeconfig());
+    cmd
+}
+
+/// Runs a watching command until its output names `want`, then stops it.
+fn watch_until(mut cmd: Command, want: &str) -> Result<String, String> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("start: {e}"))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = String::new();
+    let found = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                seen.push_str(&line);
+                seen.push('\n');
+                if line.contains(want) {
+                    break true;
+                }
+            }
+            Err(_) => break false,
+        }
+    };
+    // The watch never ends by itself; this is the child we started.
+    let _ = child.kill();
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if found {
+        Ok(seen)
+    } else {
+        Err(format!("no line with {want:?} ({status}); output:\n{seen}"))
+    }
+}
+
+async fn setup(client: &Client) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    // A node the validation failed and onFailure labelled and tainted.
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": NODE, "labels": {"gpuval.io/failed": "quick"}},
+        "spec": {"taints": [{"key": "gpuval.io/failed", "value": "quick", "effect": "NoSchedule"}]},
+    }))
+    .expect("node");
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node");
+}
+
+/// What the operator and the node's agent would have written for `quick` by now.
+async fn write_results(client: &Client) {
+    let name = result_name("quick", NODE);
+    let ar = ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("gpuval.io", "v1alpha1", "GpuNodeResult"),
+        "gpunoderesults",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
+    let result = json!({
+        "apiVersion": "gpuval.io/v1alpha1",
+        "kind": "GpuNodeResult",
+        "metadata": {"name": name, "labels": {
+            "gpuval.io/validation": "quick", "gpuval.io/node": NODE, "gpuval.io/verdict": "Fail",
+        }},
+        "spec": {"validation": "quick", "generation": 1, "nodeName": NODE},
+    });
+    api.patch(
+        &name,
+        &PatchParams::apply("readme-test"),
+        &Patch::Apply(&result),
+    )
+    .await
+    .expect("result");
+    let validations: Api<GpuValidation> = Api::all(client.clone());
+    let mut status = gpuval_crds::GpuValidationStatus {
+        observed_generation: Some(1),
+        phase: Some(gpuval_crds::Phase::Passed),
+        ..Default::default()
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    conditions::set_condition(
+        &mut status.conditions,
+        conditions::READY,
+        true,
+        "Passed",
+        "1/1 nodes passed",
+        Some(1),
+        &now,
+    );
+    validations
+        .patch_status(
+            "quick",
+            &PatchParams::apply("readme-test").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "status": status,
+            })),
+        )
+        .await
+        .expect("status");
+}
+
+#[tokio::test]
+async fn every_kubectl_command_of_the_readme_and_the_examples_works_as_written() {
+    let root = crds::repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let mut commands = readme_commands(&readme);
+    example_commands(&root.join("deploy/examples"), &mut commands);
+    assert!(commands.len() >= 14, "found only {commands:?}");
+
+    let cp = ControlPlane::start().await.expect("control plane");
+    let client = cp.client().await.expect("client");
+    crds::install_crds(&client).await.expect("CRDs");
+    setup(&client).await;
+
+    let mut failures = Vec::new();
+    let mut results_written = false;
+    for Written { at, command } in &commands {
+        let command = command.replace("NODE", NODE);
+        if !results_written && validation_exists(&client, "quick").await {
+            write_results(&client).await;
+            results_written = true;
+        }
+        let cmd = shell(&cp, &command);
+        let outcome = if command.contains(" -w") {
+            watch_until(cmd, "quick").map(|_| String::new())
+        } else {
+            run(cmd)
+        };
+        match outcome {
+            Ok(out) => {
+                if let Err(why) = check_output(&command, &out) {
+                    failures.push(format!("{at}: `{command}`: {why}\n{out}"));
+                }
+            }
+            Err(e) => failures.push(format!("{at}: `{command}` failed: {e}")),
+        }
+    }
+    assert!(results_written, "no command applied the quick example");
+    assert!(
+        failures.is_empty(),
+        "{} of {} commands failed:\n{}",
+        failures.len(),
+        commands.len(),
+        failures.join("\n")
+    );
+}
+
+async fn validation_exists(client: &Client, name: &str) -> bool {
+    let api: Api<GpuValidation> = Api::all(client.clone());
+    matches!(api.get_opt(name).await, Ok(Some(_)))
+}
+
+fn run(mut cmd: Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("start: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!(
+            "{}\n{}{}",
+            out.status,
+            stdout,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// What a reader is told each command shows.
+fn check_output(command: &str, out: &str) -> Result<(), String> {
+    let want: &[&str] = match command {
+        c if c.starts_with("kubectl get gpuval quick -o wide") => &["quick", "REASON", "Passed"],
+        "kubectl get gpuval" => &["PHASE", "NODES", "PASSED", "FAILED"],
+        c if c.starts_with("kubectl describe gpuval quick") => &["Name:", "quick", "Ready"],
+        c if c.contains("get gpunoderesults -l") => &[NODE],
+        c if c.contains("get gpunoderesult ") => &["kind: GpuNodeResult", NODE],
+        _ => &[],
+    };
+    match want.iter().find(|w| !out.contains(**w)) {
+        None => Ok(()),
+        Some(missing) => Err(format!("output lacks {missing:?}")),
+    }
+}
+
+#[test]
+fn commands_are_found_in_blocks_and_inline_code() {
+    let text = "Run `kubectl get gpuvalidations` or `kubectl wait` later.\n```sh\nkubectl get gpuval   # a comment\nhelm list\n```\n";
+    let found: Vec<String> = readme_commands(text)
+        .into_iter()
+        .map(|w| w.command)
+        .collect();
+    assert_eq!(found, ["kubectl get gpuvalidations", "kubectl get gpuval"]);
+}
