@@ -2,6 +2,8 @@
 //! Xid events sampled the whole time, topology re-sampled so a link that drops mid-run is
 //! caught; then judges everything into a [`NodeReport`].
 
+pub mod nccl;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;

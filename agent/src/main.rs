@@ -46,6 +46,12 @@ enum Command {
     /// POD_NAME; optional GPUVAL_BACKEND, GPUVAL_SIMULATE), run the validation's checks and
     /// store the node's GpuNodeResult.
     K8s,
+    // ---- nccl check: the sweep process (begin) ----
+    /// Runs one NCCL sweep for the nccl check (started by the agent itself), or with
+    /// --standalone the whole check.
+    #[command(name = "nccl-sweep", hide = true)]
+    NcclSweep(Box<checks::nccl::standalone::SweepArgs>),
+    // ---- nccl check: the sweep process (end) ----
 }
 
 #[derive(Args, Clone)]
@@ -211,6 +217,8 @@ fn main() -> ExitCode {
         Command::Inventory(a) => cmd_inventory(a),
         Command::Selftest(a) => cmd_selftest(a),
         Command::K8s => cmd_k8s(),
+        // nccl check: the sweep process answers on stdout and exits on its own.
+        Command::NcclSweep(a) => return checks::nccl::standalone::command(*a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

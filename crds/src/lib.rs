@@ -9,12 +9,14 @@
 
 pub mod conditions;
 pub mod duration;
+pub mod nccl;
 pub mod report;
 pub mod result;
 pub mod spec;
 pub mod status;
 
 pub use duration::{Duration, DurationError};
+pub use nccl::*;
 pub use report::*;
 pub use result::{GpuNodeResult, GpuNodeResultSpec};
 pub use spec::*;

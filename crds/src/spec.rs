@@ -123,8 +123,8 @@ impl schemars::JsonSchema for NodeName {
 
 /// The checks of a validation. Each present section enables that check with its settings.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[x_kube(validation = Rule::new("has(self.topology) || has(self.memory) || has(self.compute) || has(self.p2p) || has(self.hostTransfer) || has(self.io)")
-    .message("spec.checks must enable at least one of topology, memory, compute, p2p, hostTransfer, io"))]
+#[x_kube(validation = Rule::new("has(self.topology) || has(self.memory) || has(self.compute) || has(self.p2p) || has(self.hostTransfer) || has(self.io) || has(self.nccl)")
+    .message("spec.checks must enable at least one of topology, memory, compute, p2p, hostTransfer, io, nccl"))]
 #[serde(rename_all = "camelCase")]
 pub struct Checks {
     /// GPU interconnect topology (like `nvidia-smi topo -m`), NVLink states, re-sampled during the run.
@@ -145,6 +145,9 @@ pub struct Checks {
     /// Heavy file I/O on the node volume the administrator allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<IoCheck>,
+    /// Collectives over every GPU of the node through NCCL, verified, with the transport NCCL chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<crate::nccl::NcclCheck>,
 }
 
 /// Topology check settings.
