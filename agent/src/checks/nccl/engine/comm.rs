@@ -149,8 +149,9 @@ impl Comm {
         in_place: bool,
         dtype: NcclDtype,
         b: Buffers,
-        stream: sys::cudaStream_t,
+        stream: &cudarc::driver::CudaStream,
     ) -> Result<(), NcclCallError> {
+        let stream = stream.cu_stream() as sys::cudaStream_t;
         let dt = data_type(dtype);
         let elt = layout.element;
         let rank = u64::from(self.rank);

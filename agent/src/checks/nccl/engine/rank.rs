@@ -332,16 +332,10 @@ impl Rank {
             send: self.send,
             recv: self.recv,
         };
-        comm.launch(
-            l,
-            in_place,
-            req.dtype,
-            b,
-            self.stream.cu_stream() as nccl::cudaStream_t,
-        )
-        .map_err(|e| AbortCause::NcclError {
-            message: e.to_string(),
-        })
+        comm.launch(l, in_place, req.dtype, b, &self.stream)
+            .map_err(|e| AbortCause::NcclError {
+                message: e.to_string(),
+            })
     }
 
     /// Records the end event and waits for it, checking NCCL's asynchronous error and the

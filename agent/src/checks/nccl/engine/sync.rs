@@ -157,7 +157,7 @@ pub fn wait_for(
             Err(e) => return Err(WaitError::Failed(e)),
         }
         polls = polls.saturating_add(1);
-        if polls % 64 == 0 {
+        if polls.is_multiple_of(64) {
             if let Some(e) = failed() {
                 return Err(WaitError::Failed(e));
             }
