@@ -15,8 +15,14 @@ use super::transport::{TransportClass, TransportSummary};
 use crate::backend::BackendError;
 
 /// Bus bandwidth floors at the largest size of the default sweep (4 GiB), GB/s, by model
-/// profile, GPU count and collective: set from the 2×H200 measurement.
-pub const PROFILE_FLOORS: &[(&str, usize, Collective, f64)] = &[];
+/// profile, GPU count and collective: set from the 2×H200 measurement
+/// (`bench/results/2026-11-23-h200x2-nccl/`: 282–349 GB/s at 4 GiB over two runs), about 80 % of
+/// the lowest healthy figure.
+pub const PROFILE_FLOORS: &[(&str, usize, Collective, f64)] = &[
+    ("H200", 2, Collective::AllReduce, 225.0),
+    ("H200", 2, Collective::AllGather, 225.0),
+    ("H200", 2, Collective::ReduceScatter, 225.0),
+];
 /// A profile floor applies only to a sweep that reaches this size.
 const FLOOR_MIN_BYTES: u64 = 1 << 30;
 /// Mismatch reasons listed one by one before the rest are counted.
@@ -560,6 +566,24 @@ mod tests {
         );
         o.p2p_off = Some(Err(BackendError::Other("boom".into())));
         assert_eq!(judge(&ctx(&spec), &o).reasons, ["nccl (P2P off): boom"]);
+    }
+
+    #[test]
+    fn the_h200_profile_floor_applies_to_a_full_sweep() {
+        let spec = NcclCheck::default();
+        let mut s = healthy();
+        s.curves = vec![curve(Collective::AllReduce, 20.0, 150.0)];
+        let r = judge(&ctx(&spec), &outcome(s.clone()));
+        assert_eq!(
+            r.reasons,
+            ["nccl allReduce: bus bandwidth 150.0 GB/s at 4 GiB < 225 GB/s (H200 profile, 2 GPUs)"]
+        );
+        let none = JudgeContext {
+            profile: None,
+            ..ctx(&spec)
+        };
+        assert_eq!(judge(&none, &outcome(s)).verdict, Verdict::Pass);
+        assert_eq!(profile_floor("H100", 2, Collective::AllReduce), None);
     }
 
     #[test]
