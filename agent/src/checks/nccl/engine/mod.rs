@@ -52,23 +52,8 @@ pub fn run(
     bail: Bail<'_>,
 ) -> Result<SweepOutcome, BackendError> {
     let started = Instant::now();
-    library::require_driver()?;
-    library::require_loadable()?;
-    let version = comm::version();
-    library::require_version(version.as_deref())?;
+    let Prepared { version, ptx, id } = prepare(req)?;
     let ranks = req.ranks.max(1);
-    let visible = CudaContext::device_count()
-        .map_err(|e| BackendError::NoGpu(format!("cuDeviceGetCount: {e}")))?;
-    if i64::from(visible) < i64::from(ranks) {
-        return Err(BackendError::NoGpu(format!(
-            "{ranks} ranks asked for, {visible} GPUs visible"
-        )));
-    }
-    let cc = CudaContext::new(0)
-        .and_then(|c| c.compute_capability())
-        .map_err(|e| BackendError::gpu(0, "read compute capability", e))?;
-    let ptx = kernels::compile(Some(cc))?;
-    let id = comm::unique_id().map_err(|e| BackendError::Other(e.to_string()))?;
     let skip = skip_rank();
     let shared = Shared::new(ranks as usize, stop);
     let total = total_steps(req);
@@ -151,6 +136,36 @@ pub fn run(
     outcome.abort = shared.reason();
     outcome.seconds = started.elapsed().as_secs_f64();
     Ok(outcome)
+}
+
+/// What every rank starts from.
+struct Prepared {
+    version: Option<String>,
+    ptx: String,
+    id: cudarc::nccl::sys::ncclUniqueId,
+}
+
+/// Checks the libraries (no cudarc call may panic) and the GPUs, compiles the check kernels
+/// and makes the communicator's unique id.
+fn prepare(req: &SweepRequest) -> Result<Prepared, BackendError> {
+    library::require_driver()?;
+    library::require_loadable()?;
+    let version = comm::version();
+    library::require_version(version.as_deref())?;
+    let ranks = req.ranks.max(1);
+    let visible = CudaContext::device_count()
+        .map_err(|e| BackendError::NoGpu(format!("cuDeviceGetCount: {e}")))?;
+    if i64::from(visible) < i64::from(ranks) {
+        return Err(BackendError::NoGpu(format!(
+            "{ranks} ranks asked for, {visible} GPUs visible"
+        )));
+    }
+    let cc = CudaContext::new(0)
+        .and_then(|c| c.compute_capability())
+        .map_err(|e| BackendError::gpu(0, "read compute capability", e))?;
+    let ptx = kernels::compile(Some(cc))?;
+    let id = comm::unique_id().map_err(|e| BackendError::Other(e.to_string()))?;
+    Ok(Prepared { version, ptx, id })
 }
 
 /// What is reported when a rank is stuck in a host NCCL call.
