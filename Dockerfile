@@ -49,7 +49,7 @@ ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
 LABEL org.opencontainers.image.title="gpuval-agent" \
-      org.opencontainers.image.description="gpuval node agent: GPU memory, compute, interconnect, host-link and I/O checks" \
+      org.opencontainers.image.description="gpuval node agent: GPU memory, compute, interconnect, NCCL, host-link and I/O checks" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
@@ -69,7 +69,23 @@ RUN cuda_pkg="$(cut -d. -f1,2 <<<"${CUDA_VERSION}" | tr . -)" \
        fi \
     && ls /usr/local/cuda/lib64/libnvrtc.so.* /usr/local/cuda/lib64/libcublasLt.so.* /usr/local/cuda/lib64/libcublas.so.* \
     && ldconfig
-ENV LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib:/usr/local/nvidia/lib64 \
+# NCCL (the nccl check): the libnccl2 package from NVIDIA's CUDA repository, the one the CUDA
+# runtime base image installs and holds (its NCCL_VERSION variable names the version; 2.28.x
+# for CUDA 13.0). Installed here only if a base lacks it. The package ships only the runtime
+# name libnccl.so.2; the agent loads libnccl.so, so a link to it goes on LD_LIBRARY_PATH. The
+# version is printed and kept in /usr/local/share/gpuval/nccl-version.
+# hadolint ignore=DL3008
+RUN if ! ldconfig -p | grep 'libnccl.so.2 ' >/dev/null; then \
+         apt-get update \
+         && apt-get install -y --no-install-recommends libnccl2 \
+         && rm -rf /var/lib/apt/lists/*; \
+       fi \
+    && nccl="$(ldconfig -p | awk '/libnccl.so.2 / {p = $NF} END {print p}')" \
+    && test -n "$nccl" \
+    && install -d /usr/local/lib/gpuval-nccl /usr/local/share/gpuval \
+    && ln -sf "$nccl" /usr/local/lib/gpuval-nccl/libnccl.so \
+    && dpkg-query -W -f='${Version}\n' libnccl2 | tee /usr/local/share/gpuval/nccl-version
+ENV LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/lib/gpuval-nccl:/usr/local/nvidia/lib:/usr/local/nvidia/lib64 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 COPY --from=build /out/gpuval-agent /usr/local/bin/gpuval-agent

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gpuval_agent::backend::{self, Backend, BackendChoice, BackendError, sim::SimSpec};
-use gpuval_agent::checks::{io, memory, topology};
+use gpuval_agent::checks::{io, memory, nccl, topology};
 use gpuval_agent::config::{self, Overrides, RunSettings};
 use gpuval_agent::runner::{self, Plan};
 use gpuval_agent::{k8s, render};
@@ -46,6 +46,10 @@ enum Command {
     /// POD_NAME; optional GPUVAL_BACKEND, GPUVAL_SIMULATE), run the validation's checks and
     /// store the node's GpuNodeResult.
     K8s,
+    /// The nccl check's sweep process, which the agent starts itself: a request as JSON on
+    /// stdin, progress on stderr, the outcome as JSON on stdout.
+    #[command(name = "nccl-sweep", hide = true)]
+    NcclSweep,
 }
 
 #[derive(Args, Clone)]
@@ -146,6 +150,7 @@ fn main() -> ExitCode {
         Command::Inventory(a) => cmd_inventory(a),
         Command::Selftest(a) => cmd_selftest(a),
         Command::K8s => cmd_k8s(),
+        Command::NcclSweep => return nccl::child_main(),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -209,6 +214,7 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         block_size: a.io_block_kib.map(|k| k.saturating_mul(1024)),
         skip_preflight: a.io_skip_preflight,
     };
+    plan.nccl_log_dir = a.overrides.flags.nccl.log_dir.clone();
     plan.node = std::env::var("NODE_NAME").ok().or_else(hostname);
     let report = runner::run(&be, &plan, &stop, &|line| eprintln!("{line}"));
     let json = serde_json::to_string_pretty(&report)

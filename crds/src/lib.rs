@@ -13,6 +13,7 @@
 pub mod conditions;
 pub mod duration;
 pub mod names;
+pub mod nccl;
 pub mod report;
 pub mod result;
 pub mod rules;
@@ -23,6 +24,7 @@ pub mod status;
 pub mod validate;
 
 pub use duration::{Duration, DurationError};
+pub use nccl::*;
 pub use report::*;
 pub use result::{GpuNodeResult, GpuNodeResultSpec};
 pub use spec::*;

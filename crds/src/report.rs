@@ -87,6 +87,9 @@ pub struct NodeReport {
     pub p2p: Option<P2pResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<IoResult>,
+    /// NCCL collectives over every GPU of the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<crate::nccl::NcclResult>,
 }
 
 /// Driver and library versions.

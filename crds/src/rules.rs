@@ -15,8 +15,15 @@ use crate::{
 };
 
 /// The sections of `spec.checks`, each one check (a test keeps this in step with [`crate::Checks`]).
-pub const CHECK_SECTIONS: [&str; 6] =
-    ["topology", "memory", "compute", "p2p", "hostTransfer", "io"];
+pub const CHECK_SECTIONS: [&str; 7] = [
+    "topology",
+    "memory",
+    "compute",
+    "p2p",
+    "hostTransfer",
+    "io",
+    "nccl",
+];
 
 /// The most characters all of `spec.nodeNames` may hold together: 256 KiB, so that a spec at
 /// every bound still fits in one stored object (etcd takes at most 1.5 MiB a request) beside its
@@ -74,6 +81,7 @@ pub fn table() -> Vec<CelRule> {
         io_during_compute_needs_compute(),
         p2p_bidirectional_not_below_unidirectional(),
         host_transfer_measures_something(),
+        nccl_max_not_below_min(),
         node_names_total(),
         match_labels_keys(),
         requirement_key(),
@@ -192,6 +200,27 @@ pub fn p2p_bidirectional_not_below_unidirectional() -> CelRule {
                 let bi = p2p.get("minBidirectionalGbps").and_then(Value::as_i64);
                 match (uni, bi) {
                     (Some(uni), Some(bi)) if bi < uni => Err(P2P_BIDIRECTIONAL.into()),
+                    _ => Ok(()),
+                }
+            },
+        )
+    }
+}
+
+const NCCL_SIZES: &str = "spec.checks.nccl.maxBytes must not be below minBytes";
+
+/// `spec.checks.nccl`: the size sweep goes up.
+pub fn nccl_max_not_below_min() -> CelRule {
+    CelRule {
+        field_path: Some(".maxBytes"),
+        ..fixed(
+            "!has(self.maxBytes) || self.maxBytes >= self.minBytes".into(),
+            NCCL_SIZES,
+            |nccl| {
+                let min = nccl.get("minBytes").and_then(Value::as_i64);
+                let max = nccl.get("maxBytes").and_then(Value::as_i64);
+                match (min, max) {
+                    (Some(min), Some(max)) if max < min => Err(NCCL_SIZES.into()),
                     _ => Ok(()),
                 }
             },

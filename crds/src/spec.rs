@@ -156,6 +156,9 @@ pub struct Checks {
     /// Heavy file I/O on the node volume the administrator allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<IoCheck>,
+    /// Collectives over every GPU of the node through NCCL, verified, with the transport NCCL chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<crate::nccl::NcclCheck>,
 }
 
 /// Topology check settings.

@@ -508,6 +508,10 @@ mod tests {
                     duration: d,
                     ..Default::default()
                 }),
+                nccl: Some(crate::NcclCheck {
+                    timeout: d,
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
             thresholds: None,
@@ -537,7 +541,7 @@ mod tests {
         marked.sort();
         ranged.sort();
         assert_eq!(marked, ranged);
-        assert_eq!(ranged.len(), 3);
+        assert_eq!(ranged.len(), 4);
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod compute;
 pub mod host;
 pub mod io;
 pub mod memory;
+pub mod nccl;
 pub mod p2p;
 pub mod topology;
 
@@ -28,16 +29,18 @@ use self::compute::Compute;
 use self::host::Host;
 use self::io::{Io, IoMeasured};
 use self::memory::Memory;
+use self::nccl::{Nccl, NcclMeasured};
 use self::p2p::{P2p, P2pMeasured};
 use self::topology::{Topology, TopologyMeasured};
 
 /// Every check's name (as in the spec and `--checks`), in the order they run.
-pub const NAMES: [&str; 6] = [
+pub const NAMES: [&str; 7] = [
     Topology::NAME,
     Memory::NAME,
     Compute::NAME,
     P2p::NAME,
     Host::NAME,
+    Nccl::NAME,
     Io::NAME,
 ];
 
@@ -59,6 +62,8 @@ pub struct Plan {
     pub io_dir: Option<PathBuf>,
     /// io engine settings that are not part of the spec.
     pub io_tuning: io::Tuning,
+    /// Where the nccl check keeps NCCL's own logs (None: not kept).
+    pub nccl_log_dir: Option<PathBuf>,
 }
 
 impl Plan {
@@ -72,6 +77,7 @@ impl Plan {
             p2p_seed: None,
             io_dir: None,
             io_tuning: io::Tuning::default(),
+            nccl_log_dir: None,
         }
     }
 }
@@ -83,6 +89,7 @@ pub struct Planned {
     compute: Option<Compute>,
     p2p: Option<P2p>,
     host: Option<Host>,
+    nccl: Option<Nccl>,
     io: Option<Io>,
 }
 
@@ -94,6 +101,7 @@ pub struct Measured {
     compute: HashMap<u32, Result<compute::ComputeOutcome, BackendError>>,
     p2p: Option<Result<P2pMeasured, BackendError>>,
     host: Option<Result<host::PerGpu, BackendError>>,
+    nccl: Option<Result<NcclMeasured, BackendError>>,
     /// Err: the io thread panicked.
     io: Option<Result<IoMeasured, ()>>,
 }
@@ -108,6 +116,7 @@ impl Planned {
             p2p,
             host_transfer,
             io,
+            nccl,
         } = &plan.checks;
         let beside_compute = compute.is_some() && io.as_ref().is_some_and(|c| c.during_compute);
         Self {
@@ -116,6 +125,9 @@ impl Planned {
             compute: compute.as_ref().map(Compute::from_spec),
             p2p: p2p.as_ref().map(|s| P2p::from_spec(s, plan.p2p_seed)),
             host: host_transfer.as_ref().map(Host::from_spec),
+            nccl: nccl
+                .as_ref()
+                .map(|s| Nccl::from_spec(s, plan.nccl_log_dir.clone())),
             io: io.as_ref().map(|s| {
                 let (dir, tuning) = (plan.io_dir.clone(), plan.io_tuning.clone());
                 Io::new(s, dir, tuning, beside_compute, simulated)
@@ -151,6 +163,7 @@ impl Planned {
             compute,
             p2p,
             host,
+            nccl,
             io,
         } = self;
         if let Some(m) = memory {
@@ -173,6 +186,9 @@ impl Planned {
         if let Some(h) = host.as_ref().filter(|_| !stage.stopped()) {
             into.host = Some(stage.on_node(h));
         }
+        if let Some(n) = nccl.as_ref().filter(|_| !stage.stopped()) {
+            into.nccl = Some(stage.on_node(n));
+        }
         if let Some(i) = io.as_ref().filter(|_| into.io.is_none()) {
             into.io = Some(Ok(i.measure(stage.stop, stage.sink)));
         }
@@ -187,6 +203,7 @@ impl Planned {
             mut compute,
             p2p,
             host,
+            nccl,
             io,
         } = m;
         for (g, r) in gpus.iter().zip(report.gpus.iter_mut()) {
@@ -202,6 +219,7 @@ impl Planned {
         }
         judge_node(&self.topology, judge, gpus, topology_measured, report);
         judge_node(&self.p2p, judge, gpus, p2p, report);
+        judge_node(&self.nccl, judge, gpus, nccl, report);
         if let (Some(check), Some(measured)) = (&self.io, io) {
             report.io = Some(match measured {
                 Ok(m) => check.judge(m),
@@ -282,6 +300,7 @@ pub fn node_results(r: &NodeReport) -> Vec<Found<'_>> {
     let NodeReport {
         topology,
         p2p,
+        nccl,
         io,
         simulated: _,
         backend: _,
@@ -294,7 +313,7 @@ pub fn node_results(r: &NodeReport) -> Vec<Found<'_>> {
         system: _,
         gpus: _,
     } = r;
-    [found(topology), found(p2p), found(io)]
+    [found(topology), found(p2p), found(nccl), found(io)]
         .into_iter()
         .flatten()
         .collect()
@@ -322,12 +341,14 @@ pub fn select(checks: &mut Checks, names: &[String]) -> Result<(), String> {
         p2p,
         host_transfer,
         io,
+        nccl,
     } = checks;
     keep(topology, Topology::NAME, names);
     keep(memory, Memory::NAME, names);
     keep(compute, Compute::NAME, names);
     keep(p2p, P2p::NAME, names);
     keep(host_transfer, Host::NAME, names);
+    keep(nccl, Nccl::NAME, names);
     keep(io, Io::NAME, names);
     Ok(())
 }
@@ -344,6 +365,8 @@ pub struct Flags {
     #[command(flatten)]
     pub host: host::Flags,
     #[command(flatten)]
+    pub nccl: nccl::args::NcclArgs,
+    #[command(flatten)]
     pub io: io::Flags,
 }
 
@@ -357,7 +380,9 @@ impl Flags {
             p2p,
             host_transfer,
             io,
+            nccl,
         } = checks;
+        *nccl = self.nccl.apply(nccl.take());
         if let Some(s) = memory {
             self.memory.apply(s);
         }
@@ -393,6 +418,11 @@ pub fn sections(report: &NodeReport) -> String {
         topology::section(report),
         host::section(report),
         p2p::section(report),
+        report
+            .nccl
+            .as_ref()
+            .map(nccl::render::section)
+            .unwrap_or_default(),
         io::section(report),
     ]
     .concat()
@@ -405,6 +435,11 @@ pub fn headline_parts(report: &NodeReport) -> Vec<String> {
         compute::headline(report),
         p2p::headline(report),
         host::headline(report),
+        report
+            .nccl
+            .iter()
+            .filter_map(nccl::render::headline)
+            .collect(),
         io::headline(report),
     ]
     .concat()

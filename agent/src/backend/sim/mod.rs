@@ -22,7 +22,7 @@ use super::{
 use crate::run_control::RunControl;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str = "gpus, model, fail, slow, xid, linkdown, error, timescale";
+pub const SPEC_KEYS: &str = "gpus, model, fail, slow, xid, linkdown, error, timescale, fabric";
 /// The most GPUs a simulated node may have.
 pub const MAX_GPUS: u32 = 64;
 /// The longest sleep between stop checks.
@@ -161,6 +161,8 @@ pub enum SimCheck {
     P2p,
     /// Host transfers.
     Host,
+    /// The NCCL collectives (`fail=nccl@1`: rank of GPU 1 receives wrong elements).
+    Nccl,
 }
 
 impl fmt::Display for SimCheck {
@@ -170,6 +172,7 @@ impl fmt::Display for SimCheck {
             SimCheck::Compute => "compute",
             SimCheck::P2p => "p2p",
             SimCheck::Host => "host",
+            SimCheck::Nccl => "nccl",
         })
     }
 }
@@ -182,8 +185,9 @@ impl FromStr for SimCheck {
             "compute" => Ok(SimCheck::Compute),
             "p2p" => Ok(SimCheck::P2p),
             "host" => Ok(SimCheck::Host),
+            "nccl" => Ok(SimCheck::Nccl),
             _ => Err(format!(
-                "unknown check {s:?}: use memory, compute, p2p or host"
+                "unknown check {s:?}: use memory, compute, p2p, host or nccl"
             )),
         }
     }
@@ -209,6 +213,36 @@ pub struct SimSpec {
     pub error: Vec<(SimCheck, u32)>,
     /// `timescale=0.01`: wall time spent per simulated second of burn (0: none).
     pub timescale: f64,
+    /// `fabric=hang` / `fabric=shm`: the NCCL communicator never completes a collective, or
+    /// connects the GPUs through host shared memory instead of NVLink.
+    pub fabric: Vec<FabricFault>,
+}
+
+/// A fault of the node's GPU fabric as NCCL sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FabricFault {
+    Hang,
+    Shm,
+}
+
+impl FromStr for FabricFault {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "hang" => Ok(FabricFault::Hang),
+            "shm" => Ok(FabricFault::Shm),
+            _ => Err(format!("unknown fabric fault {s:?}: use hang or shm")),
+        }
+    }
+}
+
+impl fmt::Display for FabricFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FabricFault::Hang => "hang",
+            FabricFault::Shm => "shm",
+        })
+    }
 }
 
 impl Default for SimSpec {
@@ -222,6 +256,7 @@ impl Default for SimSpec {
             linkdown: Vec::new(),
             error: Vec::new(),
             timescale: 0.0,
+            fabric: Vec::new(),
         }
     }
 }
@@ -265,6 +300,9 @@ impl SimSpec {
             "linkdown" => self.linkdown.extend(parse_list(value, parse_linkdown)?),
             "error" => self.error.extend(parse_list(value, parse_check_at)?),
             "timescale" => self.timescale = parse_timescale(value)?,
+            "fabric" => self
+                .fabric
+                .extend(parse_list(value, |v| v.parse::<FabricFault>())?),
             _ => return Err(format!("unknown key {key:?}")),
         }
         Ok(())
@@ -362,6 +400,10 @@ impl fmt::Display for SimSpec {
                 ",error={}",
                 join(self.error.iter().map(|(c, g)| format!("{c}@{g}")).collect())
             )?;
+        }
+        if !self.fabric.is_empty() {
+            let items = self.fabric.iter().map(ToString::to_string).collect();
+            write!(f, ",fabric={}", join(items))?;
         }
         write!(f, ",timescale={}", self.timescale)
     }

@@ -1,0 +1,144 @@
+//! The NCCL check as the runner sees it: a [`NodeCheck`] over every GPU of the node.
+
+use std::path::PathBuf;
+
+use gpuval_crds::{NcclCheck, NodeReport, Verdict};
+
+use super::judge::{JudgeContext, errored, failed_gpus, judge, skipped};
+use super::request::NcclRequest;
+use super::sim::SimFault;
+use super::{NcclOutcome, nvlink_between_all};
+use crate::backend::sim::{FabricFault, SimBackend, SimCheck};
+use crate::backend::{Backend, BackendError, GpuInfo};
+use crate::check::NodeCheck;
+use crate::checks::topology;
+use crate::judge::Judge;
+use crate::run_control::RunControl;
+
+/// The NCCL check as its spec asks for it.
+pub struct Nccl {
+    pub spec: NcclCheck,
+    /// Where NCCL's own logs are kept (none: they are removed with the run's directory).
+    pub log_dir: Option<PathBuf>,
+}
+
+/// What the check measured, or why it had nothing to measure.
+#[derive(Debug)]
+pub enum NcclMeasured {
+    Ran {
+        outcome: Box<NcclOutcome>,
+        /// The topology showed NVLink between every pair of the GPUs.
+        nvlink: bool,
+    },
+    Skipped(&'static str),
+}
+
+impl Nccl {
+    pub fn from_spec(spec: &NcclCheck, log_dir: Option<PathBuf>) -> Self {
+        Self {
+            spec: spec.clone(),
+            log_dir,
+        }
+    }
+}
+
+impl NodeCheck for Nccl {
+    const NAME: &'static str = "nccl";
+    type Outcome = NcclMeasured;
+
+    fn skipped(&self, gpus: &[GpuInfo]) -> Option<(&'static str, NcclMeasured)> {
+        let why = "fewer than two GPUs: collectives need at least two";
+        (gpus.len() < 2).then_some((why, NcclMeasured::Skipped(why)))
+    }
+
+    fn measure(
+        &self,
+        backend: &Backend,
+        gpus: &[GpuInfo],
+        ctl: &RunControl<'_>,
+    ) -> Result<NcclMeasured, BackendError> {
+        let mut req = NcclRequest::from_spec(&self.spec, gpus);
+        req.log_dir = self.log_dir.clone();
+        let nvlink = backend
+            .platform()
+            .topology()
+            .is_ok_and(|snap| nvlink_between_all(&topology::derive(&snap)));
+        let outcome = match backend {
+            Backend::Cuda(_) => super::run(&req, ctl),
+            Backend::Simulated(b) => simulated(b, gpus, &req, ctl),
+        }?;
+        Ok(NcclMeasured::Ran {
+            outcome: Box::new(outcome),
+            nvlink,
+        })
+    }
+
+    /// The node's `nccl` result; a GPU that received wrong elements fails too.
+    fn judge(
+        &self,
+        judge_cx: &Judge<'_>,
+        gpus: &[GpuInfo],
+        measured: Result<NcclMeasured, BackendError>,
+        into: &mut NodeReport,
+    ) {
+        let profile = gpus
+            .first()
+            .and_then(|g| judge_cx.profile_of(&g.name))
+            .map(|p| p.name);
+        let result = match measured {
+            Ok(NcclMeasured::Ran { outcome, nvlink }) => {
+                let cx = JudgeContext {
+                    spec: &self.spec,
+                    nvlink,
+                    profile,
+                };
+                judge(&cx, &outcome)
+            }
+            Ok(NcclMeasured::Skipped(why)) => skipped(&self.spec, why),
+            Err(e) => errored(&self.spec, &e),
+        };
+        for gpu in failed_gpus(&result) {
+            if let Some(g) = into.gpus.iter_mut().find(|g| g.index == gpu) {
+                g.verdict = g.verdict.max(Verdict::Fail);
+                let why = format!("GPU{gpu}: NCCL collectives delivered wrong elements");
+                crate::judge::push_unique(&mut g.reasons, [why]);
+            }
+        }
+        into.nccl = Some(result);
+    }
+}
+
+/// The check on the simulated node, with the faults its spec plants.
+fn simulated(
+    b: &SimBackend,
+    gpus: &[GpuInfo],
+    req: &NcclRequest,
+    ctl: &RunControl<'_>,
+) -> Result<NcclOutcome, BackendError> {
+    for g in gpus {
+        b.begin(SimCheck::Nccl, g.index)?;
+    }
+    let spec = &b.spec;
+    let mut faults: Vec<SimFault> = gpus
+        .iter()
+        .filter(|g| crate::backend::sim::listed(&spec.fail, SimCheck::Nccl, g.index))
+        .filter_map(|g| {
+            let rank = gpus.iter().position(|x| x.index == g.index)?;
+            Some(SimFault::WrongResult {
+                rank: u32::try_from(rank).ok()?,
+            })
+        })
+        .collect();
+    let slow: f64 = gpus
+        .iter()
+        .map(|g| spec.slowdown(SimCheck::Nccl, g.index))
+        .fold(1.0, f64::min);
+    if slow < 1.0 {
+        faults.push(SimFault::Slow(slow));
+    }
+    faults.extend(spec.fabric.iter().map(|f| match f {
+        FabricFault::Hang => SimFault::Hang,
+        FabricFault::Shm => SimFault::ShmFallback,
+    }));
+    super::sim::run(spec.gpus, spec.model.as_str(), &faults, req, ctl)
+}

@@ -1,0 +1,469 @@
+//! The sweep runs in a child process: NCCL reads its environment (`NCCL_DEBUG_FILE`,
+//! `NCCL_P2P_DISABLE`) once per process, and a process that NCCL leaves wedged can still be
+//! ended without harming the agent. The agent re-executes itself with a hidden subcommand;
+//! the request goes in as JSON on stdin, progress comes back as lines on stderr, the outcome
+//! as one JSON line on stdout.
+//!
+//! Both sides are here: [`run_child`] (the agent) and [`child_main`] (the child).
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::engine;
+use super::outcome::SweepOutcome;
+use super::request::SweepRequest;
+use crate::backend::BackendError;
+use crate::run_control::RunControl;
+
+/// The hidden subcommand that runs one sweep.
+pub const SUBCOMMAND: &str = "nccl-sweep";
+/// Prefix of the child's progress lines on stderr.
+const PROGRESS: &str = "gpuval-nccl-progress ";
+/// How often the agent looks at the child between lines.
+const TICK: Duration = Duration::from_millis(100);
+/// Lines of the child's other output kept for an error message.
+const TAIL: usize = 12;
+
+/// A backend error as it crosses the process boundary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum ChildError {
+    MissingLibrary { library: String, hint: String },
+    NoGpu(String),
+    Stopped,
+    Other(String),
+}
+
+impl From<BackendError> for ChildError {
+    fn from(e: BackendError) -> Self {
+        match e {
+            BackendError::MissingLibrary { library, hint } => {
+                ChildError::MissingLibrary { library, hint }
+            }
+            BackendError::NoGpu(m) => ChildError::NoGpu(m),
+            BackendError::Stopped => ChildError::Stopped,
+            other => ChildError::Other(other.to_string()),
+        }
+    }
+}
+
+impl From<ChildError> for BackendError {
+    fn from(e: ChildError) -> Self {
+        match e {
+            ChildError::MissingLibrary { library, hint } => {
+                BackendError::MissingLibrary { library, hint }
+            }
+            ChildError::NoGpu(m) => BackendError::NoGpu(m),
+            ChildError::Stopped => BackendError::Stopped,
+            ChildError::Other(m) => BackendError::Other(m),
+        }
+    }
+}
+
+/// The child's one line of output.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Reply {
+    outcome: Result<SweepOutcome, ChildError>,
+}
+
+/// How the agent starts and watches a sweep process.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The agent's own executable (or a stand-in in tests).
+    pub exe: PathBuf,
+    /// Variables set for the child on top of the agent's environment.
+    pub env: Vec<(String, String)>,
+    /// The child is killed when it says nothing for this long (a hang NCCL's own abort could
+    /// not end, such as a rank stuck in communicator setup).
+    pub silence_limit: Duration,
+    /// After a stop request (SIGTERM to the child), how long before it is killed.
+    pub stop_grace: Duration,
+}
+
+/// What the supervisor saw.
+enum Line {
+    Progress(f64, String),
+    Other(String),
+    StderrClosed,
+    Stdout(String),
+}
+
+/// Runs one sweep in a child process and returns its outcome.
+pub fn run_child(
+    launch: &Launch,
+    req: &SweepRequest,
+    ctl: &RunControl<'_>,
+) -> Result<SweepOutcome, BackendError> {
+    let input = serde_json::to_string(req)
+        .map_err(|e| BackendError::Other(format!("encode the sweep request: {e}")))?;
+    let mut child = Command::new(&launch.exe)
+        .arg(SUBCOMMAND)
+        .envs(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            BackendError::Other(format!(
+                "start the NCCL sweep process {}: {e}",
+                launch.exe.display()
+            ))
+        })?;
+    if let Some(mut stdin) = child.stdin.take()
+        && let Err(e) = stdin.write_all(input.as_bytes())
+    {
+        // A child that exits without reading its request answers (or not) on its own.
+        tracing::debug!(error = %e, "the NCCL sweep process did not take its request");
+    }
+    let (tx, rx) = mpsc::channel();
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let watched = std::thread::scope(|s| {
+        let out_tx = tx.clone();
+        s.spawn(move || read_stdout(stdout, &out_tx));
+        s.spawn(move || read_stderr(stderr, &tx));
+        supervise(&mut child, &rx, launch, ctl)
+    });
+    let status = child
+        .wait()
+        .map_err(|e| BackendError::Other(format!("wait for the NCCL sweep process: {e}")))?;
+    let Watched {
+        stdout,
+        tail,
+        killed,
+    } = watched;
+    if let Some(why) = killed {
+        return Err(BackendError::Other(format!(
+            "the NCCL sweep process was killed: {why}{}",
+            tail_text(&tail)
+        )));
+    }
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    match serde_json::from_str::<Reply>(last) {
+        Ok(reply) => reply.outcome.map_err(BackendError::from),
+        Err(_) => Err(BackendError::Other(format!(
+            "the NCCL sweep process ended ({status}) without a result{}",
+            tail_text(&tail)
+        ))),
+    }
+}
+
+fn tail_text(tail: &VecDeque<String>) -> String {
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; its last output: {}",
+            tail.iter().cloned().collect::<Vec<_>>().join(" | ")
+        )
+    }
+}
+
+fn read_stdout(pipe: Option<std::process::ChildStdout>, tx: &mpsc::Sender<Line>) {
+    let mut text = String::new();
+    if let Some(mut p) = pipe
+        && let Err(e) = p.read_to_string(&mut text)
+    {
+        tracing::warn!(error = %e, "reading the NCCL sweep process's output failed");
+    }
+    let _ = tx.send(Line::Stdout(text));
+}
+
+fn read_stderr(pipe: Option<std::process::ChildStderr>, tx: &mpsc::Sender<Line>) {
+    if let Some(p) = pipe {
+        for line in BufReader::new(p).lines().map_while(Result::ok) {
+            let _ = tx.send(match parse_progress(&line) {
+                Some((done, note)) => Line::Progress(done, note),
+                None => Line::Other(line),
+            });
+        }
+    }
+    let _ = tx.send(Line::StderrClosed);
+}
+
+/// `gpuval-nccl-progress 0.4200 allReduce 1 MiB ...` → (0.42, note).
+fn parse_progress(line: &str) -> Option<(f64, String)> {
+    let rest = line.strip_prefix(PROGRESS)?;
+    let (done, note) = rest.split_once(' ').unwrap_or((rest, ""));
+    Some((done.parse().ok()?, note.to_string()))
+}
+
+struct Watched {
+    stdout: String,
+    tail: VecDeque<String>,
+    killed: Option<String>,
+}
+
+/// Relays progress until both pipes close; stops the child on a stop request (SIGTERM, then
+/// kill after the grace) and kills it when it falls silent for too long.
+fn supervise(
+    child: &mut Child,
+    rx: &mpsc::Receiver<Line>,
+    launch: &Launch,
+    ctl: &RunControl<'_>,
+) -> Watched {
+    let mut w = Watched {
+        stdout: String::new(),
+        tail: VecDeque::new(),
+        killed: None,
+    };
+    let (mut stdout_done, mut stderr_done) = (false, false);
+    let mut heard = Instant::now();
+    let mut term_sent: Option<Instant> = None;
+    while !(stdout_done && stderr_done) {
+        match rx.recv_timeout(TICK) {
+            Ok(Line::Progress(done, note)) => {
+                heard = Instant::now();
+                ctl.progress(done, &note);
+            }
+            Ok(Line::Other(line)) => {
+                heard = Instant::now();
+                tracing::debug!(child = %line, "NCCL sweep process");
+                if w.tail.len() == TAIL {
+                    w.tail.pop_front();
+                }
+                w.tail.push_back(line);
+            }
+            Ok(Line::StderrClosed) => stderr_done = true,
+            Ok(Line::Stdout(text)) => {
+                w.stdout = text;
+                stdout_done = true;
+            }
+            Err(_) => {}
+        }
+        if w.killed.is_some() {
+            continue;
+        }
+        if ctl.stopped() && term_sent.is_none() {
+            term_sent = Some(Instant::now());
+            terminate(child);
+        }
+        if term_sent.is_some_and(|t| t.elapsed() >= launch.stop_grace) {
+            w.killed = Some("it did not stop after SIGTERM".into());
+        } else if heard.elapsed() >= launch.silence_limit {
+            w.killed = Some(format!(
+                "it reported nothing for {:.0}s",
+                launch.silence_limit.as_secs_f64()
+            ));
+        }
+        if w.killed.is_some()
+            && let Err(e) = child.kill()
+        {
+            tracing::warn!(error = %e, "killing the NCCL sweep process failed");
+        }
+    }
+    w
+}
+
+/// Asks the child to stop (it aborts its communicators and answers).
+fn terminate(child: &Child) {
+    let Ok(pid) = libc::pid_t::try_from(child.id()) else {
+        return;
+    };
+    // SAFETY: sends a signal to our own child process, which has not been reaped yet.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        tracing::warn!(pid, "sending SIGTERM to the NCCL sweep process failed");
+    }
+}
+
+/// The child's side: reads the request from stdin, runs the sweep, prints the outcome.
+pub fn child_main() -> ExitCode {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
+            tracing::warn!(signal = sig, error = %e, "could not install a signal handler");
+        }
+    }
+    let mut input = String::new();
+    let outcome = std::io::stdin()
+        .read_to_string(&mut input)
+        .map_err(|e| ChildError::Other(format!("read the sweep request: {e}")))
+        .and_then(|_| {
+            serde_json::from_str::<SweepRequest>(&input)
+                .map_err(|e| ChildError::Other(format!("bad sweep request: {e}")))
+        })
+        .and_then(|req| {
+            let progress = |done: f64, note: &str| eprintln!("{PROGRESS}{done:.4} {note}");
+            // A rank stuck inside NCCL on the host: answer now and end the process (its exit
+            // frees the GPUs; the stuck thread cannot be joined).
+            let bail = |outcome: Result<SweepOutcome, BackendError>| {
+                print_reply(Reply {
+                    outcome: outcome.map_err(ChildError::from),
+                });
+                std::process::exit(0);
+            };
+            engine::run(&req, &stop, &progress, &bail).map_err(ChildError::from)
+        });
+    if print_reply(Reply { outcome }) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    }
+}
+
+/// Prints the reply line; false when it could not be encoded.
+fn print_reply(reply: Reply) -> bool {
+    match serde_json::to_string(&reply) {
+        Ok(line) => {
+            println!("{line}");
+            true
+        }
+        Err(e) => {
+            eprintln!("error: encode the sweep outcome: {e}");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in for the agent: a shell script that ignores its arguments.
+    fn script(dir: &std::path::Path, body: &str) -> PathBuf {
+        let path = dir.join("fake-agent");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write the script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    }
+
+    fn launch(exe: PathBuf, silence: Duration) -> Launch {
+        Launch {
+            exe,
+            env: vec![("GPUVAL_TEST_VAR".into(), "seen".into())],
+            silence_limit: silence,
+            stop_grace: Duration::from_secs(2),
+        }
+    }
+
+    fn req() -> SweepRequest {
+        SweepRequest {
+            ranks: 2,
+            collectives: vec![],
+            sizes: vec![8],
+            dtype: Default::default(),
+            iterations: 1,
+            warmup: 0,
+            timeout_ms: 1000,
+        }
+    }
+
+    fn run(
+        exe: PathBuf,
+        silence: Duration,
+        stop: &AtomicBool,
+    ) -> (Result<SweepOutcome, BackendError>, Vec<String>) {
+        let notes = std::sync::Mutex::new(Vec::new());
+        let progress = |_: f64, n: &str| notes.lock().expect("notes").push(n.to_string());
+        let ctl = RunControl::new(stop, &progress);
+        let r = run_child(&launch(exe, silence), &req(), &ctl);
+        (r, notes.into_inner().expect("notes"))
+    }
+
+    #[test]
+    fn the_outcome_and_progress_come_back() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let reply = serde_json::to_string(&Reply {
+            outcome: Ok(SweepOutcome {
+                nccl_version: Some("2.28.3".into()),
+                ..Default::default()
+            }),
+        })
+        .expect("json");
+        // The script checks its environment and its request, reports progress, then answers.
+        let body = format!(
+            "read req\ncase \"$req\" in *'\"ranks\":2'*) ;; *) exit 3;; esac\n[ \"$GPUVAL_TEST_VAR\" = seen ] || exit 4\necho '{PROGRESS}0.5000 allReduce 8 B' >&2\necho 'some log line' >&2\necho '{reply}'"
+        );
+        let (r, notes) = run(
+            script(dir.path(), &body),
+            Duration::from_secs(30),
+            &AtomicBool::new(false),
+        );
+        assert_eq!(
+            r.map(|o| o.nccl_version).ok().flatten().as_deref(),
+            Some("2.28.3")
+        );
+        assert_eq!(notes, ["allReduce 8 B"]);
+    }
+
+    #[test]
+    fn errors_cross_the_process_boundary_with_their_kind() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let err = ChildError::MissingLibrary {
+            library: "NCCL (libnccl.so.2)".into(),
+            hint: "install it".into(),
+        };
+        let reply = serde_json::to_string(&Reply { outcome: Err(err) }).expect("json");
+        let (r, _) = run(
+            script(dir.path(), &format!("echo '{reply}'")),
+            Duration::from_secs(30),
+            &AtomicBool::new(false),
+        );
+        assert!(
+            matches!(r, Err(BackendError::MissingLibrary { .. })),
+            "{r:?}"
+        );
+        let (r, _) = run(
+            script(dir.path(), "echo 'CUDA went away' >&2; exit 1"),
+            Duration::from_secs(30),
+            &AtomicBool::new(false),
+        );
+        let msg = r.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            msg.contains("without a result") && msg.contains("CUDA went away"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_silent_child_is_killed() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let started = Instant::now();
+        let (r, _) = run(
+            script(dir.path(), "exec sleep 600"),
+            Duration::from_millis(300),
+            &AtomicBool::new(false),
+        );
+        let msg = r.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("killed: it reported nothing for"), "{msg}");
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_stop_reaches_the_child_as_sigterm() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let reply = serde_json::to_string(&Reply {
+            outcome: Err(ChildError::Stopped),
+        })
+        .expect("json");
+        // The stop is asked for once the child says it is ready (its trap is set).
+        let answer = dir.path().join("answer.json");
+        std::fs::write(&answer, reply).expect("write the answer");
+        let body = format!(
+            "trap 'cat {}; exit 0' TERM\necho '{PROGRESS}0.0000 ready' >&2\nwhile true; do sleep 0.05; done",
+            answer.display()
+        );
+        let stop = AtomicBool::new(false);
+        let progress = |_: f64, _: &str| stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let ctl = RunControl::new(&stop, &progress);
+        let r = run_child(
+            &launch(script(dir.path(), &body), Duration::from_secs(30)),
+            &req(),
+            &ctl,
+        );
+        assert!(matches!(r, Err(BackendError::Stopped)), "{r:?}");
+    }
+}

@@ -1,0 +1,264 @@
+//! The `nccl` check: collectives (all-reduce, all-gather, reduce-scatter, broadcast,
+//! all-to-all) over every GPU of the node through one NCCL communicator, a size sweep, bus and
+//! algorithm bandwidth exactly as nccl-tests defines them ([`bandwidth`]), every result
+//! verified on the GPU ([`verify`]), the transport NCCL chose read from its own log
+//! ([`transport`]), hangs aborted.
+//!
+//! How the pieces fit:
+//! - [`NcclRequest::from_spec`] builds the request from the spec and the node's GPUs;
+//! - [`run`] (real GPUs) runs each sweep in a child process of the agent ([`child`]), which
+//!   runs [`engine::run`]; the child's side is [`child_main`], behind the hidden subcommand
+//!   [`child::SUBCOMMAND`]; [`sim::run`] is the simulated node;
+//! - [`judge::judge`] turns the outcome into the report's [`gpuval_crds::NcclResult`];
+//! - [`render::section`] and [`render::headline`] print it; [`args::NcclArgs`] are its flags;
+//!   [`Nccl`] is the check as the runner runs it.
+
+pub mod args;
+pub mod bandwidth;
+mod check;
+pub mod child;
+pub mod engine;
+pub mod judge;
+pub mod library;
+pub mod outcome;
+pub mod render;
+pub mod request;
+pub mod sim;
+pub mod transport;
+pub mod verify;
+
+use std::path::{Path, PathBuf};
+
+use gpuval_crds::TopologyReport;
+use std::time::{Duration, Instant};
+
+pub use check::{Nccl, NcclMeasured};
+
+crate::check_result!(gpuval_crds::NcclResult);
+pub use child::child_main;
+pub use outcome::NcclOutcome;
+pub use request::NcclRequest;
+
+use self::child::Launch;
+use self::outcome::SweepOutcome;
+use crate::backend::BackendError;
+use crate::run_control::RunControl;
+
+/// Time a sweep process may stay silent beyond the collective timeout (process start, kernel
+/// compilation, communicator setup, buffer allocation) before it is killed.
+const SETUP_ALLOWANCE: Duration = Duration::from_secs(120);
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// Runs the check on real GPUs: the sweep with NCCL's default transports, then (when asked)
+/// the same with peer-to-peer off, each in a child process of this executable.
+pub fn run(req: &NcclRequest, ctl: &RunControl<'_>) -> Result<NcclOutcome, BackendError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| BackendError::Other(format!("find the agent's own executable: {e}")))?;
+    run_with(&exe, req, ctl)
+}
+
+/// [`run`] with the executable to start (tests use a stand-in).
+pub fn run_with(
+    exe: &Path,
+    req: &NcclRequest,
+    ctl: &RunControl<'_>,
+) -> Result<NcclOutcome, BackendError> {
+    let started = Instant::now();
+    let found = library::locate()?;
+    let dir = RunDir::create()?;
+    if found.needs_link {
+        library::make_link(&found, dir.path())?;
+    }
+    tracing::info!(library = %found.describe(), ranks = req.gpus.len(), "NCCL check");
+    let sweep = |label: &str, extra: &[(&str, &str)]| -> Result<SweepOutcome, BackendError> {
+        let log = dir.path().join(format!("nccl-{label}.log"));
+        let launch = Launch {
+            exe: exe.to_path_buf(),
+            env: sweep_env(req, &found, dir.path(), &log, extra),
+            silence_limit: req.sweep.timeout() + SETUP_ALLOWANCE,
+            stop_grace: STOP_GRACE,
+        };
+        let result = child::run_child(&launch, &req.sweep, ctl);
+        let summary = std::fs::read_to_string(&log)
+            .ok()
+            .map(|text| transport::parse(&text));
+        keep_log(req.log_dir.as_deref(), &log);
+        match result {
+            Ok(mut o) => {
+                o.transport = summary;
+                Ok(o)
+            }
+            Err(e) => Err(with_nccl_warning(e, summary.as_ref())),
+        }
+    };
+    let main = sweep("default", &[]);
+    let p2p_off =
+        (req.transports && !ctl.stopped()).then(|| sweep("p2p-off", &[("NCCL_P2P_DISABLE", "1")]));
+    Ok(NcclOutcome {
+        gpus: req.gpus.iter().map(|g| g.index).collect(),
+        library: Some(found.describe()),
+        sweep: main,
+        p2p_off,
+        notes: req.notes.clone(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The sweep process's environment: its GPUs in rank order, NCCL's log to a file of this run,
+/// the library link when one was made, and `extra`.
+fn sweep_env(
+    req: &NcclRequest,
+    found: &library::Found,
+    dir: &Path,
+    log: &Path,
+    extra: &[(&str, &str)],
+) -> Vec<(String, String)> {
+    let uuids: Vec<&str> = req.gpus.iter().map(|g| g.uuid.as_str()).collect();
+    let mut env = vec![
+        ("CUDA_VISIBLE_DEVICES".to_string(), uuids.join(",")),
+        ("NCCL_DEBUG".to_string(), "INFO".to_string()),
+        ("NCCL_DEBUG_FILE".to_string(), log.display().to_string()),
+    ];
+    // Connect every channel while the communicator is set up, so a collective's enqueue never
+    // blocks the host on a missing peer (a hang is then on the GPU, where it can be aborted).
+    if std::env::var_os("NCCL_RUNTIME_CONNECT").is_none() {
+        env.push(("NCCL_RUNTIME_CONNECT".into(), "0".into()));
+    }
+    if std::env::var_os("NCCL_DEBUG_SUBSYS").is_none() {
+        env.push(("NCCL_DEBUG_SUBSYS".into(), "INIT,ENV".into()));
+    }
+    if found.needs_link {
+        env.push(("LD_LIBRARY_PATH".into(), library::library_path_with(dir)));
+    }
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+/// An error with NCCL's first logged warning added, where it logged one.
+fn with_nccl_warning(
+    e: BackendError,
+    summary: Option<&transport::TransportSummary>,
+) -> BackendError {
+    match (e, summary.and_then(|s| s.warnings.first())) {
+        (BackendError::Other(m), Some(w)) => BackendError::Other(format!("{m} (NCCL: {w})")),
+        (e, _) => e,
+    }
+}
+
+fn keep_log(dir: Option<&Path>, log: &Path) {
+    let (Some(dir), Some(name)) = (dir, log.file_name()) else {
+        return;
+    };
+    if let Err(e) = std::fs::create_dir_all(dir).and_then(|_| std::fs::copy(log, dir.join(name))) {
+        tracing::warn!(dir = %dir.display(), error = %e, "keeping the NCCL log failed");
+    }
+}
+
+/// A private directory for one run's logs and library link, removed afterwards.
+struct RunDir(PathBuf);
+
+impl RunDir {
+    fn create() -> Result<Self, BackendError> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path =
+            std::env::temp_dir().join(format!("gpuval-nccl-{}-{nanos:08x}", std::process::id()));
+        std::fs::create_dir_all(&path)
+            .map_err(|e| BackendError::Other(format!("create {}: {e}", path.display())))?;
+        Ok(Self(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            tracing::debug!(dir = %self.0.display(), error = %e, "removing the NCCL run directory failed");
+        }
+    }
+}
+
+/// True when every pair of GPUs in the topology is connected by NVLink (`NV#`).
+pub fn nvlink_between_all(t: &TopologyReport) -> bool {
+    let n = t.matrix.len();
+    n > 1
+        && (0..n).all(|i| {
+            (0..n).all(|j| i == j || t.matrix[i].get(j).is_some_and(|c| c.starts_with("NV")))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::nccl::request::RankGpu;
+    use gpuval_crds::NcclCheck;
+
+    #[test]
+    fn the_sweep_process_sees_its_gpus_and_nccl_logging() {
+        let mut req = NcclRequest::from_spec(&NcclCheck::default(), &[]);
+        req.gpus = vec![
+            RankGpu {
+                index: 3,
+                uuid: "GPU-c".into(),
+            },
+            RankGpu {
+                index: 1,
+                uuid: "GPU-a".into(),
+            },
+        ];
+        let found = library::Found {
+            path: Some("/x/libnccl.so.2".into()),
+            version: None,
+            needs_link: true,
+        };
+        let env = sweep_env(
+            &req,
+            &found,
+            Path::new("/run/d"),
+            Path::new("/run/d/nccl-p2p-off.log"),
+            &[("NCCL_P2P_DISABLE", "1")],
+        );
+        let get = |k: &str| {
+            env.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(
+            get("CUDA_VISIBLE_DEVICES"),
+            Some("GPU-c,GPU-a"),
+            "rank order"
+        );
+        assert_eq!(get("NCCL_DEBUG"), Some("INFO"));
+        assert_eq!(get("NCCL_DEBUG_FILE"), Some("/run/d/nccl-p2p-off.log"));
+        assert_eq!(get("NCCL_P2P_DISABLE"), Some("1"));
+        assert!(get("LD_LIBRARY_PATH").is_some_and(|p| p.starts_with("/run/d")));
+    }
+
+    #[test]
+    fn run_directories_are_private_and_removed() {
+        let d = RunDir::create().expect("a run dir");
+        let p = d.path().to_path_buf();
+        assert!(p.is_dir());
+        drop(d);
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn nvlink_everywhere_or_not() {
+        let m = |cells: &[&[&str]]| TopologyReport {
+            matrix: cells
+                .iter()
+                .map(|r| r.iter().map(|c| c.to_string()).collect())
+                .collect(),
+            ..Default::default()
+        };
+        assert!(nvlink_between_all(&m(&[&["X", "NV18"], &["NV18", "X"]])));
+        assert!(!nvlink_between_all(&m(&[&["X", "SYS"], &["SYS", "X"]])));
+        assert!(!nvlink_between_all(&m(&[&["X"]])));
+    }
+}
