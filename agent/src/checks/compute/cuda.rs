@@ -112,6 +112,20 @@ enum Engine {
     Blas(CudaBlas),
 }
 
+/// One burn's device buffers: the inputs A and B and the rotating result slots.
+struct Operands<T> {
+    a: CudaSlice<T>,
+    b: CudaSlice<T>,
+    slots: Vec<CudaSlice<T>>,
+}
+
+/// Device-side results of the slot comparisons: the mismatch count and the largest relative
+/// error (as f32 bits).
+struct Tally {
+    counters: CudaSlice<u64>,
+    maxrel: CudaSlice<u32>,
+}
+
 struct Transcendental {
     input: CudaSlice<f32>,
     reference: CudaSlice<f32>,
@@ -194,16 +208,47 @@ impl Frame<'_> {
         }
     }
 
+    /// One dtype's burn: operands, engine, warm-up and reference check, the timed loop, and
+    /// the comparison tallies at the end.
     fn burn<T: Elem>(
         &self,
         dtype: Dtype,
-        mut trans: Option<&mut Transcendental>,
+        trans: Option<&mut Transcendental>,
     ) -> Result<GemmOutcome, BackendError>
     where
         CudaBlasLT: Matmul<T>,
         CudaBlas: Gemm<T>,
     {
         let started = Instant::now();
+        let mut ops = self.operands::<T>()?;
+        let engine = self.engine(dtype)?;
+
+        // Warm-up (heuristics, clocks), then the reference check on slot 0.
+        for slot in ops.slots.iter_mut().take(2) {
+            self.gemm(&engine, &ops.a, &ops.b, slot)?;
+        }
+        self.stream.synchronize().map_err(self.err("warm-up"))?;
+        let (ref_bad, ref_worst) = self.reference_check(dtype, &ops.a, &ops.b, &ops.slots[0])?;
+
+        let mut tally = self.tally()?;
+        let mut out = GemmOutcome {
+            dtype,
+            flops: 0.0,
+            gemm_seconds: 0.0,
+            iterations: 0,
+            comparisons: 0,
+            mismatches: ref_bad,
+            max_rel_error: ref_worst,
+            wall_seconds: 0.0,
+        };
+        self.batches(&engine, &mut ops, &mut tally, &mut out, trans)?;
+        self.finish(&tally, &mut out)?;
+        out.wall_seconds = started.elapsed().as_secs_f64();
+        Ok(out)
+    }
+
+    /// Allocates A, B and the zeroed result slots, and fills A and B with their patterns.
+    fn operands<T: Elem>(&self) -> Result<Operands<T>, BackendError> {
         let n = self.n;
         let elems = (n * n) as u64;
         let stream = self.stream;
@@ -220,7 +265,13 @@ impl Frame<'_> {
         }
         self.init(&mut a, elems, 0x1234_5678)?;
         self.init(&mut b, elems, 0x0bad_cafe)?;
-        let engine = match dtype {
+        Ok(Operands { a, b, slots })
+    }
+
+    /// Creates the GEMM engine: cuBLAS for plain fp32, cublasLt for the others.
+    fn engine(&self, dtype: Dtype) -> Result<Engine, BackendError> {
+        let stream = self.stream;
+        Ok(match dtype {
             Dtype::Fp32 => Engine::Blas(
                 CudaBlas::new(stream.clone())
                     .map_err(|e| BackendError::gpu(self.gpu, "create a cuBLAS handle", e))?,
@@ -229,106 +280,159 @@ impl Frame<'_> {
                 CudaBlasLT::new(stream.clone())
                     .map_err(|e| BackendError::gpu(self.gpu, "create a cublasLt handle", e))?,
             ),
-        };
+        })
+    }
 
-        // Warm-up (heuristics, clocks), then the reference check on slot 0.
-        for slot in slots.iter_mut().take(2) {
-            self.gemm(&engine, &a, &b, slot)?;
-        }
-        stream.synchronize().map_err(self.err("warm-up"))?;
-        let (ref_bad, ref_worst) = self.reference_check(dtype, &a, &b, &slots[0])?;
-
-        let mut counters = stream
+    /// Allocates the zeroed mismatch counter and largest-relative-error cell.
+    fn tally(&self) -> Result<Tally, BackendError> {
+        let counters = self
+            .stream
             .alloc_zeros::<u64>(1)
             .map_err(self.err("allocate counters"))?;
-        let mut maxrel = stream
+        let maxrel = self
+            .stream
             .alloc_zeros::<u32>(1)
             .map_err(self.err("allocate counters"))?;
-        let (rtol, atol, _) = tolerance(dtype);
-        let flops_per = 2.0 * (n as f64).powi(3);
+        Ok(Tally { counters, maxrel })
+    }
+
+    /// The timed loop until the budget is spent or the run stops: batches with two in flight,
+    /// slot comparisons and a transcendental run every CHECK_EVERY batches, progress.
+    fn batches<T: Elem>(
+        &self,
+        engine: &Engine,
+        ops: &mut Operands<T>,
+        tally: &mut Tally,
+        out: &mut GemmOutcome,
+        mut trans: Option<&mut Transcendental>,
+    ) -> Result<(), BackendError>
+    where
+        CudaBlasLT: Matmul<T>,
+        CudaBlas: Gemm<T>,
+    {
         let mut inflight: VecDeque<(CudaEvent, CudaEvent)> = VecDeque::new();
-        let mut out = GemmOutcome {
-            dtype,
-            flops: 0.0,
-            gemm_seconds: 0.0,
-            iterations: 0,
-            comparisons: 0,
-            mismatches: ref_bad,
-            max_rel_error: ref_worst,
-            wall_seconds: 0.0,
-        };
         let loop_start = Instant::now();
         let mut batch_no: u64 = 0;
         loop {
             let done = loop_start.elapsed() >= self.budget || self.ctl.stopped();
             if !done {
-                let start = self.event()?;
-                start.record(stream).map_err(self.err("record an event"))?;
-                for i in 0..BATCH {
-                    self.gemm(&engine, &a, &b, &mut slots[i % SLOTS])?;
-                }
-                let end = self.event()?;
-                end.record(stream).map_err(self.err("record an event"))?;
-                inflight.push_back((start, end));
+                inflight.push_back(self.batch(engine, ops)?);
                 batch_no += 1;
                 if batch_no.is_multiple_of(CHECK_EVERY) {
-                    let (first, rest) = slots.split_at(1);
-                    for slot in rest {
-                        self.compare(
-                            &first[0],
-                            slot,
-                            elems,
-                            rtol,
-                            atol,
-                            &mut counters,
-                            &mut maxrel,
-                        )?;
-                        out.comparisons += 1;
-                    }
+                    self.compare_slots(&ops.slots, tally, out)?;
                     if let Some(t) = trans.as_deref_mut() {
                         t.run(self)?;
                     }
                 }
             }
-            // Keep two batches in flight; drain everything at the end.
-            while inflight.len() > 1 || (done && !inflight.is_empty()) {
-                let Some((s, e)) = inflight.pop_front() else {
-                    break;
-                };
-                e.synchronize().map_err(self.err("wait for a GEMM batch"))?;
-                let ms = s.elapsed_ms(&e).map_err(self.err("read a timer"))?;
-                out.gemm_seconds += f64::from(ms) / 1e3;
-                out.iterations += BATCH as u64;
-                out.flops += flops_per * BATCH as f64;
-            }
+            self.drain(&mut inflight, done, out)?;
             if done {
                 break;
             }
             if out.iterations == 0 {
                 continue;
             }
-            let frac = (self.index as f64
-                + (loop_start.elapsed().as_secs_f64() / self.budget.as_secs_f64()).min(1.0))
-                / self.of as f64;
-            self.ctl.progress(
-                frac,
-                &format!(
-                    "{dtype} {:.0} TFLOP/s",
-                    out.flops / out.gemm_seconds.max(1e-9) / 1e12
-                ),
-            );
+            self.report(loop_start, out);
         }
+        Ok(())
+    }
+
+    /// Queues one batch of BATCH GEMMs into the rotating slots between two recorded events.
+    fn batch<T: Elem>(
+        &self,
+        engine: &Engine,
+        ops: &mut Operands<T>,
+    ) -> Result<(CudaEvent, CudaEvent), BackendError>
+    where
+        CudaBlasLT: Matmul<T>,
+        CudaBlas: Gemm<T>,
+    {
+        let stream = self.stream;
+        let start = self.event()?;
+        start.record(stream).map_err(self.err("record an event"))?;
+        for i in 0..BATCH {
+            self.gemm(engine, &ops.a, &ops.b, &mut ops.slots[i % SLOTS])?;
+        }
+        let end = self.event()?;
+        end.record(stream).map_err(self.err("record an event"))?;
+        Ok((start, end))
+    }
+
+    /// Queues the comparison of every result slot after the first with the first.
+    fn compare_slots<T: Elem>(
+        &self,
+        slots: &[CudaSlice<T>],
+        tally: &mut Tally,
+        out: &mut GemmOutcome,
+    ) -> Result<(), BackendError> {
+        let elems = (self.n * self.n) as u64;
+        let (rtol, atol, _) = tolerance(out.dtype);
+        let (first, rest) = slots.split_at(1);
+        for slot in rest {
+            self.compare(
+                &first[0],
+                slot,
+                elems,
+                rtol,
+                atol,
+                &mut tally.counters,
+                &mut tally.maxrel,
+            )?;
+            out.comparisons += 1;
+        }
+        Ok(())
+    }
+
+    /// Keeps two batches in flight (all of them drained once `done`): waits for the oldest and
+    /// adds its device time, iterations and FLOPs to `out`.
+    fn drain(
+        &self,
+        inflight: &mut VecDeque<(CudaEvent, CudaEvent)>,
+        done: bool,
+        out: &mut GemmOutcome,
+    ) -> Result<(), BackendError> {
+        let flops_per = 2.0 * (self.n as f64).powi(3);
+        while inflight.len() > 1 || (done && !inflight.is_empty()) {
+            let Some((s, e)) = inflight.pop_front() else {
+                break;
+            };
+            e.synchronize().map_err(self.err("wait for a GEMM batch"))?;
+            let ms = s.elapsed_ms(&e).map_err(self.err("read a timer"))?;
+            out.gemm_seconds += f64::from(ms) / 1e3;
+            out.iterations += BATCH as u64;
+            out.flops += flops_per * BATCH as f64;
+        }
+        Ok(())
+    }
+
+    /// Reports progress over all dtypes and the GEMM throughput so far.
+    fn report(&self, loop_start: Instant, out: &GemmOutcome) {
+        let dtype = out.dtype;
+        let frac = (self.index as f64
+            + (loop_start.elapsed().as_secs_f64() / self.budget.as_secs_f64()).min(1.0))
+            / self.of as f64;
+        self.ctl.progress(
+            frac,
+            &format!(
+                "{dtype} {:.0} TFLOP/s",
+                out.flops / out.gemm_seconds.max(1e-9) / 1e12
+            ),
+        );
+    }
+
+    /// Waits for the burn to finish and adds the device-side comparison tallies to `out`.
+    fn finish(&self, tally: &Tally, out: &mut GemmOutcome) -> Result<(), BackendError> {
+        let stream = self.stream;
         stream.synchronize().map_err(self.err("finish the burn"))?;
         let c = stream
-            .clone_dtoh(&counters)
+            .clone_dtoh(&tally.counters)
             .map_err(self.err("read counters"))?;
         let r = stream
-            .clone_dtoh(&maxrel)
+            .clone_dtoh(&tally.maxrel)
             .map_err(self.err("read counters"))?;
         out.mismatches += c[0];
         out.max_rel_error = out.max_rel_error.max(f64::from(f32::from_bits(r[0])));
-        out.wall_seconds = started.elapsed().as_secs_f64();
-        Ok(out)
+        Ok(())
     }
 
     fn event(&self) -> Result<CudaEvent, BackendError> {

@@ -274,6 +274,17 @@ pub(crate) fn run_hooked(
     if ctl.stopped() {
         return Err(IoError::Stopped);
     }
+    let (mut out, fs_type) = preflight(req)?;
+    if let Some(h) = &hooks.after_preflight {
+        h(req.dir.as_path());
+    }
+    write_and_read(req, ctl, hooks, fs_type, &mut out)?;
+    Ok(out)
+}
+
+/// The pre-flight: `req.dir` is a directory, not read-only, with room for the files; returns
+/// the outcome's header (with its notes) and the filesystem type.
+fn preflight(req: &IoRequest) -> Result<(IoOutcome, Option<&'static str>), IoError> {
     let dir = req.dir.as_path();
     let meta = std::fs::metadata(dir).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => IoError::MissingDir { dir: dir.into() },
@@ -322,13 +333,22 @@ pub(crate) fn run_hooked(
             fs.fs_type.unwrap_or_default()
         ));
     }
-    if let Some(h) = &hooks.after_preflight {
-        h(dir);
-    }
+    Ok((out, fs.fs_type))
+}
 
+/// The write and read-back phases in a fresh working directory, removed at the end; fills in
+/// `out`'s figures.
+fn write_and_read(
+    req: &IoRequest,
+    ctl: &RunControl<'_>,
+    hooks: &Hooks,
+    fs_type: Option<&'static str>,
+    out: &mut IoOutcome,
+) -> Result<(), IoError> {
+    let dir = req.dir.as_path();
     let work = workdir::WorkDir::create(dir)
         .map_err(|e| IoError::classify(e, "create the working directory in", dir, dir, 0))?;
-    let (direct, note) = choose_direct(req, work.path(), fs.fs_type)?;
+    let (direct, note) = choose_direct(req, work.path(), fs_type)?;
     out.direct_io = direct;
     out.direct_io_note = note;
 
@@ -356,7 +376,7 @@ pub(crate) fn run_hooked(
             dir.display()
         ));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Decides between O_DIRECT and buffered I/O by writing one aligned block with O_DIRECT to a

@@ -55,6 +55,8 @@ impl Pattern<'_> {
     }
 }
 
+/// The check: fill and verify a buffer of `req.fraction` of free memory, with the pattern and
+/// then its inverse, `req.passes` times.
 pub(super) fn run(
     ctx: &Arc<CudaContext>,
     gpu: u32,
@@ -120,39 +122,59 @@ pub(super) fn run(
             .map_err(err("verify"))?;
             out.bytes_read += nvec * 16;
 
-            let c = stream.clone_dtoh(&counters).map_err(err("read counters"))?;
-            if c[0] > 0 {
-                out.mismatches += c[0];
-                let l = stream
-                    .clone_dtoh(&log)
-                    .map_err(err("read the mismatch log"))?;
-                let logged = (c[1] as usize).min(max_log);
-                for e in l.chunks_exact(2).take(logged) {
-                    if out.first_mismatches.len() >= req.max_logged {
-                        break;
-                    }
-                    out.first_mismatches.push(Mismatch {
-                        offset: (e[0] * 4) as i64,
-                        expected: format!("{:#010x}", e[1] >> 32),
-                        actual: format!("{:#010x}", e[1] & 0xffff_ffff),
-                    });
-                }
-            }
+            collect(&stream, gpu, &counters, &log, req, &mut out)?;
             let done = (pass as f64 * 2.0 + half as f64 + 1.0) / steps;
-            let gbps = (out.bytes_written + out.bytes_read) as f64
-                / (out.fill_seconds + out.verify_seconds)
-                / 1e9;
-            ctl.progress(
-                done,
-                &format!(
-                    "{:.1} GiB, {gbps:.0} GB/s, {} mismatches",
-                    buf.bytes as f64 / (1u64 << 30) as f64,
-                    out.mismatches
-                ),
-            );
+            report(ctl, done, buf.bytes, &out);
         }
     }
     Ok(out)
+}
+
+/// Reads the verify counters and adds the mismatches, and the first of those logged, to `out`.
+fn collect(
+    stream: &Arc<CudaStream>,
+    gpu: u32,
+    counters: &CudaSlice<u64>,
+    log: &CudaSlice<u64>,
+    req: &MemoryRequest,
+    out: &mut MemoryOutcome,
+) -> Result<(), BackendError> {
+    let err =
+        |what: &'static str| move |e: cudarc::driver::DriverError| BackendError::gpu(gpu, what, e);
+    let max_log = req.max_logged.max(1);
+    let c = stream.clone_dtoh(counters).map_err(err("read counters"))?;
+    if c[0] > 0 {
+        out.mismatches += c[0];
+        let l = stream
+            .clone_dtoh(log)
+            .map_err(err("read the mismatch log"))?;
+        let logged = (c[1] as usize).min(max_log);
+        for e in l.chunks_exact(2).take(logged) {
+            if out.first_mismatches.len() >= req.max_logged {
+                break;
+            }
+            out.first_mismatches.push(Mismatch {
+                offset: (e[0] * 4) as i64,
+                expected: format!("{:#010x}", e[1] >> 32),
+                actual: format!("{:#010x}", e[1] & 0xffff_ffff),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Reports progress: the size under test, the throughput so far and the mismatches found.
+fn report(ctl: &RunControl<'_>, done: f64, bytes: u64, out: &MemoryOutcome) {
+    let gbps =
+        (out.bytes_written + out.bytes_read) as f64 / (out.fill_seconds + out.verify_seconds) / 1e9;
+    ctl.progress(
+        done,
+        &format!(
+            "{:.1} GiB, {gbps:.0} GB/s, {} mismatches",
+            bytes as f64 / (1u64 << 30) as f64,
+            out.mismatches
+        ),
+    );
 }
 
 /// Self-test of the detection path: fill, flip one bit in `count` known words, verify. Returns

@@ -60,6 +60,8 @@ struct PeerSetup {
     pub kernels: Kernels,
 }
 
+/// Opens every GPU, then measures every ordered pair: host-staged first when asked, then with
+/// peer access where both sides allow it.
 fn run(
     setups: Vec<PeerSetup>,
     req: &P2pRequest,
@@ -76,6 +78,41 @@ fn run(
     };
     let gate = Gate::new(&first.ctx, first.gpu)?;
 
+    let (order, mut pairs) = plan(&peers, req.seed);
+    let mut progress = Progress {
+        ctl,
+        done: 0.0,
+        steps: order.len() as f64 * if req.host_staged { 2.0 } else { 1.0 },
+    };
+    if req.host_staged {
+        measure_staged(&peers, &order, &mut pairs, req, &mut progress)?;
+    }
+    connect(&peers, &order, &mut pairs)?;
+    measure_peered(&peers, &order, &mut pairs, &gate, req, &mut progress)?;
+
+    Ok(P2pOutcome {
+        pairs,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Steps of the run done so far, out of all of them.
+struct Progress<'a, 'b> {
+    ctl: &'a RunControl<'b>,
+    done: f64,
+    steps: f64,
+}
+
+impl Progress<'_, '_> {
+    /// Counts one more step done and reports it with `note`.
+    fn step(&mut self, note: &str) {
+        self.done += 1.0;
+        self.ctl.progress(self.done / self.steps, note);
+    }
+}
+
+/// Every ordered pair of peers (as indices) in shuffled order, and an empty outcome for each.
+fn plan(peers: &[Peer], seed: u64) -> (Vec<(usize, usize)>, Vec<PairOutcome>) {
     let mut order: Vec<(usize, usize)> = (0..peers.len())
         .flat_map(|a| {
             (0..peers.len())
@@ -83,8 +120,8 @@ fn run(
                 .map(move |b| (a, b))
         })
         .collect();
-    shuffle(&mut order, req.seed);
-    let mut pairs: Vec<PairOutcome> = order
+    shuffle(&mut order, seed);
+    let pairs: Vec<PairOutcome> = order
         .iter()
         .map(|&(a, b)| PairOutcome {
             src: peers[a].gpu,
@@ -92,41 +129,53 @@ fn run(
             ..Default::default()
         })
         .collect();
-    let steps = order.len() as f64 * if req.host_staged { 2.0 } else { 1.0 };
-    let mut done = 0.0;
+    (order, pairs)
+}
 
-    if req.host_staged {
-        for (a, b) in all_pairs(peers.len()) {
-            set_peer_access(&peers[a], &peers[b], false)?;
-        }
-        let staged = P2pRequest {
-            iterations: req.iterations.min(STAGED_MAX_ITERATIONS),
-            ..req.clone()
-        };
-        for (pair, &(a, b)) in pairs.iter_mut().zip(&order) {
-            if ctl.stopped() {
-                return Err(BackendError::Stopped);
-            }
-            let (src, dst) = (&peers[a], &peers[b]);
-            let measured = uni(src, dst, None, &staged)
-                .and_then(|u| Ok((u, bidi(src, dst, None, &staged)?)))
-                .and_then(|r| Ok((r, verify_pair(src, dst)?)));
-            match measured {
-                Ok(((u, bi), bad)) => {
-                    pair.staged_unidirectional_gbps = Some(u);
-                    pair.staged_bidirectional_gbps = Some(bi);
-                    pair.mismatches += bad;
-                }
-                Err(e) => pair.error = Some(format!("host-staged: {e}")),
-            }
-            done += 1.0;
-            ctl.progress(
-                done / steps,
-                &format!("staged GPU{}->GPU{}", src.gpu, dst.gpu),
-            );
-        }
+/// The host-staged pass: peer access off everywhere, then each pair's copies (fewer of them)
+/// and checks; a pair's failure is noted on it.
+fn measure_staged(
+    peers: &[Peer],
+    order: &[(usize, usize)],
+    pairs: &mut [PairOutcome],
+    req: &P2pRequest,
+    progress: &mut Progress<'_, '_>,
+) -> Result<(), BackendError> {
+    for (a, b) in all_pairs(peers.len()) {
+        set_peer_access(&peers[a], &peers[b], false)?;
     }
+    let staged = P2pRequest {
+        iterations: req.iterations.min(STAGED_MAX_ITERATIONS),
+        ..req.clone()
+    };
+    for (pair, &(a, b)) in pairs.iter_mut().zip(order) {
+        if progress.ctl.stopped() {
+            return Err(BackendError::Stopped);
+        }
+        let (src, dst) = (&peers[a], &peers[b]);
+        let measured = uni(src, dst, None, &staged)
+            .and_then(|u| Ok((u, bidi(src, dst, None, &staged)?)))
+            .and_then(|r| Ok((r, verify_pair(src, dst)?)));
+        match measured {
+            Ok(((u, bi), bad)) => {
+                pair.staged_unidirectional_gbps = Some(u);
+                pair.staged_bidirectional_gbps = Some(bi);
+                pair.mismatches += bad;
+            }
+            Err(e) => pair.error = Some(format!("host-staged: {e}")),
+        }
+        progress.step(&format!("staged GPU{}->GPU{}", src.gpu, dst.gpu));
+    }
+    Ok(())
+}
 
+/// Turns peer access on for every pair that can reach each other both ways, notes it on each
+/// ordered pair, and warms every pair up.
+fn connect(
+    peers: &[Peer],
+    order: &[(usize, usize)],
+    pairs: &mut [PairOutcome],
+) -> Result<(), BackendError> {
     // Peer access is turned on for a pair only when each side can reach the other, since
     // it is enabled in both directions.
     let mut reachable = vec![vec![false; peers.len()]; peers.len()];
@@ -138,17 +187,28 @@ fn run(
         reachable[a][b] = both;
         reachable[b][a] = both;
     }
-    for (pair, &(a, b)) in pairs.iter_mut().zip(&order) {
+    for (pair, &(a, b)) in pairs.iter_mut().zip(order) {
         pair.peer_access = reachable[a][b];
         warm_up(&peers[a], &peers[b])?;
     }
+    Ok(())
+}
 
-    for (pair, &(a, b)) in pairs.iter_mut().zip(&order) {
-        if ctl.stopped() {
+/// The main pass: every pair measured in turn; a pair's failure is added to its notes.
+fn measure_peered(
+    peers: &[Peer],
+    order: &[(usize, usize)],
+    pairs: &mut [PairOutcome],
+    gate: &Gate,
+    req: &P2pRequest,
+    progress: &mut Progress<'_, '_>,
+) -> Result<(), BackendError> {
+    for (pair, &(a, b)) in pairs.iter_mut().zip(order) {
+        if progress.ctl.stopped() {
             return Err(BackendError::Stopped);
         }
         let (src, dst) = (&peers[a], &peers[b]);
-        if let Err(e) = measure_pair(src, dst, &gate, req, pair) {
+        if let Err(e) = measure_pair(src, dst, gate, req, pair) {
             let note = pair
                 .error
                 .take()
@@ -156,20 +216,12 @@ fn run(
                 .unwrap_or_default();
             pair.error = Some(format!("{note}{e}"));
         }
-        done += 1.0;
-        ctl.progress(
-            done / steps,
-            &format!(
-                "GPU{}->GPU{} {:.0} GB/s",
-                src.gpu, dst.gpu, pair.unidirectional_gbps
-            ),
-        );
+        progress.step(&format!(
+            "GPU{}->GPU{} {:.0} GB/s",
+            src.gpu, dst.gpu, pair.unidirectional_gbps
+        ));
     }
-
-    Ok(P2pOutcome {
-        pairs,
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    Ok(())
 }
 
 fn measure_pair(
