@@ -26,11 +26,11 @@ echo "GPUs: $GPUS  dtype: $DTYPE  iterations: $ITERS after $WARMUP warm-up" | te
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader >>"$OUT/setup.txt" || true
 
 # The agent: one communicator, the three sweeps, 8 B to 4 GiB x4 (4 GiB itself included).
-"$AGENT" nccl-sweep --standalone \
+"$AGENT" run --checks nccl \
   --nccl-collectives allReduce,allGather,reduceScatter \
   --nccl-min-bytes 8 --nccl-max-bytes 4G --nccl-step-factor 4 \
   --nccl-dtype "$DTYPE" --nccl-iterations "$ITERS" --nccl-warmup "$WARMUP" \
-  --nccl-log-dir "$OUT/agent-logs" -o "$OUT/agent.json" 2>&1 | tee "$OUT/agent.txt"
+  --nccl-log-dir "$OUT/agent-logs" -o "$OUT/agent.json" 2>&1 | tee "$OUT/agent.txt" || true
 
 # nccl-tests: one process, one thread, all GPUs (-g), same sizes; its ladder from 8 B by x4
 # stops at 2 GiB, so 4 GiB is a second run.
@@ -43,7 +43,7 @@ done
 
 # The agent's full default sweep (all-reduce, 8 B to 4 GiB), wall time from start to exit.
 start=$(date +%s.%N)
-"$AGENT" nccl-sweep --standalone -o "$OUT/agent-default.json" >"$OUT/agent-default.txt" 2>&1
+"$AGENT" run --checks nccl -o "$OUT/agent-default.json" >"$OUT/agent-default.txt" 2>&1 || true
 end=$(date +%s.%N)
 echo "$start $end" | awk '{printf "%.2f\n", $2 - $1}' >"$OUT/default-sweep-seconds.txt"
 

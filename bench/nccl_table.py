@@ -3,7 +3,7 @@
 
     python3 bench/nccl_table.py OUT_DIR > OUT_DIR/table.md
 
-Reads OUT_DIR/agent.json (the nccl check's result), OUT_DIR/nccl-tests-<coll>.txt (the
+Reads OUT_DIR/agent.json (the node report of `gpuval-agent run --checks nccl`), OUT_DIR/nccl-tests-<coll>.txt (the
 *_perf outputs) and OUT_DIR/default-sweep-seconds.txt. Out-of-place figures are compared at
 every size both measured; the targets: bus bandwidth ratio agent / nccl-tests >= 0.97 at every
 size of 256 MiB and more, time ratio <= 1.1 at the smallest size, default sweep < 60 s.
@@ -49,6 +49,8 @@ def human(n):
 def main(out):
     with open(os.path.join(out, "agent.json")) as f:
         agent = json.load(f)
+    # `gpuval-agent run --output` writes the node report; the check's result is its `nccl`.
+    agent = agent.get("nccl", agent)
     curves = {c["collective"]: c["rows"] for c in (agent.get("sweep") or {}).get("curves", [])}
     lines = ["# nccl check vs nccl-tests", ""]
     t = (agent.get("sweep") or {}).get("transport") or {}

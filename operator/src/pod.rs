@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 
 use gpuval_crds::{GPU_RESOURCE, GpuValidation, agent_env, labels};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, Container, EnvVar, EnvVarSource, HostPathVolumeSource, NodeAffinity,
-    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodSpec,
-    ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
+    Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HostPathVolumeSource, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    ObjectFieldSelector, Pod, PodSpec, ResourceRequirements, SecurityContext, Toleration, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -116,6 +117,29 @@ fn io_volume(cfg: &OperatorConfig) -> Option<(Volume, VolumeMount)> {
     Some((volume, mount))
 }
 
+/// Memory-backed `/dev/shm` when the validation runs the nccl check: NCCL's shared-memory
+/// transport (and the P2P-off sweep) needs more than a container runtime's 64 MiB default.
+/// It needs no privilege; the memory counts against the pod.
+pub const SHM_SIZE: &str = "4Gi";
+
+fn shm_volume(gv: &GpuValidation) -> Option<(Volume, VolumeMount)> {
+    gv.spec.checks.nccl.as_ref()?;
+    let volume = Volume {
+        name: "dshm".into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            size_limit: Some(Quantity(SHM_SIZE.into())),
+        }),
+        ..Default::default()
+    };
+    let mount = VolumeMount {
+        name: "dshm".into(),
+        mount_path: "/dev/shm".into(),
+        ..Default::default()
+    };
+    Some((volume, mount))
+}
+
 /// Pinned to the node through the scheduler, so GPU capacity is accounted for and a cordoned or
 /// full node keeps the pod Pending with a reason instead of failing it.
 fn pinned_to(node: &str) -> Affinity {
@@ -185,7 +209,8 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
     let name = gv.metadata.name.clone().unwrap_or_default();
     let generation = gv.metadata.generation.unwrap_or(0);
     let owner: Option<OwnerReference> = gv.controller_owner_ref(&());
-    let (volume, mount) = io_volume(cfg).unzip();
+    let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) =
+        io_volume(cfg).into_iter().chain(shm_volume(gv)).unzip();
     let container = Container {
         name: "agent".into(),
         image: Some(cfg.agent_image.clone()),
@@ -194,7 +219,7 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
         env: Some(container_env(gv, cfg)),
         resources: Some(resources(gpus)),
         security_context: Some(security_context(cfg.agent_privileged)),
-        volume_mounts: mount.map(|m| vec![m]),
+        volume_mounts: (!mounts.is_empty()).then_some(mounts),
         ..Default::default()
     };
     Pod {
@@ -216,7 +241,7 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
             affinity: Some(pinned_to(node)),
             tolerations: Some(tolerations(cfg)),
             containers: vec![container],
-            volumes: volume.map(|v| vec![v]),
+            volumes: (!volumes.is_empty()).then_some(volumes),
             ..Default::default()
         }),
         status: None,
@@ -302,6 +327,25 @@ mod tests {
         let p = agent_pod(&gv(), "gpu-a", 8, &cfg);
         let v = &p.spec.unwrap().volumes.unwrap()[0];
         assert_eq!(v.host_path.as_ref().unwrap().path, "/data/gpuval");
+    }
+
+    #[test]
+    fn the_nccl_check_gets_a_memory_backed_dev_shm_and_nothing_else_does() {
+        let cfg = OperatorConfig::default();
+        let plain = agent_pod(&gv(), "gpu-a", 8, &cfg).spec.unwrap();
+        assert!(plain.volumes.is_none());
+        let mut with_nccl = gv();
+        with_nccl.spec.checks.nccl = Some(Default::default());
+        let spec = agent_pod(&with_nccl, "gpu-a", 8, &cfg).spec.unwrap();
+        let volumes = spec.volumes.unwrap();
+        assert_eq!(volumes.len(), 1);
+        let dir = volumes[0].empty_dir.as_ref().unwrap();
+        assert_eq!(dir.medium.as_deref(), Some("Memory"));
+        assert_eq!(dir.size_limit, Some(Quantity(SHM_SIZE.into())));
+        let mounts = spec.containers[0].volume_mounts.as_ref().unwrap();
+        assert_eq!(mounts[0].mount_path, "/dev/shm");
+        let sc = spec.containers[0].security_context.as_ref().unwrap();
+        assert_ne!(sc.privileged, Some(true));
     }
 
     #[test]

@@ -217,8 +217,25 @@ fn spec_with(probe: &Probe) -> Value {
         }
         at = next;
     }
+    // A field bounded by a sibling through a cross-field rule gets the sibling that lets its
+    // own bounds decide.
+    if let Some((_, sibling, value)) = COMPANIONS.iter().find(|(f, _, _)| *f == last_field) {
+        let parent = probe.path[..probe.path.len() - 1]
+            .iter()
+            .try_fold(&mut spec, |v, step| match step {
+                Step::Field(f) => v.get_mut(f.as_str()),
+                Step::Item => v.get_mut(0),
+            });
+        if let Some(Value::Object(map)) = parent {
+            map.entry(sibling.to_string()).or_insert(json!(value));
+        }
+    }
     spec
 }
+
+/// (field, sibling, value): `nccl.maxBytes` must not be below `minBytes` (default 8), so a probe
+/// of maxBytes = 1 comes with minBytes = 1.
+const COMPANIONS: [(&str, &str, i64); 1] = [("maxBytes", "minBytes", 1)];
 
 async fn server_accepts(client: &Client, spec: &Value) -> Result<bool, String> {
     let body = json!({

@@ -23,6 +23,11 @@ pub(crate) fn simulated_report(spec: &str) -> NodeReport {
         }),
         ..Default::default()
     };
+    simulated(spec, checks)
+}
+
+/// A run of these checks on the simulated node `spec` describes.
+fn simulated(spec: &str, checks: Checks) -> NodeReport {
     let backend = Backend::Simulated(SimBackend::new(spec.parse().expect("valid spec")));
     let plan = Plan::new(checks, Thresholds::default());
     run(&backend, &plan, &AtomicBool::new(false), &|_| {})
@@ -120,4 +125,82 @@ fn slow_memory_fails_relative_rule() {
         "{:?}",
         m.reasons
     );
+}
+
+/// The nccl check alone on a simulated node, with a 1 s collective timeout.
+fn nccl_report(spec: &str) -> NodeReport {
+    let checks = Checks {
+        nccl: Some(gpuval_crds::NcclCheck {
+            timeout: "1s".parse().expect("a duration"),
+            max_bytes: Some(1 << 26),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    simulated(spec, checks)
+}
+
+#[test]
+fn nccl_on_a_healthy_node_passes_and_shows_in_the_table_and_headline() {
+    let report = nccl_report("gpus=4");
+    let nccl = report.nccl.as_ref().expect("an nccl result");
+    assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.failures);
+    assert_eq!(nccl.verdict, Verdict::Pass, "{:?}", nccl.reasons);
+    let table = crate::render::table(&report);
+    assert!(table.contains("nccl"), "{table}");
+    assert!(
+        crate::render::headline(&report).contains("all-reduce"),
+        "{}",
+        crate::render::headline(&report)
+    );
+}
+
+#[test]
+fn a_planted_wrong_nccl_result_fails_the_gpu_that_holds_it() {
+    let report = nccl_report("gpus=4,fail=nccl@2");
+    assert_eq!(report.verdict, Verdict::Fail);
+    assert_eq!(report.gpus[2].verdict, Verdict::Fail);
+    for i in [0, 1, 3] {
+        assert_eq!(report.gpus[i].verdict, Verdict::Pass, "GPU{i}");
+    }
+    let why = report.failures.join("\n");
+    assert!(why.contains("rank 2"), "{why}");
+}
+
+#[test]
+fn a_hung_collective_is_aborted_and_reported_as_an_error() {
+    let started = std::time::Instant::now();
+    let report = nccl_report("gpus=2,fabric=hang");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let nccl = report.nccl.as_ref().expect("an nccl result");
+    assert_eq!(nccl.verdict, Verdict::Error, "{:?}", nccl.reasons);
+    assert_eq!(report.verdict, Verdict::Error);
+    assert!(
+        report
+            .failures
+            .iter()
+            .any(|f| f.contains("allReduce 8 B") && f.contains("aborted")),
+        "{:?}",
+        report.failures
+    );
+}
+
+#[test]
+fn an_shm_fallback_on_an_nvlink_node_fails() {
+    let report = nccl_report("gpus=2,fabric=shm");
+    let nccl = report.nccl.as_ref().expect("an nccl result");
+    assert_eq!(nccl.verdict, Verdict::Fail, "{:?}", nccl.reasons);
+    assert!(
+        nccl.reasons.iter().any(|r| r.contains("SHM")),
+        "{:?}",
+        nccl.reasons
+    );
+}
+
+#[test]
+fn nccl_on_one_gpu_is_skipped() {
+    let report = nccl_report("gpus=1");
+    let nccl = report.nccl.as_ref().expect("an nccl result");
+    assert_eq!(nccl.verdict, Verdict::Skipped);
+    assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.failures);
 }

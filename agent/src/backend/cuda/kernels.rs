@@ -44,19 +44,43 @@ pub fn require_nvrtc() -> Result<(), BackendError> {
 
 /// Compiles [`SOURCE`] to PTX for `cc`.
 pub fn compile(cc: Option<(i32, i32)>) -> Result<String, BackendError> {
+    compile_source(SOURCE, "gpuval_kernels.cu", "the gpuval kernels", cc)
+}
+
+/// Compiles a check's CUDA C source (`name` for NVRTC's messages, `what` for ours) to PTX for
+/// compute capability `cc`, the way every check's kernels are built.
+pub fn compile_source(
+    source: &str,
+    name: &str,
+    what: &str,
+    cc: Option<(i32, i32)>,
+) -> Result<String, BackendError> {
     require_nvrtc()?;
     let opts = CompileOptions {
         arch: cc.and_then(arch_for),
         options: vec!["--std=c++17".into()],
-        name: Some("gpuval_kernels.cu".into()),
+        name: Some(name.into()),
         ..Default::default()
     };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts).map_err(|e| {
-        BackendError::Other(format!(
-            "compiling the gpuval kernels with NVRTC failed: {e}"
-        ))
-    })?;
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
+        .map_err(|e| BackendError::Other(format!("compiling {what} with NVRTC failed: {e}")))?;
     Ok(ptx.to_src())
+}
+
+/// For tests that compile kernels: true when NVRTC can be loaded; false (the test skips) when
+/// it cannot, unless `GPUVAL_REQUIRE_NVRTC` says it must (CI installs it from the
+/// nvidia-cuda-nvrtc wheel; see tests/scripts/install-nvrtc.sh). Needs no GPU.
+#[cfg(test)]
+pub fn nvrtc_for_tests() -> bool {
+    if require_nvrtc().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("GPUVAL_REQUIRE_NVRTC").is_none(),
+        "GPUVAL_REQUIRE_NVRTC is set but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)"
+    );
+    eprintln!("skipped: libnvrtc not loadable here");
+    false
 }
 
 /// Every kernel, loaded in one context.
@@ -102,16 +126,10 @@ impl Kernels {
 mod tests {
     use super::*;
 
-    /// Compiles the real kernel source with NVRTC when the library is loadable (CI installs it
-    /// from the nvidia-cuda-nvrtc wheel; see tests/scripts/install-nvrtc.sh). Needs no GPU.
+    /// Compiles the real kernel source with NVRTC when the library is loadable.
     #[test]
     fn kernels_compile_with_nvrtc_for_hopper_and_ampere() {
-        if require_nvrtc().is_err() {
-            assert!(
-                std::env::var_os("GPUVAL_REQUIRE_NVRTC").is_none(),
-                "GPUVAL_REQUIRE_NVRTC is set but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)"
-            );
-            eprintln!("skipped: libnvrtc not loadable here");
+        if !nvrtc_for_tests() {
             return;
         }
         for cc in [(9, 0), (8, 0)] {
