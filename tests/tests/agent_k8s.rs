@@ -301,6 +301,68 @@ async fn agent_pod_runs_the_checks_and_stores_a_failing_result() {
     );
 }
 
+/// The nccl check through the API: a simulated wrong result on GPU1 is judged by the agent,
+/// stored in the result's status (the curve, the transport, the mismatch) and read back
+/// through the CRD schema intact.
+#[tokio::test]
+async fn a_simulated_nccl_fault_is_stored_with_the_result() {
+    let node = "gpu-node-n";
+    let c = cluster(node).await;
+    let v = create_validation(
+        &c.client,
+        "collectives",
+        json!({"checks": {"nccl": {"maxBytes": 1048576, "timeout": "5s"}}}),
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
+    let pod_name = "collectives-gpu-node-n";
+    pods.create(
+        &PostParams::default(),
+        &agent_pod(pod_name, &v, node, "gpus=8,fail=nccl@1"),
+    )
+    .await
+    .expect("create agent pod");
+    let pod = wait_pod(&c, pod_name, "Succeeded or Failed", |p| {
+        matches!(phase(p), Some("Succeeded" | "Failed"))
+    })
+    .await;
+    let log = c.kubelet.logs(pod_name);
+    assert_eq!(phase(Some(&pod)), Some("Succeeded"), "agent log:\n{log}");
+
+    let results: Api<GpuNodeResult> = Api::namespaced(c.client.clone(), NS);
+    let r = results
+        .get(&result_name("collectives", node))
+        .await
+        .expect("the GpuNodeResult exists");
+    let status = r.status.as_ref().expect("status written");
+    assert_eq!(status.verdict, gpuval_crds::Verdict::Fail);
+    let nccl = status.nccl.as_ref().expect("the nccl section is stored");
+    assert_eq!(
+        nccl.verdict,
+        gpuval_crds::Verdict::Fail,
+        "{:?}",
+        nccl.reasons
+    );
+    assert_eq!(nccl.gpus, (0..8).collect::<Vec<i32>>());
+    assert!(!nccl.mismatches.is_empty(), "{:?}", nccl.reasons);
+    let sweep = nccl.sweep.as_ref().expect("the sweep is stored");
+    assert!(
+        sweep.curves.iter().any(|c| !c.rows.is_empty()),
+        "{:?}",
+        sweep.curves
+    );
+    assert!(sweep.transport.is_some());
+    let verdicts: Vec<_> = status.gpus.iter().map(|g| g.verdict).collect();
+    assert_eq!(verdicts[1], gpuval_crds::Verdict::Fail, "{verdicts:?}");
+    assert!(
+        verdicts
+            .iter()
+            .enumerate()
+            .all(|(i, v)| i == 1 || *v == gpuval_crds::Verdict::Pass),
+        "{verdicts:?}"
+    );
+}
+
 /// A validation with a 10 s burn and its agent pod, once the agent runs. `timescale=1`: the
 /// simulated burn takes its real 10 s, long enough to act on the agent mid-run.
 async fn running_agent(

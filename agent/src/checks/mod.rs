@@ -418,11 +418,7 @@ pub fn sections(report: &NodeReport) -> String {
         topology::section(report),
         host::section(report),
         p2p::section(report),
-        report
-            .nccl
-            .as_ref()
-            .map(nccl::render::section)
-            .unwrap_or_default(),
+        nccl::section(report),
         io::section(report),
     ]
     .concat()
@@ -435,11 +431,7 @@ pub fn headline_parts(report: &NodeReport) -> Vec<String> {
         compute::headline(report),
         p2p::headline(report),
         host::headline(report),
-        report
-            .nccl
-            .iter()
-            .filter_map(nccl::render::headline)
-            .collect(),
+        nccl::headline(report),
         io::headline(report),
     ]
     .concat()

@@ -35,6 +35,20 @@ use std::time::{Duration, Instant};
 pub use check::{Nccl, NcclMeasured};
 
 crate::check_result!(gpuval_crds::NcclResult);
+
+/// The check's table section, when it ran.
+pub fn section(report: &gpuval_crds::NodeReport) -> String {
+    report
+        .nccl
+        .as_ref()
+        .map(render::section)
+        .unwrap_or_default()
+}
+
+/// The headline's part: `all-reduce 346 GB/s busbw at 4 GiB`.
+pub fn headline(report: &gpuval_crds::NodeReport) -> Vec<String> {
+    report.nccl.iter().filter_map(render::headline).collect()
+}
 pub use child::child_main;
 pub use outcome::NcclOutcome;
 pub use request::NcclRequest;
