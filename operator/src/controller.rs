@@ -2,10 +2,11 @@
 //! and what they own into reflector stores, and per reconcile observes ([`crate::observe`]),
 //! decides ([`crate::reconcile::next`], pure) and applies ([`crate::apply`]).
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -23,6 +24,8 @@ use serde::de::DeserializeOwned;
 use crate::config::OperatorConfig;
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::observe::{observe, owner_ref_of};
+use crate::reconcile::RunNodes;
+use crate::throttle::Throttle;
 use crate::{apply, selection};
 
 /// The field manager of everything the operator writes.
@@ -64,22 +67,71 @@ pub struct Ctx {
     pub validations: Store<GpuValidation>,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    /// The record of each running run, by validation uid.
+    pub records: Records,
+    /// The rate limit of API writes (`--api-qps`, `--api-burst`).
+    pub throttle: Throttle,
+}
+
+/// The operator's record of each running run ([`RunNodes`]), by validation uid: a reconcile
+/// takes its validation's record and puts back the next one once the step is applied, so a
+/// failed step leaves no record and the next one rebuilds it from the cluster.
+#[derive(Default)]
+pub struct Records(Mutex<HashMap<String, RunNodes>>);
+
+impl Records {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunNodes>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes the record of validation `uid`, if there is one.
+    pub fn take(&self, uid: &str) -> Option<RunNodes> {
+        self.lock().remove(uid)
+    }
+
+    /// Keeps `record` for validation `uid` (nothing when the run is over), and drops the
+    /// records of validations that no longer exist.
+    pub fn put(&self, uid: &str, record: Option<RunNodes>, exists: impl Fn(&str) -> bool) {
+        let mut records = self.lock();
+        records.retain(|uid, _| exists(uid));
+        if let Some(r) = record {
+            records.insert(uid.to_string(), r);
+        }
+    }
+
+    /// Node lines held in all records (for the memory cost in logs).
+    pub fn lines(&self) -> usize {
+        self.lock().values().map(|r| r.nodes.len()).sum()
+    }
 }
 
 async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
     let world = observe(&gv, &ctx);
-    let step = crate::reconcile::next(&gv, &world, Timestamp::now(), || {
+    let uid = gv.metadata.uid.clone().unwrap_or_default();
+    let record = ctx.records.take(&uid);
+    let recovering = record.is_none();
+    let mut step = crate::reconcile::next(&gv, &world, Timestamp::now(), record, || {
         let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
         selection::select(&gv.spec, &nodes)
     });
+    let record = step.record.take();
     tracing::debug!(
         validation = %gv.name_any(),
         create = step.create_pods.len(),
         delete = step.delete_pods.len(),
+        new_verdicts = step.new_verdicts.len(),
+        recovering,
         "reconcile"
     );
     apply::apply(&gv, &ctx, &step).await?;
+    let live = ctx.validations.state();
+    ctx.records.put(&uid, record, |u| {
+        live.iter().any(|v| v.metadata.uid.as_deref() == Some(u))
+    });
+    tracing::trace!(lines = ctx.records.lines(), "run records held");
     ctx.metrics.set_phases(
         ctx.validations
             .state()
@@ -217,6 +269,8 @@ pub async fn run(
         nodes,
         validations: validations.clone(),
         metrics,
+        records: Records::default(),
+        throttle: Throttle::new(cfg.api_qps, cfg.api_burst),
     });
     tokio::spawn(mark_ready_when_filled(ctx.clone(), ready));
 
