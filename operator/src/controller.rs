@@ -200,6 +200,35 @@ fn trim_node(n: &mut Node) {
     }
 }
 
+/// Drops what an agent pod carries that [`crate::observe::pod_view`] never reads: the spec
+/// (containers, volumes, tolerations: the operator wrote it) and the status's addresses and
+/// extra container lists. What stays is metadata, phase, reason, conditions and the agent
+/// container's state: about 1 KB a pod instead of several.
+fn trim_pod(p: &mut Pod) {
+    trim_meta(p);
+    p.spec = None;
+    if let Some(s) = p.status.as_mut() {
+        s.host_ip = None;
+        s.host_ips = None;
+        s.pod_ip = None;
+        s.pod_ips = None;
+        s.init_container_statuses = None;
+        s.ephemeral_container_statuses = None;
+        s.resource_claim_statuses = None;
+        if let Some(c) = s.container_statuses.as_mut() {
+            c.truncate(1);
+            for status in c.iter_mut() {
+                status.image_id = String::new();
+                status.container_id = None;
+                status.last_state = None;
+                status.volume_mounts = None;
+                status.allocated_resources = None;
+                status.resources = None;
+            }
+        }
+    }
+}
+
 /// The validations whose run is not over (a node change may matter to them).
 fn unfinished(validations: &Store<GpuValidation>) -> Vec<ObjectRef<GpuValidation>> {
     validations
@@ -242,7 +271,7 @@ pub async fn run(
         Api::<Pod>::namespaced(client.clone(), &ns),
         watcher::Config::default().labels(&managed_selector()),
         pod_writer,
-        trim_meta,
+        trim_pod,
     );
     let result_stream = reflected(
         Api::<PartialObjectMeta<GpuNodeResult>>::namespaced(client.clone(), &ns),
@@ -304,5 +333,49 @@ async fn log_outcome(
     match outcome {
         Ok((obj, _)) => tracing::trace!(validation = %obj.name, "reconciled"),
         Err(e) => tracing::debug!(error = %e, "controller event"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStatus, PodSpec, PodStatus,
+    };
+
+    #[test]
+    fn a_trimmed_pod_keeps_what_observe_reads() {
+        let terminated = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some("OOMKilled".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut pod = Pod {
+            metadata: kube::api::ObjectMeta {
+                labels: Some([(labels::GENERATION.to_string(), "1".to_string())].into()),
+                annotations: Some([(labels::NODE.to_string(), "gpu-a".to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec::default()),
+            status: Some(PodStatus {
+                phase: Some("Failed".into()),
+                pod_ip: Some("10.0.0.1".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "agent".into(),
+                    image_id: "sha256:abc".into(),
+                    state: Some(terminated),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        };
+        let before = crate::observe::pod_view(&pod);
+        trim_pod(&mut pod);
+        assert_eq!(crate::observe::pod_view(&pod), before);
+        assert!(pod.spec.is_none());
+        assert_eq!(pod.status.as_ref().and_then(|s| s.pod_ip.clone()), None);
     }
 }

@@ -249,8 +249,9 @@ fn bench(n: usize) -> Result<serde_json::Value, Error> {
     }))
 }
 
+/// Milliseconds to the microsecond.
 fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e5).round() / 100.0
+    (d.as_secs_f64() * 1e6).round() / 1000.0
 }
 
 fn run() -> Result<(), Error> {
