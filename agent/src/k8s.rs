@@ -75,6 +75,9 @@ pub struct AgentEnv {
     /// Where the io check writes (`GPUVAL_IO_DIR`: the operator mounts the admin's host path
     /// there); None when the admin set none.
     pub io_dir: Option<PathBuf>,
+    /// The longest random delay before the result is written (`GPUVAL_RESULT_JITTER_MS`);
+    /// zero when unset.
+    pub result_jitter: Duration,
 }
 
 impl AgentEnv {
@@ -160,6 +163,8 @@ impl AgentEnv {
             .filter(|d| !d.is_empty())
             .map(PathBuf::from);
 
+        let result_jitter = result_jitter(&get)?;
+
         Ok(Self {
             validation,
             generation,
@@ -169,8 +174,56 @@ impl AgentEnv {
             pod_name,
             backend,
             io_dir,
+            result_jitter,
         })
     }
+}
+
+/// `GPUVAL_RESULT_JITTER_MS` (milliseconds, optional): the longest delay before the result
+/// is written.
+fn result_jitter(get: impl Fn(&str) -> Option<String>) -> Result<Duration, EnvError> {
+    let name = agent_env::RESULT_JITTER_MS;
+    let Some(text) = get(name)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+    else {
+        return Ok(Duration::ZERO);
+    };
+    text.parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|_| EnvError::Invalid {
+            name,
+            value: text.clone(),
+            why: "not a whole number of milliseconds".to_string(),
+        })
+}
+
+/// How long to wait before writing the result: uniform in `[0, max]`, drawn from `seed`
+/// (the shell seeds it with the pod's name, so agents that finish together spread their
+/// writes, and a restarted pod waits as long as before).
+pub fn result_delay(max: Duration, seed: u64) -> Duration {
+    let Ok(max_ms) = u64::try_from(max.as_millis()) else {
+        return max;
+    };
+    if max_ms == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(mix(seed) % (max_ms + 1))
+}
+
+/// A well-spread 64-bit hash of `s` (FNV-1a), a seed for [`result_delay`].
+pub fn seed_of(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The splitmix64 finaliser: neighbouring seeds give unrelated values.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// A lower-case DNS-1123 subdomain (object and node names).
@@ -389,6 +442,17 @@ async fn flow(env: AgentEnv, stop: Arc<AtomicBool>, mut sig: watch::Receiver<boo
     print!("{}", render::table(&report));
 
     let name = result_name(&env.validation, &env.node);
+    let delay = result_delay(env.result_jitter, seed_of(&env.pod_name));
+    if !delay.is_zero() {
+        tracing::info!(
+            delay_ms = delay.as_millis() as u64,
+            "spreading the result write"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = signalled(&mut sig) => return Outcome::Terminated,
+        }
+    }
     let stored = tokio::select! {
         r = store(client, &env, &report) => r,
         () = signalled(&mut sig) => return Outcome::Terminated,
@@ -561,6 +625,39 @@ mod tests {
         );
         vars.insert(agent_env::IO_DIR, "  ".to_string());
         assert_eq!(parse(&vars).unwrap().io_dir, None);
+    }
+
+    #[test]
+    fn the_result_jitter_is_optional_and_a_bad_one_is_named() {
+        let mut vars = base_env();
+        assert_eq!(parse(&vars).unwrap().result_jitter, Duration::ZERO);
+        vars.insert(agent_env::RESULT_JITTER_MS, "2500".to_string());
+        assert_eq!(
+            parse(&vars).unwrap().result_jitter,
+            Duration::from_millis(2500)
+        );
+        vars.insert(agent_env::RESULT_JITTER_MS, "2s".to_string());
+        let err = parse(&vars).expect_err("milliseconds only");
+        assert_eq!(err.variable(), agent_env::RESULT_JITTER_MS);
+    }
+
+    #[test]
+    fn result_delays_stay_within_the_bound_spread_out_and_repeat_per_seed() {
+        let max = Duration::from_secs(10);
+        assert_eq!(result_delay(Duration::ZERO, 42), Duration::ZERO);
+        let delays: Vec<Duration> = (0..1000)
+            .map(|i| result_delay(max, seed_of(&format!("gpuval-quick-node-{i}"))))
+            .collect();
+        assert!(delays.iter().all(|d| *d <= max));
+        let first_half = delays.iter().filter(|d| **d < max / 2).count();
+        assert!(
+            (400..=600).contains(&first_half),
+            "about half wait less than half the bound: {first_half}"
+        );
+        let buckets: std::collections::BTreeSet<u128> =
+            delays.iter().map(|d| d.as_millis() / 1000).collect();
+        assert_eq!(buckets.len(), 10, "every second of the window is used");
+        assert_eq!(result_delay(max, 7), result_delay(max, 7));
     }
 
     #[test]

@@ -128,6 +128,9 @@ pub mod agent_env {
     pub const SIMULATE: &str = "GPUVAL_SIMULATE";
     /// Optional: the directory the io check writes in (the operator's `--io-host-path`, mounted).
     pub const IO_DIR: &str = "GPUVAL_IO_DIR";
+    /// Optional: the longest random delay, in milliseconds, before the agent writes its result
+    /// (the operator's `--agent-result-jitter-seconds`).
+    pub const RESULT_JITTER_MS: &str = "GPUVAL_RESULT_JITTER_MS";
 }
 
 /// The extended resource that GPU nodes advertise (NVIDIA device plugin).

@@ -1,5 +1,7 @@
-//! `GpuValidation` status: phase, kstatus conditions, counts and a compact line per node.
-//! Full per-node detail lives in `GpuNodeResult` objects so this object stays small.
+//! `GpuValidation` status: phase, kstatus conditions, counts by verdict and by reason, and a
+//! line for each node that has not passed, up to [`MAX_LISTED_NODES`]. Passing nodes are only
+//! counted; full per-node detail lives in `GpuNodeResult` objects (labelled with their verdict),
+//! so this object stays the same size however many nodes a validation covers.
 
 use std::fmt;
 use std::str::FromStr;
@@ -9,6 +11,11 @@ use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::report::Verdict;
+
+/// Most node lines in `status.nodes`; the rest are counted in `status.nodesNotListed`.
+pub const MAX_LISTED_NODES: usize = 50;
+/// Most reasons in `status.summary.reasons` (the most frequent first).
+pub const MAX_REASONS: usize = 10;
 
 /// A string that names none of an enum's values (as written in the API).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,10 +199,19 @@ pub struct GpuValidationStatus {
     /// Why nodes were or were not selected, in plain words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<String>,
-    /// One compact line per selected node; detail is in the GpuNodeResult named in `result`.
+    /// A line for each node that has not passed (failed ones first, then those still waiting
+    /// or running), at most 50; passing nodes are only counted in `summary`. Detail is in the
+    /// GpuNodeResult named in `result` (`kubectl get gpunoderesults -l gpuval.io/verdict=Fail`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub nodes: Vec<NodeStatus>,
+    /// Nodes that have not passed but did not fit in `nodes` ("and N more").
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nodes_not_listed: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// Counts of nodes by state.
@@ -208,9 +224,22 @@ pub struct Summary {
     pub passed: i32,
     /// Failed, Error and DeadlineExceeded together.
     pub failed: i32,
+    /// Why nodes did not pass, the most frequent first (at most 10), with how many nodes each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<ReasonCount>,
 }
 
-/// One node's line in the validation status.
+/// How many nodes did not pass for one reason.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReasonCount {
+    /// The node verdict and the first words of its message, e.g. `Error: agent pod failed`.
+    pub reason: String,
+    pub count: i32,
+}
+
+/// One node's line in the validation status (and the operator's record of a node while a run
+/// goes on).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStatus {

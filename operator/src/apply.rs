@@ -12,9 +12,6 @@ use crate::controller::{Ctx, Error, FIELD_MANAGER};
 use crate::pod;
 use crate::reconcile::{PlannedEvent, Step};
 
-/// Agent pods created at once.
-const CREATE_CONCURRENCY: usize = 32;
-
 /// Applies `step` for validation `gv`: deletes first, then creates, then writes the status
 /// (only when it changed), then tells (events) and acts on failed nodes. Events and node
 /// actions are best effort: their failures are logged, not retried.
@@ -24,8 +21,7 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
     create_pods(gv, ctx, &step.create_pods).await?;
     if gv.status.as_ref() != Some(&step.status) {
         write_status(&gv.name_any(), ctx, &step.status).await?;
-        ctx.metrics
-            .count_new_verdicts(gv.status.as_ref(), &step.status);
+        ctx.metrics.count_new_verdicts(&step.new_verdicts);
     }
     publish_events(gv, ctx, &step.events).await;
     act_on_failed_nodes(gv, ctx, &step.newly_failed).await;
@@ -43,6 +39,7 @@ where
 {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     for name in names {
+        ctx.throttle.acquire().await;
         ignore_not_found(
             api.delete(name, &DeleteParams::background())
                 .await
@@ -52,7 +49,8 @@ where
     Ok(())
 }
 
-/// Creates the agent pods for `nodes` ((node, gpus) pairs), a few at once; a pod that exists
+/// Creates the agent pods for `nodes` ((node, gpus) pairs), `--pod-create-concurrency` at once
+/// (each within the API write rate limit); a pod that exists
 /// already is fine.
 async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> Result<(), Error> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
@@ -67,6 +65,7 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
     let created = futures::stream::iter(pods.into_iter().map(|pod| {
         let (api, pp) = (api.clone(), pp.clone());
         async move {
+            ctx.throttle.acquire().await;
             match api.create(&pp, &pod).await {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
@@ -74,7 +73,7 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
             }
         }
     }))
-    .buffer_unordered(CREATE_CONCURRENCY)
+    .buffer_unordered(ctx.cfg.pod_create_concurrency.max(1))
     .collect::<Vec<_>>()
     .await;
     for c in created {
@@ -93,6 +92,7 @@ async fn write_status(name: &str, ctx: &Ctx, status: &GpuValidationStatus) -> Re
         "status": status,
     });
     let api: Api<GpuValidation> = Api::all(ctx.client.clone());
+    ctx.throttle.acquire().await;
     api.patch_status(
         name,
         &PatchParams::apply(FIELD_MANAGER).force(),

@@ -24,6 +24,15 @@ pub struct OperatorConfig {
     pub agent_env: Vec<(String, String)>,
     /// Reconciles at once.
     pub concurrency: u16,
+    /// Agent pods one reconcile creates at once.
+    pub pod_create_concurrency: usize,
+    /// Writes a second to the API server (pods, results, status); 0: no limit.
+    pub api_qps: f64,
+    /// Writes allowed at once above `api_qps` before the limit applies.
+    pub api_burst: u32,
+    /// Longest random delay an agent waits before it writes its result (spreads the writes of
+    /// agents that finish together); zero: none.
+    pub agent_result_jitter: std::time::Duration,
 }
 
 impl Default for OperatorConfig {
@@ -39,6 +48,10 @@ impl Default for OperatorConfig {
             agent_privileged: false,
             agent_env: Vec::new(),
             concurrency: 8,
+            pod_create_concurrency: 32,
+            api_qps: 0.0,
+            api_burst: 100,
+            agent_result_jitter: std::time::Duration::ZERO,
         }
     }
 }

@@ -2,10 +2,11 @@
 //! and what they own into reflector stores, and per reconcile observes ([`crate::observe`]),
 //! decides ([`crate::reconcile::next`], pure) and applies ([`crate::apply`]).
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -23,6 +24,8 @@ use serde::de::DeserializeOwned;
 use crate::config::OperatorConfig;
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::observe::{observe, owner_ref_of};
+use crate::reconcile::RunNodes;
+use crate::throttle::Throttle;
 use crate::{apply, selection};
 
 /// The field manager of everything the operator writes.
@@ -64,22 +67,71 @@ pub struct Ctx {
     pub validations: Store<GpuValidation>,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    /// The record of each running run, by validation uid.
+    pub records: Records,
+    /// The rate limit of API writes (`--api-qps`, `--api-burst`).
+    pub throttle: Throttle,
+}
+
+/// The operator's record of each running run ([`RunNodes`]), by validation uid: a reconcile
+/// takes its validation's record and puts back the next one once the step is applied, so a
+/// failed step leaves no record and the next one rebuilds it from the cluster.
+#[derive(Default)]
+pub struct Records(Mutex<HashMap<String, RunNodes>>);
+
+impl Records {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunNodes>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes the record of validation `uid`, if there is one.
+    pub fn take(&self, uid: &str) -> Option<RunNodes> {
+        self.lock().remove(uid)
+    }
+
+    /// Keeps `record` for validation `uid` (nothing when the run is over), and drops the
+    /// records of validations that no longer exist.
+    pub fn put(&self, uid: &str, record: Option<RunNodes>, exists: impl Fn(&str) -> bool) {
+        let mut records = self.lock();
+        records.retain(|uid, _| exists(uid));
+        if let Some(r) = record {
+            records.insert(uid.to_string(), r);
+        }
+    }
+
+    /// Node lines held in all records (for the memory cost in logs).
+    pub fn lines(&self) -> usize {
+        self.lock().values().map(|r| r.nodes.len()).sum()
+    }
 }
 
 async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
     let world = observe(&gv, &ctx);
-    let step = crate::reconcile::next(&gv, &world, Timestamp::now(), || {
+    let uid = gv.metadata.uid.clone().unwrap_or_default();
+    let record = ctx.records.take(&uid);
+    let recovering = record.is_none();
+    let mut step = crate::reconcile::next(&gv, &world, Timestamp::now(), record, || {
         let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
         selection::select(&gv.spec, &nodes)
     });
+    let record = step.record.take();
     tracing::debug!(
         validation = %gv.name_any(),
         create = step.create_pods.len(),
         delete = step.delete_pods.len(),
+        new_verdicts = step.new_verdicts.len(),
+        recovering,
         "reconcile"
     );
     apply::apply(&gv, &ctx, &step).await?;
+    let live = ctx.validations.state();
+    ctx.records.put(&uid, record, |u| {
+        live.iter().any(|v| v.metadata.uid.as_deref() == Some(u))
+    });
+    tracing::trace!(lines = ctx.records.lines(), "run records held");
     ctx.metrics.set_phases(
         ctx.validations
             .state()
@@ -148,6 +200,35 @@ fn trim_node(n: &mut Node) {
     }
 }
 
+/// Drops what an agent pod carries that [`crate::observe::pod_view`] never reads: the spec
+/// (containers, volumes, tolerations: the operator wrote it) and the status's addresses and
+/// extra container lists. What stays is metadata, phase, reason, conditions and the agent
+/// container's state: about 1 KB a pod instead of several.
+fn trim_pod(p: &mut Pod) {
+    trim_meta(p);
+    p.spec = None;
+    if let Some(s) = p.status.as_mut() {
+        s.host_ip = None;
+        s.host_ips = None;
+        s.pod_ip = None;
+        s.pod_ips = None;
+        s.init_container_statuses = None;
+        s.ephemeral_container_statuses = None;
+        s.resource_claim_statuses = None;
+        if let Some(c) = s.container_statuses.as_mut() {
+            c.truncate(1);
+            for status in c.iter_mut() {
+                status.image_id = String::new();
+                status.container_id = None;
+                status.last_state = None;
+                status.volume_mounts = None;
+                status.allocated_resources = None;
+                status.resources = None;
+            }
+        }
+    }
+}
+
 /// The validations whose run is not over (a node change may matter to them).
 fn unfinished(validations: &Store<GpuValidation>) -> Vec<ObjectRef<GpuValidation>> {
     validations
@@ -190,7 +271,7 @@ pub async fn run(
         Api::<Pod>::namespaced(client.clone(), &ns),
         watcher::Config::default().labels(&managed_selector()),
         pod_writer,
-        trim_meta,
+        trim_pod,
     );
     let result_stream = reflected(
         Api::<PartialObjectMeta<GpuNodeResult>>::namespaced(client.clone(), &ns),
@@ -217,6 +298,8 @@ pub async fn run(
         nodes,
         validations: validations.clone(),
         metrics,
+        records: Records::default(),
+        throttle: Throttle::new(cfg.api_qps, cfg.api_burst),
     });
     tokio::spawn(mark_ready_when_filled(ctx.clone(), ready));
 
@@ -250,5 +333,49 @@ async fn log_outcome(
     match outcome {
         Ok((obj, _)) => tracing::trace!(validation = %obj.name, "reconciled"),
         Err(e) => tracing::debug!(error = %e, "controller event"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStatus, PodSpec, PodStatus,
+    };
+
+    #[test]
+    fn a_trimmed_pod_keeps_what_observe_reads() {
+        let terminated = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some("OOMKilled".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut pod = Pod {
+            metadata: kube::api::ObjectMeta {
+                labels: Some([(labels::GENERATION.to_string(), "1".to_string())].into()),
+                annotations: Some([(labels::NODE.to_string(), "gpu-a".to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec::default()),
+            status: Some(PodStatus {
+                phase: Some("Failed".into()),
+                pod_ip: Some("10.0.0.1".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "agent".into(),
+                    image_id: "sha256:abc".into(),
+                    state: Some(terminated),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        };
+        let before = crate::observe::pod_view(&pod);
+        trim_pod(&mut pod);
+        assert_eq!(crate::observe::pod_view(&pod), before);
+        assert!(pod.spec.is_none());
+        assert_eq!(pod.status.as_ref().and_then(|s| s.pod_ip.clone()), None);
     }
 }

@@ -13,3 +13,4 @@ pub mod observe;
 pub mod pod;
 pub mod reconcile;
 pub mod selection;
+pub mod throttle;

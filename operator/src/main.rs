@@ -60,6 +60,19 @@ struct Args {
     /// Reconciles at once.
     #[arg(long, env = "GPUVAL_CONCURRENCY", default_value_t = 8)]
     concurrency: u16,
+    /// Agent pods one reconcile creates at once.
+    #[arg(long, env = "GPUVAL_POD_CREATE_CONCURRENCY", default_value_t = 32)]
+    pod_create_concurrency: usize,
+    /// API writes a second (pods, results, status); 0: no client-side limit.
+    #[arg(long, env = "GPUVAL_API_QPS", default_value_t = 0.0)]
+    api_qps: f64,
+    /// API writes allowed at once above --api-qps.
+    #[arg(long, env = "GPUVAL_API_BURST", default_value_t = 100)]
+    api_burst: u32,
+    /// Longest random delay (seconds) an agent waits before writing its result, so that
+    /// thousands of agents finishing together do not write at once; 0: none.
+    #[arg(long, env = "GPUVAL_AGENT_RESULT_JITTER_SECONDS", default_value_t = 0)]
+    agent_result_jitter_seconds: u64,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, env = "GPUVAL_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
@@ -125,6 +138,10 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
             .map(|e| config::parse_env(e))
             .collect::<Result<_, _>>()?,
         concurrency: a.concurrency.max(1),
+        pod_create_concurrency: a.pod_create_concurrency.max(1),
+        api_qps: a.api_qps.max(0.0),
+        api_burst: a.api_burst.max(1),
+        agent_result_jitter: std::time::Duration::from_secs(a.agent_result_jitter_seconds),
     };
     cfg.validate()?;
     Ok(cfg)

@@ -1,6 +1,6 @@
 //! Prometheus metrics, served at `/metrics`.
 
-use gpuval_crds::{GpuValidationStatus, NodeVerdict, Phase};
+use gpuval_crds::{NodeVerdict, Phase};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -73,13 +73,10 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Counts the final node verdicts that `after` records and `before` did not.
-    pub fn count_new_verdicts(
-        &self,
-        before: Option<&GpuValidationStatus>,
-        after: &GpuValidationStatus,
-    ) {
-        for v in new_final_verdicts(before, after) {
+    /// Counts final node verdicts just reached (a step's `new_verdicts`, once its status is
+    /// written).
+    pub fn count_new_verdicts(&self, verdicts: &[NodeVerdict]) {
+        for v in verdicts {
             self.node_verdicts
                 .get_or_create(&VerdictLabels {
                     verdict: v.as_str().to_string(),
@@ -112,64 +109,13 @@ impl Metrics {
     }
 }
 
-/// The final verdicts of `after`'s nodes that `before` did not hold for the same node. Nothing
-/// when `before` had no node lines (a first status write reaches no verdict).
-pub fn new_final_verdicts(
-    before: Option<&GpuValidationStatus>,
-    after: &GpuValidationStatus,
-) -> Vec<NodeVerdict> {
-    let before = before.map(|s| s.nodes.as_slice()).unwrap_or_default();
-    if before.is_empty() {
-        return Vec::new();
-    }
-    after
-        .nodes
-        .iter()
-        .filter(|n| n.verdict.is_final())
-        .filter(|n| {
-            !before
-                .iter()
-                .any(|o| o.name == n.name && o.verdict == n.verdict)
-        })
-        .map(|n| n.verdict)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuval_crds::NodeStatus;
-
-    fn status(nodes: &[(&str, NodeVerdict)]) -> GpuValidationStatus {
-        GpuValidationStatus {
-            nodes: nodes
-                .iter()
-                .map(|(name, verdict)| NodeStatus {
-                    name: name.to_string(),
-                    verdict: *verdict,
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn only_verdicts_reached_by_this_write_count() {
-        use NodeVerdict::*;
-        let before = status(&[("a", Running), ("b", Passed), ("c", Running)]);
-        let after = status(&[("a", Failed), ("b", Passed), ("c", Running)]);
-        assert_eq!(new_final_verdicts(Some(&before), &after), vec![Failed]);
-        assert!(new_final_verdicts(None, &after).is_empty());
-        assert!(new_final_verdicts(Some(&status(&[])), &after).is_empty());
-    }
-
     #[test]
     fn metric_labels_use_the_api_names() {
         let m = Metrics::default();
-        let before = status(&[("a", NodeVerdict::Running)]);
-        let after = status(&[("a", NodeVerdict::DeadlineExceeded)]);
-        m.count_new_verdicts(Some(&before), &after);
+        m.count_new_verdicts(&[NodeVerdict::DeadlineExceeded, NodeVerdict::Passed]);
         m.set_phases([Some(Phase::Running), None, Some(Phase::Running)]);
         let text = m.encode();
         assert!(

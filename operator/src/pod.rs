@@ -94,6 +94,10 @@ fn container_env(gv: &GpuValidation, cfg: &OperatorConfig) -> Vec<EnvVar> {
     if cfg.io_host_path.is_some() {
         envs.push(env(agent_env::IO_DIR, IO_MOUNT));
     }
+    if !cfg.agent_result_jitter.is_zero() {
+        let ms = cfg.agent_result_jitter.as_millis().to_string();
+        envs.push(env(agent_env::RESULT_JITTER_MS, ms));
+    }
     envs.extend(cfg.agent_env.iter().map(|(k, v)| env(k, v.clone())));
     envs
 }
@@ -346,6 +350,26 @@ mod tests {
         assert_eq!(mounts[0].mount_path, "/dev/shm");
         let sc = spec.containers[0].security_context.as_ref().unwrap();
         assert_ne!(sc.privileged, Some(true));
+    }
+
+    #[test]
+    fn the_result_jitter_reaches_the_agent_only_when_set() {
+        let jitter = |p: &Pod| {
+            p.spec.as_ref().unwrap().containers[0]
+                .env
+                .iter()
+                .flatten()
+                .find(|e| e.name == agent_env::RESULT_JITTER_MS)
+                .and_then(|e| e.value.clone())
+        };
+        let off = agent_pod(&gv(), "gpu-a", 8, &OperatorConfig::default());
+        assert_eq!(jitter(&off), None);
+        let cfg = OperatorConfig {
+            agent_result_jitter: std::time::Duration::from_secs(20),
+            ..Default::default()
+        };
+        let on = agent_pod(&gv(), "gpu-a", 8, &cfg);
+        assert_eq!(jitter(&on).as_deref(), Some("20000"));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! are rejected server-side with a message naming the field, and the status subresource works.
 
 use gpuval_crds::{
-    GpuValidation, GpuValidationStatus, NodeStatus, NodeVerdict, Phase, Summary, conditions,
+    GpuValidation, GpuValidationStatus, NodeStatus, NodeVerdict, Phase, ReasonCount, Summary,
+    conditions,
 };
 use gpuval_tests::{ControlPlane, crds};
 use k8s_openapi::{
@@ -365,12 +366,17 @@ async fn status_subresource_round_trips_and_does_not_touch_spec() {
         phase: Some(Phase::Running),
         start_time: Some(now.clone()),
         summary: Some(Summary {
-            selected: 2,
+            selected: 60,
             pending: 0,
             running: 1,
             passed: 1,
-            failed: 0,
+            failed: 58,
+            reasons: vec![ReasonCount {
+                reason: "Error: agent pod failed".into(),
+                count: 58,
+            }],
         }),
+        nodes_not_listed: 9,
         nodes: vec![
             NodeStatus {
                 name: "gpu-a".into(),

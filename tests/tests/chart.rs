@@ -289,6 +289,22 @@ async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
     let ha = with("ha-monitoring-values.yaml");
     assert_eq!(find(&ha, "ServiceMonitor").len(), 1);
     assert_eq!(find(&ha, "Deployment")[0]["spec"]["replicas"], 2);
+    let ha_env = &find(&ha, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"];
+    for (name, value) in [
+        ("GPUVAL_POD_CREATE_CONCURRENCY", "64"),
+        ("GPUVAL_API_QPS", "50"),
+        ("GPUVAL_API_BURST", "200"),
+        ("GPUVAL_AGENT_RESULT_JITTER_SECONDS", "60"),
+    ] {
+        assert!(
+            ha_env
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["name"] == name && v["value"] == value),
+            "{name}={value} in {ha_env}"
+        );
+    }
     let io = with("io-privileged-values.yaml");
     let env = &find(&io, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"];
     let get = |n: &str| {

@@ -129,6 +129,23 @@ fn verdicts(gv: &GpuValidation) -> Vec<(String, NodeVerdict)> {
         .collect()
 }
 
+/// The nodes whose result for `validation` has `verdict` (its `gpuval.io/verdict` label): the
+/// status counts passing nodes without listing them, so a pass is read from the result.
+async fn nodes_with_verdict(client: &Client, validation: &str, verdict: &str) -> Vec<String> {
+    let api: Api<GpuNodeResult> = Api::namespaced(client.clone(), NS);
+    let selector = format!("gpuval.io/validation={validation},gpuval.io/verdict={verdict}");
+    let mut nodes: Vec<String> = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .expect("list results")
+        .items
+        .iter()
+        .filter_map(|r| r.labels().get("gpuval.io/node").cloned())
+        .collect();
+    nodes.sort();
+    nodes
+}
+
 async fn pods_of(client: &Client, validation: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     api.list(&ListParams::default().labels(&format!("gpuval.io/validation={validation}")))
@@ -268,9 +285,14 @@ async fn a_failing_gpu_fails_the_run_naming_node_and_gpu() {
     let b = s.nodes.iter().find(|n| n.name == "gpu-b").unwrap();
     assert_eq!(b.verdict, NodeVerdict::Failed);
     assert!(b.message.as_deref().unwrap().contains("GPU5 memory"));
+    assert!(
+        s.nodes.iter().all(|n| n.name != "gpu-a"),
+        "a passing node is counted, not listed"
+    );
+    assert_eq!(s.summary.as_ref().unwrap().passed, 1);
     assert_eq!(
-        s.nodes.iter().find(|n| n.name == "gpu-a").unwrap().verdict,
-        NodeVerdict::Passed
+        nodes_with_verdict(&e.client, "bad-gpu", "Pass").await,
+        vec!["gpu-a".to_string()]
     );
 }
 
@@ -525,9 +547,11 @@ async fn cordoned_and_gpu_less_nodes_are_not_selected_and_status_says_why() {
     )
     .await;
     let s = gv.status.as_ref().unwrap();
+    assert!(verdicts(&gv).is_empty(), "passing nodes are not listed");
+    assert_eq!(s.summary.as_ref().unwrap().passed, 1);
     assert_eq!(
-        verdicts(&gv),
-        vec![("gpu-a".to_string(), NodeVerdict::Passed)]
+        nodes_with_verdict(&e.client, "pool", "Pass").await,
+        vec!["gpu-a".to_string()]
     );
     let why = s.selection.as_deref().unwrap();
     assert!(

@@ -3,10 +3,13 @@
 //! actions (pods to create or delete, results to delete, events, nodes to mark).
 //!
 //! A run is one spec generation. Its node set is resolved once, when the generation is first
-//! seen, and kept in `status.nodes` ([`start`]); each node's verdict then follows its pod and
-//! its result ([`advance`]); the verdicts add up to counts and a phase ([`summarize`]), which
-//! set the kstatus conditions ([`kstatus`]); [`events`] says what to tell and when to look
-//! again. [`next`] runs the steps in that order; the shell (`controller`) observes the cluster
+//! seen ([`start`]), and kept by the operator as a [`RunNodes`] record (in memory, a line per
+//! node) that each step takes and gives back; each node's verdict then follows its pod and
+//! its result ([`advance`]); the verdicts add up to counts, reasons and a phase
+//! ([`summarize`]), which set the kstatus conditions ([`kstatus`]); [`events`] says what to
+//! tell and when to look again. The status shows only the counts and the nodes that have not
+//! passed (bounded), so an operator that restarts rebuilds the record from the status, the
+//! run's pods and results, and the selection ([`start::recover`]). [`next`] runs the steps in that order; the shell (`controller`) observes the cluster
 //! into a [`World`] and applies the [`Step`].
 
 pub mod advance;
@@ -17,7 +20,7 @@ pub mod start;
 pub mod summarize;
 pub mod view;
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use gpuval_crds::{GpuValidation, GpuValidationStatus, NodeStatus, NodeVerdict, Phase, Summary};
@@ -34,10 +37,21 @@ pub use view::{PodPhase, PodView, ResultView, World};
 /// Longest node message kept in the validation status (the full report is in the result).
 pub const MAX_MESSAGE: usize = 200;
 
+/// The operator's record of a running run: a line for every node of the run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunNodes {
+    pub generation: i64,
+    pub nodes: Vec<NodeStatus>,
+}
+
 /// Everything the shell should do.
 #[derive(Debug, Clone, Default)]
 pub struct Step {
     pub status: GpuValidationStatus,
+    /// The record to keep for the next step (None once the run is over or blocked).
+    pub record: Option<RunNodes>,
+    /// Final verdicts nodes reached in this step (for metrics).
+    pub new_verdicts: Vec<NodeVerdict>,
     /// (node, gpus) that need an agent pod for this generation.
     pub create_pods: Vec<(String, i32)>,
     pub delete_pods: Vec<String>,
@@ -61,12 +75,14 @@ fn truncate(s: &str) -> String {
     format!("{}...", &s[..end])
 }
 
-/// Computes the next step at time `now`. `select` is called only when this generation has no
-/// node set yet.
+/// Computes the next step at time `now` from `record`, the previous step's record of this run
+/// (None after a restart). `select` is called only when this generation has no node set yet,
+/// or to recover one.
 pub fn next(
     gv: &GpuValidation,
     world: &World,
     now: Timestamp,
+    record: Option<RunNodes>,
     select: impl FnOnce() -> Selection,
 ) -> Step {
     let generation = gv.metadata.generation.unwrap_or(0);
@@ -85,8 +101,12 @@ pub fn next(
         step.status = previous;
         return step;
     }
-    let mut status = if same_run {
-        previous
+    let (mut status, mut nodes) = if same_run {
+        let nodes = match record.filter(|r| r.generation == generation) {
+            Some(r) => r.nodes,
+            None => start::recover(&previous, world, generation, &select()),
+        };
+        (previous, nodes)
     } else {
         match start::start_run(generation, &previous, &select(), &now_t) {
             start::RunStart::Blocked { status, event } => {
@@ -94,9 +114,13 @@ pub fn next(
                 step.status = status;
                 return step;
             }
-            start::RunStart::Started { status, event } => {
+            start::RunStart::Started {
+                status,
+                nodes,
+                event,
+            } => {
                 step.events.push(event);
-                status
+                (status, nodes)
             }
         }
     };
@@ -106,30 +130,38 @@ pub fn next(
         status.start_time.as_ref(),
         gv.spec.deadline_or_default(),
     );
-    let waiting_for_result = advance_nodes(&mut status.nodes, world, generation, &clock, &mut step);
+    let waiting_for_result = advance_nodes(&mut nodes, world, generation, &clock, &mut step);
 
-    let (phase, summary) = conclude(&mut status, generation, &now_t);
+    let (phase, summary) = conclude(&mut status, &nodes, generation, &now_t);
     if phase.is_terminal() {
         step.events.push(events::finished(phase, &summary));
+    } else {
+        step.record = Some(RunNodes { generation, nodes });
     }
     step.requeue_after = events::requeue_after(phase, &clock, waiting_for_result);
     step.status = status;
     step
 }
 
-/// Sets the counts, the phase, the conditions and (once the run is over) the completion time
-/// from the node lines of `status`.
-fn conclude(status: &mut GpuValidationStatus, generation: i64, now: &Time) -> (Phase, Summary) {
-    let summary = summarize::count(&status.nodes);
+/// Sets the counts, the listed node lines, the phase, the conditions and (once the run is
+/// over) the completion time from the run's `nodes`.
+fn conclude(
+    status: &mut GpuValidationStatus,
+    nodes: &[NodeStatus],
+    generation: i64,
+    now: &Time,
+) -> (Phase, Summary) {
+    let summary = summarize::count(nodes);
     let phase = summarize::phase_of(&summary);
     kstatus::set_for_phase(
         &mut status.conditions,
         phase,
         &summary,
-        &status.nodes,
+        nodes,
         generation,
         now,
     );
+    (status.nodes, status.nodes_not_listed) = summarize::listed(nodes);
     if phase.is_terminal() {
         status.completion_time.get_or_insert_with(|| now.clone());
     }
@@ -148,13 +180,13 @@ fn advance_nodes(
     clock: &RunClock,
     step: &mut Step,
 ) -> bool {
-    let pods: BTreeMap<&str, &PodView> = world
+    let pods: HashMap<&str, &PodView> = world
         .pods
         .iter()
         .filter(|p| p.generation == generation)
         .map(|p| (p.node.as_str(), p))
         .collect();
-    let results: BTreeMap<&str, &ResultView> = world
+    let results: HashMap<&str, &ResultView> = world
         .results
         .iter()
         .filter(|r| r.generation == generation)
@@ -176,6 +208,9 @@ fn advance_nodes(
             }
             Some(advance::PodChange::Delete(pod)) => step.delete_pods.push(pod),
             None => {}
+        }
+        if line.verdict.is_final() {
+            step.new_verdicts.push(line.verdict);
         }
         if line.verdict.is_final() && line.verdict != NodeVerdict::Passed {
             step.newly_failed.push(line.name.clone());
@@ -252,9 +287,10 @@ mod tests {
     /// Feeds each step's status back in, as the API server would.
     fn run(steps: &[(Timestamp, World)]) -> Vec<Step> {
         let mut g = gv(1, None);
-        let mut out = Vec::new();
+        let mut out: Vec<Step> = Vec::new();
         for (now, w) in steps {
-            let s = next(&g, w, *now, two_nodes);
+            let record = out.last().and_then(|s| s.record.clone());
+            let s = next(&g, w, *now, record, two_nodes);
             g.status = Some(s.status.clone());
             out.push(s);
         }
@@ -352,7 +388,8 @@ mod tests {
                 vec![result("a", Verdict::Pass, "")],
             ),
         ]);
-        let b = &steps[1].status.nodes[1];
+        let b = &steps[1].status.nodes[0];
+        assert_eq!(b.name, "b", "only the node that did not pass is listed");
         assert_eq!(b.verdict, NodeVerdict::Error);
         assert!(b.message.as_deref().unwrap().contains("OOMKilled"));
         assert_eq!(steps[1].status.phase, Some(Phase::Failed));
@@ -369,8 +406,10 @@ mod tests {
             ),
         ]);
         let s = &steps[1];
-        assert_eq!(s.status.nodes[1].verdict, NodeVerdict::DeadlineExceeded);
-        assert_eq!(s.status.nodes[0].verdict, NodeVerdict::Passed);
+        assert_eq!(s.status.nodes.len(), 1, "a passed: counted, not listed");
+        assert_eq!(s.status.nodes[0].name, "b");
+        assert_eq!(s.status.nodes[0].verdict, NodeVerdict::DeadlineExceeded);
+        assert_eq!(s.status.summary.as_ref().unwrap().passed, 1);
         assert_eq!(s.delete_pods, vec!["pod-b".to_string()]);
         assert_eq!(s.status.phase, Some(Phase::Failed));
     }
@@ -432,7 +471,7 @@ mod tests {
         );
         let steps = run(&[world(0, vec![], vec![]), w.clone()]);
         let mut g = gv(1, Some(steps[1].status.clone()));
-        let again = next(&g, &w.1, at(9), two_nodes);
+        let again = next(&g, &w.1, at(9), steps[1].record.clone(), two_nodes);
         assert_eq!(
             again.status, steps[1].status,
             "no change, no new status (no reconcile storm)"
@@ -449,7 +488,7 @@ mod tests {
         let old_pod = pod("a", PodPhase::Running);
         let old_result = result("b", Verdict::Pass, "");
         let (now, w) = world(10, vec![old_pod], vec![old_result]);
-        let s = next(&g, &w, now, two_nodes);
+        let s = next(&g, &w, now, first[0].record.clone(), two_nodes);
         assert_eq!(s.status.observed_generation, Some(2));
         assert_eq!(s.delete_pods, vec!["pod-a".to_string()]);
         assert_eq!(s.delete_results, vec!["acceptance-b".to_string()]);
@@ -466,7 +505,7 @@ mod tests {
     fn a_selection_that_matches_nothing_stalls() {
         let g = gv(1, None);
         let (now, w) = world(0, vec![], vec![]);
-        let s = next(&g, &w, now, Selection::default);
+        let s = next(&g, &w, now, None, Selection::default);
         assert_eq!(s.status.phase, Some(Phase::Failed));
         let stalled = conditions::find(&s.status.conditions, STALLED).unwrap();
         assert_eq!(stalled.reason, "NoNodesSelected");
@@ -477,9 +516,9 @@ mod tests {
     fn a_blocked_run_stays_blocked() {
         let g = gv(1, None);
         let (now, w) = world(0, vec![], vec![]);
-        let first = next(&g, &w, now, Selection::default);
+        let first = next(&g, &w, now, None, Selection::default);
         let g = gv(1, Some(first.status.clone()));
-        let again = next(&g, &w, at(5), || {
+        let again = next(&g, &w, at(5), None, || {
             unreachable!("the node set is resolved once")
         });
         assert_eq!(again.status, first.status, "still Failed and Stalled");
@@ -499,9 +538,85 @@ mod tests {
         let steps = run(&[world(0, vec![], vec![]), (now, w.clone())]);
         assert_eq!(steps[1].status.phase, Some(Phase::Passed));
         let g = gv(1, Some(steps[1].status.clone()));
-        let again = next(&g, &w, at(900), two_nodes);
+        let again = next(&g, &w, at(900), None, two_nodes);
         assert_eq!(again.status, steps[1].status);
         assert!(again.events.is_empty(), "Passed is told once");
         assert_eq!(again.requeue_after, None);
+    }
+
+    #[test]
+    fn a_restarted_operator_recovers_the_run_and_decides_the_same() {
+        let mut done = pod("a", PodPhase::Succeeded);
+        done.finished_at = Some(at(10));
+        let w = world(
+            20,
+            vec![done, pod("b", PodPhase::Running)],
+            vec![result("a", Verdict::Fail, "GPU0 memory: 1 word")],
+        );
+        let steps = run(&[world(0, vec![], vec![]), w.clone()]);
+        let g = gv(1, Some(steps[1].status.clone()));
+        let kept = next(&g, &w.1, at(21), steps[1].record.clone(), two_nodes);
+        let recovered = next(&g, &w.1, at(21), None, two_nodes);
+        assert_eq!(recovered.status, kept.status);
+        assert_eq!(recovered.record, kept.record);
+        assert!(recovered.create_pods.is_empty(), "both pods exist");
+    }
+
+    #[test]
+    fn a_restart_before_every_pod_was_created_creates_the_rest() {
+        let steps = run(&[world(0, vec![], vec![])]);
+        let g = gv(1, Some(steps[0].status.clone()));
+        let (now, w) = world(3, vec![pod("a", PodPhase::Pending)], vec![]);
+        let s = next(&g, &w, now, None, two_nodes);
+        assert_eq!(s.create_pods, vec![("b".to_string(), 8)]);
+        assert_eq!(s.record.map(|r| r.nodes.len()), Some(2));
+    }
+
+    #[test]
+    fn the_status_of_a_large_run_stays_small() {
+        let n = 5_000;
+        let selection = || Selection {
+            selected: (0..n)
+                .map(|i| SelectedNode {
+                    name: format!("gpu-node-{i:05}"),
+                    gpus: 8,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let g = gv(1, None);
+        let cluster = World {
+            nodes: selection().selected.into_iter().map(|n| n.name).collect(),
+            ..Default::default()
+        };
+        let first = next(&g, &cluster, at(0), None, selection);
+        let results = (0..n)
+            .map(|i| {
+                let node = format!("gpu-node-{i:05}");
+                let v = if i % 3 == 0 {
+                    Verdict::Fail
+                } else {
+                    Verdict::Pass
+                };
+                ResultView {
+                    name: format!("acceptance-{node}"),
+                    node,
+                    generation: 1,
+                    verdict: v,
+                    summary: format!("GPU{} memory: {} mismatched words", i % 8, i),
+                }
+            })
+            .collect();
+        let w = World { results, ..cluster };
+        let g = gv(1, Some(first.status.clone()));
+        let s = next(&g, &w, at(60), first.record, selection);
+        let sum = s.status.summary.clone().unwrap();
+        assert_eq!((sum.selected, sum.failed), (n, 1667));
+        assert_eq!(s.status.nodes.len(), gpuval_crds::MAX_LISTED_NODES);
+        assert_eq!(s.status.nodes_not_listed, 1667 - 50);
+        assert_eq!(sum.reasons[0].count, 209, "{:?}", sum.reasons);
+        let size = serde_json::to_vec(&s.status).unwrap().len();
+        assert!(size < 64 * 1024, "{size} bytes");
+        assert_eq!(s.new_verdicts.len(), n as usize);
     }
 }

@@ -1,6 +1,8 @@
 //! The start of a run: a new spec generation resolves its node set once and records it, and
 //! whatever earlier generations left behind goes.
 
+use std::collections::BTreeMap;
+
 use gpuval_crds::{GpuValidationStatus, NodeStatus, NodeVerdict, Phase, Summary};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -12,9 +14,11 @@ use crate::selection::Selection;
 /// How a new generation's run begins.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunStart {
-    /// The node set is recorded in the status; every node waits for its agent pod.
+    /// The node set is recorded (in `nodes`, the operator's record of the run); every node
+    /// waits for its agent pod.
     Started {
         status: GpuValidationStatus,
+        nodes: Vec<NodeStatus>,
         event: PlannedEvent,
     },
     /// The spec cannot run (invalid selector, unknown node names, no node): the run is
@@ -80,19 +84,83 @@ pub fn start_run(
     }
     status.phase = Some(Phase::Pending);
     status.start_time = Some(now.clone());
-    status.nodes = selection
+    let nodes: Vec<NodeStatus> = selection
         .selected
         .iter()
-        .map(|n| NodeStatus {
-            name: n.name.clone(),
-            verdict: NodeVerdict::Pending,
-            gpus: n.gpus,
-            message: None,
-            result: None,
-        })
+        .map(|n| pending(&n.name, n.gpus))
         .collect();
-    let event = events::started(status.nodes.len(), generation);
-    RunStart::Started { status, event }
+    let event = events::started(nodes.len(), generation);
+    RunStart::Started {
+        status,
+        nodes,
+        event,
+    }
+}
+
+/// A node waiting for its agent pod.
+fn pending(name: &str, gpus: i32) -> NodeStatus {
+    NodeStatus {
+        name: name.to_string(),
+        verdict: NodeVerdict::Pending,
+        gpus,
+        message: None,
+        result: None,
+    }
+}
+
+/// Rebuilds the record of a running run of `generation` when the operator holds none (it
+/// restarted): the node lines `previous` lists (with their verdicts), every node with a pod or
+/// a result of this generation (their state follows from the pod and result again), and, while
+/// fewer nodes are known than the run selected (pods not all created when the operator
+/// stopped), the first others of `selection`, the node set resolved again. GPU counts come
+/// from `selection` (0 for a node it no longer selects: such a node has its pod already).
+pub fn recover(
+    previous: &GpuValidationStatus,
+    world: &World,
+    generation: i64,
+    selection: &Selection,
+) -> Vec<NodeStatus> {
+    let gpus: BTreeMap<&str, i32> = selection
+        .selected
+        .iter()
+        .map(|n| (n.name.as_str(), n.gpus))
+        .collect();
+    let gpus_of = |name: &str| gpus.get(name).copied().unwrap_or(0);
+    let mut known: BTreeMap<String, NodeStatus> = previous
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.clone()))
+        .collect();
+    let of_run = world
+        .pods
+        .iter()
+        .filter(|p| p.generation == generation)
+        .map(|p| p.node.as_str())
+        .chain(
+            world
+                .results
+                .iter()
+                .filter(|r| r.generation == generation)
+                .map(|r| r.node.as_str()),
+        );
+    for node in of_run {
+        known
+            .entry(node.to_string())
+            .or_insert_with(|| pending(node, gpus_of(node)));
+    }
+    let selected = previous.summary.as_ref().map_or(0, |s| s.selected);
+    for n in &selection.selected {
+        if known.len() >= usize::try_from(selected).unwrap_or(0) {
+            break;
+        }
+        known
+            .entry(n.name.clone())
+            .or_insert_with(|| pending(&n.name, n.gpus));
+    }
+    for line in known.values_mut().filter(|l| l.gpus == 0) {
+        line.gpus = gpus_of(&line.name);
+    }
+    known.into_values().collect()
 }
 
 #[cfg(test)]
@@ -180,7 +248,11 @@ mod tests {
             excluded: vec![("c".into(), "cordoned".into())],
             ..Default::default()
         };
-        let RunStart::Started { status, event } = start_run(2, &earlier_status(), &sel, &now())
+        let RunStart::Started {
+            status,
+            nodes,
+            event,
+        } = start_run(2, &earlier_status(), &sel, &now())
         else {
             panic!("two nodes can run");
         };
@@ -189,8 +261,8 @@ mod tests {
         assert_eq!(status.start_time, Some(now()));
         assert_eq!(status.completion_time, None);
         assert_eq!(status.selection, Some(sel.describe()));
-        let nodes: Vec<_> = status
-            .nodes
+        assert!(status.nodes.is_empty(), "the phase step lists nodes");
+        let nodes: Vec<_> = nodes
             .iter()
             .map(|n| (n.name.as_str(), n.gpus, n.verdict))
             .collect();
@@ -229,5 +301,96 @@ mod tests {
         assert!(event.warning);
         assert_eq!(event.reason, "NodeNotFound");
         assert!(event.note.contains("ghost"));
+    }
+
+    fn selected(names: &[&str]) -> Selection {
+        Selection {
+            selected: names
+                .iter()
+                .map(|n| SelectedNode {
+                    name: n.to_string(),
+                    gpus: 8,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_run_is_recovered_from_listed_lines_pods_results_then_the_selection() {
+        let previous = GpuValidationStatus {
+            observed_generation: Some(2),
+            phase: Some(Phase::Running),
+            summary: Some(Summary {
+                selected: 4,
+                ..Default::default()
+            }),
+            nodes: vec![NodeStatus {
+                name: "c".into(),
+                verdict: NodeVerdict::Error,
+                message: Some("the node was deleted before it reported".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let world = World {
+            pods: vec![
+                PodView {
+                    node: "a".into(),
+                    generation: 2,
+                    ..Default::default()
+                },
+                PodView {
+                    node: "old".into(),
+                    generation: 1,
+                    ..Default::default()
+                },
+            ],
+            results: vec![ResultView {
+                name: "v-b".into(),
+                node: "b".into(),
+                generation: 2,
+                verdict: Verdict::Pass,
+                summary: String::new(),
+            }],
+            ..Default::default()
+        };
+        // A node joined since the start ("aa"): only one more is needed, so "e" is not taken.
+        let nodes = recover(&previous, &world, 2, &selected(&["a", "aa", "b", "e"]));
+        let got: Vec<_> = nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.verdict, n.gpus))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a", NodeVerdict::Pending, 8),
+                ("aa", NodeVerdict::Pending, 8),
+                ("b", NodeVerdict::Pending, 8),
+                ("c", NodeVerdict::Error, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_run_with_every_pod_created_is_recovered_without_the_selection() {
+        let previous = GpuValidationStatus {
+            summary: Some(Summary {
+                selected: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let world = World {
+            pods: vec![PodView {
+                node: "a".into(),
+                generation: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let nodes = recover(&previous, &world, 1, &selected(&["z"]));
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0].name, "a");
     }
 }

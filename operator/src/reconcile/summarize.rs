@@ -1,8 +1,17 @@
-//! The run as a whole: node counts and the phase they add up to.
+//! The run as a whole: node counts, the reasons nodes did not pass, the phase they add up to,
+//! and the bounded list of node lines the status shows.
 
-use gpuval_crds::{NodeStatus, NodeVerdict, Phase, Summary};
+use std::collections::HashMap;
 
-/// Counts the node lines by verdict (Failed, Error and DeadlineExceeded count as failed).
+use gpuval_crds::{
+    MAX_LISTED_NODES, MAX_REASONS, NodeStatus, NodeVerdict, Phase, ReasonCount, Summary,
+};
+
+/// Longest reason (the verdict and the first words of the message) in `summary.reasons`.
+const MAX_REASON: usize = 80;
+
+/// Counts the node lines by verdict (Failed, Error and DeadlineExceeded count as failed) and
+/// the most frequent reasons of the nodes that did not pass.
 pub fn count(nodes: &[NodeStatus]) -> Summary {
     let mut sum = Summary {
         selected: i32::try_from(nodes.len()).unwrap_or(i32::MAX),
@@ -18,7 +27,71 @@ pub fn count(nodes: &[NodeStatus]) -> Summary {
             }
         }
     }
+    sum.reasons = top_reasons(nodes);
     sum
+}
+
+/// A failed node's reason: its verdict and its message up to the first `:` (the check or the
+/// cause, without the per-GPU detail), e.g. `Error: agent pod failed`.
+pub fn reason_of(line: &NodeStatus) -> String {
+    let head = line
+        .message
+        .as_deref()
+        .and_then(|m| m.split(':').next())
+        .map(str::trim)
+        .filter(|h| !h.is_empty());
+    let mut r = match head {
+        Some(h) => format!("{}: {h}", line.verdict),
+        None => line.verdict.to_string(),
+    };
+    if r.len() > MAX_REASON {
+        let mut end = MAX_REASON;
+        while !r.is_char_boundary(end) {
+            end -= 1;
+        }
+        r.truncate(end);
+    }
+    r
+}
+
+/// The [`MAX_REASONS`] most frequent reasons among nodes with a final verdict other than
+/// Passed, the most frequent first (ties by name).
+fn top_reasons(nodes: &[NodeStatus]) -> Vec<ReasonCount> {
+    let mut by_reason: HashMap<String, i32> = HashMap::new();
+    for n in nodes.iter().filter(|n| is_failed(n.verdict)) {
+        *by_reason.entry(reason_of(n)).or_default() += 1;
+    }
+    let mut reasons: Vec<ReasonCount> = by_reason
+        .into_iter()
+        .map(|(reason, count)| ReasonCount { reason, count })
+        .collect();
+    reasons.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.reason.cmp(&b.reason)));
+    reasons.truncate(MAX_REASONS);
+    reasons
+}
+
+/// A final verdict other than Passed.
+fn is_failed(v: NodeVerdict) -> bool {
+    v.is_final() && v != NodeVerdict::Passed
+}
+
+/// The node lines the status shows: the nodes that have not passed, failed ones first, then
+/// those still pending or running, in node order, at most [`MAX_LISTED_NODES`]; and how many
+/// more did not fit.
+pub fn listed(nodes: &[NodeStatus]) -> (Vec<NodeStatus>, i32) {
+    let failed = nodes.iter().filter(|n| is_failed(n.verdict));
+    let waiting = nodes.iter().filter(|n| !n.verdict.is_final());
+    let shown: Vec<NodeStatus> = failed
+        .chain(waiting)
+        .take(MAX_LISTED_NODES)
+        .cloned()
+        .collect();
+    let not_passed = nodes
+        .iter()
+        .filter(|n| n.verdict != NodeVerdict::Passed)
+        .count();
+    let more = not_passed.saturating_sub(shown.len());
+    (shown, i32::try_from(more).unwrap_or(i32::MAX))
 }
 
 /// Nodes with a final verdict.
@@ -90,6 +163,20 @@ mod tests {
                 running: 2,
                 passed: 1,
                 failed: 3,
+                reasons: vec![
+                    ReasonCount {
+                        reason: "DeadlineExceeded".into(),
+                        count: 1
+                    },
+                    ReasonCount {
+                        reason: "Error".into(),
+                        count: 1
+                    },
+                    ReasonCount {
+                        reason: "Failed".into(),
+                        count: 1
+                    },
+                ],
             }
         );
         assert_eq!(progress(&sum), "4/7 node(s) done, 1 passed, 3 failed");
@@ -105,5 +192,64 @@ mod tests {
         assert_eq!(phase(&[Passed, Passed]), Phase::Passed);
         assert_eq!(phase(&[Passed, Error]), Phase::Failed);
         assert_eq!(phase(&[]), Phase::Passed, "nothing left to wait for");
+    }
+
+    fn failed(name: &str, verdict: NodeVerdict, message: &str) -> NodeStatus {
+        NodeStatus {
+            name: name.into(),
+            verdict,
+            message: Some(message.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn reasons_group_by_verdict_and_first_words_most_frequent_first() {
+        use NodeVerdict::*;
+        let mut nodes = vec![
+            failed("a", Failed, "GPU3 memory: 2 mismatched words"),
+            failed("b", Error, "agent pod failed: OOMKilled (exit code 137)"),
+            failed("c", Error, "agent pod failed: Evicted: low on memory"),
+            failed("d", Passed, "GPU1 throttled: 3 times"),
+            failed("e", Running, "agent pod failed: not yet"),
+        ];
+        for i in 0..20 {
+            nodes.push(failed(&format!("x{i}"), Failed, &format!("check{i}: bad")));
+        }
+        let sum = count(&nodes);
+        assert_eq!(sum.reasons.len(), MAX_REASONS);
+        assert_eq!(
+            sum.reasons[0],
+            ReasonCount {
+                reason: "Error: agent pod failed".into(),
+                count: 2
+            },
+            "passing and running nodes have no reason"
+        );
+        assert_eq!(reason_of(&nodes[0]), "Failed: GPU3 memory");
+        let long = failed("l", Failed, &"é".repeat(100));
+        assert!(reason_of(&long).len() <= MAX_REASON);
+    }
+
+    #[test]
+    fn only_nodes_that_did_not_pass_are_listed_failed_first_up_to_the_cap() {
+        use NodeVerdict::*;
+        let (shown, more) = listed(&lines(&[Passed, Running, Failed, Passed, Pending]));
+        let names: Vec<_> = shown.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, vec!["n2", "n1", "n4"]);
+        assert_eq!(more, 0);
+
+        let many: Vec<NodeVerdict> = (0..2 * MAX_LISTED_NODES + 30)
+            .map(|i| if i % 2 == 0 { Error } else { Passed })
+            .chain(std::iter::repeat_n(Pending, 40))
+            .collect();
+        let (shown, more) = listed(&lines(&many));
+        assert_eq!(shown.len(), MAX_LISTED_NODES);
+        assert!(
+            shown.iter().all(|n| n.verdict == Error),
+            "failed ones first"
+        );
+        let not_passed = MAX_LISTED_NODES + 15 + 40;
+        assert_eq!(more as usize, not_passed - MAX_LISTED_NODES);
     }
 }

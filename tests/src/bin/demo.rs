@@ -131,6 +131,16 @@ async fn run() -> Result<(), String> {
         for c in gv.status.iter().flat_map(|s| s.conditions.iter()) {
             println!("  {}={} ({}): {}", c.type_, c.status, c.reason, c.message);
         }
+        let status = gv.status.unwrap_or_default();
+        println!("why nodes did not pass (status.summary.reasons):");
+        for r in status.summary.iter().flat_map(|s| s.reasons.iter()) {
+            println!("  {} node(s): {}", r.count, r.reason);
+        }
+        println!("nodes that did not pass (status.nodes; passing ones are only counted):");
+        for n in &status.nodes {
+            let why = n.message.as_deref().unwrap_or("");
+            println!("  {} {}: {why}", n.name, n.verdict);
+        }
     }
     if exit_at_once {
         return Ok(());
