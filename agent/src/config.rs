@@ -72,9 +72,9 @@ pub fn parse(text: &str) -> Result<RunSettings, String> {
 }
 
 /// YAML (JSON is YAML) to a JSON value for the schema check. Duplicate keys are refused, alias
-/// expansion is bounded, and booleans are read as the API server reads a manifest (`yes`, `on`
-/// are `true`), so a file means the same here as under `kubectl apply`. One line, with the
-/// position: `duplicate mapping key `memory` is not allowed here at line 1, column 35`.
+/// expansion is bounded, and booleans are read as kubectl reads a manifest (`yes` and `on` are
+/// `true`), so a file means the same here as under `kubectl apply`. A mistake is one line that
+/// ends with its position (`... at line 1, column 35`).
 fn yaml_value(text: &str) -> Result<serde_json::Value, String> {
     serde_saphyr::from_str(text).map_err(|e: serde_saphyr::Error| {
         let message = e.render_with_options(serde_saphyr::render_options! {
