@@ -4,26 +4,41 @@
 #   docker build --target operator -t gpuval-operator .
 #   docker build --target agent    -t gpuval-agent .
 #
-# Both binaries come from one `make release` (the same command CI runs, so what CI builds is
-# what ships). Versions are build arguments; labels follow the OCI image annotations.
+# Both binaries come from one `make release sbom` (the same command CI runs, so what CI builds
+# is what ships): stripped of debug info, each with a CycloneDX SBOM of the crates compiled into
+# it (from Cargo.lock) at /usr/local/share/gpuval/sbom/, named by the io.gpuval.sbom label.
+# Versions are build arguments; labels follow the OCI image annotations. The binaries, their
+# .debug files (to symbolize crash reports) and the SBOMs, as files:
+#
+#   docker build --target artifacts --output type=local,dest=dist .
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
 ARG CUDA_VERSION=13.0.2
 ARG UBUNTU_VERSION=24.04
 ARG OPERATOR_BASE=gcr.io/distroless/cc-debian12:nonroot
+# The SBOM generator, pinned like the Makefile's CARGO_CYCLONEDX_VERSION.
+ARG CARGO_CYCLONEDX_VERSION=0.5.9
 
 # ---- build: both binaries, release profile, locked dependencies ----------------------------
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
+ARG CARGO_CYCLONEDX_VERSION
+# Installed before the sources are copied, so this layer outlives source changes.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    cargo install --locked "cargo-cyclonedx@${CARGO_CYCLONEDX_VERSION}"
 WORKDIR /src
 COPY . .
 # The agent loads CUDA (driver, NVRTC, cuBLAS) and NVML at run time, so the build needs no
-# CUDA toolkit; the operator uses rustls with ring, so no OpenSSL either.
+# CUDA toolkit; the operator uses rustls with ring, so no OpenSSL either. objcopy (binutils,
+# in the Rust image) splits the debug info off.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    make release \
-    && install -D -m 0755 target/release/gpuval-operator /out/gpuval-operator \
-    && install -D -m 0755 target/release/gpuval-agent /out/gpuval-agent
+    make release sbom DIST=/out \
+    && ls -l /out
+
+# ---- artifacts: binaries, .debug files and SBOMs, for `--output` ----------------------------
+FROM scratch AS artifacts
+COPY --from=build /out/ /
 
 # ---- operator: glibc + libgcc only (distroless), non-root -----------------------------------
 FROM ${OPERATOR_BASE} AS operator
@@ -36,8 +51,10 @@ LABEL org.opencontainers.image.title="gpuval-operator" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.source="https://example.invalid/gpuval"
+      org.opencontainers.image.source="https://example.invalid/gpuval" \
+      io.gpuval.sbom="/usr/local/share/gpuval/sbom/gpuval-operator.cdx.json"
 COPY --from=build /out/gpuval-operator /usr/local/bin/gpuval-operator
+COPY --from=build /out/gpuval-operator.cdx.json /usr/local/share/gpuval/sbom/gpuval-operator.cdx.json
 USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/gpuval-operator"]
@@ -55,7 +72,8 @@ LABEL org.opencontainers.image.title="gpuval-agent" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://example.invalid/gpuval" \
-      io.gpuval.cuda.version="${CUDA_VERSION}"
+      io.gpuval.cuda.version="${CUDA_VERSION}" \
+      io.gpuval.sbom="/usr/local/share/gpuval/sbom/gpuval-agent.cdx.json"
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # The runtime image carries cuBLAS; NVRTC comes with its CUDA libraries. Install NVRTC from
 # NVIDIA's repository (configured in the base image) only if a base lacks it, then fail the
@@ -89,6 +107,7 @@ ENV LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/lib/gpuval-nccl:/usr/local/
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 COPY --from=build /out/gpuval-agent /usr/local/bin/gpuval-agent
+COPY --from=build /out/gpuval-agent.cdx.json /usr/local/share/gpuval/sbom/gpuval-agent.cdx.json
 # Non-root: the device plugin's GPU device nodes and NVML work for an unprivileged user. The
 # I/O check's host directory must be writable by this UID.
 USER 65532:65532

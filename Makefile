@@ -1,7 +1,15 @@
 # The two commands a newcomer needs: `make demo` and `make test` (see README.md).
-.PHONY: demo test control-plane chart-tools crds release lint ci
+.PHONY: demo test control-plane chart-tools crds release sbom deny tools lint ci
 
 CARGO ?= cargo
+# Where cargo builds (CARGO_TARGET_DIR moves it), and where `make release` and `make sbom` put
+# what ships: the binaries, their .debug files and their SBOMs.
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+DIST ?= $(TARGET_DIR)/dist
+RELEASE_BINARIES := gpuval-operator gpuval-agent
+# The supply-chain tools, pinned (the Dockerfile's CARGO_CYCLONEDX_VERSION matches; a test checks).
+CARGO_DENY_VERSION := 0.20.2
+CARGO_CYCLONEDX_VERSION := 0.5.9
 
 ## Build the Go control plane (cached outside the repo), start it, install the CRDs, apply the quick example.
 demo: control-plane
@@ -19,9 +27,26 @@ control-plane:
 chart-tools:
 	@tests/scripts/install-chart-tools.sh >/dev/null
 
-## The release binaries the images ship (the Dockerfile runs exactly this; so does CI).
+## The release binaries the images ship (the Dockerfile runs exactly this; so does CI): built with
+## line tables, then split into $(DIST)/NAME (no debug sections; what ships) and $(DIST)/NAME.debug
+## (kept to symbolize crash reports; gdb finds it through the binary's debug link or build ID).
 release:
 	$(CARGO) build --release --locked -p gpuval-operator -p gpuval-agent
+	@for bin in $(RELEASE_BINARIES); do scripts/split-debug.sh "$(TARGET_DIR)/release/$$bin" "$(DIST)" || exit 1; done
+
+## CycloneDX SBOMs of the release binaries, from Cargo.lock: $(DIST)/NAME.cdx.json (cargo-cyclonedx; `make tools`).
+sbom:
+	scripts/sbom.sh "$(DIST)" $(RELEASE_BINARIES)
+
+## Licenses, duplicate versions and sources of every crate against deny.toml (cargo-deny; `make tools`).
+## The advisories check needs the RustSec database from GitHub: `cargo deny check advisories`.
+deny:
+	$(CARGO) deny --locked check bans licenses sources
+
+## cargo-deny and cargo-cyclonedx at the pinned versions, skipped when they are installed.
+tools:
+	@scripts/install-cargo-tool.sh cargo-deny $(CARGO_DENY_VERSION)
+	@scripts/install-cargo-tool.sh cargo-cyclonedx $(CARGO_CYCLONEDX_VERSION)
 
 ## Regenerate the CRD YAML from the API types (deploy/crds/ and charts/gpuval/crds/).
 crds:

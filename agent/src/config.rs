@@ -54,8 +54,7 @@ pub fn load(path: &Path) -> Result<RunSettings, ConfigError> {
 }
 
 pub fn parse(text: &str) -> Result<RunSettings, String> {
-    let value: serde_json::Value =
-        serde_yaml::from_str(text).map_err(|e| format!("not YAML or JSON: {e}"))?;
+    let value = yaml_value(text)?;
     let spec_value = if let Some(spec) = value.get("spec") {
         spec.clone()
     } else if value.get("checks").is_some() {
@@ -69,6 +68,20 @@ pub fn parse(text: &str) -> Result<RunSettings, String> {
     Ok(RunSettings {
         checks: spec.checks,
         thresholds: spec.thresholds.unwrap_or_default(),
+    })
+}
+
+/// YAML (JSON is YAML) to a JSON value for the schema check. Duplicate keys are refused, alias
+/// expansion is bounded, and booleans are read as kubectl reads a manifest (`yes` and `on` are
+/// `true`), so a file means the same here as under `kubectl apply`. A mistake is one line that
+/// ends with its position (`... at line 1, column 35`).
+fn yaml_value(text: &str) -> Result<serde_json::Value, String> {
+    serde_saphyr::from_str(text).map_err(|e: serde_saphyr::Error| {
+        let message = e.render_with_options(serde_saphyr::render_options! {
+            formatter: &serde_saphyr::UserMessageFormatter,
+            snippets: serde_saphyr::SnippetMode::Off,
+        });
+        format!("not YAML or JSON: {message}")
     })
 }
 
@@ -214,10 +227,45 @@ mod tests {
             ("checks: {compute: {duration: -5m}}", "negative"),
             ("checks: {compute: {matrixSize: 1000}}", "multiple of 256"),
             (": : :", "not YAML"),
+            (
+                "checks: {memory: {fraction: 0.5}, memory: {}}",
+                "not YAML or JSON: duplicate mapping key `memory` is not allowed here at line 1, column 35",
+            ),
+            (
+                "checks:\n  memory:\n    fraction: 0.5\n   passes: 2\n",
+                "at line 4, column 4",
+            ),
         ] {
             let err = parse(text).unwrap_err();
             assert!(err.contains(want), "{text:?} gave {err:?}");
+            assert!(!err.contains('\n'), "one line: {err:?}");
         }
+    }
+
+    #[test]
+    fn booleans_read_as_a_manifest_does() {
+        for (word, direct) in [("no", false), ("off", false), ("yes", true), ("True", true)] {
+            let s = parse(&format!("checks: {{io: {{directIo: {word}}}}}")).unwrap();
+            assert_eq!(s.checks.io.unwrap().direct_io, direct, "{word}");
+        }
+    }
+
+    #[test]
+    fn alias_bombs_are_refused() {
+        // Each level repeats the one below ten times: 10^8 nodes if expanded.
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..=8 {
+            let p = i - 1;
+            text.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        text.push_str("checks: {memory: {}}\n");
+        let err = parse(&text).unwrap_err();
+        assert!(
+            err.starts_with("not YAML or JSON: ") && err.contains("too large or too complex"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -564,7 +564,7 @@ mod tests {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
         for f in ["quick.yaml", "standard.yaml", "burn-in-24h.yaml"] {
             let text = std::fs::read_to_string(dir.join(f)).unwrap();
-            let doc: Value = serde_yaml::from_str(&text).unwrap();
+            let doc: Value = serde_saphyr::from_str(&text).unwrap();
             parse_spec(doc["spec"].clone()).unwrap_or_else(|e| panic!("{f}: {e}"));
         }
     }

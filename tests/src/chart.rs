@@ -66,15 +66,9 @@ pub fn render(release: &str, namespace: &str, values: &[&Path]) -> Result<String
 
 /// The documents of a multi-document YAML text, as JSON values (empty documents dropped).
 pub fn documents(text: &str) -> Result<Vec<Value>, String> {
-    use serde::Deserialize;
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let v = Value::deserialize(doc).map_err(|e| format!("parse YAML: {e}"))?;
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    Ok(docs)
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| format!("parse YAML: {e}"))?;
+    Ok(docs.into_iter().filter(|v| !v.is_null()).collect())
 }
 
 /// The paths of the PyPI-installed linters (see `tests/scripts/install-chart-tools.sh`, which

@@ -16,18 +16,11 @@ pub fn repo_root() -> PathBuf {
 
 /// Parses a multi-document YAML file into JSON values, skipping empty documents.
 pub fn read_yaml_documents(path: &std::path::Path) -> Result<Vec<serde_json::Value>, String> {
-    use serde::Deserialize;
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = serde_json::Value::deserialize(doc)
-            .map_err(|e| format!("parse {}: {e}", path.display()))?;
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    Ok(docs)
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).map_err(|e| format!("parse {}: {e}", path.display()))?;
+    Ok(docs.into_iter().filter(|v| !v.is_null()).collect())
 }
 
 /// Applies `deploy/crds/*.yaml` with server-side apply and waits until each CRD is Established.

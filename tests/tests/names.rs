@@ -4,7 +4,7 @@
 //! repeats, checked with the API crate's own DNS-1123 and label checks.
 
 use gpuval_crds::{labels, names, result::result_name};
-use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 const CASES: usize = 20_000;
 const SEED: u64 = 0x6770_7576_616c;

@@ -1,9 +1,12 @@
 //! Images and GitOps, as far as tests reach without a Docker engine or an Argo CD / Flux
-//! install: the Dockerfile passes hadolint and builds what CI builds; the Argo CD health check
-//! runs in Lua 5.1 on sample statuses; the Flux and Argo CD examples point at a validation the
-//! API server accepts.
+//! install: the Dockerfile passes hadolint and builds what CI builds, shipping each binary
+//! without debug info and with its SBOM; the debug-info split and the SBOMs themselves; the
+//! Argo CD health check runs in Lua 5.1 on sample statuses; the Flux and Argo CD examples point
+//! at a validation the API server accepts.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::process::Command;
 
 use gpuval_tests::chart::{self, ChartTools};
 use gpuval_tests::{ControlPlane, crds};
@@ -101,27 +104,359 @@ fn dockerfile_passes_hadolint_and_builds_what_ci_builds() {
                 .any(|l| l.starts_with("ENTRYPOINT [\"/usr/local/bin/gpuval-")),
             "{target}: entrypoint"
         );
+        // The binary's SBOM ships in the image, at the path the io.gpuval.sbom label names.
+        let binary = format!("gpuval-{target}");
+        let sbom = format!("/usr/local/share/gpuval/sbom/{binary}.cdx.json");
+        assert!(
+            stage
+                .iter()
+                .any(|l| l.starts_with(&format!("io.gpuval.sbom=\"{sbom}\""))),
+            "{target}: the io.gpuval.sbom label names {sbom}"
+        );
+        assert!(
+            stage.contains(&format!("COPY --from=build /out/{binary}.cdx.json {sbom}").as_str()),
+            "{target}: the SBOM is copied to {sbom}"
+        );
+        assert!(
+            stage.contains(
+                &format!("COPY --from=build /out/{binary} /usr/local/bin/{binary}").as_str()
+            ),
+            "{target}: the binary from make release"
+        );
     }
-    // The image build runs `make release`, and `make release` is the cargo command CI runs.
+    // The image build runs `make release sbom` into /out, and `make release` is the cargo
+    // command CI runs, then the debug-info split.
     assert!(
-        dockerfile.contains("make release"),
-        "the build stage runs make release"
+        dockerfile.contains("make release sbom DIST=/out"),
+        "the build stage runs make release sbom"
     );
     let makefile = read("Makefile");
-    let release = makefile
-        .split("\nrelease:\n")
-        .nth(1)
-        .and_then(|rest| rest.lines().next())
-        .expect("a release target in the Makefile");
+    let recipe = |target: &str| -> Vec<String> {
+        makefile
+            .split(&format!("\n{target}:\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("a {target} target in the Makefile"))
+            .lines()
+            .take_while(|l| l.starts_with('\t'))
+            .map(|l| l.trim().to_string())
+            .collect()
+    };
+    let release = recipe("release");
     assert_eq!(
-        release.trim(),
+        release[0],
         "$(CARGO) build --release --locked -p gpuval-operator -p gpuval-agent"
     );
     assert!(
-        read(".ci/run").contains("\nmake release\n"),
-        "CI builds the release binaries"
+        release[1].contains("scripts/split-debug.sh \"$(TARGET_DIR)/release/$$bin\" \"$(DIST)\""),
+        "{release:?}"
     );
+    assert_eq!(
+        recipe("sbom"),
+        ["scripts/sbom.sh \"$(DIST)\" $(RELEASE_BINARIES)"]
+    );
+    assert!(makefile.contains("\nRELEASE_BINARIES := gpuval-operator gpuval-agent\n"));
+    // The SBOM tool in the image is the one CI installs.
+    let pinned = |text: &str, key: &str| -> String {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("{key} not found"))
+    };
+    assert_eq!(
+        pinned(&dockerfile, "ARG CARGO_CYCLONEDX_VERSION="),
+        pinned(&makefile, "CARGO_CYCLONEDX_VERSION :=")
+    );
+    let ci = read(".ci/run");
+    for step in [
+        "\nmake tools\n",
+        "\nmake deny\n",
+        "\nmake release sbom\n",
+        "\nGPUVAL_REQUIRE_SBOM=1 make test\n",
+    ] {
+        assert!(ci.contains(step), "CI runs {step:?}");
+    }
     assert!(read(".dockerignore").contains("target/"));
+}
+
+/// `program args...`, its stdout; panics with its stderr when it fails.
+fn run(program: &str, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(crds::repo_root())
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (GNU binutils and cargo are needed)"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The section names of an ELF file (`readelf -S`).
+fn sections(file: &Path) -> BTreeSet<String> {
+    run("readelf", &["-S".as_ref(), "-W".as_ref(), file.as_os_str()])
+        .lines()
+        .filter_map(|l| {
+            let name = l.split(']').nth(1)?.split_whitespace().next()?;
+            Some(name.to_string())
+        })
+        .collect()
+}
+
+/// The GNU build ID of an ELF file, if it has one.
+fn build_id(file: &Path) -> Option<String> {
+    let out = Command::new("readelf")
+        .args(["-n".as_ref(), file.as_os_str()])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+}
+
+#[test]
+fn split_debug_ships_the_binary_without_debug_info_and_keeps_it_beside() {
+    // This test's own executable: built with full debug info, like a release binary with its
+    // line tables.
+    let exe = std::env::current_exe().expect("the test executable");
+    let name = exe.file_name().expect("a file name").to_owned();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let script = crds::repo_root().join("scripts/split-debug.sh");
+    run(
+        "bash",
+        &[script.as_os_str(), exe.as_os_str(), dir.path().as_os_str()],
+    );
+    let stripped = dir.path().join(&name);
+    let mut debug_name = name.clone();
+    debug_name.push(".debug");
+    let debug = dir.path().join(&debug_name);
+
+    let shipped = sections(&stripped);
+    for gone in [".debug_info", ".debug_line", ".debug_str"] {
+        assert!(!shipped.contains(gone), "{gone} left in {shipped:?}");
+    }
+    for kept in [".gnu_debuglink", ".symtab", ".text"] {
+        assert!(shipped.contains(kept), "{kept} missing from {shipped:?}");
+    }
+    let kept = sections(&debug);
+    for needed in [".debug_info", ".debug_line", ".symtab"] {
+        assert!(kept.contains(needed), "{needed} missing from {kept:?}");
+    }
+    let link = run(
+        "readelf",
+        &[
+            "-p".as_ref(),
+            ".gnu_debuglink".as_ref(),
+            stripped.as_os_str(),
+        ],
+    );
+    assert!(
+        link.contains(debug_name.to_string_lossy().as_ref()),
+        "{link}"
+    );
+    assert_eq!(build_id(&stripped), build_id(&exe), "the build ID stays");
+    let size = |p: &Path| std::fs::metadata(p).expect("size").len();
+    assert!(
+        size(&stripped) < size(&exe) / 2,
+        "{} vs {}",
+        size(&stripped),
+        size(&exe)
+    );
+
+    // The shipped binary still runs, and the .debug file maps its addresses to source lines.
+    let listed = run(stripped.to_str().expect("UTF-8 path"), &["--list".as_ref()]);
+    assert!(listed.contains("split_debug_ships_the_binary"), "{listed}");
+    let symbols = run("nm", &[stripped.as_os_str()]);
+    let address = symbols
+        .lines()
+        .find(|l| l.contains("split_debug_ships_the_binary") && l.contains(" t "))
+        .or_else(|| {
+            symbols
+                .lines()
+                .find(|l| l.contains("split_debug_ships_the_binary"))
+        })
+        .and_then(|l| l.split_whitespace().next())
+        .expect("this test's symbol in the shipped binary");
+    let line = run(
+        "addr2line",
+        &[
+            "-e".as_ref(),
+            debug.as_os_str(),
+            format!("0x{address}").as_ref(),
+        ],
+    );
+    assert!(line.contains("tests/tests/packaging.rs:"), "{line}");
+
+    // Splitting what has no debug info left fails instead of writing an empty .debug file.
+    let again = Command::new("bash")
+        .arg(&script)
+        .arg(&stripped)
+        .arg(dir.path().join("again"))
+        .output()
+        .expect("run split-debug.sh");
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("no debug line tables"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+}
+
+/// `(name, version)` to the checksum Cargo.lock records (none for the workspace's own crates).
+fn lockfile() -> BTreeMap<(String, String), Option<String>> {
+    let mut out = BTreeMap::new();
+    for block in read("Cargo.lock").split("[[package]]").skip(1) {
+        let field = |key: &str| {
+            block.lines().find_map(|l| {
+                l.strip_prefix(&format!("{key} = \""))
+                    .and_then(|v| v.strip_suffix('"'))
+                    .map(str::to_string)
+            })
+        };
+        let (Some(name), Some(version)) = (field("name"), field("version")) else {
+            panic!("a Cargo.lock package without a name or version: {block}");
+        };
+        out.insert((name, version), field("checksum"));
+    }
+    out
+}
+
+/// The crates `cargo tree` says `package` links on this host: its normal dependencies, all the
+/// way down (dev- and build-only dependencies left out), without the package itself.
+fn linked_crates(package: &str) -> BTreeSet<(String, String)> {
+    let host = run("rustc", &["-vV".as_ref()])
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .expect("rustc -vV names the host");
+    let tree = run(
+        "cargo",
+        &[
+            "tree".as_ref(),
+            "--locked".as_ref(),
+            "-p".as_ref(),
+            package.as_ref(),
+            "-e".as_ref(),
+            "normal".as_ref(),
+            "--target".as_ref(),
+            host.as_ref(),
+            "--prefix".as_ref(),
+            "none".as_ref(),
+            "--format".as_ref(),
+            "{p}".as_ref(),
+        ],
+    );
+    tree.lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let name = words.next()?;
+            let version = words.next()?.strip_prefix('v')?;
+            Some((name.to_string(), version.to_string()))
+        })
+        .filter(|(name, _)| name != package)
+        .collect()
+}
+
+#[test]
+fn sboms_list_every_crate_each_binary_links_with_the_lockfile_checksums() {
+    let tool = Command::new("cargo")
+        .args(["cyclonedx", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !tool {
+        assert_ne!(
+            std::env::var("GPUVAL_REQUIRE_SBOM").as_deref(),
+            Ok("1"),
+            "GPUVAL_REQUIRE_SBOM=1, but cargo-cyclonedx is not installed (make tools)"
+        );
+        eprintln!("skipped: cargo-cyclonedx is not installed (make tools installs it; CI does)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let script = crds::repo_root().join("scripts/sbom.sh");
+    run(
+        "bash",
+        &[
+            script.as_os_str(),
+            dir.path().as_os_str(),
+            "gpuval-operator".as_ref(),
+            "gpuval-agent".as_ref(),
+        ],
+    );
+    let lock = lockfile();
+    let cases = [
+        (
+            "gpuval-agent",
+            [
+                "gpuval-crds",
+                "cudarc",
+                "nvml-wrapper",
+                "kube-client",
+                "serde-saphyr",
+            ],
+            ["kube-lease-manager", "axum", "rcgen", "tempfile"],
+        ),
+        (
+            "gpuval-operator",
+            [
+                "gpuval-crds",
+                "kube-runtime",
+                "kube-lease-manager",
+                "axum",
+                "prometheus-client",
+            ],
+            ["cudarc", "nvml-wrapper", "rcgen", "tempfile"],
+        ),
+    ];
+    for (binary, has, lacks) in cases {
+        let path = dir.path().join(format!("{binary}.cdx.json"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let bom: Value = serde_json::from_str(&text).expect("SBOM JSON");
+        assert_eq!(bom["bomFormat"], "CycloneDX");
+        assert_eq!(bom["specVersion"], "1.5");
+        assert_eq!(bom["metadata"]["component"]["name"], binary);
+        assert_eq!(bom["metadata"]["component"]["type"], "application");
+        let mut listed = BTreeSet::new();
+        for c in bom["components"].as_array().expect("components") {
+            let (Some(name), Some(version)) = (c["name"].as_str(), c["version"].as_str()) else {
+                panic!("{binary}: a component without a name or version: {c}");
+            };
+            let key = (name.to_string(), version.to_string());
+            let checksum = lock
+                .get(&key)
+                .unwrap_or_else(|| panic!("{binary}: {name} {version} is not in Cargo.lock"));
+            assert!(
+                c["purl"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with(&format!("pkg:cargo/{name}@{version}"))),
+                "{binary}: {c}"
+            );
+            if let Some(sum) = checksum {
+                assert!(
+                    c["hashes"].as_array().is_some_and(|h| h
+                        .iter()
+                        .any(|h| h["alg"] == "SHA-256" && h["content"] == sum.as_str())),
+                    "{binary}: {name} {version} without the lockfile's checksum: {c}"
+                );
+            }
+            listed.insert(key);
+        }
+        let linked = linked_crates(binary);
+        let missing: Vec<_> = linked.difference(&listed).collect();
+        assert!(
+            missing.is_empty(),
+            "{binary}: linked but not in the SBOM: {missing:?}"
+        );
+        let names: BTreeSet<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
+        for name in has {
+            assert!(names.contains(name), "{binary}: {name} missing");
+        }
+        for name in lacks.iter().chain(&["serde_yaml"]) {
+            assert!(!names.contains(name), "{binary}: {name} listed");
+        }
+    }
 }
 
 #[test]

@@ -486,7 +486,7 @@ async fn scenario(
         let summary = format!(
             "gpu-e2e {}: ERROR: {e}\nstatus now:\n{}\npods:\n{pods}",
             validation_name,
-            serde_yaml::to_string(&gv.status).unwrap_or_default()
+            serde_saphyr::to_string(&gv.status).unwrap_or_default()
         );
         write_file(&args.out.join("summary.txt"), &summary);
         return Err(summary);
@@ -1359,7 +1359,7 @@ async fn write_objects(
             clean(i)
         })
         .collect();
-    let to_yaml = |v: &Value| serde_yaml::to_string(v).map_err(|e| format!("YAML: {e}"));
+    let to_yaml = |v: &Value| serde_saphyr::to_string(v).map_err(|e| format!("YAML: {e}"));
     write_file(&out.join("validation.yaml"), &to_yaml(&gv)?);
     let as_list = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items});
     write_file(&out.join("results.yaml"), &to_yaml(&as_list)?);
