@@ -167,6 +167,28 @@ async fn wait_pod(
     }
 }
 
+/// Creates the agent pod `name` for `validation` on `node` with the simulator spec `simulate`,
+/// and waits until it has ended (Succeeded or Failed).
+async fn run_to_end(
+    c: &Cluster,
+    name: &str,
+    validation: &GpuValidation,
+    node: &str,
+    simulate: &str,
+) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
+    pods.create(
+        &PostParams::default(),
+        &agent_pod(name, validation, node, simulate),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("create agent pod {name}: {e}"));
+    wait_pod(c, name, "Succeeded or Failed", |p| {
+        matches!(phase(p), Some("Succeeded" | "Failed"))
+    })
+    .await
+}
+
 #[tokio::test]
 async fn agent_pod_runs_the_checks_and_stores_a_failing_result() {
     let node = "gpu-node-a";
@@ -178,18 +200,14 @@ async fn agent_pod_runs_the_checks_and_stores_a_failing_result() {
     )
     .await;
 
-    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
     let pod_name = "burn-in-gpu-node-a";
-    pods.create(
-        &PostParams::default(),
-        &agent_pod(pod_name, &v, node, "gpus=8,fail=memory@3,timescale=0.01"),
+    let pod = run_to_end(
+        &c,
+        pod_name,
+        &v,
+        node,
+        "gpus=8,fail=memory@3,timescale=0.01",
     )
-    .await
-    .expect("create agent pod");
-
-    let pod = wait_pod(&c, pod_name, "Succeeded or Failed", |p| {
-        matches!(phase(p), Some("Succeeded" | "Failed"))
-    })
     .await;
     let log = c.kubelet.logs(pod_name);
     assert_eq!(
@@ -281,16 +299,7 @@ async fn agent_pod_runs_the_checks_and_stores_a_failing_result() {
     .await;
     assert_ne!(newer.metadata.generation, v.metadata.generation);
     let stale_name = "burn-in-gpu-node-a-stale";
-    pods.create(
-        &PostParams::default(),
-        &agent_pod(stale_name, &v, node, "gpus=8,timescale=0.01"),
-    )
-    .await
-    .expect("create stale agent pod");
-    let stale = wait_pod(&c, stale_name, "Succeeded or Failed", |p| {
-        matches!(phase(p), Some("Succeeded" | "Failed"))
-    })
-    .await;
+    let stale = run_to_end(&c, stale_name, &v, node, "gpus=8,timescale=0.01").await;
     let stale_log = c.kubelet.logs(stale_name);
     assert_eq!(phase(Some(&stale)), Some("Succeeded"), "{stale_log}");
     assert!(stale_log.contains("nothing to do"), "{stale_log}");
@@ -314,18 +323,8 @@ async fn a_simulated_nccl_fault_is_stored_with_the_result() {
         json!({"checks": {"nccl": {"maxBytes": 1048576, "timeout": "5s"}}}),
     )
     .await;
-    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
     let pod_name = "collectives-gpu-node-n";
-    pods.create(
-        &PostParams::default(),
-        &agent_pod(pod_name, &v, node, "gpus=8,fail=nccl@1"),
-    )
-    .await
-    .expect("create agent pod");
-    let pod = wait_pod(&c, pod_name, "Succeeded or Failed", |p| {
-        matches!(phase(p), Some("Succeeded" | "Failed"))
-    })
-    .await;
+    let pod = run_to_end(&c, pod_name, &v, node, "gpus=8,fail=nccl@1").await;
     let log = c.kubelet.logs(pod_name);
     assert_eq!(phase(Some(&pod)), Some("Succeeded"), "agent log:\n{log}");
 

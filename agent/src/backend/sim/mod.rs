@@ -28,7 +28,7 @@ pub const MAX_GPUS: u32 = 64;
 /// The longest sleep between stop checks.
 const STEP: Duration = Duration::from_millis(50);
 /// Wall time of a memory test when `timescale` is above 0.
-pub(crate) const MEMORY_WALL: Duration = Duration::from_millis(20);
+const MEMORY_WALL: Duration = Duration::from_millis(20);
 /// Memory the driver and context keep on a fresh GPU.
 const RESERVED_MIB: u64 = 600;
 pub(crate) const MIB: u64 = 1024 * 1024;
@@ -524,7 +524,7 @@ impl SimBackend {
         }
     }
 
-    pub(crate) fn check_gpu(&self, gpu: u32) -> Result<(), BackendError> {
+    fn check_gpu(&self, gpu: u32) -> Result<(), BackendError> {
         if gpu < self.spec.gpus {
             Ok(())
         } else {
@@ -532,7 +532,7 @@ impl SimBackend {
         }
     }
 
-    pub(crate) fn injected_error(&self, check: SimCheck, gpu: u32) -> Result<(), BackendError> {
+    fn injected_error(&self, check: SimCheck, gpu: u32) -> Result<(), BackendError> {
         if listed(&self.spec.error, check, gpu) {
             let detail = format!("simulated failure (error={check}@{gpu})");
             return Err(BackendError::gpu(gpu, format!("{check} check"), detail));
