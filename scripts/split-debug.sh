@@ -21,6 +21,10 @@ readelf=${READELF:-readelf}
 for tool in "$objcopy" "$readelf"; do
   command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool is required (GNU binutils)" >&2; exit 1; }
 done
+# The section table of a file, read whole first: `readelf | grep -q` under pipefail fails when
+# grep stops at its match and readelf takes SIGPIPE, which a large binary makes likely.
+sections() { "$readelf" -S -W "$1"; }
+
 bin=$(realpath "$1")
 name=$(basename "$bin")
 mkdir -p "$2"
@@ -29,7 +33,7 @@ if [ "$dest/$name" = "$bin" ]; then
   echo "error: DEST_DIR must not hold BINARY itself ($bin)" >&2
   exit 2
 fi
-if ! "$readelf" -S -W "$bin" | grep -q ' \.debug_line '; then
+if ! grep -q ' \.debug_line ' <<<"$(sections "$bin")"; then
   echo "error: $bin has no debug line tables (already stripped, or built without debug info)" >&2
   exit 1
 fi
@@ -41,7 +45,7 @@ chmod 0644 "$work/$name.debug"
 # The debug link records the file name and its CRC; objcopy reads the file by that name, so
 # run where it lies.
 (cd "$work" && "$objcopy" --strip-debug --add-gnu-debuglink="$name.debug" "$bin" "$name")
-if "$readelf" -S -W "$work/$name" | grep -Eq ' \.debug_(info|line) '; then
+if grep -Eq ' \.debug_(info|line) ' <<<"$(sections "$work/$name")"; then
   echo "error: $work/$name still has debug sections" >&2
   exit 1
 fi
