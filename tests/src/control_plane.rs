@@ -44,6 +44,16 @@ pub enum Error {
     Kube(String),
 }
 
+impl Error {
+    /// A component exited because the address it was given was taken by then.
+    fn is_port_taken(&self) -> bool {
+        matches!(self, Error::Exited { log, .. } if log.contains("address already in use"))
+    }
+}
+
+/// How many times a start whose ports were taken meanwhile is tried.
+pub const START_ATTEMPTS: u32 = 3;
+
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let what = what.into();
     move |source| Error::Io { what, source }
@@ -102,7 +112,24 @@ impl ControlPlane {
     }
 
     /// etcd + kube-apiserver plus the components `opts` asks for.
+    ///
+    /// Ports are picked free and then handed to the components, so a control plane started at
+    /// the same moment (tests run in parallel) can take one in between; a start that failed
+    /// only for that reason is tried again with new ports, up to [`START_ATTEMPTS`] times.
     pub async fn start_with(opts: Options) -> Result<Self, Error> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(opts.clone()).await {
+                Err(e) if attempt < START_ATTEMPTS && e.is_port_taken() => {
+                    eprintln!("control plane: a port was taken meanwhile, starting again: {e}");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(opts: Options) -> Result<Self, Error> {
         let started = Instant::now();
         let tools = Tools::locate().map_err(Error::Tools)?;
         let dir = tempfile::Builder::new()
@@ -448,4 +475,26 @@ fn tail(path: &Path, n: usize) -> String {
     let _ = f.read_to_string(&mut s);
     let lines: Vec<_> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_taken_address_makes_a_start_worth_repeating() {
+        let exited = |log: &str| Error::Exited {
+            component: "etcd",
+            status: "exit status: 1".into(),
+            log: log.into(),
+        };
+        assert!(exited("listen tcp 127.0.0.1:38199: bind: address already in use").is_port_taken());
+        assert!(!exited("flag provided but not defined: -bogus").is_port_taken());
+        let not_ready = Error::NotReady {
+            component: "kube-apiserver",
+            secs: 60,
+            log: "address already in use".into(),
+        };
+        assert!(!not_ready.is_port_taken());
+    }
 }
