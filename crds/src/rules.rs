@@ -82,6 +82,7 @@ pub fn table() -> Vec<CelRule> {
         p2p_bidirectional_not_below_unidirectional(),
         host_transfer_measures_something(),
         nccl_max_not_below_min(),
+        fabric_measures_something(),
         node_names_total(),
         match_labels_keys(),
         requirement_key(),
@@ -239,6 +240,19 @@ pub fn host_transfer_measures_something() -> CelRule {
             Ok(())
         } else {
             Err(HOST_TRANSFER.into())
+        }
+    })
+}
+
+const FABRIC: &str = "spec.fabric needs nccl or tcp (or both): what to measure between nodes";
+
+/// `spec.fabric`: something to measure.
+pub fn fabric_measures_something() -> CelRule {
+    fixed("has(self.nccl) || has(self.tcp)".into(), FABRIC, |f| {
+        if f.get("nccl").is_some() || f.get("tcp").is_some() {
+            Ok(())
+        } else {
+            Err(FABRIC.into())
         }
     })
 }

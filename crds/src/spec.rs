@@ -87,6 +87,10 @@ pub struct GpuValidationSpec {
     /// What to do to a node that fails (default: nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
+
+    /// The fabric test between nodes, after the node checks, over the nodes that passed them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<crate::fabric::FabricSpec>,
 }
 
 impl GpuValidationSpec {

@@ -208,6 +208,9 @@ pub struct GpuValidationStatus {
     /// Nodes that have not passed but did not fit in `nodes` ("and N more").
     #[serde(default, skip_serializing_if = "is_zero")]
     pub nodes_not_listed: i32,
+    /// The fabric test between nodes (when `spec.fabric` asks for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<crate::fabric::FabricStatus>,
 }
 
 fn is_zero(n: &i32) -> bool {
