@@ -1,0 +1,72 @@
+//! The fabric test between nodes, as one agent takes part in it: the groups of a round that
+//! this node is in, measured in `id` order, each giving this member's
+//! [`FabricOutcome`](gpuval_crds::fabric::FabricOutcome).
+//!
+//! Every group starts with a rendezvous ([`rendezvous`]): the group's first node listens on the
+//! group's address, the others connect and say hello, and the host answers `go` once all have
+//! joined (or names the ones that never came). Then a TCP pair measures streams each way and
+//! small-message round trips ([`tcp`]); an NCCL group runs one collective over every member's
+//! GPUs through an [`NcclGroup`] (the real engine, or the simulator, [`sim`]).
+//!
+//! In a pod, the assignments come from the operator's `GpuFabricRound` objects (`k8s.rs`);
+//! outside Kubernetes, from rank 0 of a Slurm or torchrun launch ([`launch`], [`coordinator`]).
+
+use std::time::Instant;
+
+use gpuval_crds::fabric::{FabricError, FabricKind, FabricNccl, FabricOutcome, FabricSpec};
+
+/// One group of one round, from this member's side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    pub round: i32,
+    pub group: i32,
+    pub kind: FabricKind,
+    /// The members in rank order; `nodes[0]` hosts the rendezvous.
+    pub nodes: Vec<String>,
+    /// This member's index in `nodes`.
+    pub rank: usize,
+    /// `host:port` of the rendezvous.
+    pub rendezvous: String,
+    /// When the round runs out: nothing may block past it.
+    pub deadline: Instant,
+}
+
+/// The members that joined a group's rendezvous, in rank order, and how long joining took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Joined {
+    pub join_seconds: f64,
+}
+
+/// Figures of one NCCL group, from this member's side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NcclFigures {
+    pub bus_gbps: f64,
+    pub seconds: f64,
+}
+
+/// Runs the collective of an NCCL group once its rendezvous is done (the real engine, or the
+/// simulator).
+pub trait NcclGroup: Send + Sync {
+    /// `a` is this member's assignment; `settings` the validation's `spec.fabric.nccl`;
+    /// `env` its `NCCL_*` variables.
+    fn run(
+        &self,
+        a: &Assignment,
+        settings: &FabricNccl,
+        env: &[(String, String)],
+    ) -> Result<NcclFigures, FabricError>;
+    /// The figures are not real.
+    fn simulated(&self) -> bool;
+}
+
+/// What one member measured in one group (see [`FabricOutcome`]); never fails: a failure is
+/// the outcome's `error`.
+pub type Outcome = FabricOutcome;
+
+/// The spec sections a group needs.
+pub fn spec_env(spec: &FabricSpec) -> Vec<(String, String)> {
+    spec.env
+        .iter()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect()
+}
