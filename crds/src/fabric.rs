@@ -27,6 +27,9 @@ pub const TCP_DURATION_RANGE: DurationRange =
 pub const MAX_ROUNDS: i32 = 16;
 /// The most NCCL environment variables a validation may set.
 pub const MAX_ENV: usize = 32;
+/// The first rendezvous port: group `id` of a round meets on `RENDEZVOUS_PORT + 2 * id` (and
+/// its NCCL bootstrap on the port above).
+pub const RENDEZVOUS_PORT: u16 = 29400;
 /// The most suspects the validation status lists (the rest are counted).
 pub const MAX_LISTED_SUSPECTS: usize = 20;
 

@@ -200,18 +200,32 @@ fn named_by(
         .filter(|e| e.others.iter().all(cleared))
         .collect();
     let first = damning.first()?;
-    let mut partners: Vec<&str> = damning
+    // Partners from the smallest groups first: a pair partner says the most.
+    let mut by_size = damning.clone();
+    by_size.sort_by_key(|e| e.others.len());
+    let mut partners: Vec<&str> = Vec::new();
+    for p in by_size
         .iter()
         .flat_map(|e| e.others.iter().map(String::as_str))
-        .collect();
-    partners.sort_unstable();
-    partners.dedup();
+    {
+        if !partners.contains(&p) {
+            partners.push(p);
+        }
+    }
+    const NAMED_PARTNERS: usize = 3;
+    let more = partners.len().saturating_sub(NAMED_PARTNERS);
+    partners.truncate(NAMED_PARTNERS);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
     let kind_name = match kind {
         FabricKind::Nccl => "NCCL groups",
         FabricKind::Tcp => "TCP pairs",
     };
     Some(format!(
-        "in {} of {} {kind_name} {}; partners {} passed elsewhere",
+        "in {} of {} {kind_name} {}; partners {}{more} passed elsewhere",
         damning.len(),
         st.short.len(),
         first.why,

@@ -180,6 +180,10 @@ fn check_invariants(file: &str, docs: &[Value]) {
                         verbs.iter().all(|v| matches!(*v, "create" | "patch")),
                         "{file}: {rule}"
                     ),
+                    "gpufabricrounds" => assert!(
+                        verbs.iter().all(|v| matches!(*v, "get" | "list" | "watch")),
+                        "{file}: the agent only reads fabric rounds: {rule}"
+                    ),
                     other => panic!("{file}: agent may touch {other}"),
                 }
             }

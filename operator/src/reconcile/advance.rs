@@ -202,6 +202,7 @@ mod tests {
             generation: 1,
             verdict: Verdict::Fail,
             summary: "GPU3 memory: 2 mismatched words".into(),
+            fabric: Vec::new(),
         };
         let p = pod(PodPhase::Running);
         let s = Seen {

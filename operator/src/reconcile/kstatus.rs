@@ -81,6 +81,19 @@ pub fn set_for_phase(
     }
 }
 
+/// Every node passed its checks but the fabric between them did not, and no node could be
+/// named: not ready, stalled, with the fabric's own message.
+pub fn set_fabric_failed(
+    conditions: &mut Vec<Condition>,
+    message: &str,
+    generation: i64,
+    now: &Time,
+) {
+    let msg = truncate(&format!("fabric: {message}"));
+    let states = [(false, msg.as_str()), (false, ""), (true, msg.as_str())];
+    set_all(conditions, states, "FabricFailed", generation, now);
+}
+
 /// `2 of 8 node(s) failed; gpu-3 Failed: GPU5 memory: ...; gpu-6 Error: ...`
 fn failure_message(sum: &Summary, nodes: &[NodeStatus]) -> String {
     let first: Vec<String> = nodes

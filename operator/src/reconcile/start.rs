@@ -213,6 +213,7 @@ mod tests {
             generation,
             verdict: Verdict::Pass,
             summary: String::new(),
+            fabric: Vec::new(),
         };
         let world = World {
             pods: vec![
@@ -352,6 +353,7 @@ mod tests {
                 generation: 2,
                 verdict: Verdict::Pass,
                 summary: String::new(),
+                fabric: Vec::new(),
             }],
             ..Default::default()
         };
