@@ -36,6 +36,11 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// Whether a node with this verdict passed (warnings and skipped checks pass).
+    pub fn passes(self) -> bool {
+        matches!(self, Verdict::Pass | Verdict::Warn | Verdict::Skipped)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Skipped => "Skipped",

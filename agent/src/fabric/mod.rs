@@ -11,6 +11,9 @@
 //! In a pod, the assignments come from the operator's `GpuFabricRound` objects (`k8s.rs`);
 //! outside Kubernetes, from rank 0 of a Slurm or torchrun launch ([`launch`], [`coordinator`]).
 
+pub mod group;
+pub mod rounds;
+
 use std::time::Instant;
 
 use gpuval_crds::fabric::{FabricError, FabricKind, FabricNccl, FabricOutcome, FabricSpec};
@@ -69,4 +72,33 @@ pub fn spec_env(spec: &FabricSpec) -> Vec<(String, String)> {
         .iter()
         .map(|e| (e.name.clone(), e.value.clone()))
         .collect()
+}
+
+/// The NCCL runner for the backend in use: the simulator's, or the real engine.
+pub fn group_runner(choice: &crate::backend::BackendChoice) -> Box<dyn NcclGroup> {
+    match choice {
+        crate::backend::BackendChoice::Simulated(_) | crate::backend::BackendChoice::Cuda => {
+            Box::new(NotBuilt)
+        }
+    }
+}
+
+/// Placeholder runner until the engines land.
+struct NotBuilt;
+
+impl NcclGroup for NotBuilt {
+    fn run(
+        &self,
+        _a: &Assignment,
+        _settings: &FabricNccl,
+        _env: &[(String, String)],
+    ) -> Result<NcclFigures, FabricError> {
+        Err(FabricError {
+            kind: gpuval_crds::fabric::FabricErrorKind::Local,
+            message: "NCCL across nodes is not built yet".into(),
+        })
+    }
+    fn simulated(&self) -> bool {
+        false
+    }
 }
