@@ -228,6 +228,9 @@ pub struct FabricGroup {
     pub nodes: Vec<String>,
     /// `host:port` of the rendezvous: the first node's agent pod IP and a port.
     pub rendezvous: String,
+    /// Each member's GPU count, in the same order (an NCCL group's ranks are laid out by it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<i32>,
 }
 
 /// What one agent measured in one group of one round (one element of the JSON array in its

@@ -12,6 +12,7 @@
 //! outside Kubernetes, from rank 0 of a Slurm or torchrun launch ([`launch`], [`coordinator`]).
 
 pub mod group;
+pub mod nccl;
 pub mod rounds;
 
 use std::time::Instant;
@@ -30,6 +31,9 @@ pub struct Assignment {
     pub rank: usize,
     /// `host:port` of the rendezvous.
     pub rendezvous: String,
+    /// Each member's GPU count (empty: not known; NCCL groups then take every member to have
+    /// as many as this node).
+    pub gpus: Vec<u32>,
     /// When the round runs out: nothing may block past it.
     pub deadline: Instant,
 }

@@ -71,6 +71,11 @@ pub fn assignments(
             nodes: g.nodes.clone(),
             rank,
             rendezvous: g.rendezvous.clone(),
+            gpus: g
+                .gpus
+                .iter()
+                .map(|n| u32::try_from(*n).unwrap_or(0))
+                .collect(),
             deadline: ends.min(deadline),
         })
         .collect()
@@ -181,12 +186,14 @@ mod tests {
                     kind: FabricKind::Tcp,
                     nodes: vec!["a".into(), "c".into()],
                     rendezvous: "10.0.0.1:29402".into(),
+                    gpus: vec![8, 8],
                 },
                 FabricGroup {
                     id: 0,
                     kind: FabricKind::Nccl,
                     nodes: vec!["b".into(), "c".into()],
                     rendezvous: "10.0.0.2:29400".into(),
+                    gpus: vec![8, 8],
                 },
             ],
         }

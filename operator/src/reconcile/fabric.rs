@@ -83,7 +83,8 @@ pub fn advance(inp: &Inputs<'_>, nodes: &mut [NodeStatus]) -> FabricStep {
         step.round = Some(end_round(inp, planned.len()));
         return step;
     }
-    decide(inp, &planned, &candidates, nodes, &mut step);
+    let gpus: BTreeMap<String, i32> = nodes.iter().map(|l| (l.name.clone(), l.gpus)).collect();
+    decide(inp, &planned, &candidates, &gpus, nodes, &mut step);
     step
 }
 
@@ -92,6 +93,7 @@ fn decide(
     inp: &Inputs<'_>,
     planned: &[&RoundView],
     candidates: &[String],
+    gpus: &BTreeMap<String, i32>,
     nodes: &mut [NodeStatus],
     step: &mut FabricStep,
 ) {
@@ -114,7 +116,7 @@ fn decide(
             let number = planned.len() + 1;
             let msg = format!("round {number} ({}) of {n} nodes", round.purpose.as_str());
             step.status = Some(status(FabricPhase::Running, n, number, Some(msg)));
-            step.round = Some(round_spec(inp, number, &round));
+            step.round = Some(round_spec(inp, number, &round, gpus));
             step.events.push(PlannedEvent {
                 warning: false,
                 reason: "FabricRound",
@@ -290,7 +292,12 @@ fn as_round(r: &RoundView) -> Round {
 /// The round object for planned round `number`: each group meets at its first member's pod IP,
 /// on a port of its own (`RENDEZVOUS_PORT + 2 * id`, so that groups sharing an address in a
 /// test on one host do not collide; the port above is the group's NCCL bootstrap).
-fn round_spec(inp: &Inputs<'_>, number: usize, round: &Round) -> FabricRoundSpec {
+fn round_spec(
+    inp: &Inputs<'_>,
+    number: usize,
+    round: &Round,
+    gpus: &BTreeMap<String, i32>,
+) -> FabricRoundSpec {
     let ips: BTreeMap<&str, &str> = inp
         .world
         .pods
@@ -310,6 +317,11 @@ fn round_spec(inp: &Inputs<'_>, number: usize, round: &Round) -> FabricRoundSpec
                 kind: g.kind,
                 nodes: g.nodes.clone(),
                 rendezvous: format!("{host}:{port}"),
+                gpus: g
+                    .nodes
+                    .iter()
+                    .map(|n| gpus.get(n).copied().unwrap_or(0))
+                    .collect(),
             }
         })
         .collect();

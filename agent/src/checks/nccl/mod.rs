@@ -144,6 +144,7 @@ fn sweep_env(
     if found.needs_link {
         env.push(("LD_LIBRARY_PATH".into(), library::library_path_with(dir)));
     }
+    env.extend(req.env.iter().cloned());
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     env
 }
