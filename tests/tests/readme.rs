@@ -63,13 +63,7 @@ fn readme_commands(text: &str) -> Vec<Written> {
 
 /// `kubectl` commands in the comments of the example manifests.
 fn example_commands(dir: &Path, out: &mut Vec<Written>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .expect("examples dir")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    entries.sort();
-    for path in entries {
+    for path in gpuval_tests::crds::sorted_entries(dir) {
         if path.is_dir() {
             example_commands(&path, out);
             continue;

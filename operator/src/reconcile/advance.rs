@@ -177,6 +177,11 @@ mod tests {
         }
     }
 
+    /// One step of a node in `verdict` whose agent pod is `p`, 10 s into the run.
+    fn with_pod(verdict: NodeVerdict, p: &PodView) -> Advanced {
+        advance_node(&line(verdict), seen(Some(p)), &clock(10))
+    }
+
     fn seen(pod: Option<&PodView>) -> Seen<'_> {
         Seen {
             pod,
@@ -265,8 +270,7 @@ mod tests {
 
     #[test]
     fn pod_phases_move_the_node() {
-        let p = pod(PodPhase::Running);
-        let a = advance_node(&line(NodeVerdict::Pending), seen(Some(&p)), &clock(10));
+        let a = with_pod(NodeVerdict::Pending, &pod(PodPhase::Running));
         assert_eq!(
             (a.line.verdict, a.line.message),
             (NodeVerdict::Running, None)
@@ -274,12 +278,11 @@ mod tests {
 
         let mut p = pod(PodPhase::Pending);
         p.reason = Some("Unschedulable: 0/3 nodes are available".into());
-        let a = advance_node(&line(NodeVerdict::Pending), seen(Some(&p)), &clock(10));
+        let a = with_pod(NodeVerdict::Pending, &p);
         assert_eq!(a.line.verdict, NodeVerdict::Pending);
         assert_eq!(a.line.message, p.reason);
 
-        let p = pod(PodPhase::Unknown);
-        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(10));
+        let a = with_pod(NodeVerdict::Running, &pod(PodPhase::Unknown));
         assert_eq!(
             (a.line.verdict, a.line.message),
             (NodeVerdict::Pending, None)
@@ -287,7 +290,7 @@ mod tests {
 
         let mut p = pod(PodPhase::Failed);
         p.reason = Some("OOMKilled (exit code 137)".into());
-        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(10));
+        let a = with_pod(NodeVerdict::Running, &p);
         assert_eq!(a.line.verdict, NodeVerdict::Error);
         assert_eq!(
             a.line.message.as_deref(),
@@ -296,7 +299,7 @@ mod tests {
 
         let mut p = pod(PodPhase::Running);
         p.deleting = true;
-        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(10));
+        let a = with_pod(NodeVerdict::Running, &p);
         assert_eq!(a.line.verdict, NodeVerdict::Error);
         assert!(a.line.message.unwrap().contains("was deleted"));
     }

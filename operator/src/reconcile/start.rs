@@ -234,20 +234,9 @@ mod tests {
 
     #[test]
     fn a_started_run_records_every_selected_node_as_pending() {
-        let sel = Selection {
-            selected: vec![
-                SelectedNode {
-                    name: "a".into(),
-                    gpus: 8,
-                },
-                SelectedNode {
-                    name: "b".into(),
-                    gpus: 4,
-                },
-            ],
-            excluded: vec![("c".into(), "cordoned".into())],
-            ..Default::default()
-        };
+        let mut sel = selected(&["a", "b"]);
+        sel.selected[1].gpus = 4;
+        sel.excluded = vec![("c".into(), "cordoned".into())];
         let RunStart::Started {
             status,
             nodes,

@@ -109,7 +109,7 @@ mod tests {
     use gpuval_crds::{Checks, NvlinkState, Profile, TopologyCheck};
 
     use super::*;
-    use crate::judge::testing::{gpu, h200, judge};
+    use crate::judge::testing::{assert_fails_with, checks_with, gpu, h200, judge};
 
     fn topo(n: usize, cell: &str, active: i32) -> TopologyReport {
         TopologyReport {
@@ -136,10 +136,7 @@ mod tests {
     }
 
     fn topo_checks(spec: TopologyCheck) -> Checks {
-        Checks {
-            topology: Some(spec),
-            ..Default::default()
-        }
+        checks_with(|c| c.topology = Some(spec))
     }
 
     fn h200s(n: u32) -> Vec<GpuInfo> {
@@ -179,10 +176,10 @@ mod tests {
         t.matrix[0][3] = "SYS".into();
         t.matrix[3][0] = "SYS".into();
         let r = judge(&checks, Profile::Auto).topology(&h200s(4), t);
-        assert_eq!(r.verdict, Verdict::Fail);
-        assert_eq!(
-            r.reasons,
-            vec!["GPU0 and GPU3 are connected by SYS, not NVLink"]
+        assert_fails_with(
+            r.verdict,
+            &r.reasons,
+            &["GPU0 and GPU3 are connected by SYS, not NVLink"],
         );
     }
 
@@ -210,10 +207,10 @@ mod tests {
         let mut t = topo(2, "NV18", 18);
         t.link_changes = vec!["GPU1 link 4 went down at +93s".into()];
         let r = judge(&checks, Profile::None).topology(&h200s(2), t);
-        assert_eq!(r.verdict, Verdict::Fail);
-        assert_eq!(
-            r.reasons,
-            vec!["NVLink state changed during the run: GPU1 link 4 went down at +93s"]
+        assert_fails_with(
+            r.verdict,
+            &r.reasons,
+            &["NVLink state changed during the run: GPU1 link 4 went down at +93s"],
         );
     }
 
