@@ -251,15 +251,11 @@ mod tests {
         assert_eq!(status.completion_time, None);
         assert_eq!(status.selection, Some(sel.describe()));
         assert!(status.nodes.is_empty(), "the phase step lists nodes");
-        let nodes: Vec<_> = nodes
-            .iter()
-            .map(|n| (n.name.as_str(), n.gpus, n.verdict))
-            .collect();
         assert_eq!(
-            nodes,
-            vec![
-                ("a", 8, NodeVerdict::Pending),
-                ("b", 4, NodeVerdict::Pending)
+            lines(&nodes),
+            [
+                ("a", NodeVerdict::Pending, 8),
+                ("b", NodeVerdict::Pending, 4)
             ]
         );
         assert!(
@@ -290,6 +286,14 @@ mod tests {
         assert!(event.warning);
         assert_eq!(event.reason, "NodeNotFound");
         assert!(event.note.contains("ghost"));
+    }
+
+    /// (name, verdict, GPUs) of each node line.
+    fn lines(nodes: &[NodeStatus]) -> Vec<(&str, NodeVerdict, i32)> {
+        nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.verdict, n.gpus))
+            .collect()
     }
 
     fn selected(names: &[&str]) -> Selection {
@@ -346,13 +350,9 @@ mod tests {
         };
         // A node joined since the start ("aa"): only one more is needed, so "e" is not taken.
         let nodes = recover(&previous, &world, 2, &selected(&["a", "aa", "b", "e"]));
-        let got: Vec<_> = nodes
-            .iter()
-            .map(|n| (n.name.as_str(), n.verdict, n.gpus))
-            .collect();
         assert_eq!(
-            got,
-            vec![
+            lines(&nodes),
+            [
                 ("a", NodeVerdict::Pending, 8),
                 ("aa", NodeVerdict::Pending, 8),
                 ("b", NodeVerdict::Pending, 8),

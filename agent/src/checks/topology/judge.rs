@@ -139,23 +139,26 @@ mod tests {
         checks_with(|c| c.topology = Some(spec))
     }
 
+    /// `t` on `n` H200s, judged with default topology settings under `profile`.
+    fn default_judged(profile: Profile, n: u32, t: TopologyReport) -> TopologyReport {
+        judge(&topo_checks(TopologyCheck::default()), profile).topology(&h200s(n), t)
+    }
+
     fn h200s(n: u32) -> Vec<GpuInfo> {
         (0..n).map(h200).collect()
     }
 
     #[test]
     fn topology_full_nvlink_passes() {
-        let checks = topo_checks(TopologyCheck::default());
-        let r = judge(&checks, Profile::Auto).topology(&h200s(4), topo(4, "NV18", 18));
+        let r = default_judged(Profile::Auto, 4, topo(4, "NV18", 18));
         assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
     }
 
     #[test]
     fn a_single_gpu_is_not_held_to_the_profiles_nvlink_count() {
-        let checks = topo_checks(TopologyCheck::default());
         let mut t = topo(1, "NV18", 0);
         t.nvlinks[0].total = 0;
-        let r = judge(&checks, Profile::Auto).topology(&h200s(1), t.clone());
+        let r = default_judged(Profile::Auto, 1, t.clone());
         assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
         let explicit = topo_checks(TopologyCheck {
             min_active_links: Some(4),
@@ -171,11 +174,10 @@ mod tests {
 
     #[test]
     fn topology_pair_without_nvlink_fails() {
-        let checks = topo_checks(TopologyCheck::default());
         let mut t = topo(4, "NV18", 18);
         t.matrix[0][3] = "SYS".into();
         t.matrix[3][0] = "SYS".into();
-        let r = judge(&checks, Profile::Auto).topology(&h200s(4), t);
+        let r = default_judged(Profile::Auto, 4, t);
         assert_fails_with(
             r.verdict,
             &r.reasons,
@@ -185,10 +187,9 @@ mod tests {
 
     #[test]
     fn topology_missing_links_fail() {
-        let checks = topo_checks(TopologyCheck::default());
         let mut t = topo(4, "NV18", 18);
         t.nvlinks[2].active = 17;
-        let r = judge(&checks, Profile::Auto).topology(&h200s(4), t.clone());
+        let r = default_judged(Profile::Auto, 4, t.clone());
         assert_eq!(
             r.reasons,
             vec!["GPU2: 17 of 18 NVLink links active, expected 18 (H200 profile)"]
@@ -203,10 +204,9 @@ mod tests {
 
     #[test]
     fn topology_link_change_fails() {
-        let checks = topo_checks(TopologyCheck::default());
         let mut t = topo(2, "NV18", 18);
         t.link_changes = vec!["GPU1 link 4 went down at +93s".into()];
-        let r = judge(&checks, Profile::None).topology(&h200s(2), t);
+        let r = default_judged(Profile::None, 2, t);
         assert_fails_with(
             r.verdict,
             &r.reasons,
