@@ -197,12 +197,12 @@ pub fn p2p_bidirectional_not_below_unidirectional() -> CelRule {
             "!has(self.minUnidirectionalGbps) || !has(self.minBidirectionalGbps) || self.minBidirectionalGbps >= self.minUnidirectionalGbps".into(),
             P2P_BIDIRECTIONAL,
             |p2p| {
-                let uni = p2p.get("minUnidirectionalGbps").and_then(Value::as_i64);
-                let bi = p2p.get("minBidirectionalGbps").and_then(Value::as_i64);
-                match (uni, bi) {
-                    (Some(uni), Some(bi)) if bi < uni => Err(P2P_BIDIRECTIONAL.into()),
-                    _ => Ok(()),
-                }
+                not_below(
+                    p2p,
+                    "minUnidirectionalGbps",
+                    "minBidirectionalGbps",
+                    P2P_BIDIRECTIONAL,
+                )
             },
         )
     }
@@ -217,15 +217,18 @@ pub fn nccl_max_not_below_min() -> CelRule {
         ..fixed(
             "!has(self.maxBytes) || self.maxBytes >= self.minBytes".into(),
             NCCL_SIZES,
-            |nccl| {
-                let min = nccl.get("minBytes").and_then(Value::as_i64);
-                let max = nccl.get("maxBytes").and_then(Value::as_i64);
-                match (min, max) {
-                    (Some(min), Some(max)) if max < min => Err(NCCL_SIZES.into()),
-                    _ => Ok(()),
-                }
-            },
+            |nccl| not_below(nccl, "minBytes", "maxBytes", NCCL_SIZES),
         )
+    }
+}
+
+/// `message` where both integer fields `low` and `high` of `obj` are set and `high` is below
+/// `low`.
+fn not_below(obj: &Value, low: &str, high: &str, message: &str) -> Result<(), String> {
+    let field = |k: &str| obj.get(k).and_then(Value::as_i64);
+    match (field(low), field(high)) {
+        (Some(low), Some(high)) if high < low => Err(message.into()),
+        _ => Ok(()),
     }
 }
 

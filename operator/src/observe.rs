@@ -6,7 +6,7 @@ use gpuval_crds::{GpuFabricRound, GpuNodeResult, GpuValidation, Verdict, labels}
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, Pod, PodStatus};
 use kube::Resource;
 use kube::api::{ObjectMeta, PartialObjectMeta, ResourceExt};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::controller::Ctx;
 use crate::reconcile::{PodPhase, PodView, ResultView, RoundView, World};
@@ -182,28 +182,24 @@ pub fn observe(gv: &GpuValidation, ctx: &Ctx) -> World {
     let uid = gv.metadata.uid.as_deref().unwrap_or_default();
     World {
         nodes: ctx.nodes.state().iter().map(|n| n.name_any()).collect(),
-        pods: ctx
-            .pods
-            .state()
-            .iter()
-            .filter(|p| owned_by(&p.metadata, uid))
-            .filter_map(|p| pod_view(p))
-            .collect(),
-        results: ctx
-            .results
-            .state()
-            .iter()
-            .filter(|r| owned_by(&r.metadata, uid))
-            .filter_map(|r| result_view(r))
-            .collect(),
-        rounds: ctx
-            .rounds
-            .state()
-            .iter()
-            .filter(|r| owned_by(&r.metadata, uid))
-            .map(|r| round_view(r))
-            .collect(),
+        pods: owned_views(&ctx.pods, uid, pod_view),
+        results: owned_views(&ctx.results, uid, result_view),
+        rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
     }
+}
+
+/// The views of the objects in `store` owned by `uid` (objects `view` cannot read are left out).
+fn owned_views<K, V>(store: &Store<K>, uid: &str, view: impl Fn(&K) -> Option<V>) -> Vec<V>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store
+        .state()
+        .iter()
+        .filter(|o| owned_by(o.meta(), uid))
+        .filter_map(|o| view(o))
+        .collect()
 }
 
 #[cfg(test)]

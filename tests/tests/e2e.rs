@@ -11,8 +11,8 @@ use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
 use gpuval_tests::kubelet::{FakeKubelet, agent_binary};
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::{ControlPlane, Options, crds, nodes};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{Condition, await_condition};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -33,12 +33,7 @@ async fn env(gpu_nodes: &[&str]) -> Env {
         .expect("control plane");
     let client = cp.client().await.expect("client");
     crds::install_crds(&client).await.expect("CRDs");
-    let ns: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": NS}})).expect("namespace object");
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("namespace");
+    crds::create_namespace(&client, NS).await;
     for n in gpu_nodes {
         nodes::create_gpu_node(&client, n, 8, &[("pool", "h200")])
             .await

@@ -165,6 +165,16 @@ pub enum SimCheck {
     Nccl,
 }
 
+impl SimCheck {
+    const ALL: [SimCheck; 5] = [
+        SimCheck::Memory,
+        SimCheck::Compute,
+        SimCheck::P2p,
+        SimCheck::Host,
+        SimCheck::Nccl,
+    ];
+}
+
 impl fmt::Display for SimCheck {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -177,19 +187,14 @@ impl fmt::Display for SimCheck {
     }
 }
 
+/// The name [`fmt::Display`] writes.
 impl FromStr for SimCheck {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "memory" => Ok(SimCheck::Memory),
-            "compute" => Ok(SimCheck::Compute),
-            "p2p" => Ok(SimCheck::P2p),
-            "host" => Ok(SimCheck::Host),
-            "nccl" => Ok(SimCheck::Nccl),
-            _ => Err(format!(
-                "unknown check {s:?}: use memory, compute, p2p, host or nccl"
-            )),
-        }
+        SimCheck::ALL
+            .into_iter()
+            .find(|c| c.to_string() == s)
+            .ok_or_else(|| format!("unknown check {s:?}: use memory, compute, p2p, host or nccl"))
     }
 }
 
@@ -363,48 +368,25 @@ impl SimSpec {
 impl fmt::Display for SimSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "gpus={},model={}", self.gpus, self.model)?;
-        let join = |items: Vec<String>| items.join("+");
-        if !self.fail.is_empty() {
-            write!(
-                f,
-                ",fail={}",
-                join(self.fail.iter().map(|(c, g)| format!("{c}@{g}")).collect())
-            )?;
-        }
-        if !self.slow.is_empty() {
-            let items = self
-                .slow
-                .iter()
-                .map(|(c, g, x)| format!("{c}@{g}:{x}"))
-                .collect();
-            write!(f, ",slow={}", join(items))?;
-        }
-        if !self.xid.is_empty() {
-            write!(
-                f,
-                ",xid={}",
-                join(self.xid.iter().map(|(g, x)| format!("{g}:{x}")).collect())
-            )?;
-        }
-        if !self.linkdown.is_empty() {
-            let items = self
-                .linkdown
-                .iter()
-                .map(|(g, l)| format!("{g}:{l}"))
-                .collect();
-            write!(f, ",linkdown={}", join(items))?;
-        }
-        if !self.error.is_empty() {
-            write!(
-                f,
-                ",error={}",
-                join(self.error.iter().map(|(c, g)| format!("{c}@{g}")).collect())
-            )?;
-        }
-        if !self.fabric.is_empty() {
-            let items = self.fabric.iter().map(ToString::to_string).collect();
-            write!(f, ",fabric={}", join(items))?;
-        }
+        // `,key=a+b+c` for a list that is not empty.
+        let mut list = |key: &str, items: Vec<String>| -> fmt::Result {
+            if items.is_empty() {
+                Ok(())
+            } else {
+                write!(f, ",{key}={}", items.join("+"))
+            }
+        };
+        let at = |(c, g): &(SimCheck, u32)| format!("{c}@{g}");
+        list("fail", self.fail.iter().map(at).collect())?;
+        let slow = self.slow.iter().map(|(c, g, x)| format!("{c}@{g}:{x}"));
+        list("slow", slow.collect())?;
+        let xid = self.xid.iter().map(|(g, x)| format!("{g}:{x}"));
+        list("xid", xid.collect())?;
+        let linkdown = self.linkdown.iter().map(|(g, l)| format!("{g}:{l}"));
+        list("linkdown", linkdown.collect())?;
+        list("error", self.error.iter().map(at).collect())?;
+        let fabric = self.fabric.iter().map(ToString::to_string);
+        list("fabric", fabric.collect())?;
         write!(f, ",timescale={}", self.timescale)
     }
 }
@@ -451,24 +433,20 @@ fn parse_slow(value: &str) -> Result<(SimCheck, u32, f64), String> {
 
 /// `1:79`.
 fn parse_xid(value: &str) -> Result<(u32, u64), String> {
-    let (gpu, xid) = value
-        .split_once(':')
-        .ok_or_else(|| format!("{value:?} is not GPU:XID (like 1:79)"))?;
-    Ok((
-        parse_num(gpu, "a GPU index")?,
-        parse_num(xid, "an Xid code")?,
-    ))
+    parse_on_gpu(value, "GPU:XID (like 1:79)", "an Xid code")
 }
 
 /// `2:4`.
 fn parse_linkdown(value: &str) -> Result<(u32, u32), String> {
-    let (gpu, link) = value
+    parse_on_gpu(value, "GPU:LINK (like 2:4)", "a link number")
+}
+
+/// `GPU:N`: a GPU index and a number (`what`); `form` names the form in the error.
+fn parse_on_gpu<T: FromStr>(value: &str, form: &str, what: &str) -> Result<(u32, T), String> {
+    let (gpu, n) = value
         .split_once(':')
-        .ok_or_else(|| format!("{value:?} is not GPU:LINK (like 2:4)"))?;
-    Ok((
-        parse_num(gpu, "a GPU index")?,
-        parse_num(link, "a link number")?,
-    ))
+        .ok_or_else(|| format!("{value:?} is not {form}"))?;
+    Ok((parse_num(gpu, "a GPU index")?, parse_num(n, what)?))
 }
 
 fn parse_timescale(value: &str) -> Result<f64, String> {
