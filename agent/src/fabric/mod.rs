@@ -11,6 +11,13 @@
 //! In a pod, the assignments come from the operator's `GpuFabricRound` objects (`k8s.rs`);
 //! outside Kubernetes, from rank 0 of a Slurm or torchrun launch ([`launch`], [`coordinator`]).
 
+pub mod coordinator;
+pub mod group;
+pub mod launch;
+pub mod rendezvous;
+pub mod sim;
+pub mod tcp;
+
 use std::time::Instant;
 
 use gpuval_crds::fabric::{FabricError, FabricKind, FabricNccl, FabricOutcome, FabricSpec};
@@ -48,15 +55,48 @@ pub struct NcclFigures {
 /// simulator).
 pub trait NcclGroup: Send + Sync {
     /// `a` is this member's assignment; `settings` the validation's `spec.fabric.nccl`;
-    /// `env` its `NCCL_*` variables.
+    /// `env` its `NCCL_*` variables; `link` the group's joined control channel (the host holds
+    /// one connection per other member, a member one to the host), for small messages such as
+    /// the communicator's unique id, each call with a deadline (`a.deadline` at the latest).
     fn run(
         &self,
         a: &Assignment,
         settings: &FabricNccl,
         env: &[(String, String)],
+        link: &mut rendezvous::Link,
     ) -> Result<NcclFigures, FabricError>;
     /// The figures are not real.
     fn simulated(&self) -> bool;
+    /// Test only (the simulator's `netfault=vanish`): the agent process exits when it is
+    /// assigned its first fabric group, as an agent lost mid-round.
+    fn planted_vanish(&self) -> bool {
+        false
+    }
+}
+
+/// The real NCCL group across nodes (the CUDA backend).
+pub fn real_nccl() -> Box<dyn NcclGroup> {
+    Box::new(NotBuilt)
+}
+
+/// Stands in for the real NCCL group until it is built: every group fails on its own side.
+struct NotBuilt;
+
+impl NcclGroup for NotBuilt {
+    fn run(
+        &self,
+        _a: &Assignment,
+        _settings: &FabricNccl,
+        _env: &[(String, String)],
+        _link: &mut rendezvous::Link,
+    ) -> Result<NcclFigures, FabricError> {
+        Err(rendezvous::local(
+            "real NCCL across nodes is not built yet: use --backend simulated".into(),
+        ))
+    }
+    fn simulated(&self) -> bool {
+        false
+    }
 }
 
 /// What one member measured in one group (see [`FabricOutcome`]); never fails: a failure is

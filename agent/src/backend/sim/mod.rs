@@ -22,7 +22,8 @@ use super::{
 use crate::run_control::RunControl;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str = "gpus, model, fail, slow, xid, linkdown, error, timescale, fabric";
+pub const SPEC_KEYS: &str =
+    "gpus, model, fail, slow, xid, linkdown, error, timescale, fabric, net, netfault";
 /// The most GPUs a simulated node may have.
 pub const MAX_GPUS: u32 = 64;
 /// The longest sleep between stop checks.
@@ -216,6 +217,9 @@ pub struct SimSpec {
     /// `fabric=hang` / `fabric=shm`: the NCCL communicator never completes a collective, or
     /// connects the GPUs through host shared memory instead of NVLink.
     pub fabric: Vec<FabricFault>,
+    /// `net=<GB/s>`, `netfault=local|vanish`: this node's fabric between nodes (see
+    /// [`crate::fabric::sim`]).
+    pub net: crate::fabric::sim::SimNet,
 }
 
 /// A fault of the node's GPU fabric as NCCL sees it.
@@ -257,6 +261,7 @@ impl Default for SimSpec {
             error: Vec::new(),
             timescale: 0.0,
             fabric: Vec::new(),
+            net: Default::default(),
         }
     }
 }
@@ -303,6 +308,7 @@ impl SimSpec {
             "fabric" => self
                 .fabric
                 .extend(parse_list(value, |v| v.parse::<FabricFault>())?),
+            "net" | "netfault" => self.net.set(key, value)?,
             _ => return Err(format!("unknown key {key:?}")),
         }
         Ok(())
@@ -405,6 +411,7 @@ impl fmt::Display for SimSpec {
             let items = self.fabric.iter().map(ToString::to_string).collect();
             write!(f, ",fabric={}", join(items))?;
         }
+        f.write_str(&self.net.spec_parts())?;
         write!(f, ",timescale={}", self.timescale)
     }
 }
