@@ -17,6 +17,8 @@ pub mod launch;
 pub mod rendezvous;
 pub mod sim;
 pub mod tcp;
+#[cfg(test)]
+mod tests;
 
 use std::time::Instant;
 
