@@ -314,10 +314,11 @@ fn run_round(
         .iter()
         .map(|r| groups_of(&r.node, plan, ranks, port))
         .collect();
-    let mut own = Vec::new();
-    for (r, groups) in ranks.iter_mut().zip(per_rank) {
+    let mut per_rank = per_rank.into_iter();
+    // Rank 0 is this process: its groups are run here.
+    let own = per_rank.next().unwrap_or_default();
+    for (r, groups) in ranks.iter_mut().skip(1).zip(per_rank) {
         let Some(ctl) = r.ctl.as_mut() else {
-            own = groups;
             continue;
         };
         let msg = ToRank::Round {
