@@ -150,6 +150,20 @@ fn verdicts(report: &Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// A torchrun-style launch of NCCL groups with a floor of 350 GB/s, one `--simulate` per rank.
+fn torchrun_nccl(simulate: Vec<String>, dir: &Path) -> Ran {
+    let flags = vec!["--nccl-min-bus-gbps".into(), "350".into()];
+    launch(
+        &Launch {
+            ranks: simulate.len(),
+            launcher: Launcher::Torchrun,
+            simulate,
+            flags,
+        },
+        dir,
+    )
+}
+
 fn tempdir() -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().expect("temp dir");
     let p = d.path().to_path_buf();
@@ -161,15 +175,7 @@ fn a_slow_node_among_four_is_named_and_every_rank_exits_1() {
     let (_keep, dir) = tempdir();
     let mut simulate = vec!["net=400".to_string(); 4];
     simulate[2] = "net=100".into();
-    let ran = launch(
-        &Launch {
-            ranks: 4,
-            launcher: Launcher::Torchrun,
-            simulate,
-            flags: vec!["--nccl-min-bus-gbps".into(), "350".into()],
-        },
-        &dir,
-    );
+    let ran = torchrun_nccl(simulate, &dir);
     assert_eq!(ran.codes, vec![Some(1); 4], "{}", ran.logs);
     let report = ran.report.expect("rank 0 wrote the report");
     assert_eq!(report["passed"], Value::Bool(false));
@@ -228,15 +234,7 @@ fn an_agent_lost_mid_round_is_that_nodes_error_and_the_others_go_on() {
     let (_keep, dir) = tempdir();
     let mut simulate = vec!["net=400".to_string(); 3];
     simulate[1] = "netfault=vanish".into();
-    let ran = launch(
-        &Launch {
-            ranks: 3,
-            launcher: Launcher::Torchrun,
-            simulate,
-            flags: vec!["--nccl-min-bus-gbps".into(), "350".into()],
-        },
-        &dir,
-    );
+    let ran = torchrun_nccl(simulate, &dir);
     assert_eq!(ran.codes, vec![Some(1), Some(86), Some(1)], "{}", ran.logs);
     let report = ran.report.expect("rank 0 wrote the report");
     let v = verdicts(&report);

@@ -112,11 +112,16 @@ pub fn accept_until(listener: &TcpListener, deadline: Instant) -> Option<(TcpStr
     None
 }
 
-/// Binds `0.0.0.0:port` for the port of a `host:port` address (SO_REUSEADDR is set by the
-/// standard library on Unix, so a port of an earlier round can be bound again at once).
+/// Binds every address (`0.0.0.0:port`, or `[::]:port` for an IPv6 rendezvous) on the port of a
+/// `host:port` address (SO_REUSEADDR is set by the standard library on Unix, so a port of an
+/// earlier round can be bound again at once).
 pub fn listen_on(rendezvous: &str) -> Result<TcpListener, NetError> {
     let port = port_of(rendezvous)?;
-    let addr = format!("0.0.0.0:{port}");
+    let addr = if rendezvous.starts_with('[') {
+        format!("[::]:{port}")
+    } else {
+        format!("0.0.0.0:{port}")
+    };
     TcpListener::bind(&addr).map_err(|e| NetError::io("listen on", &addr, &e))
 }
 

@@ -234,25 +234,24 @@ fn send_stream(
 /// the first byte to the last stream's end.
 fn receive(data: &mut [TcpStream], ctl: &mut Control, deadline: Instant) -> Result<f64, NetError> {
     let peer = ctl.peer.clone();
-    let results: Vec<Result<(u64, Option<Instant>, Instant), NetError>> =
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = data
-                .iter_mut()
-                .map(|s| scope.spawn(|| receive_stream(s, deadline, &peer)))
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| {
-                    w.join().unwrap_or_else(|_| {
-                        Err(NetError::Io {
-                            what: "receive on a data stream from".into(),
-                            addr: peer.clone(),
-                            why: "the receiving thread panicked".into(),
-                        })
+    let results: Vec<Result<Received, NetError>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = data
+            .iter_mut()
+            .map(|s| scope.spawn(|| receive_stream(s, deadline, &peer)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    Err(NetError::Io {
+                        what: "receive on a data stream from".into(),
+                        addr: peer.clone(),
+                        why: "the receiving thread panicked".into(),
                     })
                 })
-                .collect()
-        });
+            })
+            .collect()
+    });
     let mut total = 0;
     let mut first: Option<Instant> = None;
     let mut last: Option<Instant> = None;
@@ -276,11 +275,10 @@ fn receive(data: &mut [TcpStream], ctl: &mut Control, deadline: Instant) -> Resu
     Ok(gbps(total, elapsed))
 }
 
-fn receive_stream(
-    s: &mut TcpStream,
-    deadline: Instant,
-    peer: &str,
-) -> Result<(u64, Option<Instant>, Instant), NetError> {
+/// What one stream delivered: bytes, when the first arrived, when it ended.
+type Received = (u64, Option<Instant>, Instant);
+
+fn receive_stream(s: &mut TcpStream, deadline: Instant, peer: &str) -> Result<Received, NetError> {
     let what = "receive on a data stream from";
     let mut buf = vec![0u8; CHUNK];
     let mut bytes = 0u64;

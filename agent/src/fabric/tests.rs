@@ -4,11 +4,7 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use gpuval_crds::Duration as ApiDuration;
-use gpuval_crds::fabric::{
-    FabricErrorKind, FabricKind, FabricNccl, FabricOutcome, FabricSpec, FabricTcp,
-};
-use gpuval_crds::nccl::Collective;
+use gpuval_crds::fabric::{FabricErrorKind, FabricKind, FabricOutcome, FabricSpec};
 
 use super::group::run_group;
 use super::rendezvous::{self, Link};
@@ -39,21 +35,12 @@ fn assignments(kind: FabricKind, n: usize, deadline: Duration) -> Vec<Assignment
 }
 
 fn spec(tcp_secs: u64) -> FabricSpec {
-    FabricSpec {
-        nccl: Some(FabricNccl {
-            collective: Collective::AllReduce,
-            bytes: 1 << 30,
-            iterations: 20,
-            min_bus_bandwidth_gbps: 350,
-        }),
-        tcp: Some(FabricTcp {
-            streams: 2,
-            duration: ApiDuration::from_secs(tcp_secs),
-            min_gbps: None,
-            max_latency_micros: None,
-        }),
-        ..Default::default()
-    }
+    // As a validation would carry it, the API's defaults filled in.
+    let value = serde_json::json!({
+        "nccl": { "minBusBandwidthGbps": 350 },
+        "tcp": { "streams": 2, "duration": format!("{tcp_secs}s") },
+    });
+    serde_json::from_value(value).expect("a valid fabric spec")
 }
 
 /// Runs every assignment's group on its own thread; the outcomes in rank order.

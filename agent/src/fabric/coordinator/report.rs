@@ -182,23 +182,28 @@ pub fn table(r: &Report) -> String {
             ""
         }
     );
-    let _ = writeln!(
-        out,
-        "{:<5} {:<8} {:<5} {:<5} {:<32} FIGURES",
-        "ROUND", "PURPOSE", "GROUP", "KIND", "NODES"
+    let row = |out: &mut String, c: [&str; 6]| {
+        let _ = writeln!(
+            out,
+            "{:<5} {:<8} {:<5} {:<5} {:<32} {}",
+            c[0], c[1], c[2], c[3], c[4], c[5]
+        );
+    };
+    row(
+        &mut out,
+        ["ROUND", "PURPOSE", "GROUP", "KIND", "NODES", "FIGURES"],
     );
     for round in &r.rounds {
         for g in &round.groups {
-            let _ = writeln!(
-                out,
-                "{:<5} {:<8} {:<5} {:<5} {:<32} {}",
-                round.round,
-                round.purpose,
-                g.id,
-                g.kind.as_str(),
+            let cells = [
+                round.round.to_string(),
+                round.purpose.clone(),
+                g.id.to_string(),
+                g.kind.as_str().to_string(),
                 g.nodes.join(","),
-                figures(g)
-            );
+                figures(g),
+            ];
+            row(&mut out, cells.each_ref().map(String::as_str));
         }
     }
     let _ = writeln!(out, "{:<24} {:<8} WHY", "NODE", "VERDICT");
