@@ -269,3 +269,41 @@ fn the_spec_string_takes_net_and_netfault() {
         assert!(bad.parse::<SimSpec>().is_err(), "{bad} accepted");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_runs_each_nodes_groups_in_id_order() {
+    // Two nodes, an NCCL group then a TCP pair on ports of their own; the assignments are given
+    // out of order and each node's outcomes come back in id order.
+    let nccl = assignments(FabricKind::Nccl, 2, Duration::from_secs(30));
+    let mut tcp = assignments(FabricKind::Tcp, 2, Duration::from_secs(30));
+    for a in &mut tcp {
+        a.group = 1;
+    }
+    let spec = spec(1);
+    let rounds = (0..2).map(|rank| {
+        let mine = vec![tcp[rank].clone(), nccl[rank].clone()];
+        let nccl: std::sync::Arc<dyn NcclGroup> = std::sync::Arc::new(healthy());
+        super::group::run_round(mine, spec.clone(), nccl)
+    });
+    let all: Vec<Vec<FabricOutcome>> = futures_join(rounds.collect()).await;
+    for outcomes in &all {
+        let groups: Vec<i32> = outcomes.iter().map(|o| o.group).collect();
+        assert_eq!(groups, vec![0, 1]);
+        assert!(outcomes.iter().all(|o| o.error.is_none()), "{outcomes:?}");
+        assert!(outcomes[0].bus_gbps.is_some() && outcomes[1].send_gbps.is_some());
+    }
+}
+
+/// Awaits every future, each on a task of its own.
+async fn futures_join<F>(futures: Vec<F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("a round's task"));
+    }
+    out
+}
