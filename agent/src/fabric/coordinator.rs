@@ -167,6 +167,9 @@ fn coordinate(opts: &Options, nccl: &dyn NcclGroup) -> Result<u8, CoordinatorErr
                     &mut gone,
                 );
             }
+            // Every rank still present reported, or the round is marked expired: a wait here
+            // means an outcome went missing; the round counts as expired once.
+            Decision::Wait { .. } if !expired => expired = true,
             Decision::Wait { awaited } => {
                 let why = format!("the planner still awaits {awaited} outcome(s) after the round");
                 abort_all(&mut ranks, &why);
