@@ -476,10 +476,10 @@ async fn flow(env: AgentEnv, stop: Arc<AtomicBool>, mut sig: watch::Receiver<boo
             result: name,
             field_manager: field_manager(&env.node),
         };
-        let nccl = crate::fabric::group_runner(&env.backend);
+        let nccl = crate::fabric::group_runner(&env.backend, &report);
         let deadline = run_deadline(&validation);
         tokio::select! {
-            left = crate::fabric::rounds::take_part(&member, spec, nccl.as_ref(), deadline) => {
+            left = crate::fabric::rounds::take_part(&member, spec, nccl, deadline) => {
                 tracing::info!(?left, "left the fabric test");
             }
             () = signalled(&mut sig) => return Outcome::Terminated,

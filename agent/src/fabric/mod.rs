@@ -11,9 +11,16 @@
 //! In a pod, the assignments come from the operator's `GpuFabricRound` objects (`k8s.rs`);
 //! outside Kubernetes, from rank 0 of a Slurm or torchrun launch ([`launch`], [`coordinator`]).
 
+pub mod coordinator;
 pub mod group;
+pub mod launch;
 pub mod nccl;
+pub mod rendezvous;
 pub mod rounds;
+pub mod sim;
+pub mod tcp;
+#[cfg(test)]
+mod tests;
 
 use std::time::Instant;
 
@@ -55,15 +62,59 @@ pub struct NcclFigures {
 /// simulator).
 pub trait NcclGroup: Send + Sync {
     /// `a` is this member's assignment; `settings` the validation's `spec.fabric.nccl`;
-    /// `env` its `NCCL_*` variables.
+    /// `env` its `NCCL_*` variables; `link` the group's joined control channel (the host holds
+    /// one connection per other member, a member one to the host), for small messages such as
+    /// the communicator's unique id, each call with a deadline (`a.deadline` at the latest).
     fn run(
         &self,
         a: &Assignment,
         settings: &FabricNccl,
         env: &[(String, String)],
+        link: &mut rendezvous::Link,
     ) -> Result<NcclFigures, FabricError>;
     /// The figures are not real.
     fn simulated(&self) -> bool;
+    /// Test only (the simulator's `netfault=vanish`): the agent process exits when it is
+    /// assigned its first fabric group, as an agent lost mid-round.
+    fn planted_vanish(&self) -> bool {
+        false
+    }
+}
+
+/// The NCCL runner for the backend in use: the simulator's, or the real engine over the GPUs
+/// the node's checks reported.
+pub fn group_runner(
+    choice: &crate::backend::BackendChoice,
+    report: &gpuval_crds::NodeReport,
+) -> std::sync::Arc<dyn NcclGroup> {
+    match choice {
+        crate::backend::BackendChoice::Simulated(spec) => {
+            std::sync::Arc::new(sim::SimNccl::new(spec.model, spec.net))
+        }
+        crate::backend::BackendChoice::Cuda => {
+            std::sync::Arc::new(nccl::RealNccl::from_report(report))
+        }
+    }
+}
+
+/// The real NCCL group over every GPU of this host (outside Kubernetes: the GPUs come from the
+/// CUDA backend's inventory).
+pub fn real_nccl() -> Result<Box<dyn NcclGroup>, String> {
+    let backend = crate::backend::open(&crate::backend::BackendChoice::Cuda)
+        .map_err(|e| format!("GPU backend: {e}"))?;
+    let inventory = backend
+        .platform()
+        .inventory()
+        .map_err(|e| format!("list the GPUs: {e}"))?;
+    let gpus = inventory
+        .gpus
+        .iter()
+        .map(|g| crate::checks::nccl::request::RankGpu {
+            index: g.index,
+            uuid: g.uuid.clone(),
+        })
+        .collect();
+    Ok(Box::new(nccl::RealNccl::new(gpus)))
 }
 
 /// What one member measured in one group (see [`FabricOutcome`]); never fails: a failure is
@@ -76,33 +127,4 @@ pub fn spec_env(spec: &FabricSpec) -> Vec<(String, String)> {
         .iter()
         .map(|e| (e.name.clone(), e.value.clone()))
         .collect()
-}
-
-/// The NCCL runner for the backend in use: the simulator's, or the real engine.
-pub fn group_runner(choice: &crate::backend::BackendChoice) -> Box<dyn NcclGroup> {
-    match choice {
-        crate::backend::BackendChoice::Simulated(_) | crate::backend::BackendChoice::Cuda => {
-            Box::new(NotBuilt)
-        }
-    }
-}
-
-/// Placeholder runner until the engines land.
-struct NotBuilt;
-
-impl NcclGroup for NotBuilt {
-    fn run(
-        &self,
-        _a: &Assignment,
-        _settings: &FabricNccl,
-        _env: &[(String, String)],
-    ) -> Result<NcclFigures, FabricError> {
-        Err(FabricError {
-            kind: gpuval_crds::fabric::FabricErrorKind::Local,
-            message: "NCCL across nodes is not built yet".into(),
-        })
-    }
-    fn simulated(&self) -> bool {
-        false
-    }
 }

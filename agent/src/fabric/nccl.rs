@@ -197,6 +197,23 @@ impl RealNccl {
     }
 }
 
+impl super::NcclGroup for RealNccl {
+    fn run(
+        &self,
+        a: &Assignment,
+        settings: &FabricNccl,
+        env: &[(String, String)],
+        _link: &mut super::rendezvous::Link,
+    ) -> Result<NcclFigures, FabricError> {
+        // NCCL's own bootstrap (NCCL_COMM_ID) carries the communicator: the control channel
+        // only had to prove every member there.
+        self.run_group(a, settings, &a.gpus, env)
+    }
+    fn simulated(&self) -> bool {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

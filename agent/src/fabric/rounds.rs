@@ -96,7 +96,7 @@ pub fn selector(validation: &str, generation: i64) -> String {
 pub async fn take_part(
     m: &Member<'_>,
     spec: &FabricSpec,
-    nccl: &dyn NcclGroup,
+    nccl: std::sync::Arc<dyn NcclGroup>,
     deadline: Instant,
 ) -> Left {
     let api: Api<GpuFabricRound> = Api::namespaced(m.client.clone(), m.namespace);
@@ -135,7 +135,7 @@ pub async fn take_part(
                 continue;
             }
             tracing::info!(round = r.round, purpose = %r.purpose, groups = mine.len(), "fabric round");
-            let got = super::group::run_round(mine, spec, nccl).await;
+            let got = super::group::run_round(mine, spec.clone(), nccl.clone()).await;
             outcomes.extend(got);
             if let Err(e) = write_outcomes(m, &outcomes).await {
                 tracing::error!(error = %e, round = r.round, "could not write the fabric outcomes; the operator will time this node out");

@@ -22,7 +22,8 @@ use super::{
 use crate::run_control::RunControl;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str = "gpus, model, fail, slow, xid, linkdown, error, timescale, fabric";
+pub const SPEC_KEYS: &str =
+    "gpus, model, fail, slow, xid, linkdown, error, timescale, fabric, net, netfault";
 /// The most GPUs a simulated node may have.
 pub const MAX_GPUS: u32 = 64;
 /// The longest sleep between stop checks.
@@ -221,6 +222,9 @@ pub struct SimSpec {
     /// `fabric=hang` / `fabric=shm`: the NCCL communicator never completes a collective, or
     /// connects the GPUs through host shared memory instead of NVLink.
     pub fabric: Vec<FabricFault>,
+    /// `net=<GB/s>`, `netfault=local|vanish`: this node's fabric between nodes (see
+    /// [`crate::fabric::sim`]).
+    pub net: crate::fabric::sim::SimNet,
 }
 
 /// A fault of the node's GPU fabric as NCCL sees it.
@@ -262,6 +266,7 @@ impl Default for SimSpec {
             error: Vec::new(),
             timescale: 0.0,
             fabric: Vec::new(),
+            net: Default::default(),
         }
     }
 }
@@ -308,6 +313,7 @@ impl SimSpec {
             "fabric" => self
                 .fabric
                 .extend(parse_list(value, |v| v.parse::<FabricFault>())?),
+            "net" | "netfault" => self.net.set(key, value)?,
             _ => return Err(format!("unknown key {key:?}")),
         }
         Ok(())
@@ -387,6 +393,7 @@ impl fmt::Display for SimSpec {
         list("error", self.error.iter().map(at).collect())?;
         let fabric = self.fabric.iter().map(ToString::to_string);
         list("fabric", fabric.collect())?;
+        f.write_str(&self.net.spec_parts())?;
         write!(f, ",timescale={}", self.timescale)
     }
 }
