@@ -18,7 +18,10 @@ use crate::run_control::RunControl;
 /// Untimed collectives before the timed ones.
 const WARMUP: u32 = 5;
 /// The longest one batch of collectives may take (NCCL aborts the communicator then).
-const BATCH_TIMEOUT: Duration = Duration::from_secs(120);
+const BATCH_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the sweep process may stay silent while it starts (kernel compilation and the
+/// communicator's setup: seconds when every member is there).
+const SETUP_ALLOWANCE: Duration = Duration::from_secs(30);
 
 /// The engine's request for this member of `a`: its GPUs are ranks
 /// `first_rank..first_rank + gpus` of the group's `world` ranks.
@@ -69,6 +72,7 @@ pub fn request(
         log_dir: None,
         notes: Vec::new(),
         env: vars,
+        setup_allowance: Some(SETUP_ALLOWANCE),
     })
 }
 

@@ -89,7 +89,7 @@ pub fn run_with(
         let launch = Launch {
             exe: exe.to_path_buf(),
             env: sweep_env(req, &found, dir.path(), &log, extra),
-            silence_limit: req.sweep.timeout() + SETUP_ALLOWANCE,
+            silence_limit: req.sweep.timeout() + req.setup_allowance.unwrap_or(SETUP_ALLOWANCE),
             stop_grace: STOP_GRACE,
         };
         let result = child::run_child(&launch, &req.sweep, ctl);

@@ -41,6 +41,9 @@ pub struct NcclRequest {
     /// Variables set for every sweep process on top of the agent's (the fabric test's
     /// `NCCL_COMM_ID` and the validation's `NCCL_*`).
     pub env: Vec<(String, String)>,
+    /// How long a sweep process may stay silent beyond the collective timeout while it starts
+    /// (None: the check's default, two minutes).
+    pub setup_allowance: Option<Duration>,
 }
 
 /// What one sweep process runs: every collective at every size, out of place and in place.
@@ -147,6 +150,7 @@ impl NcclRequest {
             log_dir: None,
             notes,
             env: Vec::new(),
+            setup_allowance: None,
         }
     }
 }
