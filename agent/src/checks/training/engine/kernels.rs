@@ -9,6 +9,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::backend::BackendError;
+use crate::backend::cuda::buffer::grid_for;
 use crate::backend::cuda::kernels::compile_source;
 
 /// CUDA C source of the training kernels.
@@ -55,11 +56,6 @@ pub type Ptr = u64;
 impl Kernels {
     pub fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self, DriverError> {
         let m = ctx.load_module(Ptx::from_src(ptx))?;
-        let sms = ctx
-            .attribute(
-                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-            )
-            .unwrap_or(80);
         let f = |name: &str| m.load_function(name);
         Ok(Self {
             fill: f(NAMES[0])?,
@@ -69,18 +65,15 @@ impl Kernels {
             sgd: f(NAMES[4])?,
             checksum: f(NAMES[5])?,
             perturb: f(NAMES[6])?,
-            grid: u32::try_from(sms.max(1)).unwrap_or(80) * BLOCKS_PER_SM,
+            grid: grid_for(ctx, BLOCKS_PER_SM),
         })
     }
 
+    /// Enough blocks for `n` items, at most a few per multiprocessor (the kernels stride).
     fn cfg(&self, n: u64) -> LaunchConfig {
-        let needed = n.div_ceil(u64::from(BLOCK)).max(1);
+        let blocks = u32::try_from(n.div_ceil(u64::from(BLOCK))).unwrap_or(u32::MAX);
         LaunchConfig {
-            grid_dim: (
-                u32::try_from(needed).unwrap_or(u32::MAX).min(self.grid),
-                1,
-                1,
-            ),
+            grid_dim: (blocks.clamp(1, self.grid.max(1)), 1, 1),
             block_dim: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         }
