@@ -5,6 +5,7 @@ use gpuval_crds::{Duration, TrainingCheck};
 
 /// Training check flags.
 #[derive(clap::Args, Debug, Clone, Default, PartialEq)]
+#[group(skip)]
 pub struct Flags {
     /// Training: hidden size (a multiple of 64).
     #[arg(long = "training-hidden", id = "training_hidden")]
