@@ -512,6 +512,10 @@ mod tests {
                     timeout: d,
                     ..Default::default()
                 }),
+                training: Some(crate::TrainingCheck {
+                    timeout: d,
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
             thresholds: None,
@@ -541,7 +545,7 @@ mod tests {
         marked.sort();
         ranged.sort();
         assert_eq!(marked, ranged);
-        assert_eq!(ranged.len(), 4);
+        assert_eq!(ranged.len(), 5);
     }
 
     #[test]
