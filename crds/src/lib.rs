@@ -22,6 +22,7 @@ pub mod schema;
 pub mod selector;
 pub mod spec;
 pub mod status;
+pub mod training;
 pub mod validate;
 
 pub use duration::{Duration, DurationError};
@@ -31,6 +32,7 @@ pub use report::*;
 pub use result::{GpuNodeResult, GpuNodeResultSpec};
 pub use spec::*;
 pub use status::*;
+pub use training::*;
 
 /// The API group of every gpuval kind.
 pub const GROUP: &str = "gpuval.io";

@@ -88,6 +88,9 @@ pub struct NodeReport {
     /// NCCL collectives over every GPU of the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl: Option<crate::nccl::NcclResult>,
+    /// A synthetic data-parallel training step over every GPU of the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<crate::training::TrainingResult>,
 }
 
 /// Driver and library versions.

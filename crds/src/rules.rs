@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// The sections of `spec.checks`, each one check (a test keeps this in step with [`crate::Checks`]).
-pub const CHECK_SECTIONS: [&str; 7] = [
+pub const CHECK_SECTIONS: [&str; 8] = [
     "topology",
     "memory",
     "compute",
@@ -23,6 +23,7 @@ pub const CHECK_SECTIONS: [&str; 7] = [
     "hostTransfer",
     "io",
     "nccl",
+    "training",
 ];
 
 /// The most characters all of `spec.nodeNames` may hold together: 256 KiB, so that a spec at

@@ -163,6 +163,9 @@ pub struct Checks {
     /// Collectives over every GPU of the node through NCCL, verified, with the transport NCCL chose.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl: Option<crate::nccl::NcclCheck>,
+    /// A synthetic data-parallel training step over every GPU of the node: throughput, exposed communication, scaling, replicas compared bit for bit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<crate::training::TrainingCheck>,
 }
 
 /// Topology check settings.

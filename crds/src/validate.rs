@@ -513,6 +513,10 @@ mod tests {
                     timeout: d,
                     ..Default::default()
                 }),
+                training: Some(crate::TrainingCheck {
+                    timeout: d,
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
             thresholds: None,
@@ -552,7 +556,7 @@ mod tests {
         marked.sort();
         ranged.sort();
         assert_eq!(marked, ranged);
-        assert_eq!(ranged.len(), 6);
+        assert_eq!(ranged.len(), 7);
     }
 
     #[test]

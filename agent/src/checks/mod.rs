@@ -13,6 +13,7 @@ pub mod memory;
 pub mod nccl;
 pub mod p2p;
 pub mod topology;
+pub mod training;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -32,15 +33,17 @@ use self::memory::Memory;
 use self::nccl::{Nccl, NcclMeasured};
 use self::p2p::{P2p, P2pMeasured};
 use self::topology::{Topology, TopologyMeasured};
+use self::training::{Training, TrainingMeasured};
 
 /// Every check's name (as in the spec and `--checks`), in the order they run.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     Topology::NAME,
     Memory::NAME,
     Compute::NAME,
     P2p::NAME,
     Host::NAME,
     Nccl::NAME,
+    Training::NAME,
     Io::NAME,
 ];
 
@@ -90,6 +93,7 @@ pub struct Planned {
     p2p: Option<P2p>,
     host: Option<Host>,
     nccl: Option<Nccl>,
+    training: Option<Training>,
     io: Option<Io>,
 }
 
@@ -102,6 +106,7 @@ pub struct Measured {
     p2p: Option<Result<P2pMeasured, BackendError>>,
     host: Option<Result<host::PerGpu, BackendError>>,
     nccl: Option<Result<NcclMeasured, BackendError>>,
+    training: Option<Result<TrainingMeasured, BackendError>>,
     /// Err: the io thread panicked.
     io: Option<Result<IoMeasured, ()>>,
 }
@@ -117,6 +122,7 @@ impl Planned {
             host_transfer,
             io,
             nccl,
+            training,
         } = &plan.checks;
         let beside_compute = compute.is_some() && io.as_ref().is_some_and(|c| c.during_compute);
         Self {
@@ -128,6 +134,7 @@ impl Planned {
             nccl: nccl
                 .as_ref()
                 .map(|s| Nccl::from_spec(s, plan.nccl_log_dir.clone())),
+            training: training.as_ref().map(Training::from_spec),
             io: io.as_ref().map(|s| {
                 let (dir, tuning) = (plan.io_dir.clone(), plan.io_tuning.clone());
                 Io::new(s, dir, tuning, beside_compute, simulated)
@@ -164,6 +171,7 @@ impl Planned {
             p2p,
             host,
             nccl,
+            training,
             io,
         } = self;
         if let Some(m) = memory {
@@ -189,6 +197,9 @@ impl Planned {
         if let Some(n) = nccl.as_ref().filter(|_| !stage.stopped()) {
             into.nccl = Some(stage.on_node(n));
         }
+        if let Some(t) = training.as_ref().filter(|_| !stage.stopped()) {
+            into.training = Some(stage.on_node(t));
+        }
         if let Some(i) = io.as_ref().filter(|_| into.io.is_none()) {
             into.io = Some(Ok(i.measure(stage.stop, stage.sink)));
         }
@@ -204,6 +215,7 @@ impl Planned {
             p2p,
             host,
             nccl,
+            training,
             io,
         } = m;
         for (g, r) in gpus.iter().zip(report.gpus.iter_mut()) {
@@ -220,6 +232,7 @@ impl Planned {
         judge_node(&self.topology, judge, gpus, topology_measured, report);
         judge_node(&self.p2p, judge, gpus, p2p, report);
         judge_node(&self.nccl, judge, gpus, nccl, report);
+        judge_node(&self.training, judge, gpus, training, report);
         if let (Some(check), Some(measured)) = (&self.io, io) {
             report.io = Some(match measured {
                 Ok(m) => check.judge(m),
@@ -302,6 +315,7 @@ pub fn node_results(r: &NodeReport) -> Vec<Found<'_>> {
         p2p,
         nccl,
         io,
+        training,
         simulated: _,
         backend: _,
         agent_version: _,
@@ -313,10 +327,16 @@ pub fn node_results(r: &NodeReport) -> Vec<Found<'_>> {
         system: _,
         gpus: _,
     } = r;
-    [found(topology), found(p2p), found(nccl), found(io)]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        found(topology),
+        found(p2p),
+        found(nccl),
+        found(training),
+        found(io),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Keeps exactly the checks named (case-insensitive), each with its settings from `checks` or
@@ -342,6 +362,7 @@ pub fn select(checks: &mut Checks, names: &[String]) -> Result<(), String> {
         host_transfer,
         io,
         nccl,
+        training,
     } = checks;
     keep(topology, Topology::NAME, names);
     keep(memory, Memory::NAME, names);
@@ -349,6 +370,7 @@ pub fn select(checks: &mut Checks, names: &[String]) -> Result<(), String> {
     keep(p2p, P2p::NAME, names);
     keep(host_transfer, Host::NAME, names);
     keep(nccl, Nccl::NAME, names);
+    keep(training, Training::NAME, names);
     keep(io, Io::NAME, names);
     Ok(())
 }
@@ -368,6 +390,8 @@ pub struct Flags {
     pub nccl: nccl::args::NcclArgs,
     #[command(flatten)]
     pub io: io::Flags,
+    #[command(flatten)]
+    pub training: training::Flags,
 }
 
 impl Flags {
@@ -381,6 +405,7 @@ impl Flags {
             host_transfer,
             io,
             nccl,
+            training,
         } = checks;
         *nccl = self.nccl.apply(nccl.take());
         if let Some(s) = memory {
@@ -397,6 +422,9 @@ impl Flags {
         }
         if let Some(s) = io {
             self.io.apply(s);
+        }
+        if let Some(s) = training {
+            self.training.apply(s);
         }
     }
 }
@@ -419,6 +447,7 @@ pub fn sections(report: &NodeReport) -> String {
         host::section(report),
         p2p::section(report),
         nccl::section(report),
+        training::section(report),
         io::section(report),
     ]
     .concat()
@@ -432,6 +461,7 @@ pub fn headline_parts(report: &NodeReport) -> Vec<String> {
         p2p::headline(report),
         host::headline(report),
         nccl::headline(report),
+        training::headline(report),
         io::headline(report),
     ]
     .concat()

@@ -1,7 +1,8 @@
 //! Simulated backend (tests and demos only): a deterministic node of H100, H200 or A100 GPUs,
 //! with faults injected from a spec string such as
 //! `gpus=8,model=H200,fail=memory@2+compute@5,slow=compute@3:0.5+p2p@6:0.3,xid=1:79,linkdown=2:4,error=memory@1,timescale=0.01`
-//! (checks: `memory`, `compute`, `p2p` (every pair of that GPU), `host` (host transfers)).
+//! (checks: `memory`, `compute`, `p2p` (every pair of that GPU), `host` (host transfers),
+//! `nccl`, `training`).
 //!
 //! Every figure is a pure function of the spec, the GPU and the request (telemetry also of how
 //! many samples were taken), so two runs with the same spec give the same report.
@@ -164,15 +165,19 @@ pub enum SimCheck {
     Host,
     /// The NCCL collectives (`fail=nccl@1`: rank of GPU 1 receives wrong elements).
     Nccl,
+    /// The training step (`fail=training@1`: GPU 1's weights diverge; `slow=training@1:0.1`:
+    /// the all-reduce runs at a tenth of its speed and is no longer hidden).
+    Training,
 }
 
 impl SimCheck {
-    const ALL: [SimCheck; 5] = [
+    const ALL: [SimCheck; 6] = [
         SimCheck::Memory,
         SimCheck::Compute,
         SimCheck::P2p,
         SimCheck::Host,
         SimCheck::Nccl,
+        SimCheck::Training,
     ];
 }
 
@@ -184,6 +189,7 @@ impl fmt::Display for SimCheck {
             SimCheck::P2p => "p2p",
             SimCheck::Host => "host",
             SimCheck::Nccl => "nccl",
+            SimCheck::Training => "training",
         })
     }
 }
@@ -195,7 +201,7 @@ impl FromStr for SimCheck {
         SimCheck::ALL
             .into_iter()
             .find(|c| c.to_string() == s)
-            .ok_or_else(|| format!("unknown check {s:?}: use memory, compute, p2p, host or nccl"))
+            .ok_or_else(|| format!("unknown check {s:?}: use memory, compute, p2p, host, nccl or training"))
     }
 }
 

@@ -1,0 +1,89 @@
+//! The training check as the runner sees it: a [`NodeCheck`] over every GPU of the node (one
+//! data-parallel group, one communicator).
+
+use gpuval_crds::{NodeReport, TrainingCheck, TrainingResult, Verdict};
+
+use super::judge::judge;
+use super::outcome::TrainingOutcome;
+use super::request::{Corruption, TrainingRequest};
+use crate::backend::{Backend, BackendError, GpuInfo};
+use crate::check::NodeCheck;
+use crate::judge::Judge;
+use crate::run_control::RunControl;
+
+/// The training check as its spec asks for it.
+pub struct Training {
+    pub spec: TrainingCheck,
+}
+
+/// What the check measured, or why it had nothing to measure.
+#[derive(Debug)]
+pub enum TrainingMeasured {
+    Ran(Box<TrainingOutcome>),
+    Skipped(&'static str),
+}
+
+impl Training {
+    pub fn from_spec(spec: &TrainingCheck) -> Self {
+        Self { spec: spec.clone() }
+    }
+}
+
+impl NodeCheck for Training {
+    const NAME: &'static str = "training";
+    type Outcome = TrainingMeasured;
+
+    fn skipped(&self, gpus: &[GpuInfo]) -> Option<(&'static str, TrainingMeasured)> {
+        let why = "fewer than two GPUs: data-parallel training needs at least two";
+        (gpus.len() < 2).then_some((why, TrainingMeasured::Skipped(why)))
+    }
+
+    fn measure(
+        &self,
+        backend: &Backend,
+        gpus: &[GpuInfo],
+        ctl: &RunControl<'_>,
+    ) -> Result<TrainingMeasured, BackendError> {
+        let mut req = TrainingRequest::from_spec(&self.spec);
+        req.corrupt = Corruption::from_env().map_err(BackendError::Other)?;
+        let outcome = match backend {
+            Backend::Cuda(b) => super::engine::run(b, gpus, &req, ctl),
+            Backend::Simulated(b) => super::sim::run(b, gpus, &req),
+        }?;
+        Ok(TrainingMeasured::Ran(Box::new(outcome)))
+    }
+
+    /// The node's `training` result; a GPU whose replica diverged (or ran far slower than its
+    /// peers) fails too.
+    fn judge(
+        &self,
+        judge_cx: &Judge<'_>,
+        _gpus: &[GpuInfo],
+        measured: Result<TrainingMeasured, BackendError>,
+        into: &mut NodeReport,
+    ) {
+        let result = match measured {
+            Ok(TrainingMeasured::Ran(outcome)) => {
+                let judged = judge(&self.spec, &outcome, judge_cx.tolerance());
+                for (gpu, why) in judged.gpus {
+                    if let Some(g) = into
+                        .gpus
+                        .iter_mut()
+                        .find(|g| i32::try_from(gpu).ok() == Some(g.index))
+                    {
+                        g.verdict = g.verdict.max(Verdict::Fail);
+                        crate::judge::push_unique(&mut g.reasons, [why]);
+                    }
+                }
+                judged.result
+            }
+            Ok(TrainingMeasured::Skipped(why)) => TrainingResult {
+                verdict: Verdict::Skipped,
+                reasons: vec![why.to_string()],
+                ..Default::default()
+            },
+            Err(e) => Judge::errored(&e),
+        };
+        into.training = Some(result);
+    }
+}
