@@ -296,8 +296,9 @@ fn fleet_series(nodes: &BTreeMap<String, NodeLatest>) -> BTreeMap<&'static str, 
     out
 }
 
-/// Help of each fleet family.
-const FLEET_HELP: [(&str, &str); 9] = [
+/// Each fleet family (without the `gpuval_` prefix) and its help; dashboards and alerts may
+/// name these.
+pub const FLEET_FAMILIES: [(&str, &str); 9] = [
     (
         "node_verdict",
         "Verdict of the node's latest result (1 for its verdict)",
@@ -336,7 +337,7 @@ impl Collector for Fleet {
         let mut series = fleet_series(&nodes);
         series.insert("fleet_nodes", vec![(vec![], nodes.len() as f64)]);
         drop(nodes);
-        for (name, help) in FLEET_HELP {
+        for (name, help) in FLEET_FAMILIES {
             if let Some(s) = series.get(name) {
                 gauge_family(&mut enc, name, help, s)?;
             }

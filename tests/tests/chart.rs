@@ -208,6 +208,20 @@ async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
         String::from_utf8_lossy(&out.stderr)
     );
     wait_crd(&client, "servicemonitors.monitoring.coreos.com").await;
+    let rule = crds::repo_root().join("tests/chart/prometheusrule-crd.yaml");
+    let out = cp
+        .kubectl()
+        .unwrap()
+        .args(["apply", "-f"])
+        .arg(&rule)
+        .output()
+        .expect("kubectl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_crd(&client, "prometheusrules.monitoring.coreos.com").await;
 
     let mut sets: Vec<(String, Vec<PathBuf>)> = vec![("defaults".into(), Vec::new())];
     sets.extend(ci_values().into_iter().map(|f| {
@@ -305,6 +319,7 @@ async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
             "{name}={value} in {ha_env}"
         );
     }
+    check_observability(&defaults, &with("observability-values.yaml"));
     let io = with("io-privileged-values.yaml");
     let env = &find(&io, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"];
     let get = |n: &str| {
@@ -358,6 +373,65 @@ fn bad_values_are_refused_with_a_message_naming_the_value() {
                 f.display()
             ),
         }
+    }
+}
+
+/// The `gpuval_*` metric names in `text`.
+fn metric_names(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("gpuval_"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Dashboard and alerts are off by default; on, the dashboard is a sidecar ConfigMap holding
+/// dashboard JSON, the rules carry the values, and both name only metrics the operator exports.
+fn check_observability(defaults: &[Value], on: &[Value]) {
+    assert!(find(defaults, "PrometheusRule").is_empty());
+    assert!(
+        find(defaults, "ConfigMap").is_empty(),
+        "no dashboard by default"
+    );
+    let cm = find(on, "ConfigMap");
+    assert_eq!(cm.len(), 1);
+    assert_eq!(cm[0]["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(cm[0]["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(cm[0]["metadata"]["annotations"]["grafana_folder"], "GPU");
+    let text = cm[0]["data"]["gpuval-results.json"]
+        .as_str()
+        .expect("dashboard JSON");
+    let dash: Value = serde_json::from_str(text).expect("the dashboard is JSON");
+    assert!(
+        dash["panels"].as_array().is_some_and(|p| p.len() >= 10),
+        "panels"
+    );
+    let rules = find(on, "PrometheusRule");
+    assert_eq!(rules.len(), 1);
+    let rules_text = serde_json::to_string(&rules[0]["spec"]).unwrap();
+    for alert in [
+        "GpuvalNodeFailed",
+        "GpuvalGpuRegressed",
+        "GpuvalValidationStale",
+    ] {
+        assert!(rules_text.contains(alert), "{alert}");
+    }
+    assert!(
+        rules_text.contains("< 0.92") && rules_text.contains("[14d]"),
+        "{rules_text}"
+    );
+    assert!(rules_text.contains(&(45 * 86400).to_string()) && rules_text.contains("critical"));
+    let exported: Vec<String> = gpuval_operator::metrics::FLEET_FAMILIES
+        .iter()
+        .map(|(n, _)| format!("gpuval_{n}"))
+        .collect();
+    for name in metric_names(text)
+        .into_iter()
+        .chain(metric_names(&rules_text))
+    {
+        assert!(
+            exported.contains(&name),
+            "{name} is not a metric the operator exports"
+        );
     }
 }
 
