@@ -150,6 +150,10 @@ fn pages_render_in_a_browser_with_heatmaps_curves_and_the_failing_reason() {
 
     // A real 4×H200 result: the GPU table, 12 p2p pairs in each heatmap, no simulated banner.
     let r = h200_result();
+    let stored = serde_json::to_vec(&r).expect("json").len();
+    println!(
+        "the committed 4x H200 result (memory, compute, p2p, host, topology): {stored} bytes of JSON"
+    );
     let doc = Document {
         title: format!("validation {} (4x H200, real GPUs)", r.spec.validation),
         validation: None,
