@@ -192,36 +192,33 @@ async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
     let cp = ControlPlane::start().await.expect("control plane");
     let client = cp.client().await.expect("client");
     create_namespace(&client, NS).await;
-    // The ServiceMonitor kind must exist for its dry run (a stand-in for the Prometheus
-    // Operator's CRD).
-    let sm = crds::repo_root().join("tests/chart/servicemonitor-crd.yaml");
-    let out = cp
-        .kubectl()
-        .unwrap()
-        .args(["apply", "-f"])
-        .arg(&sm)
-        .output()
-        .expect("kubectl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    wait_crd(&client, "servicemonitors.monitoring.coreos.com").await;
-    let rule = crds::repo_root().join("tests/chart/prometheusrule-crd.yaml");
-    let out = cp
-        .kubectl()
-        .unwrap()
-        .args(["apply", "-f"])
-        .arg(&rule)
-        .output()
-        .expect("kubectl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    wait_crd(&client, "prometheusrules.monitoring.coreos.com").await;
+    // The ServiceMonitor and PrometheusRule kinds must exist for their dry run (stand-ins for
+    // the Prometheus Operator's CRDs).
+    for (file, crd) in [
+        (
+            "servicemonitor-crd.yaml",
+            "servicemonitors.monitoring.coreos.com",
+        ),
+        (
+            "prometheusrule-crd.yaml",
+            "prometheusrules.monitoring.coreos.com",
+        ),
+    ] {
+        let path = crds::repo_root().join("tests/chart").join(file);
+        let out = cp
+            .kubectl()
+            .unwrap()
+            .args(["apply", "-f"])
+            .arg(&path)
+            .output()
+            .expect("kubectl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_crd(&client, crd).await;
+    }
 
     let mut sets: Vec<(String, Vec<PathBuf>)> = vec![("defaults".into(), Vec::new())];
     sets.extend(ci_values().into_iter().map(|f| {
@@ -407,7 +404,7 @@ fn check_observability(defaults: &[Value], on: &[Value]) {
     );
     let rules = find(on, "PrometheusRule");
     assert_eq!(rules.len(), 1);
-    let rules_text = serde_json::to_string(&rules[0]["spec"]).unwrap();
+    let rules_text = serde_json::to_string(&rules[0]["spec"]).expect("rules as JSON");
     for alert in [
         "GpuvalNodeFailed",
         "GpuvalGpuRegressed",

@@ -58,6 +58,17 @@ fn shade(t: f64) -> (String, bool) {
     (format!("rgb({r},{g},{b})"), t > 0.55)
 }
 
+/// The opening `<svg>` of a figure of class `class`, `w` by `h`, with `heading` (plain text)
+/// at `x`.
+fn open(id: &str, class: &str, title: &str, (w, h): (f64, f64), x: f64, heading: &str) -> String {
+    format!(
+        r#"<svg id="{}" class="{class}" role="img" aria-label="{}" width="{w}" height="{h}" viewBox="0 0 {w} {h}"><text x="{x}" y="14" class="t">{}</text>"#,
+        escape(id),
+        escape(title),
+        escape(heading)
+    )
+}
+
 /// What a heatmap shows.
 pub struct Heatmap<'a> {
     pub id: &'a str,
@@ -84,16 +95,17 @@ pub fn heatmap(h: &Heatmap<'_>) -> String {
     let min = values.iter().copied().fold(f64::INFINITY, f64::min);
     let size = CELL * n as f64;
     let (w, ht) = (LEFT + size + 8.0, TOP + size + 8.0);
-    let mut s = format!(
-        r#"<svg id="{}" class="heatmap" role="img" aria-label="{}" width="{w}" height="{ht}" viewBox="0 0 {w} {ht}">"#,
-        escape(h.id),
-        escape(h.title)
+    let mut s = open(
+        h.id,
+        "heatmap",
+        h.title,
+        (w, ht),
+        LEFT,
+        &format!("{} ({})", h.title, h.unit),
     );
     let _ = write!(
         s,
-        r#"<text x="{LEFT}" y="14" class="t">{} ({})</text><text x="{LEFT}" y="{}" class="ax">to GPU →</text>"#,
-        escape(h.title),
-        escape(h.unit),
+        r#"<text x="{LEFT}" y="{}" class="ax">to GPU →</text>"#,
         TOP - 20.0
     );
     for (i, label) in h.labels.iter().enumerate() {
@@ -179,45 +191,8 @@ pub fn curves(id: &str, title: &str, y_unit: &str, series: &[Series]) -> String 
     );
     let px = |x: f64| L + (x.max(1.0).log2() - lo) / (hi - lo) * (W - L - R);
     let py = |y: f64| T + (1.0 - y / ymax) * (H - T - B);
-    let mut s = format!(
-        r#"<svg id="{}" class="chart" role="img" aria-label="{}" width="{W}" height="{H}" viewBox="0 0 {W} {H}"><text x="{L}" y="16" class="t">{}</text>"#,
-        escape(id),
-        escape(title),
-        escape(title)
-    );
-    for k in 0..=4 {
-        let y = ymax * f64::from(k) / 4.0;
-        let _ = write!(
-            s,
-            r##"<line x1="{L}" x2="{}" y1="{py}" y2="{py}" stroke="#ddd"/><text x="{}" y="{py}" class="ax" text-anchor="end" dominant-baseline="middle">{}</text>"##,
-            W - R,
-            L - 4.0,
-            num(y),
-            py = py(y)
-        );
-    }
-    let step = ((hi - lo) / 8.0).ceil().max(1.0);
-    let mut e = lo;
-    while e <= hi {
-        let x = px(e.exp2());
-        let _ = write!(
-            s,
-            r##"<line x1="{x}" x2="{x}" y1="{T}" y2="{}" stroke="#eee"/><text x="{x}" y="{}" class="ax" text-anchor="middle">{}</text>"##,
-            H - B,
-            H - B + 14.0,
-            bytes(e.exp2())
-        );
-        e += step;
-    }
-    let _ = write!(
-        s,
-        r#"<text x="{}" y="{}" class="ax" text-anchor="middle">message size</text><text x="12" y="{}" class="ax" transform="rotate(-90 12 {})" text-anchor="middle">{}</text>"#,
-        (L + W - R) / 2.0,
-        H - 6.0,
-        H / 2.0,
-        H / 2.0,
-        escape(y_unit)
-    );
+    let mut s = open(id, "chart", title, (W, H), L, title);
+    s.push_str(&curve_axes(ymax, (lo, hi), y_unit, &px, &py));
     for (i, ser) in series.iter().enumerate() {
         let colour = PALETTE[i % PALETTE.len()];
         let mut pts = ser.points.clone();
@@ -262,6 +237,57 @@ pub fn curves(id: &str, title: &str, y_unit: &str, series: &[Series]) -> String 
     s
 }
 
+/// Grid, ticks and axis titles of [`curves`]: y from 0 to `ymax`, x over 2^lo..2^hi.
+fn curve_axes(
+    ymax: f64,
+    (lo, hi): (f64, f64),
+    y_unit: &str,
+    px: &dyn Fn(f64) -> f64,
+    py: &dyn Fn(f64) -> f64,
+) -> String {
+    const W: f64 = 640.0;
+    const H: f64 = 300.0;
+    const L: f64 = 56.0;
+    const R: f64 = 150.0;
+    const T: f64 = 26.0;
+    const B: f64 = 40.0;
+    let mut s = String::new();
+    for k in 0..=4 {
+        let y = ymax * f64::from(k) / 4.0;
+        let _ = write!(
+            s,
+            r##"<line x1="{L}" x2="{}" y1="{py}" y2="{py}" stroke="#ddd"/><text x="{}" y="{py}" class="ax" text-anchor="end" dominant-baseline="middle">{}</text>"##,
+            W - R,
+            L - 4.0,
+            num(y),
+            py = py(y)
+        );
+    }
+    let step = ((hi - lo) / 8.0).ceil().max(1.0);
+    let mut e = lo;
+    while e <= hi {
+        let x = px(e.exp2());
+        let _ = write!(
+            s,
+            r##"<line x1="{x}" x2="{x}" y1="{T}" y2="{}" stroke="#eee"/><text x="{x}" y="{}" class="ax" text-anchor="middle">{}</text>"##,
+            H - B,
+            H - B + 14.0,
+            bytes(e.exp2())
+        );
+        e += step;
+    }
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" class="ax" text-anchor="middle">message size</text><text x="12" y="{}" class="ax" transform="rotate(-90 12 {})" text-anchor="middle">{}</text>"#,
+        (L + W - R) / 2.0,
+        H - 6.0,
+        H / 2.0,
+        H / 2.0,
+        escape(y_unit)
+    );
+    s
+}
+
 /// A round upper bound for an axis (1, 2 or 5 times a power of ten).
 fn nice_max(v: f64) -> f64 {
     if v <= 0.0 {
@@ -293,13 +319,7 @@ pub fn bars(id: &str, title: &str, unit: &str, names: &[&str], rows: &[BarRow]) 
     );
     let group = BAR * names.len() as f64 + 8.0;
     let h = 40.0 + group * rows.len() as f64 + 16.0 * names.len() as f64;
-    let mut s = format!(
-        r#"<svg id="{}" class="bars" role="img" aria-label="{}" width="{W}" height="{h}" viewBox="0 0 {W} {h}"><text x="{L}" y="16" class="t">{} ({})</text>"#,
-        escape(id),
-        escape(title),
-        escape(title),
-        escape(unit)
-    );
+    let mut s = open(id, "bars", title, (W, h), L, &format!("{title} ({unit})"));
     let span = W - L - 60.0;
     for (i, row) in rows.iter().enumerate() {
         let y0 = 28.0 + group * i as f64;
@@ -362,12 +382,13 @@ pub fn ranges(id: &str, title: &str, unit: &str, rows: &[RangeRow]) -> String {
     let h = 36.0 + ROW * rows.len() as f64 + 18.0;
     let span = W - L - 90.0;
     let px = |v: f64| L + (v / max).clamp(0.0, 1.0) * span;
-    let mut s = format!(
-        r#"<svg id="{}" class="ranges" role="img" aria-label="{}" width="{W}" height="{h}" viewBox="0 0 {W} {h}"><text x="{L}" y="16" class="t">{} ({}): min–max, mean</text>"#,
-        escape(id),
-        escape(title),
-        escape(title),
-        escape(unit)
+    let mut s = open(
+        id,
+        "ranges",
+        title,
+        (W, h),
+        L,
+        &format!("{title} ({unit}): min–max, mean"),
     );
     for (i, r) in rows.iter().enumerate() {
         let y = 28.0 + ROW * i as f64;
