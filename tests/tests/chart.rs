@@ -698,6 +698,31 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     // The operator's endpoints answer.
     let metrics = http_get(port, "/metrics").await;
     assert!(metrics.contains("gpuval"), "{metrics}");
+    // Under the chart's RBAC the operator reads each finished result once for its figures:
+    // every node's verdict and its GPUs' memory figures reach /metrics.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let want: Vec<String> = all
+        .iter()
+        .map(|r| {
+            format!(
+                "gpuval_node_verdict{{node=\"{}\",validation=\"chart\"",
+                r.spec.node_name
+            )
+        })
+        .collect();
+    loop {
+        let metrics = http_get(port, "/metrics").await;
+        if want.iter().all(|w| metrics.contains(w.as_str())) {
+            assert!(metrics.contains("gpuval_gpu_memory_gbps{"), "{metrics}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no node figures on /metrics within 30s: {metrics}\noperator log:\n{}",
+            operator.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert_eq!(http_get(port, "/readyz").await.trim(), "ok");
 
     // The Argo CD health check, on the real object, says Healthy.
