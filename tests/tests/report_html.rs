@@ -207,6 +207,23 @@ fn pages_render_in_a_browser_with_heatmaps_curves_and_the_failing_reason() {
     );
     assert_eq!(count(&dom, "class=\"curve\""), curves);
     assert_eq!(count(&dom, "<circle"), points);
+
+    // A real H200 host's file I/O check: its table with the measured rates.
+    let path = repo_root().join("bench/results/2026-11-21-h200x4-links/raw/agent-io.json");
+    let text = std::fs::read_to_string(&path).expect("committed io report");
+    let report = gpuval_view::parse_report("agent-io.json", &text).expect("a node report");
+    let io = report.io.clone().expect("the io section");
+    let dom = open(
+        &chrome,
+        &gpuval_view::html(&Document::single("H200 host file I/O (real)", report)),
+        "h200-io",
+        900,
+    );
+    assert!(dom.contains("<h3>File I/O"), "the I/O section");
+    assert!(
+        dom.contains(&format!("<td>{}</td>", io.write_mbps.round())),
+        "write MB/s on the page"
+    );
 }
 
 #[test]

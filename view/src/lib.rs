@@ -140,3 +140,29 @@ pub fn parse_report(what: &str, text: &str) -> Result<NodeReport, ReadError> {
 
 #[cfg(test)]
 pub(crate) mod sample;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_reads_from_the_agents_json_or_a_result_object_and_round_trips() {
+        let r = sample::report();
+        let bare = serde_json::to_string(&r).expect("json");
+        assert_eq!(parse_report("a", &bare).expect("bare report"), r);
+        let object = serde_json::json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
+            "metadata": {"name": "v-gpu-a"}, "spec": {}, "status": r});
+        let wrapped = serde_json::to_string(&object).expect("json");
+        assert_eq!(parse_report("b", &wrapped).expect("a result object"), r);
+        let e = parse_report("notes.txt", "{\"verdict\": 3}").expect_err("not a report");
+        assert!(
+            e.to_string()
+                .starts_with("notes.txt is not a gpuval node report"),
+            "{e}"
+        );
+        let doc = Document::single("x", r);
+        let back: Document = serde_json::from_str(&json(&doc)).expect("the JSON document");
+        assert_eq!(back, doc);
+        assert_eq!(doc.worst(), Verdict::Fail);
+    }
+}
