@@ -63,14 +63,7 @@ fn overview(doc: &Document) -> String {
         "<table id=\"nodes\"><tr><th class=\"l\">node</th><th class=\"l\">verdict</th><th>GPUs</th><th class=\"l\">first failure</th></tr>",
     );
     for n in &doc.nodes {
-        let (verdict, gpus, first) = match &n.report {
-            Some(r) => (
-                r.verdict.as_str(),
-                r.gpus.len(),
-                r.failures.first().cloned().unwrap_or_default(),
-            ),
-            None => ("Error", 0, n.message.clone().unwrap_or_default()),
-        };
+        let (verdict, gpus, first) = n.headline();
         let _ = write!(
             s,
             "<tr><td class=\"l\"><a href=\"#node-{id}\">{}</a></td><td class=\"l v-{verdict}\">{verdict}</td><td>{gpus}</td><td class=\"l\">{}</td></tr>",

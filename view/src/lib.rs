@@ -62,6 +62,21 @@ pub struct NodeEntry {
     pub message: Option<String>,
 }
 
+impl NodeEntry {
+    /// The node's verdict (Error without a report), GPU count and first failure (or why there is
+    /// no report): its line in an overview.
+    pub fn headline(&self) -> (&'static str, usize, String) {
+        match &self.report {
+            Some(r) => (
+                r.verdict.as_str(),
+                r.gpus.len(),
+                r.failures.first().cloned().unwrap_or_default(),
+            ),
+            None => ("Error", 0, self.message.clone().unwrap_or_default()),
+        }
+    }
+}
+
 impl Document {
     /// A document of one bare-metal report, titled `title`.
     pub fn single(title: impl Into<String>, report: NodeReport) -> Self {

@@ -27,14 +27,7 @@ pub fn markdown(doc: &Document) -> String {
     }
     s.push_str("| node | verdict | GPUs | first failure |\n| --- | --- | --- | --- |\n");
     for n in &doc.nodes {
-        let (v, g, f) = match &n.report {
-            Some(r) => (
-                r.verdict.as_str(),
-                r.gpus.len(),
-                r.failures.first().cloned().unwrap_or_default(),
-            ),
-            None => ("Error", 0, n.message.clone().unwrap_or_default()),
-        };
+        let (v, g, f) = n.headline();
         let _ = writeln!(s, "| {} | {v} | {g} | {} |", n.node, cell(&f));
     }
     for n in &doc.nodes {

@@ -167,14 +167,16 @@ pub struct Series {
     pub dashed: bool,
 }
 
+/// The plot of [`curves`]: width, height, and the left, right, top and bottom margins.
+const CW: f64 = 640.0;
+const CH: f64 = 300.0;
+const CL: f64 = 56.0;
+const CR: f64 = 150.0;
+const CT: f64 = 26.0;
+const CB: f64 = 40.0;
+
 /// Curves against a base-2 logarithmic x axis (message sizes), y from 0.
 pub fn curves(id: &str, title: &str, y_unit: &str, series: &[Series]) -> String {
-    const W: f64 = 640.0;
-    const H: f64 = 300.0;
-    const L: f64 = 56.0;
-    const R: f64 = 150.0;
-    const T: f64 = 26.0;
-    const B: f64 = 40.0;
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let (lo, hi) = xs.fold((f64::INFINITY, 0.0_f64), |(lo, hi), x| {
         (lo.min(x.max(1.0)), hi.max(x))
@@ -189,9 +191,9 @@ pub fn curves(id: &str, title: &str, y_unit: &str, series: &[Series]) -> String 
             .flat_map(|s| s.points.iter().map(|p| p.1))
             .fold(0.0, f64::max),
     );
-    let px = |x: f64| L + (x.max(1.0).log2() - lo) / (hi - lo) * (W - L - R);
-    let py = |y: f64| T + (1.0 - y / ymax) * (H - T - B);
-    let mut s = open(id, "chart", title, (W, H), L, title);
+    let px = |x: f64| CL + (x.max(1.0).log2() - lo) / (hi - lo) * (CW - CL - CR);
+    let py = |y: f64| CT + (1.0 - y / ymax) * (CH - CT - CB);
+    let mut s = open(id, "chart", title, (CW, CH), CL, title);
     s.push_str(&curve_axes(ymax, (lo, hi), y_unit, &px, &py));
     for (i, ser) in series.iter().enumerate() {
         let colour = PALETTE[i % PALETTE.len()];
@@ -223,13 +225,13 @@ pub fn curves(id: &str, title: &str, y_unit: &str, series: &[Series]) -> String 
                 bytes(*x)
             );
         }
-        let ly = T + 16.0 * i as f64;
+        let ly = CT + 16.0 * i as f64;
         let _ = write!(
             s,
             r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{colour}" stroke-width="2"{dash}/><text x="{}" y="{ly}" class="ax" dominant-baseline="middle">{}</text>"#,
-            W - R + 10.0,
-            W - R + 30.0,
-            W - R + 34.0,
+            CW - CR + 10.0,
+            CW - CR + 30.0,
+            CW - CR + 34.0,
             escape(&ser.name)
         );
     }
@@ -245,20 +247,14 @@ fn curve_axes(
     px: &dyn Fn(f64) -> f64,
     py: &dyn Fn(f64) -> f64,
 ) -> String {
-    const W: f64 = 640.0;
-    const H: f64 = 300.0;
-    const L: f64 = 56.0;
-    const R: f64 = 150.0;
-    const T: f64 = 26.0;
-    const B: f64 = 40.0;
     let mut s = String::new();
     for k in 0..=4 {
         let y = ymax * f64::from(k) / 4.0;
         let _ = write!(
             s,
-            r##"<line x1="{L}" x2="{}" y1="{py}" y2="{py}" stroke="#ddd"/><text x="{}" y="{py}" class="ax" text-anchor="end" dominant-baseline="middle">{}</text>"##,
-            W - R,
-            L - 4.0,
+            r##"<line x1="{CL}" x2="{}" y1="{py}" y2="{py}" stroke="#ddd"/><text x="{}" y="{py}" class="ax" text-anchor="end" dominant-baseline="middle">{}</text>"##,
+            CW - CR,
+            CL - 4.0,
             num(y),
             py = py(y)
         );
@@ -269,9 +265,9 @@ fn curve_axes(
         let x = px(e.exp2());
         let _ = write!(
             s,
-            r##"<line x1="{x}" x2="{x}" y1="{T}" y2="{}" stroke="#eee"/><text x="{x}" y="{}" class="ax" text-anchor="middle">{}</text>"##,
-            H - B,
-            H - B + 14.0,
+            r##"<line x1="{x}" x2="{x}" y1="{CT}" y2="{}" stroke="#eee"/><text x="{x}" y="{}" class="ax" text-anchor="middle">{}</text>"##,
+            CH - CB,
+            CH - CB + 14.0,
             bytes(e.exp2())
         );
         e += step;
@@ -279,10 +275,10 @@ fn curve_axes(
     let _ = write!(
         s,
         r#"<text x="{}" y="{}" class="ax" text-anchor="middle">message size</text><text x="12" y="{}" class="ax" transform="rotate(-90 12 {})" text-anchor="middle">{}</text>"#,
-        (L + W - R) / 2.0,
-        H - 6.0,
-        H / 2.0,
-        H / 2.0,
+        (CL + CW - CR) / 2.0,
+        CH - 6.0,
+        CH / 2.0,
+        CH / 2.0,
         escape(y_unit)
     );
     s
