@@ -54,6 +54,18 @@ enum Command {
     /// stdin, progress on stderr, the outcome as JSON on stdout.
     #[command(name = "nccl-sweep", hide = true)]
     NcclSweep,
+    /// Render a JSON report (this agent's --output, or a GpuNodeResult) as one self-contained
+    /// HTML page, Markdown or JSON, chosen by the output file's extension.
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// The JSON report.
+    input: PathBuf,
+    /// Where to write: `.html`, `.md` or `.json`.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: PathBuf,
 }
 
 #[derive(Args, Clone)]
@@ -144,6 +156,23 @@ struct SelftestArgs {
     flips: u32,
 }
 
+/// `report`: reads the JSON report, writes the page the output's extension names.
+fn cmd_report(a: &ReportArgs) -> Result<u8, Fail> {
+    let what = a.input.display().to_string();
+    let text =
+        std::fs::read_to_string(&a.input).map_err(|e| Fail(format!("reading {what}: {e}"), 2))?;
+    let report = gpuval_view::parse_report(&what, &text).map_err(|e| Fail(e.to_string(), 2))?;
+    let doc = gpuval_view::Document::single(what, report);
+    let page = match a.output.extension().and_then(|e| e.to_str()) {
+        Some("md") => gpuval_view::markdown(&doc),
+        Some("json") => gpuval_view::json(&doc),
+        _ => gpuval_view::html(&doc),
+    };
+    std::fs::write(&a.output, page)
+        .map_err(|e| Fail(format!("writing {}: {e}", a.output.display()), 2))?;
+    Ok(0)
+}
+
 /// A failure that ends the command: message and exit code.
 struct Fail(String, u8);
 
@@ -164,6 +193,7 @@ fn main() -> ExitCode {
         Command::K8s => cmd_k8s(),
         Command::Fabric(a) => cmd_fabric(*a),
         Command::NcclSweep => return nccl::child_main(),
+        Command::Report(a) => cmd_report(&a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -25,6 +25,7 @@ use crate::config::OperatorConfig;
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::observe::{observe, owner_ref_of};
 use crate::reconcile::RunNodes;
+use crate::result_figures::FigureFetcher;
 use crate::throttle::Throttle;
 use crate::{apply, selection};
 
@@ -275,12 +276,15 @@ pub async fn run(
         pod_writer,
         trim_pod,
     );
+    let figures = Arc::new(FigureFetcher::new(metrics.fleet.clone()));
+    let offers = figures.clone();
     let result_stream = reflected(
         Api::<PartialObjectMeta<GpuNodeResult>>::namespaced(client.clone(), &ns),
         watcher::Config::default(),
         result_writer,
         trim_meta,
-    );
+    )
+    .inspect(move |r| r.iter().for_each(|r| offers.offer(r)));
     let round_stream = reflected(
         Api::<GpuFabricRound>::namespaced(client.clone(), &ns),
         watcher::Config::default().labels(&managed_selector()),
@@ -311,6 +315,7 @@ pub async fn run(
         throttle: Throttle::new(cfg.api_qps, cfg.api_burst),
     });
     tokio::spawn(mark_ready_when_filled(ctx.clone(), ready));
+    tokio::spawn(figures.run(Api::namespaced(ctx.client.clone(), &ns), ctx.nodes.clone()));
 
     controller
         .with_config(controller_config(&cfg))

@@ -12,5 +12,6 @@ pub mod metrics;
 pub mod observe;
 pub mod pod;
 pub mod reconcile;
+pub mod result_figures;
 pub mod selection;
 pub mod throttle;

@@ -1,10 +1,25 @@
-//! Prometheus metrics, served at `/metrics`.
+//! Prometheus metrics, served at `/metrics`: the operator's own counters, and the fleet's
+//! figures ([`Fleet`]): per GPU, per GPU pair and per node, from each node's latest result.
+//!
+//! Series of the fleet's figures, per node of G GPUs that ran every check: per GPU, memory 1,
+//! TFLOP/s one per dtype burned (up to 4), host 2 and verdict 1; per ordered pair, p2p
+//! unidirectional 1 (G·(G−1)); per node, verdict 1, last-validated time 1 and NCCL bus
+//! bandwidth one per collective (up to 5). A node of 8 GPUs: 64 + 56 + 7 = 127 series at most,
+//! so a fleet of 10,000 GPUs (1,250 such nodes) costs about 159,000 series, and nothing grows
+//! with the number of runs: a node keeps only its latest result's series, and a node that
+//! leaves the cluster loses its series.
 
-use gpuval_crds::{NodeVerdict, Phase};
-use prometheus_client::encoding::EncodeLabelSet;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use gpuval_crds::{NodeVerdict, Phase, Verdict};
+use gpuval_view::figures::{Figure, Kind, Scope};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -30,6 +45,8 @@ pub struct Metrics {
     pub validations: Family<PhaseLabels, Gauge>,
     pub node_verdicts: Family<VerdictLabels, Counter>,
     pub pods_created: Counter,
+    /// The figures of each node's latest result.
+    pub fleet: std::sync::Arc<Fleet>,
 }
 
 impl Default for Metrics {
@@ -61,7 +78,10 @@ impl Default for Metrics {
             "Agent pods created",
             pods_created.clone(),
         );
+        let fleet = std::sync::Arc::new(Fleet::default());
+        registry.register_collector(Box::new(fleet.clone()));
         Self {
+            fleet,
             registry,
             reconciles,
             reconcile_errors,
@@ -109,6 +129,223 @@ impl Metrics {
     }
 }
 
+/// What the metrics keep of one node's latest result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeLatest {
+    pub validation: String,
+    /// The result object's uid and creation time (unix seconds): a later result replaces it.
+    pub result_uid: String,
+    pub created: i64,
+    pub verdict: Verdict,
+    /// When its agent finished (unix seconds), if the report says.
+    pub finished: Option<f64>,
+    pub simulated: bool,
+    /// Each GPU's index, UUID, model and verdict.
+    pub gpus: Vec<(i32, String, String, Verdict)>,
+    pub figures: Vec<Figure>,
+}
+
+impl NodeLatest {
+    /// What the metrics keep of `report`, the result `uid` created at `created` for `validation`.
+    pub fn from_report(
+        validation: &str,
+        uid: &str,
+        created: i64,
+        report: &gpuval_crds::NodeReport,
+    ) -> Self {
+        Self {
+            validation: validation.to_string(),
+            result_uid: uid.to_string(),
+            created,
+            verdict: report.verdict,
+            finished: report
+                .finished_at
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+                .map(|t| t.as_millisecond() as f64 / 1000.0),
+            simulated: report.simulated,
+            gpus: report
+                .gpus
+                .iter()
+                .map(|g| (g.index, g.uuid.clone(), g.name.clone(), g.verdict))
+                .collect(),
+            figures: gpuval_view::node_figures(report),
+        }
+    }
+}
+
+/// The latest result's figures of every node, exported on each scrape.
+#[derive(Debug, Default)]
+pub struct Fleet(Mutex<BTreeMap<String, NodeLatest>>);
+
+impl Fleet {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, NodeLatest>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `latest` for `node` unless a result created later is already held.
+    pub fn update(&self, node: &str, latest: NodeLatest) {
+        let mut map = self.lock();
+        if map
+            .get(node)
+            .is_none_or(|held| held.created <= latest.created)
+        {
+            map.insert(node.to_string(), latest);
+        }
+    }
+
+    /// True when a result of `node` created after `created`, or the result `uid` itself, is held.
+    pub fn has_newer_or_same(&self, node: &str, uid: &str, created: i64) -> bool {
+        self.lock()
+            .get(node)
+            .is_some_and(|h| h.result_uid == uid || h.created > created)
+    }
+
+    /// Drops the nodes `exists` says are gone from the cluster.
+    pub fn retain_nodes(&self, exists: impl Fn(&str) -> bool) {
+        self.lock().retain(|node, _| exists(node));
+    }
+}
+
+/// A family's series: its label pairs and value.
+type Series = Vec<(Vec<(&'static str, String)>, f64)>;
+
+fn gauge_family(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: &Series,
+) -> Result<(), std::fmt::Error> {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// The series of every family, by metric name, from the held nodes.
+fn fleet_series(nodes: &BTreeMap<String, NodeLatest>) -> BTreeMap<&'static str, Series> {
+    let mut out: BTreeMap<&'static str, Series> = BTreeMap::new();
+    for (node, n) in nodes {
+        let node_label = ("node", node.clone());
+        out.entry("node_verdict").or_default().push((
+            vec![
+                node_label.clone(),
+                ("validation", n.validation.clone()),
+                ("verdict", n.verdict.as_str().into()),
+                ("simulated", n.simulated.to_string()),
+            ],
+            1.0,
+        ));
+        if let Some(t) = n.finished {
+            out.entry("node_last_validated_timestamp_seconds")
+                .or_default()
+                .push((vec![node_label.clone()], t));
+        }
+        let gpu_labels = |index: i32| -> Vec<(&'static str, String)> {
+            let (uuid, model) = n
+                .gpus
+                .iter()
+                .find(|g| g.0 == index)
+                .map(|g| (g.1.clone(), g.2.clone()))
+                .unwrap_or_default();
+            vec![
+                node_label.clone(),
+                ("gpu", index.to_string()),
+                ("uuid", uuid),
+                ("model", model),
+            ]
+        };
+        for g in &n.gpus {
+            let mut l = gpu_labels(g.0);
+            l.push(("verdict", g.3.as_str().into()));
+            out.entry("gpu_verdict").or_default().push((l, 1.0));
+        }
+        for f in &n.figures {
+            let (name, labels) = match (&f.scope, f.kind) {
+                (Scope::Gpu { index, .. }, Kind::MemoryGbps) => {
+                    ("gpu_memory_gbps", gpu_labels(*index))
+                }
+                (Scope::Gpu { index, .. }, Kind::Tflops) => {
+                    let mut l = gpu_labels(*index);
+                    l.push(("dtype", f.qualifier.clone()));
+                    ("gpu_tflops", l)
+                }
+                (Scope::Gpu { index, .. }, Kind::HostGbps) => {
+                    let mut l = gpu_labels(*index);
+                    l.push(("direction", f.qualifier.clone()));
+                    ("gpu_host_gbps", l)
+                }
+                (Scope::Pair { src, dst }, Kind::P2pGbps) if f.qualifier == "unidirectional" => (
+                    "p2p_gbps",
+                    vec![
+                        node_label.clone(),
+                        ("src", src.to_string()),
+                        ("dst", dst.to_string()),
+                    ],
+                ),
+                (Scope::Node, Kind::NcclBusbwGbps) => (
+                    "node_nccl_busbw_gbps",
+                    vec![node_label.clone(), ("collective", f.qualifier.clone())],
+                ),
+                _ => continue,
+            };
+            out.entry(name).or_default().push((labels, f.value));
+        }
+    }
+    out
+}
+
+/// Each fleet family (without the `gpuval_` prefix) and its help; dashboards and alerts may
+/// name these.
+pub const FLEET_FAMILIES: [(&str, &str); 9] = [
+    (
+        "node_verdict",
+        "Verdict of the node's latest result (1 for its verdict)",
+    ),
+    (
+        "node_last_validated_timestamp_seconds",
+        "When the node's latest result's agent finished, unix seconds",
+    ),
+    (
+        "node_nccl_busbw_gbps",
+        "NCCL bus bandwidth at the largest size, GB/s, by collective",
+    ),
+    (
+        "gpu_verdict",
+        "Verdict of each GPU in its node's latest result (1 for its verdict)",
+    ),
+    ("gpu_memory_gbps", "Memory fill+verify throughput, GB/s"),
+    ("gpu_tflops", "Sustained GEMM TFLOP/s, by dtype"),
+    (
+        "gpu_host_gbps",
+        "Pinned host transfer rate of the GPU alone, GB/s, by direction (h2d, d2h)",
+    ),
+    (
+        "p2p_gbps",
+        "Peer-to-peer unidirectional copy bandwidth, GB/s, by ordered GPU pair",
+    ),
+    (
+        "fleet_nodes",
+        "Nodes whose latest result's figures are held",
+    ),
+];
+
+impl Collector for Fleet {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let nodes = self.lock();
+        let mut series = fleet_series(&nodes);
+        series.insert("fleet_nodes", vec![(vec![], nodes.len() as f64)]);
+        drop(nodes);
+        for (name, help) in FLEET_FAMILIES {
+            if let Some(s) = series.get(name) {
+                gauge_family(&mut enc, name, help, s)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +371,67 @@ mod tests {
             text.contains("gpuval_validations{phase=\"Failed\"} 0"),
             "{text}"
         );
+    }
+
+    fn report(gbps: f64, verdict: Verdict) -> gpuval_crds::NodeReport {
+        serde_json::from_value(serde_json::json!({
+            "simulated": true, "backend": "simulated", "agentVersion": "0.1.0",
+            "startedAt": "2026-11-23T08:00:00Z", "finishedAt": "2026-11-23T08:05:00Z",
+            "verdict": verdict,
+            "gpus": [{"index": 0, "uuid": "GPU-a", "name": "NVIDIA H200", "memoryTotalMib": 1,
+                      "verdict": verdict,
+                      "memory": {"verdict": verdict, "testedGib": 1.0, "fraction": 0.5, "passes": 1,
+                                 "fillGbps": 1.0, "verifyGbps": 1.0, "gbps": gbps, "mismatches": 0, "seconds": 1.0}}],
+            "p2p": {"verdict": "Pass", "bufferMib": 64, "iterations": 1, "seconds": 1.0,
+                    "pairs": [{"src": 0, "dst": 1, "verdict": "Pass", "peerAccess": true,
+                               "unidirectionalGbps": 390.5, "bidirectionalGbps": 780.0,
+                               "copyLatencyMicros": 2.0, "mismatches": 0}]}
+        }))
+        .expect("a report")
+    }
+
+    #[test]
+    fn a_node_exports_its_latest_results_figures_only() {
+        let m = Metrics::default();
+        m.fleet.update(
+            "gpu-a",
+            NodeLatest::from_report("v1", "u1", 10, &report(4300.0, Verdict::Pass)),
+        );
+        m.fleet.update(
+            "gpu-a",
+            NodeLatest::from_report("v2", "u2", 20, &report(3900.0, Verdict::Fail)),
+        );
+        // An older result seen late does not replace the newer one.
+        m.fleet.update(
+            "gpu-a",
+            NodeLatest::from_report("v0", "u0", 5, &report(1.0, Verdict::Pass)),
+        );
+        let text = m.encode();
+        let gpu = r#"node="gpu-a",gpu="0",uuid="GPU-a",model="NVIDIA H200""#;
+        assert!(
+            text.contains(&format!("gpuval_gpu_memory_gbps{{{gpu}}} 3900.0")),
+            "{text}"
+        );
+        assert!(text.contains(r#"gpuval_node_verdict{node="gpu-a",validation="v2",verdict="Fail",simulated="true"} 1.0"#), "{text}");
+        assert!(
+            text.contains(r#"gpuval_p2p_gbps{node="gpu-a",src="0",dst="1"} 390.5"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"gpuval_node_last_validated_timestamp_seconds{node="gpu-a"} 1795421100.0"#
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("gpuval_node_verdict{").count(), 1, "{text}");
+        assert!(m.fleet.has_newer_or_same("gpu-a", "u1", 10));
+        assert!(!m.fleet.has_newer_or_same("gpu-a", "u3", 30));
+        m.fleet.retain_nodes(|n| n != "gpu-a");
+        let text = m.encode();
+        assert!(
+            !text.contains("gpu-a"),
+            "a node that left has no series: {text}"
+        );
+        assert!(text.contains("gpuval_fleet_nodes{} 0.0"), "{text}");
     }
 }

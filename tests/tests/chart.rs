@@ -184,12 +184,23 @@ async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
     let cp = ControlPlane::start().await.expect("control plane");
     let client = cp.client().await.expect("client");
     crds::create_namespace(&client, NS).await;
-    // The ServiceMonitor kind must exist for its dry run (a stand-in for the Prometheus
-    // Operator's CRD).
-    let sm = crds::repo_root().join("tests/chart/servicemonitor-crd.yaml");
-    chart::output(cp.kubectl().unwrap().args(["apply", "-f"]).arg(&sm))
-        .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
-    wait_crd(&client, "servicemonitors.monitoring.coreos.com").await;
+    // The ServiceMonitor and PrometheusRule kinds must exist for their dry run (stand-ins for
+    // the Prometheus Operator's CRDs).
+    for (file, crd) in [
+        (
+            "servicemonitor-crd.yaml",
+            "servicemonitors.monitoring.coreos.com",
+        ),
+        (
+            "prometheusrule-crd.yaml",
+            "prometheusrules.monitoring.coreos.com",
+        ),
+    ] {
+        let path = crds::repo_root().join("tests/chart").join(file);
+        chart::output(cp.kubectl().unwrap().args(["apply", "-f"]).arg(&path))
+            .unwrap_or_else(|e| panic!("kubectl apply {file}: {e}"));
+        wait_crd(&client, crd).await;
+    }
 
     let mut sets: Vec<(String, Vec<PathBuf>)> = vec![("defaults".into(), Vec::new())];
     sets.extend(ci_values().into_iter().map(|f| {
@@ -287,6 +298,7 @@ async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
             "{name}={value} in {ha_env}"
         );
     }
+    check_observability(&defaults, &with("observability-values.yaml"));
     let io = with("io-privileged-values.yaml");
     let env = &find(&io, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"];
     let get = |n: &str| {
@@ -335,6 +347,65 @@ fn bad_values_are_refused_with_a_message_naming_the_value() {
                 f.display()
             ),
         }
+    }
+}
+
+/// The `gpuval_*` metric names in `text`.
+fn metric_names(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("gpuval_"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Dashboard and alerts are off by default; on, the dashboard is a sidecar ConfigMap holding
+/// dashboard JSON, the rules carry the values, and both name only metrics the operator exports.
+fn check_observability(defaults: &[Value], on: &[Value]) {
+    assert!(find(defaults, "PrometheusRule").is_empty());
+    assert!(
+        find(defaults, "ConfigMap").is_empty(),
+        "no dashboard by default"
+    );
+    let cm = find(on, "ConfigMap");
+    assert_eq!(cm.len(), 1);
+    assert_eq!(cm[0]["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(cm[0]["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(cm[0]["metadata"]["annotations"]["grafana_folder"], "GPU");
+    let text = cm[0]["data"]["gpuval-results.json"]
+        .as_str()
+        .expect("dashboard JSON");
+    let dash: Value = serde_json::from_str(text).expect("the dashboard is JSON");
+    assert!(
+        dash["panels"].as_array().is_some_and(|p| p.len() >= 10),
+        "panels"
+    );
+    let rules = find(on, "PrometheusRule");
+    assert_eq!(rules.len(), 1);
+    let rules_text = serde_json::to_string(&rules[0]["spec"]).expect("rules as JSON");
+    for alert in [
+        "GpuvalNodeFailed",
+        "GpuvalGpuRegressed",
+        "GpuvalValidationStale",
+    ] {
+        assert!(rules_text.contains(alert), "{alert}");
+    }
+    assert!(
+        rules_text.contains("< 0.92") && rules_text.contains("[14d]"),
+        "{rules_text}"
+    );
+    assert!(rules_text.contains(&(45 * 86400).to_string()) && rules_text.contains("critical"));
+    let exported: Vec<String> = gpuval_operator::metrics::FLEET_FAMILIES
+        .iter()
+        .map(|(n, _)| format!("gpuval_{n}"))
+        .collect();
+    for name in metric_names(text)
+        .into_iter()
+        .chain(metric_names(&rules_text))
+    {
+        assert!(
+            exported.contains(&name),
+            "{name} is not a metric the operator exports"
+        );
     }
 }
 
@@ -604,6 +675,31 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     // The operator's endpoints answer.
     let metrics = http_get(port, "/metrics").await;
     assert!(metrics.contains("gpuval"), "{metrics}");
+    // Under the chart's RBAC the operator reads each finished result once for its figures:
+    // every node's verdict and its GPUs' memory figures reach /metrics.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let want: Vec<String> = all
+        .iter()
+        .map(|r| {
+            format!(
+                "gpuval_node_verdict{{node=\"{}\",validation=\"chart\"",
+                r.spec.node_name
+            )
+        })
+        .collect();
+    loop {
+        let metrics = http_get(port, "/metrics").await;
+        if want.iter().all(|w| metrics.contains(w.as_str())) {
+            assert!(metrics.contains("gpuval_gpu_memory_gbps{"), "{metrics}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no node figures on /metrics within 30s: {metrics}\noperator log:\n{}",
+            operator.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert_eq!(http_get(port, "/readyz").await.trim(), "ok");
 
     // The Argo CD health check, on the real object, says Healthy.

@@ -253,7 +253,7 @@ async fn a_failing_gpu_fails_the_run_naming_node_and_gpu() {
         "GPUVAL_SIMULATE",
         "gpus=8,model=H200,timescale=0.002,fail=memory@5",
     );
-    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
+    let op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
     apply(
         &e.client,
         "bad-gpu",
@@ -289,6 +289,101 @@ async fn a_failing_gpu_fails_the_run_naming_node_and_gpu() {
         nodes_with_verdict(&e.client, "bad-gpu", "Pass").await,
         vec!["gpu-a".to_string()]
     );
+    metrics_match_the_results(&e.client, &op).await;
+}
+
+/// The value of the series `name{labels}` in the exposition `text`.
+fn series_value(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let head = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(head.as_str()))
+        .and_then(|v| v.parse().ok())
+}
+
+/// The operator's /metrics text carries each node's figures from its result: per GPU memory
+/// and TFLOP/s equal to the report's, GPU5 of gpu-b failed, node verdicts, last-validated times.
+async fn metrics_match_the_results(client: &Client, op: &OperatorHandle) {
+    let api: Api<GpuNodeResult> = Api::namespaced(client.clone(), NS);
+    let b = api.get("bad-gpu-gpu-b").await.expect("gpu-b's result");
+    let report = b.status.expect("gpu-b's report");
+    let gpu5 = report.gpus.iter().find(|g| g.index == 5).expect("GPU5");
+    let labels = format!(
+        r#"node="gpu-b",gpu="5",uuid="{}",model="{}""#,
+        gpu5.uuid, gpu5.name
+    );
+    let memory = gpu5.memory.as_ref().expect("memory").gbps;
+    let bf16 = gpu5.compute.as_ref().expect("compute").gemms[0].tflops;
+    // The figures arrive once each result is read in the background: wait for them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = op.metrics.encode();
+        if text.contains(r#"gpuval_node_verdict{node="gpu-b""#)
+            && text.contains(r#"gpuval_node_verdict{node="gpu-a""#)
+        {
+            break text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no node figures in /metrics within 30s:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        series_value(&text, "gpuval_gpu_memory_gbps", &labels),
+        Some(memory),
+        "{text}"
+    );
+    assert_eq!(
+        series_value(
+            &text,
+            "gpuval_gpu_tflops",
+            &format!(r#"{labels},dtype="bf16""#)
+        ),
+        Some(bf16),
+        "{text}"
+    );
+    assert_eq!(
+        series_value(
+            &text,
+            "gpuval_gpu_verdict",
+            &format!(r#"{labels},verdict="Fail""#)
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        series_value(
+            &text,
+            "gpuval_node_verdict",
+            r#"node="gpu-b",validation="bad-gpu",verdict="Fail",simulated="true""#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        series_value(
+            &text,
+            "gpuval_node_verdict",
+            r#"node="gpu-a",validation="bad-gpu",verdict="Pass",simulated="true""#
+        ),
+        Some(1.0)
+    );
+    let finished = report
+        .finished_at
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .expect("finishedAt");
+    assert_eq!(
+        series_value(
+            &text,
+            "gpuval_node_last_validated_timestamp_seconds",
+            r#"node="gpu-b""#
+        ),
+        Some(finished.as_millisecond() as f64 / 1000.0)
+    );
+    assert_eq!(
+        text.matches("gpuval_gpu_memory_gbps{").count(),
+        16,
+        "8 GPUs on each of 2 nodes"
+    );
+    assert_eq!(series_value(&text, "gpuval_fleet_nodes", ""), Some(2.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -90,7 +90,10 @@ fn shell(cp: &ControlPlane, command: &str) -> Command {
     let bin = cp.tool("kubectl").expect("kubectl");
     let dir = bin.parent().expect("tools dir").to_path_buf();
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut dirs = vec![dir];
+    // `kubectl gpuval` finds the plugin binary on PATH, as it would on a reader's machine.
+    let plugin = gpuval_tests::binaries::workspace_binary("kubectl-gpuval", "kubectl-gpuval")
+        .expect("kubectl-gpuval");
+    let mut dirs = vec![dir, plugin.parent().expect("target dir").to_path_buf()];
     dirs.extend(std::env::split_paths(&path));
     let mut cmd = Command::new("sh");
     cmd.args(["-c", command])
@@ -269,6 +272,8 @@ fn check_output(command: &str, out: &str) -> Result<(), String> {
         c if c.starts_with("kubectl describe gpuval quick") => &["Name:", "quick", "Ready"],
         c if c.contains("get gpunoderesults -l") => &[NODE],
         c if c.contains("get gpunoderesult ") => &["kind: GpuNodeResult", NODE],
+        "kubectl gpuval status quick" => &["quick  Passed"],
+        c if c.starts_with("kubectl gpuval diff") => &["figures compared: 0"],
         _ => &[],
     };
     match want.iter().find(|w| !out.contains(**w)) {

@@ -201,7 +201,9 @@ impl FromStr for SimCheck {
         SimCheck::ALL
             .into_iter()
             .find(|c| c.to_string() == s)
-            .ok_or_else(|| format!("unknown check {s:?}: use memory, compute, p2p, host, nccl or training"))
+            .ok_or_else(|| {
+                format!("unknown check {s:?}: use memory, compute, p2p, host, nccl or training")
+            })
     }
 }
 

@@ -1,0 +1,142 @@
+//! The pure half of `kubectl gpuval`: a validation and its node results turned into the
+//! [`gpuval_view::Document`] every subcommand renders.
+
+use std::collections::BTreeMap;
+
+use gpuval_crds::{GpuNodeResult, GpuValidation};
+use gpuval_view::{Document, NodeEntry, ValidationLine};
+use kube::ResourceExt;
+
+/// The document of validation `gv` from `results` (any results: those not owned by this
+/// validation, by uid, are ignored; of several results for one node, the latest generation's
+/// wins). Nodes the status lists without a result keep its message.
+pub fn document(gv: &GpuValidation, results: &[GpuNodeResult]) -> Document {
+    let uid = gv.metadata.uid.as_deref().unwrap_or_default();
+    let mut by_node: BTreeMap<String, &GpuNodeResult> = BTreeMap::new();
+    for r in results.iter().filter(|r| owned_by(r, uid)) {
+        let slot = by_node.entry(r.spec.node_name.clone()).or_insert(r);
+        if r.spec.generation > slot.spec.generation {
+            *slot = r;
+        }
+    }
+    let status = gv.status.clone().unwrap_or_default();
+    let mut nodes: Vec<NodeEntry> = by_node
+        .into_values()
+        .map(|r| NodeEntry {
+            node: r.spec.node_name.clone(),
+            result: Some(r.name_any()),
+            report: r.status.clone(),
+            message: r
+                .status
+                .is_none()
+                .then(|| "result written, report not yet".into()),
+        })
+        .collect();
+    for line in &status.nodes {
+        if !nodes.iter().any(|n| n.node == line.name) {
+            nodes.push(NodeEntry {
+                node: line.name.clone(),
+                result: None,
+                report: None,
+                message: Some(format!(
+                    "{}: {}",
+                    line.verdict.as_str(),
+                    line.message.as_deref().unwrap_or("no result")
+                )),
+            });
+        }
+    }
+    // Worst first, so that the top of a long tree is what needs a look.
+    nodes.sort_by(|a, b| {
+        let rank = |n: &NodeEntry| std::cmp::Reverse(n.report.as_ref().map(|r| r.verdict));
+        rank(a).cmp(&rank(b)).then_with(|| a.node.cmp(&b.node))
+    });
+    let summary = status.summary.clone().unwrap_or_default();
+    Document {
+        title: format!("validation {}", gv.name_any()),
+        validation: Some(ValidationLine {
+            name: gv.name_any(),
+            phase: status
+                .phase
+                .map_or_else(|| "Pending".into(), |p| p.as_str().to_string()),
+            reasons: summary
+                .reasons
+                .iter()
+                .map(|r| format!("{} ({})", r.reason, r.count))
+                .collect(),
+            selected: summary.selected,
+        }),
+        nodes,
+    }
+}
+
+fn owned_by(r: &GpuNodeResult, uid: &str) -> bool {
+    r.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "GpuValidation" && o.uid == uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuval_crds::{GpuNodeResultSpec, GpuValidationSpec, NodeReport, Verdict};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::api::ObjectMeta;
+
+    fn result(node: &str, generation: i64, owner: &str, verdict: Verdict) -> GpuNodeResult {
+        let mut r = GpuNodeResult::new(
+            &format!("v-{node}-{generation}"),
+            GpuNodeResultSpec {
+                validation: "v".into(),
+                generation,
+                node_name: node.into(),
+            },
+        );
+        r.metadata.owner_references = Some(vec![OwnerReference {
+            kind: "GpuValidation".into(),
+            uid: owner.into(),
+            ..Default::default()
+        }]);
+        r.status = Some(NodeReport {
+            verdict,
+            ..Default::default()
+        });
+        r
+    }
+
+    #[test]
+    fn the_latest_owned_result_of_each_node_counts_worst_first() {
+        let mut gv = GpuValidation::new(
+            "v",
+            serde_json::from_str::<GpuValidationSpec>(r#"{"checks":{}}"#).expect("spec"),
+        );
+        gv.metadata = ObjectMeta {
+            name: Some("v".into()),
+            uid: Some("u1".into()),
+            ..Default::default()
+        };
+        let results = [
+            result("a", 1, "u1", Verdict::Fail),
+            result("a", 2, "u1", Verdict::Pass),
+            result("b", 2, "u1", Verdict::Fail),
+            result("c", 2, "someone-else", Verdict::Fail),
+        ];
+        let doc = document(&gv, &results);
+        let names: Vec<(&str, Option<Verdict>)> = doc
+            .nodes
+            .iter()
+            .map(|n| (n.node.as_str(), n.report.as_ref().map(|r| r.verdict)))
+            .collect();
+        assert_eq!(
+            names,
+            [("b", Some(Verdict::Fail)), ("a", Some(Verdict::Pass))]
+        );
+        assert_eq!(doc.nodes[1].result.as_deref(), Some("v-a-2"));
+        assert_eq!(
+            doc.validation.as_ref().map(|v| v.phase.as_str()),
+            Some("Pending")
+        );
+    }
+}

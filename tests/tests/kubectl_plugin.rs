@@ -1,0 +1,162 @@
+//! `kubectl gpuval` against a real control plane: two validations of one kwok GPU node (the
+//! second with a planted memory fault on GPU5) run to their verdicts by the operator and the
+//! simulated agent; then the plugin binary, with the admin kubeconfig, prints the status tree,
+//! writes the HTML, Markdown and JSON reports, and diffs the two runs. It also measures what
+//! one node's result costs in etcd (its JSON, as the API server returns and stores it).
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use gpuval_crds::{GpuNodeResult, GpuValidation, Phase};
+use gpuval_tests::binaries::workspace_binary;
+use gpuval_tests::kubelet::{FakeKubelet, agent_binary};
+use gpuval_tests::operator::{OperatorHandle, test_config};
+use gpuval_tests::{ControlPlane, Options, crds, nodes};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use serde_json::json;
+
+const NS: &str = "gpuval-system";
+const SIM: &str = "gpus=8,model=H200,timescale=0.002";
+
+async fn run_to_verdict(client: &kube::Client, name: &str) -> GpuValidation {
+    let api: Api<GpuValidation> = Api::all(client.clone());
+    let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+        "metadata": {"name": name},
+        "spec": {"checks": {"memory": {}, "compute": {"duration": "30s"}, "p2p": {}}}});
+    api.patch(name, &PatchParams::apply("test"), &Patch::Apply(&body))
+        .await
+        .expect("apply");
+    let done = |g: Option<&GpuValidation>| {
+        g.and_then(|g| g.status.as_ref())
+            .and_then(|s| s.phase)
+            .is_some_and(Phase::is_terminal)
+    };
+    tokio::time::timeout(Duration::from_secs(120), await_condition(api, name, done))
+        .await
+        .unwrap_or_else(|_| panic!("{name} reached no verdict in 120s"))
+        .expect("watch")
+        .expect("validation")
+}
+
+fn plugin(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
+    let bin = workspace_binary("kubectl-gpuval", "kubectl-gpuval").expect("plugin binary");
+    Command::new(bin)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run kubectl-gpuval")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_shows_status_reports_and_the_diff_of_two_runs() {
+    let cp = ControlPlane::start_with(Options::all())
+        .await
+        .expect("control plane");
+    let client = cp.client().await.expect("client");
+    crds::install_crds(&client).await.expect("CRDs");
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    nodes::create_gpu_node(&client, "gpu-a", 8, &[])
+        .await
+        .expect("node");
+    nodes::wait_node_ready(&client, "gpu-a", Duration::from_secs(60))
+        .await
+        .expect("ready");
+    let kubelet = FakeKubelet::start(
+        client.clone(),
+        cp.kubeconfig().to_path_buf(),
+        agent_binary().expect("agent binary"),
+        NS.into(),
+    );
+    let _op = OperatorHandle::start(client.clone(), test_config(NS, SIM));
+    let before = run_to_verdict(&client, "before").await;
+    assert_eq!(before.status.and_then(|s| s.phase), Some(Phase::Passed));
+    kubelet.set_node_env("gpu-a", "GPUVAL_SIMULATE", &format!("{SIM},fail=memory@5"));
+    let after = run_to_verdict(&client, "after").await;
+    assert_eq!(after.status.and_then(|s| s.phase), Some(Phase::Failed));
+    let kc = cp.kubeconfig();
+
+    let status = plugin(kc, &["status", "after"]);
+    let tree = stdout(&status);
+    assert!(status.status.success(), "{tree}");
+    assert!(
+        tree.starts_with("after  Failed  (1 nodes selected, 1 reports)  SIMULATED\n"),
+        "{tree}"
+    );
+    assert!(
+        tree.contains("└─ gpu-a  Fail  8 GPUs  GPU5 memory"),
+        "{tree}"
+    );
+    let gpu5 = tree
+        .lines()
+        .find(|l| l.contains("─ GPU5 "))
+        .expect("GPU5's line");
+    assert!(gpu5.contains("Fail  GPU5 memory: "), "{gpu5}");
+    let all = stdout(&plugin(kc, &["status"]));
+    assert!(
+        all.contains("before  Passed") && all.contains("after  Failed"),
+        "{all}"
+    );
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let html = dir.path().join("after.html");
+    let path = html.to_string_lossy().into_owned();
+    assert!(
+        plugin(kc, &["report", "after", "-o", "html", "-f", &path])
+            .status
+            .success()
+    );
+    let page = std::fs::read_to_string(&html).expect("page");
+    assert!(page.contains("id=\"simulated\"") && page.contains("id=\"p2p-uni-gpu-a\""));
+    let md = stdout(&plugin(kc, &["report", "after", "-o", "markdown"]));
+    assert!(md.contains("| gpu-a | Fail | 8 |"), "{md}");
+    let doc: gpuval_view::Document =
+        serde_json::from_str(&stdout(&plugin(kc, &["report", "before", "-o", "json"])))
+            .expect("JSON document");
+    assert_eq!(doc.nodes.len(), 1);
+    assert_eq!(doc.nodes[0].result.as_deref(), Some("before-gpu-a"));
+
+    let diff = plugin(kc, &["diff", "before", "after"]);
+    let text = stdout(&diff);
+    assert_eq!(diff.status.code(), Some(1), "a worse verdict: {text}");
+    assert!(
+        text.contains("gpu-a GPU5: verdict Pass -> Fail (worse)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("GPU0->GPU1 p2p unidirectional GB/s"),
+        "{text}"
+    );
+    let same = plugin(kc, &["diff", "before", "before"]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+
+    let missing = plugin(kc, &["report", "nope"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("reading GpuValidation \"nope\""));
+
+    // What a node's result costs in etcd: the object as stored (managed fields included).
+    let r = Api::<GpuNodeResult>::namespaced(client.clone(), NS)
+        .get("after-gpu-a")
+        .await
+        .expect("result");
+    let whole = serde_json::to_vec(&r).expect("json").len();
+    let mut bare = r.clone();
+    bare.metadata.managed_fields = None;
+    let without = serde_json::to_vec(&bare).expect("json").len();
+    println!(
+        "result of an 8-GPU node (memory, compute, p2p): {whole} bytes as stored, {without} without managedFields"
+    );
+    assert!(
+        whole < 256 * 1024,
+        "a result stays far below etcd's object limit: {whole}"
+    );
+}

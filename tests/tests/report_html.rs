@@ -1,0 +1,273 @@
+//! The HTML report as a person sees it: pages rendered from a real committed H200 result (the
+//! 4-GPU end-to-end run and a 2-GPU NCCL run) and from a simulated failing run made by the real
+//! agent binary, opened in headless Chromium. Each page's DOM after load must show the heatmap,
+//! the curves and the failing GPU's reason, with no console error; screenshots go to
+//! `target/screenshots/` (`docs/report.png` is the H200 one).
+//!
+//! Without Chromium (Debian's `chromium`) the test says so and passes, unless `CI` is set.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpuval_crds::GpuNodeResult;
+use gpuval_tests::crds::repo_root;
+use gpuval_tests::kubelet::agent_binary;
+use gpuval_view::{Document, NodeEntry};
+use kube::ResourceExt;
+
+/// Put first in `<head>`: every uncaught error, rejected promise and `console.error` is written
+/// into `#console-errors`, which `--dump-dom` then shows.
+const CAPTURE: &str = r#"<script>(function(){var e=[];function k(m){e.push(String(m));var p=document.getElementById('console-errors');if(p)p.textContent=e.join('\n');}window.addEventListener('error',function(x){k(x.message||'resource failed: '+(x.target&&(x.target.src||x.target.href)));},true);window.addEventListener('unhandledrejection',function(x){k(x.reason);});var c=console.error;console.error=function(){k(Array.prototype.join.call(arguments,' '));c.apply(console,arguments);};document.addEventListener('DOMContentLoaded',function(){var p=document.createElement('pre');p.id='console-errors';p.textContent=e.join('\n');document.body.appendChild(p);});})();</script>"#;
+
+fn chromium() -> Option<PathBuf> {
+    let names = ["chromium", "chromium-browser", "google-chrome"];
+    let found = std::env::var_os("GPUVAL_CHROMIUM")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(names.iter().filter_map(|n| {
+            let out = Command::new("sh")
+                .args(["-c", &format!("command -v {n}")])
+                .output()
+                .ok()?;
+            let p = String::from_utf8(out.stdout).ok()?;
+            (!p.trim().is_empty()).then(|| PathBuf::from(p.trim()))
+        }))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set and Chromium is missing: install Debian's `chromium` (.ci/run does)"
+        );
+        eprintln!("SKIPPED: no Chromium (apt-get install chromium, or GPUVAL_CHROMIUM=PATH)");
+    }
+    found
+}
+
+fn out_dir() -> PathBuf {
+    let dir = repo_root().join("target").join("screenshots");
+    std::fs::create_dir_all(&dir).expect("target/screenshots");
+    dir
+}
+
+/// Runs headless Chromium on `page` with `extra` arguments; its stdout.
+fn headless(chrome: &Path, page: &Path, extra: &[String]) -> String {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let out = Command::new(chrome)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--allow-file-access-from-files",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "chromium failed: {stderr}");
+    assert!(
+        !stderr.contains("CONSOLE") || !stderr.contains("Uncaught"),
+        "console error on {}: {stderr}",
+        page.display()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Writes the page (and a copy with the console capture), screenshots it to `shot`, and
+/// returns the DOM after load. Fails on any console error.
+fn open(chrome: &Path, html: &str, name: &str, height: u32) -> String {
+    let dir = out_dir();
+    let page = dir.join(format!("{name}.html"));
+    std::fs::write(&page, html).expect("write page");
+    let probed = dir.join(format!("{name}.probe.html"));
+    std::fs::write(
+        &probed,
+        html.replacen("<head>", &format!("<head>{CAPTURE}"), 1),
+    )
+    .expect("write probe");
+    let dom = headless(chrome, &probed, &["--dump-dom".into()]);
+    let errors = dom
+        .split("<pre id=\"console-errors\">")
+        .nth(1)
+        .and_then(|s| s.split("</pre>").next())
+        .expect("the capture ran (its <pre> is in the DOM)");
+    assert_eq!(errors, "", "console errors on {name}");
+    let shot = dir.join(format!("{name}.png"));
+    headless(
+        chrome,
+        &page,
+        &[
+            format!("--screenshot={}", shot.display()),
+            format!("--window-size=1400,{height}"),
+        ],
+    );
+    let png = std::fs::read(&shot).expect("screenshot written");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        "{} is a real picture",
+        shot.display()
+    );
+    dom
+}
+
+/// The committed result of the 4×H200 end-to-end run (the `standard` validation).
+fn h200_result() -> GpuNodeResult {
+    #[derive(serde::Deserialize)]
+    struct List {
+        items: Vec<GpuNodeResult>,
+    }
+    let path = repo_root().join("bench/results/2026-11-21-h200x4-e2e/standard/results.yaml");
+    let text = std::fs::read_to_string(&path).expect("committed H200 result");
+    let list: List = serde_saphyr::from_str(&text).expect("a GpuNodeResult list");
+    list.items.into_iter().next().expect("one result")
+}
+
+fn count(dom: &str, needle: &str) -> usize {
+    dom.matches(needle).count()
+}
+
+#[test]
+fn pages_render_in_a_browser_with_heatmaps_curves_and_the_failing_reason() {
+    let Some(chrome) = chromium() else { return };
+
+    // The probe works: a page that logs an error shows it.
+    let broken = "<!DOCTYPE html><html><head></head><body><script>console.error('planted')</script></body></html>";
+    let probed = out_dir().join("probe-check.html");
+    std::fs::write(
+        &probed,
+        broken.replacen("<head>", &format!("<head>{CAPTURE}"), 1),
+    )
+    .expect("write");
+    assert!(
+        headless(&chrome, &probed, &["--dump-dom".into()])
+            .contains("<pre id=\"console-errors\">planted</pre>")
+    );
+
+    // A real 4×H200 result: the GPU table, 12 p2p pairs in each heatmap, no simulated banner.
+    let r = h200_result();
+    let stored = serde_json::to_vec(&r).expect("json").len();
+    println!(
+        "the committed 4x H200 result (memory, compute, p2p, host, topology): {stored} bytes of JSON"
+    );
+    let doc = Document {
+        title: format!("validation {} (4x H200, real GPUs)", r.spec.validation),
+        validation: None,
+        nodes: vec![NodeEntry {
+            node: r.spec.node_name.clone(),
+            result: Some(r.name_any()),
+            report: r.status.clone(),
+            message: None,
+        }],
+    };
+    let dom = open(&chrome, &gpuval_view::html(&doc), "h200-e2e-standard", 2200);
+    assert!(dom.contains("id=\"p2p-uni-vm\""), "unidirectional heatmap");
+    assert_eq!(
+        count(&dom, "class=\"cell\""),
+        12 * 4,
+        "12 ordered pairs in 4 heatmaps"
+    );
+    assert!(
+        dom.contains(">396<"),
+        "the measured 396 GB/s p2p figure is on the page"
+    );
+    assert_eq!(count(&dom, "NVIDIA H200</td>"), 4);
+    assert!(!dom.contains("SIMULATED"));
+
+    // A real 2×H200 NCCL sweep: one curve a collective, a point a size.
+    let path = repo_root().join("bench/results/2026-11-23-h200x2-nccl-check/bench-a/agent.json");
+    let text = std::fs::read_to_string(&path).expect("committed NCCL report");
+    let report = gpuval_view::parse_report("agent.json", &text).expect("a node report");
+    let curves: usize = report
+        .nccl
+        .iter()
+        .flat_map(|n| n.sweep.iter())
+        .map(|s| s.curves.len())
+        .sum();
+    let points: usize = report
+        .nccl
+        .iter()
+        .flat_map(|n| n.sweep.iter())
+        .flat_map(|s| &s.curves)
+        .map(|c| c.rows.len())
+        .sum();
+    assert!(
+        curves >= 1 && points >= 10,
+        "the committed sweep has curves"
+    );
+    let dom = open(
+        &chrome,
+        &gpuval_view::html(&Document::single("2x H200 NCCL (real GPUs)", report)),
+        "h200-nccl",
+        1400,
+    );
+    assert_eq!(count(&dom, "class=\"curve\""), curves);
+    assert_eq!(count(&dom, "<circle"), points);
+
+    // A real H200 host's file I/O check: its table with the measured rates.
+    let path = repo_root().join("bench/results/2026-11-21-h200x4-links/raw/agent-io.json");
+    let text = std::fs::read_to_string(&path).expect("committed io report");
+    let report = gpuval_view::parse_report("agent-io.json", &text).expect("a node report");
+    let io = report.io.clone().expect("the io section");
+    let dom = open(
+        &chrome,
+        &gpuval_view::html(&Document::single("H200 host file I/O (real)", report)),
+        "h200-io",
+        900,
+    );
+    assert!(dom.contains("<h3>File I/O"), "the I/O section");
+    assert!(
+        dom.contains(&format!("<td>{}</td>", io.write_mbps.round())),
+        "write MB/s on the page"
+    );
+}
+
+#[test]
+fn a_simulated_failing_run_shows_the_banner_and_the_failing_gpu() {
+    let Some(chrome) = chromium() else { return };
+    let dir = tempfile::tempdir().expect("tmp");
+    let json = dir.path().join("report.json");
+    let html = dir.path().join("report.html");
+    let agent = agent_binary().expect("agent binary");
+    let run = Command::new(&agent)
+        .args(["run", "--simulate", "gpus=4,model=H200,fail=memory@2"])
+        .args([
+            "--checks",
+            "topology,memory,compute,p2p,hostTransfer,nccl",
+            "--duration",
+            "10s",
+            "-o",
+        ])
+        .arg(&json)
+        .output()
+        .expect("run the agent");
+    assert_eq!(run.status.code(), Some(1), "a planted fault fails the run");
+    let render = Command::new(&agent)
+        .arg("report")
+        .arg(&json)
+        .arg("-o")
+        .arg(&html)
+        .output()
+        .expect("agent report");
+    assert!(
+        render.status.success(),
+        "{}",
+        String::from_utf8_lossy(&render.stderr)
+    );
+    let page = std::fs::read_to_string(&html).expect("page");
+    let dom = open(&chrome, &page, "simulated-memory-fault", 2400);
+    assert!(dom.contains("id=\"simulated\""), "the SIMULATED banner");
+    let row = dom
+        .split("<tr>")
+        .find(|r| r.starts_with("<td>2</td>"))
+        .expect("GPU2's row");
+    assert!(
+        row.contains("Fail") && row.contains("memory: ") && row.contains("mismatched words"),
+        "{row}"
+    );
+    assert!(dom.contains("id=\"p2p-uni-") && dom.contains("class=\"curve\""));
+}

@@ -1,0 +1,276 @@
+//! Two runs compared figure by figure, per node and GPU: a figure that fell by more than the
+//! tolerance is a regression, even when both runs passed every fixed floor.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use gpuval_crds::{NodeReport, Verdict};
+use serde::{Deserialize, Serialize};
+
+use crate::Document;
+use crate::figures::{Figure, Kind, Scope, node_figures};
+use crate::svg::num;
+
+/// How far a figure may fall before it counts as a regression, as a fraction (0.05: 5%).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance(pub f64);
+
+impl Default for Tolerance {
+    fn default() -> Self {
+        Tolerance(0.05)
+    }
+}
+
+/// One figure in both runs.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    pub node: String,
+    /// `GPU3 memory GB/s`.
+    pub figure: String,
+    pub before: f64,
+    pub after: f64,
+    /// after / before − 1 (−0.08: 8% lower).
+    pub relative: f64,
+    pub regressed: bool,
+}
+
+/// What differs between two runs.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Diff {
+    pub before: String,
+    pub after: String,
+    pub tolerance: f64,
+    /// Every figure present in both runs, node by node, in report order.
+    pub changes: Vec<Change>,
+    /// Verdicts that changed, GPU ones included (`gpu-a GPU1: Pass -> Fail`), and GPUs whose
+    /// UUID changed (a swapped board is not the same GPU).
+    pub notes: Vec<String>,
+    /// Nodes with a report in only one of the runs.
+    pub only_before: Vec<String>,
+    pub only_after: Vec<String>,
+}
+
+impl Diff {
+    /// The figures that fell by more than the tolerance.
+    pub fn regressions(&self) -> impl Iterator<Item = &Change> {
+        self.changes.iter().filter(|c| c.regressed)
+    }
+
+    /// True when a figure regressed or a verdict got worse.
+    pub fn worse(&self) -> bool {
+        self.regressions().next().is_some() || self.notes.iter().any(|n| n.contains("worse"))
+    }
+
+    /// A plain-text account: regressions first, then notes, then the other figures.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "{} -> {} (tolerance {}%)\n",
+            self.before,
+            self.after,
+            num(self.tolerance * 100.0)
+        );
+        let regressions: Vec<&Change> = self.regressions().collect();
+        let _ = writeln!(s, "regressions: {}", regressions.len());
+        for c in &regressions {
+            let _ = writeln!(s, "  REGRESSED {}", line(c));
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "  {n}");
+        }
+        for (what, nodes) in [
+            ("only in before", &self.only_before),
+            ("only in after", &self.only_after),
+        ] {
+            if !nodes.is_empty() {
+                let _ = writeln!(s, "  {what}: {}", nodes.join(", "));
+            }
+        }
+        let _ = writeln!(s, "figures compared: {}", self.changes.len());
+        for c in self.changes.iter().filter(|c| !c.regressed) {
+            let _ = writeln!(s, "  {}", line(c));
+        }
+        s
+    }
+}
+
+fn line(c: &Change) -> String {
+    format!(
+        "{} {}: {} -> {} ({:+.1}%)",
+        c.node,
+        c.figure,
+        num(c.before),
+        num(c.after),
+        c.relative * 100.0
+    )
+}
+
+/// Where a figure sits, so that the same figure of two runs meets (GPUs by index).
+type Key = (Scope, Kind, String);
+
+fn key(f: &Figure) -> Key {
+    let scope = match &f.scope {
+        Scope::Gpu { index, .. } => Scope::Gpu {
+            index: *index,
+            uuid: String::new(),
+            model: String::new(),
+        },
+        other => other.clone(),
+    };
+    (scope, f.kind, f.qualifier.clone())
+}
+
+/// Compares run `b` with the earlier run `a`.
+pub fn diff(a: &Document, b: &Document, tolerance: Tolerance) -> Diff {
+    let by_node = |d: &Document| -> BTreeMap<String, NodeReport> {
+        d.nodes
+            .iter()
+            .filter_map(|n| Some((n.node.clone(), n.report.clone()?)))
+            .collect()
+    };
+    let (before, after) = (by_node(a), by_node(b));
+    let mut out = Diff {
+        before: a.title.clone(),
+        after: b.title.clone(),
+        tolerance: tolerance.0,
+        only_before: before
+            .keys()
+            .filter(|n| !after.contains_key(*n))
+            .cloned()
+            .collect(),
+        only_after: after
+            .keys()
+            .filter(|n| !before.contains_key(*n))
+            .cloned()
+            .collect(),
+        ..Default::default()
+    };
+    for (node, ra) in &before {
+        if let Some(rb) = after.get(node) {
+            compare_node(&mut out, node, ra, rb, tolerance);
+        }
+    }
+    out
+}
+
+fn compare_node(out: &mut Diff, node: &str, a: &NodeReport, b: &NodeReport, tol: Tolerance) {
+    verdict_note(out, node, "", a.verdict, b.verdict);
+    for gb in &b.gpus {
+        let Some(ga) = a.gpus.iter().find(|g| g.index == gb.index) else {
+            continue;
+        };
+        let who = format!(" GPU{}", gb.index);
+        verdict_note(out, node, &who, ga.verdict, gb.verdict);
+        if ga.uuid != gb.uuid {
+            out.notes.push(format!(
+                "{node}{who}: UUID changed {} -> {} (a different board)",
+                ga.uuid, gb.uuid
+            ));
+        }
+    }
+    let earlier: BTreeMap<Key, f64> = node_figures(a).iter().map(|f| (key(f), f.value)).collect();
+    for f in node_figures(b) {
+        let Some(&before) = earlier.get(&key(&f)) else {
+            continue;
+        };
+        let relative = if before > 0.0 {
+            f.value / before - 1.0
+        } else {
+            0.0
+        };
+        out.changes.push(Change {
+            node: node.to_string(),
+            figure: f.describe(),
+            before,
+            after: f.value,
+            relative,
+            regressed: relative < -tol.0,
+        });
+    }
+}
+
+fn verdict_note(out: &mut Diff, node: &str, who: &str, a: Verdict, b: Verdict) {
+    if a == b {
+        return;
+    }
+    let how = if b > a { "worse" } else { "better" };
+    out.notes
+        .push(format!("{node}{who}: verdict {a} -> {b} ({how})"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(title: &str, r: NodeReport) -> Document {
+        Document::single(title, r)
+    }
+
+    #[test]
+    fn a_figure_that_fell_beyond_the_tolerance_is_a_regression() {
+        let a = crate::sample::report();
+        let mut b = a.clone();
+        b.gpus[0].memory.as_mut().expect("memory").gbps = 4300.0 * 0.92;
+        b.gpus[1].memory.as_mut().expect("memory").gbps = 4100.0 * 0.97;
+        let d = diff(&doc("last month", a), &doc("today", b), Tolerance(0.05));
+        let r: Vec<&Change> = d.regressions().collect();
+        assert_eq!(r.len(), 1, "{}", d.text());
+        assert_eq!(r[0].figure, "GPU0 memory GB/s");
+        assert!((r[0].relative + 0.08).abs() < 1e-9);
+        assert!(d.worse());
+        assert!(
+            d.text()
+                .contains("REGRESSED gpu-a GPU0 memory GB/s: 4300 -> 3956 (-8.0%)"),
+            "{}",
+            d.text()
+        );
+        let within = d
+            .changes
+            .iter()
+            .find(|c| c.figure == "GPU1 memory GB/s")
+            .expect("GPU1");
+        assert!(!within.regressed, "3% is within 5%");
+    }
+
+    #[test]
+    fn verdict_and_board_changes_are_named_and_nodes_present_once_listed() {
+        let a = crate::sample::report();
+        let mut b = a.clone();
+        b.gpus[0].verdict = Verdict::Fail;
+        b.gpus[0].uuid = "GPU-new".into();
+        let mut other = a.clone();
+        other.node = Some("gpu-b".into());
+        let mut da = doc("a", a);
+        da.nodes.push(crate::NodeEntry {
+            node: "gpu-b".into(),
+            report: Some(other),
+            ..Default::default()
+        });
+        let d = diff(&da, &doc("b", b), Tolerance::default());
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n == "gpu-a GPU0: verdict Pass -> Fail (worse)"),
+            "{:?}",
+            d.notes
+        );
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n.contains("UUID changed GPU-0 -> GPU-new"))
+        );
+        assert_eq!(d.only_before, ["gpu-b"]);
+        assert!(d.worse());
+        assert_eq!(d.regressions().count(), 0);
+    }
+
+    #[test]
+    fn the_same_run_twice_has_nothing_to_say() {
+        let a = doc("a", crate::sample::report());
+        let d = diff(&a, &a, Tolerance::default());
+        assert!(!d.worse());
+        assert!(d.notes.is_empty());
+        assert!(d.changes.iter().all(|c| c.relative == 0.0));
+    }
+}

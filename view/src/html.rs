@@ -1,0 +1,518 @@
+//! One self-contained HTML page: inline CSS and SVG, no script, nothing fetched. Per node: the
+//! verdict and its reasons, the per-GPU table, p2p bandwidth and latency heatmaps, host and I/O
+//! figures, NCCL bus bandwidth against message size, telemetry ranges, and the topology.
+
+use std::fmt::Write;
+
+use gpuval_crds::{GpuReport, NcclResult, NodeReport, P2pResult, TopologyReport};
+
+use crate::svg::{self, BarRow, Heatmap, RangeRow, Series, escape, num};
+use crate::{Document, NodeEntry};
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#111;max-width:1400px}\
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ccc}h3{font-size:15px}\
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}\
+th{background:#f4f4f4}td.l,th.l{text-align:left}.v-Pass{color:#137333}.v-Warn{color:#b06000}\
+.v-Fail,.v-Error{color:#c5221f;font-weight:600}.v-Skipped{color:#777}\
+.badge{display:inline-block;padding:2px 10px;border-radius:10px;color:#fff;font-weight:600}\
+.b-Pass{background:#137333}.b-Warn{background:#b06000}.b-Fail,.b-Error{background:#c5221f}.b-Skipped{background:#777}\
+.sim{background:#c5221f;color:#fff;font-size:20px;font-weight:700;padding:12px 16px;margin:12px 0}\
+.reasons li{color:#c5221f}.figs{display:flex;flex-wrap:wrap;gap:24px;align-items:flex-start}\
+svg .t{font-size:13px;font-weight:600}svg .ax{font-size:11px;fill:#444}svg .v{font-size:11px}\
+.note{color:#555}";
+
+/// The page for `doc`.
+pub fn html(doc: &Document) -> String {
+    let mut s = String::with_capacity(64 * 1024);
+    let _ = write!(
+        s,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body>",
+        escape(&doc.title)
+    );
+    if doc.simulated() {
+        s.push_str("<div class=\"sim\" id=\"simulated\">SIMULATED: these figures come from the simulated GPU backend (tests and demos only). They say nothing about real hardware.</div>");
+    }
+    let worst = doc.worst();
+    let _ = write!(
+        s,
+        "<h1>{} <span class=\"badge b-{worst}\">{worst}</span></h1>",
+        escape(&doc.title)
+    );
+    if let Some(v) = &doc.validation {
+        let _ = write!(
+            s,
+            "<p>Validation <b>{}</b>: {} ({} nodes selected, {} reports)</p>",
+            escape(&v.name),
+            escape(&v.phase),
+            v.selected,
+            doc.reports().count()
+        );
+        list(&mut s, "reasons", &v.reasons);
+    }
+    s.push_str(&overview(doc));
+    for n in &doc.nodes {
+        node_section(&mut s, n);
+    }
+    s.push_str("</body></html>\n");
+    s
+}
+
+/// A table of the nodes with their verdict and first failure.
+fn overview(doc: &Document) -> String {
+    let mut s = String::from(
+        "<table id=\"nodes\"><tr><th class=\"l\">node</th><th class=\"l\">verdict</th><th>GPUs</th><th class=\"l\">first failure</th></tr>",
+    );
+    for n in &doc.nodes {
+        let (verdict, gpus, first) = n.headline();
+        let _ = write!(
+            s,
+            "<tr><td class=\"l\"><a href=\"#node-{id}\">{}</a></td><td class=\"l v-{verdict}\">{verdict}</td><td>{gpus}</td><td class=\"l\">{}</td></tr>",
+            escape(&n.node),
+            escape(&first),
+            id = anchor(&n.node)
+        );
+    }
+    s.push_str("</table>");
+    s
+}
+
+/// An id-safe form of a node name.
+fn anchor(node: &str) -> String {
+    node.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+fn list(s: &mut String, class: &str, items: &[String]) {
+    if items.is_empty() {
+        return;
+    }
+    let _ = write!(s, "<ul class=\"{class}\">");
+    for i in items {
+        let _ = write!(s, "<li>{}</li>", escape(i));
+    }
+    s.push_str("</ul>");
+}
+
+fn node_section(s: &mut String, n: &NodeEntry) {
+    let id = anchor(&n.node);
+    let Some(r) = &n.report else {
+        let _ = write!(
+            s,
+            "<section id=\"node-{id}\"><h2>{} <span class=\"badge b-Error\">no report</span></h2><p class=\"reasons\">{}</p></section>",
+            escape(&n.node),
+            escape(n.message.as_deref().unwrap_or("no result was written"))
+        );
+        return;
+    };
+    let _ = write!(
+        s,
+        "<section id=\"node-{id}\"><h2>{} <span class=\"badge b-{v}\">{v}</span></h2>",
+        escape(&n.node),
+        v = r.verdict
+    );
+    node_facts(s, n, r);
+    list(s, "reasons", &r.failures);
+    gpu_table(s, &id, &r.gpus);
+    if let Some(p) = &r.p2p {
+        p2p_section(s, &id, r.gpus.len(), p);
+    }
+    host_section(s, &id, r);
+    if let Some(nccl) = &r.nccl {
+        nccl_section(s, &id, nccl);
+    }
+    telemetry_section(s, &id, &r.gpus);
+    if let Some(t) = &r.topology {
+        topology_section(s, t);
+    }
+    s.push_str("</section>");
+}
+
+fn node_facts(s: &mut String, n: &NodeEntry, r: &NodeReport) {
+    let sys = r.system.clone().unwrap_or_default();
+    let _ = write!(
+        s,
+        "<p class=\"note\">{} to {} · backend {}{} · agent {} · driver {} · CUDA {}{}</p>",
+        escape(&r.started_at),
+        escape(&r.finished_at),
+        escape(&r.backend),
+        if r.simulated { " (SIMULATED)" } else { "" },
+        escape(&r.agent_version),
+        escape(sys.driver_version.as_deref().unwrap_or("?")),
+        escape(sys.cuda_driver_version.as_deref().unwrap_or("?")),
+        n.result
+            .as_deref()
+            .map(|r| format!(" · result {}", escape(r)))
+            .unwrap_or_default()
+    );
+}
+
+/// The dtypes any GPU burned, in the API's order.
+fn dtypes(gpus: &[GpuReport]) -> Vec<gpuval_crds::Dtype> {
+    gpuval_crds::Dtype::ALL
+        .into_iter()
+        .filter(|d| {
+            gpus.iter()
+                .flat_map(|g| g.compute.iter().flat_map(|c| &c.gemms))
+                .any(|g| g.dtype == *d)
+        })
+        .collect()
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map(num).unwrap_or_else(|| "–".into())
+}
+
+fn gpu_table(s: &mut String, id: &str, gpus: &[GpuReport]) {
+    if gpus.is_empty() {
+        return;
+    }
+    let dts = dtypes(gpus);
+    let _ = write!(
+        s,
+        "<h3>GPUs</h3><table id=\"gpus-{id}\" class=\"gpus\"><tr><th>GPU</th><th class=\"l\">model</th><th class=\"l\">UUID</th><th>PCIe</th><th class=\"l\">verdict</th><th>memory GB/s</th>"
+    );
+    for d in &dts {
+        let _ = write!(s, "<th>{d} TFLOP/s</th>");
+    }
+    s.push_str("<th>host→GPU GB/s</th><th>GPU→host GB/s</th><th>max °C</th><th>max W</th><th class=\"l\">reasons</th></tr>");
+    for g in gpus {
+        let h = g.health.clone().unwrap_or_default();
+        let pcie = match (h.pcie_gen, h.pcie_width) {
+            (Some(gen_), Some(w)) => format!("Gen{gen_} x{w}"),
+            _ => "–".into(),
+        };
+        let pinned = g.host_transfer.as_ref().and_then(|h| h.pinned);
+        let tel = g.telemetry.as_ref();
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{pcie}</td><td class=\"l v-{v}\">{v}</td><td>{}</td>",
+            g.index,
+            escape(&g.name),
+            escape(&g.uuid),
+            opt(g.memory.as_ref().map(|m| m.gbps)),
+            v = g.verdict
+        );
+        for d in &dts {
+            let t = g
+                .compute
+                .iter()
+                .flat_map(|c| &c.gemms)
+                .find(|x| x.dtype == *d);
+            let _ = write!(s, "<td>{}</td>", opt(t.map(|t| t.tflops)));
+        }
+        let _ = write!(
+            s,
+            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l reason\">{}</td></tr>",
+            opt(pinned.map(|p| p.h2d_gbps)),
+            opt(pinned.map(|p| p.d2h_gbps)),
+            opt(tel.and_then(|t| t.temperature_c).map(|t| t.max)),
+            opt(tel.and_then(|t| t.power_w).map(|t| t.max)),
+            escape(&g.reasons.join("; "))
+        );
+    }
+    s.push_str("</table>");
+}
+
+/// A square matrix over `n` GPUs from the pairs, by `value`.
+fn pair_matrix(
+    n: usize,
+    p: &P2pResult,
+    value: impl Fn(&gpuval_crds::P2pPair) -> Option<f64>,
+) -> Vec<Vec<Option<f64>>> {
+    let mut m = vec![vec![None; n]; n];
+    for pair in &p.pairs {
+        let (Ok(i), Ok(j)) = (usize::try_from(pair.src), usize::try_from(pair.dst)) else {
+            continue;
+        };
+        if i < n && j < n {
+            m[i][j] = value(pair);
+        }
+    }
+    m
+}
+
+fn p2p_section(s: &mut String, id: &str, gpus: usize, p: &P2pResult) {
+    let n = p
+        .pairs
+        .iter()
+        .map(|q| q.src.max(q.dst) + 1)
+        .max()
+        .and_then(|m| usize::try_from(m).ok())
+        .unwrap_or(0)
+        .max(gpus);
+    let labels: Vec<String> = (0..n).map(|i| format!("GPU{i}")).collect();
+    let bad: Vec<(usize, usize)> = p
+        .pairs
+        .iter()
+        .filter(|q| q.verdict.is_bad())
+        .filter_map(|q| Some((usize::try_from(q.src).ok()?, usize::try_from(q.dst).ok()?)))
+        .collect();
+    let _ = write!(
+        s,
+        "<h3>Peer to peer <span class=\"v-{v}\">{v}</span></h3>",
+        v = p.verdict
+    );
+    list(s, "reasons", &p.reasons);
+    list(s, "note", &p.nvlink_errors);
+    s.push_str("<div class=\"figs\">");
+    type Pick = fn(&gpuval_crds::P2pPair) -> Option<f64>;
+    let maps: [(&str, &str, &str, bool, Pick); 4] = [
+        ("p2p-uni", "unidirectional bandwidth", "GB/s", false, |q| {
+            Some(q.unidirectional_gbps)
+        }),
+        ("p2p-bi", "bidirectional bandwidth", "GB/s", false, |q| {
+            Some(q.bidirectional_gbps)
+        }),
+        ("p2p-copy-latency", "copy latency", "µs", true, |q| {
+            Some(q.copy_latency_micros)
+        }),
+        ("p2p-load-latency", "load latency", "ns", true, |q| {
+            q.load_latency_nanos
+        }),
+    ];
+    for (key, title, unit, lower, pick) in maps {
+        let cells = pair_matrix(n, p, pick);
+        if cells.iter().flatten().all(Option::is_none) {
+            continue;
+        }
+        s.push_str(&svg::heatmap(&Heatmap {
+            id: &format!("{key}-{id}"),
+            title,
+            unit,
+            labels: &labels,
+            cells: &cells,
+            bad: &bad,
+            lower_is_better: lower,
+        }));
+    }
+    s.push_str("</div>");
+}
+
+fn host_section(s: &mut String, id: &str, r: &NodeReport) {
+    let rows: Vec<BarRow> = r
+        .gpus
+        .iter()
+        .filter_map(|g| {
+            let h = g.host_transfer.as_ref()?;
+            let pick = |t: Option<gpuval_crds::TransferRates>| t.map(|t| [t.h2d_gbps, t.d2h_gbps]);
+            let mut values = Vec::new();
+            for rates in [pick(h.pinned), pick(h.pinned_concurrent), pick(h.pageable)] {
+                values.extend(rates.unwrap_or([0.0, 0.0]));
+            }
+            Some(BarRow {
+                label: format!("GPU{}", g.index),
+                values,
+            })
+        })
+        .collect();
+    if !rows.is_empty() {
+        s.push_str("<h3>Host links</h3>");
+        s.push_str(&svg::bars(
+            &format!("host-{id}"),
+            "host transfers",
+            "GB/s",
+            &[
+                "pinned host→GPU",
+                "pinned GPU→host",
+                "all GPUs at once host→GPU",
+                "all GPUs at once GPU→host",
+                "pageable host→GPU",
+                "pageable GPU→host",
+            ],
+            &rows,
+        ));
+    }
+    if let Some(io) = &r.io {
+        let _ = write!(
+            s,
+            "<h3>File I/O <span class=\"v-{v}\">{v}</span></h3><table id=\"io-{id}\"><tr><th class=\"l\">directory</th><th class=\"l\">fs</th><th>files × MiB</th><th>write MB/s</th><th>read MB/s</th><th class=\"l\">direct I/O</th><th>mismatches</th></tr><tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{} × {}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td></tr></table>",
+            escape(&io.dir),
+            escape(io.fs_type.as_deref().unwrap_or("?")),
+            io.files,
+            io.file_size_mib,
+            num(io.write_mbps),
+            num(io.read_mbps),
+            if io.direct_io { "yes" } else { "no" },
+            io.mismatches,
+            v = io.verdict
+        );
+        list(s, "reasons", &io.reasons);
+    }
+}
+
+fn nccl_section(s: &mut String, id: &str, n: &NcclResult) {
+    let _ = write!(
+        s,
+        "<h3>NCCL <span class=\"v-{v}\">{v}</span></h3><p class=\"note\">{} ranks · {} · NCCL {}{}</p>",
+        n.gpus.len(),
+        n.dtype,
+        escape(n.nccl_version.as_deref().unwrap_or("?")),
+        n.sweep
+            .as_ref()
+            .and_then(|s| s.transport.as_ref())
+            .map(|t| format!(" · transports {}", escape(&t.kinds.join(", "))))
+            .unwrap_or_default(),
+        v = n.verdict
+    );
+    list(s, "reasons", &n.reasons);
+    let mut series = Vec::new();
+    for (sweep, off) in [(&n.sweep, false), (&n.p2p_off, true)] {
+        for c in sweep.iter().flat_map(|s| &s.curves) {
+            series.push(Series {
+                name: format!("{}{}", c.collective, if off { " (p2p off)" } else { "" }),
+                points: c
+                    .rows
+                    .iter()
+                    .map(|r| (r.bytes as f64, r.busbw_gbps))
+                    .collect(),
+                dashed: off,
+            });
+        }
+    }
+    if !series.is_empty() {
+        s.push_str(&svg::curves(
+            &format!("nccl-busbw-{id}"),
+            "NCCL bus bandwidth against message size",
+            "bus bandwidth GB/s",
+            &series,
+        ));
+    }
+    for sweep in [&n.sweep, &n.p2p_off].into_iter().flatten() {
+        if let Some(e) = &sweep.error {
+            list(s, "reasons", std::slice::from_ref(e));
+        }
+    }
+}
+
+fn telemetry_section(s: &mut String, id: &str, gpus: &[GpuReport]) {
+    type Pick = fn(&gpuval_crds::TelemetrySummary) -> Option<gpuval_crds::Stat>;
+    let picks: [(&str, &str, &str, Pick); 4] = [
+        ("sm-clock", "SM clock", "MHz", |t| t.sm_clock_mhz),
+        ("temperature", "temperature", "°C", |t| t.temperature_c),
+        ("power", "power", "W", |t| t.power_w),
+        ("memory-clock", "memory clock", "MHz", |t| {
+            t.memory_clock_mhz
+        }),
+    ];
+    let samples: i64 = gpus
+        .iter()
+        .filter_map(|g| g.telemetry.as_ref().map(|t| t.samples))
+        .max()
+        .unwrap_or(0);
+    if samples == 0 {
+        return;
+    }
+    let _ = write!(
+        s,
+        "<h3>Telemetry</h3><p class=\"note\">Sampled through the run ({samples} samples a GPU); the report keeps each value's minimum, mean and maximum.</p><div class=\"figs\">"
+    );
+    for (key, title, unit, pick) in picks {
+        let rows: Vec<RangeRow> = gpus
+            .iter()
+            .filter_map(|g| {
+                let st = pick(g.telemetry.as_ref()?)?;
+                Some(RangeRow {
+                    label: format!("GPU{}", g.index),
+                    min: st.min,
+                    mean: st.mean,
+                    max: st.max,
+                })
+            })
+            .collect();
+        if !rows.is_empty() {
+            s.push_str(&svg::ranges(&format!("{key}-{id}"), title, unit, &rows));
+        }
+    }
+    s.push_str("</div>");
+    let events: Vec<String> = gpus
+        .iter()
+        .filter_map(|g| {
+            let t = g.telemetry.as_ref()?;
+            let mut parts = Vec::new();
+            if !t.throttle_reasons.is_empty() {
+                parts.push(format!("throttled: {}", t.throttle_reasons.join(", ")));
+            }
+            if !t.xid_events.is_empty() {
+                parts.push(format!("Xid {:?}", t.xid_events));
+            }
+            (!parts.is_empty()).then(|| format!("GPU{}: {}", g.index, parts.join("; ")))
+        })
+        .collect();
+    list(s, "note", &events);
+}
+
+fn topology_section(s: &mut String, t: &TopologyReport) {
+    let _ = write!(
+        s,
+        "<h3>Topology <span class=\"v-{v}\">{v}</span></h3><table class=\"topo\"><tr><th></th>",
+        v = t.verdict
+    );
+    for g in &t.gpus {
+        let _ = write!(s, "<th>{}</th>", escape(g));
+    }
+    s.push_str("<th class=\"l\">CPU affinity</th><th class=\"l\">NUMA</th></tr>");
+    for (i, row) in t.matrix.iter().enumerate() {
+        let _ = write!(
+            s,
+            "<tr><th>{}</th>",
+            escape(t.gpus.get(i).map(String::as_str).unwrap_or("?"))
+        );
+        for c in row {
+            let _ = write!(s, "<td>{}</td>", escape(c));
+        }
+        let _ = write!(
+            s,
+            "<td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+            escape(t.cpu_affinity.get(i).map(String::as_str).unwrap_or("")),
+            escape(t.numa_affinity.get(i).map(String::as_str).unwrap_or(""))
+        );
+    }
+    s.push_str("</table>");
+    list(s, "reasons", &t.reasons);
+    list(s, "reasons", &t.link_changes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_simulated_failing_report_says_so_and_names_the_failing_gpu() {
+        let doc = Document::single("report.json", crate::sample::report());
+        let page = html(&doc);
+        assert!(page.contains("id=\"simulated\""), "simulated banner");
+        assert!(page.contains("memory: 2 mismatched words"));
+        assert!(page.contains("id=\"p2p-uni-gpu-a\""));
+        assert!(page.contains("id=\"nccl-busbw-gpu-a\""));
+        assert!(page.contains("id=\"temperature-gpu-a\""));
+        assert!(!page.contains("<script"), "no script");
+        assert!(!page.contains("http"), "nothing fetched: {page}");
+    }
+
+    #[test]
+    fn a_real_report_has_no_banner_and_names_are_escaped() {
+        let mut r = crate::sample::report();
+        r.simulated = false;
+        r.failures = vec!["<b>odd</b>".into()];
+        let page = html(&Document::single("x", r));
+        assert!(!page.contains("SIMULATED"));
+        assert!(page.contains("&lt;b&gt;odd&lt;/b&gt;"));
+    }
+
+    #[test]
+    fn a_node_without_a_report_says_why() {
+        let doc = Document {
+            title: "validation v".into(),
+            validation: None,
+            nodes: vec![NodeEntry {
+                node: "gpu-b".into(),
+                message: Some("agent pod failed: OOMKilled".into()),
+                ..Default::default()
+            }],
+        };
+        let page = html(&doc);
+        assert!(page.contains("agent pod failed: OOMKilled"));
+        assert!(page.contains("no report"));
+    }
+}

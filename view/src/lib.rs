@@ -1,0 +1,183 @@
+//! What a person reads of a run: node reports ([`gpuval_crds::NodeReport`]) rendered as one
+//! self-contained HTML page ([`html()`]: inline SVG, no script, nothing fetched), as Markdown
+//! ([`markdown()`]) or as JSON ([`json()`]), and two runs compared figure by figure
+//! ([`diff()`]). The key figures of a report ([`figures`]) are shared with the operator's
+//! metrics, so a dashboard, a diff and a page agree on what a figure is.
+//!
+//! Pure: no I/O. The agent, the kubectl plugin and the operator read and write.
+
+pub mod diff;
+pub mod figures;
+pub mod html;
+pub mod markdown;
+mod svg;
+pub mod tree;
+
+pub use diff::{Change, Diff, Tolerance, diff};
+pub use figures::{Figure, Scope, node_figures};
+pub use html::html;
+pub use markdown::markdown;
+pub use tree::tree;
+
+use gpuval_crds::{NodeReport, Verdict};
+use serde::{Deserialize, Serialize};
+
+/// One run to show: a validation's node reports, or one bare-metal report.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Document {
+    /// What the run was (`validation quick`, `report.json`).
+    pub title: String,
+    /// The validation's phase and its own reasons, when the run came from a cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<ValidationLine>,
+    pub nodes: Vec<NodeEntry>,
+}
+
+/// A validation's overall state, as its status says it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidationLine {
+    pub name: String,
+    pub phase: String,
+    /// The most frequent reasons nodes did not pass, with counts (`Failed: GPU3 memory (2)`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// Nodes selected for the run, including any without a report (not started, pod lost).
+    pub selected: i32,
+}
+
+/// One node's report, or why it has none.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeEntry {
+    pub node: String,
+    /// The result object it came from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<NodeReport>,
+    /// Why there is no report (a pod that failed, a run still going), from the validation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl NodeEntry {
+    /// The node's verdict (Error without a report), GPU count and first failure (or why there is
+    /// no report): its line in an overview.
+    pub fn headline(&self) -> (&'static str, usize, String) {
+        match &self.report {
+            Some(r) => (
+                r.verdict.as_str(),
+                r.gpus.len(),
+                r.failures.first().cloned().unwrap_or_default(),
+            ),
+            None => ("Error", 0, self.message.clone().unwrap_or_default()),
+        }
+    }
+}
+
+impl Document {
+    /// A document of one bare-metal report, titled `title`.
+    pub fn single(title: impl Into<String>, report: NodeReport) -> Self {
+        let node = report
+            .node
+            .clone()
+            .or_else(|| report.system.as_ref().and_then(|s| s.hostname.clone()))
+            .unwrap_or_else(|| "this host".into());
+        Self {
+            title: title.into(),
+            validation: None,
+            nodes: vec![NodeEntry {
+                node,
+                result: None,
+                report: Some(report),
+                message: None,
+            }],
+        }
+    }
+
+    /// True when any report came from the simulated backend.
+    pub fn simulated(&self) -> bool {
+        self.reports().any(|r| r.simulated)
+    }
+
+    /// The reports present, in node order.
+    pub fn reports(&self) -> impl Iterator<Item = &NodeReport> {
+        self.nodes.iter().filter_map(|n| n.report.as_ref())
+    }
+
+    /// The worst verdict of any report (Skipped when there is none).
+    pub fn worst(&self) -> Verdict {
+        self.reports()
+            .map(|r| r.verdict)
+            .max()
+            .unwrap_or(Verdict::Skipped)
+    }
+}
+
+/// The document as pretty JSON (the node reports exactly as stored, with the node names).
+pub fn json(doc: &Document) -> String {
+    // A Document holds only strings, numbers and lists: serialising it cannot fail, and an
+    // empty object is the honest fallback were that ever untrue.
+    serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into())
+}
+
+/// Why a report could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(
+        "{what} is not a gpuval node report (the agent's --output JSON or a GpuNodeResult): {source}"
+    )]
+    Json {
+        what: String,
+        source: serde_json::Error,
+    },
+}
+
+/// Reads a node report from the agent's `--output` JSON, or from a `GpuNodeResult` object
+/// (its status), so either file works.
+pub fn parse_report(what: &str, text: &str) -> Result<NodeReport, ReadError> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|source| ReadError::Json {
+            what: what.into(),
+            source,
+        })?;
+    let inner = match value.get("status") {
+        Some(status) if value.get("kind").is_some() => status.clone(),
+        _ => value,
+    };
+    serde_json::from_value(inner).map_err(|source| ReadError::Json {
+        what: what.into(),
+        source,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod sample;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_reads_from_the_agents_json_or_a_result_object_and_round_trips() {
+        let r = sample::report();
+        let bare = serde_json::to_string(&r).expect("json");
+        assert_eq!(parse_report("a", &bare).expect("bare report"), r);
+        let object = serde_json::json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
+            "metadata": {"name": "v-gpu-a"}, "spec": {}, "status": r});
+        let wrapped = serde_json::to_string(&object).expect("json");
+        assert_eq!(parse_report("b", &wrapped).expect("a result object"), r);
+        let e = parse_report("notes.txt", "{\"verdict\": 3}").expect_err("not a report");
+        assert!(
+            e.to_string()
+                .starts_with("notes.txt is not a gpuval node report"),
+            "{e}"
+        );
+        let doc = Document::single("x", r);
+        let back: Document = serde_json::from_str(&json(&doc)).expect("the JSON document");
+        assert_eq!(back, doc);
+        assert_eq!(doc.worst(), Verdict::Fail);
+    }
+}
