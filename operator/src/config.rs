@@ -33,6 +33,39 @@ pub struct OperatorConfig {
     /// Longest random delay an agent waits before it writes its result (spreads the writes of
     /// agents that finish together); zero: none.
     pub agent_result_jitter: std::time::Duration,
+    /// What gives agent pods the fabric for `spec.fabric` (the administrator's, never a
+    /// validation's).
+    pub fabric: FabricPods,
+}
+
+/// Pod settings for validations with `spec.fabric`: host networking (RDMA NICs, no overlay),
+/// extra device resources (`rdma/ib=1`) and capabilities (`IPC_LOCK` to pin RDMA memory).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FabricPods {
+    pub host_network: bool,
+    /// (resource name, quantity) requested and limited on the agent container.
+    pub resources: Vec<(String, String)>,
+    pub capabilities: Vec<String>,
+}
+
+/// The capabilities a fabric test may add: pinning memory for RDMA, raw sockets for RoCE
+/// tooling. Anything else is refused at start.
+pub const FABRIC_CAPABILITIES: [&str; 2] = ["IPC_LOCK", "NET_RAW"];
+
+/// Parses `--fabric-resource NAME=QUANTITY` (e.g. `rdma/ib=1`).
+pub fn parse_resource(s: &str) -> Result<(String, String), ConfigError> {
+    let (name, qty) = s
+        .split_once('=')
+        .ok_or_else(|| ConfigError::FabricResource(s.to_string()))?;
+    let valid_name = name.contains('/')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._/".contains(c));
+    let valid_qty = !qty.is_empty() && qty.chars().all(|c| c.is_ascii_digit());
+    if !valid_name || !valid_qty || name.starts_with("nvidia.com/gpu") {
+        return Err(ConfigError::FabricResource(s.to_string()));
+    }
+    Ok((name.to_string(), qty.to_string()))
 }
 
 impl Default for OperatorConfig {
@@ -52,6 +85,7 @@ impl Default for OperatorConfig {
             api_qps: 0.0,
             api_burst: 100,
             agent_result_jitter: std::time::Duration::ZERO,
+            fabric: FabricPods::default(),
         }
     }
 }
@@ -71,12 +105,28 @@ pub enum ConfigError {
     Env(String),
     #[error("--agent-image must not be empty")]
     NoImage,
+    #[error(
+        "invalid --fabric-resource '{0}': write DOMAIN/NAME=COUNT for a device resource such as rdma/ib=1 (GPUs are requested already)"
+    )]
+    FabricResource(String),
+    #[error(
+        "--fabric-capability {0} is not allowed: only IPC_LOCK and NET_RAW (use --agent-privileged where more is needed)"
+    )]
+    FabricCapability(String),
 }
 
 impl OperatorConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.agent_image.trim().is_empty() {
             return Err(ConfigError::NoImage);
+        }
+        if let Some(c) = self
+            .fabric
+            .capabilities
+            .iter()
+            .find(|c| !FABRIC_CAPABILITIES.contains(&c.as_str()))
+        {
+            return Err(ConfigError::FabricCapability(c.clone()));
         }
         if let Some(p) = &self.io_host_path {
             if !p.is_absolute()

@@ -54,6 +54,24 @@ struct Args {
     /// Run agent pods privileged (an administrator's opt-in).
     #[arg(long, env = "GPUVAL_AGENT_PRIVILEGED")]
     agent_privileged: bool,
+    /// Fabric test (spec.fabric): agent pods use the host's network (RDMA NICs, no overlay).
+    #[arg(long, env = "GPUVAL_FABRIC_HOST_NETWORK")]
+    fabric_host_network: bool,
+    /// Fabric test: a device resource each agent pod requests, NAME=COUNT (e.g. rdma/ib=1);
+    /// repeatable.
+    #[arg(
+        long = "fabric-resource",
+        env = "GPUVAL_FABRIC_RESOURCES",
+        value_delimiter = ','
+    )]
+    fabric_resources: Vec<String>,
+    /// Fabric test: a capability added to agent containers (IPC_LOCK or NET_RAW); repeatable.
+    #[arg(
+        long = "fabric-capability",
+        env = "GPUVAL_FABRIC_CAPABILITIES",
+        value_delimiter = ','
+    )]
+    fabric_capabilities: Vec<String>,
     /// Extra agent environment NAME=VALUE; repeatable (e.g. GPUVAL_SIMULATE for demos).
     #[arg(long = "agent-env", env = "GPUVAL_AGENT_ENV", value_delimiter = ';')]
     agent_env: Vec<String>,
@@ -142,6 +160,21 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
         api_qps: a.api_qps.max(0.0),
         api_burst: a.api_burst.max(1),
         agent_result_jitter: std::time::Duration::from_secs(a.agent_result_jitter_seconds),
+        fabric: config::FabricPods {
+            host_network: a.fabric_host_network,
+            resources: a
+                .fabric_resources
+                .iter()
+                .filter(|r| !r.is_empty())
+                .map(|r| config::parse_resource(r))
+                .collect::<Result<_, _>>()?,
+            capabilities: a
+                .fabric_capabilities
+                .iter()
+                .filter(|c| !c.is_empty())
+                .cloned()
+                .collect(),
+        },
     };
     cfg.validate()?;
     Ok(cfg)

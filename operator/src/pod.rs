@@ -229,6 +229,42 @@ fn resources(gpus: i32) -> ResourceRequirements {
     }
 }
 
+/// The administrator's fabric device resources, for validations with `spec.fabric`.
+fn with_fabric_resources(
+    mut r: ResourceRequirements,
+    gv: &GpuValidation,
+    cfg: &OperatorConfig,
+) -> ResourceRequirements {
+    if gv.spec.fabric.is_none() {
+        return r;
+    }
+    for (name, qty) in &cfg.fabric.resources {
+        for map in [
+            r.limits.get_or_insert_with(BTreeMap::new),
+            r.requests.get_or_insert_with(BTreeMap::new),
+        ] {
+            map.insert(name.clone(), Quantity(qty.clone()));
+        }
+    }
+    r
+}
+
+/// The administrator's fabric capabilities, for validations with `spec.fabric` (all others
+/// stay dropped).
+fn with_fabric_capabilities(
+    mut sc: SecurityContext,
+    gv: &GpuValidation,
+    cfg: &OperatorConfig,
+) -> SecurityContext {
+    if gv.spec.fabric.is_some()
+        && !cfg.fabric.capabilities.is_empty()
+        && let Some(caps) = sc.capabilities.as_mut()
+    {
+        caps.add = Some(cfg.fabric.capabilities.clone());
+    }
+    sc
+}
+
 /// Least privilege (no capabilities, read-only root) unless the admin opted into privileged.
 fn security_context(privileged: bool) -> SecurityContext {
     SecurityContext {
@@ -256,8 +292,12 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
         image_pull_policy: cfg.agent_image_pull_policy.clone(),
         args: Some(vec!["k8s".into()]),
         env: Some(container_env(gv, cfg)),
-        resources: Some(resources(gpus)),
-        security_context: Some(security_context(cfg.agent_privileged)),
+        resources: Some(with_fabric_resources(resources(gpus), gv, cfg)),
+        security_context: Some(with_fabric_capabilities(
+            security_context(cfg.agent_privileged),
+            gv,
+            cfg,
+        )),
         volume_mounts: (!mounts.is_empty()).then_some(mounts),
         ..Default::default()
     };
@@ -281,6 +321,9 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
             tolerations: Some(tolerations(cfg)),
             containers: vec![container],
             volumes: (!volumes.is_empty()).then_some(volumes),
+            host_network: (gv.spec.fabric.is_some() && cfg.fabric.host_network).then_some(true),
+            dns_policy: (gv.spec.fabric.is_some() && cfg.fabric.host_network)
+                .then(|| "ClusterFirstWithHostNet".to_string()),
             ..Default::default()
         }),
         status: None,
@@ -417,5 +460,84 @@ mod tests {
         let l = labels::node_value(node);
         assert!(l.len() <= 63 && l != node);
         assert_eq!(pod_labels("v", node, 1)[labels::NODE], l);
+    }
+
+    #[test]
+    fn fabric_pod_settings_apply_only_to_fabric_validations() {
+        let cfg = OperatorConfig {
+            fabric: crate::config::FabricPods {
+                host_network: true,
+                resources: vec![("rdma/ib".into(), "1".into())],
+                capabilities: vec!["IPC_LOCK".into()],
+            },
+            ..Default::default()
+        };
+        let plain = agent_pod(&gv(), "gpu-a", 8, &cfg);
+        let spec = plain.spec.as_ref().unwrap();
+        assert_eq!(spec.host_network, None);
+        let c = &spec.containers[0];
+        let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
+        assert!(!limits.contains_key("rdma/ib"));
+        let caps = c
+            .security_context
+            .as_ref()
+            .unwrap()
+            .capabilities
+            .as_ref()
+            .unwrap();
+        assert_eq!(caps.add, None);
+
+        let mut g = gv();
+        g.spec.fabric = Some(gpuval_crds::fabric::FabricSpec {
+            tcp: Some(gpuval_crds::fabric::FabricTcp {
+                streams: 1,
+                duration: gpuval_crds::Duration::from_secs(1),
+                min_gbps: None,
+                max_latency_micros: None,
+            }),
+            ..Default::default()
+        });
+        let fab = agent_pod(&g, "gpu-a", 8, &cfg);
+        let spec = fab.spec.as_ref().unwrap();
+        assert_eq!(spec.host_network, Some(true));
+        assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirstWithHostNet"));
+        let c = &spec.containers[0];
+        let r = c.resources.as_ref().unwrap();
+        for map in [r.limits.as_ref().unwrap(), r.requests.as_ref().unwrap()] {
+            assert_eq!(map.get("rdma/ib"), Some(&Quantity("1".into())));
+        }
+        let caps = c
+            .security_context
+            .as_ref()
+            .unwrap()
+            .capabilities
+            .as_ref()
+            .unwrap();
+        assert_eq!(caps.add.as_deref(), Some(&["IPC_LOCK".to_string()][..]));
+        assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+    }
+
+    #[test]
+    fn fabric_settings_are_checked_at_start() {
+        use crate::config::{ConfigError, parse_resource};
+        assert_eq!(
+            parse_resource("rdma/ib=1").unwrap(),
+            ("rdma/ib".into(), "1".into())
+        );
+        for bad in ["rdma/ib", "ib=1", "rdma/ib=one", "nvidia.com/gpu=1"] {
+            assert!(
+                matches!(parse_resource(bad), Err(ConfigError::FabricResource(_))),
+                "{bad}"
+            );
+        }
+        let cfg = OperatorConfig {
+            fabric: crate::config::FabricPods {
+                capabilities: vec!["SYS_ADMIN".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let e = cfg.validate().unwrap_err();
+        assert!(e.to_string().contains("SYS_ADMIN"), "{e}");
     }
 }

@@ -106,9 +106,12 @@ pub fn real_nccl() -> Result<Box<dyn NcclGroup>, String> {
         .platform()
         .inventory()
         .map_err(|e| format!("list the GPUs: {e}"))?;
+    // NVML lists every GPU of the host; the launcher may have given this rank only some.
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let gpus = inventory
         .gpus
         .iter()
+        .filter(|g| nccl::is_visible(visible.as_deref(), g.index, &g.uuid))
         .map(|g| crate::checks::nccl::request::RankGpu {
             index: g.index,
             uuid: g.uuid.clone(),

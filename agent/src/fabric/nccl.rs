@@ -115,7 +115,7 @@ pub fn run(req: &NcclRequest) -> Result<NcclFigures, FabricError> {
         // this side failed, or a peer never came (the planner tells which from the others).
         Err(e) => {
             let text = e.to_string();
-            if text.contains("silent") || text.contains("stuck") {
+            if waited_for_peers(&text) {
                 Err(peer_error(text))
             } else {
                 Err(local_error(text))
@@ -160,6 +160,25 @@ fn figures(req: &NcclRequest, s: &SweepOutcome) -> Result<NcclFigures, FabricErr
         bus_gbps: layout.busbw_gbps(row.seconds),
         seconds: s.seconds,
     })
+}
+
+/// Whether the GPU with NVML `index` and `uuid` is among `CUDA_VISIBLE_DEVICES` (indices or
+/// UUIDs, comma-separated; unset: every GPU).
+pub fn is_visible(visible: Option<&str>, index: u32, uuid: &str) -> bool {
+    let Some(list) = visible else {
+        return true;
+    };
+    list.split(',').map(str::trim).any(|v| {
+        v.parse::<u32>().is_ok_and(|i| i == index) || (!v.is_empty() && uuid.starts_with(v))
+    })
+}
+
+/// Whether a sweep that could not run was waiting for the other members (a peer's fault as far
+/// as this node knows) rather than failing on its own.
+fn waited_for_peers(text: &str) -> bool {
+    ["silent", "stuck", "did not return within"]
+        .iter()
+        .any(|w| text.contains(w))
 }
 
 /// The real runner of a node whose checks produced `report`.
@@ -290,6 +309,25 @@ mod tests {
         let e = request(&assignment(0), &settings(), &gpus(7), &[8, 8, 8], &[]).unwrap_err();
         assert_eq!(e.kind, FabricErrorKind::Local);
         assert!(e.message.contains("7 GPU(s)"), "{}", e.message);
+    }
+
+    #[test]
+    fn visible_devices_pick_the_ranks_gpus() {
+        assert!(is_visible(None, 3, "GPU-abc"));
+        assert!(is_visible(Some("1"), 1, "GPU-abc"));
+        assert!(!is_visible(Some("1"), 0, "GPU-abc"));
+        assert!(is_visible(Some("0, GPU-ab"), 5, "GPU-abc"));
+        assert!(!is_visible(Some(""), 0, "GPU-abc"));
+    }
+
+    #[test]
+    fn a_setup_that_waited_for_peers_is_theirs() {
+        assert!(waited_for_peers(
+            "rank 0: ncclCommInitRank did not return within 65s; the sweep process ended"
+        ));
+        assert!(!waited_for_peers(
+            "ncclCommInitRank: invalid usage (NET/IB : No IP interface found.)"
+        ));
     }
 
     #[test]

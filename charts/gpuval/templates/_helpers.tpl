@@ -71,8 +71,22 @@ app.kubernetes.io/component: operator
 {{- join ";" $out }}
 {{- end }}
 
+{{/* agent.fabric.resources as NAME=COUNT,NAME=COUNT (the operator's --fabric-resource). */}}
+{{- define "gpuval.fabricResources" -}}
+{{- $out := list }}
+{{- range $k, $v := . }}
+{{- $out = append $out (printf "%s=%d" $k (int $v)) }}
+{{- end }}
+{{- join "," $out }}
+{{- end }}
+
 {{/* Checks across values that a JSON schema cannot express well; fails with a plain message. */}}
 {{- define "gpuval.validate" -}}
+{{- with .Values.agent.fabric }}
+{{- if and (or .resources .capabilities) (not .hostNetwork) }}
+{{- fail "agent.fabric.resources or agent.fabric.capabilities are set but agent.fabric.hostNetwork is false: RDMA devices and IPC_LOCK serve the host's NICs; set hostNetwork: true (or clear them)" }}
+{{- end }}
+{{- end }}
 {{- if and (gt (int .Values.operator.replicas) 1) (not .Values.operator.leaderElection.enabled) }}
 {{- fail (printf "operator.replicas is %d but operator.leaderElection.enabled is false: several replicas without leader election would all create agent pods; enable leader election or use one replica" (int .Values.operator.replicas)) }}
 {{- end }}
