@@ -33,6 +33,8 @@ pub struct OperatorConfig {
     /// Longest random delay an agent waits before it writes its result (spreads the writes of
     /// agents that finish together); zero: none.
     pub agent_result_jitter: std::time::Duration,
+    /// The time schedules and admission decide with: the system clock, or one a test moves.
+    pub clock: crate::schedule::Clock,
 }
 
 impl Default for OperatorConfig {
@@ -52,6 +54,7 @@ impl Default for OperatorConfig {
             api_qps: 0.0,
             api_burst: 100,
             agent_result_jitter: std::time::Duration::ZERO,
+            clock: crate::schedule::Clock::system(),
         }
     }
 }

@@ -263,6 +263,7 @@ pub async fn run(
     ready: Arc<AtomicBool>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let cfg = crate::admission::with_agent_tolerations(cfg);
     let ns = cfg.namespace.clone();
     let (pods, pod_writer) = reflector::store();
     let (results, result_writer) = reflector::store();
@@ -302,6 +303,11 @@ pub async fn run(
         throttle: Throttle::new(cfg.api_qps, cfg.api_burst),
     });
     tokio::spawn(mark_ready_when_filled(ctx.clone(), ready));
+    // Schedules, admission and node state: their own controllers over the same stores.
+    let lifecycle = [
+        tokio::spawn(crate::schedule::shell::run(ctx.clone())),
+        tokio::spawn(crate::node_state::run(ctx.clone())),
+    ];
 
     controller
         .with_config(controller_config(&cfg))
@@ -314,6 +320,7 @@ pub async fn run(
         .run(reconcile, error_policy, ctx)
         .for_each(log_outcome)
         .await;
+    lifecycle.iter().for_each(tokio::task::JoinHandle::abort);
 }
 
 /// The event recorder, reporting as this operator (and this replica, when it knows its pod).

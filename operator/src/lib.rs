@@ -5,12 +5,15 @@
 //! [`controller`] is the thin shell that watches the cluster, [`observe`]s it, and [`apply`]s
 //! the decisions.
 
+pub mod admission;
 pub mod apply;
 pub mod config;
 pub mod controller;
 pub mod metrics;
+pub mod node_state;
 pub mod observe;
 pub mod pod;
 pub mod reconcile;
+pub mod schedule;
 pub mod selection;
 pub mod throttle;

@@ -142,6 +142,7 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
         api_qps: a.api_qps.max(0.0),
         api_burst: a.api_burst.max(1),
         agent_result_jitter: std::time::Duration::from_secs(a.agent_result_jitter_seconds),
+        clock: gpuval_operator::schedule::Clock::system(),
     };
     cfg.validate()?;
     Ok(cfg)
