@@ -118,16 +118,17 @@ fn finished(v: Option<&GpuValidation>) -> bool {
         .is_some_and(Phase::is_terminal)
 }
 
-/// Moves the clock to just past the schedule's next scheduled time (from its status) and
-/// returns that time.
+/// Moves the clock to just past the schedule's next scheduled time (from its status, once the
+/// status plans a time after the clock's now) and returns that time.
 async fn advance_to_next(e: &Env, schedule: &str) -> Timestamp {
+    let now = e.clock.now();
     let api: Api<GpuValidationSchedule> = Api::all(e.client.clone());
     let s = wait(
         api,
         schedule,
         30,
-        "planned",
-        schedule_status(|s| s.next_schedule_time.is_some()),
+        "planned ahead of the clock",
+        schedule_status(move |s| s.next_schedule_time.as_ref().is_some_and(|t| t.0 > now)),
     )
     .await;
     let next = s.status.unwrap().next_schedule_time.unwrap().0;
@@ -233,10 +234,11 @@ async fn a_schedule_fires_on_time_forbids_overlap_and_keeps_its_history() {
     let st = s.status.unwrap();
     assert_eq!(st.last_verdict, Some(Phase::Passed));
     assert_eq!(st.last_schedule_time.map(|t| t.0), Some(third_at));
+    let first_uid = gv.uid().unwrap();
     let deleted = await_condition(
         validations,
         &first,
-        kube::runtime::wait::conditions::is_deleted(&gv.uid().unwrap()),
+        kube::runtime::wait::conditions::is_deleted(&first_uid),
     );
     tokio::time::timeout(Duration::from_secs(60), deleted)
         .await
@@ -357,7 +359,7 @@ async fn new_nodes_are_untainted_on_a_pass_kept_out_on_a_failure_and_node_state_
     create_tainted_node(&e.client, "gpu-bad").await;
     let nodes_api: Api<Node> = Api::all(e.client.clone());
 
-    let good = wait(
+    wait(
         nodes_api.clone(),
         "gpu-new",
         120,
@@ -372,9 +374,7 @@ async fn new_nodes_are_untainted_on_a_pass_kept_out_on_a_failure_and_node_state_
         "labelled",
         |n: Option<&Node>| n.is_some_and(|n| condition(n).is_some()),
     )
-    .await
-    .clone();
-    let _ = good.clone();
+    .await;
     assert_eq!(
         good.labels().get("gpuval.io/verdict").map(String::as_str),
         Some("Pass")
@@ -480,6 +480,35 @@ async fn a_node_removed_mid_admission_is_dropped_without_error() {
     )
     .await;
     assert!(!node_taints(&stays).iter().any(|k| k == "gpuval.io/failed"));
+    // The run reports the node it lost; admission says nothing about it (no warning).
+    let gv = Api::<GpuValidation>::all(e.client.clone())
+        .get(&run)
+        .await
+        .unwrap();
+    let lines = &gv.status.as_ref().unwrap().nodes;
+    assert!(lines.iter().all(|l| l.name == "gpu-goes"), "{lines:?}");
+    let events =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(e.client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+    let about_gate: Vec<_> = events
+        .iter()
+        .filter(|ev| ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("gate"))
+        .collect();
+    assert!(
+        about_gate
+            .iter()
+            .any(|ev| ev.reason.as_deref() == Some("NodeAdmitted")),
+        "{about_gate:?}"
+    );
+    assert!(
+        about_gate
+            .iter()
+            .all(|ev| ev.type_.as_deref() != Some("Warning")),
+        "{about_gate:?}"
+    );
     let s = Api::<GpuValidationSchedule>::all(e.client.clone())
         .get("gate")
         .await

@@ -452,7 +452,9 @@ mod tests {
             prune_history(&runs, 0, 0),
             vec!["r1", "r2", "r3", "r4", "r5"]
         );
-        let mut s = schedule(hourly());
+        let mut spec = hourly();
+        spec["successfulHistoryLimit"] = json!(2);
+        let mut s = schedule(spec);
         s.status = Some(GpuValidationScheduleStatus {
             last_schedule_time: Some(Time(ts("2026-11-23T06:00:00Z"))),
             ..Default::default()
