@@ -131,7 +131,11 @@ async fn advance_to_next(e: &Env, schedule: &str) -> Timestamp {
         schedule_status(move |s| s.next_schedule_time.as_ref().is_some_and(|t| t.0 > now)),
     )
     .await;
-    let next = s.status.unwrap().next_schedule_time.unwrap().0;
+    let next = s
+        .status
+        .and_then(|s| s.next_schedule_time)
+        .expect("waited for a planned time")
+        .0;
     let ahead = next.duration_since(e.clock.now());
     let by = Duration::try_from(ahead).unwrap_or(Duration::ZERO) + Duration::from_secs(1);
     e.clock.advance(by);
