@@ -64,38 +64,32 @@ struct Field {
     names: &'static [&'static str],
 }
 
-const MINUTE: Field = Field {
-    name: "minute",
-    min: 0,
-    max: 59,
-    names: &[],
-};
-const HOUR: Field = Field {
-    name: "hour",
-    min: 0,
-    max: 23,
-    names: &[],
-};
-const DAY: Field = Field {
-    name: "day of month",
-    min: 1,
-    max: 31,
-    names: &[],
-};
-const MONTH: Field = Field {
-    name: "month",
-    min: 1,
-    max: 12,
-    names: &[
+const MINUTE: Field = field("minute", 0, 59, &[]);
+const HOUR: Field = field("hour", 0, 23, &[]);
+const DAY: Field = field("day of month", 1, 31, &[]);
+const MONTH: Field = field(
+    "month",
+    1,
+    12,
+    &[
         "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
     ],
-};
-const WEEKDAY: Field = Field {
-    name: "day of week",
-    min: 0,
-    max: 7,
-    names: &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"],
-};
+);
+const WEEKDAY: Field = field(
+    "day of week",
+    0,
+    7,
+    &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"],
+);
+
+const fn field(name: &'static str, min: u8, max: u8, names: &'static [&'static str]) -> Field {
+    Field {
+        name,
+        min,
+        max,
+        names,
+    }
+}
 
 /// A parsed cron expression: one bit set per allowed value of each field.
 #[derive(Clone, PartialEq, Eq)]

@@ -14,10 +14,10 @@ use std::time::Duration;
 use gpuval_crds::{GpuValidation, GpuValidationSchedule, Phase};
 use gpuval_operator::schedule::Clock;
 use gpuval_operator::schedule::plan::run_name;
-use gpuval_tests::kubelet::{FakeKubelet, agent_binary};
+use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::{ControlPlane, Options, crds, nodes};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
+use gpuval_tests::{ControlPlane, cluster, crds, nodes};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition};
@@ -38,32 +38,8 @@ struct Env {
 }
 
 async fn env(gpu_nodes: &[&str]) -> Env {
-    let cp = ControlPlane::start_with(Options::all())
-        .await
-        .expect("control plane");
-    let client = cp.client().await.expect("client");
-    crds::install_crds(&client).await.expect("CRDs");
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("namespace");
-    for n in gpu_nodes {
-        nodes::create_gpu_node(&client, n, 8, &[])
-            .await
-            .expect("node");
-    }
-    for n in gpu_nodes {
-        nodes::wait_node_ready(&client, n, Duration::from_secs(60))
-            .await
-            .expect("node ready");
-    }
-    let kubelet = FakeKubelet::start(
-        client.clone(),
-        cp.kubeconfig().to_path_buf(),
-        agent_binary().expect("agent binary"),
-        NS.into(),
-    );
+    let c = cluster::start(NS, gpu_nodes, &[]).await;
+    let (cp, client, kubelet) = (c.cp, c.client, c.kubelet);
     let clock = Clock::system();
     let mut cfg = test_config(NS, SIM);
     cfg.clock = clock.clone();

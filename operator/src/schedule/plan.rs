@@ -19,6 +19,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::reconcile::PlannedEvent;
+
 /// The longest a schedule name may be inside a run's name (`NAME-MINUTES` stays a valid name,
 /// and the agent pods' names built from it stay short).
 pub const MAX_NAME_PREFIX: usize = 40;
@@ -52,21 +54,13 @@ pub struct NewRun {
     pub node_names: Option<Vec<String>>,
 }
 
-/// An event to publish about the schedule.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Note {
-    pub warning: bool,
-    pub reason: &'static str,
-    pub note: String,
-}
-
 /// Everything the shell should do for one schedule.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
     pub create: Option<NewRun>,
     pub delete: Vec<String>,
     pub status: GpuValidationScheduleStatus,
-    pub events: Vec<Note>,
+    pub events: Vec<PlannedEvent>,
     pub requeue_after: Option<Duration>,
 }
 
@@ -220,7 +214,7 @@ pub fn plan(
                 &now_t,
             );
             if changed {
-                plan.events.push(Note {
+                plan.events.push(PlannedEvent {
                     warning: true,
                     reason: "InvalidSchedule",
                     note: msg,
@@ -270,7 +264,7 @@ fn start_or_skip(
     let skip = |status: &mut GpuValidationScheduleStatus, plan: &mut Plan, why: String| {
         status.last_skipped_time = Some(Time(slot));
         status.last_skipped_reason = Some(why.clone());
-        plan.events.push(Note {
+        plan.events.push(PlannedEvent {
             warning: false,
             reason: "Skipped",
             note: format!("run due at {slot} skipped: {why}"),
@@ -297,7 +291,7 @@ fn start_or_skip(
     }
     let name = run_name(&s.name_any(), slot);
     status.last_schedule_time = Some(Time(slot));
-    plan.events.push(Note {
+    plan.events.push(PlannedEvent {
         warning: false,
         reason: "Scheduled",
         note: format!("started {name} for {slot}"),

@@ -9,15 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use gpuval_crds::schedule::GpuValidationScheduleStatus;
 use gpuval_crds::{GPU_RESOURCE, GpuValidation, GpuValidationSchedule, NodeName, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{
-    Api, DeleteParams, ListParams, ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PartialObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -25,6 +21,7 @@ use kube::{Resource, ResourceExt};
 use super::plan::{self, NewRun, NodeLoad, Plan, Run};
 use crate::admission::{self, plan::AdmissionPlan};
 use crate::controller::{Ctx, Error, FIELD_MANAGER};
+use crate::reconcile::PlannedEvent;
 
 /// Requeue after a failed reconcile.
 const RETRY: Duration = Duration::from_secs(5);
@@ -157,47 +154,6 @@ async fn delete(ctx: &Ctx, names: &[String]) -> Result<(), kube::Error> {
     Ok(())
 }
 
-async fn write_status(
-    ctx: &Ctx,
-    name: &str,
-    status: &GpuValidationScheduleStatus,
-) -> Result<(), Error> {
-    let body = serde_json::json!({
-        "apiVersion": GpuValidationSchedule::api_version(&()),
-        "kind": GpuValidationSchedule::kind(&()),
-        "status": status,
-    });
-    let api: Api<GpuValidationSchedule> = Api::all(ctx.client.clone());
-    ctx.throttle.acquire().await;
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
-}
-
-async fn publish(ctx: &Ctx, s: &GpuValidationSchedule, notes: &[plan::Note]) {
-    let reference = s.object_ref(&());
-    for n in notes {
-        let ev = Event {
-            type_: if n.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: n.reason.into(),
-            note: Some(n.note.clone()),
-            action: "Schedule".into(),
-            secondary: None,
-        };
-        if let Err(err) = ctx.recorder.publish(&ev, &reference).await {
-            tracing::warn!(schedule = %s.name_any(), reason = n.reason, error = %err, "could not publish an event");
-        }
-    }
-}
-
 /// The admission plan of `s` (nothing without `spec.admission`).
 fn plan_admission(
     s: &GpuValidationSchedule,
@@ -230,14 +186,14 @@ async fn apply_admission(
     s: &GpuValidationSchedule,
     ctx: &Ctx,
     p: &AdmissionPlan,
-    events: &mut Vec<plan::Note>,
+    events: &mut Vec<PlannedEvent>,
 ) -> Result<(), kube::Error> {
     let Some(a) = s.spec.admission.as_ref() else {
         return Ok(());
     };
     for node in &p.untaint {
         admission::untaint(ctx, node, &a.taint.key).await?;
-        events.push(plan::Note {
+        events.push(PlannedEvent {
             warning: false,
             reason: "NodeAdmitted",
             note: format!("{node} passed; removed taint {}", a.taint.key),
@@ -245,7 +201,7 @@ async fn apply_admission(
     }
     for (node, run) in &p.mark_failed {
         admission::mark_failed(ctx, node, run).await?;
-        events.push(plan::Note {
+        events.push(PlannedEvent {
             warning: true,
             reason: "NodeNotAdmitted",
             note: format!(
@@ -257,7 +213,7 @@ async fn apply_admission(
     }
     if let Some((name, nodes)) = &p.create {
         create(ctx, &new_validation(s, name, None, Some(nodes))).await?;
-        events.push(plan::Note {
+        events.push(PlannedEvent {
             warning: false,
             reason: "AdmissionStarted",
             note: format!(
@@ -292,9 +248,9 @@ async fn reconcile(s: Arc<GpuValidationSchedule>, ctx: Arc<Ctx>) -> Result<Actio
     }
     apply_admission(&s, &ctx, &admission, &mut p.events).await?;
     if s.status.as_ref() != Some(&p.status) {
-        write_status(&ctx, &s.name_any(), &p.status).await?;
+        crate::apply::write_status::<GpuValidationSchedule>(&s.name_any(), &ctx, &p.status).await?;
     }
-    publish(&ctx, &s, &p.events).await;
+    crate::apply::publish_events(&*s, &ctx, &p.events).await;
     let requeue = [p.requeue_after, admission.requeue_after]
         .into_iter()
         .flatten()
