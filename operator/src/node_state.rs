@@ -20,7 +20,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::controller::{Ctx, Error, FIELD_MANAGER};
@@ -180,6 +182,15 @@ fn current(node: &Node) -> Mark {
     }
 }
 
+/// A hash of what the node carries of this controller's marks (its predicate: other changes
+/// to a node do not wake it).
+fn marked(node: &Node) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{:?}", current(node)).hash(&mut h);
+    Some(h.finish())
+}
+
 /// The node's `GpuValidated` condition.
 pub fn condition_of(node: &Node) -> Option<&NodeCondition> {
     node.status
@@ -241,14 +252,29 @@ fn error_policy(node: Arc<Node>, err: &Error, _ctx: Arc<Ctx>) -> Action {
 
 /// Runs the node-state controller until the task is dropped.
 pub async fn run(ctx: Arc<Ctx>) {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let (reader, writer) = reflector::store();
+    // Only what this controller writes wakes it for a node (not kubelet heartbeats).
+    let nodes = watcher(
+        Api::<Node>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(|n: &mut Node| {
+        n.managed_fields_mut().clear();
+        if let Some(s) = n.status.as_mut() {
+            s.images = None;
+        }
+    })
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(marked, PredicateConfig::default());
     let results: Api<PartialObjectMeta<GpuNodeResult>> =
         Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     let result_events = watcher(results, watcher::Config::default())
         .default_backoff()
         .touched_objects();
     let validations: Api<GpuValidation> = Api::all(ctx.client.clone());
-    Controller::new(nodes, watcher::Config::default())
+    Controller::for_stream(nodes, reader)
         .watches_stream(result_events, |r: PartialObjectMeta<GpuNodeResult>| {
             result_meta(&r).map(|m| ObjectRef::new(&m.node))
         })

@@ -69,6 +69,8 @@ pub struct Plan {
 pub struct NodeLoad {
     pub selected: Vec<String>,
     pub busy: BTreeMap<String, String>,
+    /// Why the load could not be read (then no run starts).
+    pub unknown: Option<String>,
 }
 
 /// The deterministic name of the run scheduled at `slot`: the schedule's name (cut to
@@ -278,7 +280,11 @@ fn start_or_skip(
     let mut node_names = None;
     status.skipped_nodes.clear();
     if s.spec.idle_only {
-        let (idle, skipped) = idle_nodes(&load());
+        let load = load();
+        if let Some(why) = load.unknown {
+            return skip(status, plan, why);
+        }
+        let (idle, skipped) = idle_nodes(&load);
         status.skipped_nodes = skipped.into_iter().take(MAX_SKIPPED_LISTED).collect();
         if idle.is_empty() {
             return skip(
@@ -472,6 +478,7 @@ mod tests {
                 "pod ml/train holds 8 nvidia.com/gpu".to_string(),
             )]
             .into(),
+            unknown: None,
         };
         let p = plan(&s, &[], ts("2026-11-23T01:00:00Z"), || load.clone());
         assert_eq!(p.create.unwrap().node_names, Some(vec!["a".to_string()]));
@@ -480,10 +487,21 @@ mod tests {
         let all_busy = NodeLoad {
             selected: vec!["b".into()],
             busy: load.busy.clone(),
+            unknown: None,
         };
         let p = plan(&s, &[], ts("2026-11-23T01:00:00Z"), || all_busy);
         assert_eq!(p.create, None);
         assert!(p.status.last_skipped_reason.unwrap().contains("idleOnly"));
+        let unknown = NodeLoad {
+            unknown: Some("idleOnly: cannot list pods".into()),
+            ..load.clone()
+        };
+        let p = plan(&s, &[], ts("2026-11-23T01:00:00Z"), || unknown);
+        assert_eq!(p.create, None);
+        assert_eq!(
+            p.status.last_skipped_reason.as_deref(),
+            Some("idleOnly: cannot list pods")
+        );
         assert_eq!(
             p.status.last_skipped_time,
             Some(Time(ts("2026-11-23T01:00:00Z")))

@@ -97,7 +97,26 @@ async fn node_load(s: &GpuValidationSchedule, ctx: &Ctx) -> Result<NodeLoad, kub
             busy.entry(node).or_insert(why);
         }
     }
-    Ok(NodeLoad { selected, busy })
+    Ok(NodeLoad {
+        selected,
+        busy,
+        unknown: None,
+    })
+}
+
+/// When the operator may not list pods, the load is unknown: the run is skipped, saying which
+/// permission is missing (other errors are retried).
+fn forbidden_load(e: kube::Error) -> Result<NodeLoad, kube::Error> {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => Ok(NodeLoad {
+            unknown: Some(format!(
+                "idleOnly: cannot list pods to find busy GPUs ({}); grant the operator `list` on pods in every namespace (the chart does)",
+                s.message
+            )),
+            ..NodeLoad::default()
+        }),
+        other => Err(other),
+    }
 }
 
 /// The validation a [`NewRun`] (or an admission batch) creates: the template, owned by the
@@ -231,7 +250,7 @@ async fn reconcile(s: Arc<GpuValidationSchedule>, ctx: Arc<Ctx>) -> Result<Actio
     let owned = owned_runs(&s, &ctx);
     let runs: Vec<Run> = owned.iter().map(|v| run_of(v)).collect();
     let load = match (s.spec.idle_only, plan::slot_due(&s, now)) {
-        (true, Some(_)) => node_load(&s, &ctx).await?,
+        (true, Some(_)) => node_load(&s, &ctx).await.or_else(forbidden_load)?,
         _ => NodeLoad::default(),
     };
     let mut p: Plan = plan::plan(&s, &runs, now, || load);
