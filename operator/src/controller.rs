@@ -189,7 +189,7 @@ fn trim_meta<K: ResourceExt>(k: &mut K) {
 }
 
 /// Drops what a node carries that selection never reads (images, conditions, volumes).
-fn trim_node(n: &mut Node) {
+pub fn trim_node(n: &mut Node) {
     trim_meta(n);
     if let Some(s) = n.status.as_mut() {
         s.images = None;

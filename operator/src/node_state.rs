@@ -20,8 +20,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -222,22 +222,31 @@ async fn write(ctx: &Ctx, name: &str, mark: &Mark) -> Result<(), kube::Error> {
     Ok(())
 }
 
-async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+/// What a node-state reconcile reads: the operator's context and this controller's own stores
+/// of node results and validations (filled before each trigger they cause is delivered).
+pub struct NodeStateCtx {
+    ctx: Arc<Ctx>,
+    results: Store<PartialObjectMeta<GpuNodeResult>>,
+    validations: Store<GpuValidation>,
+}
+
+async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Error> {
+    let ctx = &nc.ctx;
     let name = node.name_any();
-    let results: Vec<ResultMeta> = ctx
+    let results: Vec<ResultMeta> = nc
         .results
         .state()
         .iter()
         .filter_map(|r| result_meta(r))
         .filter(|r| r.node == name)
         .collect();
-    let validations = ctx.validations.state();
+    let validations = nc.validations.state();
     let finished: Vec<&GpuValidation> = validations.iter().map(|v| &**v).collect();
     let evidence = latest(&name, &results, &finished);
     let want = desired(evidence.as_ref(), condition_of(&node));
     if want != current(&node) {
         tracing::info!(node = %name, verdict = ?want.labels.get(labels::NODE_VERDICT), "node state");
-        match write(&ctx, &name, &want).await {
+        match write(ctx, &name, &want).await {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             other => other?,
         }
@@ -245,7 +254,7 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
-fn error_policy(node: Arc<Node>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+fn error_policy(node: Arc<Node>, err: &Error, _ctx: Arc<NodeStateCtx>) -> Action {
     tracing::warn!(node = %node.name_any(), error = %err, "could not write node state; retrying");
     Action::requeue(Duration::from_secs(5))
 }
@@ -268,27 +277,38 @@ pub async fn run(ctx: Arc<Ctx>) {
     .reflect(writer)
     .applied_objects()
     .predicate_filter(marked, PredicateConfig::default());
-    let results: Api<PartialObjectMeta<GpuNodeResult>> =
-        Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
-    let result_events = watcher(results, watcher::Config::default())
-        .default_backoff()
-        .touched_objects();
-    let validations: Api<GpuValidation> = Api::all(ctx.client.clone());
+    let (results, result_writer) = reflector::store();
+    let result_events = watcher(
+        Api::<PartialObjectMeta<GpuNodeResult>>::namespaced(ctx.client.clone(), &ctx.cfg.namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(result_writer)
+    .touched_objects();
+    let (validations, validation_writer) = reflector::store();
+    let validation_events = watcher(
+        Api::<GpuValidation>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(validation_writer)
+    .touched_objects();
+    let nc = Arc::new(NodeStateCtx {
+        ctx,
+        results,
+        validations,
+    });
     Controller::for_stream(nodes, reader)
         .watches_stream(result_events, |r: PartialObjectMeta<GpuNodeResult>| {
             result_meta(&r).map(|m| ObjectRef::new(&m.node))
         })
-        .watches(
-            validations,
-            watcher::Config::default(),
-            |v: GpuValidation| {
-                v.status
-                    .iter()
-                    .flat_map(|s| s.nodes.iter().map(|n| ObjectRef::new(&n.name)))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .run(reconcile, error_policy, ctx)
+        .watches_stream(validation_events, |v: GpuValidation| {
+            v.status
+                .iter()
+                .flat_map(|s| s.nodes.iter().map(|n| ObjectRef::new(&n.name)))
+                .collect::<Vec<_>>()
+        })
+        .run(reconcile, error_policy, nc)
         .for_each(|_| async {})
         .await;
 }

@@ -264,10 +264,15 @@ async fn idle_only_leaves_out_a_node_whose_gpus_a_pod_holds() {
     .await;
     let names: Vec<&str> = gv.spec.node_names.iter().map(|n| n.0.as_str()).collect();
     assert_eq!(names, ["gpu-a"]);
-    let s = Api::<GpuValidationSchedule>::all(e.client.clone())
-        .get("idle")
-        .await
-        .unwrap();
+    // The status is written after the run is created.
+    let s = wait(
+        Api::<GpuValidationSchedule>::all(e.client.clone()),
+        "idle",
+        30,
+        "listing the skipped node",
+        schedule_status(|s| !s.skipped_nodes.is_empty()),
+    )
+    .await;
     let skipped = s.status.unwrap().skipped_nodes;
     assert_eq!(skipped.len(), 1, "{skipped:?}");
     assert_eq!(skipped[0].name, "gpu-b");

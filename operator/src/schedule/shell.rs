@@ -12,10 +12,10 @@ use futures::StreamExt;
 use gpuval_crds::{GPU_RESOURCE, GpuValidation, GpuValidationSchedule, NodeName, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PartialObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Resource, ResourceExt};
 
 use super::plan::{self, NewRun, NodeLoad, Plan, Run};
@@ -27,10 +27,9 @@ use crate::reconcile::PlannedEvent;
 const RETRY: Duration = Duration::from_secs(5);
 
 /// The runs (validations) schedule `s` owns.
-fn owned_runs(s: &GpuValidationSchedule, ctx: &Ctx) -> Vec<Arc<GpuValidation>> {
+fn owned_runs(s: &GpuValidationSchedule, runs: &Store<GpuValidation>) -> Vec<Arc<GpuValidation>> {
     let uid = s.metadata.uid.clone().unwrap_or_default();
-    ctx.validations
-        .state()
+    runs.state()
         .into_iter()
         .filter(|v| {
             v.metadata
@@ -61,9 +60,12 @@ fn run_of(v: &GpuValidation) -> Run {
 }
 
 /// The nodes the template selects and which running pods (other than agents) hold their GPUs.
-async fn node_load(s: &GpuValidationSchedule, ctx: &Ctx) -> Result<NodeLoad, kube::Error> {
-    let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
-    let selected = crate::selection::select(&s.spec.template, &nodes)
+async fn node_load(
+    s: &GpuValidationSchedule,
+    ctx: &Ctx,
+    nodes: &[Node],
+) -> Result<NodeLoad, kube::Error> {
+    let selected = crate::selection::select(&s.spec.template, nodes)
         .selected
         .into_iter()
         .map(|n| n.name)
@@ -178,13 +180,13 @@ fn plan_admission(
     s: &GpuValidationSchedule,
     runs: &[Arc<GpuValidation>],
     ctx: &Ctx,
+    nodes: &[Node],
     now: Timestamp,
 ) -> AdmissionPlan {
     let Some(a) = s.spec.admission.as_ref() else {
         return AdmissionPlan::default();
     };
-    let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
-    let views = admission::node_views(&s.spec.template, a, &nodes);
+    let views = admission::node_views(&s.spec.template, a, nodes);
     let admission_runs: Vec<_> = runs
         .iter()
         .filter(|r| !r.annotations().contains_key(labels::SCHEDULED_AT))
@@ -245,17 +247,28 @@ async fn apply_admission(
     Ok(())
 }
 
-async fn reconcile(s: Arc<GpuValidationSchedule>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+/// What a schedule reconcile reads: the operator's context, and this controller's own stores
+/// of runs and nodes (filled before each trigger they cause is delivered, so a reconcile never
+/// sees a run older than the event that woke it).
+pub struct ScheduleCtx {
+    ctx: Arc<Ctx>,
+    runs: Store<GpuValidation>,
+    nodes: Store<Node>,
+}
+
+async fn reconcile(s: Arc<GpuValidationSchedule>, sc: Arc<ScheduleCtx>) -> Result<Action, Error> {
+    let ctx = &sc.ctx;
     let now = ctx.cfg.clock.now();
-    let owned = owned_runs(&s, &ctx);
+    let owned = owned_runs(&s, &sc.runs);
     let runs: Vec<Run> = owned.iter().map(|v| run_of(v)).collect();
+    let nodes: Vec<Node> = sc.nodes.state().iter().map(|n| (**n).clone()).collect();
     let load = match (s.spec.idle_only, plan::slot_due(&s, now)) {
-        (true, Some(_)) => node_load(&s, &ctx).await.or_else(forbidden_load)?,
+        (true, Some(_)) => node_load(&s, ctx, &nodes).await.or_else(forbidden_load)?,
         _ => NodeLoad::default(),
     };
     let mut p: Plan = plan::plan(&s, &runs, now, || load);
-    let admission = plan_admission(&s, &owned, &ctx, now);
-    delete(&ctx, &p.delete).await?;
+    let admission = plan_admission(&s, &owned, ctx, &nodes, now);
+    delete(ctx, &p.delete).await?;
     if let Some(NewRun {
         name,
         scheduled_at,
@@ -263,13 +276,13 @@ async fn reconcile(s: Arc<GpuValidationSchedule>, ctx: Arc<Ctx>) -> Result<Actio
     }) = &p.create
     {
         let gv = new_validation(&s, name, Some(*scheduled_at), node_names.as_deref());
-        create(&ctx, &gv).await?;
+        create(ctx, &gv).await?;
     }
-    apply_admission(&s, &ctx, &admission, &mut p.events).await?;
+    apply_admission(&s, ctx, &admission, &mut p.events).await?;
     if s.status.as_ref() != Some(&p.status) {
-        crate::apply::write_status::<GpuValidationSchedule>(&s.name_any(), &ctx, &p.status).await?;
+        crate::apply::write_status::<GpuValidationSchedule>(&s.name_any(), ctx, &p.status).await?;
     }
-    crate::apply::publish_events(&*s, &ctx, &p.events).await;
+    crate::apply::publish_events(&*s, ctx, &p.events).await;
     let requeue = [p.requeue_after, admission.requeue_after]
         .into_iter()
         .flatten()
@@ -278,7 +291,7 @@ async fn reconcile(s: Arc<GpuValidationSchedule>, ctx: Arc<Ctx>) -> Result<Actio
     Ok(Action::requeue(requeue))
 }
 
-fn error_policy(s: Arc<GpuValidationSchedule>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+fn error_policy(s: Arc<GpuValidationSchedule>, err: &Error, _ctx: Arc<ScheduleCtx>) -> Action {
     tracing::warn!(schedule = %s.name_any(), error = %err, "schedule reconcile failed; retrying");
     Action::requeue(RETRY)
 }
@@ -293,6 +306,15 @@ fn gating(store: &Store<GpuValidationSchedule>) -> Vec<ObjectRef<GpuValidationSc
         .collect()
 }
 
+/// The schedule that owns run `v`, if any.
+fn owner_schedule(v: &GpuValidation) -> Option<ObjectRef<GpuValidationSchedule>> {
+    let kind = GpuValidationSchedule::kind(&());
+    v.owner_references()
+        .iter()
+        .find(|o| o.kind == kind)
+        .map(|o| ObjectRef::new(&o.name))
+}
+
 /// Runs the schedule controller until the task is dropped.
 pub async fn run(ctx: Arc<Ctx>) {
     let client = ctx.client.clone();
@@ -300,21 +322,28 @@ pub async fn run(ctx: Arc<Ctx>) {
         Api::<GpuValidationSchedule>::all(client.clone()),
         watcher::Config::default().any_semantic(),
     );
-    let store = controller.store();
-    let node_events = watcher(
-        Api::<PartialObjectMeta<Node>>::all(client.clone()),
-        watcher::Config::default(),
+    let schedules = controller.store();
+    let (runs, run_writer) = reflector::store();
+    let run_events = watcher(
+        Api::<GpuValidation>::all(client.clone()),
+        watcher::Config::default().labels(labels::SCHEDULE),
     )
     .default_backoff()
+    .reflect(run_writer)
     .touched_objects();
+    let (nodes, node_writer) = reflector::store();
+    let node_events = watcher(Api::<Node>::all(client), watcher::Config::default())
+        .default_backoff()
+        .modify(crate::controller::trim_node)
+        .reflect(node_writer)
+        .touched_objects();
+    let ticks = ctx.cfg.clock.ticks();
+    let sc = Arc::new(ScheduleCtx { ctx, runs, nodes });
     controller
-        .owns(
-            Api::<GpuValidation>::all(client),
-            watcher::Config::default(),
-        )
-        .watches_stream(node_events, move |_| gating(&store))
-        .reconcile_all_on(ctx.cfg.clock.ticks())
-        .run(reconcile, error_policy, ctx)
+        .watches_stream(run_events, |v: GpuValidation| owner_schedule(&v))
+        .watches_stream(node_events, move |_: Node| gating(&schedules))
+        .reconcile_all_on(ticks)
+        .run(reconcile, error_policy, sc)
         .for_each(|_| async {})
         .await;
 }
