@@ -21,6 +21,13 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// Sets `setting` to a flag's value where the flag was given.
+pub fn given<T: Clone>(setting: &mut T, flag: &Option<T>) {
+    if let Some(v) = flag {
+        *setting = v.clone();
+    }
+}
+
 /// The settings a run takes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSettings {
@@ -218,6 +225,13 @@ mod tests {
         assert!(err.contains("checks.io.concurrency"), "{err}");
     }
 
+    /// The error `parse` gives for `text`, which must contain `want`.
+    fn refused(text: &str, want: &str) -> String {
+        let err = parse(text).unwrap_err();
+        assert!(err.contains(want), "{text:?} gave {err:?}");
+        err
+    }
+
     #[test]
     fn bad_files_name_the_problem() {
         for (text, want) in [
@@ -236,8 +250,7 @@ mod tests {
                 "at line 4, column 4",
             ),
         ] {
-            let err = parse(text).unwrap_err();
-            assert!(err.contains(want), "{text:?} gave {err:?}");
+            let err = refused(text, want);
             assert!(!err.contains('\n'), "one line: {err:?}");
         }
     }
@@ -298,8 +311,7 @@ mod tests {
                 "checks.gpuburn: unknown field",
             ),
         ] {
-            let err = parse(text).unwrap_err();
-            assert!(err.contains(want), "{text:?} gave {err:?}");
+            refused(text, want);
         }
         // A long bare-metal burn needs no deadline.
         let s = parse("checks: {compute: {duration: 24h}}").unwrap();

@@ -200,10 +200,23 @@ pub fn round_to(v: f64, decimals: i32) -> f64 {
 /// Fixtures shared by the checks' judge tests.
 #[cfg(test)]
 pub mod testing {
-    use gpuval_crds::{Checks, GpuHealth, Profile, Thresholds};
+    use gpuval_crds::{Checks, GpuHealth, Profile, Thresholds, Verdict};
 
     use super::Judge;
     use crate::backend::GpuInfo;
+
+    /// Asserts a Fail verdict whose reasons are exactly `want`.
+    pub fn assert_fails_with(verdict: Verdict, reasons: &[String], want: &[&str]) {
+        assert_eq!(verdict, Verdict::Fail, "{reasons:?}");
+        assert_eq!(reasons, want);
+    }
+
+    /// Default settings with what `set` changes.
+    pub fn checks_with(set: impl FnOnce(&mut Checks)) -> Checks {
+        let mut checks = Checks::default();
+        set(&mut checks);
+        checks
+    }
 
     const MIB: u64 = 1024 * 1024;
 

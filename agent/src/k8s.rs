@@ -454,16 +454,56 @@ async fn flow(env: AgentEnv, stop: Arc<AtomicBool>, mut sig: watch::Receiver<boo
         }
     }
     let stored = tokio::select! {
-        r = store(client, &env, &report) => r,
+        r = store(client.clone(), &env, &report) => r,
         () = signalled(&mut sig) => return Outcome::Terminated,
     };
-    match stored {
-        Ok(()) => {
-            tracing::info!(result = %name, namespace = %env.namespace, verdict = %report.verdict, "result stored");
-            Outcome::Stored(report.verdict)
-        }
-        Err(e) => Outcome::NotStored(format!("store GpuNodeResult {}/{name}: {e}", env.namespace)),
+    if let Err(e) = stored {
+        return Outcome::NotStored(format!("store GpuNodeResult {}/{name}: {e}", env.namespace));
     }
+    tracing::info!(result = %name, namespace = %env.namespace, verdict = %report.verdict, "result stored");
+    if let Some(spec) = validation
+        .spec
+        .fabric
+        .as_ref()
+        .filter(|_| report.verdict.passes())
+    {
+        let member = crate::fabric::rounds::Member {
+            client,
+            namespace: &env.namespace,
+            validation: &env.validation,
+            generation: env.generation,
+            node: &env.node,
+            result: name,
+            field_manager: field_manager(&env.node),
+        };
+        let nccl = crate::fabric::group_runner(&env.backend, &report);
+        let deadline = run_deadline(&validation);
+        tokio::select! {
+            left = crate::fabric::rounds::take_part(&member, spec, nccl, deadline) => {
+                tracing::info!(?left, "left the fabric test");
+            }
+            () = signalled(&mut sig) => return Outcome::Terminated,
+        }
+    }
+    Outcome::Stored(report.verdict)
+}
+
+/// When the run's deadline passes, as an instant of this process (from the validation's start
+/// time, or from now when it has none).
+fn run_deadline(validation: &GpuValidation) -> std::time::Instant {
+    let total = validation.spec.deadline_or_default().as_std();
+    let spent = validation
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .and_then(|t| {
+            k8s_openapi::jiff::Timestamp::now()
+                .duration_since(t.0)
+                .try_into()
+                .ok()
+        })
+        .unwrap_or(Duration::ZERO);
+    std::time::Instant::now() + total.saturating_sub(spent)
 }
 
 /// Why this pod should not run, if it should not: the validation was replaced (another uid)
@@ -558,7 +598,7 @@ pub fn is_transient(e: &kube::Error) -> bool {
 
 /// Calls `f` until it succeeds, fails for good, or [`API_ATTEMPTS`] tries are spent, doubling
 /// the pause between tries.
-async fn retry<T, F, Fut>(what: &'static str, mut f: F) -> Result<T, kube::Error>
+pub(crate) async fn retry<T, F, Fut>(what: &'static str, mut f: F) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,

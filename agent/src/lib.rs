@@ -11,6 +11,7 @@ pub mod backend;
 pub mod check;
 pub mod checks;
 pub mod config;
+pub mod fabric;
 pub mod judge;
 pub mod k8s;
 pub mod pci;

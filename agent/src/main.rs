@@ -17,7 +17,7 @@ use gpuval_agent::backend::{self, Backend, BackendChoice, BackendError, sim::Sim
 use gpuval_agent::checks::{io, memory, nccl, topology};
 use gpuval_agent::config::{self, Overrides, RunSettings};
 use gpuval_agent::runner::{self, Plan};
-use gpuval_agent::{k8s, render};
+use gpuval_agent::{fabric, k8s, render};
 use gpuval_crds::Verdict;
 
 #[derive(Parser)]
@@ -46,6 +46,10 @@ enum Command {
     /// POD_NAME; optional GPUVAL_BACKEND, GPUVAL_SIMULATE), run the validation's checks and
     /// store the node's GpuNodeResult.
     K8s,
+    /// The fabric test between nodes outside Kubernetes: run by every rank of a Slurm (`srun`)
+    /// or torchrun-style launch; rank 0 plans the rounds, prints the table, writes the report.
+    /// Exit 0 the fabric passed, 1 it failed, 2 the test could not run.
+    Fabric(Box<FabricCmd>),
     /// The nccl check's sweep process, which the agent starts itself: a request as JSON on
     /// stdin, progress on stderr, the outcome as JSON on stdout.
     #[command(name = "nccl-sweep", hide = true)]
@@ -101,6 +105,14 @@ struct RunArgs {
 }
 
 #[derive(Args)]
+struct FabricCmd {
+    #[command(flatten)]
+    backend: BackendArgs,
+    #[command(flatten)]
+    fabric: fabric::coordinator::FabricArgs,
+}
+
+#[derive(Args)]
 struct TopoArgs {
     #[command(flatten)]
     backend: BackendArgs,
@@ -150,6 +162,7 @@ fn main() -> ExitCode {
         Command::Inventory(a) => cmd_inventory(a),
         Command::Selftest(a) => cmd_selftest(a),
         Command::K8s => cmd_k8s(),
+        Command::Fabric(a) => cmd_fabric(*a),
         Command::NcclSweep => return nccl::child_main(),
     };
     match result {
@@ -176,17 +189,19 @@ fn init_logging() {
 /// Opens the backend the flags name (`--simulate` implies the simulated one).
 fn backend(args: &BackendArgs) -> Result<Backend, Fail> {
     let choice = if args.backend == BackendName::Simulated || args.simulate.is_some() {
-        let spec: SimSpec = args
-            .simulate
-            .as_deref()
-            .unwrap_or("")
-            .parse()
-            .map_err(|e| Fail(format!("--simulate: {e}"), 2))?;
-        BackendChoice::Simulated(spec)
+        BackendChoice::Simulated(sim_spec(args)?)
     } else {
         BackendChoice::Cuda
     };
     Ok(backend::open(&choice)?)
+}
+
+fn sim_spec(args: &BackendArgs) -> Result<SimSpec, Fail> {
+    args.simulate
+        .as_deref()
+        .unwrap_or("")
+        .parse()
+        .map_err(|e| Fail(format!("--simulate: {e}"), 2))
 }
 
 fn stop_flag() -> Arc<AtomicBool> {
@@ -250,6 +265,33 @@ fn cmd_k8s() -> Result<u8, Fail> {
         k8s::Outcome::NoClient(why) | k8s::Outcome::NotStored(why) => eprintln!("error: {why}"),
     }
     Ok(outcome.exit_code())
+}
+
+fn cmd_fabric(a: FabricCmd) -> Result<u8, Fail> {
+    let launch = fabric::launch::detect(&|k| std::env::var(k).ok(), a.fabric.port)
+        .map_err(|e| Fail(e.to_string(), 2))?;
+    let sim = match a.backend.backend == BackendName::Simulated || a.backend.simulate.is_some() {
+        true => Some(sim_spec(&a.backend)?),
+        false => None,
+    };
+    let nccl: Box<dyn fabric::NcclGroup> = match &sim {
+        Some(s) => Box::new(fabric::sim::SimNccl::new(s.model, s.net)),
+        None => fabric::real_nccl().map_err(|e| Fail(e, 2))?,
+    };
+    let opts = fabric::coordinator::Options {
+        node: a
+            .fabric
+            .node_name
+            .clone()
+            .or_else(hostname)
+            .unwrap_or(format!("rank-{}", launch.rank)),
+        spec: a.fabric.spec().map_err(|e| Fail(e, 2))?,
+        register_timeout: a.fabric.register_timeout(),
+        output: a.fabric.output.clone(),
+        simulated: sim.is_some(),
+        launch,
+    };
+    Ok(fabric::coordinator::run(&opts, nccl.as_ref()))
 }
 
 fn hostname() -> Option<String> {

@@ -130,13 +130,7 @@ mod tests {
             pairs: vec![pair(0, 1, 392.0), pair(1, 0, 391.0), pair(0, 2, 98.0)],
             ..Default::default()
         });
-        report.gpus[1].host_transfer = Some(gpuval_crds::HostTransferResult {
-            pinned: Some(TransferRates {
-                h2d_gbps: 55.3,
-                d2h_gbps: 55.6,
-            }),
-            ..Default::default()
-        });
+        report.gpus[1].host_transfer = Some(pinned(55.3, 55.6));
         let text = table(&report);
         assert!(
             text.contains("p2p: Fail (3 pairs, 512 MiB x 16 copies)"),
@@ -148,16 +142,18 @@ mod tests {
         assert!(text.contains("  1    55.3/55.6"), "{text}");
     }
 
+    /// A host transfer result with only its pinned rates.
+    fn pinned(h2d_gbps: f64, d2h_gbps: f64) -> gpuval_crds::HostTransferResult {
+        gpuval_crds::HostTransferResult {
+            pinned: Some(TransferRates { h2d_gbps, d2h_gbps }),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn headline_gives_ranges_of_the_key_figures() {
         let mut report = simulated_report("gpus=2");
-        report.gpus[0].host_transfer = Some(gpuval_crds::HostTransferResult {
-            pinned: Some(TransferRates {
-                h2d_gbps: 55.26,
-                d2h_gbps: 55.61,
-            }),
-            ..Default::default()
-        });
+        report.gpus[0].host_transfer = Some(pinned(55.26, 55.61));
         let line = headline(&report);
         assert!(
             line.starts_with("SIMULATED 2x NVIDIA H200 (simulated): memory "),

@@ -15,22 +15,24 @@ use serde_json::Value;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_gpuval-agent");
 
-/// The common arguments: simulated GPUs, a quick memory check beside io.
+/// Simulated GPUs, a quick memory check beside io.
+const SIM_RUN: [&str; 7] = [
+    "run",
+    "--backend",
+    "sim",
+    "--simulate",
+    "gpus=2",
+    "--checks",
+    "memory,io",
+];
+
+/// The common arguments: [`SIM_RUN`], two io workers, the directory and the report file.
 fn agent_args(dir: &Path, out: &Path, extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "run",
-        "--backend",
-        "sim",
-        "--simulate",
-        "gpus=2",
-        "--checks",
-        "memory,io",
-        "--io-concurrency",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut a: Vec<String> = SIM_RUN
+        .iter()
+        .chain(&["--io-concurrency", "2"])
+        .map(|s| s.to_string())
+        .collect();
     a.push("--io-dir".into());
     a.push(dir.display().to_string());
     a.push("--output".into());
@@ -168,16 +170,8 @@ fn no_directory_configured_says_how_to_set_one() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("report.json");
     let o = Command::new(AGENT)
-        .args([
-            "run",
-            "--backend",
-            "sim",
-            "--simulate",
-            "gpus=2",
-            "--checks",
-            "memory,io",
-            "-o",
-        ])
+        .args(SIM_RUN)
+        .arg("-o")
         .arg(&out)
         .env_remove("GPUVAL_IO_DIR")
         .output()

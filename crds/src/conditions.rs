@@ -117,25 +117,20 @@ mod tests {
     #[test]
     fn writing_the_same_condition_twice_changes_nothing() {
         let mut c = Vec::new();
-        set_condition(
-            &mut c,
-            STALLED,
-            true,
-            "NodesFailed",
-            "gpu-1 failed",
-            Some(2),
-            &t(1),
-        );
+        let write = |c: &mut Vec<Condition>, at: i64| {
+            set_condition(
+                c,
+                STALLED,
+                true,
+                "NodesFailed",
+                "gpu-1 failed",
+                Some(2),
+                &t(at),
+            )
+        };
+        write(&mut c, 1);
         let before = c.clone();
-        assert!(!set_condition(
-            &mut c,
-            STALLED,
-            true,
-            "NodesFailed",
-            "gpu-1 failed",
-            Some(2),
-            &t(9)
-        ));
+        assert!(!write(&mut c, 9));
         assert_eq!(c, before);
     }
 

@@ -13,6 +13,7 @@
 pub mod conditions;
 pub mod cron;
 pub mod duration;
+pub mod fabric;
 pub mod names;
 pub mod nccl;
 pub mod report;
@@ -26,6 +27,7 @@ pub mod status;
 pub mod validate;
 
 pub use duration::{Duration, DurationError};
+pub use fabric::{FabricRoundSpec, GpuFabricRound};
 pub use nccl::*;
 pub use report::*;
 pub use result::{GpuNodeResult, GpuNodeResultSpec};
@@ -54,6 +56,11 @@ pub mod labels {
     pub const VERDICT: &str = "gpuval.io/verdict";
     /// Annotation on a node result: its failures in plain words, joined with `"; "`.
     pub const SUMMARY: &str = "gpuval.io/summary";
+    /// Annotation on a node result: what its agent measured in the fabric test's rounds, a JSON
+    /// array of [`FabricOutcome`](crate::fabric::FabricOutcome).
+    pub const FABRIC_OUTCOMES: &str = "gpuval.io/fabric";
+    /// Label on a fabric round: its round number.
+    pub const ROUND: &str = "gpuval.io/round";
     /// The standard `app.kubernetes.io/managed-by` label key (its value is [`MANAGED_BY`]).
     pub const MANAGED_BY_KEY: &str = "app.kubernetes.io/managed-by";
     /// The standard `app.kubernetes.io/name` label key; agent pods carry [`AGENT_APP`].
@@ -157,6 +164,7 @@ pub fn crds()
         schema::gpu_validation_crd(),
         schema::gpu_node_result_crd(),
         schema::gpu_validation_schedule_crd(),
+        schema::gpu_fabric_round_crd(),
     ]
 }
 

@@ -32,31 +32,13 @@ pub enum Collective {
     AllToAll,
 }
 
-impl Collective {
-    pub const ALL: [Collective; 5] = [
-        Collective::AllReduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::Broadcast,
-        Collective::AllToAll,
-    ];
-    /// The spec's spelling (`allReduce`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "allReduce",
-            Collective::AllGather => "allGather",
-            Collective::ReduceScatter => "reduceScatter",
-            Collective::Broadcast => "broadcast",
-            Collective::AllToAll => "allToAll",
-        }
-    }
-}
-
-impl std::fmt::Display for Collective {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::status::api_spelling!(Collective {
+    AllReduce => "allReduce",
+    AllGather => "allGather",
+    ReduceScatter => "reduceScatter",
+    Broadcast => "broadcast",
+    AllToAll => "allToAll",
+});
 
 impl std::str::FromStr for Collective {
     type Err = String;
@@ -84,25 +66,18 @@ pub enum NcclDtype {
     Fp32,
 }
 
+crate::status::api_spelling!(NcclDtype {
+    Bf16 => "bf16",
+    Fp32 => "fp32",
+});
+
 impl NcclDtype {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NcclDtype::Bf16 => "bf16",
-            NcclDtype::Fp32 => "fp32",
-        }
-    }
     /// Bytes per element.
     pub fn size(self) -> u64 {
         match self {
             NcclDtype::Bf16 => 2,
             NcclDtype::Fp32 => 4,
         }
-    }
-}
-
-impl std::fmt::Display for NcclDtype {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

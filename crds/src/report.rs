@@ -35,25 +35,23 @@ pub enum Verdict {
     Error,
 }
 
+crate::status::api_spelling!(Verdict {
+    Skipped => "Skipped",
+    Pass => "Pass",
+    Warn => "Warn",
+    Fail => "Fail",
+    Error => "Error",
+});
+
 impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Skipped => "Skipped",
-            Verdict::Pass => "Pass",
-            Verdict::Warn => "Warn",
-            Verdict::Fail => "Fail",
-            Verdict::Error => "Error",
-        }
+    /// Whether a node with this verdict passed (warnings and skipped checks pass).
+    pub fn passes(self) -> bool {
+        matches!(self, Verdict::Pass | Verdict::Warn | Verdict::Skipped)
     }
+
     /// True for Fail and Error.
     pub fn is_bad(self) -> bool {
         matches!(self, Verdict::Fail | Verdict::Error)
-    }
-}
-
-impl std::fmt::Display for Verdict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -82,6 +82,7 @@ pub fn table() -> Vec<CelRule> {
         p2p_bidirectional_not_below_unidirectional(),
         host_transfer_measures_something(),
         nccl_max_not_below_min(),
+        fabric_measures_something(),
         node_names_total(),
         match_labels_keys(),
         requirement_key(),
@@ -196,12 +197,12 @@ pub fn p2p_bidirectional_not_below_unidirectional() -> CelRule {
             "!has(self.minUnidirectionalGbps) || !has(self.minBidirectionalGbps) || self.minBidirectionalGbps >= self.minUnidirectionalGbps".into(),
             P2P_BIDIRECTIONAL,
             |p2p| {
-                let uni = p2p.get("minUnidirectionalGbps").and_then(Value::as_i64);
-                let bi = p2p.get("minBidirectionalGbps").and_then(Value::as_i64);
-                match (uni, bi) {
-                    (Some(uni), Some(bi)) if bi < uni => Err(P2P_BIDIRECTIONAL.into()),
-                    _ => Ok(()),
-                }
+                not_below(
+                    p2p,
+                    "minUnidirectionalGbps",
+                    "minBidirectionalGbps",
+                    P2P_BIDIRECTIONAL,
+                )
             },
         )
     }
@@ -216,15 +217,18 @@ pub fn nccl_max_not_below_min() -> CelRule {
         ..fixed(
             "!has(self.maxBytes) || self.maxBytes >= self.minBytes".into(),
             NCCL_SIZES,
-            |nccl| {
-                let min = nccl.get("minBytes").and_then(Value::as_i64);
-                let max = nccl.get("maxBytes").and_then(Value::as_i64);
-                match (min, max) {
-                    (Some(min), Some(max)) if max < min => Err(NCCL_SIZES.into()),
-                    _ => Ok(()),
-                }
-            },
+            |nccl| not_below(nccl, "minBytes", "maxBytes", NCCL_SIZES),
         )
+    }
+}
+
+/// `message` where both integer fields `low` and `high` of `obj` are set and `high` is below
+/// `low`.
+fn not_below(obj: &Value, low: &str, high: &str, message: &str) -> Result<(), String> {
+    let field = |k: &str| obj.get(k).and_then(Value::as_i64);
+    match (field(low), field(high)) {
+        (Some(low), Some(high)) if high < low => Err(message.into()),
+        _ => Ok(()),
     }
 }
 
@@ -239,6 +243,19 @@ pub fn host_transfer_measures_something() -> CelRule {
             Ok(())
         } else {
             Err(HOST_TRANSFER.into())
+        }
+    })
+}
+
+const FABRIC: &str = "spec.fabric needs nccl or tcp (or both): what to measure between nodes";
+
+/// `spec.fabric`: something to measure.
+pub fn fabric_measures_something() -> CelRule {
+    fixed("has(self.nccl) || has(self.tcp)".into(), FABRIC, |f| {
+        if f.get("nccl").is_some() || f.get("tcp").is_some() {
+            Ok(())
+        } else {
+            Err(FABRIC.into())
         }
     })
 }

@@ -27,6 +27,11 @@ pub fn gpu_validation_schedule_crd() -> CustomResourceDefinition {
     finish(GpuValidationSchedule::crd())
 }
 
+/// The `GpuFabricRound` CRD.
+pub fn gpu_fabric_round_crd() -> CustomResourceDefinition {
+    finish(crate::fabric::GpuFabricRound::crd())
+}
+
 fn finish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
     for version in &mut crd.spec.versions {
         if let Some(schema) = version

@@ -87,6 +87,10 @@ pub struct GpuValidationSpec {
     /// What to do to a node that fails (default: nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
+
+    /// The fabric test between nodes, after the node checks, over the nodes that passed them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<crate::fabric::FabricSpec>,
 }
 
 impl GpuValidationSpec {
@@ -241,23 +245,12 @@ pub enum Dtype {
     Fp32,
 }
 
-impl Dtype {
-    pub const ALL: [Dtype; 4] = [Dtype::Bf16, Dtype::Fp16, Dtype::Tf32, Dtype::Fp32];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dtype::Bf16 => "bf16",
-            Dtype::Fp16 => "fp16",
-            Dtype::Tf32 => "tf32",
-            Dtype::Fp32 => "fp32",
-        }
-    }
-}
-
-impl std::fmt::Display for Dtype {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::status::api_spelling!(Dtype {
+    Bf16 => "bf16",
+    Fp16 => "fp16",
+    Tf32 => "tf32",
+    Fp32 => "fp32",
+});
 
 impl std::str::FromStr for Dtype {
     type Err = String;

@@ -3,7 +3,6 @@
 //! counted; full per-node detail lives in `GpuNodeResult` objects (labelled with their verdict),
 //! so this object stays the same size however many nodes a validation covers.
 
-use std::fmt;
 use std::str::FromStr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -46,6 +45,45 @@ fn parse_named<T: Copy>(
         })
 }
 
+/// `ALL` (in declaration order), `as_str` and `Display` of a field-less API enum, from one table
+/// of the spelling the API writes for each value.
+macro_rules! api_spelling {
+    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every value, in declaration order.
+            pub const ALL: [$ty; [$($name),+].len()] = [$($ty::$variant),+];
+
+            /// The value as the API writes it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name,)+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use api_spelling;
+
+/// `FromStr` of an [`api_spelling!`] enum: the exact API name, else [`UnknownValue`] naming
+/// `kind` and the choices.
+macro_rules! parsed_by_name {
+    ($ty:ident, $kind:literal) => {
+        impl FromStr for $ty {
+            type Err = UnknownValue;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                parse_named(s, &$ty::ALL, $ty::as_str, $kind)
+            }
+        }
+    };
+}
+
 /// Where a validation stands.
 #[derive(
     schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
@@ -62,39 +100,21 @@ pub enum Phase {
     Failed,
 }
 
-impl Phase {
-    /// Every phase, in the order a run moves through them.
-    pub const ALL: [Phase; 4] = [Phase::Pending, Phase::Running, Phase::Passed, Phase::Failed];
+api_spelling!(Phase {
+    Pending => "Pending",
+    Running => "Running",
+    Passed => "Passed",
+    Failed => "Failed",
+});
 
+impl Phase {
     /// True for Passed and Failed: the run of this generation is over.
     pub fn is_terminal(self) -> bool {
         matches!(self, Phase::Passed | Phase::Failed)
     }
-
-    /// The phase as the API writes it (`Pending`, `Running`, `Passed`, `Failed`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::Running => "Running",
-            Phase::Passed => "Passed",
-            Phase::Failed => "Failed",
-        }
-    }
 }
 
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Phase {
-    type Err = UnknownValue;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_named(s, &Phase::ALL, Phase::as_str, "phase")
-    }
-}
+parsed_by_name!(Phase, "phase");
 
 /// One node's verdict in the validation status.
 #[derive(
@@ -116,66 +136,26 @@ pub enum NodeVerdict {
     DeadlineExceeded,
 }
 
-impl NodeVerdict {
-    /// Every node verdict.
-    pub const ALL: [NodeVerdict; 6] = [
-        NodeVerdict::Pending,
-        NodeVerdict::Running,
-        NodeVerdict::Passed,
-        NodeVerdict::Failed,
-        NodeVerdict::Error,
-        NodeVerdict::DeadlineExceeded,
-    ];
+api_spelling!(NodeVerdict {
+    Pending => "Pending",
+    Running => "Running",
+    Passed => "Passed",
+    Failed => "Failed",
+    Error => "Error",
+    DeadlineExceeded => "DeadlineExceeded",
+});
 
+impl NodeVerdict {
     /// True once the node has its verdict for this run (anything but Pending and Running).
     pub fn is_final(self) -> bool {
         !matches!(self, NodeVerdict::Pending | NodeVerdict::Running)
     }
-
-    /// The verdict as the API writes it (`Passed`, `DeadlineExceeded`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeVerdict::Pending => "Pending",
-            NodeVerdict::Running => "Running",
-            NodeVerdict::Passed => "Passed",
-            NodeVerdict::Failed => "Failed",
-            NodeVerdict::Error => "Error",
-            NodeVerdict::DeadlineExceeded => "DeadlineExceeded",
-        }
-    }
 }
 
-impl fmt::Display for NodeVerdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+parsed_by_name!(NodeVerdict, "node verdict");
 
-impl FromStr for NodeVerdict {
-    type Err = UnknownValue;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_named(s, &NodeVerdict::ALL, NodeVerdict::as_str, "node verdict")
-    }
-}
-
-/// Every check or node-result verdict ([`Verdict::as_str`] names them).
-const VERDICTS: [Verdict; 5] = [
-    Verdict::Skipped,
-    Verdict::Pass,
-    Verdict::Warn,
-    Verdict::Fail,
-    Verdict::Error,
-];
-
-/// Parses a node result's verdict as the agent writes it (the `gpuval.io/verdict` label).
-impl FromStr for Verdict {
-    type Err = UnknownValue;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_named(s, &VERDICTS, Verdict::as_str, "verdict")
-    }
-}
+// Parses a node result's verdict as the agent writes it (the `gpuval.io/verdict` label).
+parsed_by_name!(Verdict, "verdict");
 
 /// Observed state of a validation.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -208,6 +188,9 @@ pub struct GpuValidationStatus {
     /// Nodes that have not passed but did not fit in `nodes` ("and N more").
     #[serde(default, skip_serializing_if = "is_zero")]
     pub nodes_not_listed: i32,
+    /// The fabric test between nodes (when `spec.fabric` asks for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<crate::fabric::FabricStatus>,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -268,30 +251,36 @@ mod tests {
         }
     }
 
+    /// Every value's name is what serde writes, what `Display` writes, and parses back.
+    fn names_round_trip<T>(all: &[T], as_str: fn(T) -> &'static str)
+    where
+        T: Copy
+            + Serialize
+            + std::fmt::Display
+            + FromStr<Err = UnknownValue>
+            + PartialEq
+            + std::fmt::Debug,
+    {
+        for &v in all {
+            assert_eq!(as_str(v), api_name(v));
+            assert_eq!(v.to_string(), as_str(v));
+            assert_eq!(as_str(v).parse::<T>(), Ok(v));
+        }
+    }
+
     #[test]
     fn phase_names_match_the_api_and_parse_back() {
-        for p in Phase::ALL {
-            assert_eq!(p.as_str(), api_name(p));
-            assert_eq!(p.to_string(), p.as_str());
-            assert_eq!(p.as_str().parse::<Phase>(), Ok(p));
-        }
+        names_round_trip(&Phase::ALL, Phase::as_str);
     }
 
     #[test]
     fn node_verdict_names_match_the_api_and_parse_back() {
-        for v in NodeVerdict::ALL {
-            assert_eq!(v.as_str(), api_name(v));
-            assert_eq!(v.to_string(), v.as_str());
-            assert_eq!(v.as_str().parse::<NodeVerdict>(), Ok(v));
-        }
+        names_round_trip(&NodeVerdict::ALL, NodeVerdict::as_str);
     }
 
     #[test]
     fn verdict_names_parse_back() {
-        for v in VERDICTS {
-            assert_eq!(v.as_str(), api_name(v));
-            assert_eq!(v.as_str().parse::<Verdict>(), Ok(v));
-        }
+        names_round_trip(&Verdict::ALL, Verdict::as_str);
     }
 
     #[test]

@@ -94,6 +94,7 @@ pub fn check_settings(checks: &Checks, thresholds: &Thresholds) -> Result<(), Sp
         thresholds: Some(thresholds.clone()),
         deadline: Some(DEADLINE_RANGE.max),
         on_failure: None,
+        fabric: None,
     };
     let value = serde_json::to_value(&spec).map_err(|e| SpecError::Schema(e.to_string()))?;
     check_spec(value).map(drop)
@@ -517,6 +518,16 @@ mod tests {
             thresholds: None,
             deadline: Some(d),
             on_failure: None,
+            fabric: Some(crate::fabric::FabricSpec {
+                round_timeout: Some(d),
+                tcp: Some(crate::fabric::FabricTcp {
+                    streams: 1,
+                    duration: d,
+                    min_gbps: None,
+                    max_latency_micros: None,
+                }),
+                ..Default::default()
+            }),
         };
         let json = serde_json::to_value(&spec).unwrap();
         let mut marked = Vec::new();
@@ -541,7 +552,7 @@ mod tests {
         marked.sort();
         ranged.sort();
         assert_eq!(marked, ranged);
-        assert_eq!(ranged.len(), 4);
+        assert_eq!(ranged.len(), 6);
     }
 
     #[test]

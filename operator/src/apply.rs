@@ -2,7 +2,9 @@
 //! results, the status through server-side apply, events, failed-node actions).
 
 use futures::StreamExt;
-use gpuval_crds::{GpuNodeResult, GpuValidation, NodeAction, labels};
+use gpuval_crds::{
+    FabricRoundSpec, GpuFabricRound, GpuNodeResult, GpuValidation, NodeAction, labels,
+};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, ResourceExt};
@@ -19,6 +21,9 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
     delete_all::<Pod>(ctx, &step.delete_pods).await?;
     delete_all::<GpuNodeResult>(ctx, &step.delete_results).await?;
     create_pods(gv, ctx, &step.create_pods).await?;
+    if let Some(round) = &step.create_round {
+        create_round(gv, ctx, round).await?;
+    }
     if gv.status.as_ref() != Some(&step.status) {
         write_status::<GpuValidation>(&gv.name_any(), ctx, &step.status).await?;
         ctx.metrics.count_new_verdicts(&step.new_verdicts);
@@ -82,6 +87,26 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
         }
     }
     Ok(())
+}
+
+/// Creates a fabric round (before the status that announces it; one that exists already is
+/// fine: a retried step plans the same round under the same name).
+async fn create_round(gv: &GpuValidation, ctx: &Ctx, spec: &FabricRoundSpec) -> Result<(), Error> {
+    let api: Api<GpuFabricRound> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let round = pod::fabric_round(gv, spec);
+    ctx.throttle.acquire().await;
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&pp, &round).await {
+        Ok(_) => {
+            tracing::info!(validation = %gv.name_any(), round = spec.round, purpose = %spec.purpose, groups = spec.groups.len(), "fabric round planned");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Writes `status` to the cluster-scoped object `name` of kind `K` (a validation or a

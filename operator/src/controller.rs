@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use gpuval_crds::{GpuNodeResult, GpuValidation, Phase, labels};
+use gpuval_crds::{GpuFabricRound, GpuNodeResult, GpuValidation, Phase, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PartialObjectMeta, ResourceExt};
@@ -64,6 +64,7 @@ pub struct Ctx {
     pub pods: Store<Pod>,
     pub results: Store<PartialObjectMeta<GpuNodeResult>>,
     pub nodes: Store<Node>,
+    pub rounds: Store<GpuFabricRound>,
     pub validations: Store<GpuValidation>,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
@@ -201,16 +202,15 @@ pub fn trim_node(n: &mut Node) {
 }
 
 /// Drops what an agent pod carries that [`crate::observe::pod_view`] never reads: the spec
-/// (containers, volumes, tolerations: the operator wrote it) and the status's addresses and
-/// extra container lists. What stays is metadata, phase, reason, conditions and the agent
-/// container's state: about 1 KB a pod instead of several.
+/// (containers, volumes, tolerations: the operator wrote it) and the status's host addresses
+/// and extra container lists. What stays is metadata, phase, reason, conditions, the pod IP
+/// (fabric rendezvous) and the agent container's state: about 1 KB a pod instead of several.
 fn trim_pod(p: &mut Pod) {
     trim_meta(p);
     p.spec = None;
     if let Some(s) = p.status.as_mut() {
         s.host_ip = None;
         s.host_ips = None;
-        s.pod_ip = None;
         s.pod_ips = None;
         s.init_container_statuses = None;
         s.ephemeral_container_statuses = None;
@@ -249,7 +249,8 @@ async fn mark_ready_when_filled(ctx: Arc<Ctx>, ready: Arc<AtomicBool>) {
     let _ = tokio::join!(
         ctx.pods.wait_until_ready(),
         ctx.results.wait_until_ready(),
-        ctx.nodes.wait_until_ready()
+        ctx.nodes.wait_until_ready(),
+        ctx.rounds.wait_until_ready()
     );
     ready.store(true, Ordering::Relaxed);
     tracing::info!("caches filled; reconciling");
@@ -268,6 +269,7 @@ pub async fn run(
     let (pods, pod_writer) = reflector::store();
     let (results, result_writer) = reflector::store();
     let (nodes, node_writer) = reflector::store();
+    let (rounds, round_writer) = reflector::store();
     let pod_stream = reflected(
         Api::<Pod>::namespaced(client.clone(), &ns),
         watcher::Config::default().labels(&managed_selector()),
@@ -278,6 +280,12 @@ pub async fn run(
         Api::<PartialObjectMeta<GpuNodeResult>>::namespaced(client.clone(), &ns),
         watcher::Config::default(),
         result_writer,
+        trim_meta,
+    );
+    let round_stream = reflected(
+        Api::<GpuFabricRound>::namespaced(client.clone(), &ns),
+        watcher::Config::default().labels(&managed_selector()),
+        round_writer,
         trim_meta,
     );
     let node_stream = reflected(
@@ -297,6 +305,7 @@ pub async fn run(
         pods,
         results,
         nodes,
+        rounds,
         validations: validations.clone(),
         metrics,
         records: Records::default(),
@@ -315,6 +324,7 @@ pub async fn run(
         .watches_stream(result_stream, |r: PartialObjectMeta<GpuNodeResult>| {
             owner_ref_of(&r.metadata)
         })
+        .watches_stream(round_stream, |r: GpuFabricRound| owner_ref_of(&r.metadata))
         .watches_stream(node_stream, move |_n: Node| unfinished(&validations))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -370,6 +380,7 @@ mod tests {
             status: Some(PodStatus {
                 phase: Some("Failed".into()),
                 pod_ip: Some("10.0.0.1".into()),
+                host_ip: Some("192.168.0.7".into()),
                 container_statuses: Some(vec![ContainerStatus {
                     name: "agent".into(),
                     image_id: "sha256:abc".into(),
@@ -383,6 +394,14 @@ mod tests {
         trim_pod(&mut pod);
         assert_eq!(crate::observe::pod_view(&pod), before);
         assert!(pod.spec.is_none());
-        assert_eq!(pod.status.as_ref().and_then(|s| s.pod_ip.clone()), None);
+        assert_eq!(pod.status.as_ref().and_then(|s| s.host_ip.clone()), None);
+        assert_eq!(
+            pod.status
+                .as_ref()
+                .and_then(|s| s.pod_ip.clone())
+                .as_deref(),
+            Some("10.0.0.1"),
+            "the fabric rendezvous needs the pod IP"
+        );
     }
 }

@@ -2,14 +2,14 @@
 //! reflector stores (no API calls), reduced to the [`World`] the reconcile steps decide on.
 //! Pod phases and failure reasons are parsed here, once.
 
-use gpuval_crds::{GpuNodeResult, GpuValidation, Verdict, labels};
+use gpuval_crds::{GpuFabricRound, GpuNodeResult, GpuValidation, Verdict, labels};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, Pod, PodStatus};
 use kube::Resource;
 use kube::api::{ObjectMeta, PartialObjectMeta, ResourceExt};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::controller::Ctx;
-use crate::reconcile::{PodPhase, PodView, ResultView, World};
+use crate::reconcile::{PodPhase, PodView, ResultView, RoundView, World};
 
 /// Container waiting reasons that waiting will not cure: the pod counts as Failed.
 const HOPELESS_WAITING: [&str; 5] = [
@@ -66,6 +66,7 @@ pub fn pod_view(p: &Pod) -> Option<PodView> {
             .and_then(|s| s.terminated.as_ref())
             .and_then(|t| t.finished_at.as_ref())
             .map(|t| t.0),
+        ip: status.and_then(|s| s.pod_ip.clone()),
     })
 }
 
@@ -146,7 +147,34 @@ pub fn result_view(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultView> {
             .and_then(|a| a.get(labels::SUMMARY))
             .cloned()
             .unwrap_or_default(),
+        fabric: ann
+            .and_then(|a| a.get(labels::FABRIC_OUTCOMES))
+            .map(|s| fabric_outcomes(&r.name_any(), s))
+            .unwrap_or_default(),
     })
+}
+
+/// A result's fabric outcomes; an unreadable annotation counts as none (logged): the planner
+/// then treats the node as not having reported, which its round timeout settles.
+fn fabric_outcomes(result: &str, annotation: &str) -> Vec<gpuval_crds::fabric::FabricOutcome> {
+    gpuval_crds::fabric::parse_outcomes(annotation).unwrap_or_else(|e| {
+        tracing::warn!(result, error = %e, "ignoring the fabric outcomes annotation");
+        Vec::new()
+    })
+}
+
+/// A fabric round as the steps see it.
+pub fn round_view(r: &GpuFabricRound) -> RoundView {
+    let s = &r.spec;
+    RoundView {
+        generation: s.generation,
+        number: u32::try_from(s.round).unwrap_or(0),
+        purpose: s.purpose.clone(),
+        started: s.started.0,
+        timeout: std::time::Duration::from_secs(u64::try_from(s.timeout_seconds).unwrap_or(0)),
+        end: s.end,
+        groups: s.groups.clone(),
+    }
 }
 
 /// Observes the cluster for one validation (from the stores; no API calls).
@@ -154,21 +182,24 @@ pub fn observe(gv: &GpuValidation, ctx: &Ctx) -> World {
     let uid = gv.metadata.uid.as_deref().unwrap_or_default();
     World {
         nodes: ctx.nodes.state().iter().map(|n| n.name_any()).collect(),
-        pods: ctx
-            .pods
-            .state()
-            .iter()
-            .filter(|p| owned_by(&p.metadata, uid))
-            .filter_map(|p| pod_view(p))
-            .collect(),
-        results: ctx
-            .results
-            .state()
-            .iter()
-            .filter(|r| owned_by(&r.metadata, uid))
-            .filter_map(|r| result_view(r))
-            .collect(),
+        pods: owned_views(&ctx.pods, uid, pod_view),
+        results: owned_views(&ctx.results, uid, result_view),
+        rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
     }
+}
+
+/// The views of the objects in `store` owned by `uid` (objects `view` cannot read are left out).
+fn owned_views<K, V>(store: &Store<K>, uid: &str, view: impl Fn(&K) -> Option<V>) -> Vec<V>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store
+        .state()
+        .iter()
+        .filter(|o| owned_by(o.meta(), uid))
+        .filter_map(|o| view(o))
+        .collect()
 }
 
 #[cfg(test)]

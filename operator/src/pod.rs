@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use gpuval_crds::{GPU_RESOURCE, GpuValidation, agent_env, labels};
+use gpuval_crds::{
+    FabricRoundSpec, GPU_RESOURCE, GpuFabricRound, GpuValidation, agent_env, labels,
+};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     HostPathVolumeSource, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
@@ -55,6 +57,39 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 }
 
 /// The labels every agent pod of a run carries.
+/// The object of a fabric round: named for its validation, generation and number (the end
+/// marker `end`), labelled like the agent pods, owned by the validation.
+pub fn fabric_round(gv: &GpuValidation, spec: &FabricRoundSpec) -> GpuFabricRound {
+    let suffix = if spec.end {
+        format!("g{}-end", spec.generation)
+    } else {
+        format!("g{}-r{}", spec.generation, spec.round)
+    };
+    let name = gpuval_crds::result::result_name(&spec.validation, &suffix);
+    let mut labels = BTreeMap::from([
+        (
+            labels::MANAGED_BY_KEY.to_string(),
+            labels::MANAGED_BY.to_string(),
+        ),
+        (
+            labels::VALIDATION.to_string(),
+            labels::node_value(&spec.validation),
+        ),
+        (labels::GENERATION.to_string(), spec.generation.to_string()),
+        (labels::ROUND.to_string(), spec.round.to_string()),
+    ]);
+    labels.retain(|_, v| !v.is_empty());
+    GpuFabricRound {
+        metadata: ObjectMeta {
+            name: Some(name),
+            labels: Some(labels),
+            owner_references: gv.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: spec.clone(),
+    }
+}
+
 pub fn pod_labels(validation: &str, node: &str, generation: i64) -> BTreeMap<String, String> {
     BTreeMap::from([
         (labels::APP_NAME_KEY.to_string(), APP_LABEL.to_string()),

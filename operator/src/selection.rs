@@ -219,6 +219,7 @@ pub(crate) mod tests {
             thresholds: None,
             deadline: None,
             on_failure: None,
+            fabric: None,
         }
     }
 

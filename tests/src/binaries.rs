@@ -2,7 +2,7 @@
 //! run it), built on first use so they are never stale.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// `target/debug/<bin>` of package `package` (under `$CARGO_TARGET_DIR` when set), built with
@@ -80,12 +80,22 @@ fn build(package: &str, bin: &str) -> Result<PathBuf, String> {
             "cargo build -p {package} --bin {bin} failed ({status})"
         ));
     }
+    existing_file(path, |p| {
+        format!(
+            "cargo build -p {package} succeeded but {} is missing",
+            p.display()
+        )
+    })
+}
+
+/// `path` where it is a file; else the error `missing` words for it.
+pub fn existing_file(
+    path: PathBuf,
+    missing: impl FnOnce(&Path) -> String,
+) -> Result<PathBuf, String> {
     if path.is_file() {
         Ok(path)
     } else {
-        Err(format!(
-            "cargo build -p {package} succeeded but {} is missing",
-            path.display()
-        ))
+        Err(missing(&path))
     }
 }

@@ -33,7 +33,8 @@ pub fn kube_version_arg() -> String {
     format!("--kube-version={K8S_VERSION}")
 }
 
-/// Output of a finished command: Ok(stdout) on success, Err(stderr + stdout) otherwise.
+/// Output of a finished command: Ok(stdout) on success, Err(exit status, stderr, stdout)
+/// otherwise.
 pub fn output(cmd: &mut Command) -> Result<String, String> {
     let out = cmd
         .output()
@@ -43,7 +44,8 @@ pub fn output(cmd: &mut Command) -> Result<String, String> {
         Ok(stdout)
     } else {
         Err(format!(
-            "{}{}",
+            "{}\n{}{}",
+            out.status,
             String::from_utf8_lossy(&out.stderr),
             stdout
         ))

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::api::{Api, PostParams};
 
 use crate::kubelet::{FakeKubelet, agent_binary};
 use crate::{ControlPlane, Options, crds, nodes};
@@ -26,13 +24,7 @@ pub async fn start(namespace: &str, gpu_nodes: &[&str], labels: &[(&str, &str)])
         .expect("control plane");
     let client = cp.client().await.expect("client");
     crds::install_crds(&client).await.expect("CRDs");
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}}))
-            .expect("namespace object");
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("namespace");
+    crds::create_namespace(&client, namespace).await;
     for n in gpu_nodes {
         nodes::create_gpu_node(&client, n, 8, labels)
             .await

@@ -782,6 +782,9 @@ fn running_status(entry: &PodEntry, started_at: &Time) -> Value {
         "status": {
             "phase": "Running",
             "startTime": started_at,
+            // Every pod's process runs on this host: its address is loopback.
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
             "conditions": [
                 {"type": "Initialized", "status": "True", "lastTransitionTime": started_at},
                 {"type": "ContainersReady", "status": "True", "lastTransitionTime": started_at},

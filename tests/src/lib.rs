@@ -24,3 +24,4 @@ pub mod crds;
 pub mod kubelet;
 pub mod nodes;
 pub mod operator;
+pub mod scenario;

@@ -46,15 +46,12 @@ impl Tools {
     }
 
     pub fn require(&self, name: &str) -> Result<PathBuf, String> {
-        let p = self.path(name);
-        if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!(
+        crate::binaries::existing_file(self.path(name), |p| {
+            format!(
                 "{name} not found at {}: run tests/scripts/build-control-plane.sh",
                 p.display()
-            ))
-        }
+            )
+        })
     }
 
     pub fn dir(&self) -> &Path {

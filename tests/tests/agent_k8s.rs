@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use gpuval_crds::{GpuNodeResult, GpuValidation, labels, result::result_name};
 use gpuval_tests::{ControlPlane, FakeKubelet, Options, crds, nodes};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, Namespace, Pod};
 use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -142,6 +142,24 @@ fn phase(p: Option<&Pod>) -> Option<&str> {
     p?.status.as_ref()?.phase.as_deref()
 }
 
+/// Asserts that no GpuNodeResult `name` exists (`why` says why there should be none).
+async fn assert_no_result(c: &Cluster, name: &str, why: &str) {
+    let results: Api<GpuNodeResult> = Api::namespaced(c.client.clone(), NS);
+    let found = results.get_opt(name).await.expect("get result");
+    assert!(found.is_none(), "{why}");
+}
+
+/// The agent container's terminated state; fails the test when it has none.
+fn terminated(pod: &Pod) -> &ContainerStateTerminated {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first())
+        .and_then(|cs| cs.state.as_ref())
+        .and_then(|s| s.terminated.as_ref())
+        .expect("terminated container state")
+}
+
 /// Waits (watching) until pod `name` satisfies `cond`; on timeout, fails with the agent's log.
 async fn wait_pod(
     c: &Cluster,
@@ -193,12 +211,7 @@ async fn run_to_end(
 async fn agent_pod_runs_the_checks_and_stores_a_failing_result() {
     let node = "gpu-node-a";
     let c = cluster(node).await;
-    let v = create_validation(
-        &c.client,
-        "burn-in",
-        json!({"checks": {"memory": {}, "compute": {"duration": "10s"}}}),
-    )
-    .await;
+    let v = create_validation(&c.client, "burn-in", memory_and_burn()).await;
 
     let pod_name = "burn-in-gpu-node-a";
     let pod = run_to_end(
@@ -220,14 +233,7 @@ async fn agent_pod_runs_the_checks_and_stores_a_failing_result() {
         Some(node),
         "bound by kube-scheduler"
     );
-    let terminated = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.first())
-        .and_then(|cs| cs.state.as_ref())
-        .and_then(|s| s.terminated.as_ref())
-        .expect("terminated container state");
+    let terminated = terminated(&pod);
     assert_eq!(terminated.exit_code, 0);
     assert_eq!(c.kubelet.started(), vec![pod_name.to_string()]);
     assert!(log.contains("SIMULATED"), "agent log:\n{log}");
@@ -317,12 +323,8 @@ async fn agent_pod_runs_the_checks_and_stores_a_failing_result() {
 async fn a_simulated_nccl_fault_is_stored_with_the_result() {
     let node = "gpu-node-n";
     let c = cluster(node).await;
-    let v = create_validation(
-        &c.client,
-        "collectives",
-        json!({"checks": {"nccl": {"maxBytes": 1048576, "timeout": "5s"}}}),
-    )
-    .await;
+    let spec = json!({"checks": {"nccl": {"maxBytes": 1048576, "timeout": "5s"}}});
+    let v = create_validation(&c.client, "collectives", spec).await;
     let pod_name = "collectives-gpu-node-n";
     let pod = run_to_end(&c, pod_name, &v, node, "gpus=8,fail=nccl@1").await;
     let log = c.kubelet.logs(pod_name);
@@ -364,18 +366,18 @@ async fn a_simulated_nccl_fault_is_stored_with_the_result() {
 
 /// A validation with a 10 s burn and its agent pod, once the agent runs. `timescale=1`: the
 /// simulated burn takes its real 10 s, long enough to act on the agent mid-run.
+/// A memory check and a 10 s compute burn.
+fn memory_and_burn() -> Value {
+    json!({"checks": {"memory": {}, "compute": {"duration": "10s"}}})
+}
+
 async fn running_agent(
     c: &Cluster,
     validation: &str,
     pod_name: &str,
     node: &str,
 ) -> (GpuValidation, Pod) {
-    let v = create_validation(
-        &c.client,
-        validation,
-        json!({"checks": {"memory": {}, "compute": {"duration": "10s"}}}),
-    )
-    .await;
+    let v = create_validation(&c.client, validation, memory_and_burn()).await;
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
     pods.create(
         &PostParams::default(),
@@ -400,28 +402,18 @@ async fn a_crashed_agent_leaves_its_pod_failed_and_no_result() {
     })
     .await;
     assert_eq!(phase(Some(&pod)), Some("Failed"));
-    let terminated = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.first())
-        .and_then(|cs| cs.state.as_ref())
-        .and_then(|s| s.terminated.clone())
-        .expect("terminated container state");
+    let terminated = terminated(&pod);
     assert_eq!(terminated.exit_code, 137, "SIGKILL");
     assert_eq!(terminated.reason.as_deref(), Some("Error"));
     assert!(terminated.finished_at.is_some());
     assert!(!c.kubelet.kill(pod_name), "nothing left to kill");
 
-    let results: Api<GpuNodeResult> = Api::namespaced(c.client.clone(), NS);
-    assert!(
-        results
-            .get_opt(&result_name("crash", node))
-            .await
-            .expect("get result")
-            .is_none(),
-        "a crashed agent stores no result"
-    );
+    assert_no_result(
+        &c,
+        &result_name("crash", node),
+        "a crashed agent stores no result",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -456,15 +448,12 @@ async fn deleting_a_running_agent_pod_stops_the_agent_and_removes_the_pod() {
         "the agent stopped on SIGTERM; agent log:\n{log}"
     );
     assert!(c.kubelet.running().is_empty());
-    let results: Api<GpuNodeResult> = Api::namespaced(c.client.clone(), NS);
-    assert!(
-        results
-            .get_opt(&result_name("stopped", node))
-            .await
-            .expect("get result")
-            .is_none(),
-        "a stopped agent stores no result"
-    );
+    assert_no_result(
+        &c,
+        &result_name("stopped", node),
+        "a stopped agent stores no result",
+    )
+    .await;
 
     // Pods that are not agents are kwok's: Running at once, never started by the FakeKubelet.
     let mut other = agent_pod("not-an-agent", &v, node, "gpus=8");

@@ -80,13 +80,7 @@ async fn every_example_is_accepted_and_defaults_are_applied() {
     let api: Api<GpuValidation> = Api::all(client);
     let dir = crds::repo_root().join("deploy/examples");
     let mut seen = 0;
-    let mut entries: Vec<_> = std::fs::read_dir(&dir)
-        .expect("deploy/examples")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    entries.sort();
-    for path in entries {
+    for path in crds::sorted_entries(&dir) {
         if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
             continue;
         }
@@ -174,7 +168,7 @@ fn judge_refusal(case: &cases::Bad, outcome: Result<GpuValidation, kube::Error>)
         Err(other) => return Some(format!("{name}: unexpected client error {other}")),
     };
     let msg = &status.message;
-    if !msg.contains(case.field) {
+    if !msg.contains(&case.field) {
         return Some(format!(
             "{name}: message does not name {}: {msg}",
             case.field

@@ -15,7 +15,7 @@ use gpuval_tests::chart::{self, ChartTools, OperatorProcess};
 use gpuval_tests::kubelet::{FakeKubelet, KubeletOptions, agent_binary};
 use gpuval_tests::{ControlPlane, Options, crds, nodes};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -46,15 +46,6 @@ fn kinds(docs: &[Value]) -> Vec<String> {
 
 fn find<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let ns: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace object");
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("namespace");
 }
 
 async fn wait_crd(client: &Client, name: &str) {
@@ -161,18 +152,15 @@ fn check_invariants(file: &str, docs: &[Value]) {
             && agent_roles.contains(&d["metadata"]["name"].as_str().unwrap_or(""))
     }) {
         for rule in d["rules"].as_array().into_iter().flatten() {
-            let resources: Vec<&str> = rule["resources"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            let verbs: Vec<&str> = rule["verbs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
+            let strings = |key: &str| -> Vec<&str> {
+                rule[key]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect()
+            };
+            let (resources, verbs) = (strings("resources"), strings("verbs"));
             assert_eq!(rule["apiGroups"], json!(["gpuval.io"]), "{file}: {rule}");
             for r in &resources {
                 match *r {
@@ -180,6 +168,10 @@ fn check_invariants(file: &str, docs: &[Value]) {
                     "gpunoderesults" | "gpunoderesults/status" => assert!(
                         verbs.iter().all(|v| matches!(*v, "create" | "patch")),
                         "{file}: {rule}"
+                    ),
+                    "gpufabricrounds" => assert!(
+                        verbs.iter().all(|v| matches!(*v, "get" | "list" | "watch")),
+                        "{file}: the agent only reads fabric rounds: {rule}"
                     ),
                     other => panic!("{file}: agent may touch {other}"),
                 }
@@ -192,22 +184,12 @@ fn check_invariants(file: &str, docs: &[Value]) {
 async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
     let cp = ControlPlane::start().await.expect("control plane");
     let client = cp.client().await.expect("client");
-    create_namespace(&client, NS).await;
+    crds::create_namespace(&client, NS).await;
     // The ServiceMonitor kind must exist for its dry run (a stand-in for the Prometheus
     // Operator's CRD).
     let sm = crds::repo_root().join("tests/chart/servicemonitor-crd.yaml");
-    let out = cp
-        .kubectl()
-        .unwrap()
-        .args(["apply", "-f"])
-        .arg(&sm)
-        .output()
-        .expect("kubectl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    chart::output(cp.kubectl().unwrap().args(["apply", "-f"]).arg(&sm))
+        .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
     wait_crd(&client, "servicemonitors.monitoring.coreos.com").await;
 
     let mut sets: Vec<(String, Vec<PathBuf>)> = vec![("defaults".into(), Vec::new())];
@@ -337,12 +319,7 @@ async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
 #[test]
 fn bad_values_are_refused_with_a_message_naming_the_value() {
     let dir = crds::repo_root().join("tests/chart/bad");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tests/chart/bad")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    files.sort();
+    let files = crds::sorted_entries(&dir);
     assert!(files.len() >= 10, "{files:?}");
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap();

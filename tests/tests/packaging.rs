@@ -91,26 +91,22 @@ fn dockerfile_passes_hadolint_and_builds_what_ci_builds() {
             .unwrap_or_else(|| panic!("{target}: USER must be numeric: {user}"));
         assert_ne!(uid, 0, "{target} runs as root");
         for label in ["title", "version", "revision", "source", "licenses"] {
+            let oci = format!("org.opencontainers.image.{label}=");
             assert!(
-                stage
-                    .iter()
-                    .any(|l| l.contains(&format!("org.opencontainers.image.{label}="))),
+                any_line(stage, |l| l.contains(&oci)),
                 "{target}: OCI label {label}"
             );
         }
         assert!(
-            stage
-                .iter()
-                .any(|l| l.starts_with("ENTRYPOINT [\"/usr/local/bin/gpuval-")),
+            any_line(stage, |l| l.starts_with(ENTRYPOINT)),
             "{target}: entrypoint"
         );
         // The binary's SBOM ships in the image, at the path the io.gpuval.sbom label names.
         let binary = format!("gpuval-{target}");
         let sbom = format!("/usr/local/share/gpuval/sbom/{binary}.cdx.json");
+        let label = format!("io.gpuval.sbom=\"{sbom}\"");
         assert!(
-            stage
-                .iter()
-                .any(|l| l.starts_with(&format!("io.gpuval.sbom=\"{sbom}\""))),
+            any_line(stage, |l| l.starts_with(&label)),
             "{target}: the io.gpuval.sbom label names {sbom}"
         );
         assert!(
@@ -594,19 +590,17 @@ fn argocd_health_check_maps_every_state_of_a_validation() {
 /// `kubectl kustomize <repo>/<path>`: the manifests a GitOps tool would apply from that path.
 fn kustomize(cp: &ControlPlane, path: &str) -> Vec<Value> {
     let dir = crds::repo_root().join(path.trim_start_matches("./"));
-    let out = cp
-        .kubectl()
-        .expect("kubectl")
-        .arg("kustomize")
-        .arg(&dir)
-        .output()
-        .expect("kubectl kustomize");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    chart::documents(&String::from_utf8_lossy(&out.stdout)).expect("kustomize output")
+    let stdout = chart::output(cp.kubectl().expect("kubectl").arg("kustomize").arg(&dir))
+        .unwrap_or_else(|e| panic!("kubectl kustomize: {e}"));
+    chart::documents(&stdout).expect("kustomize output")
+}
+
+/// How the images' entrypoint lines start.
+const ENTRYPOINT: &str = "ENTRYPOINT [\"/usr/local/bin/gpuval-";
+
+/// True when a line of a Dockerfile stage satisfies `f`.
+fn any_line(stage: &[&str], f: impl Fn(&str) -> bool) -> bool {
+    stage.iter().any(|l| f(l))
 }
 
 fn dry_run(cp: &ControlPlane, docs: &[Value], name: &str) {

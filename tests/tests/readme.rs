@@ -63,13 +63,7 @@ fn readme_commands(text: &str) -> Vec<Written> {
 
 /// `kubectl` commands in the comments of the example manifests.
 fn example_commands(dir: &Path, out: &mut Vec<Written>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .expect("examples dir")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    entries.sort();
-    for path in entries {
+    for path in gpuval_tests::crds::sorted_entries(dir) {
         if path.is_dir() {
             example_commands(&path, out);
             continue;
@@ -237,11 +231,11 @@ async fn every_kubectl_command_of_the_readme_and_the_examples_works_as_written()
             write_results(&client).await;
             results_written = true;
         }
-        let cmd = shell(&cp, &command);
+        let mut cmd = shell(&cp, &command);
         let outcome = if command.contains(" -w") {
             watch_until(cmd, "quick").map(|_| String::new())
         } else {
-            run(cmd)
+            gpuval_tests::chart::output(&mut cmd)
         };
         match outcome {
             Ok(out) => {
@@ -265,21 +259,6 @@ async fn every_kubectl_command_of_the_readme_and_the_examples_works_as_written()
 async fn validation_exists(client: &Client, name: &str) -> bool {
     let api: Api<GpuValidation> = Api::all(client.clone());
     matches!(api.get_opt(name).await, Ok(Some(_)))
-}
-
-fn run(mut cmd: Command) -> Result<String, String> {
-    let out = cmd.output().map_err(|e| format!("start: {e}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if out.status.success() {
-        Ok(stdout)
-    } else {
-        Err(format!(
-            "{}\n{}{}",
-            out.status,
-            stdout,
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
 }
 
 /// What a reader is told each command shows.

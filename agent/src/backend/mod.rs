@@ -43,6 +43,18 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// Ok where the library was found (`present`), else [`BackendError::MissingLibrary`].
+    pub fn library_present(present: bool, library: &str, hint: &str) -> Result<(), Self> {
+        if present {
+            Ok(())
+        } else {
+            Err(Self::MissingLibrary {
+                library: library.into(),
+                hint: hint.into(),
+            })
+        }
+    }
+
     pub fn gpu(gpu: u32, what: impl Into<String>, detail: impl std::fmt::Display) -> Self {
         Self::Gpu {
             gpu,

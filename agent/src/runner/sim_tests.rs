@@ -140,10 +140,16 @@ fn nccl_report(spec: &str) -> NodeReport {
     simulated(spec, checks)
 }
 
+/// The report of an nccl run, and its nccl result (which every such run has).
+fn with_nccl(spec: &str) -> (NodeReport, gpuval_crds::NcclResult) {
+    let report = nccl_report(spec);
+    let nccl = report.nccl.clone().expect("an nccl result");
+    (report, nccl)
+}
+
 #[test]
 fn nccl_on_a_healthy_node_passes_and_shows_in_the_table_and_headline() {
-    let report = nccl_report("gpus=4");
-    let nccl = report.nccl.as_ref().expect("an nccl result");
+    let (report, nccl) = with_nccl("gpus=4");
     assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.failures);
     assert_eq!(nccl.verdict, Verdict::Pass, "{:?}", nccl.reasons);
     let table = crate::render::table(&report);
@@ -170,9 +176,8 @@ fn a_planted_wrong_nccl_result_fails_the_gpu_that_holds_it() {
 #[test]
 fn a_hung_collective_is_aborted_and_reported_as_an_error() {
     let started = std::time::Instant::now();
-    let report = nccl_report("gpus=2,fabric=hang");
+    let (report, nccl) = with_nccl("gpus=2,fabric=hang");
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
-    let nccl = report.nccl.as_ref().expect("an nccl result");
     assert_eq!(nccl.verdict, Verdict::Error, "{:?}", nccl.reasons);
     assert_eq!(report.verdict, Verdict::Error);
     assert!(
@@ -187,8 +192,7 @@ fn a_hung_collective_is_aborted_and_reported_as_an_error() {
 
 #[test]
 fn an_shm_fallback_on_an_nvlink_node_fails() {
-    let report = nccl_report("gpus=2,fabric=shm");
-    let nccl = report.nccl.as_ref().expect("an nccl result");
+    let (_, nccl) = with_nccl("gpus=2,fabric=shm");
     assert_eq!(nccl.verdict, Verdict::Fail, "{:?}", nccl.reasons);
     assert!(
         nccl.reasons.iter().any(|r| r.contains("SHM")),
@@ -199,8 +203,7 @@ fn an_shm_fallback_on_an_nvlink_node_fails() {
 
 #[test]
 fn nccl_on_one_gpu_is_skipped() {
-    let report = nccl_report("gpus=1");
-    let nccl = report.nccl.as_ref().expect("an nccl result");
+    let (report, nccl) = with_nccl("gpus=1");
     assert_eq!(nccl.verdict, Verdict::Skipped);
     assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.failures);
 }

@@ -177,6 +177,11 @@ mod tests {
         }
     }
 
+    /// One step of a node in `verdict` whose agent pod is `p`, 10 s into the run.
+    fn with_pod(verdict: NodeVerdict, p: &PodView) -> Advanced {
+        advance_node(&line(verdict), seen(Some(p)), &clock(10))
+    }
+
     fn seen(pod: Option<&PodView>) -> Seen<'_> {
         Seen {
             pod,
@@ -202,6 +207,7 @@ mod tests {
             generation: 1,
             verdict: Verdict::Fail,
             summary: "GPU3 memory: 2 mismatched words".into(),
+            fabric: Vec::new(),
         };
         let p = pod(PodPhase::Running);
         let s = Seen {
@@ -265,38 +271,43 @@ mod tests {
 
     #[test]
     fn pod_phases_move_the_node() {
-        let p = pod(PodPhase::Running);
-        let a = advance_node(&line(NodeVerdict::Pending), seen(Some(&p)), &clock(10));
-        assert_eq!(
-            (a.line.verdict, a.line.message),
-            (NodeVerdict::Running, None)
-        );
-
-        let mut p = pod(PodPhase::Pending);
-        p.reason = Some("Unschedulable: 0/3 nodes are available".into());
-        let a = advance_node(&line(NodeVerdict::Pending), seen(Some(&p)), &clock(10));
-        assert_eq!(a.line.verdict, NodeVerdict::Pending);
-        assert_eq!(a.line.message, p.reason);
-
-        let p = pod(PodPhase::Unknown);
-        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(10));
-        assert_eq!(
-            (a.line.verdict, a.line.message),
-            (NodeVerdict::Pending, None)
-        );
-
-        let mut p = pod(PodPhase::Failed);
-        p.reason = Some("OOMKilled (exit code 137)".into());
-        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(10));
-        assert_eq!(a.line.verdict, NodeVerdict::Error);
-        assert_eq!(
-            a.line.message.as_deref(),
-            Some("agent pod failed: OOMKilled (exit code 137)")
-        );
+        use NodeVerdict::{Error, Pending, Running};
+        let unschedulable = "Unschedulable: 0/3 nodes are available";
+        let oom = "OOMKilled (exit code 137)";
+        let with_reason = |phase, reason: &str| PodView {
+            reason: Some(reason.into()),
+            ..pod(phase)
+        };
+        for (i, (from, p, verdict, message)) in [
+            (Pending, pod(PodPhase::Running), Running, None),
+            (
+                Pending,
+                with_reason(PodPhase::Pending, unschedulable),
+                Pending,
+                Some(unschedulable),
+            ),
+            (Running, pod(PodPhase::Unknown), Pending, None),
+            (
+                Running,
+                with_reason(PodPhase::Failed, oom),
+                Error,
+                Some("agent pod failed: OOMKilled (exit code 137)"),
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let a = with_pod(from, &p);
+            assert_eq!(
+                (a.line.verdict, a.line.message.as_deref()),
+                (verdict, message),
+                "case {i}"
+            );
+        }
 
         let mut p = pod(PodPhase::Running);
         p.deleting = true;
-        let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(10));
+        let a = with_pod(NodeVerdict::Running, &p);
         assert_eq!(a.line.verdict, NodeVerdict::Error);
         assert!(a.line.message.unwrap().contains("was deleted"));
     }

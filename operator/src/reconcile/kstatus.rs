@@ -81,6 +81,19 @@ pub fn set_for_phase(
     }
 }
 
+/// Every node passed its checks but the fabric between them did not, and no node could be
+/// named: not ready, stalled, with the fabric's own message.
+pub fn set_fabric_failed(
+    conditions: &mut Vec<Condition>,
+    message: &str,
+    generation: i64,
+    now: &Time,
+) {
+    let msg = truncate(&format!("fabric: {message}"));
+    let states = [(false, msg.as_str()), (false, ""), (true, msg.as_str())];
+    set_all(conditions, states, "FabricFailed", generation, now);
+}
+
 /// `2 of 8 node(s) failed; gpu-3 Failed: GPU5 memory: ...; gpu-6 Error: ...`
 fn failure_message(sum: &Summary, nodes: &[NodeStatus]) -> String {
     let first: Vec<String> = nodes
@@ -124,75 +137,74 @@ mod tests {
     }
 
     /// (status, reason, message, observedGeneration) of a condition.
-    fn cond(c: &[Condition], type_: &str) -> (String, String, String, Option<i64>) {
+    fn cond<'a>(c: &'a [Condition], type_: &str) -> (&'a str, &'a str, &'a str, Option<i64>) {
         let c = find(c, type_).unwrap();
-        (
-            c.status.clone(),
-            c.reason.clone(),
-            c.message.clone(),
-            c.observed_generation,
-        )
+        (&c.status, &c.reason, &c.message, c.observed_generation)
+    }
+
+    /// A summary of `selected` nodes, `running` of them running and `passed` passed.
+    fn counts(selected: i32, running: i32, passed: i32) -> Summary {
+        Summary {
+            selected,
+            running,
+            passed,
+            ..Default::default()
+        }
+    }
+
+    /// The conditions `set_for_phase` writes into an empty list.
+    fn conditions(
+        phase: Phase,
+        sum: &Summary,
+        nodes: &[NodeStatus],
+        generation: i64,
+    ) -> Vec<Condition> {
+        let mut c = Vec::new();
+        set_for_phase(&mut c, phase, sum, nodes, generation, &now());
+        c
+    }
+
+    /// Condition `type_` reads `want`, and the other two kstatus conditions are not true.
+    fn only_true(c: &[Condition], type_: &str, want: (&str, &str, &str, Option<i64>)) {
+        assert_eq!(cond(c, type_), want);
+        for other in [READY, RECONCILING, STALLED]
+            .into_iter()
+            .filter(|t| *t != type_)
+        {
+            assert!(!is_true(c, other), "{other} is true beside {type_}");
+        }
     }
 
     #[test]
     fn a_blocked_run_is_stalled_and_not_reconciling() {
         let mut c = Vec::new();
         set_blocked(&mut c, "NodeNotFound", "ghost is missing", 4, &now());
-        assert_eq!(
-            cond(&c, STALLED),
-            (
-                "True".into(),
-                "NodeNotFound".into(),
-                "ghost is missing".into(),
-                Some(4)
-            )
+        only_true(
+            &c,
+            STALLED,
+            ("True", "NodeNotFound", "ghost is missing", Some(4)),
         );
-        assert!(!is_true(&c, READY));
-        assert!(!is_true(&c, RECONCILING));
     }
 
     #[test]
     fn a_running_run_is_reconciling_with_its_progress() {
-        let mut c = Vec::new();
-        let sum = Summary {
-            selected: 2,
-            running: 1,
-            passed: 1,
-            ..Default::default()
-        };
-        set_for_phase(&mut c, Phase::Running, &sum, &[], 2, &now());
+        let c = conditions(Phase::Running, &counts(2, 1, 1), &[], 2);
         let progress = "1/2 node(s) done, 1 passed, 0 failed".to_string();
-        assert_eq!(
-            cond(&c, RECONCILING),
-            ("True".into(), "Running".into(), progress.clone(), Some(2))
-        );
+        only_true(&c, RECONCILING, ("True", "Running", &progress, Some(2)));
         assert_eq!(
             cond(&c, READY),
-            ("False".into(), "Running".into(), progress, Some(2))
+            ("False", "Running", progress.as_str(), Some(2))
         );
-        assert!(!is_true(&c, STALLED));
     }
 
     #[test]
     fn a_passed_run_is_ready() {
-        let mut c = Vec::new();
-        let sum = Summary {
-            selected: 2,
-            passed: 2,
-            ..Default::default()
-        };
-        set_for_phase(&mut c, Phase::Passed, &sum, &[], 1, &now());
-        assert_eq!(
-            cond(&c, READY),
-            (
-                "True".into(),
-                "Passed".into(),
-                "all 2 node(s) passed".into(),
-                Some(1)
-            )
+        let c = conditions(Phase::Passed, &counts(2, 0, 2), &[], 1);
+        only_true(
+            &c,
+            READY,
+            ("True", "Passed", "all 2 node(s) passed", Some(1)),
         );
-        assert!(!is_true(&c, RECONCILING));
-        assert!(!is_true(&c, STALLED));
     }
 
     #[test]
@@ -205,10 +217,9 @@ mod tests {
             line("e", NodeVerdict::Error, "node deleted"),
         ];
         let sum = summarize::count(&nodes);
-        let mut c = Vec::new();
-        set_for_phase(&mut c, Phase::Failed, &sum, &nodes, 1, &now());
+        let c = conditions(Phase::Failed, &sum, &nodes, 1);
         let (status, reason, message, _) = cond(&c, STALLED);
-        assert_eq!((status.as_str(), reason.as_str()), ("True", "NodesFailed"));
+        assert_eq!((status, reason), ("True", "NodesFailed"));
         assert_eq!(
             message,
             "4 of 5 node(s) failed; b Failed: GPU3 memory: 2 mismatched words; \

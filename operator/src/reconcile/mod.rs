@@ -15,6 +15,7 @@
 pub mod advance;
 pub mod clock;
 pub mod events;
+pub mod fabric;
 pub mod kstatus;
 pub mod start;
 pub mod summarize;
@@ -23,6 +24,7 @@ pub mod view;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use gpuval_crds::fabric::FabricPhase;
 use gpuval_crds::{GpuValidation, GpuValidationStatus, NodeStatus, NodeVerdict, Phase, Summary};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -32,7 +34,7 @@ use crate::selection::Selection;
 pub use advance::RESULT_GRACE;
 pub use clock::RunClock;
 pub use events::{PlannedEvent, RUNNING_REQUEUE};
-pub use view::{PodPhase, PodView, ResultView, World};
+pub use view::{PodPhase, PodView, ResultView, RoundView, World};
 
 /// Longest node message kept in the validation status (the full report is in the result).
 pub const MAX_MESSAGE: usize = 200;
@@ -59,6 +61,8 @@ pub struct Step {
     pub events: Vec<PlannedEvent>,
     /// Nodes that just failed (for onFailure actions).
     pub newly_failed: Vec<String>,
+    /// A fabric round to create (see [`fabric`]).
+    pub create_round: Option<gpuval_crds::FabricRoundSpec>,
     /// None: nothing to wait for (terminal); the controller's periodic resync still runs.
     pub requeue_after: Option<Duration>,
 }
@@ -86,6 +90,7 @@ pub fn next(
     select: impl FnOnce() -> Selection,
 ) -> Step {
     let generation = gv.metadata.generation.unwrap_or(0);
+    let name = gv.metadata.name.clone().unwrap_or_default();
     let now_t = Time(now);
     let previous = gv.status.clone().unwrap_or_default();
     let same_run = start::is_same_run(&previous, generation);
@@ -97,7 +102,24 @@ pub fn next(
     };
 
     if same_run && previous.phase.is_some_and(Phase::is_terminal) {
-        // A finished run stays as it ended (a blocked one has no node lines to count again).
+        // A finished run stays as it ended (a blocked one has no node lines to count again),
+        // but its agents must hear that the fabric test is over.
+        if let Some(spec) = &gv.spec.fabric {
+            let clock = RunClock::new(
+                now,
+                previous.start_time.as_ref(),
+                gv.spec.deadline_or_default(),
+            );
+            let inp = fabric::Inputs {
+                spec,
+                validation: &name,
+                generation,
+                previous: previous.fabric.as_ref(),
+                world,
+                clock: &clock,
+            };
+            step.create_round = fabric::advance(&inp, &mut []).round;
+        }
         step.status = previous;
         return step;
     }
@@ -131,6 +153,25 @@ pub fn next(
         gv.spec.deadline_or_default(),
     );
     let waiting_for_result = advance_nodes(&mut nodes, world, generation, &clock, &mut step);
+    let fabric = gv.spec.fabric.as_ref().map(|spec| {
+        let inp = fabric::Inputs {
+            spec,
+            validation: &name,
+            generation,
+            previous: status.fabric.as_ref(),
+            world,
+            clock: &clock,
+        };
+        fabric::advance(&inp, &mut nodes)
+    });
+    let mut fabric_requeue = None;
+    if let Some(f) = fabric {
+        step.newly_failed.extend(f.newly_failed);
+        step.events.extend(f.events);
+        step.create_round = f.round;
+        status.fabric = f.status;
+        fabric_requeue = f.requeue;
+    }
 
     let (phase, summary) = conclude(&mut status, &nodes, generation, &now_t);
     if phase.is_terminal() {
@@ -138,7 +179,8 @@ pub fn next(
     } else {
         step.record = Some(RunNodes { generation, nodes });
     }
-    step.requeue_after = events::requeue_after(phase, &clock, waiting_for_result);
+    step.requeue_after = events::requeue_after(phase, &clock, waiting_for_result)
+        .map(|r| fabric_requeue.map_or(r, |f| r.min(f)));
     step.status = status;
     step
 }
@@ -152,15 +194,26 @@ fn conclude(
     now: &Time,
 ) -> (Phase, Summary) {
     let summary = summarize::count(nodes);
-    let phase = summarize::phase_of(&summary);
-    kstatus::set_for_phase(
-        &mut status.conditions,
-        phase,
-        &summary,
-        nodes,
-        generation,
-        now,
-    );
+    let mut phase = summarize::phase_of(&summary);
+    let fabric = status.fabric.as_ref();
+    if phase.is_terminal() && fabric.is_some_and(|f| !f.phase.is_terminal()) {
+        phase = Phase::Running;
+    }
+    match fabric.filter(|f| f.phase == FabricPhase::Failed && phase == Phase::Passed) {
+        Some(f) => {
+            phase = Phase::Failed;
+            let msg = f.message.as_deref().unwrap_or("the fabric test failed");
+            kstatus::set_fabric_failed(&mut status.conditions, msg, generation, now);
+        }
+        None => kstatus::set_for_phase(
+            &mut status.conditions,
+            phase,
+            &summary,
+            nodes,
+            generation,
+            now,
+        ),
+    }
     (status.nodes, status.nodes_not_listed) = summarize::listed(nodes);
     if phase.is_terminal() {
         status.completion_time.get_or_insert_with(|| now.clone());
@@ -260,6 +313,7 @@ mod tests {
             nodes: ["a".into(), "b".into()].into(),
             pods,
             results,
+            rounds: Vec::new(),
         };
         (at(secs), w)
     }
@@ -281,6 +335,7 @@ mod tests {
             generation: 1,
             verdict: v,
             summary: summary.into(),
+            fabric: Vec::new(),
         }
     }
 
@@ -604,6 +659,7 @@ mod tests {
                     generation: 1,
                     verdict: v,
                     summary: format!("GPU{} memory: {} mismatched words", i % 8, i),
+                    fabric: Vec::new(),
                 }
             })
             .collect();

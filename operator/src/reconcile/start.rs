@@ -213,6 +213,7 @@ mod tests {
             generation,
             verdict: Verdict::Pass,
             summary: String::new(),
+            fabric: Vec::new(),
         };
         let world = World {
             pods: vec![
@@ -234,20 +235,9 @@ mod tests {
 
     #[test]
     fn a_started_run_records_every_selected_node_as_pending() {
-        let sel = Selection {
-            selected: vec![
-                SelectedNode {
-                    name: "a".into(),
-                    gpus: 8,
-                },
-                SelectedNode {
-                    name: "b".into(),
-                    gpus: 4,
-                },
-            ],
-            excluded: vec![("c".into(), "cordoned".into())],
-            ..Default::default()
-        };
+        let mut sel = selected(&["a", "b"]);
+        sel.selected[1].gpus = 4;
+        sel.excluded = vec![("c".into(), "cordoned".into())];
         let RunStart::Started {
             status,
             nodes,
@@ -262,15 +252,11 @@ mod tests {
         assert_eq!(status.completion_time, None);
         assert_eq!(status.selection, Some(sel.describe()));
         assert!(status.nodes.is_empty(), "the phase step lists nodes");
-        let nodes: Vec<_> = nodes
-            .iter()
-            .map(|n| (n.name.as_str(), n.gpus, n.verdict))
-            .collect();
         assert_eq!(
-            nodes,
-            vec![
-                ("a", 8, NodeVerdict::Pending),
-                ("b", 4, NodeVerdict::Pending)
+            lines(&nodes),
+            [
+                ("a", NodeVerdict::Pending, 8),
+                ("b", NodeVerdict::Pending, 4)
             ]
         );
         assert!(
@@ -301,6 +287,14 @@ mod tests {
         assert!(event.warning);
         assert_eq!(event.reason, "NodeNotFound");
         assert!(event.note.contains("ghost"));
+    }
+
+    /// (name, verdict, GPUs) of each node line.
+    fn lines(nodes: &[NodeStatus]) -> Vec<(&str, NodeVerdict, i32)> {
+        nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.verdict, n.gpus))
+            .collect()
     }
 
     fn selected(names: &[&str]) -> Selection {
@@ -352,18 +346,15 @@ mod tests {
                 generation: 2,
                 verdict: Verdict::Pass,
                 summary: String::new(),
+                fabric: Vec::new(),
             }],
             ..Default::default()
         };
         // A node joined since the start ("aa"): only one more is needed, so "e" is not taken.
         let nodes = recover(&previous, &world, 2, &selected(&["a", "aa", "b", "e"]));
-        let got: Vec<_> = nodes
-            .iter()
-            .map(|n| (n.name.as_str(), n.verdict, n.gpus))
-            .collect();
         assert_eq!(
-            got,
-            vec![
+            lines(&nodes),
+            [
                 ("a", NodeVerdict::Pending, 8),
                 ("aa", NodeVerdict::Pending, 8),
                 ("b", NodeVerdict::Pending, 8),

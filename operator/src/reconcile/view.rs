@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use gpuval_crds::Verdict;
+use gpuval_crds::fabric::{FabricGroup, FabricOutcome};
 use k8s_openapi::jiff::Timestamp;
 
 /// A pod's `status.phase`, parsed once by the shell.
@@ -51,6 +52,8 @@ pub struct PodView {
     pub deleting: bool,
     /// When the agent container finished (Succeeded/Failed pods).
     pub finished_at: Option<Timestamp>,
+    /// The pod's IP (where its agent hosts a fabric rendezvous).
+    pub ip: Option<String>,
 }
 
 /// One of this validation's node results (metadata only: verdict label and summary annotation).
@@ -62,6 +65,20 @@ pub struct ResultView {
     pub verdict: Verdict,
     /// The node's failures in plain words (empty when there are none).
     pub summary: String,
+    /// What the node's agent measured in the fabric test's rounds so far.
+    pub fabric: Vec<FabricOutcome>,
+}
+
+/// One of this validation's fabric rounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundView {
+    pub generation: i64,
+    pub number: u32,
+    pub purpose: String,
+    pub started: Timestamp,
+    pub timeout: std::time::Duration,
+    pub end: bool,
+    pub groups: Vec<FabricGroup>,
 }
 
 /// What the cluster looks like now, for one validation.
@@ -71,6 +88,7 @@ pub struct World {
     pub nodes: BTreeSet<String>,
     pub pods: Vec<PodView>,
     pub results: Vec<ResultView>,
+    pub rounds: Vec<RoundView>,
 }
 
 #[cfg(test)]

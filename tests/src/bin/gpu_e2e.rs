@@ -34,11 +34,10 @@ use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::{ControlPlane, Options, Tools};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions as wait_conditions};
+use kube::runtime::wait::await_condition;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -594,14 +593,12 @@ fn sibling_binary(explicit: Option<PathBuf>, name: &str) -> Result<PathBuf, Stri
             .map_err(|e| format!("find this program's path: {e}"))?
             .with_file_name(name),
     };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!(
+    gpuval_tests::binaries::existing_file(path, |p| {
+        format!(
             "{name} not found at {}: build it (cargo build --release -p {name}) or pass its path",
-            path.display()
-        ))
-    }
+            p.display()
+        )
+    })
 }
 
 fn host_name() -> String {
@@ -685,37 +682,13 @@ async fn inventory(agent: &Path, args: &Args) -> Result<HostGpus, String> {
 
 /// Applies the CRDs in `path` and waits until each is Established.
 async fn install_crds(client: &Client, path: &Path) -> Result<Vec<String>, String> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut names = Vec::new();
-    for doc in gpuval_tests::crds::read_yaml_documents(path)
-        .map_err(|e| format!("{e} (run from the repository root, or pass --crds)"))?
-    {
-        let name = doc["metadata"]["name"]
-            .as_str()
-            .ok_or_else(|| format!("{}: a CRD without a name", path.display()))?
-            .to_string();
-        api.patch(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&doc),
-        )
-        .await
-        .map_err(|e| format!("apply CRD {name}: {e}"))?;
-        names.push(name);
+    if !path.is_file() {
+        return Err(format!(
+            "{} not found (run from the repository root, or pass --crds)",
+            path.display()
+        ));
     }
-    for name in &names {
-        let established = await_condition(api.clone(), name, wait_conditions::is_crd_established());
-        tokio::time::timeout(STEP_TIMEOUT, established)
-            .await
-            .map_err(|_| {
-                format!(
-                    "CRD {name} not Established within {}s",
-                    STEP_TIMEOUT.as_secs()
-                )
-            })?
-            .map_err(|e| format!("watch CRD {name}: {e}"))?;
-    }
-    Ok(names)
+    gpuval_tests::crds::apply_crds(client, path, MANAGER, STEP_TIMEOUT).await
 }
 
 fn first_line_of(path: &str, prefix: &str) -> Option<String> {

@@ -96,6 +96,7 @@ fn result(i: usize) -> ResultView {
         generation: 1,
         verdict,
         summary,
+        fabric: Vec::new(),
     }
 }
 

@@ -10,22 +10,22 @@ pub struct Bad {
     pub name: String,
     pub spec: Value,
     /// Text the message must contain: the field, with its index where there is one.
-    pub field: &'static str,
+    pub field: String,
     /// The mistake must come back as exactly one message (true for every mistake that does not
     /// stop the API server's rules: bounds, patterns, durations, rules, duplicates).
     pub single: bool,
 }
 
-fn bad(name: impl Into<String>, spec: Value, field: &'static str) -> Bad {
+fn bad(name: impl Into<String>, spec: Value, field: impl Into<String>) -> Bad {
     Bad {
         name: name.into(),
         spec,
-        field,
+        field: field.into(),
         single: false,
     }
 }
 
-fn one(name: impl Into<String>, spec: Value, field: &'static str) -> Bad {
+fn one(name: impl Into<String>, spec: Value, field: impl Into<String>) -> Bad {
     Bad {
         single: true,
         ..bad(name, spec, field)
@@ -46,115 +46,40 @@ fn field(section: &str, name: &str, value: Value) -> Value {
     check(section, json!({name: value}))
 }
 
-/// Every integer field at both ends: (section, field, one below the least, one above the most).
-const INTEGER_BOUNDS: &[(&str, &str, i64, i64, &str)] = &[
-    (
-        "topology",
-        "minActiveLinks",
-        -1,
-        65,
-        "spec.checks.topology.minActiveLinks",
-    ),
-    ("memory", "passes", 0, 1001, "spec.checks.memory.passes"),
-    (
-        "memory",
-        "maxMismatches",
-        -1,
-        9_007_199_254_740_992,
-        "spec.checks.memory.maxMismatches",
-    ),
-    (
-        "memory",
-        "minGbps",
-        0,
-        100_001,
-        "spec.checks.memory.minGbps",
-    ),
-    (
-        "compute",
-        "matrixSize",
-        0,
-        33_024,
-        "spec.checks.compute.matrixSize",
-    ),
-    ("p2p", "bufferMib", 0, 16_385, "spec.checks.p2p.bufferMib"),
-    ("p2p", "iterations", 0, 10_001, "spec.checks.p2p.iterations"),
-    (
-        "p2p",
-        "minUnidirectionalGbps",
-        0,
-        100_001,
-        "spec.checks.p2p.minUnidirectionalGbps",
-    ),
-    (
-        "p2p",
-        "minBidirectionalGbps",
-        0,
-        100_001,
-        "spec.checks.p2p.minBidirectionalGbps",
-    ),
-    (
-        "p2p",
-        "maxLatencyMicros",
-        0,
-        1_000_001,
-        "spec.checks.p2p.maxLatencyMicros",
-    ),
-    (
-        "hostTransfer",
-        "bufferMib",
-        0,
-        65_537,
-        "spec.checks.hostTransfer.bufferMib",
-    ),
-    (
-        "hostTransfer",
-        "minPinnedGbps",
-        0,
-        10_001,
-        "spec.checks.hostTransfer.minPinnedGbps",
-    ),
-    (
-        "io",
-        "fileSizeMib",
-        0,
-        1_048_577,
-        "spec.checks.io.fileSizeMib",
-    ),
-    ("io", "files", 0, 10_001, "spec.checks.io.files"),
-    ("io", "concurrency", 0, 257, "spec.checks.io.concurrency"),
-    (
-        "io",
-        "minWriteMbps",
-        0,
-        1_000_001,
-        "spec.checks.io.minWriteMbps",
-    ),
-    (
-        "io",
-        "minReadMbps",
-        0,
-        1_000_001,
-        "spec.checks.io.minReadMbps",
-    ),
+/// Every integer field at both ends: (section, field, one below the least, one above the most);
+/// the message names `spec.checks.<section>.<field>`.
+const INTEGER_BOUNDS: &[(&str, &str, i64, i64)] = &[
+    ("topology", "minActiveLinks", -1, 65),
+    ("memory", "passes", 0, 1001),
+    ("memory", "maxMismatches", -1, 9_007_199_254_740_992),
+    ("memory", "minGbps", 0, 100_001),
+    ("compute", "matrixSize", 0, 33_024),
+    ("p2p", "bufferMib", 0, 16_385),
+    ("p2p", "iterations", 0, 10_001),
+    ("p2p", "minUnidirectionalGbps", 0, 100_001),
+    ("p2p", "minBidirectionalGbps", 0, 100_001),
+    ("p2p", "maxLatencyMicros", 0, 1_000_001),
+    ("hostTransfer", "bufferMib", 0, 65_537),
+    ("hostTransfer", "minPinnedGbps", 0, 10_001),
+    ("io", "fileSizeMib", 0, 1_048_577),
+    ("io", "files", 0, 10_001),
+    ("io", "concurrency", 0, 257),
+    ("io", "minWriteMbps", 0, 1_000_001),
+    ("io", "minReadMbps", 0, 1_000_001),
 ];
 
 fn bounds() -> Vec<Bad> {
     let mut out = Vec::new();
-    for &(section, name, below, above, path) in INTEGER_BOUNDS {
+    for &(section, name, below, above) in INTEGER_BOUNDS {
         let spec = |v: i64| field(section, name, json!(v));
-        out.push(one(format!("{section}-{name}-below"), spec(below), path));
+        let path = format!("spec.checks.{section}.{name}");
+        out.push(one(format!("{section}-{name}-below"), spec(below), &path));
         out.push(one(format!("{section}-{name}-above"), spec(above), path));
     }
     for dtype in ["bf16", "fp16", "tf32", "fp32"] {
-        let path = match dtype {
-            "bf16" => "spec.checks.compute.minTflops.bf16",
-            "fp16" => "spec.checks.compute.minTflops.fp16",
-            "tf32" => "spec.checks.compute.minTflops.tf32",
-            _ => "spec.checks.compute.minTflops.fp32",
-        };
+        let path = format!("spec.checks.compute.minTflops.{dtype}");
         let spec = |v: i64| field("compute", "minTflops", json!({dtype: v}));
-        out.push(one(format!("tflops-{dtype}-zero"), spec(0), path));
+        out.push(one(format!("tflops-{dtype}-zero"), spec(0), &path));
         out.push(one(format!("tflops-{dtype}-above"), spec(100_001), path));
     }
     let tolerance =

@@ -30,16 +30,12 @@ pub fn arch_for(cc: (i32, i32)) -> Option<&'static str> {
 
 /// Checks that NVRTC can be loaded (cudarc panics on a missing library, so ask first).
 pub fn require_nvrtc() -> Result<(), BackendError> {
-    // SAFETY: only probes dlopen for the library; no other state is touched.
-    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(BackendError::MissingLibrary {
-            library: "NVRTC (libnvrtc.so)".into(),
-            hint: "install the CUDA runtime libraries (cuda-nvrtc) or put them on LD_LIBRARY_PATH"
-                .into(),
-        })
-    }
+    BackendError::library_present(
+        // SAFETY: only probes dlopen for the library; no other state is touched.
+        unsafe { cudarc::nvrtc::sys::is_culib_present() },
+        "NVRTC (libnvrtc.so)",
+        "install the CUDA runtime libraries (cuda-nvrtc) or put them on LD_LIBRARY_PATH",
+    )
 }
 
 /// Compiles [`SOURCE`] to PTX for `cc`.
@@ -104,21 +100,29 @@ pub struct Kernels {
 impl Kernels {
     pub fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self, DriverError> {
         let m = ctx.load_module(Ptx::from_src(ptx))?;
-        Ok(Self {
-            fill: m.load_function("gv_fill")?,
-            verify: m.load_function("gv_verify")?,
-            corrupt: m.load_function("gv_corrupt")?,
-            init_f32: m.load_function("gv_init_f32")?,
-            init_f16: m.load_function("gv_init_f16")?,
-            init_bf16: m.load_function("gv_init_bf16")?,
-            compare_f32: m.load_function("gv_compare_f32")?,
-            compare_f16: m.load_function("gv_compare_f16")?,
-            compare_bf16: m.load_function("gv_compare_bf16")?,
-            transcendental: m.load_function("gv_transcendental")?,
-            spin: m.load_function("gv_spin")?,
-            chain_init: m.load_function("gv_chain_init")?,
-            chase: m.load_function("gv_chase")?,
-        })
+        // Each field is the kernel of the same name with the `gv_` prefix.
+        macro_rules! load {
+            ($($field:ident),+ $(,)?) => {
+                Self {
+                    $($field: m.load_function(concat!("gv_", stringify!($field)))?,)+
+                }
+            };
+        }
+        Ok(load!(
+            fill,
+            verify,
+            corrupt,
+            init_f32,
+            init_f16,
+            init_bf16,
+            compare_f32,
+            compare_f16,
+            compare_bf16,
+            transcendental,
+            spin,
+            chain_init,
+            chase,
+        ))
     }
 }
 

@@ -22,7 +22,8 @@ use super::{
 use crate::run_control::RunControl;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str = "gpus, model, fail, slow, xid, linkdown, error, timescale, fabric";
+pub const SPEC_KEYS: &str =
+    "gpus, model, fail, slow, xid, linkdown, error, timescale, fabric, net, netfault";
 /// The most GPUs a simulated node may have.
 pub const MAX_GPUS: u32 = 64;
 /// The longest sleep between stop checks.
@@ -165,6 +166,16 @@ pub enum SimCheck {
     Nccl,
 }
 
+impl SimCheck {
+    const ALL: [SimCheck; 5] = [
+        SimCheck::Memory,
+        SimCheck::Compute,
+        SimCheck::P2p,
+        SimCheck::Host,
+        SimCheck::Nccl,
+    ];
+}
+
 impl fmt::Display for SimCheck {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -177,19 +188,14 @@ impl fmt::Display for SimCheck {
     }
 }
 
+/// The name [`fmt::Display`] writes.
 impl FromStr for SimCheck {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "memory" => Ok(SimCheck::Memory),
-            "compute" => Ok(SimCheck::Compute),
-            "p2p" => Ok(SimCheck::P2p),
-            "host" => Ok(SimCheck::Host),
-            "nccl" => Ok(SimCheck::Nccl),
-            _ => Err(format!(
-                "unknown check {s:?}: use memory, compute, p2p, host or nccl"
-            )),
-        }
+        SimCheck::ALL
+            .into_iter()
+            .find(|c| c.to_string() == s)
+            .ok_or_else(|| format!("unknown check {s:?}: use memory, compute, p2p, host or nccl"))
     }
 }
 
@@ -216,6 +222,9 @@ pub struct SimSpec {
     /// `fabric=hang` / `fabric=shm`: the NCCL communicator never completes a collective, or
     /// connects the GPUs through host shared memory instead of NVLink.
     pub fabric: Vec<FabricFault>,
+    /// `net=<GB/s>`, `netfault=local|vanish`: this node's fabric between nodes (see
+    /// [`crate::fabric::sim`]).
+    pub net: crate::fabric::sim::SimNet,
 }
 
 /// A fault of the node's GPU fabric as NCCL sees it.
@@ -257,6 +266,7 @@ impl Default for SimSpec {
             error: Vec::new(),
             timescale: 0.0,
             fabric: Vec::new(),
+            net: Default::default(),
         }
     }
 }
@@ -303,6 +313,7 @@ impl SimSpec {
             "fabric" => self
                 .fabric
                 .extend(parse_list(value, |v| v.parse::<FabricFault>())?),
+            "net" | "netfault" => self.net.set(key, value)?,
             _ => return Err(format!("unknown key {key:?}")),
         }
         Ok(())
@@ -363,48 +374,26 @@ impl SimSpec {
 impl fmt::Display for SimSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "gpus={},model={}", self.gpus, self.model)?;
-        let join = |items: Vec<String>| items.join("+");
-        if !self.fail.is_empty() {
-            write!(
-                f,
-                ",fail={}",
-                join(self.fail.iter().map(|(c, g)| format!("{c}@{g}")).collect())
-            )?;
-        }
-        if !self.slow.is_empty() {
-            let items = self
-                .slow
-                .iter()
-                .map(|(c, g, x)| format!("{c}@{g}:{x}"))
-                .collect();
-            write!(f, ",slow={}", join(items))?;
-        }
-        if !self.xid.is_empty() {
-            write!(
-                f,
-                ",xid={}",
-                join(self.xid.iter().map(|(g, x)| format!("{g}:{x}")).collect())
-            )?;
-        }
-        if !self.linkdown.is_empty() {
-            let items = self
-                .linkdown
-                .iter()
-                .map(|(g, l)| format!("{g}:{l}"))
-                .collect();
-            write!(f, ",linkdown={}", join(items))?;
-        }
-        if !self.error.is_empty() {
-            write!(
-                f,
-                ",error={}",
-                join(self.error.iter().map(|(c, g)| format!("{c}@{g}")).collect())
-            )?;
-        }
-        if !self.fabric.is_empty() {
-            let items = self.fabric.iter().map(ToString::to_string).collect();
-            write!(f, ",fabric={}", join(items))?;
-        }
+        // `,key=a+b+c` for a list that is not empty.
+        let mut list = |key: &str, items: Vec<String>| -> fmt::Result {
+            if items.is_empty() {
+                Ok(())
+            } else {
+                write!(f, ",{key}={}", items.join("+"))
+            }
+        };
+        let at = |(c, g): &(SimCheck, u32)| format!("{c}@{g}");
+        list("fail", self.fail.iter().map(at).collect())?;
+        let slow = self.slow.iter().map(|(c, g, x)| format!("{c}@{g}:{x}"));
+        list("slow", slow.collect())?;
+        let xid = self.xid.iter().map(|(g, x)| format!("{g}:{x}"));
+        list("xid", xid.collect())?;
+        let linkdown = self.linkdown.iter().map(|(g, l)| format!("{g}:{l}"));
+        list("linkdown", linkdown.collect())?;
+        list("error", self.error.iter().map(at).collect())?;
+        let fabric = self.fabric.iter().map(ToString::to_string);
+        list("fabric", fabric.collect())?;
+        f.write_str(&self.net.spec_parts())?;
         write!(f, ",timescale={}", self.timescale)
     }
 }
@@ -451,24 +440,20 @@ fn parse_slow(value: &str) -> Result<(SimCheck, u32, f64), String> {
 
 /// `1:79`.
 fn parse_xid(value: &str) -> Result<(u32, u64), String> {
-    let (gpu, xid) = value
-        .split_once(':')
-        .ok_or_else(|| format!("{value:?} is not GPU:XID (like 1:79)"))?;
-    Ok((
-        parse_num(gpu, "a GPU index")?,
-        parse_num(xid, "an Xid code")?,
-    ))
+    parse_on_gpu(value, "GPU:XID (like 1:79)", "an Xid code")
 }
 
 /// `2:4`.
 fn parse_linkdown(value: &str) -> Result<(u32, u32), String> {
-    let (gpu, link) = value
+    parse_on_gpu(value, "GPU:LINK (like 2:4)", "a link number")
+}
+
+/// `GPU:N`: a GPU index and a number (`what`); `form` names the form in the error.
+fn parse_on_gpu<T: FromStr>(value: &str, form: &str, what: &str) -> Result<(u32, T), String> {
+    let (gpu, n) = value
         .split_once(':')
-        .ok_or_else(|| format!("{value:?} is not GPU:LINK (like 2:4)"))?;
-    Ok((
-        parse_num(gpu, "a GPU index")?,
-        parse_num(link, "a link number")?,
-    ))
+        .ok_or_else(|| format!("{value:?} is not {form}"))?;
+    Ok((parse_num(gpu, "a GPU index")?, parse_num(n, what)?))
 }
 
 fn parse_timescale(value: &str) -> Result<f64, String> {

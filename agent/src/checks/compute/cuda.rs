@@ -72,39 +72,26 @@ trait Elem: DeviceRepr + ValidAsZeroBits + FromF32 + Copy + Send + Sync + 'stati
     fn compare(k: &Kernels) -> &CudaFunction;
     fn to_f64(self) -> f64;
 }
-impl Elem for bf16 {
-    fn init(k: &Kernels) -> &CudaFunction {
-        &k.init_bf16
-    }
-    fn compare(k: &Kernels) -> &CudaFunction {
-        &k.compare_bf16
-    }
-    fn to_f64(self) -> f64 {
-        f64::from(self.to_f32())
-    }
+/// `Elem` for one type: its init and compare kernels, and how it widens to f64.
+macro_rules! elem {
+    ($ty:ty, $init:ident, $compare:ident, |$x:ident| $to_f64:expr) => {
+        impl Elem for $ty {
+            fn init(k: &Kernels) -> &CudaFunction {
+                &k.$init
+            }
+            fn compare(k: &Kernels) -> &CudaFunction {
+                &k.$compare
+            }
+            fn to_f64(self) -> f64 {
+                let $x = self;
+                $to_f64
+            }
+        }
+    };
 }
-impl Elem for f16 {
-    fn init(k: &Kernels) -> &CudaFunction {
-        &k.init_f16
-    }
-    fn compare(k: &Kernels) -> &CudaFunction {
-        &k.compare_f16
-    }
-    fn to_f64(self) -> f64 {
-        f64::from(self.to_f32())
-    }
-}
-impl Elem for f32 {
-    fn init(k: &Kernels) -> &CudaFunction {
-        &k.init_f32
-    }
-    fn compare(k: &Kernels) -> &CudaFunction {
-        &k.compare_f32
-    }
-    fn to_f64(self) -> f64 {
-        f64::from(self)
-    }
-}
+elem!(bf16, init_bf16, compare_bf16, |x| f64::from(x.to_f32()));
+elem!(f16, init_f16, compare_f16, |x| f64::from(x.to_f32()));
+elem!(f32, init_f32, compare_f32, |x| f64::from(x));
 
 /// Which library multiplies.
 enum Engine {

@@ -17,6 +17,7 @@ use gpuval_crds::{
 
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::GpuCheck;
+use crate::config::given;
 use crate::judge::{Judge, fail_if_any, plural, ran, to_i64};
 use crate::profiles::ModelProfile;
 use crate::run_control::RunControl;
@@ -264,18 +265,10 @@ impl Flags {
             matrix_size,
             no_transcendentals,
         } = self;
-        if let Some(d) = duration {
-            spec.duration = *d;
-        }
-        if let Some(d) = dtypes {
-            spec.dtypes = d.clone();
-        }
-        if let Some(n) = matrix_size {
-            spec.matrix_size = *n;
-        }
-        if *no_transcendentals {
-            spec.transcendentals = false;
-        }
+        given(&mut spec.duration, duration);
+        given(&mut spec.dtypes, dtypes);
+        given(&mut spec.matrix_size, matrix_size);
+        spec.transcendentals &= !*no_transcendentals;
     }
 }
 

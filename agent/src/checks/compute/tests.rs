@@ -3,7 +3,7 @@
 use gpuval_crds::{Checks, Profile, TflopsThresholds, Verdict};
 
 use super::*;
-use crate::judge::testing::{h200, judge};
+use crate::judge::testing::{assert_fails_with, checks_with, h200, judge};
 
 fn gemm(dtype: Dtype, tflops: f64) -> GemmOutcome {
     GemmOutcome {
@@ -32,10 +32,7 @@ fn compute_outcome(gemms: &[(Dtype, f64)]) -> ComputeOutcome {
 }
 
 fn compute_checks(spec: ComputeCheck) -> Checks {
-    Checks {
-        compute: Some(spec),
-        ..Default::default()
-    }
+    checks_with(|c| c.compute = Some(spec))
 }
 
 #[test]
@@ -59,10 +56,10 @@ fn compute_below_profile_floor_fails() {
     let checks = compute_checks(ComputeCheck::default());
     let out = compute_outcome(&[(Dtype::Bf16, 512.0), (Dtype::Tf32, 400.0)]);
     let r = judge(&checks, Profile::Auto).compute(&h200(1), &out);
-    assert_eq!(r.verdict, Verdict::Fail);
-    assert_eq!(
-        r.reasons,
-        vec!["GPU1 bf16: 512 TFLOP/s < 600 TFLOP/s (H200 profile)"]
+    assert_fails_with(
+        r.verdict,
+        &r.reasons,
+        &["GPU1 bf16: 512 TFLOP/s < 600 TFLOP/s (H200 profile)"],
     );
 }
 
@@ -94,12 +91,12 @@ fn compute_mismatches_fail() {
     out.gemms[0].mismatches = 3;
     out.gemms[0].max_rel_error = 0.5;
     let r = judge(&checks, Profile::Auto).compute(&h200(5), &out);
-    assert_eq!(r.verdict, Verdict::Fail);
-    assert_eq!(
-        r.reasons,
-        vec![
-            "GPU5 fp16: 3 mismatched elements in 1000 result comparisons (max relative error 5.00e-1)"
-        ]
+    assert_fails_with(
+        r.verdict,
+        &r.reasons,
+        &[
+            "GPU5 fp16: 3 mismatched elements in 1000 result comparisons (max relative error 5.00e-1)",
+        ],
     );
     assert_eq!(r.gemms[0].mismatches, 3);
 }
@@ -112,9 +109,9 @@ fn transcendental_mismatches_fail() {
         t.mismatches = 7;
     }
     let r = judge(&checks, Profile::Auto).compute(&h200(2), &out);
-    assert_eq!(r.verdict, Verdict::Fail);
-    assert_eq!(
-        r.reasons,
-        vec!["GPU2 transcendental: 7 elements differed from the first run"]
+    assert_fails_with(
+        r.verdict,
+        &r.reasons,
+        &["GPU2 transcendental: 7 elements differed from the first run"],
     );
 }

@@ -213,9 +213,7 @@ impl Flags {
     /// Applies the flags that were given to the check's settings.
     pub fn apply(&self, spec: &mut HostTransferCheck) {
         let Self { host_buffer_mib } = self;
-        if let Some(n) = host_buffer_mib {
-            spec.buffer_mib = *n;
-        }
+        crate::config::given(&mut spec.buffer_mib, host_buffer_mib);
     }
 }
 

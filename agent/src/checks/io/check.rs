@@ -9,6 +9,7 @@ use gpuval_crds::{IoCheck, IoResult, Verdict};
 
 use super::judge::{self, Context};
 use super::{IoError, IoOutcome, IoRequest, Tuning, human};
+use crate::config::given;
 use crate::run_control::{ProgressSink, RunControl, ThrottledProgress};
 
 /// The io check as its spec and the node's settings ask for it.
@@ -141,26 +142,12 @@ impl Flags {
             io_min_write_mbps,
             io_min_read_mbps,
         } = self;
-        if let Some(v) = io_file_size_mib {
-            spec.file_size_mib = *v;
-        }
-        if let Some(v) = io_files {
-            spec.files = *v;
-        }
-        if let Some(v) = io_concurrency {
-            spec.concurrency = *v;
-        }
-        if *io_buffered {
-            spec.direct_io = false;
-        }
-        if *io_during_compute {
-            spec.during_compute = true;
-        }
-        if io_min_write_mbps.is_some() {
-            spec.min_write_mbps = *io_min_write_mbps;
-        }
-        if io_min_read_mbps.is_some() {
-            spec.min_read_mbps = *io_min_read_mbps;
-        }
+        given(&mut spec.file_size_mib, io_file_size_mib);
+        given(&mut spec.files, io_files);
+        given(&mut spec.concurrency, io_concurrency);
+        spec.direct_io &= !*io_buffered;
+        spec.during_compute |= *io_during_compute;
+        spec.min_write_mbps = io_min_write_mbps.or(spec.min_write_mbps);
+        spec.min_read_mbps = io_min_read_mbps.or(spec.min_read_mbps);
     }
 }

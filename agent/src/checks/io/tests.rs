@@ -277,6 +277,17 @@ fn mount(fs: &str, options: &str, at: &Path) -> Mounted {
     Mounted(at.into())
 }
 
+/// A fresh `fs` mounted with `options` on a new temporary directory, inside the private mount
+/// namespace test `test` runs in; None in the outer process (which ran the test in there).
+fn fresh_mount(test: &str, fs: &str, options: &str) -> Option<(tempfile::TempDir, Mounted)> {
+    if !in_mount_namespace(test) {
+        return None;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let m = mount(fs, options, d.path());
+    Some((d, m))
+}
+
 impl Drop for Mounted {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).status();
@@ -285,12 +296,14 @@ impl Drop for Mounted {
 
 #[test]
 fn o_direct_refused_falls_back_and_says_so() {
-    if !in_mount_namespace("o_direct_refused_falls_back_and_says_so") {
-        return;
-    }
     // tmpfs takes O_DIRECT since Linux 6.6; ramfs never has.
-    let d = tempfile::tempdir().unwrap();
-    let _m = mount("ramfs", "mode=0700", d.path());
+    let Some((d, _m)) = fresh_mount(
+        "o_direct_refused_falls_back_and_says_so",
+        "ramfs",
+        "mode=0700",
+    ) else {
+        return;
+    };
     let req = small(d.path(), 512 * KIB, 2, 2);
     let stop = AtomicBool::new(false);
     let out = run(&req, &RunControl::new(&stop, &quiet())).unwrap();
@@ -319,11 +332,13 @@ fn o_direct_refused_falls_back_and_says_so() {
 
 #[test]
 fn disk_full_after_the_preflight_is_named_and_cleaned_up() {
-    if !in_mount_namespace("disk_full_after_the_preflight_is_named_and_cleaned_up") {
+    let Some((d, _m)) = fresh_mount(
+        "disk_full_after_the_preflight_is_named_and_cleaned_up",
+        "tmpfs",
+        "size=16m",
+    ) else {
         return;
-    }
-    let d = tempfile::tempdir().unwrap();
-    let _m = mount("tmpfs", "size=16m", d.path());
+    };
     let req = small(d.path(), 4096 * KIB, 3, 3);
     // The pre-flight sees 16 MiB free for 12 MiB of files; then another writer takes all but
     // 5 MiB, as a neighbour filling the disk during the check would.
@@ -358,11 +373,9 @@ fn disk_full_after_the_preflight_is_named_and_cleaned_up() {
 
 #[test]
 fn read_only_filesystem_is_named() {
-    if !in_mount_namespace("read_only_filesystem_is_named") {
+    let Some((d, _m)) = fresh_mount("read_only_filesystem_is_named", "tmpfs", "size=8m,ro") else {
         return;
-    }
-    let d = tempfile::tempdir().unwrap();
-    let _m = mount("tmpfs", "size=8m,ro", d.path());
+    };
     let stop = AtomicBool::new(false);
     let err = run(
         &small(d.path(), 4096, 1, 1),

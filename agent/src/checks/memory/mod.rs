@@ -15,6 +15,7 @@ use gpuval_crds::{GpuReport, MemoryCheck, MemoryResult, Mismatch, NodeReport};
 
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::GpuCheck;
+use crate::config::given;
 use crate::judge::{Judge, fail_if_any, gbps_of, plural, ran, to_i64};
 use crate::run_control::RunControl;
 
@@ -232,12 +233,8 @@ impl Flags {
             memory_fraction,
             memory_passes,
         } = self;
-        if let Some(f) = memory_fraction {
-            spec.fraction = *f;
-        }
-        if let Some(p) = memory_passes {
-            spec.passes = *p;
-        }
+        given(&mut spec.fraction, memory_fraction);
+        given(&mut spec.passes, memory_passes);
     }
 }
 

@@ -3,7 +3,7 @@
 use gpuval_crds::{Checks, Mismatch, Profile, Verdict};
 
 use super::*;
-use crate::judge::testing::{gpu, h200, judge};
+use crate::judge::testing::{assert_fails_with, checks_with, gpu, h200, judge};
 
 /// A memory outcome at `gbps` combined, testing `share` of `free` bytes.
 fn memory_outcome(gbps: f64, total: u64, free: u64, share: f64) -> MemoryOutcome {
@@ -29,10 +29,7 @@ fn healthy_memory(gbps: f64) -> MemoryOutcome {
 }
 
 fn memory_checks(spec: MemoryCheck) -> Checks {
-    Checks {
-        memory: Some(spec),
-        ..Default::default()
-    }
+    checks_with(|c| c.memory = Some(spec))
 }
 
 #[test]
@@ -58,10 +55,10 @@ fn memory_mismatches_fail() {
         actual: "0x1".into(),
     }];
     let r = judge(&checks, Profile::Auto).memory(&h200(3), &out);
-    assert_eq!(r.verdict, Verdict::Fail);
-    assert_eq!(
-        r.reasons,
-        vec!["GPU3 memory: 2 mismatched words (first at offset 0x1a2b3c40)"]
+    assert_fails_with(
+        r.verdict,
+        &r.reasons,
+        &["GPU3 memory: 2 mismatched words (first at offset 0x1a2b3c40)"],
     );
     assert_eq!(r.first_mismatches.len(), 1);
 }
@@ -88,10 +85,10 @@ fn memory_mismatches_within_allowance_pass() {
 fn memory_throughput_below_profile_floor_fails() {
     let checks = memory_checks(MemoryCheck::default());
     let r = judge(&checks, Profile::Auto).memory(&h200(1), &healthy_memory(3000.0));
-    assert_eq!(r.verdict, Verdict::Fail);
-    assert_eq!(
-        r.reasons,
-        vec!["GPU1 memory: 3000 GB/s < 3400 GB/s (H200 profile)"]
+    assert_fails_with(
+        r.verdict,
+        &r.reasons,
+        &["GPU1 memory: 3000 GB/s < 3400 GB/s (H200 profile)"],
     );
 }
 
@@ -129,12 +126,12 @@ fn memory_held_by_another_process_fails() {
     let free = (87.1 * gib as f64) as u64;
     let out = memory_outcome(4000.0, total, free, 0.95);
     let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);
-    assert_eq!(r.verdict, Verdict::Fail);
-    assert_eq!(
-        r.reasons,
-        vec![
-            "GPU2: only 60% of memory free at start (87.1 of 143.8 GiB); another process holds GPU memory"
-        ]
+    assert_fails_with(
+        r.verdict,
+        &r.reasons,
+        &[
+            "GPU2: only 60% of memory free at start (87.1 of 143.8 GiB); another process holds GPU memory",
+        ],
     );
     let out = memory_outcome(4000.0, total, total / 100 * 91, 0.95);
     let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);

@@ -358,6 +358,7 @@ mod tests {
             iterations: 1,
             warmup: 0,
             timeout_ms: 1000,
+            world: None,
         }
     }
 

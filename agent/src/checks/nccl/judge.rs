@@ -373,6 +373,16 @@ fn threshold_reasons(ctx: &JudgeContext<'_>, s: &SweepOutcome, gpus: &[i32]) -> 
     reasons
 }
 
+/// Settings with a bus-bandwidth floor and a small-size latency ceiling (for tests).
+#[cfg(test)]
+pub(super) fn with_floors(min_bus_gbps: i32, max_small_micros: i32) -> NcclCheck {
+    NcclCheck {
+        min_bus_bandwidth_gbps: Some(min_bus_gbps),
+        max_small_latency_micros: Some(max_small_micros),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,11 +452,7 @@ mod tests {
 
     #[test]
     fn a_healthy_sweep_passes_with_nccl_tests_figures() {
-        let spec = NcclCheck {
-            min_bus_bandwidth_gbps: Some(300),
-            max_small_latency_micros: Some(50),
-            ..Default::default()
-        };
+        let spec = with_floors(300, 50);
         let r = judge(&ctx(&spec), &outcome(healthy()));
         assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
         assert_eq!(r.nccl_version.as_deref(), Some("2.28.3"));
@@ -464,11 +470,7 @@ mod tests {
 
     #[test]
     fn slow_and_laggy_sweeps_fail_against_the_spec() {
-        let spec = NcclCheck {
-            min_bus_bandwidth_gbps: Some(300),
-            max_small_latency_micros: Some(30),
-            ..Default::default()
-        };
+        let spec = with_floors(300, 30);
         let mut s = healthy();
         s.curves = vec![curve(Collective::AllReduce, 45.0, 120.0)];
         let r = judge(&ctx(&spec), &outcome(s));

@@ -147,15 +147,12 @@ pub fn library_path_with(dir: &Path) -> String {
 
 /// In the sweep process: the CUDA driver loads.
 pub fn require_driver() -> Result<(), BackendError> {
-    // SAFETY: only probes dlopen for libcuda.
-    if unsafe { cudarc::driver::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(BackendError::MissingLibrary {
-            library: "the CUDA driver (libcuda.so.1)".into(),
-            hint: "install the NVIDIA driver, or run where the driver's libraries are mounted (NVIDIA container toolkit)".into(),
-        })
-    }
+    BackendError::library_present(
+        // SAFETY: only probes dlopen for libcuda.
+        unsafe { cudarc::driver::sys::is_culib_present() },
+        "the CUDA driver (libcuda.so.1)",
+        "install the NVIDIA driver, or run where the driver's libraries are mounted (NVIDIA container toolkit)",
+    )
 }
 
 /// In the sweep process: cudarc can load NCCL (so no call of it panics).

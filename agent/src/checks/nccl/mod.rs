@@ -89,7 +89,7 @@ pub fn run_with(
         let launch = Launch {
             exe: exe.to_path_buf(),
             env: sweep_env(req, &found, dir.path(), &log, extra),
-            silence_limit: req.sweep.timeout() + SETUP_ALLOWANCE,
+            silence_limit: req.sweep.timeout() + req.setup_allowance.unwrap_or(SETUP_ALLOWANCE),
             stop_grace: STOP_GRACE,
         };
         let result = child::run_child(&launch, &req.sweep, ctl);
@@ -144,6 +144,7 @@ fn sweep_env(
     if found.needs_link {
         env.push(("LD_LIBRARY_PATH".into(), library::library_path_with(dir)));
     }
+    env.extend(req.env.iter().cloned());
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     env
 }

@@ -38,6 +38,12 @@ pub struct NcclRequest {
     pub log_dir: Option<PathBuf>,
     /// How the request differs from what the spec asked (a size limit applied).
     pub notes: Vec<String>,
+    /// Variables set for every sweep process on top of the agent's (the fabric test's
+    /// `NCCL_COMM_ID` and the validation's `NCCL_*`).
+    pub env: Vec<(String, String)>,
+    /// How long a sweep process may stay silent beyond the collective timeout while it starts
+    /// (None: the check's default, two minutes).
+    pub setup_allowance: Option<Duration>,
 }
 
 /// What one sweep process runs: every collective at every size, out of place and in place.
@@ -53,9 +59,32 @@ pub struct SweepRequest {
     pub warmup: u32,
     /// How long one batch of collectives may take before the communicators are aborted.
     pub timeout_ms: u64,
+    /// This process's part of a communicator that spans processes (the fabric test: its ranks
+    /// are `first_rank..first_rank + ranks` of `size`); None: the communicator is this
+    /// process's GPUs alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<WorldSlot>,
+}
+
+/// Where a process's ranks sit in a communicator over several processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorldSlot {
+    pub size: u32,
+    pub first_rank: u32,
 }
 
 impl SweepRequest {
+    /// Ranks in the whole communicator.
+    pub fn world_size(&self) -> u32 {
+        self.world.map_or(self.ranks, |w| w.size)
+    }
+
+    /// The communicator rank of this process's `local` rank (its `local`-th visible GPU).
+    pub fn global_rank(&self, local: u32) -> u32 {
+        self.world.map_or(local, |w| w.first_rank + local)
+    }
+
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms.max(1))
     }
@@ -65,7 +94,9 @@ impl SweepRequest {
         self.collectives
             .iter()
             .flat_map(|c| self.sizes.iter().map(move |s| (*c, *s)))
-            .map(|(c, s)| Layout::new(c, s, self.dtype.size(), u64::from(self.ranks)).bytes())
+            .map(|(c, s)| {
+                Layout::new(c, s, self.dtype.size(), u64::from(self.world_size())).bytes()
+            })
             .max()
             .unwrap_or(0)
     }
@@ -113,10 +144,13 @@ impl NcclRequest {
                 iterations: u32::try_from(spec.iterations.max(1)).unwrap_or(1),
                 warmup: u32::try_from(spec.warmup_iterations.max(0)).unwrap_or(0),
                 timeout_ms: u64::try_from(spec.timeout.as_std().as_millis()).unwrap_or(u64::MAX),
+                world: None,
             },
             transports: spec.transports,
             log_dir: None,
             notes,
+            env: Vec::new(),
+            setup_allowance: None,
         }
     }
 }

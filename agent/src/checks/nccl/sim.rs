@@ -272,11 +272,7 @@ mod tests {
 
     #[test]
     fn a_healthy_node_gives_deterministic_curves_that_pass() {
-        let spec = NcclCheck {
-            min_bus_bandwidth_gbps: Some(300),
-            max_small_latency_micros: Some(20),
-            ..Default::default()
-        };
+        let spec = super::super::judge::with_floors(300, 20);
         let a = judged(&spec, &[]);
         assert_eq!(a.verdict, Verdict::Pass, "{:?}", a.reasons);
         let again = judged(&spec, &[]);

@@ -431,27 +431,27 @@ fn bidi(
     let mut rates = Vec::new();
     for _ in 0..req.samples.max(1) {
         let secs = gated(src, gate, || {
-            let go = src
-                .stream
-                .record_event(None)
-                .map_err(|e| BackendError::gpu(src.gpu, "record an event", e))?;
-            dst.stream
-                .wait(&go)
-                .map_err(|e| BackendError::gpu(dst.gpu, "wait on an event", e))?;
+            after(dst, src)?;
             queue_copies(src, dst, &src.stream, bytes, iterations)?;
             queue_copies(dst, src, &dst.stream, bytes, iterations)?;
-            let back = dst
-                .stream
-                .record_event(None)
-                .map_err(|e| BackendError::gpu(dst.gpu, "record an event", e))?;
-            src.stream
-                .wait(&back)
-                .map_err(|e| BackendError::gpu(src.gpu, "wait on an event", e))
+            after(src, dst)
         })?;
         sync(dst)?;
         rates.push(rate(2 * bytes * u64::from(iterations), secs));
     }
     Ok(median(rates))
+}
+
+/// Makes `waiter`'s stream wait for what `first`'s stream has queued so far.
+fn after(waiter: &Peer, first: &Peer) -> Result<(), BackendError> {
+    let done = first
+        .stream
+        .record_event(None)
+        .map_err(|e| BackendError::gpu(first.gpu, "record an event", e))?;
+    waiter
+        .stream
+        .wait(&done)
+        .map_err(|e| BackendError::gpu(waiter.gpu, "wait on an event", e))
 }
 
 /// Microseconds per 4-byte copy, back to back.

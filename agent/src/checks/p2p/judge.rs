@@ -203,7 +203,7 @@ fn has_rates(p: &P2pPair) -> bool {
 mod tests {
     use std::sync::atomic::AtomicBool;
 
-    use gpuval_crds::{Checks, GpuHealth, Profile, Thresholds};
+    use gpuval_crds::{Checks, Profile, Thresholds};
 
     use super::*;
     use crate::backend::sim::{SimBackend, SimSpec};
@@ -211,17 +211,13 @@ mod tests {
     use crate::runner::{self, Plan};
     use gpuval_crds::{HostTransferCheck, Verdict};
 
+    /// The p2p judgement with default settings and no link-error moves.
+    fn with_defaults(j: Judge<'_>, gpus: &[GpuInfo], out: &P2pOutcome) -> P2pResult {
+        j.p2p(gpus, out, &P2pCheck::default(), &LinkErrorMoves::default())
+    }
+
     fn gpu(index: u32) -> GpuInfo {
-        GpuInfo {
-            index,
-            uuid: format!("GPU-{index}"),
-            name: "NVIDIA H200".into(),
-            pci_bus_id: String::new(),
-            memory_total_bytes: 1 << 30,
-            memory_free_bytes: 1 << 30,
-            compute_capability: Some((9, 0)),
-            health: GpuHealth::default(),
-        }
+        crate::judge::testing::h200(index)
     }
 
     fn pair(src: u32, dst: u32, uni: f64) -> PairOutcome {
@@ -261,11 +257,10 @@ mod tests {
     fn healthy_pairs_pass() {
         let checks = Checks::default();
         let gpus: Vec<_> = (0..4).map(gpu).collect();
-        let r = judge(&checks, Profile::Auto).p2p(
+        let r = with_defaults(
+            judge(&checks, Profile::Auto),
             &gpus,
             &all_pairs(4, |_, _| 392.0),
-            &P2pCheck::default(),
-            &LinkErrorMoves::default(),
         );
         assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
         assert_eq!(r.pairs.len(), 12);
@@ -278,12 +273,7 @@ mod tests {
         let gpus: Vec<_> = (0..4).map(gpu).collect();
         // Every pair touching GPU3 is slow, so the relative rule alone would not single it out.
         let out = all_pairs(4, |a, b| if a == 3 || b == 3 { 120.0 } else { 392.0 });
-        let r = judge(&checks, Profile::Auto).p2p(
-            &gpus,
-            &out,
-            &P2pCheck::default(),
-            &LinkErrorMoves::default(),
-        );
+        let r = with_defaults(judge(&checks, Profile::Auto), &gpus, &out);
         assert_eq!(r.verdict, Verdict::Fail);
         assert!(
             r.reasons
@@ -332,12 +322,7 @@ mod tests {
         let checks = Checks::default();
         let gpus: Vec<_> = (0..4).map(gpu).collect();
         let out = all_pairs(4, |a, b| if (a, b) == (2, 0) { 250.0 } else { 392.0 });
-        let r = judge(&checks, Profile::None).p2p(
-            &gpus,
-            &out,
-            &P2pCheck::default(),
-            &LinkErrorMoves::default(),
-        );
+        let r = with_defaults(judge(&checks, Profile::None), &gpus, &out);
         assert_eq!(r.verdict, Verdict::Fail);
         assert_eq!(
             r.reasons,
@@ -356,12 +341,7 @@ mod tests {
         out.pairs[0].mismatches = 7;
         out.pairs[1].error = Some("copy to GPU0: CUDA_ERROR_LAUNCH_FAILED".into());
         out.pairs[1].unidirectional_gbps = 0.0;
-        let r = judge(&checks, Profile::None).p2p(
-            &gpus,
-            &out,
-            &P2pCheck::default(),
-            &LinkErrorMoves::default(),
-        );
+        let r = with_defaults(judge(&checks, Profile::None), &gpus, &out);
         assert_eq!(r.verdict, Verdict::Error);
         assert_eq!(r.pairs[0].verdict, Verdict::Fail);
         assert_eq!(r.pairs[1].verdict, Verdict::Error);
@@ -406,7 +386,8 @@ mod tests {
         let gpus: Vec<_> = (0..2).map(gpu).collect();
         let healthy = all_pairs(2, |_, _| 392.0);
         let j = judge(&checks, Profile::Auto);
-        let r = j.p2p(&gpus, &healthy, &P2pCheck::default(), &moves);
+        let with_moves = |m: &LinkErrorMoves| j.p2p(&gpus, &healthy, &P2pCheck::default(), m);
+        let r = with_moves(&moves);
         assert_eq!(r.verdict, Verdict::Pass);
         assert_eq!(r.nvlink_errors, moves.notes);
 
@@ -427,19 +408,13 @@ mod tests {
             bad.warnings,
             ["GPU1 NVLink 4: 1100 replay/CRC errors during the check (> 1000)"]
         );
-        assert_eq!(
-            j.p2p(&gpus, &healthy, &P2pCheck::default(), &bad).verdict,
-            Verdict::Warn
-        );
+        assert_eq!(with_moves(&bad).verdict, Verdict::Warn);
         bad.add(2, &[], &retrained);
         assert_eq!(
             bad.failures,
             ["GPU2 NVLink 7: 1 recovery event during the check (the link retrained)"]
         );
-        assert_eq!(
-            j.p2p(&gpus, &healthy, &P2pCheck::default(), &bad).verdict,
-            Verdict::Fail
-        );
+        assert_eq!(with_moves(&bad).verdict, Verdict::Fail);
     }
 
     /// The whole path through the orchestrator on the simulator: a slow GPU's pairs are named

@@ -19,6 +19,7 @@ use gpuval_crds::{NodeReport, P2pCheck, P2pResult};
 
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::NodeCheck;
+use crate::config::given;
 use crate::judge::Judge;
 use crate::run_control::RunControl;
 
@@ -201,15 +202,9 @@ impl Flags {
             p2p_iterations,
             host_staged,
         } = self;
-        if let Some(n) = p2p_buffer_mib {
-            spec.buffer_mib = *n;
-        }
-        if let Some(n) = p2p_iterations {
-            spec.iterations = *n;
-        }
-        if *host_staged {
-            spec.host_staged = true;
-        }
+        given(&mut spec.buffer_mib, p2p_buffer_mib);
+        given(&mut spec.iterations, p2p_iterations);
+        spec.host_staged |= *host_staged;
     }
 }
 

@@ -109,7 +109,7 @@ mod tests {
     use gpuval_crds::{Checks, NvlinkState, Profile, TopologyCheck};
 
     use super::*;
-    use crate::judge::testing::{gpu, h200, judge};
+    use crate::judge::testing::{assert_fails_with, checks_with, gpu, h200, judge};
 
     fn topo(n: usize, cell: &str, active: i32) -> TopologyReport {
         TopologyReport {
@@ -136,10 +136,12 @@ mod tests {
     }
 
     fn topo_checks(spec: TopologyCheck) -> Checks {
-        Checks {
-            topology: Some(spec),
-            ..Default::default()
-        }
+        checks_with(|c| c.topology = Some(spec))
+    }
+
+    /// `t` on `n` H200s, judged with default topology settings under `profile`.
+    fn default_judged(profile: Profile, n: u32, t: TopologyReport) -> TopologyReport {
+        judge(&topo_checks(TopologyCheck::default()), profile).topology(&h200s(n), t)
     }
 
     fn h200s(n: u32) -> Vec<GpuInfo> {
@@ -148,17 +150,15 @@ mod tests {
 
     #[test]
     fn topology_full_nvlink_passes() {
-        let checks = topo_checks(TopologyCheck::default());
-        let r = judge(&checks, Profile::Auto).topology(&h200s(4), topo(4, "NV18", 18));
+        let r = default_judged(Profile::Auto, 4, topo(4, "NV18", 18));
         assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
     }
 
     #[test]
     fn a_single_gpu_is_not_held_to_the_profiles_nvlink_count() {
-        let checks = topo_checks(TopologyCheck::default());
         let mut t = topo(1, "NV18", 0);
         t.nvlinks[0].total = 0;
-        let r = judge(&checks, Profile::Auto).topology(&h200s(1), t.clone());
+        let r = default_judged(Profile::Auto, 1, t.clone());
         assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
         let explicit = topo_checks(TopologyCheck {
             min_active_links: Some(4),
@@ -174,24 +174,22 @@ mod tests {
 
     #[test]
     fn topology_pair_without_nvlink_fails() {
-        let checks = topo_checks(TopologyCheck::default());
         let mut t = topo(4, "NV18", 18);
         t.matrix[0][3] = "SYS".into();
         t.matrix[3][0] = "SYS".into();
-        let r = judge(&checks, Profile::Auto).topology(&h200s(4), t);
-        assert_eq!(r.verdict, Verdict::Fail);
-        assert_eq!(
-            r.reasons,
-            vec!["GPU0 and GPU3 are connected by SYS, not NVLink"]
+        let r = default_judged(Profile::Auto, 4, t);
+        assert_fails_with(
+            r.verdict,
+            &r.reasons,
+            &["GPU0 and GPU3 are connected by SYS, not NVLink"],
         );
     }
 
     #[test]
     fn topology_missing_links_fail() {
-        let checks = topo_checks(TopologyCheck::default());
         let mut t = topo(4, "NV18", 18);
         t.nvlinks[2].active = 17;
-        let r = judge(&checks, Profile::Auto).topology(&h200s(4), t.clone());
+        let r = default_judged(Profile::Auto, 4, t.clone());
         assert_eq!(
             r.reasons,
             vec!["GPU2: 17 of 18 NVLink links active, expected 18 (H200 profile)"]
@@ -206,14 +204,13 @@ mod tests {
 
     #[test]
     fn topology_link_change_fails() {
-        let checks = topo_checks(TopologyCheck::default());
         let mut t = topo(2, "NV18", 18);
         t.link_changes = vec!["GPU1 link 4 went down at +93s".into()];
-        let r = judge(&checks, Profile::None).topology(&h200s(2), t);
-        assert_eq!(r.verdict, Verdict::Fail);
-        assert_eq!(
-            r.reasons,
-            vec!["NVLink state changed during the run: GPU1 link 4 went down at +93s"]
+        let r = default_judged(Profile::None, 2, t);
+        assert_fails_with(
+            r.verdict,
+            &r.reasons,
+            &["NVLink state changed during the run: GPU1 link 4 went down at +93s"],
         );
     }
 

@@ -462,20 +462,12 @@ pub fn compare(ours: &TopologyReport, smi: &SmiTopology) -> Vec<String> {
                 ));
             }
         }
-        compare_field(
-            &mut out,
-            label,
-            "CPU affinity",
-            ours.cpu_affinity.get(i),
-            smi.cpu_affinity.get(si),
-        );
-        compare_field(
-            &mut out,
-            label,
-            "NUMA affinity",
-            ours.numa_affinity.get(i),
-            smi.numa_affinity.get(si),
-        );
+        for (what, o, s) in [
+            ("CPU affinity", &ours.cpu_affinity, &smi.cpu_affinity),
+            ("NUMA affinity", &ours.numa_affinity, &smi.numa_affinity),
+        ] {
+            compare_field(&mut out, label, what, o.get(i), s.get(si));
+        }
     }
     for label in smi.gpus.iter().filter(|g| !ours.gpus.contains(g)) {
         out.push(format!("{label}: in nvidia-smi, missing from ours"));

@@ -224,7 +224,7 @@ fn total_steps(req: &SweepRequest) -> usize {
         .flat_map(|c| {
             req.sizes
                 .iter()
-                .map(move |s| Layout::new(*c, *s, req.dtype.size(), u64::from(req.ranks)))
+                .map(move |s| Layout::new(*c, *s, req.dtype.size(), u64::from(req.world_size())))
         })
         .filter(|l| l.bytes() > 0)
         .map(|l| if l.has_in_place() { 2 } else { 1 })
@@ -236,7 +236,7 @@ fn step_note(req: &SweepRequest, rec: &StepRecord) -> String {
         rec.collective,
         rec.bytes,
         req.dtype.size(),
-        u64::from(req.ranks),
+        u64::from(req.world_size()),
     );
     format!(
         "{} {} {}: {:.1} GB/s busbw",
@@ -339,6 +339,7 @@ mod tests {
             iterations: 20,
             warmup: 5,
             timeout_ms: 1000,
+            world: None,
         }
     }
 

@@ -75,7 +75,7 @@ pub fn run(s: RankSetup<'_>) -> (Vec<StepRecord>, Result<(), RankError>) {
             step: None,
         }),
     );
-    let comm = Comm::init(s.req.ranks, s.id, s.rank);
+    let comm = Comm::init(s.req.world_size(), s.id, s.req.global_rank(s.rank));
     s.shared.in_call(s.rank, None);
     match comm {
         Ok(c) => rank.comm = Some(c),
@@ -109,7 +109,10 @@ pub fn run(s: RankSetup<'_>) -> (Vec<StepRecord>, Result<(), RankError>) {
 }
 
 struct Rank {
+    /// This process's rank index: its visible GPU and its records.
     rank: u32,
+    /// Its rank in the communicator (differs when the communicator spans processes).
+    global: u32,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     kernels: Kernels,
@@ -158,6 +161,7 @@ impl Rank {
         let (send_ptr, recv_ptr) = (send.ptr, recv.ptr);
         Ok(Self {
             rank: r,
+            global: s.req.global_rank(r),
             ctx,
             stream,
             kernels,
@@ -177,7 +181,12 @@ impl Rank {
         s.shared.barrier().map_err(|_| RankError::Aborted)?;
         for (c, &collective) in req.collectives.iter().enumerate() {
             for (i, &size) in req.sizes.iter().enumerate() {
-                let layout = Layout::new(collective, size, req.dtype.size(), u64::from(req.ranks));
+                let layout = Layout::new(
+                    collective,
+                    size,
+                    req.dtype.size(),
+                    u64::from(req.world_size()),
+                );
                 if layout.bytes() == 0 {
                     continue;
                 }
@@ -221,8 +230,8 @@ impl Rank {
         let args = |seed| CheckArgs {
             collective: l.collective,
             dtype: req.dtype,
-            rank: self.rank,
-            ranks: req.ranks,
+            rank: self.global,
+            ranks: req.world_size(),
             count: l.count,
             seed,
         };
@@ -276,7 +285,7 @@ impl Rank {
     /// Where this rank's input and output of a step live: (input address, output address,
     /// output elements).
     fn places(&self, l: &Layout, in_place: bool) -> (u64, u64, u64) {
-        let r = u64::from(self.rank);
+        let r = u64::from(self.global);
         if !in_place {
             return (self.send, self.recv, l.recv);
         }

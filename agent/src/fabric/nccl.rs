@@ -1,0 +1,303 @@
+//! The real NCCL group across nodes: this node's GPUs as ranks of one communicator over every
+//! member's GPUs, through the NCCL check's engine in a child process. The child gets
+//! `NCCL_COMM_ID` (the group host's address, one port above the rendezvous): NCCL's own
+//! bootstrap then needs no MPI and no exchanged id; the host's rank 0 opens it.
+
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use gpuval_crds::fabric::{FabricError, FabricErrorKind, FabricNccl};
+use gpuval_crds::{NcclDtype, NodeReport};
+
+use super::{Assignment, NcclFigures};
+use crate::checks::nccl::bandwidth::Layout;
+use crate::checks::nccl::outcome::SweepOutcome;
+use crate::checks::nccl::request::{NcclRequest, RankGpu, SweepRequest, WorldSlot};
+use crate::run_control::RunControl;
+
+/// Untimed collectives before the timed ones.
+const WARMUP: u32 = 5;
+/// The longest one batch of collectives may take (NCCL aborts the communicator then).
+const BATCH_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the sweep process may stay silent while it starts (kernel compilation and the
+/// communicator's setup: seconds when every member is there).
+const SETUP_ALLOWANCE: Duration = Duration::from_secs(30);
+
+/// The engine's request for this member of `a`: its GPUs are ranks
+/// `first_rank..first_rank + gpus` of the group's `world` ranks.
+pub fn request(
+    a: &Assignment,
+    settings: &FabricNccl,
+    gpus: &[RankGpu],
+    member_gpus: &[u32],
+    env: &[(String, String)],
+) -> Result<NcclRequest, FabricError> {
+    let local = u32::try_from(gpus.len()).unwrap_or(u32::MAX);
+    let planned = member_gpus.get(a.rank).copied();
+    if planned.is_some_and(|p| p != local) {
+        return Err(local_error(format!(
+            "this node has {local} GPU(s) but the round counts {} for it",
+            planned.unwrap_or(0)
+        )));
+    }
+    let counts: Vec<u32> = if member_gpus.len() == a.nodes.len() {
+        member_gpus.to_vec()
+    } else {
+        // No counts in the plan: every member is taken to have as many GPUs as this one.
+        vec![local; a.nodes.len()]
+    };
+    let first_rank: u32 = counts.iter().take(a.rank).sum();
+    let size: u32 = counts.iter().sum();
+    let mut vars = env.to_vec();
+    vars.push(("NCCL_COMM_ID".into(), bootstrap_address(&a.rendezvous)?));
+    let timeout = a
+        .deadline
+        .saturating_duration_since(Instant::now())
+        .min(BATCH_TIMEOUT);
+    Ok(NcclRequest {
+        gpus: gpus.to_vec(),
+        sweep: SweepRequest {
+            ranks: local,
+            collectives: vec![settings.collective],
+            sizes: vec![u64::try_from(settings.bytes).unwrap_or(1 << 30)],
+            dtype: NcclDtype::Bf16,
+            iterations: u32::try_from(settings.iterations.max(1)).unwrap_or(1),
+            warmup: WARMUP,
+            timeout_ms: u64::try_from(timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1000),
+            world: Some(WorldSlot { size, first_rank }),
+        },
+        transports: false,
+        log_dir: None,
+        notes: Vec::new(),
+        env: vars,
+        setup_allowance: Some(SETUP_ALLOWANCE),
+    })
+}
+
+/// `host:port` of NCCL's bootstrap: the rendezvous host, one port up.
+pub fn bootstrap_address(rendezvous: &str) -> Result<String, FabricError> {
+    let bad = || {
+        local_error(format!(
+            "the rendezvous address {rendezvous:?} is not host:port"
+        ))
+    };
+    let (host, port) = rendezvous.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let next = port.checked_add(1).ok_or_else(bad)?;
+    Ok(format!("{host}:{next}"))
+}
+
+fn local_error(message: String) -> FabricError {
+    FabricError {
+        kind: FabricErrorKind::Local,
+        message,
+    }
+}
+
+fn peer_error(message: String) -> FabricError {
+    FabricError {
+        kind: FabricErrorKind::Peer,
+        message,
+    }
+}
+
+/// Runs the request in a sweep process and reads this member's bus bandwidth.
+pub fn run(req: &NcclRequest) -> Result<NcclFigures, FabricError> {
+    let stop = AtomicBool::new(false);
+    let progress = |_: f64, note: &str| tracing::debug!(note, "fabric NCCL");
+    let ctl = RunControl::new(&stop, &progress);
+    let out = crate::checks::nccl::run(req, &ctl).map_err(|e| local_error(e.to_string()))?;
+    match out.sweep {
+        Ok(s) => figures(req, &s),
+        // The sweep process could not start its communicator or went silent: NCCL's setup on
+        // this side failed, or a peer never came (the planner tells which from the others).
+        Err(e) => {
+            let text = e.to_string();
+            if text.contains("silent") || text.contains("stuck") {
+                Err(peer_error(text))
+            } else {
+                Err(local_error(text))
+            }
+        }
+    }
+}
+
+/// This member's figures from its sweep: wrong data is this node's fault; an abort (a
+/// timeout, an error NCCL reported) is the group's.
+fn figures(req: &NcclRequest, s: &SweepOutcome) -> Result<NcclFigures, FabricError> {
+    if let Some(m) = s.mismatches.first() {
+        return Err(local_error(format!(
+            "{} wrong element(s) received on this node's GPU rank {} ({})",
+            m.elements, m.rank, m.collective
+        )));
+    }
+    if let Some(a) = &s.abort {
+        return Err(peer_error(format!(
+            "the collective was aborted: {:?} at rank {}",
+            a.cause, a.rank
+        )));
+    }
+    let sweep = &req.sweep;
+    let row = s
+        .curves
+        .first()
+        .and_then(|c| c.rows.last())
+        .ok_or_else(|| peer_error("the collective gave no timing".into()))?;
+    let collective = sweep
+        .collectives
+        .first()
+        .copied()
+        .unwrap_or(gpuval_crds::Collective::AllReduce);
+    let layout = Layout::new(
+        collective,
+        row.bytes,
+        sweep.dtype.size(),
+        u64::from(sweep.world_size()),
+    );
+    Ok(NcclFigures {
+        bus_gbps: layout.busbw_gbps(row.seconds),
+        seconds: s.seconds,
+    })
+}
+
+/// The real runner of a node whose checks produced `report`.
+pub struct RealNccl {
+    gpus: Vec<RankGpu>,
+}
+
+impl RealNccl {
+    pub fn from_report(report: &NodeReport) -> Self {
+        Self {
+            gpus: report
+                .gpus
+                .iter()
+                .map(|g| RankGpu {
+                    index: u32::try_from(g.index).unwrap_or(0),
+                    uuid: g.uuid.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn new(gpus: Vec<RankGpu>) -> Self {
+        Self { gpus }
+    }
+
+    /// Runs this member's part of the group `a`.
+    pub fn run_group(
+        &self,
+        a: &Assignment,
+        settings: &FabricNccl,
+        member_gpus: &[u32],
+        env: &[(String, String)],
+    ) -> Result<NcclFigures, FabricError> {
+        if self.gpus.is_empty() {
+            return Err(local_error("this node has no GPU to take part with".into()));
+        }
+        let req = request(a, settings, &self.gpus, member_gpus, env)?;
+        run(&req)
+    }
+}
+
+impl super::NcclGroup for RealNccl {
+    fn run(
+        &self,
+        a: &Assignment,
+        settings: &FabricNccl,
+        env: &[(String, String)],
+        _link: &mut super::rendezvous::Link,
+    ) -> Result<NcclFigures, FabricError> {
+        // NCCL's own bootstrap (NCCL_COMM_ID) carries the communicator: the control channel
+        // only had to prove every member there.
+        self.run_group(a, settings, &a.gpus, env)
+    }
+    fn simulated(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuval_crds::Collective;
+    use gpuval_crds::fabric::FabricKind;
+
+    fn assignment(rank: usize) -> Assignment {
+        Assignment {
+            round: 1,
+            group: 0,
+            kind: FabricKind::Nccl,
+            nodes: vec!["a".into(), "b".into(), "c".into()],
+            rank,
+            rendezvous: "10.1.2.3:29400".into(),
+            gpus: Vec::new(),
+            deadline: Instant::now() + Duration::from_secs(600),
+        }
+    }
+
+    fn gpus(n: u32) -> Vec<RankGpu> {
+        (0..n)
+            .map(|i| RankGpu {
+                index: i,
+                uuid: format!("GPU-{i}"),
+            })
+            .collect()
+    }
+
+    fn settings() -> FabricNccl {
+        FabricNccl {
+            collective: Collective::AllReduce,
+            bytes: 1 << 30,
+            iterations: 20,
+            min_bus_bandwidth_gbps: 350,
+        }
+    }
+
+    #[test]
+    fn a_member_takes_its_slot_of_the_world_and_the_bootstrap_port_above() {
+        let env = [("NCCL_IB_HCA".to_string(), "mlx5".to_string())];
+        let r = request(&assignment(1), &settings(), &gpus(8), &[8, 8, 4], &env).unwrap();
+        assert_eq!(
+            r.sweep.world,
+            Some(WorldSlot {
+                size: 20,
+                first_rank: 8
+            })
+        );
+        assert_eq!(r.sweep.ranks, 8);
+        assert_eq!(r.sweep.global_rank(3), 11);
+        assert_eq!(r.sweep.sizes, vec![1 << 30]);
+        assert!(
+            r.env
+                .contains(&("NCCL_COMM_ID".into(), "10.1.2.3:29401".into()))
+        );
+        assert!(r.env.contains(&env[0]));
+        // Without counts in the plan, every member is taken to be like this one.
+        let r = request(&assignment(2), &settings(), &gpus(2), &[], &[]).unwrap();
+        assert_eq!(
+            r.sweep.world,
+            Some(WorldSlot {
+                size: 6,
+                first_rank: 4
+            })
+        );
+    }
+
+    #[test]
+    fn a_node_with_other_gpus_than_planned_fails_on_its_own() {
+        let e = request(&assignment(0), &settings(), &gpus(7), &[8, 8, 8], &[]).unwrap_err();
+        assert_eq!(e.kind, FabricErrorKind::Local);
+        assert!(e.message.contains("7 GPU(s)"), "{}", e.message);
+    }
+
+    #[test]
+    fn bad_rendezvous_addresses_are_named() {
+        assert_eq!(bootstrap_address("[::1]:29400").unwrap(), "[::1]:29401");
+        for bad in ["nohost", "h:port", "h:65535"] {
+            let e = bootstrap_address(bad).unwrap_err();
+            assert!(e.message.contains(bad), "{}", e.message);
+        }
+    }
+}

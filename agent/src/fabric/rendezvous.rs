@@ -1,0 +1,492 @@
+//! The group join. The group's first node (the host) listens on the rendezvous port on every
+//! address and accepts; the other members connect (retrying with backoff: the host may still be
+//! busy with an earlier group), say hello in one JSON line, and wait for the host's answer: `go`
+//! once every member has joined, or `abort` at the join deadline naming the members that never
+//! came. After `go` the connections stay open as the group's control channel ([`Control`]).
+//!
+//! Everything here is blocking with deadlines: no call waits past the deadline it is given.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use gpuval_crds::fabric::{FabricError, FabricErrorKind};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::Assignment;
+
+/// The longest a control message line may be (a hello, a figure, a 64-byte ping).
+const MAX_LINE: usize = 64 * 1024;
+/// The longest a host waits for an accepted connection's first line.
+const HELLO_WAIT: Duration = Duration::from_secs(5);
+/// Backoff between connection attempts of a member: first and largest.
+const BACKOFF_FIRST: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// A network step that failed: where, and what.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NetError {
+    #[error("{what} {addr}: timed out")]
+    Timeout { what: String, addr: String },
+    #[error("{what} {addr}: {why}")]
+    Io {
+        what: String,
+        addr: String,
+        why: String,
+    },
+    #[error("{what} {addr}: the other side closed the connection")]
+    Closed { what: String, addr: String },
+    #[error("{what} {addr}: unexpected message: {why}")]
+    Protocol {
+        what: String,
+        addr: String,
+        why: String,
+    },
+}
+
+impl NetError {
+    /// An I/O error of `what` with `addr` (a timeout reads as [`NetError::Timeout`]).
+    pub fn io(what: &str, addr: &str, e: &std::io::Error) -> Self {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            return NetError::Timeout {
+                what: what.into(),
+                addr: addr.into(),
+            };
+        }
+        NetError::Io {
+            what: what.into(),
+            addr: addr.into(),
+            why: e.to_string(),
+        }
+    }
+}
+
+/// What remains until `deadline`, or a timeout error naming the step.
+pub fn remaining(deadline: Instant, what: &str, addr: &str) -> Result<Duration, NetError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left < Duration::from_millis(1) {
+        return Err(NetError::Timeout {
+            what: what.into(),
+            addr: addr.into(),
+        });
+    }
+    Ok(left)
+}
+
+/// Waits until `listener` has a connection to accept, or `deadline` (false).
+pub fn wait_acceptable(listener: &TcpListener, deadline: Instant) -> bool {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut pfd = libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: `pfd` is one valid pollfd that outlives the call, and the count passed is 1.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n > 0 {
+            return true;
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+    }
+}
+
+/// Accepts one connection before `deadline` (None when none came).
+pub fn accept_until(listener: &TcpListener, deadline: Instant) -> Option<(TcpStream, SocketAddr)> {
+    while wait_acceptable(listener, deadline) {
+        if let Ok((s, peer)) = listener.accept() {
+            return Some((s, peer));
+        }
+    }
+    None
+}
+
+/// Binds every address (`0.0.0.0:port`, or `[::]:port` for an IPv6 rendezvous) on the port of a
+/// `host:port` address (SO_REUSEADDR is set by the standard library on Unix, so a port of an
+/// earlier round can be bound again at once).
+pub fn listen_on(rendezvous: &str) -> Result<TcpListener, NetError> {
+    let port = port_of(rendezvous)?;
+    let addr = if rendezvous.starts_with('[') {
+        format!("[::]:{port}")
+    } else {
+        format!("0.0.0.0:{port}")
+    };
+    TcpListener::bind(&addr).map_err(|e| NetError::io("listen on", &addr, &e))
+}
+
+fn port_of(rendezvous: &str) -> Result<u16, NetError> {
+    rendezvous
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .ok_or_else(|| NetError::Protocol {
+            what: "read the rendezvous address".into(),
+            addr: rendezvous.into(),
+            why: "expected host:port".into(),
+        })
+}
+
+/// Connects to `addr`, retrying with backoff until `deadline`.
+pub fn connect_until(addr: &str, what: &str, deadline: Instant) -> Result<TcpStream, NetError> {
+    let mut backoff = BACKOFF_FIRST;
+    let mut last = NetError::Timeout {
+        what: what.into(),
+        addr: addr.into(),
+    };
+    loop {
+        let left = remaining(deadline, what, addr).map_err(|_| last.clone())?;
+        let targets: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|e| NetError::io(what, addr, &e))?
+            .collect();
+        for target in &targets {
+            match TcpStream::connect_timeout(target, left.min(Duration::from_secs(2))) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = NetError::io(what, addr, &e),
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        // Nothing to wait on: the host may not listen yet, and says nothing until it does.
+        std::thread::sleep(backoff.min(left));
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// One end of a control connection: JSON lines each way, every call with a deadline.
+#[derive(Debug)]
+pub struct Control {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    /// The other side, for messages.
+    pub peer: String,
+}
+
+impl Control {
+    pub fn new(stream: TcpStream, peer: String) -> Result<Self, NetError> {
+        stream
+            .set_nodelay(true)
+            .map_err(|e| NetError::io("set TCP_NODELAY on", &peer, &e))?;
+        let writer = stream
+            .try_clone()
+            .map_err(|e| NetError::io("clone the connection to", &peer, &e))?;
+        Ok(Self {
+            reader: BufReader::new(stream),
+            writer,
+            peer,
+        })
+    }
+
+    /// Sends one message (one JSON line).
+    pub fn send<T: Serialize>(&mut self, msg: &T, deadline: Instant) -> Result<(), NetError> {
+        let mut line = serde_json::to_vec(msg).map_err(|e| NetError::Protocol {
+            what: "encode a message for".into(),
+            addr: self.peer.clone(),
+            why: e.to_string(),
+        })?;
+        line.push(b'\n');
+        self.send_raw(&line, deadline)
+    }
+
+    /// Sends bytes as they are (a ping of a fixed size).
+    pub fn send_raw(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), NetError> {
+        let what = "send to";
+        let left = remaining(deadline, what, &self.peer)?;
+        self.writer
+            .set_write_timeout(Some(left))
+            .map_err(|e| NetError::io(what, &self.peer, &e))?;
+        self.writer
+            .write_all(bytes)
+            .map_err(|e| NetError::io(what, &self.peer, &e))
+    }
+
+    /// Receives one line (without its newline), waiting at most until `deadline`.
+    pub fn recv_line(&mut self, deadline: Instant) -> Result<Vec<u8>, NetError> {
+        let what = "receive from";
+        let mut line = Vec::new();
+        loop {
+            let left = remaining(deadline, what, &self.peer)?;
+            self.reader
+                .get_ref()
+                .set_read_timeout(Some(left))
+                .map_err(|e| NetError::io(what, &self.peer, &e))?;
+            let buf = match self.reader.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(NetError::io(what, &self.peer, &e)),
+            };
+            if buf.is_empty() {
+                return Err(NetError::Closed {
+                    what: what.into(),
+                    addr: self.peer.clone(),
+                });
+            }
+            let (used, done) = match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => {
+                    line.extend_from_slice(&buf[..i]);
+                    (i + 1, true)
+                }
+                None => {
+                    line.extend_from_slice(buf);
+                    (buf.len(), false)
+                }
+            };
+            self.reader.consume(used);
+            if done {
+                return Ok(line);
+            }
+            if line.len() > MAX_LINE {
+                return Err(self.protocol(format!("a line over {MAX_LINE} bytes")));
+            }
+        }
+    }
+
+    /// Receives one message.
+    pub fn recv<T: DeserializeOwned>(&mut self, deadline: Instant) -> Result<T, NetError> {
+        let line = self.recv_line(deadline)?;
+        serde_json::from_slice(&line).map_err(|e| {
+            self.protocol(format!(
+                "{e} in {:?}",
+                String::from_utf8_lossy(&line[..line.len().min(120)])
+            ))
+        })
+    }
+
+    /// A protocol error naming this connection's peer.
+    pub fn protocol(&self, why: String) -> NetError {
+        NetError::Protocol {
+            what: "talk to".into(),
+            addr: self.peer.clone(),
+            why,
+        }
+    }
+
+    /// The connection's stream, for the data phase of a measurement (bytes already buffered
+    /// stay with the control reader).
+    pub fn into_parts(self) -> (BufReader<TcpStream>, TcpStream) {
+        (self.reader, self.writer)
+    }
+}
+
+/// The first line a connection to a rendezvous sends.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub enum Greeting {
+    /// A member joining the group.
+    Hello {
+        node: String,
+        rank: usize,
+        round: i32,
+        group: i32,
+    },
+    /// A data connection of a measurement (TCP streams), numbered from 0.
+    Data {
+        node: String,
+        round: i32,
+        group: i32,
+        stream: usize,
+    },
+}
+
+/// The host's answer to a hello.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub enum Answer {
+    /// Every member joined.
+    Go,
+    /// The join deadline passed: these members never came.
+    Abort { missing: Vec<String> },
+    /// The hello was not for this group (another round or group, or a wrong rank).
+    Reject { why: String },
+}
+
+/// A joined group: the control channel(s), and how long joining took.
+#[derive(Debug)]
+pub struct Group {
+    pub joined: super::Joined,
+    pub link: Link,
+}
+
+/// The control channel of a joined group.
+#[derive(Debug)]
+pub enum Link {
+    /// This node hosts: its listener (kept for data connections) and one control connection
+    /// per other member, in rank order (rank 1 first).
+    Host {
+        listener: TcpListener,
+        members: Vec<Control>,
+    },
+    /// This node is a member: its connection to the host.
+    Member { host: Control },
+}
+
+/// Why a join failed, and the host's list of absentees (empty on members).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinFailure {
+    pub error: FabricError,
+    pub missing: Vec<String>,
+    pub join_seconds: f64,
+}
+
+fn fabric_error(kind: FabricErrorKind, message: String) -> FabricError {
+    let mut message = message;
+    if message.len() > 300 {
+        let mut cut = 297;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("...");
+    }
+    FabricError { kind, message }
+}
+
+/// A member's error (kept to the API's 300 characters).
+pub fn local(message: String) -> FabricError {
+    fabric_error(FabricErrorKind::Local, message)
+}
+/// An error that may be another member's fault.
+pub fn peer(message: String) -> FabricError {
+    fabric_error(FabricErrorKind::Peer, message)
+}
+
+/// Joins `a`'s group: hosts it (rank 0) or connects to its host, until `join_deadline`
+/// (members wait for the host's answer until `a.deadline`).
+pub fn join(a: &Assignment, join_deadline: Instant) -> Result<Group, JoinFailure> {
+    let start = Instant::now();
+    let fail = |error: FabricError, missing: Vec<String>| JoinFailure {
+        error,
+        missing,
+        join_seconds: start.elapsed().as_secs_f64(),
+    };
+    if a.rank >= a.nodes.len() {
+        let why = format!("rank {} is outside the group of {}", a.rank, a.nodes.len());
+        return Err(fail(local(why), Vec::new()));
+    }
+    let link = if a.rank == 0 {
+        host(a, join_deadline).map_err(|(e, missing)| fail(e, missing))?
+    } else {
+        member(a, join_deadline).map_err(|e| fail(e, Vec::new()))?
+    };
+    Ok(Group {
+        joined: super::Joined {
+            join_seconds: start.elapsed().as_secs_f64(),
+        },
+        link,
+    })
+}
+
+fn host(a: &Assignment, join_deadline: Instant) -> Result<Link, (FabricError, Vec<String>)> {
+    let listener = listen_on(&a.rendezvous).map_err(|e| {
+        let why = format!(
+            "host the rendezvous of round {} group {}: {e}",
+            a.round, a.group
+        );
+        (local(why), Vec::new())
+    })?;
+    let mut joined: Vec<Option<Control>> = (0..a.nodes.len()).map(|_| None).collect();
+    while joined.iter().skip(1).any(Option::is_none) {
+        let Some((stream, addr)) = accept_until(&listener, join_deadline) else {
+            break;
+        };
+        let Ok(mut ctl) = Control::new(stream, addr.to_string()) else {
+            continue;
+        };
+        let hello_deadline = (Instant::now() + HELLO_WAIT).min(a.deadline);
+        match ctl.recv::<Greeting>(hello_deadline) {
+            Ok(Greeting::Hello {
+                node,
+                rank,
+                round,
+                group,
+            }) => {
+                let why = check_hello(a, &node, rank, round, group);
+                if let Some(why) = why {
+                    tracing::warn!(peer = %addr, %why, "rendezvous: hello refused");
+                    let _ = ctl.send(&Answer::Reject { why }, hello_deadline);
+                    continue;
+                }
+                joined[rank] = Some(ctl);
+            }
+            Ok(other) => tracing::warn!(peer = %addr, ?other, "rendezvous: not a hello, closed"),
+            Err(e) => tracing::warn!(peer = %addr, error = %e, "rendezvous: no hello, closed"),
+        }
+    }
+    let missing: Vec<String> = joined
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, c)| c.is_none())
+        .map(|(i, _)| a.nodes[i].clone())
+        .collect();
+    let answer = if missing.is_empty() {
+        Answer::Go
+    } else {
+        Answer::Abort {
+            missing: missing.clone(),
+        }
+    };
+    let mut members = Vec::new();
+    for mut ctl in joined.into_iter().skip(1).flatten() {
+        // A member that left after its hello finds out on its own; the answer goes to the rest.
+        let _ = ctl.send(&answer, a.deadline);
+        members.push(ctl);
+    }
+    if !missing.is_empty() {
+        let why = format!(
+            "{} of {} members never joined the rendezvous on {}: {}",
+            missing.len(),
+            a.nodes.len() - 1,
+            a.rendezvous,
+            missing.join(", ")
+        );
+        return Err((peer(why), missing));
+    }
+    Ok(Link::Host { listener, members })
+}
+
+fn check_hello(a: &Assignment, node: &str, rank: usize, round: i32, group: i32) -> Option<String> {
+    if round != a.round || group != a.group {
+        return Some(format!(
+            "this rendezvous is round {} group {}, not round {round} group {group}",
+            a.round, a.group
+        ));
+    }
+    if rank == 0 || a.nodes.get(rank).map(String::as_str) != Some(node) {
+        return Some(format!("{node} is not rank {rank} of this group"));
+    }
+    None
+}
+
+fn member(a: &Assignment, join_deadline: Instant) -> Result<Link, FabricError> {
+    let host_name = &a.nodes[0];
+    let stream = connect_until(&a.rendezvous, "connect to the rendezvous", join_deadline)
+        .map_err(|e| peer(format!("host {host_name}: {e}")))?;
+    let mut ctl = Control::new(stream, a.rendezvous.clone())
+        .map_err(|e| local(format!("rendezvous with {host_name}: {e}")))?;
+    let hello = Greeting::Hello {
+        node: a.nodes[a.rank].clone(),
+        rank: a.rank,
+        round: a.round,
+        group: a.group,
+    };
+    let talk = |e: NetError| peer(format!("rendezvous with host {host_name}: {e}"));
+    ctl.send(&hello, a.deadline).map_err(talk)?;
+    match ctl.recv::<Answer>(a.deadline).map_err(talk)? {
+        Answer::Go => Ok(Link::Member { host: ctl }),
+        Answer::Abort { missing } => Err(peer(format!(
+            "host {host_name} gave up the rendezvous: {} never joined",
+            missing.join(", ")
+        ))),
+        Answer::Reject { why } => Err(peer(format!("host {host_name} refused this member: {why}"))),
+    }
+}

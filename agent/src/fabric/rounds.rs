@@ -1,0 +1,234 @@
+//! In a pod: the agent stays after its node checks passed and takes part in the fabric test.
+//! It watches this run's `GpuFabricRound` objects, runs the groups of each round that name its
+//! node (in `id` order), and writes what it measured into its own result's
+//! [`FABRIC_OUTCOMES`](gpuval_crds::labels::FABRIC_OUTCOMES) annotation, all rounds so far, so
+//! the operator (and a restarted operator) reads the whole history from one place. It leaves at
+//! the `end` round, at the run's deadline, or on a signal.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use gpuval_crds::fabric::{FabricOutcome, FabricRoundSpec, FabricSpec, GpuFabricRound};
+use gpuval_crds::{GpuNodeResult, labels};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+
+use super::{Assignment, NcclGroup};
+
+/// Why the agent left the fabric test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Left {
+    /// The operator planned the end.
+    Ended,
+    /// The run's deadline passed first.
+    Deadline,
+    /// The round watch ended for good (the API server kept refusing it).
+    WatchFailed(String),
+}
+
+/// Who this agent is in the run.
+pub struct Member<'a> {
+    pub client: Client,
+    pub namespace: &'a str,
+    pub validation: &'a str,
+    pub generation: i64,
+    pub node: &'a str,
+    /// The result object's name.
+    pub result: String,
+    /// The agent's field manager (the fabric annotation is applied under `<it>-fabric`).
+    pub field_manager: String,
+}
+
+/// This node's assignments in `round`, each bounded by the round's timeout and `deadline`.
+pub fn assignments(
+    round: &FabricRoundSpec,
+    node: &str,
+    now: Timestamp,
+    deadline: Instant,
+) -> Vec<Assignment> {
+    let started = round.started.0;
+    let budget = Duration::from_secs(u64::try_from(round.timeout_seconds).unwrap_or(0));
+    let spent: Duration = now
+        .duration_since(started)
+        .try_into()
+        .unwrap_or(Duration::ZERO);
+    let ends = Instant::now() + budget.saturating_sub(spent);
+    let mut groups: Vec<_> = round
+        .groups
+        .iter()
+        .filter_map(|g| Some((g, g.nodes.iter().position(|n| n == node)?)))
+        .collect();
+    groups.sort_by_key(|(g, _)| g.id);
+    groups
+        .into_iter()
+        .map(|(g, rank)| Assignment {
+            round: round.round,
+            group: g.id,
+            kind: g.kind,
+            nodes: g.nodes.clone(),
+            rank,
+            rendezvous: g.rendezvous.clone(),
+            gpus: g
+                .gpus
+                .iter()
+                .map(|n| u32::try_from(*n).unwrap_or(0))
+                .collect(),
+            deadline: ends.min(deadline),
+        })
+        .collect()
+}
+
+/// The label selector of this run's rounds.
+pub fn selector(validation: &str, generation: i64) -> String {
+    format!(
+        "{}={},{}={}",
+        labels::VALIDATION,
+        labels::node_value(validation),
+        labels::GENERATION,
+        generation
+    )
+}
+
+/// Takes part until the end round, the `deadline`, or the watch failing for good.
+pub async fn take_part(
+    m: &Member<'_>,
+    spec: &FabricSpec,
+    nccl: std::sync::Arc<dyn NcclGroup>,
+    deadline: Instant,
+) -> Left {
+    let api: Api<GpuFabricRound> = Api::namespaced(m.client.clone(), m.namespace);
+    let cfg = watcher::Config::default().labels(&selector(m.validation, m.generation));
+    let mut stream = watcher(api, cfg)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let mut seen: BTreeMap<i32, FabricRoundSpec> = BTreeMap::new();
+    let mut done = 0;
+    let mut outcomes: Vec<FabricOutcome> = Vec::new();
+    loop {
+        let next = tokio::time::timeout_at(deadline.into(), stream.next()).await;
+        let round = match next {
+            Err(_) => return Left::Deadline,
+            Ok(None) => return Left::WatchFailed("the round watch ended".into()),
+            Ok(Some(Err(e))) => {
+                tracing::warn!(error = %e, "fabric round watch error; the watcher retries");
+                continue;
+            }
+            Ok(Some(Ok(r))) => r.spec,
+        };
+        if round.validation != m.validation || round.generation != m.generation {
+            continue;
+        }
+        seen.insert(round.round, round);
+        // Rounds are taken in order; one that arrives early waits for those before it.
+        while let Some(r) = seen.get(&(done + 1)).cloned() {
+            done += 1;
+            if r.end {
+                tracing::info!(round = r.round, "the fabric test is over");
+                return Left::Ended;
+            }
+            let mine = assignments(&r, m.node, Timestamp::now(), deadline);
+            if mine.is_empty() {
+                continue;
+            }
+            tracing::info!(round = r.round, purpose = %r.purpose, groups = mine.len(), "fabric round");
+            let got = super::group::run_round(mine, spec.clone(), nccl.clone()).await;
+            outcomes.extend(got);
+            if let Err(e) = write_outcomes(m, &outcomes).await {
+                tracing::error!(error = %e, round = r.round, "could not write the fabric outcomes; the operator will time this node out");
+            }
+        }
+    }
+}
+
+/// Applies the outcomes annotation on this node's result.
+async fn write_outcomes(m: &Member<'_>, outcomes: &[FabricOutcome]) -> Result<(), kube::Error> {
+    let api: Api<GpuNodeResult> = Api::namespaced(m.client.clone(), m.namespace);
+    let text = serde_json::to_string(outcomes).map_err(kube::Error::SerdeError)?;
+    let body = serde_json::json!({
+        "apiVersion": GpuNodeResult::api_version(&()),
+        "kind": GpuNodeResult::kind(&()),
+        "metadata": {
+            "name": m.result,
+            "annotations": { labels::FABRIC_OUTCOMES: text },
+        },
+    });
+    let pp = PatchParams::apply(&format!("{}-fabric", m.field_manager));
+    let patch = Patch::Apply(&body);
+    crate::k8s::retry("apply the fabric outcomes", || {
+        api.patch(&m.result, &pp, &patch)
+    })
+    .await
+    .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuval_crds::fabric::{FabricGroup, FabricKind};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn round() -> FabricRoundSpec {
+        FabricRoundSpec {
+            validation: "v".into(),
+            generation: 3,
+            round: 2,
+            purpose: "pairs".into(),
+            started: Time(Timestamp::from_second(1_790_000_000).unwrap()),
+            timeout_seconds: 300,
+            end: false,
+            groups: vec![
+                FabricGroup {
+                    id: 1,
+                    kind: FabricKind::Tcp,
+                    nodes: vec!["a".into(), "c".into()],
+                    rendezvous: "10.0.0.1:29402".into(),
+                    gpus: vec![8, 8],
+                },
+                FabricGroup {
+                    id: 0,
+                    kind: FabricKind::Nccl,
+                    nodes: vec!["b".into(), "c".into()],
+                    rendezvous: "10.0.0.2:29400".into(),
+                    gpus: vec![8, 8],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_node_gets_its_groups_in_id_order_with_its_rank() {
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        let now = Timestamp::from_second(1_790_000_010).unwrap();
+        let a = assignments(&round(), "c", now, deadline);
+        assert_eq!(a.len(), 2);
+        assert_eq!((a[0].group, a[0].kind, a[0].rank), (0, FabricKind::Nccl, 1));
+        assert_eq!((a[1].group, a[1].kind, a[1].rank), (1, FabricKind::Tcp, 1));
+        assert_eq!(a[1].rendezvous, "10.0.0.1:29402");
+        let left = a[0].deadline - Instant::now();
+        assert!(
+            left <= Duration::from_secs(290) && left > Duration::from_secs(280),
+            "{left:?}"
+        );
+        assert!(assignments(&round(), "z", now, deadline).is_empty());
+    }
+
+    #[test]
+    fn the_run_deadline_caps_a_round() {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let now = Timestamp::from_second(1_790_000_000).unwrap();
+        let a = assignments(&round(), "a", now, deadline);
+        assert_eq!(a[0].deadline, deadline);
+    }
+
+    #[test]
+    fn rounds_are_selected_by_validation_and_generation() {
+        assert_eq!(
+            selector("v", 3),
+            "gpuval.io/validation=v,gpuval.io/generation=3"
+        );
+    }
+}

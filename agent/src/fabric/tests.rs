@@ -1,0 +1,310 @@
+//! The group join, the TCP pair test and the simulated NCCL group, over real loopback sockets:
+//! each member on a thread of its own, as separate agents would be.
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use gpuval_crds::fabric::{FabricErrorKind, FabricKind, FabricOutcome, FabricSpec};
+
+use super::group::run_group;
+use super::rendezvous::{self, Link};
+use super::sim::{NetFault, SimNccl};
+use super::{Assignment, NcclGroup};
+use crate::backend::sim::SimSpec;
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("its address").port()
+}
+
+fn assignments(kind: FabricKind, n: usize, deadline: Duration) -> Vec<Assignment> {
+    let port = free_port();
+    let nodes: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
+    let deadline = Instant::now() + deadline;
+    (0..n)
+        .map(|rank| Assignment {
+            round: 1,
+            group: 0,
+            kind,
+            nodes: nodes.clone(),
+            rank,
+            rendezvous: format!("127.0.0.1:{port}"),
+            gpus: Vec::new(),
+            deadline,
+        })
+        .collect()
+}
+
+fn spec(tcp_secs: u64) -> FabricSpec {
+    // As a validation would carry it, the API's defaults filled in.
+    let value = serde_json::json!({
+        "nccl": { "minBusBandwidthGbps": 350 },
+        "tcp": { "streams": 2, "duration": format!("{tcp_secs}s") },
+    });
+    serde_json::from_value(value).expect("a valid fabric spec")
+}
+
+/// Runs every assignment's group on its own thread; the outcomes in rank order.
+fn run_all(assigned: Vec<(Assignment, SimNccl)>, spec: &FabricSpec) -> Vec<FabricOutcome> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = assigned
+            .iter()
+            .map(|(a, n)| s.spawn(move || run_group(a, spec, n as &dyn NcclGroup)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a member's thread"))
+            .collect()
+    })
+}
+
+fn healthy() -> SimNccl {
+    SimNccl {
+        net_gbps: 400.0,
+        fault: None,
+    }
+}
+
+#[test]
+fn every_member_joins_and_the_host_says_go() {
+    let a = assignments(FabricKind::Nccl, 3, Duration::from_secs(20));
+    let join_by = Instant::now() + Duration::from_secs(10);
+    let groups: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = a
+            .iter()
+            .map(|a| s.spawn(move || rendezvous::join(a, join_by)))
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    for (rank, g) in groups.iter().enumerate() {
+        let g = g.as_ref().expect("joined");
+        assert!(g.joined.join_seconds >= 0.0 && g.joined.join_seconds < 10.0);
+        match (&g.link, rank) {
+            (Link::Host { members, .. }, 0) => assert_eq!(members.len(), 2),
+            (Link::Member { .. }, r) => assert!(r > 0),
+            (l, r) => panic!("rank {r} got {l:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_member_that_never_joins_is_named_by_the_host_within_the_join_deadline() {
+    let a = assignments(FabricKind::Nccl, 3, Duration::from_secs(20));
+    let started = Instant::now();
+    let join_by = started + Duration::from_millis(1500);
+    // n2 never comes.
+    let (host, member) = std::thread::scope(|s| {
+        let h = s.spawn(|| rendezvous::join(&a[0], join_by));
+        let m = s.spawn(|| rendezvous::join(&a[1], join_by));
+        (h.join().expect("host"), m.join().expect("member"))
+    });
+    let host = host.expect_err("the host cannot go");
+    assert_eq!(host.missing, vec!["n2".to_string()]);
+    assert_eq!(host.error.kind, FabricErrorKind::Peer);
+    let member = member.expect_err("the member is told to give up");
+    assert_eq!(member.error.kind, FabricErrorKind::Peer);
+    assert!(
+        member.error.message.contains("n2 never joined"),
+        "{member:?}"
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500),
+        "answered before the join deadline"
+    );
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+}
+
+#[test]
+fn a_member_whose_host_never_listens_fails_as_peer_by_its_join_deadline() {
+    let a = assignments(FabricKind::Tcp, 2, Duration::from_secs(20));
+    let started = Instant::now();
+    let e =
+        rendezvous::join(&a[1], started + Duration::from_millis(800)).expect_err("nobody listens");
+    assert_eq!(e.error.kind, FabricErrorKind::Peer);
+    assert!(e.error.message.contains(&a[1].rendezvous), "{:?}", e.error);
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+#[test]
+fn a_hello_for_another_round_is_refused() {
+    let a = assignments(FabricKind::Tcp, 2, Duration::from_secs(10));
+    let mut stale = a[1].clone();
+    stale.round = 0;
+    let join_by = Instant::now() + Duration::from_millis(1500);
+    let (host, member) = std::thread::scope(|s| {
+        let h = s.spawn(|| rendezvous::join(&a[0], join_by));
+        let m = s.spawn(|| rendezvous::join(&stale, join_by));
+        (h.join().expect("host"), m.join().expect("member"))
+    });
+    let m = member.expect_err("refused");
+    assert!(m.error.message.contains("refused"), "{:?}", m.error);
+    assert_eq!(host.expect_err("n1 never joined").missing, vec!["n1"]);
+}
+
+#[test]
+fn tcp_pair_measures_both_directions_and_the_round_trip_on_loopback() {
+    let a = assignments(FabricKind::Tcp, 2, Duration::from_secs(30));
+    let spec = spec(1);
+    let out = run_all(a.into_iter().map(|a| (a, healthy())).collect(), &spec);
+    for o in &out {
+        assert_eq!(o.error, None, "{o:?}");
+        assert!(!o.simulated, "TCP figures are real");
+        let (s, r, l) = (
+            o.send_gbps.expect("send"),
+            o.recv_gbps.expect("recv"),
+            o.latency_micros.expect("latency"),
+        );
+        assert!(s > 0.0 && r > 0.0 && l > 0.0, "{o:?}");
+        assert!(o.seconds >= 2.0, "two directions of 1 s each: {o:?}");
+    }
+    // What one side sent, the other received: the same bytes over nearly the same time.
+    let ratio = out[0].send_gbps.unwrap_or(0.0) / out[1].recv_gbps.unwrap_or(f64::NAN);
+    assert!(
+        (0.5..2.0).contains(&ratio),
+        "host send vs member recv: {ratio}"
+    );
+}
+
+#[test]
+fn tcp_host_whose_partner_never_comes_reports_it_missing_before_the_deadline() {
+    let a = assignments(FabricKind::Tcp, 2, Duration::from_secs(3));
+    let deadline = a[0].deadline;
+    let o = run_group(&a[0], &spec(1), &healthy());
+    assert!(Instant::now() <= deadline + Duration::from_millis(200));
+    assert_eq!(o.missing, vec!["n1".to_string()]);
+    assert_eq!(o.error.map(|e| e.kind), Some(FabricErrorKind::Peer));
+    assert_eq!(o.send_gbps, None);
+}
+
+#[test]
+fn simulated_nccl_reports_the_group_minimum_so_a_slow_node_drags_the_group() {
+    let a = assignments(FabricKind::Nccl, 3, Duration::from_secs(20));
+    let nets = [400.0, 400.0, 100.0];
+    let out = run_all(
+        a.into_iter()
+            .zip(nets)
+            .map(|(a, net_gbps)| {
+                (
+                    a,
+                    SimNccl {
+                        net_gbps,
+                        fault: None,
+                    },
+                )
+            })
+            .collect(),
+        &spec(1),
+    );
+    for o in &out {
+        assert_eq!(o.error, None, "{o:?}");
+        assert!(o.simulated);
+        let bus = o.bus_gbps.expect("bus bandwidth");
+        assert!((bus - 100.0 * super::sim::EFFICIENCY).abs() < 1e-9, "{bus}");
+    }
+    let a = assignments(FabricKind::Nccl, 2, Duration::from_secs(20));
+    let out = run_all(a.into_iter().map(|a| (a, healthy())).collect(), &spec(1));
+    assert!(
+        out.iter()
+            .all(|o| o.bus_gbps == Some(400.0 * super::sim::EFFICIENCY))
+    );
+}
+
+#[test]
+fn a_member_whose_nccl_cannot_start_fails_local_and_the_others_peer() {
+    let a = assignments(FabricKind::Nccl, 3, Duration::from_secs(20));
+    let nets = [None, Some(NetFault::Local), None];
+    let out = run_all(
+        a.into_iter()
+            .zip(nets)
+            .map(|(a, fault)| {
+                (
+                    a,
+                    SimNccl {
+                        net_gbps: 400.0,
+                        fault,
+                    },
+                )
+            })
+            .collect(),
+        &spec(1),
+    );
+    let kinds: Vec<_> = out
+        .iter()
+        .map(|o| o.error.as_ref().map(|e| e.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            Some(FabricErrorKind::Peer),
+            Some(FabricErrorKind::Local),
+            Some(FabricErrorKind::Peer)
+        ]
+    );
+    assert!(
+        out.iter()
+            .all(|o| o.bus_gbps.is_none() && o.missing.is_empty())
+    );
+    assert!(
+        out[2]
+            .error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("n1")),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn the_spec_string_takes_net_and_netfault() {
+    let s: SimSpec = "model=H100,net=100,netfault=local".parse().expect("valid");
+    assert_eq!(s.net.gbps, Some(100.0));
+    assert_eq!(s.net.fault, Some(NetFault::Local));
+    let again: SimSpec = s.to_string().parse().expect("its own rendering parses");
+    assert_eq!(again, s);
+    let n = SimNccl::new(s.model, SimSpec::default().net);
+    assert_eq!(n.net_gbps, 400.0);
+    assert!(!n.planted_vanish());
+    let v: SimSpec = "netfault=vanish".parse().expect("valid");
+    assert!(SimNccl::new(v.model, v.net).planted_vanish());
+    for bad in ["net=0", "net=fast", "netfault=sometimes"] {
+        assert!(bad.parse::<SimSpec>().is_err(), "{bad} accepted");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_runs_each_nodes_groups_in_id_order() {
+    // Two nodes, an NCCL group then a TCP pair on ports of their own; the assignments are given
+    // out of order and each node's outcomes come back in id order.
+    let nccl = assignments(FabricKind::Nccl, 2, Duration::from_secs(30));
+    let mut tcp = assignments(FabricKind::Tcp, 2, Duration::from_secs(30));
+    for a in &mut tcp {
+        a.group = 1;
+    }
+    let spec = spec(1);
+    let rounds = (0..2).map(|rank| {
+        let mine = vec![tcp[rank].clone(), nccl[rank].clone()];
+        let nccl: std::sync::Arc<dyn NcclGroup> = std::sync::Arc::new(healthy());
+        super::group::run_round(mine, spec.clone(), nccl)
+    });
+    let all: Vec<Vec<FabricOutcome>> = futures_join(rounds.collect()).await;
+    for outcomes in &all {
+        let groups: Vec<i32> = outcomes.iter().map(|o| o.group).collect();
+        assert_eq!(groups, vec![0, 1]);
+        assert!(outcomes.iter().all(|o| o.error.is_none()), "{outcomes:?}");
+        assert!(outcomes[0].bus_gbps.is_some() && outcomes[1].send_gbps.is_some());
+    }
+}
+
+/// Awaits every future, each on a task of its own.
+async fn futures_join<F>(futures: Vec<F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("a round's task"));
+    }
+    out
+}

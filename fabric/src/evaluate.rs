@@ -1,0 +1,275 @@
+//! What the rounds so far say of each node: which groups it passed, in which it fell short and
+//! beside whom, and whether it failed on its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpuval_crds::fabric::{FabricErrorKind, FabricKind, FabricOutcome};
+
+use crate::{Group, Round, Settings};
+
+/// Everything the planner knows: the rounds planned so far (round `n` is `rounds[n - 1]`), each
+/// node's outcomes, the nodes whose agents are gone, and whether the last round ran out of time.
+#[derive(Debug, Clone, Copy)]
+pub struct History<'a> {
+    pub rounds: &'a [Round],
+    pub outcomes: &'a BTreeMap<String, Vec<FabricOutcome>>,
+    pub gone: &'a BTreeSet<String>,
+    pub last_round_expired: bool,
+}
+
+impl History<'_> {
+    /// The outcome `node` reported for group `group` of round `round`.
+    pub fn outcome(&self, node: &str, round: u32, group: usize) -> Option<&FabricOutcome> {
+        self.outcomes
+            .get(node)?
+            .iter()
+            .find(|o| i64::from(o.round) == i64::from(round) && i64::from(o.group) == group as i64)
+    }
+
+    /// Members of the last round that neither reported nor left.
+    pub fn awaited(&self) -> usize {
+        let Some(last) = self.rounds.last() else {
+            return 0;
+        };
+        let round = self.rounds.len() as u32;
+        last.groups
+            .iter()
+            .enumerate()
+            .flat_map(|(id, g)| g.nodes.iter().map(move |n| (id, n)))
+            .filter(|(id, n)| !self.gone.contains(*n) && self.outcome(n, round, *id).is_none())
+            .count()
+    }
+}
+
+/// One group a node fell short in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evidence {
+    pub round: u32,
+    pub kind: FabricKind,
+    /// What was short, in words (`312.0 GB/s below 350`).
+    pub why: String,
+    /// The other members.
+    pub others: Vec<String>,
+}
+
+/// A node's record for one kind of group.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Standing {
+    /// It was in a group of this kind that passed.
+    pub passed: bool,
+    /// The groups of this kind it was in that fell short.
+    pub short: Vec<Evidence>,
+    /// Its smallest group that fell short had only two members.
+    pub paired: bool,
+    /// It was in a group that a member broke on its own (which says nothing of the others).
+    pub interrupted: bool,
+}
+
+impl Standing {
+    /// Never measured to an end: its groups were all broken by other members.
+    pub fn untested(&self) -> bool {
+        !self.passed && self.short.is_empty() && self.interrupted
+    }
+}
+
+/// What the rounds say of one node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeState {
+    /// It failed on its own (its side could not start, it could not reach a rendezvous that
+    /// others reached): named.
+    pub fault: Option<String>,
+    /// Its agent vanished or never reported: an error of that node.
+    pub error: Option<String>,
+    pub kinds: BTreeMap<&'static str, Standing>,
+}
+
+impl NodeState {
+    pub fn standing(&self, kind: FabricKind) -> Option<&Standing> {
+        self.kinds.get(kind.as_str())
+    }
+
+    /// Out of the test: named on its own, or gone.
+    pub fn is_out(&self) -> bool {
+        self.fault.is_some() || self.error.is_some()
+    }
+}
+
+/// Every node's state after the rounds of `history`.
+pub fn evaluate(
+    candidates: &[String],
+    settings: &Settings,
+    history: &History<'_>,
+) -> BTreeMap<String, NodeState> {
+    let mut states: BTreeMap<String, NodeState> = candidates
+        .iter()
+        .map(|n| (n.clone(), NodeState::default()))
+        .collect();
+    for (i, round) in history.rounds.iter().enumerate() {
+        let number = i as u32 + 1;
+        for (id, group) in round.groups.iter().enumerate() {
+            judge_group(number, id, group, settings, history, &mut states);
+        }
+    }
+    states
+}
+
+/// The members' outcomes of one group, and the group's own verdict.
+fn judge_group(
+    round: u32,
+    id: usize,
+    group: &Group,
+    settings: &Settings,
+    history: &History<'_>,
+    states: &mut BTreeMap<String, NodeState>,
+) {
+    let outcomes: Vec<Option<&FabricOutcome>> = group
+        .nodes
+        .iter()
+        .map(|n| history.outcome(n, round, id))
+        .collect();
+    let complete = outcomes.iter().all(Option::is_some);
+    let is_last = round as usize == history.rounds.len();
+    if !complete && is_last && !history.last_round_expired {
+        // Still running (members missing only because they have not reported yet) unless
+        // their agents are gone.
+        if group
+            .nodes
+            .iter()
+            .zip(&outcomes)
+            .any(|(n, o)| o.is_none() && !history.gone.contains(n))
+        {
+            return;
+        }
+    }
+    let faults = own_faults(round, group, &outcomes, history);
+    for (node, why) in &faults {
+        if let Some(s) = states.get_mut(node) {
+            match why {
+                Fault::Named(w) => s.fault.get_or_insert_with(|| w.clone()),
+                Fault::Error(w) => s.error.get_or_insert_with(|| w.clone()),
+            };
+        }
+    }
+    let short = shortfall(group.kind, &outcomes, settings);
+    for node in &group.nodes {
+        let Some(state) = states.get_mut(node) else {
+            continue;
+        };
+        let standing = state.kinds.entry(group.kind.as_str()).or_default();
+        if !faults.is_empty() {
+            standing.interrupted = true;
+            continue;
+        }
+        match &short {
+            None => standing.passed = true,
+            Some(why) => {
+                standing.paired |= group.nodes.len() == 2;
+                standing.short.push(Evidence {
+                    round,
+                    kind: group.kind,
+                    why: why.clone(),
+                    others: group.nodes.iter().filter(|n| *n != node).cloned().collect(),
+                });
+            }
+        }
+    }
+}
+
+enum Fault {
+    Named(String),
+    Error(String),
+}
+
+/// Members that failed on their own in this group: gone, silent, a local error, or missing from
+/// a rendezvous that other members reached.
+fn own_faults(
+    round: u32,
+    group: &Group,
+    outcomes: &[Option<&FabricOutcome>],
+    history: &History<'_>,
+) -> Vec<(String, Fault)> {
+    let host_report = outcomes.first().copied().flatten();
+    let missing: &[String] = host_report.map_or(&[], |o| o.missing.as_slice());
+    let someone_joined = missing.len() + 1 < group.nodes.len();
+    let mut faults = Vec::new();
+    for (node, outcome) in group.nodes.iter().zip(outcomes) {
+        let fault = match outcome {
+            None if history.gone.contains(node) => Some(Fault::Error(format!(
+                "its agent left during fabric round {round}"
+            ))),
+            None => Some(Fault::Error(format!(
+                "no fabric report within round {round}'s timeout"
+            ))),
+            Some(o) => match &o.error {
+                Some(e) if e.kind == FabricErrorKind::Local => {
+                    Some(Fault::Named(format!("fabric round {round}: {}", e.message)))
+                }
+                _ if missing.contains(node) && someone_joined => Some(Fault::Named(format!(
+                    "could not reach the rendezvous on {} in fabric round {round}, which {} other member(s) reached",
+                    group.nodes[0],
+                    group.nodes.len() - 1 - missing.len()
+                ))),
+                _ => None,
+            },
+        };
+        if let Some(f) = fault {
+            faults.push((node.clone(), f));
+        }
+    }
+    faults
+}
+
+/// Why a group whose members all reported falls short of the floors (None: it passed).
+fn shortfall(
+    kind: FabricKind,
+    outcomes: &[Option<&FabricOutcome>],
+    settings: &Settings,
+) -> Option<String> {
+    let reports: Vec<&FabricOutcome> = outcomes.iter().flatten().copied().collect();
+    if let Some(e) = reports.iter().find_map(|o| o.error.as_ref()) {
+        return Some(e.message.clone());
+    }
+    let min = |f: fn(&FabricOutcome) -> Option<f64>| {
+        reports
+            .iter()
+            .map(|o| f(o))
+            .collect::<Option<Vec<f64>>>()
+            .map(|v| v.into_iter().fold(f64::INFINITY, f64::min))
+    };
+    match kind {
+        FabricKind::Nccl => {
+            let floor = settings.nccl_min_bus_gbps?;
+            match min(|o| o.bus_gbps) {
+                None => Some("no bus bandwidth reported".into()),
+                Some(bw) if bw < floor => Some(format!("{bw:.1} GB/s below {floor}")),
+                Some(_) => None,
+            }
+        }
+        FabricKind::Tcp => tcp_shortfall(&reports, settings),
+    }
+}
+
+fn tcp_shortfall(reports: &[&FabricOutcome], settings: &Settings) -> Option<String> {
+    let mut worst = f64::INFINITY;
+    for o in reports {
+        match (o.send_gbps, o.recv_gbps) {
+            (Some(s), Some(r)) => worst = worst.min(s).min(r),
+            _ => return Some("no TCP throughput reported".into()),
+        }
+    }
+    if let Some(floor) = settings.tcp_min_gbps
+        && worst < floor
+    {
+        return Some(format!("TCP {worst:.2} Gb/s below {floor}"));
+    }
+    let latency = reports
+        .iter()
+        .filter_map(|o| o.latency_micros)
+        .fold(0.0, f64::max);
+    if let Some(limit) = settings.tcp_max_latency_micros
+        && latency > limit
+    {
+        return Some(format!("TCP round trip {latency:.0} us above {limit}"));
+    }
+    None
+}

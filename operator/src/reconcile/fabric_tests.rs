@@ -1,0 +1,312 @@
+//! The fabric step through [`super::super::next`]: a run whose nodes passed their checks, its
+//! rounds created and their outcomes fed back as agents would write them.
+
+use std::collections::BTreeMap;
+
+use gpuval_crds::fabric::{
+    FabricError, FabricErrorKind, FabricNccl, FabricOutcome, FabricPhase, FabricSpec,
+};
+use gpuval_crds::{Collective, GpuValidation, NodeVerdict, Phase, Verdict};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::reconcile::{PodPhase, PodView, ResultView, RoundView, RunNodes, World, next};
+use crate::selection::{SelectedNode, Selection};
+
+const FLOOR: i32 = 350;
+
+fn at(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_790_000_000 + secs).unwrap()
+}
+
+fn validation(generation: i64) -> GpuValidation {
+    let mut spec = crate::selection::tests::spec();
+    spec.fabric = Some(FabricSpec {
+        nccl: Some(FabricNccl {
+            collective: Collective::AllReduce,
+            bytes: 1 << 30,
+            iterations: 20,
+            min_bus_bandwidth_gbps: FLOOR,
+        }),
+        ..Default::default()
+    });
+    let mut g = GpuValidation::new("acceptance", spec);
+    g.metadata.generation = Some(generation);
+    g
+}
+
+/// A cluster of `n` nodes whose agents passed their checks and stay up, and the bandwidth each
+/// node's fabric gives.
+struct Cluster {
+    gv: GpuValidation,
+    world: World,
+    bw: BTreeMap<String, f64>,
+    record: Option<RunNodes>,
+    now: i64,
+}
+
+impl Cluster {
+    fn new(n: usize, slow: &[usize]) -> Self {
+        let names: Vec<String> = (0..n).map(|i| format!("gpu-{i}")).collect();
+        let world = World {
+            nodes: names.iter().cloned().collect(),
+            pods: names
+                .iter()
+                .enumerate()
+                .map(|(i, node)| PodView {
+                    name: format!("pod-{node}"),
+                    node: node.clone(),
+                    generation: 1,
+                    phase: PodPhase::Running,
+                    ip: Some(format!("10.0.0.{i}")),
+                    ..Default::default()
+                })
+                .collect(),
+            results: names
+                .iter()
+                .map(|node| ResultView {
+                    name: format!("acceptance-{node}"),
+                    node: node.clone(),
+                    generation: 1,
+                    verdict: Verdict::Pass,
+                    summary: String::new(),
+                    fabric: Vec::new(),
+                })
+                .collect(),
+            rounds: Vec::new(),
+        };
+        let bw = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), if slow.contains(&i) { 120.0 } else { 380.0 }))
+            .collect();
+        Cluster {
+            gv: validation(1),
+            world,
+            bw,
+            record: None,
+            now: 0,
+        }
+    }
+
+    fn selection(&self) -> Selection {
+        Selection {
+            selected: self
+                .world
+                .nodes
+                .iter()
+                .map(|n| SelectedNode {
+                    name: n.clone(),
+                    gpus: 8,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// One reconcile: the step's status becomes the validation's, its round the cluster's.
+    fn step(&mut self) -> crate::reconcile::Step {
+        self.now += 1;
+        let sel = self.selection();
+        let mut s = next(
+            &self.gv,
+            &self.world,
+            at(self.now),
+            self.record.take(),
+            || sel,
+        );
+        self.record = s.record.take();
+        self.gv.status = Some(s.status.clone());
+        if let Some(r) = &s.create_round {
+            self.world.rounds.push(RoundView {
+                generation: r.generation,
+                number: r.round as u32,
+                purpose: r.purpose.clone(),
+                started: r.started.0,
+                timeout: std::time::Duration::from_secs(r.timeout_seconds as u64),
+                end: r.end,
+                groups: r.groups.clone(),
+            });
+        }
+        s
+    }
+
+    /// Every member of the newest round reports, as agents do.
+    fn measure(&mut self) {
+        let Some(round) = self.world.rounds.last().cloned() else {
+            return;
+        };
+        for g in &round.groups {
+            let bus = g
+                .nodes
+                .iter()
+                .map(|n| self.bw[n])
+                .fold(f64::INFINITY, f64::min);
+            for n in &g.nodes {
+                let r = self
+                    .world
+                    .results
+                    .iter_mut()
+                    .find(|r| &r.node == n)
+                    .unwrap();
+                r.fabric.push(FabricOutcome {
+                    round: round.number as i32,
+                    group: g.id,
+                    bus_gbps: Some(bus),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+
+    /// Reconciles and measures until the run is over; returns the rounds planned.
+    fn run(&mut self) -> usize {
+        for _ in 0..20 {
+            let s = self.step();
+            if s.status.phase.is_some_and(Phase::is_terminal) {
+                return self.world.rounds.iter().filter(|r| !r.end).count();
+            }
+            self.measure();
+        }
+        panic!("no verdict after 20 reconciles");
+    }
+
+    fn fabric(&self) -> gpuval_crds::fabric::FabricStatus {
+        self.gv.status.as_ref().unwrap().fabric.clone().unwrap()
+    }
+}
+
+#[test]
+fn healthy_nodes_pass_the_fabric_in_one_round_and_agents_are_told_to_leave() {
+    let mut c = Cluster::new(4, &[]);
+    let first = c.step();
+    let round = first.create_round.as_ref().expect("round 1");
+    assert_eq!(round.round, 1);
+    assert_eq!(round.groups.len(), 1);
+    assert_eq!(round.groups[0].rendezvous, "10.0.0.0:29400");
+    assert_eq!(
+        first.status.phase,
+        Some(Phase::Running),
+        "not over while the fabric runs"
+    );
+    assert_eq!(c.fabric().phase, FabricPhase::Running);
+    assert_eq!(c.run(), 1);
+    let status = c.gv.status.clone().unwrap();
+    assert_eq!(status.phase, Some(Phase::Passed));
+    assert_eq!(c.fabric().phase, FabricPhase::Passed);
+    assert_eq!(c.fabric().bus_bandwidth_gbps, Some(380.0));
+    assert!(
+        c.world.rounds.last().unwrap().end,
+        "the end marker is planned"
+    );
+}
+
+#[test]
+fn the_slow_node_is_named_failed_and_acted_on() {
+    let mut c = Cluster::new(8, &[5]);
+    let mut newly_failed = Vec::new();
+    for _ in 0..20 {
+        let s = c.step();
+        newly_failed.extend(s.newly_failed.clone());
+        if s.status.phase.is_some_and(Phase::is_terminal) {
+            break;
+        }
+        c.measure();
+    }
+    let status = c.gv.status.clone().unwrap();
+    assert_eq!(status.phase, Some(Phase::Failed));
+    assert_eq!(newly_failed, vec!["gpu-5".to_string()]);
+    assert_eq!(c.fabric().failed_nodes, vec!["gpu-5".to_string()]);
+    let line = status.nodes.iter().find(|l| l.name == "gpu-5").unwrap();
+    assert_eq!(line.verdict, NodeVerdict::Failed);
+    let msg = line.message.as_deref().unwrap();
+    assert!(
+        msg.starts_with("fabric: in 3 of 3 NCCL groups 120.0 GB/s below 350; partners gpu-"),
+        "{msg}"
+    );
+    assert!(msg.ends_with("and 4 more passed elsewhere"), "{msg}");
+    assert_eq!(status.summary.unwrap().failed, 1, "no other node is blamed");
+}
+
+#[test]
+fn an_unlocalized_shortfall_fails_the_validation_without_blaming_a_node() {
+    let mut c = Cluster::new(2, &[0, 1]);
+    c.run();
+    let status = c.gv.status.clone().unwrap();
+    assert_eq!(status.phase, Some(Phase::Failed));
+    assert_eq!(status.summary.as_ref().unwrap().failed, 0);
+    assert_eq!(c.fabric().suspects.len(), 2);
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.reason, "FabricFailed");
+    assert!(ready.message.contains("not localized"), "{}", ready.message);
+}
+
+#[test]
+fn a_member_that_never_reports_times_out_and_the_others_go_on() {
+    let mut c = Cluster::new(3, &[]);
+    c.step();
+    // Everyone but gpu-2 reports; its pod stays Running but silent.
+    c.measure();
+    for r in &mut c.world.results {
+        if r.node == "gpu-2" {
+            r.fabric.clear();
+        }
+    }
+    let waiting = c.step();
+    assert_eq!(waiting.create_round, None);
+    assert!(c.fabric().message.unwrap().contains("waiting for 1"));
+    c.now += 301;
+    let next = c.step();
+    let round = next.create_round.expect("the others re-tested");
+    assert_eq!(
+        round.groups[0].nodes,
+        vec!["gpu-0".to_string(), "gpu-1".to_string()]
+    );
+    c.measure();
+    c.run();
+    let status = c.gv.status.clone().unwrap();
+    let line = status.nodes.iter().find(|l| l.name == "gpu-2").unwrap();
+    assert_eq!(line.verdict, NodeVerdict::Error);
+    assert!(
+        line.message
+            .as_deref()
+            .unwrap()
+            .contains("no fabric report")
+    );
+}
+
+#[test]
+fn a_node_that_failed_its_checks_is_left_out_and_one_left_skips_the_fabric() {
+    let mut c = Cluster::new(2, &[]);
+    c.world.results[1].verdict = Verdict::Fail;
+    c.world.pods[1].phase = PodPhase::Succeeded;
+    let s = c.step();
+    assert_eq!(c.fabric().phase, FabricPhase::Skipped);
+    assert!(s.create_round.unwrap().end, "agents are told to leave");
+    assert_eq!(s.status.phase, Some(Phase::Failed));
+}
+
+#[test]
+fn a_local_failure_names_that_node() {
+    let mut c = Cluster::new(3, &[]);
+    c.step();
+    c.measure();
+    let r = c
+        .world
+        .results
+        .iter_mut()
+        .find(|r| r.node == "gpu-1")
+        .unwrap();
+    r.fabric[0].bus_gbps = None;
+    r.fabric[0].error = Some(FabricError {
+        kind: FabricErrorKind::Local,
+        message: "NCCL could not start: no socket interface found".into(),
+    });
+    c.run();
+    assert_eq!(c.fabric().failed_nodes, vec!["gpu-1".to_string()]);
+    let status = c.gv.status.clone().unwrap();
+    assert_eq!(status.summary.unwrap().failed, 1);
+}

@@ -1,0 +1,165 @@
+//! The fabric test end to end on the real control plane: the operator plans rounds as
+//! GpuFabricRound objects, the agents (real processes, simulated GPUs, real TCP between them on
+//! loopback) take part and write their outcomes, and the verdict names the node at fault.
+
+use gpuval_crds::fabric::FabricPhase;
+use gpuval_crds::{GpuFabricRound, GpuValidation, NodeVerdict, Phase};
+use gpuval_tests::operator::{OperatorHandle, test_config};
+use gpuval_tests::scenario::Cluster;
+use kube::api::{Api, ListParams};
+use serde_json::{Value, json};
+
+const NS: &str = "gpuval-system";
+/// Simulated GPUs: 2 × H200 a node (few, so that many nodes fit on a CI machine).
+const SIM: &str = "gpus=2,model=H200,timescale=0.001";
+
+fn names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("gpu-{i:02}")).collect()
+}
+
+fn spec() -> Value {
+    json!({
+        "checks": {"memory": {"fraction": 0.1}},
+        "fabric": {
+            "nccl": {"minBusBandwidthGbps": 350},
+            "tcp": {"streams": 2, "duration": "1s"},
+            "roundTimeout": "60s"
+        }
+    })
+}
+
+fn fabric(gv: &GpuValidation) -> gpuval_crds::fabric::FabricStatus {
+    gv.status
+        .as_ref()
+        .and_then(|s| s.fabric.clone())
+        .expect("fabric status")
+}
+
+fn line(gv: &GpuValidation, node: &str) -> Option<(NodeVerdict, String)> {
+    gv.status
+        .as_ref()?
+        .nodes
+        .iter()
+        .find(|l| l.name == node)
+        .map(|l| (l.verdict, l.message.clone().unwrap_or_default()))
+}
+
+async fn rounds(c: &Cluster) -> Vec<GpuFabricRound> {
+    let api: Api<GpuFabricRound> = Api::namespaced(c.client.clone(), NS);
+    let mut r = api
+        .list(&ListParams::default())
+        .await
+        .expect("rounds")
+        .items;
+    r.sort_by_key(|r| r.spec.round);
+    r
+}
+
+/// Starts a cluster of `n` nodes, marks `slow` nodes' simulated fabric as slow, applies the
+/// validation and waits for its verdict.
+async fn run(
+    name: &str,
+    n: usize,
+    faults: &[(usize, &str)],
+) -> (Cluster, GpuValidation, OperatorHandle) {
+    let nodes = names(n);
+    let c = Cluster::start(NS, &nodes, 2).await;
+    for (i, fault) in faults {
+        c.kubelet
+            .set_node_env(&nodes[*i], "GPUVAL_SIMULATE", &format!("{SIM},{fault}"));
+    }
+    let op = OperatorHandle::start(c.client.clone(), test_config(NS, SIM));
+    c.apply(name, spec()).await;
+    let gv = c.wait_terminal(name, 240).await;
+    (c, gv, op)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_healthy_nodes_pass_the_fabric_with_real_tcp_figures() {
+    let (c, gv, _op) = run("fabric-ok", 8, &[]).await;
+    let s = gv.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(Phase::Passed), "{s:?}");
+    let f = fabric(&gv);
+    assert_eq!(f.phase, FabricPhase::Passed);
+    assert_eq!((f.nodes, f.rounds), (8, 1));
+    assert!(f.bus_bandwidth_gbps.is_some_and(|b| b >= 350.0), "{f:?}");
+    assert!(
+        f.tcp_min_gbps.is_some_and(|g| g > 0.0),
+        "TCP measured on loopback: {f:?}"
+    );
+    let r = rounds(&c).await;
+    assert!(
+        r.last().is_some_and(|r| r.spec.end),
+        "the end round tells agents to leave"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_slow_node_among_eight_is_named_and_no_other() {
+    let (_c, gv, _op) = run("fabric-slow", 8, &[(5, "net=120")]).await;
+    let s = gv.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(Phase::Failed));
+    assert_eq!(fabric(&gv).failed_nodes, vec!["gpu-05".to_string()]);
+    let (verdict, msg) = line(&gv, "gpu-05").expect("gpu-05 listed");
+    assert_eq!(verdict, NodeVerdict::Failed);
+    assert!(
+        msg.starts_with("fabric: in ") && msg.contains("below 350"),
+        "{msg}"
+    );
+    assert_eq!(
+        s.summary.as_ref().unwrap().failed,
+        1,
+        "no other node blamed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bad_nodes_among_sixteen_are_both_named() {
+    let (_c, gv, _op) = run("fabric-two", 16, &[(3, "net=100"), (12, "net=150")]).await;
+    let f = fabric(&gv);
+    assert_eq!(
+        f.failed_nodes,
+        vec!["gpu-03".to_string(), "gpu-12".to_string()]
+    );
+    assert!(f.rounds <= 6, "{f:?}");
+    assert_eq!(
+        gv.status.as_ref().unwrap().summary.as_ref().unwrap().failed,
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_lost_mid_round_is_that_nodes_error_and_the_others_pass() {
+    let (_c, gv, _op) = run("fabric-lost", 4, &[(2, "netfault=vanish")]).await;
+    let (verdict, msg) = line(&gv, "gpu-02").expect("gpu-02 listed");
+    assert_eq!(verdict, NodeVerdict::Error, "{msg}");
+    assert!(msg.contains("fabric"), "{msg}");
+    let s = gv.status.as_ref().unwrap();
+    assert_eq!(
+        s.summary.as_ref().unwrap().passed,
+        3,
+        "the others re-tested and passed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_failed_its_own_checks_is_left_out_of_the_fabric() {
+    let (c, gv, _op) = run("fabric-skip", 4, &[(1, "fail=memory@0")]).await;
+    let (verdict, msg) = line(&gv, "gpu-01").expect("gpu-01 listed");
+    assert_eq!(verdict, NodeVerdict::Failed);
+    assert!(
+        msg.contains("memory"),
+        "failed its own check, not the fabric: {msg}"
+    );
+    let f = fabric(&gv);
+    assert_eq!((f.phase, f.nodes), (FabricPhase::Passed, 3));
+    let r = rounds(&c).await;
+    assert!(
+        r.iter().all(|r| r
+            .spec
+            .groups
+            .iter()
+            .all(|g| !g.nodes.contains(&"gpu-01".to_string()))),
+        "gpu-01 is in no group"
+    );
+}
