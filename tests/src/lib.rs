@@ -19,7 +19,6 @@ pub use tools::{Tools, tools_dir};
 pub mod auth;
 pub mod binaries;
 pub mod chart;
-pub mod cluster;
 pub mod crds;
 pub mod kubelet;
 pub mod nodes;

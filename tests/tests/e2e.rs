@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use gpuval_crds::conditions::{self, READY, STALLED};
 use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
-use gpuval_tests::kubelet::FakeKubelet;
+use gpuval_tests::kubelet::{FakeKubelet, agent_binary};
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::{ControlPlane, cluster, nodes};
+use gpuval_tests::{ControlPlane, Options, crds, nodes};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{Condition, await_condition};
@@ -28,11 +28,32 @@ struct Env {
 }
 
 async fn env(gpu_nodes: &[&str]) -> Env {
-    let c = cluster::start(NS, gpu_nodes, &[("pool", "h200")]).await;
+    let cp = ControlPlane::start_with(Options::all())
+        .await
+        .expect("control plane");
+    let client = cp.client().await.expect("client");
+    crds::install_crds(&client).await.expect("CRDs");
+    crds::create_namespace(&client, NS).await;
+    for n in gpu_nodes {
+        nodes::create_gpu_node(&client, n, 8, &[("pool", "h200")])
+            .await
+            .expect("node");
+    }
+    for n in gpu_nodes {
+        nodes::wait_node_ready(&client, n, Duration::from_secs(60))
+            .await
+            .expect("node ready");
+    }
+    let kubelet = FakeKubelet::start(
+        client.clone(),
+        cp.kubeconfig().to_path_buf(),
+        agent_binary().expect("agent binary"),
+        NS.into(),
+    );
     Env {
-        cp: c.cp,
-        client: c.client,
-        kubelet: c.kubelet,
+        cp,
+        client,
+        kubelet,
     }
 }
 

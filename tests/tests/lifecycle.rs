@@ -16,7 +16,7 @@ use gpuval_operator::schedule::Clock;
 use gpuval_operator::schedule::plan::run_name;
 use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::{ControlPlane, cluster, crds, nodes};
+use gpuval_tests::{ControlPlane, crds, nodes, scenario};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -38,7 +38,8 @@ struct Env {
 }
 
 async fn env(gpu_nodes: &[&str]) -> Env {
-    let c = cluster::start(NS, gpu_nodes, &[]).await;
+    let names: Vec<String> = gpu_nodes.iter().map(|n| n.to_string()).collect();
+    let c = scenario::Cluster::start(NS, &names, 8).await;
     let (cp, client, kubelet) = (c.cp, c.client, c.kubelet);
     let clock = Clock::system();
     let mut cfg = test_config(NS, SIM);
