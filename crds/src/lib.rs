@@ -11,6 +11,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod conditions;
+pub mod cron;
 pub mod duration;
 pub mod fabric;
 pub mod names;
@@ -18,6 +19,7 @@ pub mod nccl;
 pub mod report;
 pub mod result;
 pub mod rules;
+pub mod schedule;
 pub mod schema;
 pub mod selector;
 pub mod spec;
@@ -30,6 +32,7 @@ pub use fabric::{FabricRoundSpec, GpuFabricRound};
 pub use nccl::*;
 pub use report::*;
 pub use result::{GpuNodeResult, GpuNodeResultSpec};
+pub use schedule::{GpuValidationSchedule, GpuValidationScheduleSpec, GpuValidationScheduleStatus};
 pub use spec::*;
 pub use status::*;
 pub use training::*;
@@ -66,6 +69,16 @@ pub mod labels {
     pub const APP_NAME_KEY: &str = "app.kubernetes.io/name";
     /// `app.kubernetes.io/name` value of agent pods.
     pub const AGENT_APP: &str = "gpuval-agent";
+    /// The default admission taint: a node carrying it waits for a pass.
+    pub const UNVALIDATED: &str = "gpuval.io/unvalidated";
+    /// The GpuValidationSchedule a validation was made by.
+    pub const SCHEDULE: &str = "gpuval.io/schedule";
+    /// Annotation on a scheduled validation: its scheduled time (RFC 3339); absent on admission runs.
+    pub const SCHEDULED_AT: &str = "gpuval.io/scheduled-at";
+    /// The node label with the node's last verdict (`Pass`, `Fail`).
+    pub const NODE_VERDICT: &str = VERDICT;
+    /// The node label with when that verdict was reached (UTC, `20261123T073000Z`: label-safe).
+    pub const VALIDATED_AT: &str = "gpuval.io/validated-at";
 
     /// The longest label value Kubernetes accepts.
     pub const MAX_VALUE_LEN: usize = 63;
@@ -152,6 +165,7 @@ pub fn crds()
     vec![
         schema::gpu_validation_crd(),
         schema::gpu_node_result_crd(),
+        schema::gpu_validation_schedule_crd(),
         schema::gpu_fabric_round_crd(),
     ]
 }

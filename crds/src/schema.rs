@@ -10,7 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use crate::{GpuNodeResult, GpuValidation};
+use crate::{GpuNodeResult, GpuValidation, GpuValidationSchedule};
 
 /// The `GpuValidation` CRD.
 pub fn gpu_validation_crd() -> CustomResourceDefinition {
@@ -20,6 +20,11 @@ pub fn gpu_validation_crd() -> CustomResourceDefinition {
 /// The `GpuNodeResult` CRD.
 pub fn gpu_node_result_crd() -> CustomResourceDefinition {
     finish(GpuNodeResult::crd())
+}
+
+/// The `GpuValidationSchedule` CRD.
+pub fn gpu_validation_schedule_crd() -> CustomResourceDefinition {
+    finish(GpuValidationSchedule::crd())
 }
 
 /// The `GpuFabricRound` CRD.
@@ -90,7 +95,11 @@ mod tests {
     fn no_category_shadows_a_resource_name() {
         // kubectl resolves a category before a short name: `gpuval` as both made
         // `kubectl get gpuval quick` ask for two kinds at once.
-        let crds = [gpu_validation_crd(), gpu_node_result_crd()];
+        let crds = [
+            gpu_validation_crd(),
+            gpu_node_result_crd(),
+            gpu_validation_schedule_crd(),
+        ];
         let mut names = Vec::new();
         for crd in &crds {
             let n = &crd.spec.names;
@@ -110,7 +119,11 @@ mod tests {
 
     #[test]
     fn no_integer_keeps_a_format_and_every_spec_integer_is_bounded() {
-        for crd in [gpu_validation_crd(), gpu_node_result_crd()] {
+        for crd in [
+            gpu_validation_crd(),
+            gpu_node_result_crd(),
+            gpu_validation_schedule_crd(),
+        ] {
             let json = serde_json::to_value(&crd).unwrap();
             let (mut formats, mut unbounded) = (Vec::new(), Vec::new());
             integers(&json, &mut formats, &mut unbounded);

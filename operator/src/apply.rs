@@ -3,8 +3,7 @@
 
 use futures::StreamExt;
 use gpuval_crds::{
-    FabricRoundSpec, GpuFabricRound, GpuNodeResult, GpuValidation, GpuValidationStatus, NodeAction,
-    labels,
+    FabricRoundSpec, GpuFabricRound, GpuNodeResult, GpuValidation, NodeAction, labels,
 };
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::Resource;
@@ -26,7 +25,7 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
         create_round(gv, ctx, round).await?;
     }
     if gv.status.as_ref() != Some(&step.status) {
-        write_status(&gv.name_any(), ctx, &step.status).await?;
+        write_status::<GpuValidation>(&gv.name_any(), ctx, &step.status).await?;
         ctx.metrics.count_new_verdicts(&step.new_verdicts);
     }
     publish_events(gv, ctx, &step.events).await;
@@ -110,14 +109,25 @@ async fn create_round(gv: &GpuValidation, ctx: &Ctx, spec: &FabricRoundSpec) -> 
     }
 }
 
-/// Writes `status` to validation `name` through server-side apply.
-async fn write_status(name: &str, ctx: &Ctx, status: &GpuValidationStatus) -> Result<(), Error> {
+/// Writes `status` to the cluster-scoped object `name` of kind `K` (a validation or a
+/// schedule) through server-side apply.
+pub async fn write_status<K>(
+    name: &str,
+    ctx: &Ctx,
+    status: &impl serde::Serialize,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     let body = serde_json::json!({
-        "apiVersion": GpuValidation::api_version(&()),
-        "kind": GpuValidation::kind(&()),
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
         "status": status,
     });
-    let api: Api<GpuValidation> = Api::all(ctx.client.clone());
+    let api: Api<K> = Api::all(ctx.client.clone());
     ctx.throttle.acquire().await;
     api.patch_status(
         name,
@@ -128,9 +138,13 @@ async fn write_status(name: &str, ctx: &Ctx, status: &GpuValidationStatus) -> Re
     Ok(())
 }
 
-/// Publishes `events` about `gv` (logging the ones that could not be published).
-async fn publish_events(gv: &GpuValidation, ctx: &Ctx, events: &[PlannedEvent]) {
-    let reference = gv.object_ref(&());
+/// Publishes `events` about `obj` (a validation or a schedule), logging the ones that could
+/// not be published.
+pub async fn publish_events<K>(obj: &K, ctx: &Ctx, events: &[PlannedEvent])
+where
+    K: Resource<DynamicType = ()>,
+{
+    let reference = obj.object_ref(&());
     for e in events {
         let ev = Event {
             type_: if e.warning {
@@ -144,7 +158,7 @@ async fn publish_events(gv: &GpuValidation, ctx: &Ctx, events: &[PlannedEvent]) 
             secondary: None,
         };
         if let Err(err) = ctx.recorder.publish(&ev, &reference).await {
-            tracing::warn!(validation = %gv.name_any(), reason = e.reason, error = %err, "could not publish an event");
+            tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), reason = e.reason, error = %err, "could not publish an event");
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct OperatorConfig {
     /// Longest random delay an agent waits before it writes its result (spreads the writes of
     /// agents that finish together); zero: none.
     pub agent_result_jitter: std::time::Duration,
+    /// The time schedules and admission decide with: the system clock, or one a test moves.
+    pub clock: crate::schedule::Clock,
     /// What gives agent pods the fabric for `spec.fabric` (the administrator's, never a
     /// validation's).
     pub fabric: FabricPods,
@@ -86,6 +88,7 @@ impl Default for OperatorConfig {
             api_burst: 100,
             agent_result_jitter: std::time::Duration::ZERO,
             fabric: FabricPods::default(),
+            clock: crate::schedule::Clock::system(),
         }
     }
 }

@@ -191,7 +191,7 @@ fn trim_meta<K: ResourceExt>(k: &mut K) {
 }
 
 /// Drops what a node carries that selection never reads (images, conditions, volumes).
-fn trim_node(n: &mut Node) {
+pub fn trim_node(n: &mut Node) {
     trim_meta(n);
     if let Some(s) = n.status.as_mut() {
         s.images = None;
@@ -265,6 +265,7 @@ pub async fn run(
     ready: Arc<AtomicBool>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let cfg = crate::admission::with_agent_tolerations(cfg);
     let ns = cfg.namespace.clone();
     let (pods, pod_writer) = reflector::store();
     let (results, result_writer) = reflector::store();
@@ -316,6 +317,11 @@ pub async fn run(
     });
     tokio::spawn(mark_ready_when_filled(ctx.clone(), ready));
     tokio::spawn(figures.run(Api::namespaced(ctx.client.clone(), &ns), ctx.nodes.clone()));
+    // Schedules, admission and node state: their own controllers over the same stores.
+    let lifecycle = [
+        tokio::spawn(crate::schedule::shell::run(ctx.clone())),
+        tokio::spawn(crate::node_state::run(ctx.clone())),
+    ];
 
     controller
         .with_config(controller_config(&cfg))
@@ -329,6 +335,7 @@ pub async fn run(
         .run(reconcile, error_policy, ctx)
         .for_each(log_outcome)
         .await;
+    lifecycle.iter().for_each(tokio::task::JoinHandle::abort);
 }
 
 /// The event recorder, reporting as this operator (and this replica, when it knows its pod).

@@ -5,13 +5,16 @@
 //! [`controller`] is the thin shell that watches the cluster, [`observe`]s it, and [`apply`]s
 //! the decisions.
 
+pub mod admission;
 pub mod apply;
 pub mod config;
 pub mod controller;
 pub mod metrics;
+pub mod node_state;
 pub mod observe;
 pub mod pod;
 pub mod reconcile;
 pub mod result_figures;
+pub mod schedule;
 pub mod selection;
 pub mod throttle;

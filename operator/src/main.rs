@@ -175,6 +175,7 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
                 .cloned()
                 .collect(),
         },
+        clock: gpuval_operator::schedule::Clock::system(),
     };
     cfg.validate()?;
     Ok(cfg)

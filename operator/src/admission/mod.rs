@@ -1,0 +1,185 @@
+//! New nodes gated until they pass: the pure decision in [`plan`]; here the shell's part, the
+//! views it decides on (from the operator's stores) and the node taint edits it makes.
+//!
+//! Admission belongs to a `GpuValidationSchedule` with `spec.admission`; the schedule's
+//! reconcile (`schedule::shell`) runs it beside the cron plan and creates the admission runs.
+
+pub mod plan;
+
+use std::collections::BTreeMap;
+
+use gpuval_crds::schedule::Admission;
+use gpuval_crds::{GpuValidation, GpuValidationSpec, NodeVerdict, labels};
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
+use kube::api::{Api, Patch, PatchParams, ResourceExt};
+
+use crate::config::OperatorConfig;
+use crate::controller::Ctx;
+use crate::node_state::result_meta;
+use crate::selection;
+use plan::{AdmissionRun, NodeView, Outcome};
+
+/// `cfg` with a toleration of the default admission taint added to agent pods (when it has
+/// none for that key), so that agents can run on the nodes they are to admit. A schedule with
+/// another taint key needs `--agent-toleration` for it.
+pub fn with_agent_tolerations(mut cfg: OperatorConfig) -> OperatorConfig {
+    let key = labels::UNVALIDATED;
+    if !cfg
+        .tolerations
+        .iter()
+        .any(|t| t.key.as_deref() == Some(key))
+    {
+        cfg.tolerations.push(Toleration {
+            key: Some(key.into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        });
+    }
+    cfg
+}
+
+fn has_taint(node: &Node, key: &str) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == key))
+}
+
+/// The cluster's nodes as admission sees them, for a template and an admission section.
+pub fn node_views(
+    template: &GpuValidationSpec,
+    admission: &Admission,
+    nodes: &[Node],
+) -> Vec<NodeView> {
+    let selected: std::collections::BTreeSet<String> = selection::select(template, nodes)
+        .selected
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let name = n.metadata.name.clone()?;
+            Some(NodeView {
+                selected: selected.contains(&name),
+                created: n.metadata.creation_timestamp.as_ref()?.0,
+                tainted: has_taint(n, &admission.taint.key),
+                failed: has_taint(n, labels::FAILED_NODE),
+                has_verdict: n.labels().contains_key(labels::NODE_VERDICT),
+                name,
+            })
+        })
+        .collect()
+}
+
+/// An admission run as the plan sees it: its nodes, whether it is over, and each node's
+/// outcome so far (a node result, or a final line without one).
+pub fn run_view(run: &GpuValidation, ctx: &Ctx) -> AdmissionRun {
+    let name = run.name_any();
+    let mut outcomes = BTreeMap::new();
+    for r in ctx.results.state().iter().filter_map(|r| result_meta(r)) {
+        if r.validation != labels::node_value(&name) && r.validation != name {
+            continue;
+        }
+        let outcome = match r.verdict.as_str() {
+            "Pass" | "Warn" => Outcome::Passed,
+            _ => Outcome::NotPassed(r.summary),
+        };
+        outcomes.insert(r.node, outcome);
+    }
+    let status = run.status.as_ref();
+    for line in status.iter().flat_map(|s| s.nodes.iter()) {
+        if line.verdict.is_final() && line.verdict != NodeVerdict::Passed {
+            outcomes.entry(line.name.clone()).or_insert_with(|| {
+                Outcome::NotPassed(
+                    line.message
+                        .clone()
+                        .unwrap_or_else(|| line.verdict.to_string()),
+                )
+            });
+        }
+    }
+    AdmissionRun {
+        name,
+        nodes: run.spec.node_names.iter().map(|n| n.0.clone()).collect(),
+        finished: status
+            .and_then(|s| s.phase)
+            .is_some_and(gpuval_crds::Phase::is_terminal),
+        outcomes,
+    }
+}
+
+/// Rewrites node `name`'s taints with `edit` (optimistic: the patch carries the
+/// resourceVersion it read, so a concurrent change makes it fail and the next reconcile retry).
+/// A node that is gone is no error.
+async fn edit_taints(
+    ctx: &Ctx,
+    name: &str,
+    edit: impl FnOnce(&mut Vec<Taint>) -> bool,
+) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let Some(current) = nodes.get_opt(name).await? else {
+        return Ok(());
+    };
+    let mut taints = current.spec.and_then(|s| s.taints).unwrap_or_default();
+    if !edit(&mut taints) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": current.metadata.resource_version},
+        "spec": {"taints": taints},
+    });
+    ctx.throttle.acquire().await;
+    match nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+/// Removes the admission taint `key` from node `name` (it passed).
+pub async fn untaint(ctx: &Ctx, name: &str, key: &str) -> Result<(), kube::Error> {
+    edit_taints(ctx, name, |ts| {
+        let before = ts.len();
+        ts.retain(|t| t.key != key);
+        ts.len() != before
+    })
+    .await
+}
+
+/// Adds the failure taint `gpuval.io/failed=<run>:NoSchedule` to node `name`.
+pub async fn mark_failed(ctx: &Ctx, name: &str, run: &str) -> Result<(), kube::Error> {
+    edit_taints(ctx, name, |ts| {
+        if ts.iter().any(|t| t.key == labels::FAILED_NODE) {
+            return false;
+        }
+        ts.push(Taint {
+            key: labels::FAILED_NODE.into(),
+            value: Some(labels::node_value(run)),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+        true
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_tolerate_the_default_admission_taint_once() {
+        let cfg = with_agent_tolerations(OperatorConfig::default());
+        let cfg = with_agent_tolerations(cfg);
+        let ours: Vec<_> = cfg
+            .tolerations
+            .iter()
+            .filter(|t| t.key.as_deref() == Some(labels::UNVALIDATED))
+            .collect();
+        assert_eq!(ours.len(), 1);
+        assert_eq!(ours[0].operator.as_deref(), Some("Exists"));
+    }
+}

@@ -1,0 +1,415 @@
+//! Node state where schedulers and people look: the Node condition `GpuValidated` and the
+//! labels `gpuval.io/verdict` (`Pass`, `Fail`) and `gpuval.io/validated-at` (seconds since
+//! 1970, so that node affinity can ask for a recent pass with `Gt`).
+//!
+//! Pure: [`latest`] picks a node's newest verdict from the node results and the finished
+//! validations' node lines; [`desired`] turns it into labels and the condition. Shell: a
+//! controller over Nodes, woken by results and validations, writes both with server-side
+//! apply under the operator's field manager (the condition through the status subresource).
+//! When no result or validation speaks of a node any more, the labels and the condition are
+//! removed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, labels};
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, ResourceExt};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::utils::PredicateConfig;
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::controller::{Ctx, Error, FIELD_MANAGER};
+
+/// The Node condition type.
+pub const CONDITION: &str = "GpuValidated";
+/// How long a node's condition message may be.
+const MAX_MESSAGE: usize = 300;
+
+/// One verdict about a node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evidence {
+    pub validation: String,
+    pub at: Timestamp,
+    pub passed: bool,
+    /// The verdict in the API's words (`Passed`, `Failed`, `Error`, `DeadlineExceeded`).
+    pub reason: String,
+    /// The first failures, or empty.
+    pub message: String,
+}
+
+/// A node result's metadata, as [`latest`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResultMeta {
+    pub node: String,
+    pub validation: String,
+    pub verdict: String,
+    pub summary: String,
+    pub created: Timestamp,
+}
+
+/// The metadata of a node result, when it has the labels the agent sets.
+pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
+    let l = r.metadata.labels.as_ref()?;
+    let ann = r.metadata.annotations.as_ref();
+    Some(ResultMeta {
+        node: ann
+            .and_then(|a| a.get(labels::NODE))
+            .or_else(|| l.get(labels::NODE))?
+            .clone(),
+        validation: l.get(labels::VALIDATION)?.clone(),
+        verdict: l.get(labels::VERDICT)?.clone(),
+        summary: ann
+            .and_then(|a| a.get(labels::SUMMARY))
+            .cloned()
+            .unwrap_or_default(),
+        created: r.metadata.creation_timestamp.as_ref()?.0,
+    })
+}
+
+/// The newest verdict about `node`: from its node results (Pass and Warn pass) and from the
+/// node lines of finished validations (Error and DeadlineExceeded have no result). On a tie a
+/// failure wins.
+pub fn latest(
+    node: &str,
+    results: &[ResultMeta],
+    validations: &[&GpuValidation],
+) -> Option<Evidence> {
+    let from_results = results.iter().filter(|r| r.node == node).map(|r| {
+        let passed = matches!(r.verdict.as_str(), "Pass" | "Warn");
+        Evidence {
+            validation: r.validation.clone(),
+            at: r.created,
+            passed,
+            reason: if passed { "Passed" } else { "Failed" }.into(),
+            message: r.summary.clone(),
+        }
+    });
+    let from_lines = validations.iter().filter_map(|v| {
+        let s = v.status.as_ref()?;
+        let at = s.completion_time.as_ref()?.0;
+        let line = s.nodes.iter().find(|n| n.name == node)?;
+        let no_result = matches!(
+            line.verdict,
+            NodeVerdict::Error | NodeVerdict::DeadlineExceeded
+        );
+        no_result.then(|| Evidence {
+            validation: v.name_any(),
+            at,
+            passed: false,
+            reason: line.verdict.as_str().into(),
+            message: line.message.clone().unwrap_or_default(),
+        })
+    });
+    from_results
+        .chain(from_lines)
+        .max_by_key(|e| (e.at, !e.passed))
+}
+
+/// The labels and condition a node should carry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    pub labels: BTreeMap<String, String>,
+    pub condition: Option<NodeCondition>,
+}
+
+/// The [`Mark`] for `evidence` (empty: none), keeping the current condition's transition time
+/// while its status does not change.
+pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> Mark {
+    let Some(e) = evidence else {
+        return Mark {
+            labels: BTreeMap::new(),
+            condition: None,
+        };
+    };
+    let status = if e.passed { "True" } else { "False" };
+    let transition = current
+        .filter(|c| c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(e.at));
+    let mut message = if e.passed {
+        format!("passed GpuValidation {}", e.validation)
+    } else {
+        format!("GpuValidation {}: {}", e.validation, e.message)
+    };
+    if message.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE - 3;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("...");
+    }
+    Mark {
+        labels: BTreeMap::from([
+            (
+                labels::NODE_VERDICT.to_string(),
+                if e.passed { "Pass" } else { "Fail" }.to_string(),
+            ),
+            (
+                labels::VALIDATED_AT.to_string(),
+                e.at.as_second().to_string(),
+            ),
+        ]),
+        condition: Some(NodeCondition {
+            type_: CONDITION.into(),
+            status: status.into(),
+            reason: Some(e.reason.clone()),
+            message: Some(message),
+            last_transition_time: Some(transition),
+            last_heartbeat_time: Some(Time(e.at)),
+        }),
+    }
+}
+
+/// What `node` carries now of what [`desired`] sets.
+fn current(node: &Node) -> Mark {
+    let ours = [labels::NODE_VERDICT, labels::VALIDATED_AT];
+    Mark {
+        labels: node
+            .labels()
+            .iter()
+            .filter(|(k, _)| ours.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        condition: condition_of(node).cloned(),
+    }
+}
+
+/// A hash of what the node carries of this controller's marks (its predicate: other changes
+/// to a node do not wake it).
+fn marked(node: &Node) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{:?}", current(node)).hash(&mut h);
+    Some(h.finish())
+}
+
+/// The node's `GpuValidated` condition.
+pub fn condition_of(node: &Node) -> Option<&NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION)
+}
+
+/// Writes `mark` on node `name`: labels, then the condition, each by server-side apply (what
+/// `mark` leaves out and the operator set before is removed).
+async fn write(ctx: &Ctx, name: &str, mark: &Mark) -> Result<(), kube::Error> {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let meta = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": mark.labels},
+    });
+    ctx.throttle.acquire().await;
+    api.patch(name, &pp, &Patch::Apply(&meta)).await?;
+    let status = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"conditions": mark.condition.iter().collect::<Vec<_>>()},
+    });
+    ctx.throttle.acquire().await;
+    api.patch_status(name, &pp, &Patch::Apply(&status)).await?;
+    Ok(())
+}
+
+/// What a node-state reconcile reads: the operator's context and this controller's own stores
+/// of node results and validations (filled before each trigger they cause is delivered).
+pub struct NodeStateCtx {
+    ctx: Arc<Ctx>,
+    results: Store<PartialObjectMeta<GpuNodeResult>>,
+    validations: Store<GpuValidation>,
+}
+
+async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Error> {
+    let ctx = &nc.ctx;
+    let name = node.name_any();
+    let results: Vec<ResultMeta> = nc
+        .results
+        .state()
+        .iter()
+        .filter_map(|r| result_meta(r))
+        .filter(|r| r.node == name)
+        .collect();
+    let validations = nc.validations.state();
+    let finished: Vec<&GpuValidation> = validations.iter().map(|v| &**v).collect();
+    let evidence = latest(&name, &results, &finished);
+    let want = desired(evidence.as_ref(), condition_of(&node));
+    if want != current(&node) {
+        tracing::info!(node = %name, verdict = ?want.labels.get(labels::NODE_VERDICT), "node state");
+        match write(ctx, &name, &want).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            other => other?,
+        }
+    }
+    Ok(Action::await_change())
+}
+
+fn error_policy(node: Arc<Node>, err: &Error, _ctx: Arc<NodeStateCtx>) -> Action {
+    tracing::warn!(node = %node.name_any(), error = %err, "could not write node state; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the node-state controller until the task is dropped.
+pub async fn run(ctx: Arc<Ctx>) {
+    let (reader, writer) = reflector::store();
+    // Only what this controller writes wakes it for a node (not kubelet heartbeats).
+    let nodes = watcher(
+        Api::<Node>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(|n: &mut Node| {
+        n.managed_fields_mut().clear();
+        if let Some(s) = n.status.as_mut() {
+            s.images = None;
+        }
+    })
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(marked, PredicateConfig::default());
+    let (results, result_writer) = reflector::store();
+    let result_events = watcher(
+        Api::<PartialObjectMeta<GpuNodeResult>>::namespaced(ctx.client.clone(), &ctx.cfg.namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(result_writer)
+    .touched_objects();
+    let (validations, validation_writer) = reflector::store();
+    let validation_events = watcher(
+        Api::<GpuValidation>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(validation_writer)
+    .touched_objects();
+    let nc = Arc::new(NodeStateCtx {
+        ctx,
+        results,
+        validations,
+    });
+    Controller::for_stream(nodes, reader)
+        .watches_stream(result_events, |r: PartialObjectMeta<GpuNodeResult>| {
+            result_meta(&r).map(|m| ObjectRef::new(&m.node))
+        })
+        .watches_stream(validation_events, |v: GpuValidation| {
+            v.status
+                .iter()
+                .flat_map(|s| s.nodes.iter().map(|n| ObjectRef::new(&n.name)))
+                .collect::<Vec<_>>()
+        })
+        .run(reconcile, error_policy, nc)
+        .for_each(|_| async {})
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuval_crds::{NodeStatus, Phase};
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn result(node: &str, validation: &str, verdict: &str, at: &str) -> ResultMeta {
+        ResultMeta {
+            node: node.into(),
+            validation: validation.into(),
+            verdict: verdict.into(),
+            summary: if verdict == "Fail" {
+                "GPU5 memory: 3 mismatches".into()
+            } else {
+                String::new()
+            },
+            created: ts(at),
+        }
+    }
+
+    #[test]
+    fn the_newest_verdict_wins_and_sets_labels_and_condition() {
+        let results = [
+            result("a", "old", "Fail", "2026-11-23T01:00:00Z"),
+            result("a", "new", "Warn", "2026-11-23T02:00:00Z"),
+            result("b", "new", "Fail", "2026-11-23T02:00:00Z"),
+        ];
+        let a = latest("a", &results, &[]).unwrap();
+        assert!(a.passed && a.validation == "new");
+        let failed = desired(latest("b", &results, &[]).as_ref(), None);
+        assert_eq!(failed.labels[labels::NODE_VERDICT], "Fail");
+        assert_eq!(
+            failed.labels[labels::VALIDATED_AT],
+            ts("2026-11-23T02:00:00Z").as_second().to_string()
+        );
+        let c = failed.condition.unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("False", Some("Failed"))
+        );
+        assert!(c.message.unwrap().contains("GPU5 memory"));
+        // A later pass flips the condition and moves its transition time; a repeat keeps it.
+        let passed = desired(Some(&a), Some(&c_at("False", "2026-11-23T01:00:00Z")));
+        let pc = passed.condition.unwrap();
+        assert_eq!(pc.status, "True");
+        assert_eq!(
+            pc.last_transition_time,
+            Some(Time(ts("2026-11-23T02:00:00Z")))
+        );
+        let again = desired(Some(&a), Some(&c_at("True", "2026-11-23T00:30:00Z")));
+        assert_eq!(
+            again.condition.unwrap().last_transition_time,
+            Some(Time(ts("2026-11-23T00:30:00Z")))
+        );
+        assert_eq!(
+            desired(None, Some(&pc)),
+            Mark {
+                labels: BTreeMap::new(),
+                condition: None
+            }
+        );
+    }
+
+    fn c_at(status: &str, at: &str) -> NodeCondition {
+        NodeCondition {
+            type_: CONDITION.into(),
+            status: status.into(),
+            last_transition_time: Some(Time(ts(at))),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn errors_without_a_result_come_from_the_validation_lines() {
+        let mut gv: GpuValidation = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+            "metadata": {"name": "v"}, "spec": {"checks": {"memory": {}}},
+        }))
+        .unwrap();
+        let mut status = gpuval_crds::GpuValidationStatus {
+            phase: Some(Phase::Failed),
+            completion_time: Some(Time(ts("2026-11-23T03:00:00Z"))),
+            ..Default::default()
+        };
+        status.nodes.push(NodeStatus {
+            name: "a".into(),
+            verdict: NodeVerdict::Error,
+            message: Some("agent pod failed".into()),
+            ..Default::default()
+        });
+        gv.status = Some(status);
+        let results = [result("a", "v0", "Pass", "2026-11-23T01:00:00Z")];
+        let e = latest("a", &results, &[&gv]).unwrap();
+        assert_eq!((e.passed, e.reason.as_str()), (false, "Error"));
+        assert_eq!(e.message, "agent pod failed");
+    }
+}

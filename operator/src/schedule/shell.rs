@@ -1,0 +1,349 @@
+//! The schedule controller: watches schedules, the validations they own and the nodes; per
+//! reconcile observes (runs from the operator's validation store, nodes from its node store,
+//! GPU pods only when an `idleOnly` run is due), decides ([`plan::plan`] and
+//! [`admission::plan::plan`]) and applies (deletes, creates, node taints, status, events).
+//! Every tick of the [`Clock`](super::Clock) re-plans every schedule.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use gpuval_crds::{GPU_RESOURCE, GpuValidation, GpuValidationSchedule, NodeName, labels};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Resource, ResourceExt};
+
+use super::plan::{self, NewRun, NodeLoad, Plan, Run};
+use crate::admission::{self, plan::AdmissionPlan};
+use crate::controller::{Ctx, Error, FIELD_MANAGER};
+use crate::reconcile::PlannedEvent;
+
+/// Requeue after a failed reconcile.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// The runs (validations) schedule `s` owns.
+fn owned_runs(s: &GpuValidationSchedule, runs: &Store<GpuValidation>) -> Vec<Arc<GpuValidation>> {
+    let uid = s.metadata.uid.clone().unwrap_or_default();
+    runs.state()
+        .into_iter()
+        .filter(|v| {
+            v.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == uid)
+        })
+        .collect()
+}
+
+/// A run as [`plan`] sees it; its scheduled time comes from its annotation.
+fn run_of(v: &GpuValidation) -> Run {
+    let scheduled_at = v
+        .annotations()
+        .get(labels::SCHEDULED_AT)
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    Run {
+        name: v.name_any(),
+        scheduled_at,
+        created: v
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
+        phase: v.status.as_ref().and_then(|s| s.phase),
+    }
+}
+
+/// The nodes the template selects and which running pods (other than agents) hold their GPUs.
+async fn node_load(
+    s: &GpuValidationSchedule,
+    ctx: &Ctx,
+    nodes: &[Node],
+) -> Result<NodeLoad, kube::Error> {
+    let selected = crate::selection::select(&s.spec.template, nodes)
+        .selected
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let lp = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+    let mut busy = BTreeMap::new();
+    for p in pods.list(&lp).await?.items {
+        let agent =
+            p.labels().get(labels::MANAGED_BY_KEY).map(String::as_str) == Some(labels::MANAGED_BY);
+        let Some(spec) = p.spec.as_ref() else {
+            continue;
+        };
+        let Some(node) = spec.node_name.clone() else {
+            continue;
+        };
+        let gpus: i64 = spec
+            .containers
+            .iter()
+            .filter_map(|c| c.resources.as_ref())
+            .filter_map(|r| r.limits.as_ref().or(r.requests.as_ref()))
+            .filter_map(|l| l.get(GPU_RESOURCE))
+            .filter_map(|q| q.0.parse::<i64>().ok())
+            .sum();
+        if gpus > 0 && !agent {
+            let why = format!(
+                "busy: pod {}/{} holds {gpus} {GPU_RESOURCE}",
+                p.namespace().unwrap_or_default(),
+                p.name_any()
+            );
+            busy.entry(node).or_insert(why);
+        }
+    }
+    Ok(NodeLoad {
+        selected,
+        busy,
+        unknown: None,
+    })
+}
+
+/// When the operator may not list pods, the load is unknown: the run is skipped, saying which
+/// permission is missing (other errors are retried).
+fn forbidden_load(e: kube::Error) -> Result<NodeLoad, kube::Error> {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => Ok(NodeLoad {
+            unknown: Some(format!(
+                "idleOnly: cannot list pods to find busy GPUs ({}); grant the operator `list` on pods in every namespace (the chart does)",
+                s.message
+            )),
+            ..NodeLoad::default()
+        }),
+        other => Err(other),
+    }
+}
+
+/// The validation a [`NewRun`] (or an admission batch) creates: the template, owned by the
+/// schedule, labelled with it; a scheduled run is annotated with its time.
+fn new_validation(
+    s: &GpuValidationSchedule,
+    name: &str,
+    scheduled_at: Option<Timestamp>,
+    nodes: Option<&[String]>,
+) -> GpuValidation {
+    let mut spec = s.spec.template.clone();
+    if let Some(nodes) = nodes {
+        spec.node_names = nodes.iter().cloned().map(NodeName).collect();
+    }
+    let mut gv = GpuValidation::new(name, spec);
+    gv.metadata = ObjectMeta {
+        name: Some(name.into()),
+        labels: Some(BTreeMap::from([
+            (labels::SCHEDULE.into(), labels::node_value(&s.name_any())),
+            (labels::MANAGED_BY_KEY.into(), labels::MANAGED_BY.into()),
+        ])),
+        annotations: scheduled_at
+            .map(|t| BTreeMap::from([(labels::SCHEDULED_AT.to_string(), t.to_string())])),
+        owner_references: s.controller_owner_ref(&()).map(|o| vec![o]),
+        ..Default::default()
+    };
+    gv
+}
+
+async fn create(ctx: &Ctx, gv: &GpuValidation) -> Result<(), kube::Error> {
+    let api: Api<GpuValidation> = Api::all(ctx.client.clone());
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    ctx.throttle.acquire().await;
+    match api.create(&pp, gv).await {
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+async fn delete(ctx: &Ctx, names: &[String]) -> Result<(), kube::Error> {
+    let api: Api<GpuValidation> = Api::all(ctx.client.clone());
+    for name in names {
+        ctx.throttle.acquire().await;
+        match api.delete(name, &DeleteParams::background()).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The admission plan of `s` (nothing without `spec.admission`).
+fn plan_admission(
+    s: &GpuValidationSchedule,
+    runs: &[Arc<GpuValidation>],
+    ctx: &Ctx,
+    nodes: &[Node],
+    now: Timestamp,
+) -> AdmissionPlan {
+    let Some(a) = s.spec.admission.as_ref() else {
+        return AdmissionPlan::default();
+    };
+    let views = admission::node_views(&s.spec.template, a, nodes);
+    let admission_runs: Vec<_> = runs
+        .iter()
+        .filter(|r| !r.annotations().contains_key(labels::SCHEDULED_AT))
+        .map(|r| admission::run_view(r, ctx))
+        .collect();
+    admission::plan::plan(
+        &s.name_any(),
+        a,
+        &views,
+        &admission_runs,
+        now,
+        s.spec.suspend,
+    )
+}
+
+/// Carries out the admission plan: node taints first (best effort, logged), then the new run.
+async fn apply_admission(
+    s: &GpuValidationSchedule,
+    ctx: &Ctx,
+    p: &AdmissionPlan,
+    events: &mut Vec<PlannedEvent>,
+) -> Result<(), kube::Error> {
+    let Some(a) = s.spec.admission.as_ref() else {
+        return Ok(());
+    };
+    for node in &p.untaint {
+        admission::untaint(ctx, node, &a.taint.key).await?;
+        events.push(PlannedEvent {
+            warning: false,
+            reason: "NodeAdmitted",
+            note: format!("{node} passed; removed taint {}", a.taint.key),
+        });
+    }
+    for (node, run) in &p.mark_failed {
+        admission::mark_failed(ctx, node, run).await?;
+        events.push(PlannedEvent {
+            warning: true,
+            reason: "NodeNotAdmitted",
+            note: format!(
+                "{node} did not pass {run}; kept taint {} and added {}",
+                a.taint.key,
+                labels::FAILED_NODE
+            ),
+        });
+    }
+    if let Some((name, nodes)) = &p.create {
+        create(ctx, &new_validation(s, name, None, Some(nodes))).await?;
+        events.push(PlannedEvent {
+            warning: false,
+            reason: "AdmissionStarted",
+            note: format!(
+                "started {name} on {} new node(s): {}",
+                nodes.len(),
+                nodes.join(", ")
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// What a schedule reconcile reads: the operator's context, and this controller's own stores
+/// of runs and nodes (filled before each trigger they cause is delivered, so a reconcile never
+/// sees a run older than the event that woke it).
+pub struct ScheduleCtx {
+    ctx: Arc<Ctx>,
+    runs: Store<GpuValidation>,
+    nodes: Store<Node>,
+}
+
+async fn reconcile(s: Arc<GpuValidationSchedule>, sc: Arc<ScheduleCtx>) -> Result<Action, Error> {
+    let ctx = &sc.ctx;
+    let now = ctx.cfg.clock.now();
+    let owned = owned_runs(&s, &sc.runs);
+    let runs: Vec<Run> = owned.iter().map(|v| run_of(v)).collect();
+    let nodes: Vec<Node> = sc.nodes.state().iter().map(|n| (**n).clone()).collect();
+    let load = match (s.spec.idle_only, plan::slot_due(&s, now)) {
+        (true, Some(_)) => node_load(&s, ctx, &nodes).await.or_else(forbidden_load)?,
+        _ => NodeLoad::default(),
+    };
+    let mut p: Plan = plan::plan(&s, &runs, now, || load);
+    let admission = plan_admission(&s, &owned, ctx, &nodes, now);
+    delete(ctx, &p.delete).await?;
+    if let Some(NewRun {
+        name,
+        scheduled_at,
+        node_names,
+    }) = &p.create
+    {
+        let gv = new_validation(&s, name, Some(*scheduled_at), node_names.as_deref());
+        create(ctx, &gv).await?;
+    }
+    apply_admission(&s, ctx, &admission, &mut p.events).await?;
+    if s.status.as_ref() != Some(&p.status) {
+        crate::apply::write_status::<GpuValidationSchedule>(&s.name_any(), ctx, &p.status).await?;
+    }
+    crate::apply::publish_events(&*s, ctx, &p.events).await;
+    let requeue = [p.requeue_after, admission.requeue_after]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(Duration::from_secs(600));
+    Ok(Action::requeue(requeue))
+}
+
+fn error_policy(s: Arc<GpuValidationSchedule>, err: &Error, _ctx: Arc<ScheduleCtx>) -> Action {
+    tracing::warn!(schedule = %s.name_any(), error = %err, "schedule reconcile failed; retrying");
+    Action::requeue(RETRY)
+}
+
+/// The schedules with an admission section (a node change may matter to them).
+fn gating(store: &Store<GpuValidationSchedule>) -> Vec<ObjectRef<GpuValidationSchedule>> {
+    store
+        .state()
+        .iter()
+        .filter(|s| s.spec.admission.is_some())
+        .map(|s| ObjectRef::from_obj(&**s))
+        .collect()
+}
+
+/// The schedule that owns run `v`, if any.
+fn owner_schedule(v: &GpuValidation) -> Option<ObjectRef<GpuValidationSchedule>> {
+    let kind = GpuValidationSchedule::kind(&());
+    v.owner_references()
+        .iter()
+        .find(|o| o.kind == kind)
+        .map(|o| ObjectRef::new(&o.name))
+}
+
+/// Runs the schedule controller until the task is dropped.
+pub async fn run(ctx: Arc<Ctx>) {
+    let client = ctx.client.clone();
+    let controller = Controller::new(
+        Api::<GpuValidationSchedule>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    let schedules = controller.store();
+    let (runs, run_writer) = reflector::store();
+    let run_events = watcher(
+        Api::<GpuValidation>::all(client.clone()),
+        watcher::Config::default().labels(labels::SCHEDULE),
+    )
+    .default_backoff()
+    .reflect(run_writer)
+    .touched_objects();
+    let (nodes, node_writer) = reflector::store();
+    let node_events = watcher(Api::<Node>::all(client), watcher::Config::default())
+        .default_backoff()
+        .modify(crate::controller::trim_node)
+        .reflect(node_writer)
+        .touched_objects();
+    let ticks = ctx.cfg.clock.ticks();
+    let sc = Arc::new(ScheduleCtx { ctx, runs, nodes });
+    controller
+        .watches_stream(run_events, |v: GpuValidation| owner_schedule(&v))
+        .watches_stream(node_events, move |_: Node| gating(&schedules))
+        .reconcile_all_on(ticks)
+        .run(reconcile, error_policy, sc)
+        .for_each(|_| async {})
+        .await;
+}

@@ -1,0 +1,567 @@
+//! Validation through a node's life, on a real control plane (etcd, kube-apiserver,
+//! controller-manager, scheduler, kwok nodes) with agents run as processes by the FakeKubelet:
+//! schedules fire on time and keep to their concurrency policy and history limits, `idleOnly`
+//! leaves busy nodes out, new tainted nodes are admitted (untainted) or kept out, and the
+//! GpuValidated condition and verdict labels are set and cleared.
+//!
+//! Time: the in-process operator is given a `Clock` (`OperatorConfig::clock`) that the test
+//! moves forward with `Clock::advance`; each move makes the schedule controller plan again at
+//! once, so an hourly schedule fires when the test says the hour has passed. Agents and the
+//! validations' own deadlines run on real time.
+
+use std::time::Duration;
+
+use gpuval_crds::{GpuValidation, GpuValidationSchedule, Phase};
+use gpuval_operator::schedule::Clock;
+use gpuval_operator::schedule::plan::run_name;
+use gpuval_tests::kubelet::FakeKubelet;
+use gpuval_tests::operator::{OperatorHandle, test_config};
+use gpuval_tests::{ControlPlane, crds, nodes, scenario};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{Condition, await_condition};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+const NS: &str = "gpuval-system";
+/// Simulated GPUs: a 10-minute burn takes 12 s.
+const SIM: &str = "gpus=8,model=H200,timescale=0.02";
+const UNVALIDATED: &str = "gpuval.io/unvalidated";
+
+struct Env {
+    _cp: ControlPlane,
+    client: Client,
+    kubelet: FakeKubelet,
+    clock: Clock,
+    _op: OperatorHandle,
+}
+
+async fn env(gpu_nodes: &[&str]) -> Env {
+    let names: Vec<String> = gpu_nodes.iter().map(|n| n.to_string()).collect();
+    let c = scenario::Cluster::start(NS, &names, 8).await;
+    let (cp, client, kubelet) = (c.cp, c.client, c.kubelet);
+    let clock = Clock::system();
+    let mut cfg = test_config(NS, SIM);
+    cfg.clock = clock.clone();
+    let op = OperatorHandle::start(client.clone(), cfg);
+    Env {
+        _cp: cp,
+        client,
+        kubelet,
+        clock,
+        _op: op,
+    }
+}
+
+async fn apply_schedule(client: &Client, name: &str, spec: Value) -> GpuValidationSchedule {
+    let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidationSchedule",
+        "metadata": {"name": name}, "spec": spec});
+    Api::<GpuValidationSchedule>::all(client.clone())
+        .patch(name, &PatchParams::apply("lifecycle"), &Patch::Apply(&body))
+        .await
+        .expect("apply schedule")
+}
+
+/// Waits (watching) until `cond` holds for object `name` of kind `K`, panicking with `what`.
+async fn wait<K>(api: Api<K>, name: &str, secs: u64, what: &str, cond: impl Condition<K>) -> K
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    match tokio::time::timeout(
+        Duration::from_secs(secs),
+        await_condition(api.clone(), name, cond),
+    )
+    .await
+    {
+        Ok(Ok(Some(k))) => k,
+        other => {
+            let now = api.get_opt(name).await.ok().flatten();
+            panic!("{name}: not {what} within {secs}s ({other:?}); now: {now:#?}")
+        }
+    }
+}
+
+fn schedule_status(
+    f: impl Fn(&gpuval_crds::GpuValidationScheduleStatus) -> bool,
+) -> impl Condition<GpuValidationSchedule> {
+    move |s: Option<&GpuValidationSchedule>| s.and_then(|s| s.status.as_ref()).is_some_and(&f)
+}
+
+fn finished(v: Option<&GpuValidation>) -> bool {
+    v.and_then(|v| v.status.as_ref())
+        .and_then(|s| s.phase)
+        .is_some_and(Phase::is_terminal)
+}
+
+/// Moves the clock to just past the schedule's next scheduled time (from its status, once the
+/// status plans a time after the clock's now) and returns that time.
+async fn advance_to_next(e: &Env, schedule: &str) -> Timestamp {
+    let now = e.clock.now();
+    let api: Api<GpuValidationSchedule> = Api::all(e.client.clone());
+    let s = wait(
+        api,
+        schedule,
+        30,
+        "planned ahead of the clock",
+        schedule_status(move |s| s.next_schedule_time.as_ref().is_some_and(|t| t.0 > now)),
+    )
+    .await;
+    let next = s
+        .status
+        .and_then(|s| s.next_schedule_time)
+        .expect("waited for a planned time")
+        .0;
+    let ahead = next.duration_since(e.clock.now());
+    let by = Duration::try_from(ahead).unwrap_or(Duration::ZERO) + Duration::from_secs(1);
+    e.clock.advance(by);
+    next
+}
+
+async fn runs_of(client: &Client, schedule: &str) -> Vec<String> {
+    let mut names: Vec<String> = Api::<GpuValidation>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("gpuval.io/schedule={schedule}")))
+        .await
+        .expect("list runs")
+        .items
+        .iter()
+        .filter(|v| v.metadata.deletion_timestamp.is_none())
+        .map(|v| v.name_any())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits, re-checking on every validation event, for the first run of `schedule`.
+async fn first_run_of(client: &Client, schedule: &str, secs: u64) -> String {
+    use futures::StreamExt;
+    let api: Api<GpuValidation> = Api::all(client.clone());
+    let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(r) = runs_of(client, schedule).await.into_iter().next() {
+            return r;
+        }
+        match tokio::time::timeout_at(deadline, events.next()).await {
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => panic!("{schedule}: no run within {secs}s"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_fires_on_time_forbids_overlap_and_keeps_its_history() {
+    let e = env(&["gpu-a"]).await;
+    apply_schedule(
+        &e.client,
+        "hourly",
+        json!({"schedule": "0 * * * *", "successfulHistoryLimit": 1,
+            "template": {"checks": {"compute": {"duration": "10m"}}}}),
+    )
+    .await;
+    let validations: Api<GpuValidation> = Api::all(e.client.clone());
+    let schedules: Api<GpuValidationSchedule> = Api::all(e.client.clone());
+
+    // Nothing runs before the first scheduled time; at it, one run named for it.
+    let first_at = advance_to_next(&e, "hourly").await;
+    let first = run_name("hourly", first_at);
+    wait(
+        validations.clone(),
+        &first,
+        30,
+        "created",
+        |v: Option<&GpuValidation>| v.is_some(),
+    )
+    .await;
+    assert_eq!(runs_of(&e.client, "hourly").await, vec![first.clone()]);
+    let gv = validations.get(&first).await.unwrap();
+    let owner = &gv.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("GpuValidationSchedule", "hourly")
+    );
+
+    // The next hour comes while the first run still burns: Forbid skips it.
+    let second_at = advance_to_next(&e, "hourly").await;
+    let s = wait(
+        schedules.clone(),
+        "hourly",
+        30,
+        "skipping",
+        schedule_status(move |s| s.last_skipped_time.as_ref().map(|t| t.0) == Some(second_at)),
+    )
+    .await;
+    let why = s.status.unwrap().last_skipped_reason.unwrap();
+    assert!(
+        why.contains(&first) && why.contains("still running"),
+        "{why}"
+    );
+    assert_eq!(runs_of(&e.client, "hourly").await, vec![first.clone()]);
+
+    // Once it passed, the next hour starts a run, and the history keeps only the newest pass.
+    wait(validations.clone(), &first, 120, "finished", finished).await;
+    let third_at = advance_to_next(&e, "hourly").await;
+    let third = run_name("hourly", third_at);
+    wait(validations.clone(), &third, 120, "finished", finished).await;
+    let s = wait(
+        schedules,
+        "hourly",
+        60,
+        "pruned",
+        schedule_status(move |s| s.last_validation.as_deref() == Some(third.as_str())),
+    )
+    .await;
+    let st = s.status.unwrap();
+    assert_eq!(st.last_verdict, Some(Phase::Passed));
+    assert_eq!(st.last_schedule_time.map(|t| t.0), Some(third_at));
+    let first_uid = gv.uid().unwrap();
+    let deleted = await_condition(
+        validations,
+        &first,
+        kube::runtime::wait::conditions::is_deleted(&first_uid),
+    );
+    tokio::time::timeout(Duration::from_secs(60), deleted)
+        .await
+        .expect("the older pass is pruned")
+        .unwrap();
+    assert_eq!(
+        runs_of(&e.client, "hourly").await,
+        vec![run_name("hourly", third_at)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_only_leaves_out_a_node_whose_gpus_a_pod_holds() {
+    let e = env(&["gpu-a", "gpu-b"]).await;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"nodeName": "gpu-b",
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+            "containers": [{"name": "train", "image": "trainer",
+                "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(e.client.clone(), "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("GPU pod");
+    apply_schedule(
+        &e.client,
+        "idle",
+        json!({"schedule": "@hourly", "idleOnly": true,
+            "template": {"checks": {"memory": {}}}}),
+    )
+    .await;
+    let at = advance_to_next(&e, "idle").await;
+    let name = run_name("idle", at);
+    let gv = wait(
+        Api::<GpuValidation>::all(e.client.clone()),
+        &name,
+        30,
+        "created",
+        |v: Option<&GpuValidation>| v.is_some(),
+    )
+    .await;
+    let names: Vec<&str> = gv.spec.node_names.iter().map(|n| n.0.as_str()).collect();
+    assert_eq!(names, ["gpu-a"]);
+    // The status is written after the run is created.
+    let s = wait(
+        Api::<GpuValidationSchedule>::all(e.client.clone()),
+        "idle",
+        30,
+        "listing the skipped node",
+        schedule_status(|s| !s.skipped_nodes.is_empty()),
+    )
+    .await;
+    let skipped = s.status.unwrap().skipped_nodes;
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(skipped[0].name, "gpu-b");
+    assert!(
+        skipped[0]
+            .reason
+            .contains("default/train holds 4 nvidia.com/gpu"),
+        "{skipped:?}"
+    );
+    wait(Api::all(e.client.clone()), &name, 120, "finished", finished).await;
+}
+
+fn node_taints(n: &Node) -> Vec<String> {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|t| t.key.clone())
+        .collect()
+}
+
+fn condition(n: &Node) -> Option<(String, String, String)> {
+    let c = n
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "GpuValidated")?;
+    Some((
+        c.status.clone(),
+        c.reason.clone().unwrap_or_default(),
+        c.message.clone().unwrap_or_default(),
+    ))
+}
+
+async fn create_tainted_node(client: &Client, name: &str) {
+    let mut node = nodes::gpu_node(name, 8, &[]);
+    if let Some(spec) = node.spec.as_mut() {
+        spec.taints.get_or_insert_with(Vec::new).push(Taint {
+            key: UNVALIDATED.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        });
+    }
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_nodes_are_untainted_on_a_pass_kept_out_on_a_failure_and_node_state_follows() {
+    let e = env(&[]).await;
+    e.kubelet.set_node_env(
+        "gpu-bad",
+        "GPUVAL_SIMULATE",
+        "gpus=8,model=H200,timescale=0.02,fail=memory@3",
+    );
+    apply_schedule(
+        &e.client,
+        "gate",
+        json!({"admission": {"debounce": "2s"}, "failedHistoryLimit": 5,
+            "template": {"checks": {"memory": {}}}}),
+    )
+    .await;
+    create_tainted_node(&e.client, "gpu-new").await;
+    create_tainted_node(&e.client, "gpu-bad").await;
+    let nodes_api: Api<Node> = Api::all(e.client.clone());
+
+    wait(
+        nodes_api.clone(),
+        "gpu-new",
+        120,
+        "admitted",
+        |n: Option<&Node>| n.is_some_and(|n| !node_taints(n).iter().any(|k| k == UNVALIDATED)),
+    )
+    .await;
+    let good = wait(
+        nodes_api.clone(),
+        "gpu-new",
+        60,
+        "labelled",
+        |n: Option<&Node>| n.is_some_and(|n| condition(n).is_some()),
+    )
+    .await;
+    assert_eq!(
+        good.labels().get("gpuval.io/verdict").map(String::as_str),
+        Some("Pass")
+    );
+    let at: i64 = good.labels()["gpuval.io/validated-at"]
+        .parse()
+        .expect("seconds");
+    assert!((at - Timestamp::now().as_second()).abs() < 600, "{at}");
+    let (status, reason, _) = condition(&good).unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Passed"));
+
+    let bad = wait(
+        nodes_api.clone(),
+        "gpu-bad",
+        120,
+        "marked failed",
+        |n: Option<&Node>| {
+            n.is_some_and(|n| {
+                node_taints(n).iter().any(|k| k == "gpuval.io/failed") && condition(n).is_some()
+            })
+        },
+    )
+    .await;
+    assert!(
+        node_taints(&bad).iter().any(|k| k == UNVALIDATED),
+        "kept out"
+    );
+    assert_eq!(
+        bad.labels().get("gpuval.io/verdict").map(String::as_str),
+        Some("Fail")
+    );
+    let (status, reason, message) = condition(&bad).unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Failed"));
+    assert!(message.contains("GPU3 memory"), "{message}");
+    // Both nodes were validated together, in one admission run.
+    assert_eq!(
+        runs_of(&e.client, "gate").await.len(),
+        1,
+        "{:?}",
+        runs_of(&e.client, "gate").await
+    );
+
+    // Deleting the schedule takes its runs and their results; the node state goes with them.
+    Api::<GpuValidationSchedule>::all(e.client.clone())
+        .delete("gate", &DeleteParams::background())
+        .await
+        .unwrap();
+    for node in ["gpu-new", "gpu-bad"] {
+        let cleared = wait(
+            nodes_api.clone(),
+            node,
+            120,
+            "cleared",
+            |n: Option<&Node>| {
+                n.is_some_and(|n| {
+                    condition(n).is_none() && !n.labels().contains_key("gpuval.io/verdict")
+                })
+            },
+        )
+        .await;
+        assert!(!cleared.labels().contains_key("gpuval.io/validated-at"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_removed_mid_admission_is_dropped_without_error() {
+    let e = env(&[]).await;
+    // The burn takes 10m x 0.02 = 12 s: time to remove a node mid-run.
+    apply_schedule(
+        &e.client,
+        "gate",
+        json!({"admission": {"debounce": "1s"},
+            "template": {"checks": {"compute": {"duration": "10m"}}}}),
+    )
+    .await;
+    create_tainted_node(&e.client, "gpu-stays").await;
+    create_tainted_node(&e.client, "gpu-goes").await;
+    let validations: Api<GpuValidation> = Api::all(e.client.clone());
+    let run = first_run_of(&e.client, "gate", 60).await;
+    wait(
+        validations.clone(),
+        &run,
+        60,
+        "running",
+        |v: Option<&GpuValidation>| {
+            v.and_then(|v| v.status.as_ref())
+                .and_then(|s| s.summary.as_ref())
+                .is_some_and(|s| s.running >= 2)
+        },
+    )
+    .await;
+    Api::<Node>::all(e.client.clone())
+        .delete("gpu-goes", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait(validations, &run, 120, "finished", finished).await;
+    let stays = wait(
+        Api::<Node>::all(e.client.clone()),
+        "gpu-stays",
+        60,
+        "admitted",
+        |n: Option<&Node>| n.is_some_and(|n| !node_taints(n).iter().any(|k| k == UNVALIDATED)),
+    )
+    .await;
+    assert!(!node_taints(&stays).iter().any(|k| k == "gpuval.io/failed"));
+    // The run reports the node it lost; admission says nothing about it (no warning).
+    let gv = Api::<GpuValidation>::all(e.client.clone())
+        .get(&run)
+        .await
+        .unwrap();
+    let lines = &gv.status.as_ref().unwrap().nodes;
+    assert!(lines.iter().all(|l| l.name == "gpu-goes"), "{lines:?}");
+    let events =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(e.client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+    let about_gate: Vec<_> = events
+        .iter()
+        .filter(|ev| ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("gate"))
+        .collect();
+    assert!(
+        about_gate
+            .iter()
+            .any(|ev| ev.reason.as_deref() == Some("NodeAdmitted")),
+        "{about_gate:?}"
+    );
+    assert!(
+        about_gate
+            .iter()
+            .all(|ev| ev.type_.as_deref() != Some("Warning")),
+        "{about_gate:?}"
+    );
+    let s = Api::<GpuValidationSchedule>::all(e.client.clone())
+        .get("gate")
+        .await
+        .unwrap();
+    let ready = gpuval_crds::conditions::find(&s.status.unwrap().conditions, "Ready").cloned();
+    assert_eq!(ready.map(|c| c.status), Some("True".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_schedules_are_refused_or_reported_and_the_examples_are_accepted() {
+    let e = env(&[]).await;
+    let api: Api<GpuValidationSchedule> = Api::all(e.client.clone());
+    let mut strict = PatchParams::apply("lifecycle");
+    strict.field_validation = Some(kube::api::ValidationDirective::Strict);
+    let template = json!({"checks": {"memory": {}}});
+    for (spec, says) in [
+        (json!({"template": template}), "spec needs schedule"),
+        (
+            json!({"schedule": "every hour", "template": template}),
+            "spec.schedule",
+        ),
+        (
+            json!({"schedule": "@daily", "template": {"checks": {}}}),
+            "at least one of",
+        ),
+        (
+            json!({"admission": {"debounce": "2h"}, "template": template}),
+            "spec.admission.debounce",
+        ),
+    ] {
+        let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidationSchedule",
+            "metadata": {"name": "bad"}, "spec": spec});
+        let err = api
+            .patch("bad", &strict, &Patch::Apply(&body))
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().contains(says), "{spec}: {err}");
+    }
+    // The shape passes the schema; the operator's parser says what is wrong.
+    apply_schedule(
+        &e.client,
+        "feb30",
+        json!({"schedule": "0 0 30 2 *", "template": template}),
+    )
+    .await;
+    let s = wait(
+        api.clone(),
+        "feb30",
+        30,
+        "reported",
+        schedule_status(|s| !s.conditions.is_empty()),
+    )
+    .await;
+    let ready = &s.status.unwrap().conditions[0];
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "InvalidSchedule")
+    );
+    assert!(ready.message.contains("never fires"), "{}", ready.message);
+
+    let path = crds::repo_root().join("deploy/examples/fleet.yaml");
+    let docs = crds::read_yaml_documents(&path).unwrap();
+    assert_eq!(docs.len(), 2);
+    for doc in docs {
+        let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+        api.patch(&name, &strict, &Patch::Apply(&doc))
+            .await
+            .unwrap_or_else(|e| panic!("{name} rejected: {e}"));
+    }
+}
