@@ -461,31 +461,41 @@ async fn flow(env: AgentEnv, stop: Arc<AtomicBool>, mut sig: watch::Receiver<boo
         return Outcome::NotStored(format!("store GpuNodeResult {}/{name}: {e}", env.namespace));
     }
     tracing::info!(result = %name, namespace = %env.namespace, verdict = %report.verdict, "result stored");
-    if let Some(spec) = validation
-        .spec
-        .fabric
-        .as_ref()
-        .filter(|_| report.verdict.passes())
-    {
-        let member = crate::fabric::rounds::Member {
-            client,
-            namespace: &env.namespace,
-            validation: &env.validation,
-            generation: env.generation,
-            node: &env.node,
-            result: name,
-            field_manager: field_manager(&env.node),
-        };
-        let nccl = crate::fabric::group_runner(&env.backend, &report);
-        let deadline = run_deadline(&validation);
-        tokio::select! {
-            left = crate::fabric::rounds::take_part(&member, spec, nccl, deadline) => {
-                tracing::info!(?left, "left the fabric test");
-            }
-            () = signalled(&mut sig) => return Outcome::Terminated,
-        }
+    tokio::select! {
+        () = stay_for_fabric(client, &env, &validation, &report, name) => {}
+        () = signalled(&mut sig) => return Outcome::Terminated,
     }
     Outcome::Stored(report.verdict)
+}
+
+/// A node that passed a validation with `spec.fabric` stays for the fabric test, until the
+/// operator ends it or the run's deadline passes.
+async fn stay_for_fabric(
+    client: Client,
+    env: &AgentEnv,
+    validation: &GpuValidation,
+    report: &NodeReport,
+    result: String,
+) {
+    let Some(spec) = validation.spec.fabric.as_ref() else {
+        return;
+    };
+    if !report.verdict.passes() {
+        return;
+    }
+    let member = crate::fabric::rounds::Member {
+        client,
+        namespace: &env.namespace,
+        validation: &env.validation,
+        generation: env.generation,
+        node: &env.node,
+        result,
+        field_manager: field_manager(&env.node),
+    };
+    let nccl = crate::fabric::group_runner(&env.backend, report);
+    let left =
+        crate::fabric::rounds::take_part(&member, spec, nccl, run_deadline(validation)).await;
+    tracing::info!(?left, "left the fabric test");
 }
 
 /// When the run's deadline passes, as an instant of this process (from the validation's start

@@ -48,6 +48,9 @@ pub struct FabricPods {
     /// (resource name, quantity) requested and limited on the agent container.
     pub resources: Vec<(String, String)>,
     pub capabilities: Vec<String>,
+    /// The first rendezvous port: group `id` of a round meets on `port + 2 * id` (its NCCL
+    /// bootstrap one above); 0: [`gpuval_crds::fabric::RENDEZVOUS_PORT`].
+    pub port: u16,
 }
 
 /// The capabilities a fabric test may add: pinning memory for RDMA, raw sockets for RoCE

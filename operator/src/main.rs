@@ -65,6 +65,9 @@ struct Args {
         value_delimiter = ','
     )]
     fabric_resources: Vec<String>,
+    /// Fabric test: the first rendezvous port; group N of a round uses PORT+2N and PORT+2N+1.
+    #[arg(long, env = "GPUVAL_FABRIC_PORT", default_value_t = gpuval_crds::fabric::RENDEZVOUS_PORT)]
+    fabric_port: u16,
     /// Fabric test: a capability added to agent containers (IPC_LOCK or NET_RAW); repeatable.
     #[arg(
         long = "fabric-capability",
@@ -174,6 +177,7 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
                 .filter(|c| !c.is_empty())
                 .cloned()
                 .collect(),
+            port: a.fabric_port,
         },
         clock: gpuval_operator::schedule::Clock::system(),
     };

@@ -185,6 +185,7 @@ pub fn observe(gv: &GpuValidation, ctx: &Ctx) -> World {
         pods: owned_views(&ctx.pods, uid, pod_view),
         results: owned_views(&ctx.results, uid, result_view),
         rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
+        fabric_port: ctx.cfg.fabric.port,
     }
 }
 

@@ -469,6 +469,7 @@ mod tests {
                 host_network: true,
                 resources: vec![("rdma/ib".into(), "1".into())],
                 capabilities: vec!["IPC_LOCK".into()],
+                port: 0,
             },
             ..Default::default()
         };

@@ -55,12 +55,15 @@ async fn rounds(c: &Cluster) -> Vec<GpuFabricRound> {
     r
 }
 
-/// Starts a cluster of `n` nodes, marks `slow` nodes' simulated fabric as slow, applies the
-/// validation and waits for its verdict.
+/// Starts a cluster of `n` nodes, plants `faults` in the named nodes' simulated machines,
+/// applies the validation and waits for its verdict. Every agent runs on this host, so each
+/// test's groups meet on a port range of its own (`port`, below the ephemeral ports): the tests
+/// run in parallel.
 async fn run(
     name: &str,
     n: usize,
     faults: &[(usize, &str)],
+    port: u16,
 ) -> (Cluster, GpuValidation, OperatorHandle) {
     let nodes = names(n);
     let c = Cluster::start(NS, &nodes, 2).await;
@@ -68,7 +71,9 @@ async fn run(
         c.kubelet
             .set_node_env(&nodes[*i], "GPUVAL_SIMULATE", &format!("{SIM},{fault}"));
     }
-    let op = OperatorHandle::start(c.client.clone(), test_config(NS, SIM));
+    let mut cfg = test_config(NS, SIM);
+    cfg.fabric.port = port;
+    let op = OperatorHandle::start(c.client.clone(), cfg);
     c.apply(name, spec()).await;
     let gv = c.wait_terminal(name, 240).await;
     (c, gv, op)
@@ -76,7 +81,7 @@ async fn run(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_healthy_nodes_pass_the_fabric_with_real_tcp_figures() {
-    let (c, gv, _op) = run("fabric-ok", 8, &[]).await;
+    let (c, gv, _op) = run("fabric-ok", 8, &[], 31000).await;
     let s = gv.status.as_ref().unwrap();
     assert_eq!(s.phase, Some(Phase::Passed), "{s:?}");
     let f = fabric(&gv);
@@ -96,7 +101,7 @@ async fn eight_healthy_nodes_pass_the_fabric_with_real_tcp_figures() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_slow_node_among_eight_is_named_and_no_other() {
-    let (_c, gv, _op) = run("fabric-slow", 8, &[(5, "net=120")]).await;
+    let (_c, gv, _op) = run("fabric-slow", 8, &[(5, "net=120")], 31100).await;
     let s = gv.status.as_ref().unwrap();
     assert_eq!(s.phase, Some(Phase::Failed));
     assert_eq!(fabric(&gv).failed_nodes, vec!["gpu-05".to_string()]);
@@ -115,7 +120,7 @@ async fn one_slow_node_among_eight_is_named_and_no_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_bad_nodes_among_sixteen_are_both_named() {
-    let (_c, gv, _op) = run("fabric-two", 16, &[(3, "net=100"), (12, "net=150")]).await;
+    let (_c, gv, _op) = run("fabric-two", 16, &[(3, "net=100"), (12, "net=150")], 31200).await;
     let f = fabric(&gv);
     assert_eq!(
         f.failed_nodes,
@@ -130,7 +135,7 @@ async fn two_bad_nodes_among_sixteen_are_both_named() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_lost_mid_round_is_that_nodes_error_and_the_others_pass() {
-    let (_c, gv, _op) = run("fabric-lost", 4, &[(2, "netfault=vanish")]).await;
+    let (_c, gv, _op) = run("fabric-lost", 4, &[(2, "netfault=vanish")], 31300).await;
     let (verdict, msg) = line(&gv, "gpu-02").expect("gpu-02 listed");
     assert_eq!(verdict, NodeVerdict::Error, "{msg}");
     assert!(msg.contains("fabric"), "{msg}");
@@ -144,7 +149,7 @@ async fn an_agent_lost_mid_round_is_that_nodes_error_and_the_others_pass() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_failed_its_own_checks_is_left_out_of_the_fabric() {
-    let (c, gv, _op) = run("fabric-skip", 4, &[(1, "fail=memory@0")]).await;
+    let (c, gv, _op) = run("fabric-skip", 4, &[(1, "fail=memory@0")], 31400).await;
     let (verdict, msg) = line(&gv, "gpu-01").expect("gpu-01 listed");
     assert_eq!(verdict, NodeVerdict::Failed);
     assert!(

@@ -156,8 +156,10 @@ async fn a_schedule_fires_on_time_forbids_overlap_and_keeps_its_history() {
     apply_schedule(
         &e.client,
         "hourly",
+        // A 40-minute burn (48 s at this timescale): long enough that the first run still
+        // burns when the clock reaches the next hour, also on a loaded CI machine.
         json!({"schedule": "0 * * * *", "successfulHistoryLimit": 1,
-            "template": {"checks": {"compute": {"duration": "10m"}}}}),
+            "template": {"checks": {"compute": {"duration": "40m"}}}}),
     )
     .await;
     let validations: Api<GpuValidation> = Api::all(e.client.clone());
@@ -200,7 +202,7 @@ async fn a_schedule_fires_on_time_forbids_overlap_and_keeps_its_history() {
     assert_eq!(runs_of(&e.client, "hourly").await, vec![first.clone()]);
 
     // Once it passed, the next hour starts a run, and the history keeps only the newest pass.
-    wait(validations.clone(), &first, 120, "finished", finished).await;
+    wait(validations.clone(), &first, 240, "finished", finished).await;
     let third_at = advance_to_next(&e, "hourly").await;
     let third = run_name("hourly", third_at);
     wait(validations.clone(), &third, 120, "finished", finished).await;

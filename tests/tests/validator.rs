@@ -187,14 +187,19 @@ fn seed(list: &str) -> Value {
     match list {
         "matchExpressions" => json!({"key": "k", "operator": "In", "values": ["v"]}),
         "dtypes" => json!("bf16"),
+        "env" => json!({"name": "NCCL_DEBUG", "value": "INFO"}),
         _ => json!("v"),
     }
 }
 
-/// A valid spec (one memory check, the longest deadline so that no burn outlasts it) with the
-/// probe's value at its path.
+/// A valid spec (one memory check, a fabric test with both parts, the longest deadline so that
+/// no burn outlasts it) with the probe's value at its path.
 fn spec_with(probe: &Probe) -> Value {
-    let mut spec = json!({"checks": {"memory": {}}, "deadline": "720h"});
+    let mut spec = json!({
+        "checks": {"memory": {}},
+        "fabric": {"nccl": {"minBusBandwidthGbps": 350}, "tcp": {}},
+        "deadline": "720h"
+    });
     let mut at = &mut spec;
     let mut last_field = String::new();
     for (i, step) in probe.path.iter().enumerate() {

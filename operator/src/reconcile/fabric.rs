@@ -43,6 +43,27 @@ pub struct Inputs<'a> {
     pub clock: &'a RunClock,
 }
 
+/// The fabric step of validation `gv`'s run (None when it has no `spec.fabric`), from the
+/// status it has so far.
+pub fn for_run(
+    gv: &gpuval_crds::GpuValidation,
+    world: &World,
+    status: &gpuval_crds::GpuValidationStatus,
+    clock: &RunClock,
+    nodes: &mut [NodeStatus],
+) -> Option<FabricStep> {
+    let spec = gv.spec.fabric.as_ref()?;
+    let inp = Inputs {
+        spec,
+        validation: gv.metadata.name.as_deref().unwrap_or_default(),
+        generation: gv.metadata.generation.unwrap_or(0),
+        previous: status.fabric.as_ref(),
+        world,
+        clock,
+    };
+    Some(advance(&inp, nodes))
+}
+
 /// Advances the fabric test of a run whose node lines are `nodes`.
 pub fn advance(inp: &Inputs<'_>, nodes: &mut [NodeStatus]) -> FabricStep {
     let mut step = FabricStep::default();
@@ -290,7 +311,7 @@ fn as_round(r: &RoundView) -> Round {
 }
 
 /// The round object for planned round `number`: each group meets at its first member's pod IP,
-/// on a port of its own (`RENDEZVOUS_PORT + 2 * id`, so that groups sharing an address in a
+/// on a port of its own (`--fabric-port + 2 * id`, so that groups sharing an address in a
 /// test on one host do not collide; the port above is the group's NCCL bootstrap).
 fn round_spec(
     inp: &Inputs<'_>,
@@ -311,7 +332,11 @@ fn round_spec(
         .enumerate()
         .map(|(id, g)| {
             let host = ips.get(g.nodes[0].as_str()).copied().unwrap_or("0.0.0.0");
-            let port = u32::from(RENDEZVOUS_PORT) + 2 * id as u32;
+            let base = match inp.world.fabric_port {
+                0 => RENDEZVOUS_PORT,
+                p => p,
+            };
+            let port = u32::from(base) + 2 * id as u32;
             FabricGroup {
                 id: id as i32,
                 kind: g.kind,

@@ -73,6 +73,7 @@ impl Cluster {
                 })
                 .collect(),
             rounds: Vec::new(),
+            fabric_port: 0,
         };
         let bw = names
             .iter()

@@ -90,7 +90,6 @@ pub fn next(
     select: impl FnOnce() -> Selection,
 ) -> Step {
     let generation = gv.metadata.generation.unwrap_or(0);
-    let name = gv.metadata.name.clone().unwrap_or_default();
     let now_t = Time(now);
     let previous = gv.status.clone().unwrap_or_default();
     let same_run = start::is_same_run(&previous, generation);
@@ -104,22 +103,10 @@ pub fn next(
     if same_run && previous.phase.is_some_and(Phase::is_terminal) {
         // A finished run stays as it ended (a blocked one has no node lines to count again),
         // but its agents must hear that the fabric test is over.
-        if let Some(spec) = &gv.spec.fabric {
-            let clock = RunClock::new(
-                now,
-                previous.start_time.as_ref(),
-                gv.spec.deadline_or_default(),
-            );
-            let inp = fabric::Inputs {
-                spec,
-                validation: &name,
-                generation,
-                previous: previous.fabric.as_ref(),
-                world,
-                clock: &clock,
-            };
-            step.create_round = fabric::advance(&inp, &mut []).round;
-        }
+        let deadline = gv.spec.deadline_or_default();
+        let clock = RunClock::new(now, previous.start_time.as_ref(), deadline);
+        step.create_round =
+            fabric::for_run(gv, world, &previous, &clock, &mut []).and_then(|f| f.round);
         step.status = previous;
         return step;
     }
@@ -153,17 +140,7 @@ pub fn next(
         gv.spec.deadline_or_default(),
     );
     let waiting_for_result = advance_nodes(&mut nodes, world, generation, &clock, &mut step);
-    let fabric = gv.spec.fabric.as_ref().map(|spec| {
-        let inp = fabric::Inputs {
-            spec,
-            validation: &name,
-            generation,
-            previous: status.fabric.as_ref(),
-            world,
-            clock: &clock,
-        };
-        fabric::advance(&inp, &mut nodes)
-    });
+    let fabric = fabric::for_run(gv, world, &status, &clock, &mut nodes);
     let mut fabric_requeue = None;
     if let Some(f) = fabric {
         step.newly_failed.extend(f.newly_failed);
@@ -314,6 +291,7 @@ mod tests {
             pods,
             results,
             rounds: Vec::new(),
+            fabric_port: 0,
         };
         (at(secs), w)
     }

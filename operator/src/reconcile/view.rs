@@ -89,6 +89,8 @@ pub struct World {
     pub pods: Vec<PodView>,
     pub results: Vec<ResultView>,
     pub rounds: Vec<RoundView>,
+    /// The first fabric rendezvous port (the operator's `--fabric-port`; 0: the default).
+    pub fabric_port: u16,
 }
 
 #[cfg(test)]

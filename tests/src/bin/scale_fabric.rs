@@ -1,0 +1,312 @@
+//! Pure scale benchmark of the fabric test's orchestration (not a test; no API server): one
+//! validation whose N nodes all passed their checks, driven through `reconcile::next` as the
+//! controller drives it; each planned round is answered at once by every member (a model
+//! fabric: two nodes give 120 GB/s against a 350 GB/s floor, the others 380, and TCP pairs
+//! 40 Gb/s), so what is measured is the operator's own work: rounds used, the time of each
+//! reconcile that plans a round or concludes, and the largest objects it writes (a round
+//! object, the validation status) or reads (one node's outcomes annotation).
+//!
+//!   cargo build --release -p gpuval-tests --bin scale_fabric
+//!   target/release/scale_fabric --nodes 1000,2000,10000 --out bench/results/scale-fabric.json
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use gpuval_crds::fabric::{FabricOutcome, FabricPhase, FabricRoundSpec};
+use gpuval_crds::{GpuValidation, GpuValidationSpec, NodeVerdict, Phase, Verdict};
+use gpuval_operator::reconcile::{
+    PodPhase, PodView, ResultView, RoundView, RunNodes, Step, World, next,
+};
+use gpuval_operator::selection::{SelectedNode, Selection};
+use k8s_openapi::jiff::Timestamp;
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error("{0}")]
+    Usage(String),
+    #[error("building the validation: {0}")]
+    Spec(#[from] serde_json::Error),
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Run(String),
+}
+
+fn node_name(i: usize) -> String {
+    format!("gpu-node-{i:05}")
+}
+
+/// The model fabric: which nodes are slow.
+fn slow(n: usize) -> [usize; 2] {
+    [n / 7, n - n / 3]
+}
+
+struct Driver {
+    gv: GpuValidation,
+    world: World,
+    record: Option<RunNodes>,
+    selection: Selection,
+    start: Timestamp,
+    secs: i64,
+    bw: Vec<f64>,
+    largest_round: usize,
+}
+
+impl Driver {
+    fn step(&mut self) -> (Step, Duration) {
+        self.secs += 1;
+        let now = self.start + k8s_openapi::jiff::SignedDuration::from_secs(self.secs);
+        let sel = self.selection.clone();
+        let t = Instant::now();
+        let mut s = next(&self.gv, &self.world, now, self.record.take(), move || sel);
+        let took = t.elapsed();
+        self.record = s.record.take();
+        self.gv.status = Some(s.status.clone());
+        (s, took)
+    }
+
+    /// Adds the round to the cluster and every member's outcome to its result.
+    fn answer(&mut self, r: &FabricRoundSpec) -> Result<(), Error> {
+        let object = gpuval_operator::pod::fabric_round(&self.gv, r);
+        self.largest_round = self.largest_round.max(serde_json::to_vec(&object)?.len());
+        self.world.rounds.push(RoundView {
+            generation: r.generation,
+            number: u32::try_from(r.round).unwrap_or(0),
+            purpose: r.purpose.clone(),
+            started: r.started.0,
+            timeout: Duration::from_secs(300),
+            end: r.end,
+            groups: r.groups.clone(),
+        });
+        let index: BTreeMap<&str, usize> = self
+            .world
+            .results
+            .iter()
+            .enumerate()
+            .map(|(i, res)| (res.node.as_str(), i))
+            .collect();
+        let mut add: Vec<(usize, FabricOutcome)> = Vec::new();
+        for g in &r.groups {
+            let idx: Vec<usize> = g
+                .nodes
+                .iter()
+                .map(|n| index.get(n.as_str()).copied())
+                .collect::<Option<_>>()
+                .ok_or_else(|| Error::Run("a member without a result".into()))?;
+            let bus = idx
+                .iter()
+                .map(|i| self.bw[*i])
+                .fold(f64::INFINITY, f64::min);
+            let tcp = if bus < 350.0 { 2.0 } else { 40.0 };
+            for i in idx {
+                let mut o = FabricOutcome {
+                    round: r.round,
+                    group: g.id,
+                    ..Default::default()
+                };
+                match g.kind {
+                    gpuval_crds::fabric::FabricKind::Nccl => o.bus_gbps = Some(bus),
+                    gpuval_crds::fabric::FabricKind::Tcp => {
+                        (o.send_gbps, o.recv_gbps, o.latency_micros) =
+                            (Some(tcp), Some(tcp), Some(25.0));
+                    }
+                }
+                add.push((i, o));
+            }
+        }
+        for (i, o) in add {
+            self.world.results[i].fabric.push(o);
+        }
+        Ok(())
+    }
+}
+
+fn driver(n: usize) -> Result<Driver, Error> {
+    let spec: GpuValidationSpec = serde_json::from_value(serde_json::json!({
+        "checks": {"memory": {}},
+        "fabric": {"nccl": {"minBusBandwidthGbps": 350}, "tcp": {"minGbps": 10}}
+    }))?;
+    let mut gv = GpuValidation::new("bench", spec);
+    gv.metadata.generation = Some(1);
+    let names: Vec<String> = (0..n).map(node_name).collect();
+    let bad = slow(n);
+    Ok(Driver {
+        gv,
+        world: World {
+            nodes: names.iter().cloned().collect(),
+            pods: names
+                .iter()
+                .enumerate()
+                .map(|(i, node)| PodView {
+                    name: format!("gpuval-bench-{node}"),
+                    node: node.clone(),
+                    generation: 1,
+                    phase: PodPhase::Running,
+                    ip: Some(format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256)),
+                    ..Default::default()
+                })
+                .collect(),
+            results: names
+                .iter()
+                .map(|node| ResultView {
+                    name: format!("bench-{node}"),
+                    node: node.clone(),
+                    generation: 1,
+                    verdict: Verdict::Pass,
+                    summary: String::new(),
+                    fabric: Vec::new(),
+                })
+                .collect(),
+            rounds: Vec::new(),
+            fabric_port: 0,
+        },
+        record: None,
+        selection: Selection {
+            selected: names
+                .iter()
+                .map(|n| SelectedNode {
+                    name: n.clone(),
+                    gpus: 8,
+                })
+                .collect(),
+            ..Default::default()
+        },
+        start: Timestamp::from_second(1_790_000_000).map_err(|e| Error::Run(e.to_string()))?,
+        secs: 0,
+        bw: (0..n)
+            .map(|i| if bad.contains(&i) { 120.0 } else { 380.0 })
+            .collect(),
+        largest_round: 0,
+    })
+}
+
+/// Runs the fabric test over `n` nodes to its verdict and reports its figures.
+fn bench(n: usize) -> Result<serde_json::Value, Error> {
+    let mut d = driver(n)?;
+    let mut plan_ms = Vec::new();
+    let mut total = Duration::ZERO;
+    let mut last = None;
+    for _ in 0..40 {
+        let (s, took) = d.step();
+        total += took;
+        if let Some(r) = s.create_round.clone() {
+            if !r.end {
+                plan_ms.push(ms(took));
+            }
+            d.answer(&r)?;
+        }
+        if s.status.phase.is_some_and(Phase::is_terminal) {
+            last = Some((s, took));
+            break;
+        }
+    }
+    let (last, t_final) = last.ok_or_else(|| Error::Run(format!("{n}: no verdict")))?;
+    let fabric = last
+        .status
+        .fabric
+        .clone()
+        .ok_or_else(|| Error::Run("no fabric status".into()))?;
+    let want: Vec<String> = slow(n).iter().map(|i| node_name(*i)).collect();
+    if fabric.phase != FabricPhase::Failed || fabric.failed_nodes != want {
+        return Err(Error::Run(format!(
+            "{n} nodes: expected {want:?} named, got {:?} ({:?})",
+            fabric.failed_nodes, fabric.message
+        )));
+    }
+    let blamed = last
+        .status
+        .nodes
+        .iter()
+        .filter(|l| l.verdict == NodeVerdict::Failed)
+        .count();
+    let annotation = d
+        .world
+        .results
+        .iter()
+        .map(|r| serde_json::to_vec(&r.fabric).map(|v| v.len()))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    Ok(serde_json::json!({
+        "nodes": n,
+        "rounds": fabric.rounds,
+        "named": fabric.failed_nodes,
+        "nodes_failed_in_status": blamed,
+        "plan_reconcile_ms": plan_ms,
+        "final_reconcile_ms": ms(t_final),
+        "operator_cpu_ms_all_fabric_reconciles": ms(total),
+        "largest_round_object_bytes": d.largest_round,
+        "status_bytes_final": serde_json::to_vec(&last.status)?.len(),
+        "largest_outcomes_annotation_bytes": annotation,
+    }))
+}
+
+/// Milliseconds to the microsecond.
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1000.0
+}
+
+fn args() -> Result<(Vec<usize>, Option<PathBuf>), Error> {
+    let (mut sizes, mut out) = (vec![1_000, 2_000, 10_000], None);
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let v = it
+            .next()
+            .ok_or_else(|| Error::Usage(format!("{flag} needs a value")))?;
+        match flag.as_str() {
+            "--nodes" => {
+                sizes = v
+                    .split(',')
+                    .map(|s| s.trim().parse::<usize>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| Error::Usage(format!("--nodes: {e}")))?;
+            }
+            "--out" => out = Some(PathBuf::from(v)),
+            other => return Err(Error::Usage(format!("unknown flag {other}"))),
+        }
+    }
+    Ok((sizes, out))
+}
+
+fn run() -> Result<(), Error> {
+    let (sizes, out) = args()?;
+    let mut rows = Vec::new();
+    println!(
+        "| nodes | rounds | named | reconcile per planned round | final reconcile | all fabric reconciles | largest round object | status | largest outcomes annotation |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for n in sizes {
+        let r = bench(n)?;
+        println!(
+            "| {} | {} | {} | {} ms | {} ms | {} ms | {} B | {} B | {} B |",
+            r["nodes"],
+            r["rounds"],
+            r["named"],
+            r["plan_reconcile_ms"],
+            r["final_reconcile_ms"],
+            r["operator_cpu_ms_all_fabric_reconciles"],
+            r["largest_round_object_bytes"],
+            r["status_bytes_final"],
+            r["largest_outcomes_annotation_bytes"],
+        );
+        rows.push(r);
+    }
+    if let Some(path) = out {
+        let body = serde_json::to_string_pretty(&rows)?;
+        std::fs::write(&path, body).map_err(|source| Error::Write { path, source })?;
+    }
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("scale_fabric: {e}");
+        std::process::exit(1);
+    }
+}
