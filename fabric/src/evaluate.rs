@@ -41,6 +41,13 @@ impl History<'_> {
     }
 }
 
+impl Evidence {
+    /// The members other than `node`.
+    pub fn others<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a String> + 'a {
+        self.members.iter().filter(move |n| n.as_str() != node)
+    }
+}
+
 /// One group a node fell short in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evidence {
@@ -48,8 +55,9 @@ pub struct Evidence {
     pub kind: FabricKind,
     /// What was short, in words (`312.0 GB/s below 350`).
     pub why: String,
-    /// The other members.
-    pub others: Vec<String>,
+    /// Every member of the group, this node included (shared by all members' evidence, so a
+    /// screening group of N nodes costs N pointers, not N² names).
+    pub members: std::sync::Arc<Vec<String>>,
 }
 
 /// A node's record for one kind of group.
@@ -151,6 +159,7 @@ fn judge_group(
         }
     }
     let short = shortfall(group.kind, &outcomes, settings);
+    let members = std::sync::Arc::new(group.nodes.clone());
     for node in &group.nodes {
         let Some(state) = states.get_mut(node) else {
             continue;
@@ -168,7 +177,7 @@ fn judge_group(
                     round,
                     kind: group.kind,
                     why: why.clone(),
-                    others: group.nodes.iter().filter(|n| *n != node).cloned().collect(),
+                    members: members.clone(),
                 });
             }
         }

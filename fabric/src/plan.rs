@@ -141,7 +141,9 @@ fn localize(states: &BTreeMap<String, NodeState>, settings: &Settings) -> Round 
             .map(|(n, _)| n.clone());
         let suspects: Vec<(&String, bool)> = states
             .iter()
-            .filter(|(_, s)| !s.is_out() && (is_suspect(s, kind, states) || standing(s).untested()))
+            .filter(|(n, s)| {
+                !s.is_out() && (is_suspect(n, s, kind, states) || standing(s).untested())
+            })
             .map(|(n, s)| (n, standing(s).paired))
             .collect();
         let mut unpaired = Vec::new();
@@ -172,15 +174,21 @@ fn localize(states: &BTreeMap<String, NodeState>, settings: &Settings) -> Round 
 
 /// Short in a group of `kind`, never passed one, and not yet named: some group it was short in
 /// had a member not proven good.
-fn is_suspect(s: &NodeState, kind: FabricKind, states: &BTreeMap<String, NodeState>) -> bool {
+fn is_suspect(
+    node: &str,
+    s: &NodeState,
+    kind: FabricKind,
+    states: &BTreeMap<String, NodeState>,
+) -> bool {
     let Some(st) = s.standing(kind) else {
         return false;
     };
-    !st.passed && !st.short.is_empty() && named_by(st, kind, states).is_none()
+    !st.passed && !st.short.is_empty() && named_by(node, st, kind, states).is_none()
 }
 
 /// The groups that name this node: it fell short beside members that all passed elsewhere.
 fn named_by(
+    node: &str,
     st: &crate::Standing,
     kind: FabricKind,
     states: &BTreeMap<String, NodeState>,
@@ -197,16 +205,16 @@ fn named_by(
     let damning: Vec<_> = st
         .short
         .iter()
-        .filter(|e| e.others.iter().all(cleared))
+        .filter(|e| e.others(node).all(cleared))
         .collect();
     let first = damning.first()?;
     // Partners from the smallest groups first: a pair partner says the most.
     let mut by_size = damning.clone();
-    by_size.sort_by_key(|e| e.others.len());
+    by_size.sort_by_key(|e| e.members.len());
     let mut partners: Vec<&str> = Vec::new();
     for p in by_size
         .iter()
-        .flat_map(|e| e.others.iter().map(String::as_str))
+        .flat_map(|e| e.others(node).map(String::as_str))
     {
         if !partners.contains(&p) {
             partners.push(p);
@@ -234,6 +242,7 @@ fn named_by(
 }
 
 fn verdict_of(
+    node: &str,
     s: &NodeState,
     settings: &Settings,
     states: &BTreeMap<String, NodeState>,
@@ -247,7 +256,7 @@ fn verdict_of(
     let mut suspect = None;
     for kind in settings.kinds() {
         let Some(st) = s.standing(kind) else { continue };
-        if let Some(why) = named_by(st, kind, states) {
+        if let Some(why) = named_by(node, st, kind, states) {
             return NodeFabric::Failed(why);
         }
         if !st.passed
@@ -258,7 +267,7 @@ fn verdict_of(
                     "short in fabric round {} ({}) beside {}, none of them cleared",
                     e.round,
                     e.why,
-                    e.others.join(", ")
+                    e.others(node).cloned().collect::<Vec<_>>().join(", ")
                 ))
             });
         } else if st.untested() {
@@ -275,7 +284,7 @@ fn conclude(
 ) -> Conclusion {
     let nodes: BTreeMap<String, NodeFabric> = states
         .iter()
-        .map(|(n, s)| (n.clone(), verdict_of(s, settings, states)))
+        .map(|(n, s)| (n.clone(), verdict_of(n, s, settings, states)))
         .collect();
     let (bus_gbps, slowest_join) = screening_figures(history);
     let mut c = Conclusion {
