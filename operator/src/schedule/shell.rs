@@ -41,6 +41,32 @@ fn owned_runs(s: &GpuValidationSchedule, runs: &Store<GpuValidation>) -> Vec<Arc
         .collect()
 }
 
+/// The runs schedule `s` owns, listed from the API server: when a run is due, the concurrency
+/// policy must see the run the previous reconcile created even where the store has not caught
+/// up with it yet (a Forbid that starts a second run is worse than one list call).
+async fn fresh_runs(
+    s: &GpuValidationSchedule,
+    ctx: &Ctx,
+) -> Result<Vec<Arc<GpuValidation>>, kube::Error> {
+    let uid = s.metadata.uid.clone().unwrap_or_default();
+    let selector = format!("{}={}", labels::SCHEDULE, s.name_any());
+    let listed = Api::<GpuValidation>::all(ctx.client.clone())
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter(|v| {
+            v.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == uid)
+        })
+        .map(Arc::new)
+        .collect())
+}
+
 /// A run as [`plan`] sees it; its scheduled time comes from its annotation.
 fn run_of(v: &GpuValidation) -> Run {
     let scheduled_at = v
@@ -259,7 +285,10 @@ pub struct ScheduleCtx {
 async fn reconcile(s: Arc<GpuValidationSchedule>, sc: Arc<ScheduleCtx>) -> Result<Action, Error> {
     let ctx = &sc.ctx;
     let now = ctx.cfg.clock.now();
-    let owned = owned_runs(&s, &sc.runs);
+    let owned = match plan::slot_due(&s, now) {
+        Some(_) => fresh_runs(&s, ctx).await?,
+        None => owned_runs(&s, &sc.runs),
+    };
     let runs: Vec<Run> = owned.iter().map(|v| run_of(v)).collect();
     let nodes: Vec<Node> = sc.nodes.state().iter().map(|n| (**n).clone()).collect();
     let load = match (s.spec.idle_only, plan::slot_due(&s, now)) {
