@@ -14,6 +14,7 @@ pub mod node_state;
 pub mod observe;
 pub mod pod;
 pub mod reconcile;
+pub mod runs;
 pub mod result_figures;
 pub mod schedule;
 pub mod selection;
