@@ -188,15 +188,27 @@ fn trim_meta<K: ResourceExt>(k: &mut K) {
     k.managed_fields_mut().clear();
 }
 
-/// Drops what a node carries that selection never reads (images, conditions, volumes).
+/// Drops what a node carries that selection and admission never read: everything but its
+/// name, version, times, labels, taints, whether it is cordoned, and its allocatable resources
+/// (annotations, addresses, capacity, images, conditions, volumes, ...).
 pub fn trim_node(n: &mut Node) {
     trim_meta(n);
+    let m = &mut n.metadata;
+    m.annotations = None;
+    m.owner_references = None;
+    m.finalizers = None;
+    if let Some(spec) = n.spec.as_mut() {
+        *spec = k8s_openapi::api::core::v1::NodeSpec {
+            taints: spec.taints.take(),
+            unschedulable: spec.unschedulable,
+            ..Default::default()
+        };
+    }
     if let Some(s) = n.status.as_mut() {
-        s.images = None;
-        s.node_info = None;
-        s.conditions = None;
-        s.volumes_attached = None;
-        s.volumes_in_use = None;
+        *s = k8s_openapi::api::core::v1::NodeStatus {
+            allocatable: s.allocatable.take(),
+            ..Default::default()
+        };
     }
 }
 
@@ -410,6 +422,31 @@ mod tests {
                 .as_deref(),
             Some("10.0.0.1"),
             "the fabric rendezvous needs the pod IP"
+        );
+    }
+
+    #[test]
+    fn a_trimmed_node_selects_as_before() {
+        let mut nodes = vec![
+            crate::selection::tests::node("gpu-a", 8, &[("nvidia.com/gpu.present", "true")], false),
+            crate::selection::tests::node("gpu-b", 8, &[("nvidia.com/gpu.present", "true")], true),
+            crate::selection::tests::node("cpu-c", 0, &[], false),
+        ];
+        for n in &mut nodes {
+            n.metadata.annotations = Some([("big".to_string(), "x".repeat(2000))].into());
+            let s = n.status.get_or_insert_with(Default::default);
+            s.capacity = s.allocatable.clone();
+        }
+        let spec = crate::selection::tests::spec();
+        let before = selection::select(&spec, &nodes);
+        nodes.iter_mut().for_each(trim_node);
+        assert_eq!(selection::select(&spec, &nodes), before);
+        assert!(nodes.iter().all(|n| n.metadata.annotations.is_none()));
+        assert!(
+            nodes[0]
+                .status
+                .as_ref()
+                .is_some_and(|s| s.capacity.is_none())
         );
     }
 }

@@ -7,7 +7,8 @@
 //! bandwidth one per collective (up to 5). A node of 8 GPUs: 64 + 56 + 7 = 127 series at most,
 //! so a fleet of 10,000 GPUs (1,250 such nodes) costs about 159,000 series, and nothing grows
 //! with the number of runs: a node keeps only its latest result's series, and a node that
-//! leaves the cluster loses its series.
+//! leaves the cluster loses its series. A node's figures are held compactly ([`HeldFigure`]:
+//! 16 bytes each, the GPUs' UUIDs and models once per node), about 2.5 KB for such a node.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -21,6 +22,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
+use std::sync::OnceLock;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -142,7 +144,71 @@ pub struct NodeLatest {
     pub simulated: bool,
     /// Each GPU's index, UUID, model and verdict.
     pub gpus: Vec<(i32, String, String, Verdict)>,
-    pub figures: Vec<Figure>,
+    /// The figures exported (p2p bidirectional is not).
+    pub figures: Vec<HeldFigure>,
+}
+
+/// What a held figure is about: the node, a GPU or an ordered GPU pair (NVML indices).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum On {
+    Node,
+    Gpu(u8),
+    Pair(u8, u8),
+}
+
+/// One exported figure as the fleet holds it: 16 bytes (the GPU's UUID and model are in
+/// [`NodeLatest::gpus`]; the qualifier is one of a few known words, by its place in
+/// [`qualifiers`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeldFigure {
+    pub value: f64,
+    pub on: On,
+    pub kind: Kind,
+    qualifier: u8,
+}
+
+impl HeldFigure {
+    /// `f` as held; None for a figure that is not exported, or whose GPU index or qualifier
+    /// the fleet cannot hold (an index above 255, a word not in [`qualifiers`]).
+    pub fn of(f: &Figure) -> Option<Self> {
+        let index = |i: i32| u8::try_from(i).ok();
+        let on = match &f.scope {
+            Scope::Node => On::Node,
+            Scope::Gpu { index: i, .. } => On::Gpu(index(*i)?),
+            Scope::Pair { src, dst } => On::Pair(index(*src)?, index(*dst)?),
+        };
+        let qualifier = match (f.kind, f.qualifier.as_str()) {
+            (Kind::P2pGbps, "unidirectional") => 0,
+            (Kind::P2pGbps, _) => return None,
+            (_, q) => u8::try_from(qualifiers().iter().position(|k| *k == q)?).ok()?,
+        };
+        Some(Self {
+            value: f.value,
+            on,
+            kind: f.kind,
+            qualifier,
+        })
+    }
+
+    /// The dtype, direction or collective (empty for memory and p2p).
+    pub fn qualifier(&self) -> &'static str {
+        qualifiers()
+            .get(usize::from(self.qualifier))
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// The qualifiers a held figure may have: none, every dtype, both host directions, every
+/// collective.
+pub fn qualifiers() -> &'static [&'static str] {
+    static ALL: OnceLock<Vec<&'static str>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut q = vec!["", "h2d", "d2h"];
+        q.extend(gpuval_crds::Dtype::ALL.map(gpuval_crds::Dtype::as_str));
+        q.extend(gpuval_crds::nccl::Collective::ALL.map(gpuval_crds::nccl::Collective::as_str));
+        q
+    })
 }
 
 impl NodeLatest {
@@ -169,7 +235,10 @@ impl NodeLatest {
                 .iter()
                 .map(|g| (g.index, g.uuid.clone(), g.name.clone(), g.verdict))
                 .collect(),
-            figures: gpuval_view::node_figures(report),
+            figures: gpuval_view::node_figures(report)
+                .iter()
+                .filter_map(HeldFigure::of)
+                .collect(),
         }
     }
 }
@@ -262,21 +331,20 @@ fn fleet_series(nodes: &BTreeMap<String, NodeLatest>) -> BTreeMap<&'static str, 
             out.entry("gpu_verdict").or_default().push((l, 1.0));
         }
         for f in &n.figures {
-            let (name, labels) = match (&f.scope, f.kind) {
-                (Scope::Gpu { index, .. }, Kind::MemoryGbps) => {
-                    ("gpu_memory_gbps", gpu_labels(*index))
-                }
-                (Scope::Gpu { index, .. }, Kind::Tflops) => {
-                    let mut l = gpu_labels(*index);
-                    l.push(("dtype", f.qualifier.clone()));
+            let q = || f.qualifier().to_string();
+            let (name, labels) = match (f.on, f.kind) {
+                (On::Gpu(index), Kind::MemoryGbps) => ("gpu_memory_gbps", gpu_labels(index.into())),
+                (On::Gpu(index), Kind::Tflops) => {
+                    let mut l = gpu_labels(index.into());
+                    l.push(("dtype", q()));
                     ("gpu_tflops", l)
                 }
-                (Scope::Gpu { index, .. }, Kind::HostGbps) => {
-                    let mut l = gpu_labels(*index);
-                    l.push(("direction", f.qualifier.clone()));
+                (On::Gpu(index), Kind::HostGbps) => {
+                    let mut l = gpu_labels(index.into());
+                    l.push(("direction", q()));
                     ("gpu_host_gbps", l)
                 }
-                (Scope::Pair { src, dst }, Kind::P2pGbps) if f.qualifier == "unidirectional" => (
+                (On::Pair(src, dst), Kind::P2pGbps) => (
                     "p2p_gbps",
                     vec![
                         node_label.clone(),
@@ -284,9 +352,9 @@ fn fleet_series(nodes: &BTreeMap<String, NodeLatest>) -> BTreeMap<&'static str, 
                         ("dst", dst.to_string()),
                     ],
                 ),
-                (Scope::Node, Kind::NcclBusbwGbps) => (
+                (On::Node, Kind::NcclBusbwGbps) => (
                     "node_nccl_busbw_gbps",
-                    vec![node_label.clone(), ("collective", f.qualifier.clone())],
+                    vec![node_label.clone(), ("collective", q())],
                 ),
                 _ => continue,
             };
@@ -433,5 +501,62 @@ mod tests {
             "a node that left has no series: {text}"
         );
         assert!(text.contains("gpuval_fleet_nodes{} 0.0"), "{text}");
+    }
+
+    #[test]
+    fn figures_are_held_in_16_bytes_with_their_qualifiers() {
+        assert_eq!(std::mem::size_of::<HeldFigure>(), 16);
+        let gpu = |q: &str, kind| Figure {
+            scope: Scope::Gpu {
+                index: 3,
+                uuid: "GPU-x".into(),
+                model: "NVIDIA H200".into(),
+            },
+            kind,
+            qualifier: q.into(),
+            value: 1.5,
+        };
+        let held = HeldFigure::of(&gpu("fp16", Kind::Tflops)).unwrap();
+        assert_eq!(
+            (held.on, held.qualifier(), held.value),
+            (On::Gpu(3), "fp16", 1.5)
+        );
+        assert_eq!(
+            HeldFigure::of(&gpu("d2h", Kind::HostGbps))
+                .unwrap()
+                .qualifier(),
+            "d2h"
+        );
+        assert_eq!(
+            HeldFigure::of(&gpu("", Kind::MemoryGbps))
+                .unwrap()
+                .qualifier(),
+            ""
+        );
+        assert_eq!(
+            HeldFigure::of(&gpu("fp99", Kind::Tflops)),
+            None,
+            "an unknown word"
+        );
+        let pair = |q: &str| Figure {
+            scope: Scope::Pair { src: 0, dst: 300 },
+            kind: Kind::P2pGbps,
+            qualifier: q.into(),
+            value: 1.0,
+        };
+        assert_eq!(
+            HeldFigure::of(&pair("unidirectional")),
+            None,
+            "GPU 300 cannot be held"
+        );
+        let pair = Figure {
+            scope: Scope::Pair { src: 0, dst: 1 },
+            ..pair("bidirectional")
+        };
+        assert_eq!(
+            HeldFigure::of(&pair),
+            None,
+            "bidirectional p2p is not exported"
+        );
     }
 }

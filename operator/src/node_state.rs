@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use gpuval_crds::result::result_name;
 use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, labels};
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -222,6 +223,35 @@ async fn write(ctx: &Ctx, name: &str, mark: &Mark) -> Result<(), kube::Error> {
     Ok(())
 }
 
+/// Drops all of a node but what this controller reads: its name, version, this controller's
+/// labels and its condition (a few hundred bytes a node instead of several KB).
+fn trim_node(n: &mut Node) {
+    let ours = [labels::NODE_VERDICT, labels::VALIDATED_AT];
+    let m = &mut n.metadata;
+    if let Some(l) = m.labels.as_mut() {
+        l.retain(|k, _| ours.contains(&k.as_str()));
+    }
+    m.annotations = None;
+    m.managed_fields = None;
+    m.owner_references = None;
+    m.finalizers = None;
+    n.spec = None;
+    let condition = condition_of(n).cloned();
+    n.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+        conditions: condition.map(|c| vec![c]),
+        ..Default::default()
+    });
+}
+
+/// Drops all of a result's metadata but what [`result_meta`] reads.
+fn trim_result(r: &mut PartialObjectMeta<GpuNodeResult>) {
+    let m = &mut r.metadata;
+    m.managed_fields = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.retain(|k, _| k == labels::NODE || k == labels::SUMMARY);
+    }
+}
+
 /// What a node-state reconcile reads: the operator's context and this controller's own stores
 /// of node results and validations (filled before each trigger they cause is delivered).
 pub struct NodeStateCtx {
@@ -233,11 +263,17 @@ pub struct NodeStateCtx {
 async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Error> {
     let ctx = &nc.ctx;
     let name = node.name_any();
+    // A validation has at most one result a node, named for both: look each up (the cost is
+    // the number of validations, not of results).
     let results: Vec<ResultMeta> = nc
-        .results
+        .validations
         .state()
         .iter()
-        .filter_map(|r| result_meta(r))
+        .filter_map(|v| {
+            let key = ObjectRef::new(&result_name(&v.name_any(), &name)).within(&ctx.cfg.namespace);
+            nc.results.get(&key)
+        })
+        .filter_map(|r| result_meta(&r))
         .filter(|r| r.node == name)
         .collect();
     let validations = nc.validations.state();
@@ -268,12 +304,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         watcher::Config::default(),
     )
     .default_backoff()
-    .modify(|n: &mut Node| {
-        n.managed_fields_mut().clear();
-        if let Some(s) = n.status.as_mut() {
-            s.images = None;
-        }
-    })
+    .modify(trim_node)
     .reflect(writer)
     .applied_objects()
     .predicate_filter(marked, PredicateConfig::default());
@@ -283,6 +314,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(trim_result)
     .reflect(result_writer)
     .touched_objects();
     let (validations, validation_writer) = reflector::store();
@@ -411,5 +443,52 @@ mod tests {
         let e = latest("a", &results, &[&gv]).unwrap();
         assert_eq!((e.passed, e.reason.as_str()), (false, "Error"));
         assert_eq!(e.message, "agent pod failed");
+    }
+
+    #[test]
+    fn a_trimmed_node_keeps_what_this_controller_reads() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gpu-1",
+                         "labels": {"kubernetes.io/hostname": "gpu-1", labels::NODE_VERDICT: "Pass"},
+                         "annotations": {"a": "b"}},
+            "spec": {"podCIDR": "10.0.0.0/24"},
+            "status": {"conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": CONDITION, "status": "True", "reason": "Passed", "message": "ok"}],
+                "capacity": {"nvidia.com/gpu": "8"}},
+        }))
+        .unwrap();
+        let before = (current(&node), marked(&node));
+        trim_node(&mut node);
+        assert_eq!((current(&node), marked(&node)), before);
+        assert_eq!(node.labels().len(), 1, "only this controller's labels stay");
+        assert!(node.spec.is_none() && node.metadata.annotations.is_none());
+    }
+
+    #[test]
+    fn a_trimmed_result_keeps_what_result_meta_reads() {
+        use kube::core::PartialObjectMetaExt;
+        let mut r = kube::api::ObjectMeta {
+            name: Some("v-gpu-1".into()),
+            creation_timestamp: Some(Time(ts("2026-11-23T01:00:00Z"))),
+            labels: Some(BTreeMap::from([
+                (labels::NODE.to_string(), "gpu-1".to_string()),
+                (labels::VALIDATION.to_string(), "v".to_string()),
+                (labels::VERDICT.to_string(), "Fail".to_string()),
+            ])),
+            annotations: Some(BTreeMap::from([
+                (
+                    labels::SUMMARY.to_string(),
+                    "GPU1 memory: 2 words".to_string(),
+                ),
+                (labels::FABRIC_OUTCOMES.to_string(), "x".repeat(4000)),
+            ])),
+            ..Default::default()
+        }
+        .into_response_partial::<GpuNodeResult>();
+        let before = result_meta(&r);
+        trim_result(&mut r);
+        assert_eq!(result_meta(&r), before);
+        assert_eq!(r.metadata.annotations.map(|a| a.len()), Some(1));
     }
 }

@@ -1,10 +1,16 @@
 //! Scale benchmark for the operator (not a test): N fake GPU nodes, one validation over all of
 //! them, the real operator binary as a separate process, and a fast fake agent that writes each
 //! node's result as soon as its pod is bound. Measures apply → all pods created, last result →
-//! Passed, the operator's peak RSS and CPU time, and the validation object's stored size.
+//! Passed, the operator's CPU time and memory (resident before any node existed, at the end,
+//! and at its peak, and so its memory per node), and the stored size of the validation and of
+//! one result.
+//!
+//! With `--report FILE` every result carries that report (the simulator's, e.g. an 8-GPU H200
+//! run of `gpuval-agent run --simulate`: it must say `"simulated": true`), with the node's name
+//! set; without it, a small made-up report of 8 GPUs.
 //!
 //!   cargo build --release -p gpuval-operator -p gpuval-tests
-//!   target/release/scale --nodes 1000 --operator target/release/gpuval-operator --out bench/results/scale
+//!   target/release/scale --nodes 1000 --operator target/release/gpuval-operator --report sim.json --out bench/results/scale
 //!
 //! Uses etcd, kube-apiserver and kube-scheduler from tests/scripts/build-control-plane.sh.
 
@@ -31,6 +37,7 @@ struct Args {
     nodes: usize,
     operator: PathBuf,
     out: PathBuf,
+    report: Option<PathBuf>,
 }
 
 fn args() -> Result<Args, String> {
@@ -38,6 +45,7 @@ fn args() -> Result<Args, String> {
         nodes: 1000,
         operator: PathBuf::from("target/release/gpuval-operator"),
         out: PathBuf::from("bench/results/scale"),
+        report: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -46,9 +54,10 @@ fn args() -> Result<Args, String> {
             "--nodes" => a.nodes = v.parse().map_err(|e| format!("--nodes: {e}"))?,
             "--operator" => a.operator = v.into(),
             "--out" => a.out = v.into(),
+            "--report" => a.report = Some(v.into()),
             _ => {
                 return Err(format!(
-                    "unknown flag {k}: use --nodes N --operator PATH --out DIR"
+                    "unknown flag {k}: use --nodes N --operator PATH --out DIR [--report FILE]"
                 ));
             }
         }
@@ -66,6 +75,41 @@ fn node_json(name: &str) -> serde_json::Value {
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake"}],
         }
     })
+}
+
+/// The report every result carries: `template` (a simulator's report) with the node's name,
+/// or a small made-up one.
+fn report_for(template: Option<&serde_json::Value>, node: &str) -> serde_json::Value {
+    match template {
+        Some(t) => {
+            let mut r = t.clone();
+            r["node"] = json!(node);
+            r
+        }
+        None => serde_json::to_value(fake_report(node)).unwrap_or_default(),
+    }
+}
+
+/// Reads the report at `path`: a simulator's (it must say so) whose verdict is Pass.
+fn read_report(path: &std::path::Path) -> Result<serde_json::Value, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("reading the report {}: {e}", path.display()))?;
+    let r: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("the report {} is not JSON: {e}", path.display()))?;
+    if r["simulated"] != json!(true) {
+        return Err(format!(
+            "{}: only a simulator's report (\"simulated\": true) may stand in for the fake agents'",
+            path.display()
+        ));
+    }
+    if r["verdict"] != json!("Pass") {
+        return Err(format!(
+            "{}: the report's verdict is {}; the bench needs a passing one",
+            path.display(),
+            r["verdict"]
+        ));
+    }
+    Ok(r)
 }
 
 fn fake_report(node: &str) -> NodeReport {
@@ -96,6 +140,7 @@ async fn write_result(
     client: kube::Client,
     gv: &GpuValidation,
     node: &str,
+    report: serde_json::Value,
 ) -> Result<(), kube::Error> {
     let name = gv.name_any();
     let rname = result_name(&name, node);
@@ -115,20 +160,34 @@ async fn write_result(
     });
     let pp = PatchParams::apply(&format!("gpuval-agent/{node}")).force();
     api.patch(&rname, &pp, &Patch::Apply(&obj)).await?;
-    let status = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult", "status": fake_report(node)});
+    let status =
+        json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult", "status": report});
     api.patch_status(&rname, &pp, &Patch::Apply(&status))
         .await?;
     Ok(())
 }
 
-fn proc_stat(pid: u32) -> (u64, f64) {
+/// A process's memory and CPU so far.
+#[derive(Debug, Clone, Copy)]
+struct ProcStat {
+    /// Resident now, KiB.
+    rss_kb: u64,
+    /// Resident at its peak, KiB.
+    hwm_kb: u64,
+    /// User and system CPU, seconds.
+    cpu_s: f64,
+}
+
+fn proc_stat(pid: u32) -> ProcStat {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let hwm_kb = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -142,7 +201,38 @@ fn proc_stat(pid: u32) -> (u64, f64) {
             .get(12)
             .and_then(|s| s.parse::<f64>().ok())
             .unwrap_or(0.0);
-    (hwm_kb, ticks / 100.0)
+    ProcStat {
+        rss_kb: kb("VmRSS:"),
+        hwm_kb: kb("VmHWM:"),
+        cpu_s: ticks / 100.0,
+    }
+}
+
+/// Waits until the operator at `port` answers /readyz with 200 (its caches are filled).
+async fn wait_ready(port: u16) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for _ in 0..600 {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            let mut reply = Vec::new();
+            let asked = s.write_all(b"GET /readyz HTTP/1.0\r\n\r\n").await;
+            let read = asked.is_ok() && s.read_to_end(&mut reply).await.is_ok();
+            if read && (reply.starts_with(b"HTTP/1.0 200") || reply.starts_with(b"HTTP/1.1 200")) {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("the operator was not ready within 60 s".into())
+}
+
+fn mb(kb: u64) -> f64 {
+    (kb as f64 / 1024.0 * 10.0).round() / 10.0
+}
+
+/// KB of operator memory per node: `kb` less the resident memory before any node, over `nodes`.
+fn per_node_kb(kb: u64, empty_kb: u64, nodes: usize) -> f64 {
+    let per = kb.saturating_sub(empty_kb) as f64 * 1.024 / nodes.max(1) as f64;
+    (per * 10.0).round() / 10.0
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -153,57 +243,13 @@ async fn main() {
     }
 }
 
-async fn run() -> Result<(), String> {
-    let a = args()?;
-    let e = |s: &str| {
-        let s = s.to_string();
-        move |err: kube::Error| format!("{s}: {err}")
-    };
-    let cp = ControlPlane::start_with(Options {
-        scheduler: true,
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| e.to_string())?;
-    let client = cp.client().await.map_err(|e| e.to_string())?;
-    crds::install_crds(&client).await?;
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}}))
-                .map_err(|e| e.to_string())?,
-        )
-        .await
-        .map_err(e("create namespace"))?;
-
-    let t = Instant::now();
-    let nodes: Api<Node> = Api::all(client.clone());
-    futures::stream::iter((0..a.nodes).map(|i| {
-        let nodes = nodes.clone();
-        async move {
-            let n: Node = serde_json::from_value(node_json(&format!("gpu-{i:05}")))
-                .map_err(|e| e.to_string())?;
-            nodes
-                .create(&PostParams::default(), &n)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        }
-    }))
-    .buffer_unordered(32)
-    .try_collect::<Vec<_>>()
-    .await?;
-    eprintln!(
-        "{} nodes created in {:.1}s",
-        a.nodes,
-        t.elapsed().as_secs_f64()
-    );
-
+/// Starts the operator binary against `cp`; returns it and its metrics port.
+fn start_operator(a: &Args, cp: &ControlPlane) -> Result<(std::process::Child, u16), String> {
     let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
         .port();
-    let mut op = Command::new(&a.operator)
+    let op = Command::new(&a.operator)
         .env("KUBECONFIG", cp.kubeconfig())
         .env(
             "RUST_LOG",
@@ -229,7 +275,67 @@ async fn run() -> Result<(), String> {
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|e| format!("start {}: {e}", a.operator.display()))?;
+    Ok((op, metrics_port))
+}
+
+async fn run() -> Result<(), String> {
+    let a = args()?;
+    let e = |s: &str| {
+        let s = s.to_string();
+        move |err: kube::Error| format!("{s}: {err}")
+    };
+    let cp = ControlPlane::start_with(Options {
+        scheduler: true,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let client = cp.client().await.map_err(|e| e.to_string())?;
+    crds::install_crds(&client).await?;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}}))
+                .map_err(|e| e.to_string())?,
+        )
+        .await
+        .map_err(e("create namespace"))?;
+
+    // The operator's resident memory with empty caches: a first operator, before any node.
+    let (mut op, metrics_port) = start_operator(&a, &cp)?;
+    wait_ready(metrics_port).await?;
+    let empty = proc_stat(op.id());
+    let _ = op.kill();
+    let _ = op.wait();
+    let template = a.report.as_deref().map(read_report).transpose()?;
+    let template = Arc::new(template);
+
+    let t = Instant::now();
+    let nodes: Api<Node> = Api::all(client.clone());
+    futures::stream::iter((0..a.nodes).map(|i| {
+        let nodes = nodes.clone();
+        async move {
+            let n: Node = serde_json::from_value(node_json(&format!("gpu-{i:05}")))
+                .map_err(|e| e.to_string())?;
+            nodes
+                .create(&PostParams::default(), &n)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    }))
+    .buffer_unordered(32)
+    .try_collect::<Vec<_>>()
+    .await?;
+    eprintln!(
+        "{} nodes created in {:.1}s",
+        a.nodes,
+        t.elapsed().as_secs_f64()
+    );
+
+    let (mut op, metrics_port) = start_operator(&a, &cp)?;
     let pid = op.id();
+    wait_ready(metrics_port).await?;
 
     // Fake agents: as soon as a pod is bound, write its node's result and finish the pod.
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -239,20 +345,22 @@ async fn run() -> Result<(), String> {
     let all_created = Arc::new(Mutex::new(None::<Instant>));
     let total = a.nodes;
     let agent = {
-        let (pods, gvs, client) = (pods.clone(), gvs.clone(), client.clone());
+        let (pods, gvs, client, template) =
+            (pods.clone(), gvs.clone(), client.clone(), template.clone());
         let (seen, done, created) = (seen_pods.clone(), done_results.clone(), all_created.clone());
         tokio::spawn(async move {
             watcher(pods.clone(), watcher::Config::default())
                 .default_backoff()
                 .applied_objects()
                 .for_each_concurrent(32, |p| {
-                    let (pods, gvs, client, seen, done, created) = (
+                    let (pods, gvs, client, seen, done, created, template) = (
                         pods.clone(),
                         gvs.clone(),
                         client.clone(),
                         seen.clone(),
                         done.clone(),
                         created.clone(),
+                        template.clone(),
                     );
                     async move {
                         let Ok(p) = p else { return };
@@ -283,7 +391,8 @@ async fn run() -> Result<(), String> {
                         let Ok(gv) = gvs.get(&owner).await else {
                             return;
                         };
-                        match write_result(client, &gv, &node).await {
+                        let report = report_for(template.as_ref().as_ref(), &node);
+                        match write_result(client, &gv, &node, report).await {
                             Ok(()) => done.lock().await.push(Instant::now()),
                             Err(e) => eprintln!("fake agent: result for {node}: {e}"),
                         }
@@ -301,6 +410,7 @@ async fn run() -> Result<(), String> {
         })
     };
 
+    let before_apply = proc_stat(pid);
     let applied = Instant::now();
     let gv = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "metadata": {"name": "scale"},
                     "spec": {"checks": {"memory": {}, "compute": {"duration": "5m"}}, "deadline": "2h"}});
@@ -335,7 +445,7 @@ async fn run() -> Result<(), String> {
         }
     };
     let (passed, final_gv) = passed_at;
-    let (rss_kb, cpu_s) = proc_stat(pid);
+    let end = proc_stat(pid);
     let _ = op.kill();
     let _ = op.wait();
     agent.abort();
@@ -356,6 +466,17 @@ async fn run() -> Result<(), String> {
         )
         .await
         .map_err(e("get validation"))?;
+    let result_raw = client
+        .request_text(
+            http::Request::get(format!(
+                "/apis/gpuval.io/v1alpha1/namespaces/{NS}/gpunoderesults/{}",
+                result_name("scale", "gpu-00000")
+            ))
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?,
+        )
+        .await
+        .map_err(e("get a result"))?;
     let pods_now = pods
         .list(&ListParams::default().labels("gpuval.io/validation=scale"))
         .await
@@ -383,9 +504,17 @@ async fn run() -> Result<(), String> {
         "apply_to_all_pods_created_s": (created - applied).as_secs_f64(),
         "apply_to_last_result_s": (last_result - applied).as_secs_f64(),
         "last_result_to_verdict_s": passed.saturating_duration_since(last_result).as_secs_f64(),
-        "operator_peak_rss_mb": rss_kb as f64 / 1024.0,
-        "operator_cpu_seconds": cpu_s,
+        "operator_rss_before_nodes_mb": mb(empty.rss_kb),
+        "operator_rss_before_apply_mb": mb(before_apply.rss_kb),
+        "operator_rss_end_mb": mb(end.rss_kb),
+        "operator_peak_rss_mb": mb(end.hwm_kb),
+        "operator_kb_per_node_peak": per_node_kb(end.hwm_kb, empty.rss_kb, a.nodes),
+        "operator_kb_per_node_end": per_node_kb(end.rss_kb, empty.rss_kb, a.nodes),
+        "operator_cpu_seconds": end.cpu_s,
+        "operator_cpu_seconds_run": end.cpu_s - before_apply.cpu_s,
         "validation_object_bytes": raw.len(),
+        "result_object_bytes": result_raw.len(),
+        "report": a.report.as_ref().map(|p| p.display().to_string()),
         "kube_apiserver": "v1.36.3",
         "machine": format!("{} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)),
     });
