@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use gpuval_crds::{GpuFabricRound, GpuNodeResult, GpuValidation, Phase, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use crate::config::OperatorConfig;
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::observe::{node_of, observe, owner_ref_of};
+use crate::pod_views::PodViews;
 use crate::result_figures::FigureFetcher;
 use crate::runs::{Owned, Runs};
 use crate::throttle::Throttle;
@@ -61,7 +62,7 @@ impl Error {
 pub struct Ctx {
     pub client: Client,
     pub cfg: OperatorConfig,
-    pub pods: Store<Pod>,
+    pub pods: Arc<PodViews>,
     pub results: Store<PartialObjectMeta<GpuNodeResult>>,
     pub nodes: Store<Node>,
     pub rounds: Store<GpuFabricRound>,
@@ -212,34 +213,6 @@ pub fn trim_node(n: &mut Node) {
     }
 }
 
-/// Drops what an agent pod carries that [`crate::observe::pod_view`] never reads: the spec
-/// (containers, volumes, tolerations: the operator wrote it) and the status's host addresses
-/// and extra container lists. What stays is metadata, phase, reason, conditions, the pod IP
-/// (fabric rendezvous) and the agent container's state: about 1 KB a pod instead of several.
-fn trim_pod(p: &mut Pod) {
-    trim_meta(p);
-    p.spec = None;
-    if let Some(s) = p.status.as_mut() {
-        s.host_ip = None;
-        s.host_ips = None;
-        s.pod_ips = None;
-        s.init_container_statuses = None;
-        s.ephemeral_container_statuses = None;
-        s.resource_claim_statuses = None;
-        if let Some(c) = s.container_statuses.as_mut() {
-            c.truncate(1);
-            for status in c.iter_mut() {
-                status.image_id = String::new();
-                status.container_id = None;
-                status.last_state = None;
-                status.volume_mounts = None;
-                status.allocated_resources = None;
-                status.resources = None;
-            }
-        }
-    }
-}
-
 /// The validations whose run is not over (a node change may matter to them).
 fn unfinished(validations: &Store<GpuValidation>) -> Vec<ObjectRef<GpuValidation>> {
     validations
@@ -277,17 +250,26 @@ pub async fn run(
 ) {
     let cfg = crate::admission::with_agent_tolerations(cfg);
     let ns = cfg.namespace.clone();
-    let (pods, pod_writer) = reflector::store();
     let (results, result_writer) = reflector::store();
     let (nodes, node_writer) = reflector::store();
     let (rounds, round_writer) = reflector::store();
     let runs = Arc::new(Runs::default());
-    let pod_stream = reflected(
+    let pods = Arc::new(PodViews::default());
+    let pod_stream = watcher(
         Api::<Pod>::namespaced(client.clone(), &ns),
         watcher::Config::default().labels(&managed_selector()),
-        pod_writer,
-        trim_pod,
     )
+    .default_backoff()
+    .map_ok({
+        let (pods, runs) = (pods.clone(), runs.clone());
+        move |event| {
+            for (uid, name, node) in pods.apply(&event) {
+                runs.touch(&uid, Owned::Pod, &name, Some(&node));
+            }
+            event
+        }
+    })
+    .touched_objects()
     .inspect(toucher(runs.clone(), Owned::Pod));
     let figures = Arc::new(FigureFetcher::new(metrics.fleet.clone()));
     let offers = figures.clone();
@@ -376,54 +358,6 @@ async fn log_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateTerminated, ContainerStatus, PodSpec, PodStatus,
-    };
-
-    #[test]
-    fn a_trimmed_pod_keeps_what_observe_reads() {
-        let terminated = ContainerState {
-            terminated: Some(ContainerStateTerminated {
-                exit_code: 137,
-                reason: Some("OOMKilled".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let mut pod = Pod {
-            metadata: kube::api::ObjectMeta {
-                labels: Some([(labels::GENERATION.to_string(), "1".to_string())].into()),
-                annotations: Some([(labels::NODE.to_string(), "gpu-a".to_string())].into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec::default()),
-            status: Some(PodStatus {
-                phase: Some("Failed".into()),
-                pod_ip: Some("10.0.0.1".into()),
-                host_ip: Some("192.168.0.7".into()),
-                container_statuses: Some(vec![ContainerStatus {
-                    name: "agent".into(),
-                    image_id: "sha256:abc".into(),
-                    state: Some(terminated),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-        };
-        let before = crate::observe::pod_view(&pod);
-        trim_pod(&mut pod);
-        assert_eq!(crate::observe::pod_view(&pod), before);
-        assert!(pod.spec.is_none());
-        assert_eq!(pod.status.as_ref().and_then(|s| s.host_ip.clone()), None);
-        assert_eq!(
-            pod.status
-                .as_ref()
-                .and_then(|s| s.pod_ip.clone())
-                .as_deref(),
-            Some("10.0.0.1"),
-            "the fabric rendezvous needs the pod IP"
-        );
-    }
 
     #[test]
     fn a_trimmed_node_selects_as_before() {

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod node_state;
 pub mod observe;
 pub mod pod;
+pub mod pod_views;
 pub mod reconcile;
 pub mod runs;
 pub mod result_figures;

@@ -195,7 +195,7 @@ pub fn observe(gv: &GpuValidation, ctx: &Ctx) -> World {
     let uid = gv.metadata.uid.as_deref().unwrap_or_default();
     World {
         nodes: ctx.nodes.state().iter().map(|n| n.name_any()).collect(),
-        pods: owned_views(&ctx.pods, uid, pod_view),
+        pods: ctx.pods.owned_by(uid),
         results: owned_views(&ctx.results, uid, result_view),
         rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
         fabric_port: ctx.cfg.fabric.port,
@@ -226,7 +226,7 @@ pub fn news(gv: &GpuValidation, ctx: &Ctx, changed: Changed) -> News {
             .filter(|n| ctx.nodes.get(&ObjectRef::new(n)).is_some())
             .cloned()
             .collect(),
-        pods: named_views(&ctx.pods, ns, uid, &pods, pod_view),
+        pods: pods.iter().filter_map(|p| ctx.pods.get(p, uid)).collect(),
         results: named_views(&ctx.results, ns, uid, &results, result_view),
         rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
         fabric_port: ctx.cfg.fabric.port,

@@ -1,9 +1,10 @@
 //! Scale benchmark for the operator (not a test): N fake GPU nodes, one validation over all of
 //! them, the real operator binary as a separate process, and a fast fake agent that writes each
 //! node's result as soon as its pod is bound. Measures apply → all pods created, last result →
-//! Passed, the operator's CPU time and memory (resident before any node existed, at the end,
-//! and at its peak, and so its memory per node), and the stored size of the validation and of
-//! one result.
+//! Passed, the operator's CPU time and memory (resident with empty caches, in a first operator
+//! started before any node exists; at the verdict; once it has read every node's figures for
+//! its metrics; and at its peak; and so its memory per node), and the stored size of the
+//! validation and of one result.
 //!
 //! With `--report FILE` every result carries that report (the simulator's, e.g. an 8-GPU H200
 //! run of `gpuval-agent run --simulate`: it must say `"simulated": true`), with the node's name
@@ -208,21 +209,43 @@ fn proc_stat(pid: u32) -> ProcStat {
     }
 }
 
+/// The operator's answer to `GET path` on `port` (None: no 200 answer).
+async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).await.ok()?;
+    let reply = String::from_utf8_lossy(&reply).into_owned();
+    (reply.starts_with("HTTP/1.0 200") || reply.starts_with("HTTP/1.1 200")).then_some(reply)
+}
+
 /// Waits until the operator at `port` answers /readyz with 200 (its caches are filled).
 async fn wait_ready(port: u16) -> Result<(), String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     for _ in 0..600 {
-        if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-            let mut reply = Vec::new();
-            let asked = s.write_all(b"GET /readyz HTTP/1.0\r\n\r\n").await;
-            let read = asked.is_ok() && s.read_to_end(&mut reply).await.is_ok();
-            if read && (reply.starts_with(b"HTTP/1.0 200") || reply.starts_with(b"HTTP/1.1 200")) {
-                return Ok(());
-            }
+        if http_get(port, "/readyz").await.is_some() {
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err("the operator was not ready within 60 s".into())
+}
+
+/// Waits (at most `limit`) until the operator at `port` holds the figures of `nodes` nodes
+/// (`gpuval_fleet_nodes`): it reads each finished result once, in the background, so its
+/// memory is steady only then. Returns how long that took after the call, or None.
+async fn wait_for_figures(port: u16, nodes: usize, limit: Duration) -> Option<Duration> {
+    let t = Instant::now();
+    let want = format!("gpuval_fleet_nodes{{}} {nodes}.0");
+    while t.elapsed() < limit {
+        if http_get(port, "/metrics").await.is_some_and(|m| m.contains(&want)) {
+            return Some(t.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    None
 }
 
 fn mb(kb: u64) -> f64 {
@@ -445,6 +468,8 @@ async fn run() -> Result<(), String> {
         }
     };
     let (passed, final_gv) = passed_at;
+    let at_verdict = proc_stat(pid);
+    let figures_after = wait_for_figures(metrics_port, a.nodes, Duration::from_secs(600)).await;
     let end = proc_stat(pid);
     let _ = op.kill();
     let _ = op.wait();
@@ -510,6 +535,10 @@ async fn run() -> Result<(), String> {
         "operator_peak_rss_mb": mb(end.hwm_kb),
         "operator_kb_per_node_peak": per_node_kb(end.hwm_kb, empty.rss_kb, a.nodes),
         "operator_kb_per_node_end": per_node_kb(end.rss_kb, empty.rss_kb, a.nodes),
+        "operator_rss_at_verdict_mb": mb(at_verdict.rss_kb),
+        "operator_kb_per_node_at_verdict": per_node_kb(at_verdict.rss_kb, empty.rss_kb, a.nodes),
+        "figures_of_every_node_read_s_after_verdict": figures_after.map(|d| d.as_secs_f64()),
+        "operator_cpu_seconds_at_verdict": at_verdict.cpu_s,
         "operator_cpu_seconds": end.cpu_s,
         "operator_cpu_seconds_run": end.cpu_s - before_apply.cpu_s,
         "validation_object_bytes": raw.len(),
