@@ -19,3 +19,4 @@ pub mod result_figures;
 pub mod schedule;
 pub mod selection;
 pub mod throttle;
+pub mod watch_backoff;

@@ -476,6 +476,7 @@ async fn a_paused_leader_stops_writing_before_the_follower_takes_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apiserver_and_etcd_restart_mid_run_results_arrive_and_no_write_storm() {
     let nodes = ["gpu-a", "gpu-b", "gpu-c"];
+    let started = Instant::now();
     let mut e = env(&nodes, true, false).await;
     let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
     apply(&e.client, "restart", spec(40, "15m")).await;
@@ -484,16 +485,36 @@ async fn apiserver_and_etcd_restart_mid_run_results_arrive_and_no_write_storm() 
 
     // An upgrade: both go down while the agents burn, and come back on the same ports with
     // etcd's data.
+    println!(
+        "{:?}: agents burning; stopping kube-apiserver and etcd",
+        started.elapsed()
+    );
     e.cp.stop("kube-apiserver").expect("stop kube-apiserver");
     e.cp.stop("etcd").expect("stop etcd");
     wait_failed_stores(&e.kubelet, &names, 1).await;
+    println!(
+        "{:?}: every agent failed to store; starting etcd and kube-apiserver",
+        started.elapsed()
+    );
     e.cp.start_again("etcd").await.expect("etcd back");
     e.cp.start_again("kube-apiserver")
         .await
         .expect("kube-apiserver back");
     let back = Timestamp::now();
+    let back_at = Instant::now();
+    println!("{:?}: kube-apiserver ready again", started.elapsed());
 
     let gv = wait_terminal(&e.client, "restart", LONG).await;
+    let recovered = back_at.elapsed();
+    println!(
+        "{:?}: verdict, {recovered:?} after the API server was back",
+        started.elapsed()
+    );
+    // The agents retry at most 8 s apart and the operator's watches at most 5 s apart.
+    assert!(
+        recovered <= Duration::from_secs(120),
+        "the operator took {recovered:?} to see the results after the restart"
+    );
     assert_eq!(
         gv.status.as_ref().and_then(|s| s.phase),
         Some(Phase::Passed)
