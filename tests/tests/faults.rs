@@ -406,7 +406,8 @@ async fn leader_killed_mid_run_the_follower_takes_over_in_the_lease_bounds_and_n
     );
     let created: Vec<Write> = writes(&e.cp)
         .into_iter()
-        .filter(|w| w.resource == "pods" && w.verb == "create" && w.succeeded())
+        .filter(|w| w.resource == "pods" && w.subresource.is_none())
+        .filter(|w| w.verb == "create" && w.succeeded())
         .collect();
     assert_eq!(created.len(), 3, "pod creations: {created:#?}");
     drop(b);
@@ -454,7 +455,8 @@ async fn a_paused_leader_stops_writing_before_the_follower_takes_over() {
     let user_b = Replica::user(NS, "replica-b");
     let led = all
         .iter()
-        .filter(|w| w.user == user_a && w.resource == "pods" && w.verb == "create")
+        .filter(|w| w.user == user_a && w.resource == "pods" && w.subresource.is_none())
+        .filter(|w| w.verb == "create" && w.succeeded())
         .count();
     assert_eq!(led, pods.len(), "replica-a led the run and made its pods");
     let acquired = all
