@@ -61,6 +61,11 @@ pub mod labels {
     /// Annotation on a node result: what its agent measured in the fabric test's rounds, a JSON
     /// array of [`FabricOutcome`](crate::fabric::FabricOutcome).
     pub const FABRIC_OUTCOMES: &str = "gpuval.io/fabric";
+    /// Annotation on a node result: the name of the agent pod that wrote it.
+    pub const POD: &str = "gpuval.io/pod";
+    /// Annotation on a node result: the uid of the agent pod that wrote it. The operator counts
+    /// a result only when it names the node's current pod (a stale writer's result is ignored).
+    pub const POD_UID: &str = "gpuval.io/pod-uid";
     /// Label on a fabric round: its round number.
     pub const ROUND: &str = "gpuval.io/round";
     /// The standard `app.kubernetes.io/managed-by` label key (its value is [`MANAGED_BY`]).
@@ -144,6 +149,11 @@ pub mod agent_env {
     pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
     /// Downward API `metadata.name`.
     pub const POD_NAME: &str = "POD_NAME";
+    /// Downward API `metadata.uid`: written on the result, so the operator knows its writer.
+    pub const POD_UID: &str = "POD_UID";
+    /// Optional: a writable directory (the pod's emptyDir) where the agent keeps its result
+    /// until it is stored.
+    pub const STATE_DIR: &str = "GPUVAL_STATE_DIR";
     /// Optional: `cuda` (default) or `simulated`.
     pub const BACKEND: &str = "GPUVAL_BACKEND";
     /// Optional: a simulated-backend spec string (implies `simulated`; tests and demos only).

@@ -267,7 +267,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         Api::<Node>::all(ctx.client.clone()),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::watch_backoff())
     .modify(|n: &mut Node| {
         n.managed_fields_mut().clear();
         if let Some(s) = n.status.as_mut() {
@@ -282,7 +282,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         Api::<PartialObjectMeta<GpuNodeResult>>::namespaced(ctx.client.clone(), &ctx.cfg.namespace),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::watch_backoff())
     .reflect(result_writer)
     .touched_objects();
     let (validations, validation_writer) = reflector::store();
@@ -290,7 +290,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         Api::<GpuValidation>::all(ctx.client.clone()),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::watch_backoff())
     .reflect(validation_writer)
     .touched_objects();
     let nc = Arc::new(NodeStateCtx {

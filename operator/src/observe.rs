@@ -8,7 +8,10 @@ use kube::Resource;
 use kube::api::{ObjectMeta, PartialObjectMeta, ResourceExt};
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use std::collections::HashMap;
+
 use crate::controller::Ctx;
+use crate::reconcile::freshness::{self, Claim, PodId};
 use crate::reconcile::{PodPhase, PodView, ResultView, RoundView, World};
 
 /// Container waiting reasons that waiting will not cure: the pod counts as Failed.
@@ -177,13 +180,57 @@ pub fn round_view(r: &GpuFabricRound) -> RoundView {
     }
 }
 
+/// The pod a result names as its writer (`gpuval.io/pod-uid`, `gpuval.io/pod`).
+pub fn writer_of(meta: &ObjectMeta) -> Option<PodId<'_>> {
+    let ann = meta.annotations.as_ref()?;
+    Some(PodId {
+        name: ann.get(labels::POD)?,
+        uid: ann.get(labels::POD_UID).map(String::as_str),
+    })
+}
+
+/// The results of validation `uid` that may decide their node's verdict in the run of
+/// `generation` (see [`freshness`]); results of other generations are kept (the steps ignore
+/// and delete them), results of this generation that the node's current pod did not write
+/// are left out.
+fn counted_results(ctx: &Ctx, uid: &str, generation: i64) -> Vec<ResultView> {
+    let pods = ctx.pods.state();
+    let current: HashMap<String, PodId<'_>> = pods
+        .iter()
+        .filter(|p| owned_by(&p.metadata, uid))
+        .filter_map(|p| {
+            let view = pod_view(p)?;
+            let id = PodId {
+                name: p.metadata.name.as_deref()?,
+                uid: p.metadata.uid.as_deref(),
+            };
+            (view.generation == generation).then_some((view.node, id))
+        })
+        .collect();
+    owned_views(&ctx.results, uid, |r| {
+        let view = result_view(r)?;
+        let claim = Claim {
+            generation: view.generation,
+            writer: writer_of(&r.metadata),
+        };
+        match freshness::judge(claim, generation, current.get(&view.node).copied()) {
+            freshness::Freshness::NotCurrentPod { writer, current } => {
+                tracing::debug!(result = %view.name, writer = ?writer, current = %current, "ignoring a result the node's current pod did not write");
+                None
+            }
+            _ => Some(view),
+        }
+    })
+}
+
 /// Observes the cluster for one validation (from the stores; no API calls).
 pub fn observe(gv: &GpuValidation, ctx: &Ctx) -> World {
     let uid = gv.metadata.uid.as_deref().unwrap_or_default();
+    let generation = gv.metadata.generation.unwrap_or(0);
     World {
         nodes: ctx.nodes.state().iter().map(|n| n.name_any()).collect(),
         pods: owned_views(&ctx.pods, uid, pod_view),
-        results: owned_views(&ctx.results, uid, result_view),
+        results: counted_results(ctx, uid, generation),
         rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
         fabric_port: ctx.cfg.fabric.port,
     }
@@ -384,6 +431,24 @@ mod tests {
         assert_eq!(v.summary, "GPU3 memory: 2 mismatched words");
         let odd = result_view(&result_meta("Great")).unwrap();
         assert_eq!(odd.verdict, Verdict::Error, "an unknown verdict is no pass");
+    }
+
+    #[test]
+    fn a_results_writer_is_its_pod_uid_and_name() {
+        let mut meta = result_meta("Pass").metadata;
+        assert_eq!(writer_of(&meta), None, "a result that names no pod");
+        let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
+        ann.insert(labels::POD.into(), "gpuval-v-gpu-0-g2".into());
+        assert_eq!(
+            writer_of(&meta),
+            Some(PodId {
+                name: "gpuval-v-gpu-0-g2",
+                uid: None
+            })
+        );
+        let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
+        ann.insert(labels::POD_UID.into(), "u-9".into());
+        assert_eq!(writer_of(&meta).and_then(|w| w.uid), Some("u-9"));
     }
 
     #[test]

@@ -1,4 +1,9 @@
 //! etcd + kube-apiserver (+ controller-manager, scheduler, kwok) as child processes.
+//!
+//! A component can be stopped and started again on the same ports with the same data
+//! ([`ControlPlane::stop`], [`ControlPlane::start_again`]): an API server or etcd restart as
+//! an upgrade does it. With [`Options::audit_log`] the API server logs every write it is
+//! asked for (see [`crate::audit`]).
 
 use std::{
     fs::File,
@@ -71,6 +76,9 @@ pub struct Options {
     /// `app.kubernetes.io/name=gpuval-agent` are left to [`FakeKubelet`](crate::FakeKubelet),
     /// other pods on fake nodes are marked Running (see `kwok-stages.yaml`).
     pub kwok: bool,
+    /// The API server writes an audit log of every write request (`audit.log` in the control
+    /// plane's directory; see [`ControlPlane::audit_log`]).
+    pub audit_log: bool,
 }
 
 impl Options {
@@ -79,6 +87,7 @@ impl Options {
             controller_manager: true,
             scheduler: true,
             kwok: true,
+            audit_log: false,
         }
     }
 }
@@ -87,6 +96,9 @@ struct Proc {
     name: &'static str,
     child: Child,
     log: PathBuf,
+    /// How it was started, to start it again the same way.
+    program: std::ffi::OsString,
+    args: Vec<std::ffi::OsString>,
 }
 
 /// A running control plane. Dropping it stops every process and removes its directory.
@@ -97,7 +109,11 @@ pub struct ControlPlane {
     server: String,
     token: String,
     tools: Tools,
+    etcd_port: u16,
 }
+
+/// The audit policy: every write at the Metadata level (who, what, when, the answer), no reads.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: None\n  verbs: [get, list, watch]\n- level: Metadata\n";
 
 const ADMIN_TOKEN_USER: &str = "gpuval-test-admin";
 /// kwok's stages: fake nodes become Ready and keep heartbeating; agent pods are left to the
@@ -143,10 +159,12 @@ impl ControlPlane {
             server: String::new(),
             token: random_token(),
             tools,
+            etcd_port: 0,
         };
 
         // etcd
         let etcd_client = free_port()?;
+        cp.etcd_port = etcd_client;
         let etcd_peer = free_port()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_client}");
         let etcd_data = cp.dir.path().join("etcd");
@@ -185,9 +203,21 @@ impl ControlPlane {
         .map_err(io("write tokens.csv"))?;
         let port = free_port()?;
         cp.server = format!("https://127.0.0.1:{port}");
+        let mut audit = Vec::new();
+        if opts.audit_log {
+            let policy = cp.dir.path().join("audit-policy.yaml");
+            std::fs::write(&policy, AUDIT_POLICY).map_err(io("write the audit policy"))?;
+            audit.push(format!("--audit-policy-file={}", policy.display()));
+            audit.push(format!(
+                "--audit-log-path={}",
+                cp.dir.path().join("audit.log").display()
+            ));
+            audit.push("--audit-log-mode=blocking".into());
+        }
         cp.spawn(
             "kube-apiserver",
             Command::new(cp.tools.path("kube-apiserver"))
+                .args(&audit)
                 .arg(format!("--etcd-servers={etcd_url}"))
                 .arg(format!("--cert-dir={}", pki.display()))
                 .arg(format!("--secure-port={port}"))
@@ -289,6 +319,63 @@ impl ControlPlane {
         Ok(cp)
     }
 
+    /// The API server's audit log, when [`Options::audit_log`] asked for one.
+    pub fn audit_log(&self) -> Option<PathBuf> {
+        let path = self.dir.path().join("audit.log");
+        path.exists().then_some(path)
+    }
+
+    /// Writes an admin kubeconfig for another address of the API server (a proxy in front of
+    /// it) to `path`.
+    pub fn write_kubeconfig_for(&self, server: &str, path: &Path) -> Result<(), Error> {
+        std::fs::write(path, crate::auth::token_kubeconfig(server, &self.token))
+            .map_err(io(format!("write {}", path.display())))
+    }
+
+    /// Stops component `name` (SIGTERM, SIGKILL after 10 s) and waits for it to exit; its
+    /// ports and data stay for [`start_again`](Self::start_again).
+    pub fn stop(&mut self, name: &str) -> Result<(), Error> {
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.name == name)
+            .ok_or_else(|| Error::Tools(format!("no component {name}")))?;
+        stop_child(&mut p.child, Duration::from_secs(10));
+        Ok(())
+    }
+
+    /// Starts component `name` again as it was started first (same ports, same data
+    /// directory), appending to its log, and waits until it serves (etcd: its client port;
+    /// kube-apiserver: /readyz).
+    pub async fn start_again(&mut self, name: &'static str) -> Result<(), Error> {
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.name == name)
+            .ok_or_else(|| Error::Tools(format!("no component {name}")))?;
+        if matches!(p.child.try_wait(), Ok(None)) {
+            return Err(Error::Tools(format!("{name} is still running")));
+        }
+        let out = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p.log)
+            .map_err(io(format!("open {}", p.log.display())))?;
+        let err = out.try_clone().map_err(io("clone a log handle"))?;
+        let mut cmd = Command::new(&p.program);
+        cmd.args(&p.args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .current_dir(self.dir.path());
+        die_with_parent(&mut cmd);
+        p.child = cmd.spawn().map_err(io(format!("start {name} again")))?;
+        match name {
+            "etcd" => self.wait_tcp("etcd", self.etcd_port).await,
+            "kube-apiserver" => self.wait_apiserver().await.map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+
     /// A new client with admin rights.
     pub async fn client(&self) -> Result<Client, Error> {
         let kc = Kubeconfig::read_from(&self.kubeconfig).map_err(|e| Error::Kube(e.to_string()))?;
@@ -343,16 +430,15 @@ impl ControlPlane {
             .stdout(out)
             .stderr(err)
             .current_dir(self.dir.path());
-        // SAFETY: prctl is async-signal-safe; it asks the kernel to kill the child if the
-        // spawning thread dies, so nothing outlives a test process that is killed outright.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        die_with_parent(cmd);
         let child = cmd.spawn().map_err(io(format!("start {name}")))?;
-        self.procs.push(Proc { name, child, log });
+        self.procs.push(Proc {
+            name,
+            child,
+            log,
+            program: cmd.get_program().to_os_string(),
+            args: cmd.get_args().map(|a| a.to_os_string()).collect(),
+        });
         Ok(())
     }
 
@@ -436,18 +522,41 @@ impl Drop for ControlPlane {
         }
         // Stop in reverse order of start (clients first, etcd last), each fully before the next.
         for p in self.procs.iter_mut().rev() {
-            // SAFETY: plain kill(2) on our own child's pid.
-            unsafe {
-                libc::kill(p.child.id() as libc::pid_t, libc::SIGTERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while matches!(p.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = p.child.kill();
-            let _ = p.child.wait();
+            stop_child(&mut p.child, Duration::from_secs(5));
         }
     }
+}
+
+/// Makes the kernel kill the child if the spawning thread dies, so nothing outlives a test
+/// process that is killed outright.
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+/// SIGTERM, then SIGKILL after `grace`; waits for the exit. A child that exited already (and
+/// was waited for) is left alone, so no reused pid is signalled.
+fn stop_child(child: &mut Child, grace: Duration) {
+    if !matches!(child.try_wait(), Ok(None)) {
+        return;
+    }
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: plain kill(2) on our own child, not yet reaped (try_wait said it runs).
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + grace;
+    while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 fn free_port() -> Result<u16, Error> {

@@ -16,6 +16,7 @@ pub mod advance;
 pub mod clock;
 pub mod events;
 pub mod fabric;
+pub mod freshness;
 pub mod kstatus;
 pub mod start;
 pub mod summarize;

@@ -371,6 +371,7 @@ async fn run(args: Args) -> Result<bool, String> {
         controller_manager,
         scheduler: args.scheduler,
         kwok: false,
+        audit_log: false,
     })
     .await
     .map_err(|e| {
