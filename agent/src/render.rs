@@ -171,7 +171,10 @@ mod tests {
             simulated: false,
             node: Some("gpu-node-1".into()),
             verdict: Verdict::Error,
-            failures: vec!["no GPUs found".into()],
+            failures: vec![gpuval_crds::Reason::new(
+                gpuval_crds::Code::NoGpus,
+                "no GPUs found",
+            )],
             topology: Some(TopologyReport::default()),
             ..Default::default()
         };

@@ -95,6 +95,8 @@ pub fn check_settings(checks: &Checks, thresholds: &Thresholds) -> Result<(), Sp
         deadline: Some(DEADLINE_RANGE.max),
         on_failure: None,
         fabric: None,
+        expect: None,
+        severity_overrides: Vec::new(),
     };
     let value = serde_json::to_value(&spec).map_err(|e| SpecError::Schema(e.to_string()))?;
     check_spec(value).map(drop)
@@ -532,6 +534,8 @@ mod tests {
                 }),
                 ..Default::default()
             }),
+            expect: None,
+            severity_overrides: Vec::new(),
         };
         let json = serde_json::to_value(&spec).unwrap();
         let mut marked = Vec::new();
@@ -659,6 +663,30 @@ mod tests {
             (
                 json!({"checks": {"memory": {}}, "nodeSelector": {"matchLabels": {"a b": "x"}}}),
                 "nodeSelector.matchLabels: invalid label key \"a b\"",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "severityOverrides": [{"code": "RowsRemaped", "severity": "Fail"}]}),
+                "severityOverrides[0].code: unsupported value \"RowsRemaped\": supported values: \"GpuCountMismatch\"",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "severityOverrides": [{"code": "MeasurementMissing", "severity": "Info"}]}),
+                "severityOverrides[0].code: unsupported value \"MeasurementMissing\"",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "severityOverrides": [{"code": "RowsRemapped", "severity": "Error"}]}),
+                "severityOverrides[0].severity: unsupported value \"Error\"",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "severityOverrides": [{"code": "RowsRemapped", "severity": "Fail"}, {"code": "RowsRemapped", "severity": "Info"}]}),
+                "severityOverrides: spec.severityOverrides names RowsRemapped more than once",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "expect": {"pciBusIds": ["18:00"]}}),
+                "expect.pciBusIds[0]: invalid value \"18:00\"",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "expect": {"eccMode": "Yes"}}),
+                "expect.eccMode: unsupported value \"Yes\"",
             ),
         ];
         for (spec, want) in cases {
