@@ -494,7 +494,10 @@ mod tests {
     fn a_real_report_has_no_banner_and_names_are_escaped() {
         let mut r = crate::sample::report();
         r.simulated = false;
-        r.failures = vec!["<b>odd</b>".into()];
+        r.failures = vec![gpuval_crds::Reason::new(
+            gpuval_crds::Code::Unclassified,
+            "<b>odd</b>",
+        )];
         let page = html(&Document::single("x", r));
         assert!(!page.contains("SIMULATED"));
         assert!(page.contains("&lt;b&gt;odd&lt;/b&gt;"));

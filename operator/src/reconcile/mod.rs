@@ -16,6 +16,7 @@ pub mod advance;
 pub mod clock;
 pub mod events;
 pub mod fabric;
+pub mod fleet;
 pub mod kstatus;
 pub mod start;
 pub mod summarize;
@@ -151,6 +152,7 @@ pub fn next(
     }
 
     let (phase, summary) = conclude(&mut status, &nodes, generation, &now_t);
+    status.fleet = fleet::of(&world.results, generation);
     if phase.is_terminal() {
         step.events.push(events::finished(phase, &summary));
     } else {
@@ -314,6 +316,7 @@ mod tests {
             verdict: v,
             summary: summary.into(),
             fabric: Vec::new(),
+            facts: Default::default(),
         }
     }
 
@@ -638,6 +641,7 @@ mod tests {
                     verdict: v,
                     summary: format!("GPU{} memory: {} mismatched words", i % 8, i),
                     fabric: Vec::new(),
+                    facts: Default::default(),
                 }
             })
             .collect();
