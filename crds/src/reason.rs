@@ -290,9 +290,13 @@ fn overridable_code_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schem
     schemars::json_schema!({
         "type": "string",
         "enum": names,
+        "maxLength": MAX_CODE_LEN,
         "description": "The reason code whose severity changes (a code whose default severity is Error cannot be overridden: a check that could not measure never passes).",
     })
 }
+
+/// The longest code (the schema's bound, which keeps the uniqueness rule's CEL cost low).
+pub const MAX_CODE_LEN: usize = 40;
 
 /// The schema of an override's severity: Info, Warn or Fail (never Error).
 fn override_severity_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -526,6 +530,7 @@ mod tests {
             assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
             assert!(!c.meaning().is_empty());
         }
+        assert!(names.iter().all(|n| n.len() <= MAX_CODE_LEN));
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Code::ALL.len());

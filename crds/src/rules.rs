@@ -85,7 +85,6 @@ pub fn table() -> Vec<CelRule> {
         nccl_max_not_below_min(),
         fabric_measures_something(),
         node_names_total(),
-        severity_override_codes_unique(),
         match_labels_keys(),
         requirement_key(),
         requirement_needs_values(),
@@ -288,39 +287,6 @@ pub fn node_names_total() -> CelRule {
             }
         },
     )
-}
-
-fn duplicate_override_message(code: &str) -> String {
-    format!("spec.severityOverrides names {code} more than once: give each code one severity")
-}
-
-/// `spec.severityOverrides`: each code once (two severities for one code would be ambiguous);
-/// the message names the first code listed twice.
-pub fn severity_override_codes_unique() -> CelRule {
-    let dup = "self.filter(o, self.filter(p, p.code == o.code).size() > 1)";
-    CelRule {
-        rule: "self.all(o, self.exists_one(p, p.code == o.code))".into(),
-        message: Message::Expression(format!(
-            "'spec.severityOverrides names ' + {dup}[0].code + ' more than once: give each code one severity'"
-        )),
-        field_path: None,
-        reason: None,
-        check: |list| {
-            let codes: Vec<&str> = list
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|o| o.get("code").and_then(Value::as_str))
-                .collect();
-            match codes
-                .iter()
-                .find(|c| codes.iter().filter(|d| d == c).count() > 1)
-            {
-                Some(c) => Err(duplicate_override_message(c)),
-                None => Ok(()),
-            }
-        },
-    }
 }
 
 /// `matchLabels`: every key a label key; the message names the first bad key in sort order.
@@ -540,19 +506,6 @@ mod tests {
         let checks = at_least_one_check();
         refuses(&checks, json!({}));
         accepts(&checks, json!({"io": {}}));
-        let overrides = severity_override_codes_unique();
-        assert_eq!(
-            refuses(
-                &overrides,
-                json!([{"code": "RowsRemapped", "severity": "Fail"}, {"code": "XidNonFatal", "severity": "Fail"}, {"code": "RowsRemapped", "severity": "Info"}])
-            ),
-            "spec.severityOverrides names RowsRemapped more than once: give each code one severity"
-        );
-        accepts(
-            &overrides,
-            json!([{"code": "RowsRemapped", "severity": "Fail"}, {"code": "XidNonFatal", "severity": "Fail"}]),
-        );
-        accepts(&overrides, json!([]));
     }
 
     #[test]

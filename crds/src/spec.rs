@@ -103,7 +103,7 @@ pub struct GpuValidationSpec {
     /// overridden.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_SEVERITY_OVERRIDES))]
-    #[x_kube(validation = rules::severity_override_codes_unique())]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["code".into()]))]
     pub severity_overrides: Vec<crate::reason::SeverityOverride>,
 }
 

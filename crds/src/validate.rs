@@ -356,11 +356,40 @@ impl Walk {
         for (i, item) in items.iter().enumerate() {
             self.value(item, item_schema, &format!("{path}[{i}]"));
         }
-        if schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("set") {
-            for (i, item) in items.iter().enumerate() {
-                if items[..i].contains(item) {
-                    self.refuse(&format!("{path}[{i}]"), format!("duplicate value {item}"));
+        match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("set") => {
+                for (i, item) in items.iter().enumerate() {
+                    if items[..i].contains(item) {
+                        self.refuse(&format!("{path}[{i}]"), format!("duplicate value {item}"));
+                    }
                 }
+            }
+            Some("map") => self.map_keys(items, schema, path),
+            _ => {}
+        }
+    }
+
+    /// A `map` list: no two items with the same keys (as the API server refuses them).
+    fn map_keys(&mut self, items: &[Value], schema: &Value, path: &str) {
+        let keys: Vec<&str> = schema
+            .get("x-kubernetes-list-map-keys")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let key_of = |item: &Value| -> Map<String, Value> {
+            keys.iter()
+                .filter_map(|k| item.get(*k).map(|v| (k.to_string(), v.clone())))
+                .collect()
+        };
+        for (i, item) in items.iter().enumerate() {
+            let key = key_of(item);
+            if items[..i].iter().any(|other| key_of(other) == key) {
+                self.refuse(
+                    &format!("{path}[{i}]"),
+                    format!("duplicate entry {}", Value::Object(key)),
+                );
             }
         }
     }
@@ -678,7 +707,7 @@ mod tests {
             ),
             (
                 json!({"checks": {"memory": {}}, "severityOverrides": [{"code": "RowsRemapped", "severity": "Fail"}, {"code": "RowsRemapped", "severity": "Info"}]}),
-                "severityOverrides: spec.severityOverrides names RowsRemapped more than once",
+                "severityOverrides[1]: duplicate entry {\"code\":\"RowsRemapped\"}",
             ),
             (
                 json!({"checks": {"memory": {}}, "expect": {"pciBusIds": ["18:00"]}}),

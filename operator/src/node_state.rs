@@ -162,11 +162,16 @@ pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> 
     } else {
         format!("GpuValidation {}: {}", e.validation, e.message)
     };
-    if e.action != Remedy::None {
-        message = format!("{message} (action: {})", e.action);
-    }
-    if !e.codes.is_empty() {
-        message = format!("[{}] {message}", e.codes);
+    // Codes and action first: the message is cut at 300 characters.
+    let tags: Vec<String> = [
+        (!e.codes.is_empty()).then(|| e.codes.clone()),
+        (e.action != Remedy::None).then(|| format!("action {}", e.action)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !tags.is_empty() {
+        message = format!("[{}] {message}", tags.join("; "));
     }
     if message.len() > MAX_MESSAGE {
         let mut end = MAX_MESSAGE - 3;

@@ -81,12 +81,13 @@ fn missing_bus_ids(expect: &Expect, seen: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// `the node shows 7 GPUs, expected 8 (the node's nvidia.com/gpu capacity); NVML sees
-/// 0000:18:00.0, ...; no GPU at 0000:5d:00.0 (spec.expect.pciBusIds)`.
+/// `7 GPUs visible, 8 expected (the node's nvidia.com/gpu capacity): NVML sees 0000:18:00.0,
+/// ...; no GPU at 0000:5d:00.0 (spec.expect.pciBusIds); the checks were not run`. The words
+/// before the first `:` name the fault, as the validation's reason counts group them.
 fn count_reason(want: i32, from: CountSource, seen: &[String], missing: &[String]) -> Reason {
     let n = seen.len();
     let mut m = format!(
-        "the node shows {n} GPU{}, expected {want} ({}); NVML sees {}",
+        "{n} GPU{} visible, {want} expected ({}): NVML sees {}",
         plural(n as u64),
         from.words(),
         if seen.is_empty() {
@@ -227,7 +228,7 @@ mod tests {
         assert_eq!(r.code, Code::GpuCountMismatch);
         assert_eq!(r.action, gpuval_crds::Action::RebootNode);
         assert!(
-            r.message.starts_with("the node shows 7 GPUs, expected 8 (the node's nvidia.com/gpu capacity); NVML sees 0000:18:00.0, 0000:19:00.0,"),
+            r.message.starts_with("7 GPUs visible, 8 expected (the node's nvidia.com/gpu capacity): NVML sees 0000:18:00.0, 0000:19:00.0,"),
             "{}",
             r.message
         );
@@ -276,7 +277,7 @@ mod tests {
         assert_eq!(j.facts.reasons[0].code, Code::GpuBusIdMismatch);
         assert_eq!(
             j.facts.reasons[0].message,
-            "no GPU at 0000:aa:00.0 (spec.expect.pciBusIds); NVML sees GPUs at 0000:19:00.0 instead; the checks were not run"
+            "a GPU of spec.expect.pciBusIds is missing: no GPU at 0000:aa:00.0; NVML sees GPUs at 0000:19:00.0 instead; the checks were not run"
         );
     }
 

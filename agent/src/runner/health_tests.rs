@@ -56,7 +56,7 @@ fn a_node_short_of_a_gpu_fails_before_the_long_checks() {
     assert_eq!(r.action, Action::RebootNode);
     assert!(
         r.failures[0].message.starts_with(
-            "the node shows 7 GPUs, expected 8 (the node's nvidia.com/gpu capacity); NVML sees 0000:18:00.0, 0000:2a:00.0,"
+            "7 GPUs visible, 8 expected (the node's nvidia.com/gpu capacity): NVML sees 0000:18:00.0, 0000:2a:00.0,"
         ),
         "{}",
         r.failures[0]
@@ -77,7 +77,7 @@ fn a_node_short_of_a_gpu_fails_before_the_long_checks() {
     assert!(
         lines
             .iter()
-            .any(|l| l.starts_with("[facts] the node shows 7 GPUs"))
+            .any(|l| l.starts_with("[facts] 7 GPUs visible, 8 expected"))
     );
 
     // The listed slots name the missing GPU.
