@@ -84,9 +84,9 @@ pub mod labels {
     /// The node label with when that verdict was reached (UTC, `20261123T073000Z`: label-safe).
     pub const VALIDATED_AT: &str = "gpuval.io/validated-at";
 
-    /// A node result's and a node's recommended action (`ResetGpu`, `ReplaceHardware`, ...),
-    /// present when there is one beyond None, so that `-l gpuval.io/action=ReplaceHardware`
-    /// finds them.
+    /// The recommended action (`None`, `Rerun`, `ResetGpu`, `RebootNode`, `ReplaceHardware`):
+    /// on every node result, and on a node when it is not `None`, so that
+    /// `-l gpuval.io/action=ReplaceHardware` finds them.
     pub const ACTION: &str = "gpuval.io/action";
     /// Annotation on a node result: the codes of its failures (or warnings), comma-separated,
     /// worst first.

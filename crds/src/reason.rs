@@ -148,8 +148,9 @@ macro_rules! codes {
                 }
             }
 
-            /// True for a performance figure below its floor or its peers: re-measured once
-            /// before it fails (`spec.thresholds.remeasure`).
+            /// True for a performance figure below its floor or its peers that the runner
+            /// measures once more before it fails (`spec.thresholds.remeasure`): the memory,
+            /// compute, host transfer and peer-to-peer figures.
             pub fn is_performance(self) -> bool {
                 match self {
                     $(Code::$variant => $perf,)+
@@ -217,13 +218,13 @@ codes! {
     // ---- NCCL, training, file I/O ----
     NcclWrongResult => (Fail, ReplaceHardware, false, "An NCCL collective delivered wrong elements to a GPU."),
     NcclTransportFallback => (Fail, RebootNode, false, "NCCL fell back from NVLink peer-to-peer to shared memory or the network."),
-    NcclBandwidthLow => (Fail, RebootNode, true, "NCCL bus bandwidth below its floor, or small collectives slower than the ceiling."),
+    NcclBandwidthLow => (Fail, RebootNode, false, "NCCL bus bandwidth below its floor, or small collectives slower than the ceiling."),
     NcclAborted => (Error, Rerun, false, "A collective hung or NCCL failed; the communicators were aborted."),
     TrainingDiverged => (Fail, ReplaceHardware, false, "Replicas of the training step ended with different weights (silent data corruption)."),
-    TrainingSlow => (Fail, RebootNode, true, "The training step's throughput, scaling or overlap fell short."),
+    TrainingSlow => (Fail, RebootNode, false, "The training step's throughput, scaling or overlap fell short."),
     TrainingIncomplete => (Error, Rerun, false, "The training step stopped early or measured no step."),
     IoMismatch => (Fail, ReplaceHardware, false, "File data read back different from what was written."),
-    IoSlow => (Fail, None, true, "File write or read throughput below the spec's floor."),
+    IoSlow => (Fail, None, false, "File write or read throughput below the spec's floor."),
     IoError => (Error, Rerun, false, "The file I/O check could not run or finish (the message says why)."),
     // ---- reports written before reasons had codes ----
     Unclassified => (Fail, None, false, "A reason from a report written before reasons carried codes."),

@@ -27,15 +27,21 @@ pub fn any_gpu_short<R: CheckResult>(gpus: &mut [GpuReport], slot: Slot<R>) -> b
 }
 
 /// The note a result decided by a second measurement carries: `GPU3 memory: the first
-/// measurement fell short (3100 GB/s < 3600 GB/s (H200 profile)); a second measurement decided`.
-pub fn note(what: &str, first: &[Reason]) -> Reason {
+/// measurement fell short (3100 GB/s < 3600 GB/s (H200 profile)); a second measurement
+/// decided: it passed` (or `: it fell short too`).
+pub fn note(what: &str, first: &[Reason], second: Verdict) -> Reason {
     let short: Vec<&str> = first
         .iter()
         .filter(|r| r.code.is_performance() && r.severity >= Severity::Fail)
         .map(|r| r.message.as_str())
         .collect();
+    let outcome = match second {
+        Verdict::Pass | Verdict::Warn | Verdict::Skipped => "it passed",
+        Verdict::Fail => "it fell short too",
+        Verdict::Error => "it could not measure",
+    };
     Code::SecondMeasurement.says(format!(
-        "{what}: the first measurement fell short ({}); a second measurement decided",
+        "{what}: the first measurement fell short ({}); a second measurement decided: {outcome}",
         short.join("; ")
     ))
 }
@@ -55,12 +61,27 @@ pub fn replace_gpu_results<R: CheckResult>(
         let Some(old) = slot(first).take_if(|r| short_on_performance_only(r)) else {
             continue;
         };
-        let mut new = slot(again).take().unwrap_or_default();
-        new.worsen(note(&format!("GPU{index} {check}"), old.reasons()));
+        let what = format!("GPU{index} {check}");
+        let mut new = slot(again).take().unwrap_or_else(|| missing(&what));
+        let second = new.verdict();
+        new.worsen(note(&what, old.reasons(), second));
         *slot(first) = Some(new);
         replaced += 1;
     }
     replaced
+}
+
+/// The result of a second measurement that did not come back: an Error, never a pass.
+fn missing<R: CheckResult>(what: &str) -> R {
+    let mut r = R::default();
+    r.set_outcome(
+        Verdict::Error,
+        vec![
+            Code::MeasurementMissing
+                .says(format!("{what}: the second measurement did not come back")),
+        ],
+    );
+    r
 }
 
 /// The node-level version: `first` takes `second` when it fell short on performance only.
@@ -72,8 +93,9 @@ pub fn replace_node_result<R: CheckResult>(
     let Some(old) = first.take_if(|r| short_on_performance_only(r)) else {
         return false;
     };
-    let mut new = second.unwrap_or_default();
-    new.worsen(note(check, old.reasons()));
+    let mut new = second.unwrap_or_else(|| missing(check));
+    let verdict = new.verdict();
+    new.worsen(note(check, old.reasons(), verdict));
     *first = Some(new);
     true
 }
@@ -149,7 +171,7 @@ mod tests {
         assert_eq!(m(1).reasons[0].code, Code::SecondMeasurement);
         assert_eq!(
             m(1).reasons[0].message,
-            "GPU1 memory: the first measurement fell short (GPU? memory: 3100 GB/s < 3600 GB/s (H200 profile)); a second measurement decided"
+            "GPU1 memory: the first measurement fell short (GPU? memory: 3100 GB/s < 3600 GB/s (H200 profile)); a second measurement decided: it passed"
         );
         assert_eq!(
             m(2).verdict,
@@ -177,5 +199,24 @@ mod tests {
         let codes: Vec<Code> = r.reasons.iter().map(|x| x.code).collect();
         assert_eq!(codes, [Code::MemoryBandwidthLow, Code::SecondMeasurement]);
         assert!(r.reasons[0].message.contains("3050"));
+        assert!(
+            r.reasons[1]
+                .message
+                .ends_with("a second measurement decided: it fell short too")
+        );
+
+        let mut lost = Some(MemoryResult {
+            verdict: Verdict::Fail,
+            reasons: vec![Code::MemoryBandwidthLow.says("GPU0 memory: 3000 GB/s < 3600 GB/s")],
+            ..Default::default()
+        });
+        assert!(replace_node_result(&mut lost, None, "GPU0 memory"));
+        let r = lost.unwrap();
+        assert_eq!(
+            r.verdict,
+            Verdict::Error,
+            "a lost second measurement is never a pass"
+        );
+        assert_eq!(r.reasons[0].code, Code::MeasurementMissing);
     }
 }
