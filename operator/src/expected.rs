@@ -64,12 +64,14 @@ mod tests {
     use super::*;
 
     fn node(capacity: Option<&str>, label: Option<&str>) -> Node {
-        let mut n = Node::default();
-        n.status = Some(NodeStatus {
-            capacity: capacity
-                .map(|c| BTreeMap::from([(GPU_RESOURCE.to_string(), Quantity(c.into()))])),
+        let mut n = Node {
+            status: Some(NodeStatus {
+                capacity: capacity
+                    .map(|c| BTreeMap::from([(GPU_RESOURCE.to_string(), Quantity(c.into()))])),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         n.metadata.labels =
             label.map(|l| BTreeMap::from([(GFD_COUNT_LABEL.to_string(), l.to_string())]));
         n
