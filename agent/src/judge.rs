@@ -4,8 +4,8 @@
 //! live in its folder under `checks/`; the runner's aggregation into GPU and node verdicts in
 //! `runner::aggregate`.
 //!
-//! A reason is always made with its code ([`Reason::new`]`(Code::MemoryMismatch, ...)`, or
-//! [`Code::says`]): the code gives its default severity and action, and a result's verdict is
+//! A reason is always made with its code (`Reason::new(Code::MemoryMismatch, ...)`, or
+//! [`Says::says`]): the code gives its default severity and action, and a result's verdict is
 //! the worst its reasons' severities give ([`verdict_of`]).
 
 use gpuval_crds::reason::Overrides;
