@@ -409,7 +409,7 @@ mod tests {
         assert_eq!(
             c.message.as_deref(),
             Some(
-                "[MemoryMismatch] GpuValidation new: GPU5 memory: 3 mismatches (action: ReplaceHardware)"
+                "[MemoryMismatch; action ReplaceHardware] GpuValidation new: GPU5 memory: 3 mismatches"
             )
         );
         assert_eq!(failed.labels[labels::ACTION], "ReplaceHardware");

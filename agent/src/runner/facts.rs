@@ -117,7 +117,10 @@ fn bus_id_reason(expect: &Expect, seen: &[String], missing: &[String]) -> Reason
         .filter(|b| !listed.contains(b))
         .map(String::as_str)
         .collect();
-    let mut m = format!("no GPU at {} (spec.expect.pciBusIds)", missing.join(", "));
+    let mut m = format!(
+        "a GPU of spec.expect.pciBusIds is missing: no GPU at {}",
+        missing.join(", ")
+    );
     if !extra.is_empty() {
         m.push_str(&format!("; NVML sees GPUs at {} instead", extra.join(", ")));
     }
