@@ -27,9 +27,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use gpuval_crds::facts::CountSource;
 use gpuval_crds::result::result_name;
 use gpuval_crds::{
-    GpuNodeResult, GpuNodeResultSpec, GpuValidation, NodeReport, Verdict, agent_env, labels,
+    Action, GpuNodeResult, GpuNodeResultSpec, GpuValidation, NodeReport, Verdict, agent_env, labels,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Patch, PatchParams};
@@ -100,6 +101,9 @@ pub struct AgentEnv {
     pub result_jitter: Duration,
     /// Where the result is kept until stored (`GPUVAL_STATE_DIR`); None: in memory only.
     pub state_dir: Option<PathBuf>,
+    /// The GPU count the operator found for this node and where it came from
+    /// (`GPUVAL_EXPECTED_GPUS`, `GPUVAL_EXPECTED_GPUS_FROM`).
+    pub expected_gpus: Option<(i32, CountSource)>,
 }
 
 impl AgentEnv {
@@ -190,6 +194,7 @@ impl AgentEnv {
         let pod_uid = optional(agent_env::POD_UID);
 
         let result_jitter = result_jitter(&get)?;
+        let expected_gpus = expected_gpus(&get)?;
 
         Ok(Self {
             validation,
@@ -203,8 +208,46 @@ impl AgentEnv {
             io_dir,
             result_jitter,
             state_dir,
+            expected_gpus,
         })
     }
+}
+
+/// `GPUVAL_EXPECTED_GPUS` (a count from 1) and `GPUVAL_EXPECTED_GPUS_FROM` (`Spec`,
+/// `Capacity` or `Label`; default `Capacity`), both optional.
+fn expected_gpus(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Option<(i32, CountSource)>, EnvError> {
+    let name = agent_env::EXPECTED_GPUS;
+    let Some(text) = get(name).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let invalid = |name: &'static str, value: &str, why: &str| EnvError::Invalid {
+        name,
+        value: value.to_string(),
+        why: why.to_string(),
+    };
+    let count = match text.trim().parse::<i32>() {
+        Ok(n) if n >= 1 => n,
+        _ => {
+            return Err(invalid(
+                name,
+                &text,
+                "a GPU count is a whole number of at least 1",
+            ));
+        }
+    };
+    let from = match get(agent_env::EXPECTED_GPUS_FROM).filter(|v| !v.trim().is_empty()) {
+        None => CountSource::Capacity,
+        Some(f) => CountSource::parse(f.trim()).ok_or_else(|| {
+            invalid(
+                agent_env::EXPECTED_GPUS_FROM,
+                &f,
+                "use Spec, Capacity or Label",
+            )
+        })?,
+    };
+    Ok(Some((count, from)))
 }
 
 /// `GPUVAL_RESULT_JITTER_MS` (milliseconds, optional): the longest delay before the result
@@ -286,12 +329,13 @@ pub fn summary(report: &NodeReport) -> String {
     if report.failures.is_empty() {
         crate::render::headline(report)
     } else {
-        report.failures.join("; ")
+        let messages: Vec<&str> = report.failures.iter().map(|r| r.message.as_str()).collect();
+        messages.join("; ")
     }
 }
 
 /// The labels of a node result.
-pub fn result_labels(env: &AgentEnv, verdict: Verdict) -> BTreeMap<String, String> {
+pub fn result_labels(env: &AgentEnv, verdict: Verdict, action: Action) -> BTreeMap<String, String> {
     BTreeMap::from([
         (
             labels::VALIDATION.to_string(),
@@ -300,6 +344,7 @@ pub fn result_labels(env: &AgentEnv, verdict: Verdict) -> BTreeMap<String, Strin
         (labels::NODE.to_string(), labels::node_value(&env.node)),
         (labels::GENERATION.to_string(), env.generation.to_string()),
         (labels::VERDICT.to_string(), verdict.as_str().to_string()),
+        (labels::ACTION.to_string(), action.as_str().to_string()),
         (
             labels::MANAGED_BY_KEY.to_string(),
             labels::MANAGED_BY.to_string(),
@@ -321,21 +366,21 @@ pub fn result_object(env: &AgentEnv, report: &NodeReport) -> GpuNodeResult {
         metadata: ObjectMeta {
             name: Some(result_name(&env.validation, &env.node)),
             namespace: Some(env.namespace.clone()),
-            labels: Some(result_labels(env, report.verdict)),
+            labels: Some(result_labels(env, report.verdict, report.action)),
             annotations: Some(
-                BTreeMap::from([
-                    (labels::SUMMARY.to_string(), summary(report)),
+                [
+                    (labels::SUMMARY, summary(report)),
+                    (labels::CODES, report.codes()),
+                    (labels::VERSIONS, report.versions().annotation()),
                     // The full node name (the label may hold its shortened form).
-                    (labels::NODE.to_string(), env.node.clone()),
+                    (labels::NODE, env.node.clone()),
                     // Who wrote it: the operator counts only its current pod's result.
-                    (labels::POD.to_string(), env.pod_name.clone()),
-                ])
+                    (labels::POD, env.pod_name.clone()),
+                    (labels::POD_UID, env.pod_uid.clone().unwrap_or_default()),
+                ]
                 .into_iter()
-                .chain(
-                    env.pod_uid
-                        .clone()
-                        .map(|uid| (labels::POD_UID.to_string(), uid)),
-                )
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (k.to_string(), v))
                 .collect(),
             ),
             owner_references: Some(vec![owner]),
@@ -682,11 +727,8 @@ fn start_checks(
     validation: &GpuValidation,
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<NodeReport> {
-    let spec = &validation.spec;
-    let mut plan = Plan::new(
-        spec.checks.clone(),
-        spec.thresholds.clone().unwrap_or_default(),
-    );
+    let mut plan = Plan::from_spec(&validation.spec);
+    plan.expected_gpus = env.expected_gpus;
     plan.node = Some(env.node.clone());
     plan.io_dir = env.io_dir.clone();
     let choice = env.backend.clone();
@@ -707,7 +749,7 @@ fn backend_error_report(plan: &Plan, choice: &BackendChoice, e: &BackendError) -
     };
     report::could_not_run(
         report::started(kind, plan.node.clone()),
-        format!("GPU backend: {e}"),
+        crate::judge::error_reason_in("GPU backend", e),
     )
 }
 
@@ -956,7 +998,10 @@ mod tests {
             started_at: "2026-01-01T00:00:00Z".into(),
             finished_at: "2026-01-01T00:01:00Z".into(),
             verdict,
-            failures: failures.iter().map(|s| s.to_string()).collect(),
+            failures: failures
+                .iter()
+                .map(|s| gpuval_crds::Reason::new(gpuval_crds::Code::Unclassified, *s))
+                .collect(),
             ..Default::default()
         }
     }
@@ -964,13 +1009,14 @@ mod tests {
     #[test]
     fn labels_and_summary() {
         let e = env();
-        let l = result_labels(&e, Verdict::Fail);
+        let l = result_labels(&e, Verdict::Fail, Action::ResetGpu);
         assert_eq!(l["gpuval.io/validation"], "quick");
         assert_eq!(l["gpuval.io/node"], "gpu-node-1");
         assert_eq!(l["gpuval.io/generation"], "3");
         assert_eq!(l["gpuval.io/verdict"], "Fail");
         assert_eq!(l["app.kubernetes.io/managed-by"], "gpuval-operator");
-        assert_eq!(l.len(), 5);
+        assert_eq!(l["gpuval.io/action"], "ResetGpu");
+        assert_eq!(l.len(), 6);
 
         assert_eq!(
             summary(&report(Verdict::Fail, &["GPU3: memory", "GPU5: slow"])),
@@ -980,7 +1026,10 @@ mod tests {
         assert_eq!(summary(&passed), crate::render::headline(&passed));
         assert!(summary(&passed).ends_with("no GPUs"));
         for v in [Verdict::Pass, Verdict::Warn, Verdict::Error] {
-            assert_eq!(result_labels(&e, v)["gpuval.io/verdict"], v.as_str());
+            assert_eq!(
+                result_labels(&e, v, Action::None)["gpuval.io/verdict"],
+                v.as_str()
+            );
         }
     }
 
@@ -1025,10 +1074,12 @@ mod tests {
                     "gpuval.io/node": "gpu-node-1",
                     "gpuval.io/validation": "quick",
                     "gpuval.io/verdict": "Fail",
+                    "gpuval.io/action": "None",
                 },
                 "annotations": {
                     "gpuval.io/summary": "GPU3: memory: 12 mismatched words",
                     "gpuval.io/node": "gpu-node-1",
+                    "gpuval.io/codes": "Unclassified",
                     "gpuval.io/pod": "quick-gpu-node-1-abcde",
                     "gpuval.io/pod-uid": "pod-uid-7",
                 },

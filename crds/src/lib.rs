@@ -14,8 +14,10 @@ pub mod conditions;
 pub mod cron;
 pub mod duration;
 pub mod fabric;
+pub mod facts;
 pub mod names;
 pub mod nccl;
+pub mod reason;
 pub mod report;
 pub mod result;
 pub mod rules;
@@ -26,10 +28,12 @@ pub mod spec;
 pub mod status;
 pub mod training;
 pub mod validate;
+pub mod xid;
 
 pub use duration::{Duration, DurationError};
 pub use fabric::{FabricRoundSpec, GpuFabricRound};
 pub use nccl::*;
+pub use reason::{Action, Code, Reason, Severity, SeverityOverride};
 pub use report::*;
 pub use result::{GpuNodeResult, GpuNodeResultSpec};
 pub use schedule::{GpuValidationSchedule, GpuValidationScheduleSpec, GpuValidationScheduleStatus};
@@ -84,6 +88,16 @@ pub mod labels {
     pub const NODE_VERDICT: &str = VERDICT;
     /// The node label with when that verdict was reached (UTC, `20261123T073000Z`: label-safe).
     pub const VALIDATED_AT: &str = "gpuval.io/validated-at";
+
+    /// The recommended action (`None`, `Rerun`, `ResetGpu`, `RebootNode`, `ReplaceHardware`):
+    /// on every node result, and on a node when it is not `None`, so that
+    /// `-l gpuval.io/action=ReplaceHardware` finds them.
+    pub const ACTION: &str = "gpuval.io/action";
+    /// Annotation on a node result: the codes of its failures (or warnings), comma-separated,
+    /// worst first.
+    pub const CODES: &str = "gpuval.io/codes";
+    /// Annotation on a node result: the node's versions (`driver=570.86.15,vbios=...,cuda=12.8`).
+    pub const VERSIONS: &str = "gpuval.io/versions";
 
     /// The longest label value Kubernetes accepts.
     pub const MAX_VALUE_LEN: usize = 63;
@@ -163,6 +177,11 @@ pub mod agent_env {
     /// Optional: the longest random delay, in milliseconds, before the agent writes its result
     /// (the operator's `--agent-result-jitter-seconds`).
     pub const RESULT_JITTER_MS: &str = "GPUVAL_RESULT_JITTER_MS";
+    /// Optional: the GPUs the node should show (`spec.expect.gpuCount`, else the node's
+    /// `nvidia.com/gpu` capacity, else its `nvidia.com/gpu.count` label), as the operator found.
+    pub const EXPECTED_GPUS: &str = "GPUVAL_EXPECTED_GPUS";
+    /// Optional: where [`EXPECTED_GPUS`] came from (`Spec`, `Capacity`, `Label`).
+    pub const EXPECTED_GPUS_FROM: &str = "GPUVAL_EXPECTED_GPUS_FROM";
 }
 
 /// The extended resource that GPU nodes advertise (NVIDIA device plugin).

@@ -9,6 +9,7 @@ pub mod admission;
 pub mod apply;
 pub mod config;
 pub mod controller;
+pub mod expected;
 pub mod leader;
 pub mod metrics;
 pub mod node_state;

@@ -154,6 +154,7 @@ pub fn result_view(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultView> {
             .and_then(|a| a.get(labels::FABRIC_OUTCOMES))
             .map(|s| fabric_outcomes(&r.name_any(), s))
             .unwrap_or_default(),
+        facts: crate::reconcile::fleet::result_facts(labels, ann),
     })
 }
 

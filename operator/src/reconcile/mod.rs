@@ -16,6 +16,7 @@ pub mod advance;
 pub mod clock;
 pub mod events;
 pub mod fabric;
+pub mod fleet;
 pub mod freshness;
 pub mod kstatus;
 pub mod start;
@@ -152,6 +153,7 @@ pub fn next(
     }
 
     let (phase, summary) = conclude(&mut status, &nodes, generation, &now_t);
+    status.fleet = fleet::of(&world.results, generation);
     if phase.is_terminal() {
         step.events.push(events::finished(phase, &summary));
     } else {
@@ -315,6 +317,7 @@ mod tests {
             verdict: v,
             summary: summary.into(),
             fabric: Vec::new(),
+            facts: Default::default(),
         }
     }
 
@@ -639,6 +642,7 @@ mod tests {
                     verdict: v,
                     summary: format!("GPU{} memory: {} mismatched words", i % 8, i),
                     fabric: Vec::new(),
+                    facts: Default::default(),
                 }
             })
             .collect();

@@ -1592,7 +1592,7 @@ fn summarise(
                 if t.reasons.is_empty() {
                     String::new()
                 } else {
-                    format!(" ({})", t.reasons.join("; "))
+                    format!(" ({})", gpuval_crds::reason::messages(&t.reasons))
                 }
             ));
         }
@@ -1824,7 +1824,7 @@ fn check_fault(
     for g in rep.map(|r| r.gpus.as_slice()).unwrap_or_default() {
         let name = format!("GPU{}", g.index);
         if gpu_set.contains(g.index) {
-            let why: Vec<&String> = g
+            let why: Vec<&gpuval_crds::Reason> = g
                 .reasons
                 .iter()
                 .filter(|x| x.contains(&name) && reason.is_none_or(|r| x.contains(r)))

@@ -97,6 +97,7 @@ fn result(i: usize) -> ResultView {
         verdict,
         summary,
         fabric: Vec::new(),
+        facts: Default::default(),
     }
 }
 

@@ -18,7 +18,7 @@ use gpuval_crds::{
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::GpuCheck;
 use crate::config::given;
-use crate::judge::{Judge, fail_if_any, plural, ran, to_i64};
+use crate::judge::{Code, Judge, Reason, Says, measured, plural, ran, to_i64, verdict_of};
 use crate::profiles::ModelProfile;
 use crate::run_control::RunControl;
 
@@ -127,6 +127,7 @@ impl GpuCheck for Compute {
         for dtype in Dtype::ALL {
             judge.relative_per_gpu(
                 gpus,
+                Code::ComputeSlow,
                 dtype.as_str(),
                 "TFLOP/s",
                 |g| gemm_tflops(g, dtype),
@@ -150,15 +151,15 @@ impl Judge<'_> {
         }
         let transcendental = out.transcendental.as_ref().map(|t| {
             if t.mismatches > 0 {
-                reasons.push(format!(
+                reasons.push(Code::ComputeMismatch.says(format!(
                     "GPU{} transcendental: {} elements differed from the first run",
                     gpu.index, t.mismatches
-                ));
+                )));
             }
             transcendental_result(t)
         });
         ComputeResult {
-            verdict: fail_if_any(&reasons),
+            verdict: verdict_of(&reasons),
             reasons,
             seconds: out.seconds,
             matrix_size: spec.matrix_size,
@@ -173,17 +174,17 @@ fn gemm_reasons(
     g: &GemmOutcome,
     spec: &ComputeCheck,
     profile: Option<&ModelProfile>,
-) -> Vec<String> {
+) -> Vec<Reason> {
     let mut reasons = Vec::new();
     if g.mismatches > 0 {
-        reasons.push(format!(
+        reasons.push(Code::ComputeMismatch.says(format!(
             "GPU{gpu} {}: {} mismatched element{} in {} result comparisons (max relative error {:.2e})",
             g.dtype,
             g.mismatches,
             plural(g.mismatches),
             g.comparisons,
             g.max_rel_error
-        ));
+        )));
     }
     let floor = match spec.min_tflops.as_ref().and_then(|t| t.get(g.dtype)) {
         Some(v) => Some((f64::from(v), "spec minTflops".to_string())),
@@ -193,12 +194,16 @@ fn gemm_reasons(
         }),
     };
     if let Some((floor, source)) = floor {
-        let tflops = g.tflops();
-        if tflops < floor {
-            reasons.push(format!(
+        match measured(g.tflops()) {
+            None => reasons.push(Code::MeasurementMissing.says(format!(
+                "GPU{gpu} {}: no TFLOP/s were measured (the {source} floor cannot be checked)",
+                g.dtype
+            ))),
+            Some(tflops) if tflops < floor => reasons.push(Code::ComputeSlow.says(format!(
                 "GPU{gpu} {}: {tflops:.0} TFLOP/s < {floor:.0} TFLOP/s ({source})",
                 g.dtype
-            ));
+            ))),
+            Some(_) => {}
         }
     }
     reasons

@@ -15,7 +15,7 @@ use gpuval_crds::{
 
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::NodeCheck;
-use crate::judge::{Judge, fail_if_any, plural, round_to, to_i64};
+use crate::judge::{Code, Judge, Says, plural, round_to, to_i64, verdict_of};
 use crate::run_control::RunControl;
 use crate::text::{columns, dash, indent, span};
 
@@ -127,12 +127,12 @@ impl Judge<'_> {
     ) -> HostTransferResult {
         let mut reasons = Vec::new();
         if out.mismatches > 0 {
-            reasons.push(format!(
+            reasons.push(Code::HostTransferMismatch.says(format!(
                 "GPU{}: {} byte{} differed after a host → GPU → host round trip",
                 gpu.index,
                 out.mismatches,
                 plural(out.mismatches)
-            ));
+            )));
         }
         let floor = match spec.min_pinned_gbps {
             Some(v) => Some((f64::from(v), "spec minPinnedGbps".to_string())),
@@ -146,15 +146,15 @@ impl Judge<'_> {
                 ("device→host", rates.d2h_gbps),
             ] {
                 if v < floor {
-                    reasons.push(format!(
+                    reasons.push(Code::HostTransferSlow.says(format!(
                         "GPU{} {dir} pinned {v:.1} GB/s < {floor:.0} GB/s ({source})",
                         gpu.index
-                    ));
+                    )));
                 }
             }
         }
         HostTransferResult {
-            verdict: fail_if_any(&reasons),
+            verdict: verdict_of(&reasons),
             reasons,
             pinned: out.pinned.map(rates),
             pageable: out.pageable.map(rates),
@@ -172,7 +172,9 @@ impl Judge<'_> {
             ("host→device pinned", h2d as fn(&GpuReport) -> Option<f64>),
             ("device→host pinned", d2h),
         ] {
-            self.relative_per_gpu(gpus, dir, "GB/s", pick, |g| g.host_transfer.as_mut());
+            self.relative_per_gpu(gpus, Code::HostTransferSlow, dir, "GB/s", pick, |g| {
+                g.host_transfer.as_mut()
+            });
         }
     }
 }

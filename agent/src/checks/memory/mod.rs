@@ -16,7 +16,7 @@ use gpuval_crds::{GpuReport, MemoryCheck, MemoryResult, Mismatch, NodeReport};
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::GpuCheck;
 use crate::config::given;
-use crate::judge::{Judge, fail_if_any, gbps_of, plural, ran, to_i64};
+use crate::judge::{Code, Judge, Reason, Says, gbps_of, measured, plural, ran, to_i64, verdict_of};
 use crate::run_control::RunControl;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -100,7 +100,14 @@ impl GpuCheck for Memory {
     }
 
     fn compare(&self, judge: &Judge<'_>, gpus: &mut [GpuReport]) {
-        judge.relative_per_gpu(gpus, "memory", "GB/s", memory_gbps, |g| g.memory.as_mut());
+        judge.relative_per_gpu(
+            gpus,
+            Code::MemoryBandwidthLow,
+            "memory",
+            "GB/s",
+            memory_gbps,
+            |g| g.memory.as_mut(),
+        );
     }
 }
 
@@ -117,7 +124,7 @@ impl Judge<'_> {
         reasons.extend(free_memory_reason(gpu, out));
         reasons.extend(tested_share_reason(gpu.index, out, spec.fraction));
         MemoryResult {
-            verdict: fail_if_any(&reasons),
+            verdict: verdict_of(&reasons),
             reasons,
             tested_gib: out.bytes_tested as f64 / GIB,
             fraction: spec.fraction,
@@ -131,7 +138,7 @@ impl Judge<'_> {
         }
     }
 
-    fn memory_rate_reason(&self, gpu: &GpuInfo, gbps: f64, spec: &MemoryCheck) -> Option<String> {
+    fn memory_rate_reason(&self, gpu: &GpuInfo, gbps: f64, spec: &MemoryCheck) -> Option<Reason> {
         let (floor, source) = match spec.min_gbps {
             Some(v) => (f64::from(v), "spec minGbps".to_string()),
             None => {
@@ -139,16 +146,22 @@ impl Judge<'_> {
                 (p.memory_min_gbps, format!("{} profile", p.name))
             }
         };
+        let Some(gbps) = measured(gbps) else {
+            return Some(Code::MeasurementMissing.says(format!(
+                "GPU{} memory: no throughput was measured (the {source} floor cannot be checked)",
+                gpu.index
+            )));
+        };
         (gbps < floor).then(|| {
-            format!(
+            Code::MemoryBandwidthLow.says(format!(
                 "GPU{} memory: {gbps:.0} GB/s < {floor:.0} GB/s ({source})",
                 gpu.index
-            )
+            ))
         })
     }
 }
 
-fn memory_mismatch_reason(gpu: u32, out: &MemoryOutcome, spec: &MemoryCheck) -> Option<String> {
+fn memory_mismatch_reason(gpu: u32, out: &MemoryOutcome, spec: &MemoryCheck) -> Option<Reason> {
     let allowed = spec
         .max_mismatches
         .map_or(0, |m| u64::try_from(m).unwrap_or(0));
@@ -165,14 +178,14 @@ fn memory_mismatch_reason(gpu: u32, out: &MemoryOutcome, spec: &MemoryCheck) -> 
     } else {
         String::new()
     };
-    Some(format!(
+    Some(Code::MemoryMismatch.says(format!(
         "GPU{gpu} memory: {} mismatched word{}{first}{limit}",
         out.mismatches,
         plural(out.mismatches)
-    ))
+    )))
 }
 
-fn free_memory_reason(gpu: &GpuInfo, out: &MemoryOutcome) -> Option<String> {
+fn free_memory_reason(gpu: &GpuInfo, out: &MemoryOutcome) -> Option<Reason> {
     let total = if out.total_bytes > 0 {
         out.total_bytes
     } else {
@@ -180,28 +193,28 @@ fn free_memory_reason(gpu: &GpuInfo, out: &MemoryOutcome) -> Option<String> {
     } as f64;
     let free = out.free_bytes_before as f64;
     (total > 0.0 && free < MIN_FREE_SHARE * total).then(|| {
-        format!(
+        Code::MemoryBusy.says(format!(
             "GPU{}: only {:.0}% of memory free at start ({:.1} of {:.1} GiB); another process holds GPU memory",
             gpu.index,
             (100.0 * free / total).floor(),
             free / GIB,
             total / GIB
-        )
+        ))
     })
 }
 
-fn tested_share_reason(gpu: u32, out: &MemoryOutcome, asked: f64) -> Option<String> {
+fn tested_share_reason(gpu: u32, out: &MemoryOutcome, asked: f64) -> Option<Reason> {
     if out.free_bytes_before == 0 || asked <= 0.0 {
         return None;
     }
     let tested = out.bytes_tested as f64 / out.free_bytes_before as f64;
     (tested < MIN_TESTED_SHARE * asked).then(|| {
-        format!(
+        Code::MemoryUndertested.says(format!(
             "GPU{gpu} memory: tested {:.1} GiB, {:.0}% of free memory, well below the {:.0}% asked for",
             out.bytes_tested as f64 / GIB,
             100.0 * tested,
             100.0 * asked
-        )
+        ))
     })
 }
 
