@@ -293,6 +293,7 @@ async fn run(args: Args) -> Result<bool, String> {
         controller_manager,
         scheduler: args.scheduler,
         kwok: false,
+        in_cluster: None,
     })
     .await
     .map_err(|e| {
