@@ -192,6 +192,12 @@ have_image "localhost/gpuval-pause:$TAG" && [ -s "$OUT/gpuval-pause.tar" ] || { 
 have_image "$operator_base" || { log "operator base $operator_base (Debian packages)"; timed build_operator_base "$operator_base"; }
 have_image "$agent_base" || { log "agent base $agent_base (Debian packages, CUDA wheels)"; timed build_agent_base "$agent_base"; }
 
+# Base images of earlier inputs go.
+for old in $(bh images --format '{{.Name}}:{{.Tag}}' | grep -E '^localhost/gpuval-(operator|agent)-base:' \
+  | grep -v -x -e "$operator_base" -e "$agent_base" || true); do
+  bh rmi "$old" >/dev/null
+done
+
 # The Dockerfile's targets, binaries from DIST: a build context holding only target/dist.
 ctx=$work/context
 mkdir -p "$ctx/target/dist"
@@ -200,33 +206,39 @@ for f in gpuval-operator gpuval-agent gpuval-operator.cdx.json gpuval-agent.cdx.
 done
 revision=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 build_target() {
-  bh bud -q --isolation chroot --pull-never -f Dockerfile --target "$1" \
+  # Docker's image format, as `docker build` writes it (the OCI format has no SHELL).
+  bh bud -q --isolation chroot --pull-never --format docker -f Dockerfile --target "$1" \
     --build-arg BINARIES=dist --build-arg "OPERATOR_BASE=$operator_base" \
     --build-arg "AGENT_BASE=$agent_base" --build-arg "VERSION=$VERSION" \
     --build-arg "REVISION=$revision" --build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-    -t "localhost/gpuval-$1:$TAG" "$ctx" >/dev/null
+    -t "localhost/gpuval-$1:$TAG" "$ctx" >&2
 }
 for target in operator agent; do
   log "image gpuval-$target (Dockerfile --target $target, BINARIES=dist)"
   timed build_target "$target"
 done
 
-# OCI archives for `ctr images import`, layers uncompressed (the test node unpacks them at once).
+# OCI archives for `ctr images import`.
 for image in operator agent pause; do
   rm -f "$OUT/gpuval-$image.tar"
-  bh push -q --disable-compression "localhost/gpuval-$image:$TAG" \
+  bh push -q "localhost/gpuval-$image:$TAG" \
     "oci-archive:$OUT/gpuval-$image.tar:localhost/gpuval-$image:$TAG"
 done
-size() { bh inspect --type image --format '{{.Size}}' "$1" 2>/dev/null || echo 0; }
+# Uncompressed size as buildah reports it, and the archive's bytes (what a registry would
+# transfer: buildah compresses the layers).
+size() { bh images --json "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["size"])'; }
+bytes() { stat -c %s "$OUT/gpuval-$1.tar"; }
 {
   echo "INPUTS=$inputs"
   echo "TAG=$TAG"
   echo "OPERATOR_IMAGE=localhost/gpuval-operator:$TAG"
   echo "AGENT_IMAGE=localhost/gpuval-agent:$TAG"
   echo "PAUSE_IMAGE=localhost/gpuval-pause:$TAG"
-  echo "OPERATOR_BYTES=$(size "localhost/gpuval-operator:$TAG")"
-  echo "AGENT_BYTES=$(size "localhost/gpuval-agent:$TAG")"
-  echo "PAUSE_BYTES=$(size "localhost/gpuval-pause:$TAG")"
+  for image in operator agent pause; do
+    upper=$(echo "$image" | tr a-z A-Z)
+    echo "${upper}_SIZE=$(size "localhost/gpuval-$image:$TAG")"
+    echo "${upper}_ARCHIVE_BYTES=$(bytes "$image")"
+  done
   echo "$dist_sums" | awk '{print "DIST_SHA256_" toupper($2) "=" $1}' | tr '.-' '__'
 } > "$OUT/images.env"
 # Drop what the builds left behind (containers, untagged layers); the tagged images stay.

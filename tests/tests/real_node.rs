@@ -15,7 +15,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
 use gpuval_tests::chart;
@@ -45,11 +45,21 @@ async fn the_chart_runs_in_containers_on_a_real_kubelet() {
     };
     let client = node.client().await.expect("client");
     let io_dir = admin_io_dir(&node);
+    let mut clock = Instant::now();
+    let mut lap = |what: &str| {
+        println!("{what}: {:.1}s", clock.elapsed().as_secs_f64());
+        clock = Instant::now();
+    };
     helm_install(&node, &io_dir);
+    lap("helm install");
     operator_ready_and_locked_down(&node, &client).await;
+    lap("operator Deployment Ready, its container locked down");
     quick_validation_passes(&node, &client, &io_dir).await;
+    lap("quick example Passed (agent container, simulated, I/O as 65532)");
     killed_agent_gives_error(&node, &client).await;
+    lap("killed agent container: node Error with the reason");
     uninstall_leaves_nothing_running(&node, &client).await;
+    lap("helm uninstall: no pod, no container");
 }
 
 /// The administrator's I/O directory: owned by the agent's user, mode 0700, so only that user
@@ -93,17 +103,25 @@ fn helm_install(node: &RealNode, io_dir: &Path) {
         notes.contains("SIMULATED"),
         "the notes warn that agents are simulated: {notes}"
     );
-    println!(
-        "helm install with {} ({} MB) and {} ({} MB)",
-        images.operator.reference,
-        images.operator.bytes / 1_000_000,
-        images.agent.reference,
-        images.agent.bytes / 1_000_000
-    );
+    for image in [&images.operator, &images.agent] {
+        println!(
+            "image {}: {} ({:.1} MB as an archive)",
+            image.reference,
+            image.size,
+            image.archive_bytes as f64 / 1e6
+        );
+    }
 }
 
 /// Waits up to `secs` for `name` to satisfy `cond`; on a timeout, fails with the node's logs.
-async fn wait<K>(node: &RealNode, api: Api<K>, name: &str, secs: u64, what: &str, cond: impl Condition<K>) -> K
+async fn wait<K>(
+    node: &RealNode,
+    api: Api<K>,
+    name: &str,
+    secs: u64,
+    what: &str,
+    cond: impl Condition<K>,
+) -> K
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -125,7 +143,13 @@ fn container_id(pod: &Pod) -> String {
         .and_then(|c| c.first())
         .and_then(|c| c.container_id.as_deref())
         .and_then(|id| id.strip_prefix("containerd://"))
-        .unwrap_or_else(|| panic!("{} has no containerd container: {:?}", pod.name_any(), pod.status))
+        .unwrap_or_else(|| {
+            panic!(
+                "{} has no containerd container: {:?}",
+                pod.name_any(),
+                pod.status
+            )
+        })
         .to_string()
 }
 
@@ -143,19 +167,32 @@ fn container_process(node: &RealNode, pod: &Pod) -> ProcessFacts {
 
 fn assert_locked_down(what: &str, p: &ProcessFacts) {
     assert_eq!(p.uids, [NONROOT; 4], "{what} runs as {NONROOT}: {p:?}");
-    assert_eq!(p.gids, [NONROOT; 4], "{what} runs as group {NONROOT}: {p:?}");
+    assert_eq!(
+        p.gids, [NONROOT; 4],
+        "{what} runs as group {NONROOT}: {p:?}"
+    );
     assert_eq!(p.cap_eff, 0, "{what} has no capabilities: {p:?}");
     assert!(p.no_new_privs, "{what} cannot gain privileges: {p:?}");
-    assert!(p.root_read_only, "{what} has a read-only root filesystem: {p:?}");
+    assert!(
+        p.root_read_only,
+        "{what} has a read-only root filesystem: {p:?}"
+    );
 }
 
 async fn operator_ready_and_locked_down(node: &RealNode, client: &Client) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let name = format!("{RELEASE}-operator");
-    wait(node, deployments, &name, 240, "Ready", |d: Option<&Deployment>| {
-        d.and_then(|d| d.status.as_ref())
-            .is_some_and(|s| s.ready_replicas == Some(1) && s.available_replicas == Some(1))
-    })
+    wait(
+        node,
+        deployments,
+        &name,
+        240,
+        "Ready",
+        |d: Option<&Deployment>| {
+            d.and_then(|d| d.status.as_ref())
+                .is_some_and(|s| s.ready_replicas == Some(1) && s.available_replicas == Some(1))
+        },
+    )
     .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let list = pods
@@ -165,11 +202,25 @@ async fn operator_ready_and_locked_down(node: &RealNode, client: &Client) {
     assert_eq!(list.items.len(), 1, "one operator pod");
     let pod = &list.items[0];
     // Ready through its readiness probe, which the kubelet ran against the container.
-    let status = &pod.status.as_ref().expect("status").container_statuses.as_ref().expect("containers")[0];
+    let status = &pod
+        .status
+        .as_ref()
+        .expect("status")
+        .container_statuses
+        .as_ref()
+        .expect("containers")[0];
     assert!(status.ready, "{status:?}");
     let spec = &pod.spec.as_ref().expect("spec").containers[0];
-    assert!(spec.readiness_probe.as_ref().and_then(|p| p.http_get.as_ref()).is_some());
-    assert_eq!(spec.image.as_deref(), Some(node.images().operator.reference.as_str()));
+    assert!(
+        spec.readiness_probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .is_some()
+    );
+    assert_eq!(
+        spec.image.as_deref(),
+        Some(node.images().operator.reference.as_str())
+    );
     assert_locked_down("the operator", &container_process(node, pod));
 }
 
@@ -221,10 +272,16 @@ async fn quick_validation_passes(node: &RealNode, client: &Client, io_dir: &Path
     let result = &list.items[0];
     assert_eq!(result.spec.node_name, node.name());
     let report = serde_json::to_value(result.status.as_ref().expect("report")).expect("JSON");
-    assert_eq!(report["simulated"], true, "the simulated backend says so: {report}");
+    assert_eq!(
+        report["simulated"], true,
+        "the simulated backend says so: {report}"
+    );
     let io = &report["io"];
     assert_eq!(io["verdict"], "Pass", "the I/O check passed: {io}");
-    assert!(io["bytes"].as_i64().is_some_and(|b| b >= 2 * 8 << 20), "{io}");
+    assert!(
+        io["bytes"].as_i64().is_some_and(|b| b >= 2 * 8 << 20),
+        "{io}"
+    );
     // Written by the agent with its own token: the admission policy lets only a pod-bound
     // token of a pod on this node write this node's result, as field manager gpuval-agent/<node>.
     let managers: Vec<String> = result
@@ -238,35 +295,51 @@ async fn quick_validation_passes(node: &RealNode, client: &Client, io_dir: &Path
     );
     // Only UID 65532 could write into the 0700 directory; the check removed its files.
     assert_eq!(
-        std::fs::read_dir(io_dir).expect("read the I/O directory").count(),
+        std::fs::read_dir(io_dir)
+            .expect("read the I/O directory")
+            .count(),
         0,
         "the I/O check cleaned up after itself"
     );
 }
 
 async fn killed_agent_gives_error(node: &RealNode, client: &Client) {
-    kubectl_apply(node, "fault", &quick_example("fault", "1h"));
+    let mut fault = quick_example("fault", "1h");
+    fault["spec"]["deadline"] = json!("2h");
+    kubectl_apply(node, "fault", &fault);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let pod_name = format!("gpuval-fault-{}-g1", node.name());
-    let pod = wait(node, pods, &pod_name, 240, "running its agent", |p: Option<&Pod>| {
-        p.and_then(|p| p.status.as_ref())
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|c| c.first())
-            .is_some_and(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-    })
+    let pod = wait(
+        node,
+        pods,
+        &pod_name,
+        240,
+        "running its agent",
+        |p: Option<&Pod>| {
+            p.and_then(|p| p.status.as_ref())
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|c| c.first())
+                .is_some_and(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        },
+    )
     .await;
     let agent = container_process(node, &pod);
     assert_locked_down("the agent", &agent);
     let spec = pod.spec.as_ref().expect("spec");
     assert!(
-        spec.volumes.iter().flatten().any(|v| v.projected.as_ref().is_some_and(|p| p
-            .sources
+        spec.volumes
             .iter()
             .flatten()
-            .any(|s| s.service_account_token.is_some()))),
+            .any(|v| v.projected.as_ref().is_some_and(|p| p
+                .sources
+                .iter()
+                .flatten()
+                .any(|s| s.service_account_token.is_some()))),
         "the agent gets a projected service-account token"
     );
-    node.ctr().kill(&container_id(&pod), "SIGKILL").expect("kill the agent");
+    node.ctr()
+        .kill(&container_id(&pod), "SIGKILL")
+        .expect("kill the agent");
 
     let validations: Api<GpuValidation> = Api::all(client.clone());
     let gv = wait(node, validations, "fault", 180, "finished", terminal).await;
@@ -287,11 +360,24 @@ async fn killed_agent_gives_error(node: &RealNode, client: &Client) {
 
 async fn uninstall_leaves_nothing_running(node: &RealNode, client: &Client) {
     let mut delete = node.control_plane().kubectl().expect("kubectl");
-    delete.args(["delete", "gpuvalidations", "--all", "--wait", "--timeout=120s"]);
+    delete.args([
+        "delete",
+        "gpuvalidations",
+        "--all",
+        "--wait",
+        "--timeout=120s",
+    ]);
     chart::output(&mut delete).unwrap_or_else(|e| panic!("delete the validations: {e}"));
     let mut uninstall = chart::helm().expect("helm");
     uninstall
-        .args(["uninstall", RELEASE, "--namespace", NS, "--wait", "--timeout=180s"])
+        .args([
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NS,
+            "--wait",
+            "--timeout=180s",
+        ])
         .arg("--kubeconfig")
         .arg(node.control_plane().kubeconfig());
     chart::output(&mut uninstall).unwrap_or_else(|e| panic!("helm uninstall: {e}"));

@@ -49,8 +49,14 @@ impl Layout {
         let write = |path: &Path, text: String| {
             std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))
         };
-        write(&self.config, self.config_toml(&tools.runc, &tools.cni_bin, &pause.reference))?;
-        write(&self.cni_conf.join("10-gpuval.conflist"), self.cni_conflist(bridge))
+        write(
+            &self.config,
+            self.config_toml(&tools.runc, &tools.cni_bin, &pause.reference),
+        )?;
+        write(
+            &self.cni_conf.join("10-gpuval.conflist"),
+            self.cni_conflist(bridge),
+        )
     }
 
     /// containerd 1.6+ (config version 2). `restrict_oom_score_adj`: the host may lack
@@ -201,7 +207,8 @@ impl Ctr {
     /// Sends `signal` (e.g. SIGKILL) to a container's process, as an operator of the node
     /// might: the kubelet sees the container die.
     pub fn kill(&self, id: &str, signal: &str) -> Result<(), String> {
-        self.run(&["tasks", "kill", "--signal", signal, id]).map(drop)
+        self.run(&["tasks", "kill", "--signal", signal, id])
+            .map(drop)
     }
 
     /// Removes a task (killing it) and its container.
@@ -271,7 +278,9 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<String, 
             Err(e) => return Err(format!("wait: {e}")),
         }
     }
-    let out = child.wait_with_output().map_err(|e| format!("read output: {e}"))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("read output: {e}"))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {

@@ -19,8 +19,13 @@ impl Daemon {
     /// Starts `cmd` with stdout and stderr to `log`.
     pub fn spawn(name: &'static str, cmd: &mut Command, log: &Path) -> Result<Self, String> {
         let out = File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
-        let err = out.try_clone().map_err(|e| format!("clone a log handle: {e}"))?;
-        cmd.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
+        let err = out
+            .try_clone()
+            .map_err(|e| format!("clone a log handle: {e}"))?;
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
         // SAFETY: prctl is async-signal-safe; the kernel kills the daemon if the thread that
         // started it dies, so nothing outlives a test process killed outright.
         unsafe {

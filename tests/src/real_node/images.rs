@@ -23,8 +23,10 @@ pub struct Image {
     /// `localhost/gpuval-agent:ci`.
     pub reference: String,
     pub archive: PathBuf,
-    /// Uncompressed size (the sum of its layers), as buildah reports it.
-    pub bytes: u64,
+    /// Uncompressed size as buildah reports it (`967 MB`).
+    pub size: String,
+    /// The archive's size (compressed layers: what a registry would transfer).
+    pub archive_bytes: u64,
 }
 
 impl Image {
@@ -49,7 +51,8 @@ pub struct Images {
     pub pause: Image,
 }
 
-const BUILD_HINT: &str = "run `make images` (after `make release sbom`; it runs tests/scripts/build-images.sh)";
+const BUILD_HINT: &str =
+    "run `make images` (after `make release sbom`; it runs tests/scripts/build-images.sh)";
 
 impl Images {
     /// Reads `dir/images.env`; Err says what is missing or stale and how to build it.
@@ -59,22 +62,26 @@ impl Images {
             .map_err(|e| format!("no images at {} ({e}): {BUILD_HINT}", env_file.display()))?;
         let vars = parse_env(&text);
         let image = |kind: &str, file: &str| -> Result<Image, String> {
-            let reference = vars
-                .get(&format!("{kind}_IMAGE"))
-                .cloned()
-                .ok_or_else(|| format!("{} names no {kind}_IMAGE: {BUILD_HINT}", env_file.display()))?;
+            let reference = vars.get(&format!("{kind}_IMAGE")).cloned().ok_or_else(|| {
+                format!("{} names no {kind}_IMAGE: {BUILD_HINT}", env_file.display())
+            })?;
             let archive = dir.join(file);
             if !archive.is_file() {
                 return Err(format!("{} is missing: {BUILD_HINT}", archive.display()));
             }
-            let bytes = vars
-                .get(&format!("{kind}_BYTES"))
+            let size = vars
+                .get(&format!("{kind}_SIZE"))
+                .cloned()
+                .unwrap_or_default();
+            let archive_bytes = vars
+                .get(&format!("{kind}_ARCHIVE_BYTES"))
                 .and_then(|b| b.parse().ok())
                 .unwrap_or(0);
             Ok(Image {
                 reference,
                 archive,
-                bytes,
+                size,
+                archive_bytes,
             })
         };
         let images = Self {
@@ -138,9 +145,13 @@ mod tests {
         let i = Image {
             reference: "localhost:5000/gpuval-agent:ci".into(),
             archive: PathBuf::new(),
-            bytes: 0,
+            size: String::new(),
+            archive_bytes: 0,
         };
-        assert_eq!((i.repository(), i.tag()), ("localhost:5000/gpuval-agent", "ci"));
+        assert_eq!(
+            (i.repository(), i.tag()),
+            ("localhost:5000/gpuval-agent", "ci")
+        );
     }
 
     #[test]
@@ -149,7 +160,10 @@ mod tests {
         std::fs::write(dist.path().join("gpuval-agent"), b"agent v2").unwrap();
         let mut vars = parse_env("AGENT_IMAGE=localhost/gpuval-agent:ci\n");
         let err = check_current(&vars, dist.path()).unwrap_err();
-        assert!(err.contains("gpuval-agent") && err.contains("make images"), "{err}");
+        assert!(
+            err.contains("gpuval-agent") && err.contains("make images"),
+            "{err}"
+        );
         vars.insert("DIST_SHA256_GPUVAL_AGENT".into(), sha256_hex(b"agent v2"));
         check_current(&vars, dist.path()).expect("current");
         // No dist at all: nothing to compare with.

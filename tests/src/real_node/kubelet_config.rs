@@ -98,6 +98,11 @@ mod tests {
             yaml["containerRuntimeEndpoint"],
             "unix:///tmp/node-x/containerd.sock"
         );
-        assert!(yaml["podLogsDir"].as_str().unwrap().starts_with("/tmp/node-x/"));
+        assert!(
+            yaml["podLogsDir"]
+                .as_str()
+                .unwrap()
+                .starts_with("/tmp/node-x/")
+        );
     }
 }

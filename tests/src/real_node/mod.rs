@@ -182,15 +182,22 @@ impl RealNode {
     }
 
     async fn start_containerd(&mut self) -> Result<(), Error> {
-        let bridge = self.bridge.as_ref().ok_or_else(|| step("start containerd")("no bridge".into()))?;
+        let bridge = self
+            .bridge
+            .as_ref()
+            .ok_or_else(|| step("start containerd")("no bridge".into()))?;
         let layout = containerd::Layout::new(self.dir.path());
         layout
             .write(&self.tools, bridge, &self.images.pause)
             .map_err(step("write the containerd and CNI configuration"))?;
         let mut cmd = std::process::Command::new(&self.tools.containerd);
         cmd.arg("--config").arg(&layout.config);
-        let daemon = Daemon::spawn("containerd", &mut cmd, &self.dir.path().join("containerd.log"))
-            .map_err(step("start containerd"))?;
+        let daemon = Daemon::spawn(
+            "containerd",
+            &mut cmd,
+            &self.dir.path().join("containerd.log"),
+        )
+        .map_err(step("start containerd"))?;
         self.containerd = Some(daemon);
         self.containerd_ref()?
             .wait_for_path(&layout.socket, Duration::from_secs(30))
@@ -199,7 +206,8 @@ impl RealNode {
         let ctr = Ctr::new(self.tools.ctr.clone(), layout.socket.clone());
         let imported = Instant::now();
         for archive in self.images.archives() {
-            ctr.import(archive).map_err(step(format!("import {}", archive.display())))?;
+            ctr.import(archive)
+                .map_err(step(format!("import {}", archive.display())))?;
         }
         println!(
             "images imported into containerd in {:.1}s",
@@ -226,9 +234,17 @@ impl RealNode {
     }
 
     async fn start_kubelet(&mut self, opts: &RealNodeOptions) -> Result<(), Error> {
-        let cp = self.cp.as_ref().ok_or_else(|| step("start the kubelet")("no control plane".into()))?;
-        let bridge = self.bridge.as_ref().ok_or_else(|| step("start the kubelet")("no bridge".into()))?;
-        self.cgroup.create().map_err(step("create the node's cgroups"))?;
+        let cp = self
+            .cp
+            .as_ref()
+            .ok_or_else(|| step("start the kubelet")("no control plane".into()))?;
+        let bridge = self
+            .bridge
+            .as_ref()
+            .ok_or_else(|| step("start the kubelet")("no bridge".into()))?;
+        self.cgroup
+            .create()
+            .map_err(step("create the node's cgroups"))?;
         let config = kubelet_config::KubeletConfig {
             dir: self.dir.path().to_path_buf(),
             runtime_socket: containerd::Layout::new(self.dir.path()).socket,
@@ -243,7 +259,10 @@ impl RealNode {
         cmd.arg(format!("--config={}", file.display()))
             .arg(format!("--kubeconfig={}", cp.kubeconfig().display()))
             .arg(format!("--root-dir={}", config.root_dir().display()))
-            .arg(format!("--cert-dir={}", self.dir.path().join("kubelet-pki").display()))
+            .arg(format!(
+                "--cert-dir={}",
+                self.dir.path().join("kubelet-pki").display()
+            ))
             .arg(format!("--hostname-override={}", self.name))
             .arg(format!("--node-ip={}", bridge.gateway()))
             .arg("--v=1");
@@ -270,9 +289,16 @@ impl RealNode {
         }]);
         let mut kubectl = self.control_plane().kubectl()?;
         kubectl
-            .args(["patch", "node", &self.name, "--subresource=status", "--type=json"])
+            .args([
+                "patch",
+                "node",
+                &self.name,
+                "--subresource=status",
+                "--type=json",
+            ])
             .arg(format!("--patch={patch}"));
-        crate::chart::output(&mut kubectl).map_err(step(format!("patch {}'s capacity", self.name)))?;
+        crate::chart::output(&mut kubectl)
+            .map_err(step(format!("patch {}'s capacity", self.name)))?;
         let want = gpus.to_string();
         self.wait_node(client, "allocatable nvidia.com/gpu", move |n| {
             n.status
@@ -291,14 +317,19 @@ impl RealNode {
         cond: impl Fn(&Node) -> bool,
     ) -> Result<(), Error> {
         let nodes: Api<Node> = Api::all(client.clone());
-        let done = await_condition(nodes, &self.name, move |n: Option<&Node>| n.is_some_and(&cond));
+        let done = await_condition(nodes, &self.name, move |n: Option<&Node>| {
+            n.is_some_and(&cond)
+        });
         match tokio::time::timeout(NODE_READY, done).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(step(format!("watch node {}", self.name))(e.to_string())),
             Err(_) => Err(step(format!("see node {} {what}", self.name))(format!(
                 "not within {}s; kubelet log:\n{}",
                 NODE_READY.as_secs(),
-                self.kubelet.as_ref().map(Daemon::log_tail).unwrap_or_default()
+                self.kubelet
+                    .as_ref()
+                    .map(Daemon::log_tail)
+                    .unwrap_or_default()
             ))),
         }
     }
@@ -310,7 +341,9 @@ impl RealNode {
 
     /// The control plane (kubeconfig, kubectl, helm's tools).
     pub fn control_plane(&self) -> &ControlPlane {
-        self.cp.as_ref().expect("a started node has its control plane")
+        self.cp
+            .as_ref()
+            .expect("a started node has its control plane")
     }
 
     /// An admin client.
@@ -385,7 +418,6 @@ impl RealNode {
             .collect::<Vec<_>>()
             .join("\n")
     }
-
 }
 
 impl Drop for RealNode {

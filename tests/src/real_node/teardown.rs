@@ -47,8 +47,12 @@ impl CgroupRoot {
         let mut killed = 0;
         for dir in self.dirs() {
             for cgroup in subtree(&dir) {
-                let procs = std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap_or_default();
-                for pid in procs.lines().filter_map(|l| l.trim().parse::<libc::pid_t>().ok()) {
+                let procs =
+                    std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs
+                    .lines()
+                    .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
+                {
                     // SAFETY: kill(2) on a process of this node's own cgroup.
                     unsafe {
                         libc::kill(pid, libc::SIGKILL);
@@ -135,7 +139,9 @@ fn unescape(s: &str) -> String {
     let mut rest = s;
     while let Some(i) = rest.find('\\') {
         out.push_str(&rest[..i]);
-        let code = rest.get(i + 1..i + 4).and_then(|o| u8::from_str_radix(o, 8).ok());
+        let code = rest
+            .get(i + 1..i + 4)
+            .and_then(|o| u8::from_str_radix(o, 8).ok());
         match code {
             Some(c) => {
                 out.push(c as char);
@@ -185,7 +191,11 @@ fn kill_shims(socket: &Path) -> usize {
     };
     let mut killed = 0;
     for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<libc::pid_t>().ok()) else {
+        let Some(pid) = e
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<libc::pid_t>().ok())
+        else {
             continue;
         };
         let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
@@ -228,7 +238,10 @@ impl Teardown<'_> {
         }
         if let Some(ctr) = &self.ctr {
             for task in ctr.tasks().unwrap_or_default() {
-                if let Err(e) = ctr.remove(&task.id) {
+                // A task whose process is gone already is deleted with its container below.
+                if let Err(e) = ctr.remove(&task.id)
+                    && !e.contains("not found")
+                {
                     problems.push(e);
                 }
             }
@@ -238,7 +251,9 @@ impl Teardown<'_> {
         }
         let stray = self.cgroup.kill_all();
         if stray > 0 {
-            problems.push(format!("killed {stray} processes left in the node's cgroups"));
+            problems.push(format!(
+                "killed {stray} processes left in the node's cgroups"
+            ));
         }
         kill_shims(&self.socket);
         if let Some(mut c) = self.containerd.take() {
@@ -296,8 +311,7 @@ mod tests {
         .unwrap();
         assert_eq!(m.point, PathBuf::from("/sys/fs/cgroup/memory"));
         assert_eq!(m.fs_type, "cgroup");
-        let spaced =
-            parse_mountinfo_line("40 1 0:5 / /tmp/a\\040b rw - tmpfs tmpfs rw").unwrap();
+        let spaced = parse_mountinfo_line("40 1 0:5 / /tmp/a\\040b rw - tmpfs tmpfs rw").unwrap();
         assert_eq!(spaced.point, PathBuf::from("/tmp/a b"));
         assert!(parse_mountinfo_line("garbage").is_none());
     }
