@@ -45,6 +45,7 @@ async fn the_chart_runs_in_containers_on_a_real_kubelet() {
     };
     let client = node.client().await.expect("client");
     let io_dir = admin_io_dir(&node);
+    agent_image_finds_its_libraries(&node);
     let mut clock = Instant::now();
     let mut lap = |what: &str| {
         println!("{what}: {:.1}s", clock.elapsed().as_secs_f64());
@@ -60,6 +61,53 @@ async fn the_chart_runs_in_containers_on_a_real_kubelet() {
     lap("killed agent container: node Error with the reason");
     uninstall_leaves_nothing_running(&node, &client).await;
     lap("helm uninstall: no pod, no container");
+}
+
+/// The libraries the agent loads by name (cudarc: cuBLAS, cuBLASLt, NVRTC and the builtins NVRTC
+/// loads; the nccl check: `libnccl.so`, the image's link to `libnccl.so.2`).
+const AGENT_LIBRARIES: [&str; 5] = [
+    "libcublas.so.13",
+    "libcublasLt.so.13",
+    "libnvrtc.so.13",
+    "libnvrtc-builtins.so.13.0",
+    "libnccl.so",
+];
+
+/// In a container of the agent image, with the image's own environment: each library the agent
+/// loads is on its LD_LIBRARY_PATH, and everything it needs resolves inside the image.
+fn agent_image_finds_its_libraries(node: &RealNode) {
+    let script = format!(
+        r#"for lib in {}; do
+  path=""
+  for d in $(echo "$LD_LIBRARY_PATH" | tr : ' '); do
+    if [ -e "$d/$lib" ]; then path="$d/$lib"; break; fi
+  done
+  if [ -z "$path" ]; then echo "MISSING $lib (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"; continue; fi
+  unresolved=$(/lib64/ld-linux-x86-64.so.2 --list "$path" | grep 'not found' | tr -s ' 	
+' ' ')
+  echo "FOUND $lib $(readlink -f "$path") $unresolved"
+done"#,
+        AGENT_LIBRARIES.join(" ")
+    );
+    let out = node
+        .run_image(
+            &node.images().agent,
+            "agent-libraries",
+            &["/bin/bash", "-c", &script],
+        )
+        .unwrap_or_else(|e| panic!("run the agent image: {e}"));
+    for lib in AGENT_LIBRARIES {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(lib))
+            .unwrap_or_else(|| panic!("{lib} not checked: {out}"));
+        assert!(line.starts_with("FOUND "), "{line}");
+        assert!(
+            !line.contains("not found"),
+            "{lib} needs what the image lacks: {line}"
+        );
+    }
+    println!("the agent image loads {}", AGENT_LIBRARIES.join(", "));
 }
 
 /// The administrator's I/O directory: owned by the agent's user, mode 0700, so only that user
@@ -279,7 +327,7 @@ async fn quick_validation_passes(node: &RealNode, client: &Client, io_dir: &Path
     let io = &report["io"];
     assert_eq!(io["verdict"], "Pass", "the I/O check passed: {io}");
     assert!(
-        io["bytes"].as_i64().is_some_and(|b| b >= 2 * 8 << 20),
+        io["bytes"].as_i64().is_some_and(|b| b >= 2 * (8 << 20)),
         "{io}"
     );
     // Written by the agent with its own token: the admission policy lets only a pod-bound

@@ -45,7 +45,7 @@ use serde_json::json;
 
 pub use containerd::{Ctr, Task};
 pub use host::{HostTools, REQUIRE_ENV, required};
-pub use images::{Images, images_dir};
+pub use images::{Image, Images, images_dir};
 pub use probe::{ProcessFacts, process_facts};
 
 use crate::control_plane::{ControlPlane, InClusterApi, Options};
@@ -354,6 +354,19 @@ impl RealNode {
     /// The images the node has (imported from the CI build).
     pub fn images(&self) -> &Images {
         &self.images
+    }
+
+    /// Runs `args` to completion in a fresh container of `image`, straight through containerd
+    /// (not a pod), and removes it; its output.
+    pub fn run_image(&self, image: &Image, id: &str, args: &[&str]) -> Result<String, String> {
+        let layout = containerd::Layout::new(self.dir.path());
+        self.ctr().run_to_completion(
+            image,
+            id,
+            &self.cgroup.child(id),
+            &layout.probe_runc_root,
+            args,
+        )
     }
 
     /// containerd's own client, on this node's socket and the kubelet's namespace.

@@ -47,8 +47,7 @@ fn parse(status: &str, mountinfo: &str) -> Result<ProcessFacts, String> {
     let root_options = mountinfo
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| f.len() > 5 && f[4] == "/")
-        .last()
+        .rfind(|f| f.len() > 5 && f[4] == "/")
         .map(|f| f[5].to_string())
         .ok_or("no mount at /")?;
     Ok(ProcessFacts {

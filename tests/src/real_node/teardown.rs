@@ -290,10 +290,11 @@ impl HostPaths {
 
     pub fn restore(&self) {
         for (path, existed) in HOST_PATHS.iter().zip(&self.existed) {
-            if !existed && Path::new(path).exists() {
-                if let Err(e) = std::fs::remove_dir_all(path) {
-                    eprintln!("real node teardown: remove {path}: {e}");
-                }
+            if !existed
+                && Path::new(path).exists()
+                && let Err(e) = std::fs::remove_dir_all(path)
+            {
+                eprintln!("real node teardown: remove {path}: {e}");
             }
         }
     }
