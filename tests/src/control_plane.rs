@@ -79,6 +79,8 @@ pub struct Options {
     /// The API server writes an audit log of every write request (`audit.log` in the control
     /// plane's directory; see [`ControlPlane::audit_log`]).
     pub audit_log: bool,
+    /// Serve pods on a real node (see [`crate::real_node`]) instead of loopback only.
+    pub in_cluster: Option<InClusterApi>,
 }
 
 impl Options {
@@ -88,8 +90,28 @@ impl Options {
             scheduler: true,
             kwok: true,
             audit_log: false,
+            in_cluster: None,
         }
     }
+}
+
+/// How pods on a real node reach the API server the way in-cluster clients do
+/// (`KUBERNETES_SERVICE_HOST`, the service-account token and CA in every pod): it serves on
+/// `address:port` with a certificate signed by `ca_pem`, and `address` is the first address of
+/// `service_cidr`, so the `kubernetes` Service's ClusterIP is the server itself and pods reach
+/// it without kube-proxy. The ServiceAccount admission plugin stays on (pods get projected
+/// tokens) and kube-controller-manager publishes `ca_pem` as `kube-root-ca.crt`.
+#[derive(Debug, Clone)]
+pub struct InClusterApi {
+    /// An address of this host that pods can reach (the pod bridge's gateway).
+    pub address: std::net::Ipv4Addr,
+    /// 443: the `kubernetes` Service's port.
+    pub port: u16,
+    /// Service addresses; its first address must be `address`.
+    pub service_cidr: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub ca_pem: String,
 }
 
 struct Proc {
@@ -201,8 +223,8 @@ impl ControlPlane {
             format!("{},{ADMIN_TOKEN_USER},0,\"system:masters\"\n", cp.token),
         )
         .map_err(io("write tokens.csv"))?;
-        let port = free_port()?;
-        cp.server = format!("https://127.0.0.1:{port}");
+        let serving = Serving::new(opts.in_cluster.as_ref(), &pki)?;
+        cp.server = format!("https://{}:{}", serving.address, serving.port);
         let mut audit = Vec::new();
         if opts.audit_log {
             let policy = cp.dir.path().join("audit-policy.yaml");
@@ -220,10 +242,14 @@ impl ControlPlane {
                 .args(&audit)
                 .arg(format!("--etcd-servers={etcd_url}"))
                 .arg(format!("--cert-dir={}", pki.display()))
-                .arg(format!("--secure-port={port}"))
-                .arg("--bind-address=127.0.0.1")
-                .arg("--advertise-address=127.0.0.1")
-                .arg("--service-cluster-ip-range=10.0.0.0/24")
+                .arg(format!("--secure-port={}", serving.port))
+                .arg(format!("--bind-address={}", serving.address))
+                .arg(format!("--advertise-address={}", serving.address))
+                .arg(format!(
+                    "--service-cluster-ip-range={}",
+                    serving.service_cidr
+                ))
+                .args(&serving.apiserver_args)
                 .arg("--allow-privileged=true")
                 .arg("--authorization-mode=RBAC")
                 .arg(format!("--token-auth-file={}", tokens.display()))
@@ -233,7 +259,6 @@ impl ControlPlane {
                     "--service-account-signing-key-file={}",
                     sa_key.display()
                 ))
-                .arg("--disable-admission-plugins=ServiceAccount")
                 .arg("--v=0"),
         )?;
         cp.write_kubeconfig()?;
@@ -256,6 +281,7 @@ impl ControlPlane {
                     sa_key.display()
                 ))
                 .arg("--concurrent-gc-syncs=5")
+                .args(&serving.controller_manager_args)
                 .arg("--v=0"),
             )?;
         }
@@ -390,7 +416,7 @@ impl ControlPlane {
         &self.kubeconfig
     }
 
-    /// `https://127.0.0.1:<port>`.
+    /// `https://127.0.0.1:<port>` (or the [`InClusterApi`] address and port).
     pub fn server(&self) -> &str {
         &self.server
     }
@@ -559,6 +585,49 @@ fn stop_child(child: &mut Child, grace: Duration) {
     let _ = child.wait();
 }
 
+/// Where and how kube-apiserver serves: a free loopback port with its own self-signed
+/// certificate and no service-account tokens in pods (nothing runs pods but the fake kubelet),
+/// or what [`InClusterApi`] says.
+struct Serving {
+    address: std::net::Ipv4Addr,
+    port: u16,
+    service_cidr: String,
+    apiserver_args: Vec<String>,
+    controller_manager_args: Vec<String>,
+}
+
+impl Serving {
+    fn new(in_cluster: Option<&InClusterApi>, pki: &Path) -> Result<Self, Error> {
+        let Some(api) = in_cluster else {
+            return Ok(Self {
+                address: std::net::Ipv4Addr::LOCALHOST,
+                port: free_port()?,
+                service_cidr: "10.0.0.0/24".into(),
+                apiserver_args: vec!["--disable-admission-plugins=ServiceAccount".into()],
+                controller_manager_args: Vec::new(),
+            });
+        };
+        let file = |name: &str, pem: &str| -> Result<PathBuf, Error> {
+            let path = pki.join(name);
+            std::fs::write(&path, pem).map_err(io(format!("write {}", path.display())))?;
+            Ok(path)
+        };
+        let cert = file("serving.crt", &api.cert_pem)?;
+        let key = file("serving.key", &api.key_pem)?;
+        let ca = file("cluster-ca.crt", &api.ca_pem)?;
+        Ok(Self {
+            address: api.address,
+            port: api.port,
+            service_cidr: api.service_cidr.clone(),
+            apiserver_args: vec![
+                format!("--tls-cert-file={}", cert.display()),
+                format!("--tls-private-key-file={}", key.display()),
+            ],
+            controller_manager_args: vec![format!("--root-ca-file={}", ca.display())],
+        })
+    }
+}
+
 fn free_port() -> Result<u16, Error> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(io("find a free port"))?;
     l.local_addr().map(|a| a.port()).map_err(io("read a port"))
@@ -574,7 +643,7 @@ fn random_token() -> String {
 }
 
 /// The last `n` lines of a log file.
-fn tail(path: &Path, n: usize) -> String {
+pub(crate) fn tail(path: &Path, n: usize) -> String {
     let Ok(mut f) = File::open(path) else {
         return String::new();
     };

@@ -372,6 +372,7 @@ async fn run(args: Args) -> Result<bool, String> {
         scheduler: args.scheduler,
         kwok: false,
         audit_log: false,
+        in_cluster: None,
     })
     .await
     .map_err(|e| {
