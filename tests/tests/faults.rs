@@ -634,7 +634,7 @@ async fn an_agent_cut_off_past_the_deadline_gives_an_error_never_a_pass() {
     let nodes = ["gpu-a", "gpu-b"];
     let e = env(&nodes, false, true).await;
     let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
-    apply(&e.client, "cutoff", spec(20, "60s")).await;
+    apply(&e.client, "cutoff", spec(20, "90s")).await;
     let pods = wait_checks_running(&e, "cutoff", 1, 2).await;
     let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
     let proxy = e.proxy.as_ref().expect("proxy");
