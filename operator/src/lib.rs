@@ -17,6 +17,7 @@ pub mod observe;
 pub mod pod;
 pub mod reconcile;
 pub mod result_figures;
+pub mod runs;
 pub mod schedule;
 pub mod selection;
 pub mod throttle;

@@ -1,6 +1,8 @@
 //! The shell's read side: this validation's pods, results and the cluster's nodes, from the
-//! reflector stores (no API calls), reduced to the [`World`] the reconcile steps decide on.
-//! Pod phases and failure reasons are parsed here, once.
+//! reflector stores (no API calls), reduced to the [`World`] the reconcile steps decide on:
+//! everything of one validation ([`observe`]), or only what changed since its last reconcile
+//! ([`news`], looked up by name: work for the news, not for the cluster). Pod phases and
+//! failure reasons are parsed here, once.
 
 use gpuval_crds::{GpuFabricRound, GpuNodeResult, GpuValidation, Verdict, labels};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, Pod, PodStatus};
@@ -8,11 +10,12 @@ use kube::Resource;
 use kube::api::{ObjectMeta, PartialObjectMeta, ResourceExt};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::controller::Ctx;
 use crate::reconcile::freshness::{self, Claim, PodId};
-use crate::reconcile::{PodPhase, PodView, ResultView, RoundView, World};
+use crate::reconcile::{News, PodPhase, PodView, ResultView, RoundView, World};
+use crate::runs::Changed;
 
 /// Container waiting reasons that waiting will not cure: the pod counts as Failed.
 const HOPELESS_WAITING: [&str; 5] = [
@@ -40,6 +43,14 @@ pub fn owner_ref_of(meta: &ObjectMeta) -> Option<ObjectRef<GpuValidation>> {
         .flatten()
         .find(|o| o.kind == kind)
         .map(|o| ObjectRef::new(&o.name))
+}
+
+/// The node an agent pod or a result was made for: its annotation (the full name), else its
+/// label.
+pub fn node_of(meta: &ObjectMeta) -> Option<&str> {
+    let annotated = meta.annotations.as_ref().and_then(|a| a.get(labels::NODE));
+    let labelled = || meta.labels.as_ref().and_then(|l| l.get(labels::NODE));
+    annotated.or_else(labelled).map(String::as_str)
 }
 
 /// A pod as the steps see it: its run (labels), its node (annotation), its phase, and why it
@@ -235,6 +246,58 @@ pub fn observe(gv: &GpuValidation, ctx: &Ctx) -> World {
         rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
         fabric_port: ctx.cfg.fabric.port,
     }
+}
+
+/// The news for validation `gv`: for each node in `changed`, whether it exists, its agent pod
+/// of this generation and its result (by their names); the pods and results `changed` names;
+/// and all of the validation's fabric rounds. Store look-ups by name: the cost follows the
+/// news, not the cluster.
+pub fn news(gv: &GpuValidation, ctx: &Ctx, changed: Changed) -> News {
+    let uid = gv.metadata.uid.as_deref().unwrap_or_default();
+    let name = gv.name_any();
+    let generation = gv.metadata.generation.unwrap_or(0);
+    let Changed {
+        nodes,
+        mut pods,
+        mut results,
+    } = changed;
+    for node in &nodes {
+        pods.insert(crate::pod::pod_name(&name, node, generation));
+        results.insert(gpuval_crds::result::result_name(&name, node));
+    }
+    let ns = ctx.cfg.namespace.as_str();
+    let world = World {
+        nodes: nodes
+            .iter()
+            .filter(|n| ctx.nodes.get(&ObjectRef::new(n)).is_some())
+            .cloned()
+            .collect(),
+        pods: named_views(&ctx.pods, ns, uid, &pods, pod_view),
+        results: named_views(&ctx.results, ns, uid, &results, result_view),
+        rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
+        fabric_port: ctx.cfg.fabric.port,
+    };
+    News { nodes, world }
+}
+
+/// The views of the objects in `store` named `names` in namespace `ns` that `uid` owns.
+fn named_views<K, V>(
+    store: &Store<K>,
+    ns: &str,
+    uid: &str,
+    names: &BTreeSet<String>,
+    view: impl Fn(&K) -> Option<V>,
+) -> Vec<V>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    names
+        .iter()
+        .filter_map(|n| store.get(&ObjectRef::new(n).within(ns)))
+        .filter(|o| owned_by(o.meta(), uid))
+        .filter_map(|o| view(&o))
+        .collect()
 }
 
 /// The views of the objects in `store` owned by `uid` (objects `view` cannot read are left out).

@@ -28,7 +28,7 @@ pub mod kubelet;
 pub mod nodes;
 pub mod operator;
 pub mod proxy;
-pub mod replica;
 pub mod real_node;
+pub mod replica;
 pub mod scenario;
 pub mod waits;
