@@ -221,18 +221,51 @@ fn counted_results(ctx: &Ctx, uid: &str, generation: i64) -> Vec<ResultView> {
         .collect();
     owned_views(&ctx.results, uid, |r| {
         let view = result_view(r)?;
-        let claim = Claim {
-            generation: view.generation,
-            writer: writer_of(&r.metadata),
-        };
-        match freshness::judge(claim, generation, current.get(&view.node).copied()) {
-            freshness::Freshness::NotCurrentPod { writer, current } => {
-                tracing::debug!(result = %view.name, writer = ?writer, current = %current, "ignoring a result the node's current pod did not write");
-                None
-            }
-            _ => Some(view),
-        }
+        let current = current.get(&view.node).copied();
+        counted(view, &r.metadata, generation, current)
     })
+}
+
+/// `view` of a result with metadata `meta`, unless the run of `generation` must not count it:
+/// of that generation but not written by the node's `current` pod (see [`freshness`]).
+fn counted(
+    view: ResultView,
+    meta: &ObjectMeta,
+    generation: i64,
+    current: Option<PodId<'_>>,
+) -> Option<ResultView> {
+    let claim = Claim {
+        generation: view.generation,
+        writer: writer_of(meta),
+    };
+    match freshness::judge(claim, generation, current) {
+        freshness::Freshness::NotCurrentPod { writer, current } => {
+            tracing::debug!(result = %view.name, writer = ?writer, current = %current, "ignoring a result the node's current pod did not write");
+            None
+        }
+        _ => Some(view),
+    }
+}
+
+/// A result of the news, judged as [`counted_results`] judges it, its node's current pod
+/// looked up by name.
+fn counted_by_name(
+    ctx: &Ctx,
+    ns: &str,
+    validation: &str,
+    generation: i64,
+    r: &PartialObjectMeta<GpuNodeResult>,
+) -> Option<ResultView> {
+    let view = result_view(r)?;
+    let pod_name = crate::pod::pod_name(validation, &view.node, generation);
+    let pod = ctx.pods.get(&ObjectRef::new(&pod_name).within(ns));
+    let current = pod.as_deref().and_then(|p| {
+        Some(PodId {
+            name: p.metadata.name.as_deref()?,
+            uid: p.metadata.uid.as_deref(),
+        })
+    });
+    counted(view, &r.metadata, generation, current)
 }
 
 /// Observes the cluster for one validation (from the stores; no API calls).
@@ -273,7 +306,9 @@ pub fn news(gv: &GpuValidation, ctx: &Ctx, changed: Changed) -> News {
             .cloned()
             .collect(),
         pods: named_views(&ctx.pods, ns, uid, &pods, pod_view),
-        results: named_views(&ctx.results, ns, uid, &results, result_view),
+        results: named_views(&ctx.results, ns, uid, &results, |r| {
+            counted_by_name(ctx, ns, &name, generation, r)
+        }),
         rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
         fabric_port: ctx.cfg.fabric.port,
     };
