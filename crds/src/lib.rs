@@ -12,6 +12,7 @@
 
 pub mod conditions;
 pub mod cron;
+pub mod depth;
 pub mod duration;
 pub mod fabric;
 pub mod names;
@@ -27,6 +28,7 @@ pub mod status;
 pub mod training;
 pub mod validate;
 
+pub use depth::*;
 pub use duration::{Duration, DurationError};
 pub use fabric::{FabricRoundSpec, GpuFabricRound};
 pub use nccl::*;

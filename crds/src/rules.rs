@@ -82,6 +82,7 @@ pub fn table() -> Vec<CelRule> {
         io_during_compute_needs_compute(),
         p2p_bidirectional_not_below_unidirectional(),
         host_transfer_measures_something(),
+        pulse_period_within_duration(),
         nccl_max_not_below_min(),
         fabric_measures_something(),
         node_names_total(),
@@ -246,6 +247,29 @@ pub fn host_transfer_measures_something() -> CelRule {
             Err(HOST_TRANSFER.into())
         }
     })
+}
+
+const PULSE_PERIOD: &str =
+    "spec.checks.compute.pulse.period must not be longer than pulse.duration";
+
+/// `spec.checks.compute.pulse`: at least one load-and-idle cycle. Malformed durations are left to
+/// their own fields' rules.
+pub fn pulse_period_within_duration() -> CelRule {
+    let rule = format!(
+        "!self.period.matches(r'{p}') || !self.duration.matches(r'{p}') || duration(self.period) <= duration(self.duration)",
+        p = DURATION_PATTERN
+    );
+    CelRule {
+        field_path: Some(".period"),
+        ..fixed(rule, PULSE_PERIOD, |pulse| {
+            let period = well_formed_duration(pulse.get("period"));
+            let duration = well_formed_duration(pulse.get("duration"));
+            match (period, duration) {
+                (Some(p), Some(d)) if p > d => Err(PULSE_PERIOD.into()),
+                _ => Ok(()),
+            }
+        })
+    }
 }
 
 const FABRIC: &str = "spec.fabric needs nccl or tcp (or both): what to measure between nodes";
@@ -453,6 +477,17 @@ mod tests {
             assert_eq!(find(&r.rule).map(|f| f.rule), Some(r.rule.clone()));
         }
         assert!(find("self.size() > 0").is_none());
+    }
+
+    #[test]
+    fn a_pulse_holds_at_least_one_period() {
+        let r = pulse_period_within_duration();
+        accepts(&r, json!({"period": "1s", "duration": "60s"}));
+        accepts(&r, json!({"period": "60s", "duration": "60s"}));
+        // a malformed duration is its own field's rule's to report
+        accepts(&r, json!({"period": "soon", "duration": "10s"}));
+        let msg = refuses(&r, json!({"period": "20s", "duration": "10s"}));
+        assert_eq!(msg, PULSE_PERIOD);
     }
 
     #[test]

@@ -507,6 +507,10 @@ mod tests {
                 }),
                 compute: Some(ComputeCheck {
                     duration: d,
+                    pulse: Some(crate::PulseSpec {
+                        period: d,
+                        duration: d,
+                    }),
                     ..Default::default()
                 }),
                 nccl: Some(crate::NcclCheck {
@@ -556,7 +560,7 @@ mod tests {
         marked.sort();
         ranged.sort();
         assert_eq!(marked, ranged);
-        assert_eq!(ranged.len(), 7);
+        assert_eq!(ranged.len(), 9);
     }
 
     #[test]
@@ -593,7 +597,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             spec,
-            json!({"checks": {"memory": {"fraction": 0.95, "passes": 2}}})
+            json!({"checks": {"memory": {
+                "fraction": 0.95,
+                "passes": 2,
+                "patterns": ["address", "movingInversions", "random"]
+            }}})
         );
         let typed = parse_spec(json!({"checks": {"hostTransfer": {}}})).unwrap();
         let host = typed.checks.host_transfer.unwrap();
