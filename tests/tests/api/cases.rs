@@ -356,7 +356,11 @@ fn cross_field() -> Vec<Bad> {
         ),
         one(
             "pulse-period-longer-than-the-pulse",
-            field("compute", "pulse", json!({"period": "20s", "duration": "10s"})),
+            field(
+                "compute",
+                "pulse",
+                json!({"period": "20s", "duration": "10s"}),
+            ),
             "spec.checks.compute.pulse.period",
         ),
         one(
