@@ -355,6 +355,11 @@ fn cross_field() -> Vec<Bad> {
             "spec.checks.p2p.minBidirectionalGbps",
         ),
         one(
+            "default-deadline-shorter-than-burn-and-pulse",
+            json!({"checks": {"compute": {"duration": "40m", "pulse": {"duration": "20m"}}}}),
+            "spec.deadline",
+        ),
+        one(
             "pulse-period-longer-than-the-pulse",
             field(
                 "compute",
