@@ -234,11 +234,9 @@ pub struct SimSpec {
     pub linkdown: Vec<(u32, u32)>,
     /// `error=memory@1`: that check cannot run on that GPU (a backend error).
     pub error: Vec<(SimCheck, u32)>,
-    /// `throttle=4:HwSlowdown`: that throttle reason holds GPU 4's clocks down for most of its
-    /// burn (and shows in its telemetry).
-    pub throttle: Vec<(u32, String)>,
-    /// `replay=6:40`: GPU 6's PCIe replay counter grows by 40 during the run.
-    pub replay: Vec<(u32, u64)>,
+    /// `throttle=` and `replay=` (boxed: the spec travels inside `BackendChoice`, which
+    /// stays small).
+    pub health: Box<HealthFaults>,
     /// `timescale=0.01`: wall time spent per simulated second of burn (0: none).
     pub timescale: f64,
     /// `fabric=hang` / `fabric=shm`: the NCCL communicator never completes a collective, or
@@ -247,6 +245,16 @@ pub struct SimSpec {
     /// `net=<GB/s>`, `netfault=local|vanish`: this node's fabric between nodes (see
     /// [`crate::fabric::sim`]).
     pub net: crate::fabric::sim::SimNet,
+}
+
+/// Faults of the GPUs' health signals.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HealthFaults {
+    /// `throttle=4:HwSlowdown`: that throttle reason holds GPU 4's clocks down for most of its
+    /// burn (and shows in its telemetry).
+    pub throttle: Vec<(u32, String)>,
+    /// `replay=6:40`: GPU 6's PCIe replay counter grows by 40 during the run.
+    pub replay: Vec<(u32, u64)>,
 }
 
 /// A fault of the node's GPU fabric as NCCL sees it.
@@ -286,8 +294,7 @@ impl Default for SimSpec {
             xid: Vec::new(),
             linkdown: Vec::new(),
             error: Vec::new(),
-            throttle: Vec::new(),
-            replay: Vec::new(),
+            health: Box::default(),
             timescale: 0.0,
             fabric: Vec::new(),
             net: Default::default(),
@@ -333,8 +340,11 @@ impl SimSpec {
             "xid" => self.xid.extend(parse_list(value, parse_xid)?),
             "linkdown" => self.linkdown.extend(parse_list(value, parse_linkdown)?),
             "error" => self.error.extend(parse_list(value, parse_check_at)?),
-            "throttle" => self.throttle.extend(parse_list(value, parse_throttle)?),
-            "replay" => self.replay.extend(parse_list(value, parse_replay)?),
+            "throttle" => self
+                .health
+                .throttle
+                .extend(parse_list(value, parse_throttle)?),
+            "replay" => self.health.replay.extend(parse_list(value, parse_replay)?),
             "timescale" => self.timescale = parse_timescale(value)?,
             "fabric" => self
                 .fabric
@@ -374,12 +384,14 @@ impl SimSpec {
                     .map(|(g, l)| (format!("linkdown={g}:{l}"), *g)),
             )
             .chain(
-                self.throttle
+                self.health
+                    .throttle
                     .iter()
                     .map(|(g, r)| (format!("throttle={g}:{r}"), *g)),
             )
             .chain(
-                self.replay
+                self.health
+                    .replay
                     .iter()
                     .map(|(g, n)| (format!("replay={g}:{n}"), *g)),
             );
@@ -427,9 +439,9 @@ impl fmt::Display for SimSpec {
         let linkdown = self.linkdown.iter().map(|(g, l)| format!("{g}:{l}"));
         list("linkdown", linkdown.collect())?;
         list("error", self.error.iter().map(at).collect())?;
-        let throttle = self.throttle.iter().map(|(g, r)| format!("{g}:{r}"));
+        let throttle = self.health.throttle.iter().map(|(g, r)| format!("{g}:{r}"));
         list("throttle", throttle.collect())?;
-        let replay = self.replay.iter().map(|(g, n)| format!("{g}:{n}"));
+        let replay = self.health.replay.iter().map(|(g, n)| format!("{g}:{n}"));
         list("replay", replay.collect())?;
         let fabric = self.fabric.iter().map(ToString::to_string);
         list("fabric", fabric.collect())?;
@@ -670,6 +682,7 @@ impl SimBackend {
     /// five).
     pub(crate) fn throttled(&self, gpu: u32, n: u64) -> Option<&str> {
         self.spec
+            .health
             .throttle
             .iter()
             .find(|(g, _)| *g == gpu)
@@ -837,8 +850,8 @@ mod tests {
         let s: SimSpec = "gpus=8,model=H200,fail=memory@2+compute@5,slow=compute@3:0.5,xid=1:79,linkdown=2:4,error=memory@1,throttle=4:hwslowdown,replay=6:40,timescale=0.01"
             .parse()
             .expect("valid");
-        assert_eq!(s.throttle, vec![(4, "HwSlowdown".to_string())]);
-        assert_eq!(s.replay, vec![(6, 40)]);
+        assert_eq!(s.health.throttle, vec![(4, "HwSlowdown".to_string())]);
+        assert_eq!(s.health.replay, vec![(6, 40)]);
         assert_eq!(s.gpus, 8);
         assert_eq!(s.model, SimModel::H200);
         assert_eq!(s.fail, vec![(SimCheck::Memory, 2), (SimCheck::Compute, 5)]);

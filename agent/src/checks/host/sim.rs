@@ -21,6 +21,7 @@ impl SimBackend {
         let gen_ = u32::try_from(self.spec.model.pcie_gen()).unwrap_or(0);
         let planted: u64 = self
             .spec
+            .health
             .replay
             .iter()
             .filter(|(g, _)| *g == gpu)
