@@ -49,7 +49,7 @@ pub(super) fn measure(
     let phase = &PhaseCell::default();
     let (limit_w, default_limit_w) = b.nvml.power_limits(gpu);
     let (done, finished) = mpsc::channel::<()>();
-    let (result, samples) = std::thread::scope(|s| {
+    let (result, watched) = std::thread::scope(|s| {
         let nvml = &b.nvml;
         let sampler = s
             .spawn(move || power::watch(power::SAMPLE_EVERY, phase, || nvml.power(gpu), &finished));
@@ -61,7 +61,7 @@ pub(super) fn measure(
         out.power = PowerOutcome {
             limit_w,
             default_limit_w,
-            samples,
+            ..watched
         };
         out
     })

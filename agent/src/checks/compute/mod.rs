@@ -188,7 +188,7 @@ impl Judge<'_> {
         let pulse = out
             .pulse
             .as_ref()
-            .map(|p| judge_pulse(gpu.index, p, &out.power.samples, &mut found));
+            .map(|p| judge_pulse(gpu.index, p, &out.power, &mut found));
         let (verdict, reasons) = graded(found);
         ComputeResult {
             verdict,

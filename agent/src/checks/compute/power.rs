@@ -25,6 +25,10 @@ pub const SLOWDOWN_REASONS: [&str; 4] = [
 pub const DEFAULT_MAX_SLOWDOWN_FRACTION: f64 = 0.05;
 /// How often power is sampled while the check runs.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+/// The most samples kept: past it every other one is dropped and only every second read after
+/// is kept, so that a day-long burn keeps an even subsample (its median and shares unchanged)
+/// in bounded memory. The pulse's extremes are taken over every read.
+pub const MAX_KEPT: usize = 1 << 14;
 /// A limit this much below the GPU's default is named (a Warn).
 const LOWERED_LIMIT_SHARE: f64 = 0.99;
 
@@ -81,33 +85,68 @@ pub struct PowerOutcome {
     /// Enforced and default power limit, W.
     pub limit_w: Option<f64>,
     pub default_limit_w: Option<f64>,
+    /// The samples kept (every one, or an even subsample of a long run: see [`MAX_KEPT`]).
     pub samples: Vec<PowerSample>,
+    /// Lowest and highest power read during the pulse (the instantaneous reading where there
+    /// is one), over every read.
+    pub pulse_range: Option<(f64, f64)>,
+}
+
+impl PowerOutcome {
+    /// Widens the pulse's range by one reading.
+    pub fn see_pulse(&mut self, r: &PowerReading) {
+        if let Some(w) = r.instant_w.or(r.average_w).filter(|w| w.is_finite()) {
+            let (lo, hi) = self.pulse_range.unwrap_or((w, w));
+            self.pulse_range = Some((lo.min(w), hi.max(w)));
+        }
+    }
 }
 
 /// Samples `read` every `every` until `done` says the check is over (a message or the sender
-/// dropped), tagging each sample with the phase at that moment; `Other` samples are dropped.
+/// dropped), tagging each sample with the phase at that moment; nothing is read in `Other`.
+/// Keeps at most [`MAX_KEPT`] samples (an even subsample past that).
 pub fn watch(
     every: Duration,
     phase: &PhaseCell,
     read: impl Fn() -> Option<PowerReading>,
     done: &Receiver<()>,
-) -> Vec<PowerSample> {
-    let mut out = Vec::new();
+) -> PowerOutcome {
+    let mut out = PowerOutcome::default();
+    let (mut reads, mut stride) = (0u64, 1u64);
     loop {
         let now = phase.get();
         if now != Phase::Other
             && let Some(reading) = read()
         {
-            out.push(PowerSample {
-                phase: now,
-                reading,
-            });
+            if now.in_pulse() {
+                out.see_pulse(&reading);
+            }
+            if reads.is_multiple_of(stride) {
+                out.samples.push(PowerSample {
+                    phase: now,
+                    reading,
+                });
+                if out.samples.len() >= MAX_KEPT {
+                    halve(&mut out.samples);
+                    stride *= 2;
+                }
+            }
+            reads += 1;
         }
         match done.recv_timeout(every) {
             Err(RecvTimeoutError::Timeout) => continue,
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return out,
         }
     }
+}
+
+/// Keeps the samples at even positions.
+fn halve(samples: &mut Vec<PowerSample>) {
+    let mut i = 0;
+    samples.retain(|_| {
+        i += 1;
+        i % 2 == 1
+    });
 }
 
 /// A reason with how bad it is.
@@ -263,21 +302,18 @@ pub struct PulseOutcome {
     pub max_rel_error: f64,
 }
 
-/// The pulse's figures (the power swing from the samples taken during it) and its rule: the
+/// The pulse's figures (the power swing from the readings taken during it) and its rule: the
 /// GPU must still compute correctly.
 pub fn judge_pulse(
     gpu: u32,
     pulse: &PulseOutcome,
-    samples: &[PowerSample],
+    power: &PowerOutcome,
     found: &mut Vec<Finding>,
 ) -> PulseResult {
-    let watts: Vec<f64> = samples
-        .iter()
-        .filter(|s| s.phase.in_pulse())
-        .filter_map(|s| s.reading.instant_w.or(s.reading.average_w))
-        .collect();
-    let min_w = watts.iter().copied().reduce(f64::min);
-    let max_w = watts.iter().copied().reduce(f64::max);
+    let (min_w, max_w) = (
+        power.pulse_range.map(|r| r.0),
+        power.pulse_range.map(|r| r.1),
+    );
     if pulse.mismatches > 0 {
         found.push((
             Verdict::Fail,

@@ -114,6 +114,7 @@ impl SimBackend {
             limit_w: Some(limit),
             default_limit_w: Some(limit),
             samples,
+            pulse_range: None,
         }
     }
 
@@ -136,7 +137,9 @@ impl SimBackend {
                 (3, Phase::PulseIdle, 0.12),
             ] {
                 let w = limit * share + 5.0 * jitter(gpu, 900 + 4 * c + k);
-                power.samples.push(sample(phase, w, Vec::new()));
+                let s = sample(phase, w, Vec::new());
+                power.see_pulse(&s.reading);
+                power.samples.push(s);
             }
         }
         let fail = listed(&self.spec.fail, SimCheck::Compute, gpu);

@@ -41,6 +41,7 @@ fn power_at(watts: f64, n: usize) -> PowerOutcome {
         samples: (0..n)
             .map(|_| sample(Phase::Burn, watts, &["SwPowerCap"]))
             .collect(),
+        pulse_range: None,
     }
 }
 
@@ -250,11 +251,12 @@ fn a_lowered_power_limit_is_a_warning() {
 fn the_pulse_reports_its_swing_and_fails_on_wrong_results() {
     let checks = compute_checks(ComputeCheck::default());
     let mut out = compute_outcome(&[(Dtype::Bf16, 780.0)]);
-    out.power.samples.extend([
+    for s in [
         sample(Phase::PulseLoad, 690.0, &["SwPowerCap"]),
         sample(Phase::PulseIdle, 95.0, &[]),
-        sample(Phase::Other, 5.0, &[]),
-    ]);
+    ] {
+        out.power.see_pulse(&s.reading);
+    }
     out.pulse = Some(PulseOutcome {
         period_seconds: 1.0,
         seconds: 60.2,
@@ -266,7 +268,7 @@ fn the_pulse_reports_its_swing_and_fails_on_wrong_results() {
     let r = judge(&checks, Profile::Auto).compute(&h200(4), &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
     let p = r.pulse.expect("pulse");
-    // instantaneous readings, the Other sample left out
+    // instantaneous readings
     assert_eq!(
         (p.min_w, p.max_w, p.swing_w),
         (Some(96.0), Some(691.0), Some(595.0))
@@ -312,8 +314,10 @@ fn the_watch_samples_until_told_and_skips_what_is_not_burn_or_pulse() {
             ..Default::default()
         })
     };
-    let samples = watch(std::time::Duration::from_millis(1), &phase, read, &finished);
-    let got: Vec<(Phase, Option<f64>)> = samples
+    let watched = watch(std::time::Duration::from_millis(1), &phase, read, &finished);
+    assert_eq!(watched.pulse_range, Some((1.0, 3.0)));
+    let got: Vec<(Phase, Option<f64>)> = watched
+        .samples
         .iter()
         .map(|s| (s.phase, s.reading.average_w))
         .collect();
@@ -329,7 +333,7 @@ fn the_watch_samples_until_told_and_skips_what_is_not_burn_or_pulse() {
     let (done, finished) = mpsc::channel::<()>();
     drop(done);
     let called = std::cell::Cell::new(false);
-    let samples = watch(
+    let watched = watch(
         std::time::Duration::from_secs(3600),
         &phase,
         || {
@@ -338,7 +342,7 @@ fn the_watch_samples_until_told_and_skips_what_is_not_burn_or_pulse() {
         },
         &finished,
     );
-    assert!(samples.is_empty() && !called.get());
+    assert!(watched.samples.is_empty() && !called.get());
 }
 
 #[test]
@@ -431,4 +435,37 @@ fn the_simulated_pulse_swings_and_checks_results() {
             .any(|r| r.starts_with("GPU1 pulse: 4 mismatched elements")),
         "{reasons:?}"
     );
+}
+
+#[test]
+fn a_long_watch_keeps_an_even_subsample() {
+    let phase = PhaseCell::default();
+    phase.set(Phase::Burn);
+    let (done, finished) = mpsc::channel();
+    let total = 3 * super::power::MAX_KEPT as u64;
+    let reads = std::cell::Cell::new(0u64);
+    let read = || {
+        let n = reads.get();
+        reads.set(n + 1);
+        if n + 1 == total {
+            let _ = done.send(());
+        }
+        Some(PowerReading {
+            average_w: Some(n as f64),
+            ..Default::default()
+        })
+    };
+    let watched = watch(std::time::Duration::ZERO, &phase, read, &finished);
+    let kept: Vec<f64> = watched
+        .samples
+        .iter()
+        .filter_map(|s| s.reading.average_w)
+        .collect();
+    assert!(kept.len() < super::power::MAX_KEPT, "{}", kept.len());
+    // every kept read is a multiple of the final stride, from the first read to near the last
+    assert_eq!(kept[0], 0.0);
+    let stride = kept[1] - kept[0];
+    assert_eq!(stride, 4.0);
+    assert!(kept.windows(2).all(|w| w[1] - w[0] == stride));
+    assert!(*kept.last().expect("kept") >= (total - 4) as f64);
 }
