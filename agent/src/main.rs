@@ -253,6 +253,8 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
     let be = backend(&a.backend)?;
     let stop = stop_flag();
     let mut plan = Plan::new(settings.checks, settings.thresholds);
+    plan.expect = settings.expect;
+    plan.overrides = settings.severity_overrides;
     plan.gpus = a.gpus.clone();
     plan.io_dir = a.io_dir.clone();
     plan.io_tuning = io::Tuning {

@@ -91,6 +91,20 @@ pub struct GpuValidationSpec {
     /// The fabric test between nodes, after the node checks, over the nodes that passed them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fabric: Option<crate::fabric::FabricSpec>,
+
+    /// What every node should look like (GPU count, bus ids, persistence, ECC and MIG modes),
+    /// checked before the long checks: a wrong GPU count fails the node at once. Absent: the
+    /// count comes from the node's capacity, ECC should be on and MIG off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<crate::facts::Expect>,
+
+    /// Raise or lower the severity of reasons by their code (`{code: RowsRemapped, severity:
+    /// Fail}`); each code at most once. Codes that mean a check could not measure cannot be
+    /// overridden.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_SEVERITY_OVERRIDES))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["code".into()]))]
+    pub severity_overrides: Vec<crate::reason::SeverityOverride>,
 }
 
 impl GpuValidationSpec {
@@ -98,7 +112,15 @@ impl GpuValidationSpec {
     pub fn deadline_or_default(&self) -> Duration {
         self.deadline.unwrap_or(DEFAULT_DEADLINE)
     }
+
+    /// `spec.expect`, or its defaults.
+    pub fn expect_or_default(&self) -> crate::facts::Expect {
+        self.expect.clone().unwrap_or_default()
+    }
 }
+
+/// The most entries `spec.severityOverrides` may have.
+pub const MAX_SEVERITY_OVERRIDES: usize = 64;
 
 /// Default for `spec.deadline`.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
@@ -541,6 +563,10 @@ pub struct Thresholds {
     #[serde(default = "default_relative")]
     #[schemars(range(min = 1, max = 90))]
     pub relative_tolerance_percent: i32,
+    /// Measure a performance figure that falls short (below its floor or its peers) once more
+    /// before it fails; the second measurement decides, and the report says so (default true).
+    #[serde(default = "default_true")]
+    pub remeasure: bool,
 }
 
 impl Default for Thresholds {
@@ -548,6 +574,7 @@ impl Default for Thresholds {
         Self {
             profile: Profile::Auto,
             relative_tolerance_percent: default_relative(),
+            remeasure: true,
         }
     }
 }

@@ -2,18 +2,17 @@
 //! and what they own into reflector stores, and per reconcile observes ([`crate::observe`]),
 //! decides ([`crate::reconcile::next`], pure) and applies ([`crate::apply`]).
 
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use gpuval_crds::{GpuFabricRound, GpuNodeResult, GpuValidation, Phase, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PartialObjectMeta, ResourceExt};
+use kube::api::{Api, ObjectMeta, PartialObjectMeta, ResourceExt};
 use kube::runtime::controller::{self, Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
@@ -23,9 +22,9 @@ use serde::de::DeserializeOwned;
 
 use crate::config::OperatorConfig;
 use crate::metrics::{ErrorLabels, Metrics};
-use crate::observe::{observe, owner_ref_of};
-use crate::reconcile::RunNodes;
+use crate::observe::{node_of, observe, owner_ref_of};
 use crate::result_figures::FigureFetcher;
+use crate::runs::{Owned, Runs};
 use crate::throttle::Throttle;
 use crate::{apply, selection};
 
@@ -69,59 +68,36 @@ pub struct Ctx {
     pub validations: Store<GpuValidation>,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
-    /// The record of each running run, by validation uid.
-    pub records: Records,
+    /// Each run's record and what changed since its last reconcile, by validation uid.
+    pub runs: Arc<Runs>,
     /// The rate limit of API writes (`--api-qps`, `--api-burst`).
     pub throttle: Throttle,
 }
 
-/// The operator's record of each running run ([`RunNodes`]), by validation uid: a reconcile
-/// takes its validation's record and puts back the next one once the step is applied, so a
-/// failed step leaves no record and the next one rebuilds it from the cluster.
-#[derive(Default)]
-pub struct Records(Mutex<HashMap<String, RunNodes>>);
-
-impl Records {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunNodes>> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Takes the record of validation `uid`, if there is one.
-    pub fn take(&self, uid: &str) -> Option<RunNodes> {
-        self.lock().remove(uid)
-    }
-
-    /// Keeps `record` for validation `uid` (nothing when the run is over), and drops the
-    /// records of validations that no longer exist.
-    pub fn put(&self, uid: &str, record: Option<RunNodes>, exists: impl Fn(&str) -> bool) {
-        let mut records = self.lock();
-        records.retain(|uid, _| exists(uid));
-        if let Some(r) = record {
-            records.insert(uid.to_string(), r);
-        }
-    }
-
-    /// Node lines held in all records (for the memory cost in logs).
-    pub fn lines(&self) -> usize {
-        self.lock().values().map(|r| r.nodes.len()).sum()
-    }
-}
-
 async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
-    let world = observe(&gv, &ctx);
     let uid = gv.metadata.uid.clone().unwrap_or_default();
-    let record = ctx.records.take(&uid);
-    let recovering = record.is_none();
-    let mut step = crate::reconcile::next(&gv, &world, Timestamp::now(), record, || {
+    let taken = ctx.runs.take(&uid, std::time::Instant::now());
+    let recovering = taken.record.is_none();
+    let changed_nodes = taken.changed.nodes.len();
+    let now = Timestamp::now();
+    let select = || {
         let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
         selection::select(&gv.spec, &nodes)
-    });
+    };
+    let mut step = if taken.everything {
+        let world = observe(&gv, &ctx);
+        crate::reconcile::next(&gv, &world, now, taken.record, select)
+    } else {
+        let news = crate::observe::news(&gv, &ctx, taken.changed);
+        let everything = || observe(&gv, &ctx);
+        crate::reconcile::next_on_news(&gv, &news, now, taken.record, everything, select)
+    };
     let record = step.record.take();
     tracing::debug!(
         validation = %gv.name_any(),
+        changed_nodes,
+        everything = taken.everything,
         create = step.create_pods.len(),
         delete = step.delete_pods.len(),
         new_verdicts = step.new_verdicts.len(),
@@ -130,10 +106,13 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
     );
     apply::apply(&gv, &ctx, &step).await?;
     let live = ctx.validations.state();
-    ctx.records.put(&uid, record, |u| {
+    ctx.runs.put(&uid, record, |u| {
         live.iter().any(|v| v.metadata.uid.as_deref() == Some(u))
     });
-    tracing::trace!(lines = ctx.records.lines(), "run records held");
+    if tracing::enabled!(tracing::Level::TRACE) {
+        let (runs, bytes) = ctx.runs.held();
+        tracing::trace!(runs, bytes, "run records held");
+    }
     ctx.metrics.set_phases(
         ctx.validations
             .state()
@@ -141,6 +120,16 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
             .map(|v| v.status.as_ref().and_then(|s| s.phase)),
     );
     Ok(Action::requeue(step.requeue_after.unwrap_or(RESYNC)))
+}
+
+/// Notes in `runs` that an object a validation owns (`kind`, with `meta`) changed.
+fn touch_owned(runs: &Runs, meta: &ObjectMeta, kind: Owned) {
+    let owner_kind = GpuValidation::kind(&());
+    let owners = meta.owner_references.iter().flatten();
+    for o in owners.filter(|o| o.kind == owner_kind) {
+        let name = meta.name.as_deref().unwrap_or_default();
+        runs.touch(&o.uid, kind, name, node_of(meta));
+    }
 }
 
 fn error_policy(gv: Arc<GpuValidation>, err: &Error, ctx: Arc<Ctx>) -> Action {
@@ -167,7 +156,7 @@ where
     K::DynamicType: Eq + Hash + Clone + Default,
 {
     watcher(api, config)
-        .default_backoff()
+        .backoff(crate::watch_backoff::watch_backoff())
         .modify(trim)
         .reflect(writer)
         .touched_objects()
@@ -271,12 +260,18 @@ pub async fn run(
     let (results, result_writer) = reflector::store();
     let (nodes, node_writer) = reflector::store();
     let (rounds, round_writer) = reflector::store();
+    let runs = Arc::new(Runs::default());
+    let touched = runs.clone();
     let pod_stream = reflected(
         Api::<Pod>::namespaced(client.clone(), &ns),
         watcher::Config::default().labels(&managed_selector()),
         pod_writer,
         trim_pod,
-    );
+    )
+    .inspect(move |p| {
+        p.iter()
+            .for_each(|p| touch_owned(&touched, &p.metadata, Owned::Pod))
+    });
     let figures = Arc::new(FigureFetcher::new(metrics.fleet.clone()));
     let offers = figures.clone();
     let result_stream = reflected(
@@ -285,19 +280,29 @@ pub async fn run(
         result_writer,
         trim_meta,
     )
-    .inspect(move |r| r.iter().for_each(|r| offers.offer(r)));
+    .inspect({
+        let touched = runs.clone();
+        move |r| {
+            r.iter().for_each(|r| {
+                touch_owned(&touched, &r.metadata, Owned::Result);
+                offers.offer(r);
+            })
+        }
+    });
     let round_stream = reflected(
         Api::<GpuFabricRound>::namespaced(client.clone(), &ns),
         watcher::Config::default().labels(&managed_selector()),
         round_writer,
         trim_meta,
     );
+    let touched = runs.clone();
     let node_stream = reflected(
         Api::<Node>::all(client.clone()),
         watcher::Config::default(),
         node_writer,
         trim_node,
-    );
+    )
+    .inspect(move |n| n.iter().for_each(|n| touched.touch_node(&n.name_any())));
 
     let gv_api: Api<GpuValidation> = Api::all(client.clone());
     let controller = Controller::new(gv_api, watcher::Config::default().any_semantic());
@@ -312,7 +317,7 @@ pub async fn run(
         rounds,
         validations: validations.clone(),
         metrics,
-        records: Records::default(),
+        runs,
         throttle: Throttle::new(cfg.api_qps, cfg.api_burst),
     });
     tokio::spawn(mark_ready_when_filled(ctx.clone(), ready));
@@ -325,6 +330,7 @@ pub async fn run(
 
     controller
         .with_config(controller_config(&cfg))
+        .trigger_backoff(crate::watch_backoff::watch_backoff())
         .watches_stream(pod_stream, |p: Pod| owner_ref_of(&p.metadata))
         .watches_stream(result_stream, |r: PartialObjectMeta<GpuNodeResult>| {
             owner_ref_of(&r.metadata)

@@ -1,6 +1,8 @@
 //! The shell's read side: this validation's pods, results and the cluster's nodes, from the
-//! reflector stores (no API calls), reduced to the [`World`] the reconcile steps decide on.
-//! Pod phases and failure reasons are parsed here, once.
+//! reflector stores (no API calls), reduced to the [`World`] the reconcile steps decide on:
+//! everything of one validation ([`observe`]), or only what changed since its last reconcile
+//! ([`news`], looked up by name: work for the news, not for the cluster). Pod phases and
+//! failure reasons are parsed here, once.
 
 use gpuval_crds::{GpuFabricRound, GpuNodeResult, GpuValidation, Verdict, labels};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, Pod, PodStatus};
@@ -8,8 +10,12 @@ use kube::Resource;
 use kube::api::{ObjectMeta, PartialObjectMeta, ResourceExt};
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use std::collections::{BTreeSet, HashMap};
+
 use crate::controller::Ctx;
-use crate::reconcile::{PodPhase, PodView, ResultView, RoundView, World};
+use crate::reconcile::freshness::{self, Claim, PodId};
+use crate::reconcile::{News, PodPhase, PodView, ResultView, RoundView, World};
+use crate::runs::Changed;
 
 /// Container waiting reasons that waiting will not cure: the pod counts as Failed.
 const HOPELESS_WAITING: [&str; 5] = [
@@ -37,6 +43,14 @@ pub fn owner_ref_of(meta: &ObjectMeta) -> Option<ObjectRef<GpuValidation>> {
         .flatten()
         .find(|o| o.kind == kind)
         .map(|o| ObjectRef::new(&o.name))
+}
+
+/// The node an agent pod or a result was made for: its annotation (the full name), else its
+/// label.
+pub fn node_of(meta: &ObjectMeta) -> Option<&str> {
+    let annotated = meta.annotations.as_ref().and_then(|a| a.get(labels::NODE));
+    let labelled = || meta.labels.as_ref().and_then(|l| l.get(labels::NODE));
+    annotated.or_else(labelled).map(String::as_str)
 }
 
 /// A pod as the steps see it: its run (labels), its node (annotation), its phase, and why it
@@ -151,6 +165,7 @@ pub fn result_view(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultView> {
             .and_then(|a| a.get(labels::FABRIC_OUTCOMES))
             .map(|s| fabric_outcomes(&r.name_any(), s))
             .unwrap_or_default(),
+        facts: crate::reconcile::fleet::result_facts(labels, ann),
     })
 }
 
@@ -177,16 +192,112 @@ pub fn round_view(r: &GpuFabricRound) -> RoundView {
     }
 }
 
+/// The pod a result names as its writer (`gpuval.io/pod-uid`, `gpuval.io/pod`).
+pub fn writer_of(meta: &ObjectMeta) -> Option<PodId<'_>> {
+    let ann = meta.annotations.as_ref()?;
+    Some(PodId {
+        name: ann.get(labels::POD)?,
+        uid: ann.get(labels::POD_UID).map(String::as_str),
+    })
+}
+
+/// The results of validation `uid` that may decide their node's verdict in the run of
+/// `generation` (see [`freshness`]); results of other generations are kept (the steps ignore
+/// and delete them), results of this generation that the node's current pod did not write
+/// are left out.
+fn counted_results(ctx: &Ctx, uid: &str, generation: i64) -> Vec<ResultView> {
+    let pods = ctx.pods.state();
+    let current: HashMap<String, PodId<'_>> = pods
+        .iter()
+        .filter(|p| owned_by(&p.metadata, uid))
+        .filter_map(|p| {
+            let view = pod_view(p)?;
+            let id = PodId {
+                name: p.metadata.name.as_deref()?,
+                uid: p.metadata.uid.as_deref(),
+            };
+            (view.generation == generation).then_some((view.node, id))
+        })
+        .collect();
+    owned_views(&ctx.results, uid, |r| {
+        let view = result_view(r)?;
+        let claim = Claim {
+            generation: view.generation,
+            writer: writer_of(&r.metadata),
+        };
+        match freshness::judge(claim, generation, current.get(&view.node).copied()) {
+            freshness::Freshness::NotCurrentPod { writer, current } => {
+                tracing::debug!(result = %view.name, writer = ?writer, current = %current, "ignoring a result the node's current pod did not write");
+                None
+            }
+            _ => Some(view),
+        }
+    })
+}
+
 /// Observes the cluster for one validation (from the stores; no API calls).
 pub fn observe(gv: &GpuValidation, ctx: &Ctx) -> World {
     let uid = gv.metadata.uid.as_deref().unwrap_or_default();
+    let generation = gv.metadata.generation.unwrap_or(0);
     World {
         nodes: ctx.nodes.state().iter().map(|n| n.name_any()).collect(),
         pods: owned_views(&ctx.pods, uid, pod_view),
-        results: owned_views(&ctx.results, uid, result_view),
+        results: counted_results(ctx, uid, generation),
         rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
         fabric_port: ctx.cfg.fabric.port,
     }
+}
+
+/// The news for validation `gv`: for each node in `changed`, whether it exists, its agent pod
+/// of this generation and its result (by their names); the pods and results `changed` names;
+/// and all of the validation's fabric rounds. Store look-ups by name: the cost follows the
+/// news, not the cluster.
+pub fn news(gv: &GpuValidation, ctx: &Ctx, changed: Changed) -> News {
+    let uid = gv.metadata.uid.as_deref().unwrap_or_default();
+    let name = gv.name_any();
+    let generation = gv.metadata.generation.unwrap_or(0);
+    let Changed {
+        nodes,
+        mut pods,
+        mut results,
+    } = changed;
+    for node in &nodes {
+        pods.insert(crate::pod::pod_name(&name, node, generation));
+        results.insert(gpuval_crds::result::result_name(&name, node));
+    }
+    let ns = ctx.cfg.namespace.as_str();
+    let world = World {
+        nodes: nodes
+            .iter()
+            .filter(|n| ctx.nodes.get(&ObjectRef::new(n)).is_some())
+            .cloned()
+            .collect(),
+        pods: named_views(&ctx.pods, ns, uid, &pods, pod_view),
+        results: named_views(&ctx.results, ns, uid, &results, result_view),
+        rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
+        fabric_port: ctx.cfg.fabric.port,
+    };
+    News { nodes, world }
+}
+
+/// The views of the objects in `store` named `names` in namespace `ns` that `uid` owns.
+fn named_views<K, V>(
+    store: &Store<K>,
+    ns: &str,
+    uid: &str,
+    names: &BTreeSet<String>,
+    view: impl Fn(&K) -> Option<V>,
+) -> Vec<V>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    names
+        .iter()
+        .filter_map(|n| store.get(&ObjectRef::new(n).within(ns)))
+        .filter(|o| owned_by(o.meta(), uid))
+        .filter_map(|o| view(&o))
+        .collect()
 }
 
 /// The views of the objects in `store` owned by `uid` (objects `view` cannot read are left out).
@@ -384,6 +495,24 @@ mod tests {
         assert_eq!(v.summary, "GPU3 memory: 2 mismatched words");
         let odd = result_view(&result_meta("Great")).unwrap();
         assert_eq!(odd.verdict, Verdict::Error, "an unknown verdict is no pass");
+    }
+
+    #[test]
+    fn a_results_writer_is_its_pod_uid_and_name() {
+        let mut meta = result_meta("Pass").metadata;
+        assert_eq!(writer_of(&meta), None, "a result that names no pod");
+        let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
+        ann.insert(labels::POD.into(), "gpuval-v-gpu-0-g2".into());
+        assert_eq!(
+            writer_of(&meta),
+            Some(PodId {
+                name: "gpuval-v-gpu-0-g2",
+                uid: None
+            })
+        );
+        let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
+        ann.insert(labels::POD_UID.into(), "u-9".into());
+        assert_eq!(writer_of(&meta).and_then(|w| w.uid), Some("u-9"));
     }
 
     #[test]

@@ -259,6 +259,8 @@ impl Backend {
 
 /// Which backend to open: the one choice the CLI and the Kubernetes mode both make.
 #[derive(Debug, Clone, PartialEq)]
+// Made once per process: the simulated spec's size is of no consequence.
+#[allow(clippy::large_enum_variant)]
 pub enum BackendChoice {
     Cuda,
     /// Tests and demos only: the figures are not real.

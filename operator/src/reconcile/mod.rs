@@ -3,29 +3,38 @@
 //! actions (pods to create or delete, results to delete, events, nodes to mark).
 //!
 //! A run is one spec generation. Its node set is resolved once, when the generation is first
-//! seen ([`start`]), and kept by the operator as a [`RunNodes`] record (in memory, a line per
-//! node) that each step takes and gives back; each node's verdict then follows its pod and
-//! its result ([`advance`]); the verdicts add up to counts, reasons and a phase
-//! ([`summarize`]), which set the kstatus conditions ([`kstatus`]); [`events`] says what to
-//! tell and when to look again. The status shows only the counts and the nodes that have not
-//! passed (bounded), so an operator that restarts rebuilds the record from the status, the
-//! run's pods and results, and the selection ([`start::recover`]). [`next`] runs the steps in that order; the shell (`controller`) observes the cluster
-//! into a [`World`] and applies the [`Step`].
+//! seen ([`start`]), and kept by the operator as a [`RunNodes`] record ([`record`]: a line per
+//! node and the counts, reasons and listing kept up to date line by line) that each step takes
+//! and gives back; each node's verdict then follows its pod and its result ([`advance`]); the
+//! record's counts add up to a phase ([`summarize`]), which sets the kstatus conditions
+//! ([`kstatus`]); [`events`] says what to tell and when to look again. The status shows only
+//! the counts and the nodes that have not passed (bounded), so an operator that restarts
+//! rebuilds the record from the status, the run's pods and results, and the selection
+//! ([`start::recover`]).
+//!
+//! A step sees either everything ([`next`]: the whole run, at its start, after a restart, at
+//! the deadline, during the fabric test) or the news since the last step ([`next_on_news`]:
+//! the nodes whose pod, result or Node changed), and then advances only those nodes: a result
+//! arriving costs work for that node, not for the cluster. The shell (`controller`) observes
+//! the cluster into a [`World`] or [`News`] and applies the [`Step`].
 
 pub mod advance;
 pub mod clock;
 pub mod events;
 pub mod fabric;
+pub mod fleet;
+pub mod freshness;
 pub mod kstatus;
+pub mod record;
 pub mod start;
 pub mod summarize;
 pub mod view;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use gpuval_crds::fabric::FabricPhase;
-use gpuval_crds::{GpuValidation, GpuValidationStatus, NodeStatus, NodeVerdict, Phase, Summary};
+use gpuval_crds::{GpuValidation, GpuValidationStatus, NodeVerdict, Phase, Summary};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -34,16 +43,20 @@ use crate::selection::Selection;
 pub use advance::RESULT_GRACE;
 pub use clock::RunClock;
 pub use events::{PlannedEvent, RUNNING_REQUEUE};
+pub use record::RunNodes;
 pub use view::{PodPhase, PodView, ResultView, RoundView, World};
 
 /// Longest node message kept in the validation status (the full report is in the result).
 pub const MAX_MESSAGE: usize = 200;
 
-/// The operator's record of a running run: a line for every node of the run.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunNodes {
-    pub generation: i64,
-    pub nodes: Vec<NodeStatus>,
+/// What changed since a validation's last step: the nodes whose agent pod, result or Node
+/// object changed, and a [`World`] that holds, for those nodes, their pods and results as they
+/// are now (of any generation; an absent one is gone) and whether each node exists; any other
+/// of the validation's pods and results that changed; and all of its fabric rounds.
+#[derive(Debug, Clone, Default)]
+pub struct News {
+    pub nodes: BTreeSet<String>,
+    pub world: World,
 }
 
 /// Everything the shell should do.
@@ -79,9 +92,9 @@ fn truncate(s: &str) -> String {
     format!("{}...", &s[..end])
 }
 
-/// Computes the next step at time `now` from `record`, the previous step's record of this run
-/// (None after a restart). `select` is called only when this generation has no node set yet,
-/// or to recover one.
+/// Computes the next step at time `now` from `world`, everything the cluster shows of this
+/// validation, and `record`, the previous step's record of this run (None after a restart).
+/// `select` is called only when this generation has no node set yet, or to recover one.
 pub fn next(
     gv: &GpuValidation,
     world: &World,
@@ -89,10 +102,78 @@ pub fn next(
     record: Option<RunNodes>,
     select: impl FnOnce() -> Selection,
 ) -> Step {
+    let view = View { world, news: None };
+    decide(gv, view, now, record, select, || None)
+}
+
+/// Computes the next step at time `now` from the `news` since the step that gave `record`.
+/// Works on the nodes in the news (and those whose result is awaited) only, unless the step
+/// needs everything (no record of this run, the deadline passed, the fabric test): then it
+/// calls `everything` for the whole view and decides as [`next`] does.
+pub fn next_on_news(
+    gv: &GpuValidation,
+    news: &News,
+    now: Timestamp,
+    record: Option<RunNodes>,
+    everything: impl FnOnce() -> World,
+    select: impl FnOnce() -> Selection,
+) -> Step {
+    if needs_everything(gv, record.as_ref(), now) {
+        return next(gv, &everything(), now, record, select);
+    }
+    let view = View {
+        world: &news.world,
+        news: Some(&news.nodes),
+    };
+    decide(gv, view, now, record, select, || Some(everything()))
+}
+
+/// What a step sees: `world` is everything when `news` is None, else the news about those
+/// nodes.
+#[derive(Clone, Copy)]
+struct View<'a> {
+    world: &'a World,
+    news: Option<&'a BTreeSet<String>>,
+}
+
+/// True when the news cannot do: a run that is not over has no record of this generation
+/// (it starts, or the operator restarted), is past its deadline (every unfinished node runs
+/// out of time), or has every verdict and a fabric test (which reads every pod and result).
+fn needs_everything(gv: &GpuValidation, record: Option<&RunNodes>, now: Timestamp) -> bool {
+    let generation = gv.metadata.generation.unwrap_or(0);
+    let Some(previous) = gv
+        .status
+        .as_ref()
+        .filter(|p| start::is_same_run(p, generation))
+    else {
+        return true;
+    };
+    if previous.phase.is_some_and(Phase::is_terminal) {
+        return false;
+    }
+    let Some(r) = record.filter(|r| r.generation() == generation) else {
+        return true;
+    };
+    let deadline = gv.spec.deadline_or_default();
+    let clock = RunClock::new(now, previous.start_time.as_ref(), deadline);
+    clock.past_deadline() || (gv.spec.fabric.is_some() && r.all_final())
+}
+
+/// The step, from what `view` shows (when it is the news, `everything` gives the whole view,
+/// for the fabric test).
+fn decide(
+    gv: &GpuValidation,
+    view: View<'_>,
+    now: Timestamp,
+    record: Option<RunNodes>,
+    select: impl FnOnce() -> Selection,
+    everything: impl FnOnce() -> Option<World>,
+) -> Step {
     let generation = gv.metadata.generation.unwrap_or(0);
     let now_t = Time(now);
     let previous = gv.status.clone().unwrap_or_default();
     let same_run = start::is_same_run(&previous, generation);
+    let world = view.world;
     let stale = start::leftovers(world, generation);
     let mut step = Step {
         delete_pods: stale.pods,
@@ -110,12 +191,15 @@ pub fn next(
         step.status = previous;
         return step;
     }
-    let (mut status, mut nodes) = if same_run {
-        let nodes = match record.filter(|r| r.generation == generation) {
-            Some(r) => r.nodes,
-            None => start::recover(&previous, world, generation, &select()),
+    let (mut status, mut record) = if same_run {
+        let record = match record.filter(|r| r.generation() == generation) {
+            Some(r) => r,
+            None => {
+                let lines = start::recover(&previous, world, generation, &select());
+                RunNodes::new(generation, lines)
+            }
         };
-        (previous, nodes)
+        (previous, record)
     } else {
         match start::start_run(generation, &previous, &select(), &now_t) {
             start::RunStart::Blocked { status, event } => {
@@ -129,7 +213,7 @@ pub fn next(
                 event,
             } => {
                 step.events.push(event);
-                (status, nodes)
+                (status, RunNodes::new(generation, nodes))
             }
         }
     };
@@ -139,43 +223,87 @@ pub fn next(
         status.start_time.as_ref(),
         gv.spec.deadline_or_default(),
     );
-    let waiting_for_result = advance_nodes(&mut nodes, world, generation, &clock, &mut step);
-    let fabric = fabric::for_run(gv, world, &status, &clock, &mut nodes);
-    let mut fabric_requeue = None;
-    if let Some(f) = fabric {
-        step.newly_failed.extend(f.newly_failed);
-        step.events.extend(f.events);
-        step.create_round = f.round;
-        status.fabric = f.status;
-        fabric_requeue = f.requeue;
-    }
+    advance_nodes(&mut record, view, &clock, &mut step);
+    // Once every node has its verdict the step reads every pod and result (from `everything`
+    // when it has only the news): the fabric test and the fleet's versions need them all.
+    let whole = if record.all_final() {
+        view.news.and_then(|_| everything())
+    } else {
+        None
+    };
+    let fabric_requeue = fabric_step(
+        gv,
+        view,
+        whole.as_ref(),
+        &clock,
+        &mut status,
+        &mut record,
+        &mut step,
+    );
 
-    let (phase, summary) = conclude(&mut status, &nodes, generation, &now_t);
+    let (phase, summary) = conclude(&mut status, &record, generation, &now_t);
+    // The fleet's versions: read from every result when the step sees them all (the start,
+    // a full look, and once every node has its verdict), so a step on the news stays flat.
+    if let Some(w) = whole.as_ref().or(view.news.is_none().then_some(view.world)) {
+        status.fleet = fleet::of(&w.results, generation);
+    }
     if phase.is_terminal() {
         step.events.push(events::finished(phase, &summary));
     } else {
-        step.record = Some(RunNodes { generation, nodes });
+        step.record = Some(record);
     }
-    step.requeue_after = events::requeue_after(phase, &clock, waiting_for_result)
-        .map(|r| fabric_requeue.map_or(r, |f| r.min(f)));
+    step.requeue_after = events::requeue_after(
+        phase,
+        &clock,
+        step.record.as_ref().is_some_and(RunNodes::is_awaiting),
+    )
+    .map(|r| fabric_requeue.map_or(r, |f| r.min(f)));
     step.status = status;
     step
 }
 
+/// The fabric test's part of the step (see [`fabric`]); returns when to look again for it.
+/// Before every node has its verdict the fabric step only waits and changes no line; once
+/// they all have one it reads every pod and result (`whole` when the step has only the news)
+/// and may fail nodes, so the record is then rebuilt.
+fn fabric_step(
+    gv: &GpuValidation,
+    view: View<'_>,
+    whole: Option<&World>,
+    clock: &RunClock,
+    status: &mut GpuValidationStatus,
+    record: &mut RunNodes,
+    step: &mut Step,
+) -> Option<Duration> {
+    gv.spec.fabric.as_ref()?;
+    let f = if record.all_final() {
+        let world = whole.unwrap_or(view.world);
+        record.edit_all(|lines| fabric::for_run(gv, world, status, clock, lines))
+    } else {
+        record.lend(|lines| fabric::for_run(gv, view.world, status, clock, lines))
+    }?;
+    step.newly_failed.extend(f.newly_failed);
+    step.events.extend(f.events);
+    step.create_round = f.round;
+    status.fabric = f.status;
+    f.requeue
+}
+
 /// Sets the counts, the listed node lines, the phase, the conditions and (once the run is
-/// over) the completion time from the run's `nodes`.
+/// over) the completion time from the run's `record`.
 fn conclude(
     status: &mut GpuValidationStatus,
-    nodes: &[NodeStatus],
+    record: &RunNodes,
     generation: i64,
     now: &Time,
 ) -> (Phase, Summary) {
-    let summary = summarize::count(nodes);
+    let summary = record.summary();
     let mut phase = summarize::phase_of(&summary);
     let fabric = status.fabric.as_ref();
     if phase.is_terminal() && fabric.is_some_and(|f| !f.phase.is_terminal()) {
         phase = Phase::Running;
     }
+    let (listed, not_listed) = record.listed();
     match fabric.filter(|f| f.phase == FabricPhase::Failed && phase == Phase::Passed) {
         Some(f) => {
             phase = Phase::Failed;
@@ -186,12 +314,12 @@ fn conclude(
             &mut status.conditions,
             phase,
             &summary,
-            nodes,
+            &listed,
             generation,
             now,
         ),
     }
-    (status.nodes, status.nodes_not_listed) = summarize::listed(nodes);
+    (status.nodes, status.nodes_not_listed) = (listed, not_listed);
     if phase.is_terminal() {
         status.completion_time.get_or_insert_with(|| now.clone());
     }
@@ -200,16 +328,13 @@ fn conclude(
     (phase, summary)
 }
 
-/// Advances every node without a final verdict (see [`advance::advance_node`]), adding the
-/// pods to create or delete, the nodes that failed and their events to `step`. Returns true
-/// when a finished agent's result is awaited.
-fn advance_nodes(
-    nodes: &mut [NodeStatus],
-    world: &World,
-    generation: i64,
-    clock: &RunClock,
-    step: &mut Step,
-) -> bool {
+/// Advances the nodes without a final verdict that `view` has news of (every one when it
+/// shows everything) and those whose result is awaited, adding the pods to create or delete,
+/// the nodes that failed and their events to `step`. A node whose result is awaited and that
+/// is not in the news is advanced from its finished pod as the record kept it.
+fn advance_nodes(record: &mut RunNodes, view: View<'_>, clock: &RunClock, step: &mut Step) {
+    let generation = record.generation();
+    let world = view.world;
     let pods: HashMap<&str, &PodView> = world
         .pods
         .iter()
@@ -222,33 +347,60 @@ fn advance_nodes(
         .filter(|r| r.generation == generation)
         .map(|r| (r.node.as_str(), r))
         .collect();
-    let mut waiting_for_result = false;
-    for line in nodes.iter_mut().filter(|l| !l.verdict.is_final()) {
-        let seen = advance::Seen {
-            pod: pods.get(line.name.as_str()).copied(),
-            result: results.get(line.name.as_str()).copied(),
-            node_exists: world.nodes.contains(&line.name),
+    let targets = match view.news {
+        None => record.unfinished(),
+        Some(nodes) => {
+            let mut t: Vec<usize> = nodes.iter().filter_map(|n| record.position(n)).collect();
+            t.extend(record.awaiting());
+            t.sort_unstable();
+            t.dedup();
+            t
+        }
+    };
+    for i in targets {
+        let line = &record.lines()[i];
+        if line.verdict.is_final() {
+            continue;
+        }
+        let name = line.name.as_str();
+        let seen = if view.news.is_none_or(|n| n.contains(name)) {
+            advance::Seen {
+                pod: pods.get(name).copied(),
+                result: results.get(name).copied(),
+                node_exists: world.nodes.contains(name),
+            }
+        } else {
+            advance::Seen {
+                pod: record.awaited_pod(i),
+                result: None,
+                node_exists: true,
+            }
         };
         let next = advance::advance_node(line, seen, clock);
-        *line = next.line;
-        waiting_for_result |= next.waiting_for_result;
+        let awaited = next.waiting_for_result.then(|| seen.pod.cloned()).flatten();
         match next.pod {
-            Some(advance::PodChange::Create) => {
-                step.create_pods.push((line.name.clone(), line.gpus))
-            }
+            Some(advance::PodChange::Create) => step
+                .create_pods
+                .push((next.line.name.clone(), next.line.gpus)),
             Some(advance::PodChange::Delete(pod)) => step.delete_pods.push(pod),
             None => {}
         }
-        if line.verdict.is_final() {
-            step.new_verdicts.push(line.verdict);
+        let verdict = next.line.verdict;
+        if verdict.is_final() {
+            step.new_verdicts.push(verdict);
         }
-        if line.verdict.is_final() && line.verdict != NodeVerdict::Passed {
-            step.newly_failed.push(line.name.clone());
-            step.events.push(events::node_failed(line));
+        if summarize::is_failed(verdict) {
+            step.newly_failed.push(next.line.name.clone());
+            step.events.push(events::node_failed(&next.line));
         }
+        record.set(i, next.line);
+        record.await_result(i, awaited);
     }
-    waiting_for_result
 }
+
+#[cfg(test)]
+#[path = "news_tests.rs"]
+mod news_tests;
 
 #[cfg(test)]
 mod tests {
@@ -314,6 +466,7 @@ mod tests {
             verdict: v,
             summary: summary.into(),
             fabric: Vec::new(),
+            facts: Default::default(),
         }
     }
 
@@ -602,7 +755,7 @@ mod tests {
         let (now, w) = world(3, vec![pod("a", PodPhase::Pending)], vec![]);
         let s = next(&g, &w, now, None, two_nodes);
         assert_eq!(s.create_pods, vec![("b".to_string(), 8)]);
-        assert_eq!(s.record.map(|r| r.nodes.len()), Some(2));
+        assert_eq!(s.record.map(|r| r.lines().len()), Some(2));
     }
 
     #[test]
@@ -638,6 +791,7 @@ mod tests {
                     verdict: v,
                     summary: format!("GPU{} memory: {} mismatched words", i % 8, i),
                     fabric: Vec::new(),
+                    facts: Default::default(),
                 }
             })
             .collect();

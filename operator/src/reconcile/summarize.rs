@@ -1,5 +1,7 @@
 //! The run as a whole: node counts, the reasons nodes did not pass, the phase they add up to,
-//! and the bounded list of node lines the status shows.
+//! and the bounded list of node lines the status shows. [`count`] and [`listed`] define them
+//! over a run's lines; the run's record ([`super::record`]) keeps the same figures up to date
+//! line by line, and its tests hold it to these definitions.
 
 use std::collections::HashMap;
 
@@ -71,7 +73,7 @@ fn top_reasons(nodes: &[NodeStatus]) -> Vec<ReasonCount> {
 }
 
 /// A final verdict other than Passed.
-fn is_failed(v: NodeVerdict) -> bool {
+pub fn is_failed(v: NodeVerdict) -> bool {
     v.is_final() && v != NodeVerdict::Passed
 }
 

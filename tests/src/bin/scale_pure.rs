@@ -97,6 +97,7 @@ fn result(i: usize) -> ResultView {
         verdict,
         summary,
         fabric: Vec::new(),
+        facts: Default::default(),
     }
 }
 
@@ -133,7 +134,7 @@ fn record_bytes_per_node(record: Option<&RunNodes>) -> f64 {
     let Some(r) = record else { return 0.0 };
     let heap = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
     let total: usize = r
-        .nodes
+        .lines()
         .iter()
         .map(|n: &NodeStatus| {
             std::mem::size_of::<NodeStatus>()
@@ -142,7 +143,7 @@ fn record_bytes_per_node(record: Option<&RunNodes>) -> f64 {
                 + heap(&n.result)
         })
         .sum();
-    total as f64 / r.nodes.len().max(1) as f64
+    total as f64 / r.lines().len().max(1) as f64
 }
 
 /// Times `samples` reconciles that each bring `batch` more results; returns the median time

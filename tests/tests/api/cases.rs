@@ -320,6 +320,36 @@ fn enums() -> Vec<Bad> {
             json!({"checks": memory(), "onFailure": {"action": "Reboot"}}),
             "spec.onFailure.action",
         ),
+        bad(
+            "unknown-reason-code",
+            json!({"checks": memory(), "severityOverrides": [{"code": "RowsRemaped", "severity": "Fail"}]}),
+            "spec.severityOverrides[0].code",
+        ),
+        bad(
+            "override-of-an-error-code",
+            json!({"checks": memory(), "severityOverrides": [{"code": "MeasurementMissing", "severity": "Info"}]}),
+            "spec.severityOverrides[0].code",
+        ),
+        bad(
+            "override-to-error",
+            json!({"checks": memory(), "severityOverrides": [{"code": "RowsRemapped", "severity": "Error"}]}),
+            "spec.severityOverrides[0].severity",
+        ),
+        bad(
+            "unknown-ecc-mode",
+            json!({"checks": memory(), "expect": {"eccMode": "Yes"}}),
+            "spec.expect.eccMode",
+        ),
+        one(
+            "bus-id-without-function",
+            json!({"checks": memory(), "expect": {"pciBusIds": ["18:00"]}}),
+            "spec.expect.pciBusIds[0]",
+        ),
+        one(
+            "gpu-count-zero",
+            json!({"checks": memory(), "expect": {"gpuCount": 0}}),
+            "spec.expect.gpuCount",
+        ),
     ]
 }
 

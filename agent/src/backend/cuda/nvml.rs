@@ -398,6 +398,7 @@ impl NvmlHost {
                 .map(format_cuda_version),
             nvml_version: logged("NVML version", self.nvml.sys_nvml_version()),
             hostname: hostname(),
+            nccl_version: None,
         }
     }
 
@@ -687,6 +688,9 @@ fn health(gpu: u32, dev: &Device<'static>) -> Result<GpuHealth, BackendError> {
         pcie_max_gen: link("read max PCIe link generation", dev.max_pcie_link_gen())?,
         pcie_width: link("read PCIe link width", dev.current_pcie_link_width())?,
         pcie_max_width: link("read max PCIe link width", dev.max_pcie_link_width())?,
+        persistence_mode: optional(gpu, "read persistence mode", dev.is_in_persistent_mode())?,
+        mig_mode: optional(gpu, "read MIG mode", dev.mig_mode())?.map(|m| m.current != 0),
+        vbios_version: optional(gpu, "read VBIOS version", dev.vbios_version())?,
     })
 }
 

@@ -4,7 +4,9 @@
 //! (checks: `memory`, `compute`, `p2p` (every pair of that GPU), `host` (host transfers),
 //! `nccl`, `training`). `fail=memory@2` flips one bit of GPU 2's words to 1 (stuck at 1);
 //! `throttle=4:HwSlowdown` slows GPU 4's clocks for most of its burn; `replay=6:40` adds 40 to
-//! GPU 6's PCIe replay counter during the run.
+//! GPU 6's PCIe replay counter during the run. `flaky=memory@2:0.5` is a `slow` that only the
+//! first measurement sees; `version=driver:535.104.05+vbios:96.00.89.00.01` sets what the node
+//! reports of its versions (`driver`, `vbios`, `cuda`, `nccl`; default `simulated`).
 //!
 //! Every figure is a pure function of the spec, the GPU and the request (telemetry also of how
 //! many samples were taken), so two runs with the same spec give the same report.
@@ -25,7 +27,7 @@ use super::{
 use crate::run_control::RunControl;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str = "gpus, model, fail, slow, xid, linkdown, error, throttle, replay, timescale, fabric, net, netfault";
+pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, throttle, replay, version, timescale, fabric, net, netfault";
 /// The throttle reasons `throttle=` may plant (NVML names without prefix).
 pub const THROTTLE_REASONS: [&str; 5] = [
     "SwPowerCap",
@@ -245,6 +247,11 @@ pub struct SimSpec {
     /// `net=<GB/s>`, `netfault=local|vanish`: this node's fabric between nodes (see
     /// [`crate::fabric::sim`]).
     pub net: crate::fabric::sim::SimNet,
+    /// `flaky=memory@2:0.5`: like `slow`, for the first measurement only (a second
+    /// measurement, [`SimBackend::second_measurement`], sees the healthy figure).
+    pub flaky: Vec<(SimCheck, u32, f64)>,
+    /// `version=driver:535.104.05+vbios:96.00.89.00.01`: the versions the node reports.
+    pub versions: Vec<(gpuval_crds::facts::Component, String)>,
 }
 
 /// Faults of the GPUs' health signals.
@@ -298,6 +305,8 @@ impl Default for SimSpec {
             timescale: 0.0,
             fabric: Vec::new(),
             net: Default::default(),
+            flaky: Vec::new(),
+            versions: Vec::new(),
         }
     }
 }
@@ -337,6 +346,8 @@ impl SimSpec {
             "model" => self.model = value.parse()?,
             "fail" => self.fail.extend(parse_list(value, parse_check_at)?),
             "slow" => self.slow.extend(parse_list(value, parse_slow)?),
+            "flaky" => self.flaky.extend(parse_list(value, parse_slow)?),
+            "version" => self.versions.extend(parse_list(value, parse_version)?),
             "xid" => self.xid.extend(parse_list(value, parse_xid)?),
             "linkdown" => self.linkdown.extend(parse_list(value, parse_linkdown)?),
             "error" => self.error.extend(parse_list(value, parse_check_at)?),
@@ -377,6 +388,11 @@ impl SimSpec {
                     .iter()
                     .map(|(c, g, f)| (format!("slow={c}@{g}:{f}"), *g)),
             )
+            .chain(
+                self.flaky
+                    .iter()
+                    .map(|(c, g, f)| (format!("flaky={c}@{g}:{f}"), *g)),
+            )
             .chain(self.xid.iter().map(|(g, x)| (format!("xid={g}:{x}"), *g)))
             .chain(
                 self.linkdown
@@ -409,13 +425,23 @@ impl SimSpec {
         Ok(())
     }
 
-    /// The product of the `slow` factors for that check on that GPU.
+    /// The product of the `slow` (and `flaky`) factors for that check on that GPU.
     pub(crate) fn slowdown(&self, check: SimCheck, gpu: u32) -> f64 {
         self.slow
             .iter()
+            .chain(&self.flaky)
             .filter(|(c, g, _)| *c == check && *g == gpu)
             .map(|(_, _, f)| *f)
             .product()
+    }
+
+    /// The version the node reports of `c` (`simulated` unless `version=` sets it).
+    fn version(&self, c: gpuval_crds::facts::Component) -> String {
+        self.versions
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == c)
+            .map_or_else(|| "simulated".to_string(), |(_, v)| v.clone())
     }
 }
 
@@ -434,6 +460,10 @@ impl fmt::Display for SimSpec {
         list("fail", self.fail.iter().map(at).collect())?;
         let slow = self.slow.iter().map(|(c, g, x)| format!("{c}@{g}:{x}"));
         list("slow", slow.collect())?;
+        let flaky = self.flaky.iter().map(|(c, g, x)| format!("{c}@{g}:{x}"));
+        list("flaky", flaky.collect())?;
+        let versions = self.versions.iter().map(|(c, v)| format!("{c}:{v}"));
+        list("version", versions.collect())?;
         let xid = self.xid.iter().map(|(g, x)| format!("{g}:{x}"));
         list("xid", xid.collect())?;
         let linkdown = self.linkdown.iter().map(|(g, l)| format!("{g}:{l}"));
@@ -488,6 +518,21 @@ fn parse_slow(value: &str) -> Result<(SimCheck, u32, f64), String> {
         return Err(format!("factor {factor} must be above 0 and at most 10"));
     }
     Ok((check, gpu, factor))
+}
+
+/// `driver:535.104.05`.
+fn parse_version(value: &str) -> Result<(gpuval_crds::facts::Component, String), String> {
+    let (c, v) = value
+        .split_once(':')
+        .ok_or_else(|| format!("{value:?} is not COMPONENT:VERSION (like driver:535.104.05)"))?;
+    let component = gpuval_crds::facts::Component::ALL
+        .into_iter()
+        .find(|k| k.as_str() == c)
+        .ok_or_else(|| format!("unknown component {c:?}: use driver, vbios, cuda or nccl"))?;
+    if v.is_empty() || v.contains([',', '+', '=']) {
+        return Err(format!("version {v:?} must be non-empty, without , + or ="));
+    }
+    Ok((component, v.to_string()))
 }
 
 /// `1:79`.
@@ -566,6 +611,16 @@ impl SimBackend {
         &self.spec
     }
 
+    /// The node as a second measurement of a check sees it: the same, without its `flaky=`
+    /// slowdowns (and without Xids to hand out: the first backend still has those).
+    pub fn second_measurement(&self) -> SimBackend {
+        SimBackend::new(SimSpec {
+            flaky: Vec::new(),
+            xid: Vec::new(),
+            ..self.spec.clone()
+        })
+    }
+
     /// The checks every simulated measurement makes first: the GPU exists, and no `error=`
     /// fault is planted for this check on it.
     pub(crate) fn begin(&self, check: SimCheck, gpu: u32) -> Result<(), BackendError> {
@@ -626,6 +681,9 @@ impl SimBackend {
                 pcie_max_gen: Some(gen_),
                 pcie_width: Some(16),
                 pcie_max_width: Some(16),
+                persistence_mode: Some(true),
+                mig_mode: Some(false),
+                vbios_version: Some(self.spec.version(gpuval_crds::facts::Component::Vbios)),
             },
         }
     }
@@ -708,13 +766,14 @@ impl Platform for SimBackend {
                 "the simulated node has gpus=0".to_string(),
             ));
         }
-        let simulated = Some("simulated".to_string());
+        use gpuval_crds::facts::Component;
         Ok(Inventory {
             system: SystemInfo {
-                driver_version: simulated.clone(),
-                cuda_driver_version: simulated.clone(),
-                nvml_version: simulated,
+                driver_version: Some(self.spec.version(Component::Driver)),
+                cuda_driver_version: Some(self.spec.version(Component::Cuda)),
+                nvml_version: Some("simulated".to_string()),
                 hostname: None,
+                nccl_version: Some(self.spec.version(Component::Nccl)),
             },
             gpus: (0..self.spec.gpus).map(|i| self.gpu_info(i)).collect(),
         })
@@ -861,6 +920,34 @@ mod tests {
         assert_eq!(s.error, vec![(SimCheck::Memory, 1)]);
         assert_eq!(s.timescale, 0.01);
         assert_eq!(s.to_string().parse::<SimSpec>().expect("round trip"), s);
+    }
+
+    #[test]
+    fn flaky_faults_and_versions() {
+        let s: SimSpec = "gpus=2,flaky=memory@1:0.5,version=driver:535.104.05+vbios:96.00.89.00.01"
+            .parse()
+            .expect("valid");
+        assert_eq!(s.slowdown(SimCheck::Memory, 1), 0.5);
+        assert_eq!(s.to_string().parse::<SimSpec>().expect("round trip"), s);
+        let b = SimBackend::new(s);
+        let inv = b.inventory().expect("inventory");
+        assert_eq!(inv.system.driver_version.as_deref(), Some("535.104.05"));
+        assert_eq!(inv.system.cuda_driver_version.as_deref(), Some("simulated"));
+        assert_eq!(
+            inv.gpus[1].health.vbios_version.as_deref(),
+            Some("96.00.89.00.01")
+        );
+        let again = b.second_measurement();
+        assert_eq!(again.spec.slowdown(SimCheck::Memory, 1), 1.0);
+        assert_eq!(again.spec.versions, b.spec.versions);
+        for bad in [
+            "version=os:1",
+            "version=driver",
+            "version=driver:",
+            "gpus=2,flaky=memory@5:0.5",
+        ] {
+            assert!(bad.parse::<SimSpec>().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 
 use gpuval_crds::{
     ComputeCheck, ComputeResult, Dtype, GemmResult, GpuReport, NodeReport, PulseSpec,
-    TranscendentalResult, Verdict,
+    TranscendentalResult,
 };
 
-use self::power::{Finding, PowerOutcome, PulseOutcome, judge_power, judge_pulse};
+use self::power::{PowerOutcome, PulseOutcome, judge_power, judge_pulse};
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::GpuCheck;
 use crate::config::given;
-use crate::judge::{Judge, plural, ran, to_i64};
+use crate::judge::{Code, Judge, Reason, Says, measured, plural, ran, to_i64, verdict_of};
 use crate::profiles::ModelProfile;
 use crate::run_control::RunControl;
 use crate::text::{columns, dash, indent};
@@ -150,6 +150,7 @@ impl GpuCheck for Compute {
         for dtype in Dtype::ALL {
             judge.relative_per_gpu(
                 gpus,
+                Code::ComputeSlow,
                 dtype.as_str(),
                 "TFLOP/s",
                 |g| gemm_tflops(g, dtype),
@@ -165,33 +166,28 @@ impl Judge<'_> {
     pub fn compute(&self, gpu: &GpuInfo, out: &ComputeOutcome) -> ComputeResult {
         let spec = self.checks.compute.clone().unwrap_or_default();
         let profile = self.profile_of(&gpu.name);
-        let mut found: Vec<Finding> = Vec::new();
+        let mut reasons = Vec::new();
         let mut gemms = Vec::with_capacity(out.gemms.len());
         for g in &out.gemms {
-            let reasons = gemm_reasons(gpu.index, g, &spec, profile);
-            found.extend(reasons.into_iter().map(|r| (Verdict::Fail, r)));
+            reasons.extend(gemm_reasons(gpu.index, g, &spec, profile));
             gemms.push(gemm_result(g));
         }
         let transcendental = out.transcendental.as_ref().map(|t| {
             if t.mismatches > 0 {
-                found.push((
-                    Verdict::Fail,
-                    format!(
-                        "GPU{} transcendental: {} elements differed from the first run",
-                        gpu.index, t.mismatches
-                    ),
-                ));
+                reasons.push(Code::ComputeMismatch.says(format!(
+                    "GPU{} transcendental: {} elements differed from the first run",
+                    gpu.index, t.mismatches
+                )));
             }
             transcendental_result(t)
         });
-        let power = judge_power(gpu.index, &out.power, &spec, profile, &mut found);
+        let power = judge_power(gpu.index, &out.power, &spec, profile, &mut reasons);
         let pulse = out
             .pulse
             .as_ref()
-            .map(|p| judge_pulse(gpu.index, p, &out.power, &mut found));
-        let (verdict, reasons) = graded(found);
+            .map(|p| judge_pulse(gpu.index, p, &out.power, &mut reasons));
         ComputeResult {
-            verdict,
+            verdict: verdict_of(&reasons),
             reasons,
             seconds: out.seconds,
             matrix_size: spec.matrix_size,
@@ -203,28 +199,22 @@ impl Judge<'_> {
     }
 }
 
-/// The worst verdict of the findings (Pass without any) and their reasons, in order.
-fn graded(found: Vec<Finding>) -> (Verdict, Vec<String>) {
-    let verdict = found.iter().map(|(v, _)| *v).max().unwrap_or(Verdict::Pass);
-    (verdict, found.into_iter().map(|(_, r)| r).collect())
-}
-
 fn gemm_reasons(
     gpu: u32,
     g: &GemmOutcome,
     spec: &ComputeCheck,
     profile: Option<&ModelProfile>,
-) -> Vec<String> {
+) -> Vec<Reason> {
     let mut reasons = Vec::new();
     if g.mismatches > 0 {
-        reasons.push(format!(
+        reasons.push(Code::ComputeMismatch.says(format!(
             "GPU{gpu} {}: {} mismatched element{} in {} result comparisons (max relative error {:.2e})",
             g.dtype,
             g.mismatches,
             plural(g.mismatches),
             g.comparisons,
             g.max_rel_error
-        ));
+        )));
     }
     let floor = match spec.min_tflops.as_ref().and_then(|t| t.get(g.dtype)) {
         Some(v) => Some((f64::from(v), "spec minTflops".to_string())),
@@ -234,12 +224,16 @@ fn gemm_reasons(
         }),
     };
     if let Some((floor, source)) = floor {
-        let tflops = g.tflops();
-        if tflops < floor {
-            reasons.push(format!(
+        match measured(g.tflops()) {
+            None => reasons.push(Code::MeasurementMissing.says(format!(
+                "GPU{gpu} {}: no TFLOP/s were measured (the {source} floor cannot be checked)",
+                g.dtype
+            ))),
+            Some(tflops) if tflops < floor => reasons.push(Code::ComputeSlow.says(format!(
                 "GPU{gpu} {}: {tflops:.0} TFLOP/s < {floor:.0} TFLOP/s ({source})",
                 g.dtype
-            ));
+            ))),
+            Some(_) => {}
         }
     }
     reasons

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use gpuval_crds::{ComputeCheck, PowerResult, PulseResult, ThrottleShare, Verdict};
+use gpuval_crds::{ComputeCheck, PowerResult, PulseResult, ThrottleShare};
 
 use crate::backend::PowerReading;
-use crate::judge::{median, plural, round_to, to_i64};
+use crate::judge::{Code, Reason, Says, median, plural, round_to, to_i64};
 use crate::profiles::ModelProfile;
 
 /// Throttle reasons that mean clocks lost to hardware or thermal limits (not the power cap).
@@ -149,9 +149,6 @@ fn halve(samples: &mut Vec<PowerSample>) {
     });
 }
 
-/// A reason with how bad it is.
-pub type Finding = (Verdict, String);
-
 /// The power figures of the burn and the rules on them: the median draw against the enforced
 /// limit (spec `minPowerFraction`, else the model profile's), a limit set below the GPU's
 /// default, and the share of samples slowed by hardware or thermal limits (spec
@@ -161,7 +158,7 @@ pub fn judge_power(
     out: &PowerOutcome,
     spec: &ComputeCheck,
     profile: Option<&ModelProfile>,
-    found: &mut Vec<Finding>,
+    found: &mut Vec<Reason>,
 ) -> Option<PowerResult> {
     let burn: Vec<&PowerSample> = out
         .samples
@@ -185,24 +182,18 @@ pub fn judge_power(
     if let (Some(share), Some((floor, source)), Some(limit)) = (fraction, &floor, out.limit_w)
         && share < *floor
     {
-        found.push((
-            Verdict::Fail,
-            format!(
-                "GPU{gpu} power: the burn drew a median {median_w:.0} W, {:.0}% of its {limit:.0} W limit, below {:.0}% ({source})",
-                100.0 * share,
-                100.0 * floor
-            ),
-        ));
+        found.push(Code::PowerBelowTarget.says(format!(
+            "GPU{gpu} power: the burn drew a median {median_w:.0} W, {:.0}% of its {limit:.0} W limit, below {:.0}% ({source})",
+            100.0 * share,
+            100.0 * floor
+        )));
     }
     if let (Some(limit), Some(default)) = (out.limit_w, out.default_limit_w)
         && limit < LOWERED_LIMIT_SHARE * default
     {
-        found.push((
-            Verdict::Warn,
-            format!(
-                "GPU{gpu} power: limit set to {limit:.0} W, below the GPU's default {default:.0} W"
-            ),
-        ));
+        found.push(Code::PowerLimitLowered.says(format!(
+            "GPU{gpu} power: limit set to {limit:.0} W, below the GPU's default {default:.0} W"
+        )));
     }
     let judged: Vec<&PowerSample> = out
         .samples
@@ -259,7 +250,7 @@ fn slowdown_reason(
     samples: &[&PowerSample],
     slowed: usize,
     spec: &ComputeCheck,
-) -> Option<Finding> {
+) -> Option<Reason> {
     let allowed = spec
         .max_slowdown_fraction
         .unwrap_or(DEFAULT_MAX_SLOWDOWN_FRACTION);
@@ -276,17 +267,14 @@ fn slowdown_reason(
         }
     }
     seen.sort_by_key(|r| SLOWDOWN_REASONS.iter().position(|k| k == r));
-    Some((
-        Verdict::Fail,
-        format!(
-            "GPU{gpu}: clocks slowed by {} in {slowed} of {} sample{} of the burn ({:.0}%, more than {:.0}%)",
-            seen.join(", "),
-            samples.len(),
-            plural(samples.len()),
-            100.0 * share,
-            100.0 * allowed
-        ),
-    ))
+    Some(Code::BurnClocksSlowed.says(format!(
+        "GPU{gpu}: clocks slowed by {} in {slowed} of {} sample{} of the burn ({:.0}%, more than {:.0}%)",
+        seen.join(", "),
+        samples.len(),
+        plural(samples.len()),
+        100.0 * share,
+        100.0 * allowed
+    )))
 }
 
 /// What the pulse measured on one GPU.
@@ -308,25 +296,22 @@ pub fn judge_pulse(
     gpu: u32,
     pulse: &PulseOutcome,
     power: &PowerOutcome,
-    found: &mut Vec<Finding>,
+    found: &mut Vec<Reason>,
 ) -> PulseResult {
     let (min_w, max_w) = (
         power.pulse_range.map(|r| r.0),
         power.pulse_range.map(|r| r.1),
     );
     if pulse.mismatches > 0 {
-        found.push((
-            Verdict::Fail,
-            format!(
-                "GPU{gpu} pulse: {} mismatched element{} in {} result comparisons after {} load-and-idle cycle{} (max relative error {:.2e})",
-                pulse.mismatches,
-                plural(pulse.mismatches),
-                pulse.comparisons,
-                pulse.cycles,
-                plural(pulse.cycles),
-                pulse.max_rel_error
-            ),
-        ));
+        found.push(Code::PulseMismatch.says(format!(
+            "GPU{gpu} pulse: {} mismatched element{} in {} result comparisons after {} load-and-idle cycle{} (max relative error {:.2e})",
+            pulse.mismatches,
+            plural(pulse.mismatches),
+            pulse.comparisons,
+            pulse.cycles,
+            plural(pulse.cycles),
+            pulse.max_rel_error
+        )));
     }
     PulseResult {
         period_seconds: pulse.period_seconds,

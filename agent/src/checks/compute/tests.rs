@@ -175,6 +175,11 @@ fn a_burn_far_below_the_power_limit_fails() {
             "GPU3 power: the burn drew a median 400 W, 57% of its 700 W limit, below 75% (H200 profile)",
         ],
     );
+    assert_eq!(r.reasons[0].code, Code::PowerBelowTarget);
+    assert!(
+        crate::checks::remeasure::short_on_performance_only(&r),
+        "a power draw below target alone is measured again"
+    );
     // the spec's share overrides the profile's; 0 turns the rule off
     let lower = compute_checks(ComputeCheck {
         min_power_fraction: Some(0.5),
@@ -245,6 +250,7 @@ fn a_lowered_power_limit_is_a_warning() {
         r.reasons,
         ["GPU1 power: limit set to 500 W, below the GPU's default 700 W"]
     );
+    assert_eq!(r.reasons[0].code, Code::PowerLimitLowered);
 }
 
 #[test]

@@ -18,7 +18,7 @@ use gpuval_crds::{
 use self::pcie::PcieOutcome;
 use crate::backend::{Backend, BackendError, GpuInfo, PcieReading};
 use crate::check::NodeCheck;
-use crate::judge::{Judge, plural, round_to, to_i64};
+use crate::judge::{Code, Judge, Says, plural, round_to, to_i64, verdict_of};
 use crate::run_control::RunControl;
 use crate::text::{columns, dash, indent, span};
 
@@ -162,12 +162,12 @@ impl Judge<'_> {
     ) -> HostTransferResult {
         let mut reasons = Vec::new();
         if out.mismatches > 0 {
-            reasons.push(format!(
+            reasons.push(Code::HostTransferMismatch.says(format!(
                 "GPU{}: {} byte{} differed after a host → GPU → host round trip",
                 gpu.index,
                 out.mismatches,
                 plural(out.mismatches)
-            ));
+            )));
         }
         let floor = match spec.min_pinned_gbps {
             Some(v) => Some((f64::from(v), "spec minPinnedGbps".to_string())),
@@ -181,24 +181,21 @@ impl Judge<'_> {
                 ("device→host", rates.d2h_gbps),
             ] {
                 if v < floor {
-                    reasons.push(format!(
+                    reasons.push(Code::HostTransferSlow.says(format!(
                         "GPU{} {dir} pinned {v:.1} GB/s < {floor:.0} GB/s ({source})",
                         gpu.index
-                    ));
+                    )));
                 }
             }
         }
-        let mut found: Vec<pcie::Finding> =
-            reasons.into_iter().map(|r| (Verdict::Fail, r)).collect();
         let pcie = out.pcie.as_ref().map(|p| {
             let (result, more) = pcie::judge(gpu.index, p, &spec.pcie.clone().unwrap_or_default());
-            found.extend(more);
+            reasons.extend(more);
             result
         });
-        let verdict = found.iter().map(|(v, _)| *v).max().unwrap_or(Verdict::Pass);
         HostTransferResult {
-            verdict,
-            reasons: found.into_iter().map(|(_, r)| r).collect(),
+            verdict: verdict_of(&reasons),
+            reasons,
             pinned: out.pinned.map(rates),
             pageable: out.pageable.map(rates),
             pinned_concurrent: out.pinned_concurrent.map(rates),
@@ -216,7 +213,9 @@ impl Judge<'_> {
             ("host→device pinned", h2d as fn(&GpuReport) -> Option<f64>),
             ("device→host pinned", d2h),
         ] {
-            self.relative_per_gpu(gpus, dir, "GB/s", pick, |g| g.host_transfer.as_mut());
+            self.relative_per_gpu(gpus, Code::HostTransferSlow, dir, "GB/s", pick, |g| {
+                g.host_transfer.as_mut()
+            });
         }
     }
 }

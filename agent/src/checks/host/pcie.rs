@@ -3,10 +3,10 @@
 //! the spec may set for every node), and the replay and AER counters over the run (read before
 //! the first GPU check and after the host transfers).
 
-use gpuval_crds::{PcieCheck, PcieResult, Verdict};
+use gpuval_crds::{PcieCheck, PcieResult};
 
 use crate::backend::PcieReading;
-use crate::judge::plural;
+use crate::judge::{Code, Reason, Says, plural};
 
 /// Defaults of the spec's `pcie` limits.
 pub const DEFAULT_MAX_REPLAYS: u64 = 8;
@@ -20,9 +20,6 @@ pub struct PcieOutcome {
     pub under_load: Option<PcieReading>,
     pub after: Option<PcieReading>,
 }
-
-/// A reason with how bad it is.
-pub type Finding = (Verdict, String);
 
 /// The counter's growth between two readings (None where either is missing, or where it went
 /// down: the driver was reloaded in between).
@@ -51,7 +48,7 @@ fn i64_of(v: Option<u64>) -> Option<i64> {
 }
 
 /// The report's view of the readings and the findings on them.
-pub fn judge(gpu: u32, p: &PcieOutcome, spec: &PcieCheck) -> (PcieResult, Vec<Finding>) {
+pub fn judge(gpu: u32, p: &PcieOutcome, spec: &PcieCheck) -> (PcieResult, Vec<Reason>) {
     let link = p.under_load.or(p.after);
     let (before, after) = (p.before.as_ref(), p.after.as_ref());
     let replays = delta(before, after, |r| r.replays);
@@ -70,21 +67,24 @@ pub fn judge(gpu: u32, p: &PcieOutcome, spec: &PcieCheck) -> (PcieResult, Vec<Fi
         "replay",
         replays,
         limit(spec.max_replays, DEFAULT_MAX_REPLAYS),
-        true,
+        (Some(Code::PcieReplays), Code::PcieReplaysOverLimit),
     ));
     found.extend(counter_finding(
         gpu,
         "correctable error",
         correctable,
         limit(spec.max_correctable_errors, DEFAULT_MAX_CORRECTABLE),
-        true,
+        (
+            Some(Code::PcieCorrectableErrors),
+            Code::PcieCorrectableOverLimit,
+        ),
     ));
     found.extend(counter_finding(
         gpu,
         "uncorrectable error",
         uncorrectable,
         limit(spec.max_uncorrectable_errors, DEFAULT_MAX_UNCORRECTABLE),
-        false,
+        (None, Code::PcieUncorrectableErrors),
     ));
     let result = PcieResult {
         link_gen: i32_of(link.and_then(|l| l.link_gen)),
@@ -102,7 +102,7 @@ pub fn judge(gpu: u32, p: &PcieOutcome, spec: &PcieCheck) -> (PcieResult, Vec<Fi
 
 /// The link under load: below what the GPU and slot allow (Fail), a slot that holds the GPU
 /// below its own maximum generation (Warn), below the spec's expectation (Fail).
-fn link_findings(gpu: u32, l: &PcieReading, spec: &PcieCheck) -> Vec<Finding> {
+fn link_findings(gpu: u32, l: &PcieReading, spec: &PcieCheck) -> Vec<Reason> {
     let mut found = Vec::new();
     let name = |g: Option<u32>, w: Option<u32>| {
         [g.map(|g| format!("Gen{g}")), w.map(|w| format!("x{w}"))]
@@ -115,46 +115,40 @@ fn link_findings(gpu: u32, l: &PcieReading, spec: &PcieCheck) -> Vec<Finding> {
     let gen_short = matches!((l.link_gen, l.max_gen), (Some(n), Some(m)) if n < m);
     let width_short = matches!((l.link_width, l.max_width), (Some(n), Some(m)) if n < m);
     if gen_short || width_short {
-        found.push((
-            Verdict::Fail,
-            format!(
-                "GPU{gpu} PCIe: {now} under load, below the {} the GPU and its slot support",
-                name(l.max_gen, l.max_width)
-            ),
-        ));
+        found.push(Code::PcieLinkBelowCapability.says(format!(
+            "GPU{gpu} PCIe: {now} under load, below the {} the GPU and its slot support",
+            name(l.max_gen, l.max_width)
+        )));
     }
     if let (Some(slot), Some(own)) = (l.max_gen, l.gpu_max_gen)
         && slot < own
     {
-        found.push((
-            Verdict::Warn,
-            format!("GPU{gpu} PCIe: the slot allows Gen{slot}; the GPU supports Gen{own}"),
-        ));
+        found.push(Code::PcieSlotBelowGpu.says(format!(
+            "GPU{gpu} PCIe: the slot allows Gen{slot}; the GPU supports Gen{own}"
+        )));
     }
     let expected_gen = spec.expect_gen.and_then(|g| u32::try_from(g).ok());
     let expected_width = spec.expect_width.and_then(|w| u32::try_from(w).ok());
     let below =
         |now: Option<u32>, want: Option<u32>| matches!((now, want), (Some(n), Some(w)) if n < w);
     if below(l.link_gen, expected_gen) || below(l.link_width, expected_width) {
-        found.push((
-            Verdict::Fail,
-            format!(
-                "GPU{gpu} PCIe: {now} under load, expected {} (spec pcie)",
-                name(expected_gen.or(l.link_gen), expected_width.or(l.link_width))
-            ),
-        ));
+        found.push(Code::PcieLinkBelowExpected.says(format!(
+            "GPU{gpu} PCIe: {now} under load, expected {} (spec pcie)",
+            name(expected_gen.or(l.link_gen), expected_width.or(l.link_width))
+        )));
     }
     found
 }
 
-/// More than `limit` of a counter over the run fails; fewer but some is a Warn where `warn_below`.
+/// More than `limit` of a counter over the run is a reason of the second code (a Fail); fewer but
+/// some is one of the first, where there is one (a Warn).
 fn counter_finding(
     gpu: u32,
     what: &str,
     n: Option<u64>,
     limit: u64,
-    warn_below: bool,
-) -> Option<Finding> {
+    (below, over): (Option<Code>, Code),
+) -> Option<Reason> {
     let n = n.filter(|n| *n > 0)?;
     let text = |tail: String| {
         format!(
@@ -163,19 +157,16 @@ fn counter_finding(
         )
     };
     if n > limit {
-        Some((
-            Verdict::Fail,
-            text(format!(", more than the {limit} allowed")),
-        ))
-    } else if warn_below {
-        Some((Verdict::Warn, text(String::new())))
+        Some(over.says(text(format!(", more than the {limit} allowed"))))
     } else {
-        None
+        below.map(|code| code.says(text(String::new())))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use gpuval_crds::Verdict;
+
     use super::*;
 
     fn gen5() -> PcieReading {
@@ -200,8 +191,11 @@ mod tests {
         }
     }
 
-    fn reasons(found: &[Finding]) -> Vec<(Verdict, &str)> {
-        found.iter().map(|(v, r)| (*v, r.as_str())).collect()
+    fn reasons(found: &[Reason]) -> Vec<(Verdict, &str)> {
+        found
+            .iter()
+            .map(|r| (r.severity.verdict(), r.message.as_str()))
+            .collect()
     }
 
     #[test]
@@ -257,7 +251,7 @@ mod tests {
         };
         let (_, found) = judge(1, &outcome(slot4, gen5()), &spec);
         assert_eq!(
-            found.last().map(|(v, r)| (*v, r.as_str())),
+            reasons(&found).last().copied(),
             Some((
                 Verdict::Fail,
                 "GPU1 PCIe: Gen4 x16 under load, expected Gen5 x16 (spec pcie)"
@@ -298,7 +292,10 @@ mod tests {
             ..Default::default()
         };
         let (_, found) = judge(2, &outcome(gen5(), after(140)), &spec);
-        assert_eq!(found[0].0, Verdict::Warn);
+        assert_eq!(
+            (found[0].code, found[0].severity.verdict()),
+            (Code::PcieReplays, Verdict::Warn)
+        );
         // a counter that went down (driver reloaded) says nothing
         let (r, found) = judge(2, &outcome(gen5(), after(5)), &PcieCheck::default());
         assert_eq!((r.replays, found.len()), (None, 0));

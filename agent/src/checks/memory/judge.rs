@@ -2,21 +2,18 @@
 //! flipped), throughput against the floor, free memory at start, how much was tested, and rows
 //! remapped or pages retired while the test ran.
 
-use gpuval_crds::{MemoryCheck, MemoryPattern, MemoryResult, PatternResult, RowHealth, Verdict};
+use gpuval_crds::{MemoryCheck, MemoryPattern, MemoryResult, PatternResult, RowHealth};
 
 use super::bits::describe;
 use super::{MemoryOutcome, PatternOutcome};
 use crate::backend::GpuInfo;
-use crate::judge::{Judge, gbps_of, plural, to_i64};
+use crate::judge::{Code, Judge, Reason, Says, gbps_of, measured, plural, to_i64, verdict_of};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 /// Below this share of total memory free at start, another process holds the GPU.
 const MIN_FREE_SHARE: f64 = 0.9;
 /// A test that covered less than this share of the fraction asked for fails.
 const MIN_TESTED_SHARE: f64 = 0.9;
-
-/// A reason with how bad it is.
-type Finding = (Verdict, String);
 
 impl Judge<'_> {
     /// Judges one GPU's memory test: mismatches, throughput, free memory at start, how much of
@@ -25,18 +22,16 @@ impl Judge<'_> {
         let spec = self.checks.memory.clone().unwrap_or_default();
         let (gbps, rate_of) = rate(out);
         let bit_flips = out.bits.report();
-        let mut found: Vec<Finding> = Vec::new();
-        let fail = |r: Option<String>| r.map(|r| (Verdict::Fail, r));
-        found.extend(fail(mismatch_reason(gpu.index, out, &spec)));
-        found.extend(fail(self.memory_rate_reason(gpu, gbps, rate_of, &spec)));
-        found.extend(fail(free_memory_reason(gpu, out)));
-        found.extend(fail(tested_share_reason(gpu.index, out, spec.fraction)));
-        found.extend(row_findings(
+        let mut reasons: Vec<Reason> = Vec::new();
+        reasons.extend(mismatch_reason(gpu.index, out, &spec));
+        reasons.extend(self.memory_rate_reason(gpu, gbps, rate_of, &spec));
+        reasons.extend(free_memory_reason(gpu, out));
+        reasons.extend(tested_share_reason(gpu.index, out, spec.fraction));
+        reasons.extend(row_findings(
             gpu.index,
             out.rows_before.as_ref(),
             out.rows_after.as_ref(),
         ));
-        let verdict = found.iter().map(|(v, _)| *v).max().unwrap_or(Verdict::Pass);
         let seconds = out.fill_seconds
             + out.verify_seconds
             + out
@@ -46,8 +41,8 @@ impl Judge<'_> {
                 .map(|p| p.seconds)
                 .sum::<f64>();
         MemoryResult {
-            verdict,
-            reasons: found.into_iter().map(|(_, r)| r).collect(),
+            verdict: verdict_of(&reasons),
+            reasons,
             tested_gib: out.bytes_tested as f64 / GIB,
             fraction: spec.fraction,
             passes: i32::try_from(out.passes).unwrap_or(i32::MAX),
@@ -70,7 +65,7 @@ impl Judge<'_> {
         gbps: f64,
         rate_of: &str,
         spec: &MemoryCheck,
-    ) -> Option<String> {
+    ) -> Option<Reason> {
         let (floor, source) = match spec.min_gbps {
             Some(v) => (f64::from(v), "spec minGbps".to_string()),
             None => {
@@ -78,11 +73,17 @@ impl Judge<'_> {
                 (p.memory_min_gbps, format!("{} profile", p.name))
             }
         };
+        let Some(gbps) = measured(gbps) else {
+            return Some(Code::MeasurementMissing.says(format!(
+                "GPU{} memory: no throughput was measured (the {source} floor cannot be checked)",
+                gpu.index
+            )));
+        };
         (gbps < floor).then(|| {
-            format!(
+            Code::MemoryBandwidthLow.says(format!(
                 "GPU{} memory{rate_of}: {gbps:.0} GB/s < {floor:.0} GB/s ({source})",
                 gpu.index
-            )
+            ))
         })
     }
 }
@@ -113,7 +114,7 @@ fn pattern_result(p: &PatternOutcome) -> PatternResult {
 
 /// `GPU2 memory: 5 mismatched words (first at offset 0x…) in movingInversions 3, random 2; bit
 /// 13 5× 0→1 (stuck at 1)`.
-fn mismatch_reason(gpu: u32, out: &MemoryOutcome, spec: &MemoryCheck) -> Option<String> {
+fn mismatch_reason(gpu: u32, out: &MemoryOutcome, spec: &MemoryCheck) -> Option<Reason> {
     let allowed = spec
         .max_mismatches
         .map_or(0, |m| u64::try_from(m).unwrap_or(0));
@@ -146,14 +147,14 @@ fn mismatch_reason(gpu: u32, out: &MemoryOutcome, spec: &MemoryCheck) -> Option<
         .report()
         .map(|b| format!("; {}", describe(&b)))
         .unwrap_or_default();
-    Some(format!(
+    Some(Code::MemoryMismatch.says(format!(
         "GPU{gpu} memory: {} mismatched word{}{first}{limit}{by}{bits}",
         out.mismatches,
         plural(out.mismatches)
-    ))
+    )))
 }
 
-fn free_memory_reason(gpu: &GpuInfo, out: &MemoryOutcome) -> Option<String> {
+fn free_memory_reason(gpu: &GpuInfo, out: &MemoryOutcome) -> Option<Reason> {
     let total = if out.total_bytes > 0 {
         out.total_bytes
     } else {
@@ -161,28 +162,28 @@ fn free_memory_reason(gpu: &GpuInfo, out: &MemoryOutcome) -> Option<String> {
     } as f64;
     let free = out.free_bytes_before as f64;
     (total > 0.0 && free < MIN_FREE_SHARE * total).then(|| {
-        format!(
+        Code::MemoryBusy.says(format!(
             "GPU{}: only {:.0}% of memory free at start ({:.1} of {:.1} GiB); another process holds GPU memory",
             gpu.index,
             (100.0 * free / total).floor(),
             free / GIB,
             total / GIB
-        )
+        ))
     })
 }
 
-fn tested_share_reason(gpu: u32, out: &MemoryOutcome, asked: f64) -> Option<String> {
+fn tested_share_reason(gpu: u32, out: &MemoryOutcome, asked: f64) -> Option<Reason> {
     if out.free_bytes_before == 0 || asked <= 0.0 {
         return None;
     }
     let tested = out.bytes_tested as f64 / out.free_bytes_before as f64;
     (tested < MIN_TESTED_SHARE * asked).then(|| {
-        format!(
+        Code::MemoryUndertested.says(format!(
             "GPU{gpu} memory: tested {:.1} GiB, {:.0}% of free memory, well below the {:.0}% asked for",
             out.bytes_tested as f64 / GIB,
             100.0 * tested,
             100.0 * asked
-        )
+        ))
     })
 }
 
@@ -194,17 +195,16 @@ pub(super) fn row_findings(
     gpu: u32,
     before: Option<&RowHealth>,
     after: Option<&RowHealth>,
-) -> Vec<Finding> {
+) -> Vec<Reason> {
     let (Some(b), Some(a)) = (before, after) else {
         return Vec::new();
     };
     let mut found = Vec::new();
     let newly = |f: fn(&RowHealth) -> Option<bool>| f(a) == Some(true) && f(b) != Some(true);
     if newly(|r| r.remap_failure) {
-        found.push((
-            Verdict::Fail,
-            format!("GPU{gpu} memory: a row remapping failed during the test (no spare row left); the GPU needs service"),
-        ));
+        found.push(Code::RowRemapFailure.says(format!(
+            "GPU{gpu} memory: a row remapping failed during the test (no spare row left); the GPU needs service"
+        )));
     }
     let grew = |f: fn(&RowHealth) -> Option<i64>| match (f(b), f(a)) {
         (Some(x), Some(y)) if y > x => y - x,
@@ -215,24 +215,18 @@ pub(super) fn row_findings(
         grew(|r| r.remapped_uncorrectable),
     );
     if cor + unc > 0 || newly(|r| r.remap_pending) {
-        found.push((
-            Verdict::Warn,
-            format!(
-                "GPU{gpu} memory: {} row{} remapped during the test ({cor} after correctable, {unc} after uncorrectable errors); reset the GPU to apply the remapping",
-                cor + unc,
-                plural(cor + unc)
-            ),
-        ));
+        found.push(Code::MemoryRowsRemapped.says(format!(
+            "GPU{gpu} memory: {} row{} remapped during the test ({cor} after correctable, {unc} after uncorrectable errors); reset the GPU to apply the remapping",
+            cor + unc,
+            plural(cor + unc)
+        )));
     }
     let pages = grew(|r| r.retired_single_bit) + grew(|r| r.retired_double_bit);
     if pages > 0 || newly(|r| r.retire_pending) {
-        found.push((
-            Verdict::Warn,
-            format!(
-                "GPU{gpu} memory: {pages} page{} retired during the test; reset the GPU to retire them",
-                plural(pages)
-            ),
-        ));
+        found.push(Code::MemoryPagesRetired.says(format!(
+            "GPU{gpu} memory: {pages} page{} retired during the test; reset the GPU to retire them",
+            plural(pages)
+        )));
     }
     found
 }

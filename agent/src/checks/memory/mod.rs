@@ -21,7 +21,7 @@ use self::bits::BitTally;
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::GpuCheck;
 use crate::config::given;
-use crate::judge::{Judge, ran};
+use crate::judge::{Code, Judge, ran};
 use crate::run_control::RunControl;
 use crate::text::{columns, dash, indent};
 
@@ -140,7 +140,14 @@ impl GpuCheck for Memory {
     }
 
     fn compare(&self, judge: &Judge<'_>, gpus: &mut [GpuReport]) {
-        judge.relative_per_gpu(gpus, "memory", "GB/s", memory_gbps, |g| g.memory.as_mut());
+        judge.relative_per_gpu(
+            gpus,
+            Code::MemoryBandwidthLow,
+            "memory",
+            "GB/s",
+            memory_gbps,
+            |g| g.memory.as_mut(),
+        );
     }
 }
 

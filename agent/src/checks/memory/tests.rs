@@ -253,6 +253,10 @@ fn rows_remapped_during_the_test_warn_and_a_failed_remapping_fails() {
         ]
     );
     assert_eq!(
+        (r.reasons[0].code, r.reasons[0].action),
+        (Code::MemoryRowsRemapped, gpuval_crds::Action::ResetGpu)
+    );
+    assert_eq!(
         super::judge::rows_cell(r.rows_before.as_ref(), r.rows_after.as_ref()),
         "0 → 1 (pending)"
     );
