@@ -12,6 +12,7 @@
 
 pub mod conditions;
 pub mod cron;
+pub mod depth;
 pub mod duration;
 pub mod fabric;
 pub mod facts;
@@ -30,6 +31,7 @@ pub mod training;
 pub mod validate;
 pub mod xid;
 
+pub use depth::*;
 pub use duration::{Duration, DurationError};
 pub use fabric::{FabricRoundSpec, GpuFabricRound};
 pub use nccl::*;

@@ -235,6 +235,18 @@ pub struct MemoryResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub first_mismatches: Vec<Mismatch>,
     pub seconds: f64,
+    /// Each pattern's figures (fillGbps, verifyGbps and gbps above are the address pattern's,
+    /// or every pattern's together when it did not run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patterns: Vec<crate::depth::PatternResult>,
+    /// Which bits flipped, where any did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bit_flips: Option<crate::depth::BitFlips>,
+    /// Remapped rows and retired pages before and after the test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_before: Option<crate::depth::RowHealth>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_after: Option<crate::depth::RowHealth>,
 }
 
 /// A word that read back wrong.
@@ -261,6 +273,12 @@ pub struct ComputeResult {
     pub gemms: Vec<GemmResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transcendental: Option<TranscendentalResult>,
+    /// Power drawn and clocks lost during the burn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<crate::depth::PowerResult>,
+    /// The power pulse after the burn, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulse: Option<crate::depth::PulseResult>,
 }
 
 /// One data type's GEMM burn.
@@ -311,6 +329,9 @@ pub struct HostTransferResult {
     /// Bytes that differed after a host → GPU → host round trip.
     pub mismatches: i64,
     pub seconds: f64,
+    /// The GPU's PCIe link under load and its error counters over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie: Option<crate::depth::PcieResult>,
 }
 
 /// Host-to-device and device-to-host rates, GB/s.

@@ -538,6 +538,10 @@ mod tests {
                 }),
                 compute: Some(ComputeCheck {
                     duration: d,
+                    pulse: Some(crate::PulseSpec {
+                        period: d,
+                        duration: d,
+                    }),
                     ..Default::default()
                 }),
                 nccl: Some(crate::NcclCheck {
@@ -589,7 +593,7 @@ mod tests {
         marked.sort();
         ranged.sort();
         assert_eq!(marked, ranged);
-        assert_eq!(ranged.len(), 7);
+        assert_eq!(ranged.len(), 9);
     }
 
     #[test]
@@ -626,7 +630,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             spec,
-            json!({"checks": {"memory": {"fraction": 0.95, "passes": 2}}})
+            json!({"checks": {"memory": {
+                "fraction": 0.95,
+                "passes": 2,
+                "patterns": ["address", "movingInversions", "random"]
+            }}})
         );
         let typed = parse_spec(json!({"checks": {"hostTransfer": {}}})).unwrap();
         let host = typed.checks.host_transfer.unwrap();

@@ -195,7 +195,9 @@ impl Planned {
 
     /// Measures the checks in their order: memory; compute (with io on a thread beside it when
     /// asked); peer-to-peer; host transfers; then io alone when it did not run beside the burn.
-    /// A check after a stop request is not started (memory sees the stop itself).
+    /// A check after a stop request is not started (memory sees the stop itself). The host
+    /// transfer check's PCIe counters are read first, so that its window covers the GPU checks
+    /// before it.
     pub fn measure(&self, stage: &Stage<'_>, into: &mut Measured) {
         let Self {
             topology: _,
@@ -207,6 +209,9 @@ impl Planned {
             training,
             io,
         } = self;
+        let pcie_baseline = host
+            .as_ref()
+            .map(|_| Host::read_baseline(stage.backend, stage.gpus));
         if let Some(m) = memory {
             into.memory = stage.on_every_gpu(m);
         }
@@ -225,7 +230,8 @@ impl Planned {
             into.p2p = Some(stage.on_node(p));
         }
         if let Some(h) = host.as_ref().filter(|_| !stage.stopped()) {
-            into.host = Some(stage.on_node(h));
+            let h = h.with_baseline(pcie_baseline.unwrap_or_default());
+            into.host = Some(stage.on_node(&h));
         }
         if let Some(n) = nccl.as_ref().filter(|_| !stage.stopped()) {
             into.nccl = Some(stage.on_node(n));
@@ -680,6 +686,8 @@ pub fn gpu_columns() -> [Column; 2] {
 pub fn sections(report: &NodeReport) -> String {
     [
         topology::section(report),
+        memory::section(report),
+        compute::section(report),
         host::section(report),
         p2p::section(report),
         nccl::section(report),

@@ -254,6 +254,8 @@ fn a_missing_measurement_is_an_error_never_a_pass() {
         }],
         transcendental: None,
         seconds: 0.0,
+        power: Default::default(),
+        pulse: None,
     };
     let c = judge.compute(&crate::judge::testing::h200(0), &out);
     assert_eq!(c.verdict, Verdict::Error, "{:?}", c.reasons);
