@@ -122,6 +122,15 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
     Ok(Action::requeue(step.requeue_after.unwrap_or(RESYNC)))
 }
 
+/// Notes in `runs` each object of `kind` a watch yields (see [`touch_owned`]).
+fn toucher<K: Resource>(runs: Arc<Runs>, kind: Owned) -> impl Fn(&Result<K, watcher::Error>) {
+    move |o| {
+        if let Ok(o) = o {
+            touch_owned(&runs, o.meta(), kind);
+        }
+    }
+}
+
 /// Notes in `runs` that an object a validation owns (`kind`, with `meta`) changed.
 fn touch_owned(runs: &Runs, meta: &ObjectMeta, kind: Owned) {
     let owner_kind = GpuValidation::kind(&());
@@ -261,17 +270,13 @@ pub async fn run(
     let (nodes, node_writer) = reflector::store();
     let (rounds, round_writer) = reflector::store();
     let runs = Arc::new(Runs::default());
-    let touched = runs.clone();
     let pod_stream = reflected(
         Api::<Pod>::namespaced(client.clone(), &ns),
         watcher::Config::default().labels(&managed_selector()),
         pod_writer,
         trim_pod,
     )
-    .inspect(move |p| {
-        p.iter()
-            .for_each(|p| touch_owned(&touched, &p.metadata, Owned::Pod))
-    });
+    .inspect(toucher(runs.clone(), Owned::Pod));
     let figures = Arc::new(FigureFetcher::new(metrics.fleet.clone()));
     let offers = figures.clone();
     let result_stream = reflected(
@@ -280,15 +285,8 @@ pub async fn run(
         result_writer,
         trim_meta,
     )
-    .inspect({
-        let touched = runs.clone();
-        move |r| {
-            r.iter().for_each(|r| {
-                touch_owned(&touched, &r.metadata, Owned::Result);
-                offers.offer(r);
-            })
-        }
-    });
+    .inspect(toucher(runs.clone(), Owned::Result))
+    .inspect(move |r| r.iter().for_each(|r| offers.offer(r)));
     let round_stream = reflected(
         Api::<GpuFabricRound>::namespaced(client.clone(), &ns),
         watcher::Config::default().labels(&managed_selector()),

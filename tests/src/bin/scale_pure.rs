@@ -1,29 +1,40 @@
 //! Pure scale benchmark of the operator's reconcile steps (not a test; no API server): one
-//! validation over N simulated nodes, driven through `reconcile::next` as the controller drives
-//! it (each step's status and record fed back). Measures, per size: the first step (node set
-//! resolved, N pods to create), a reconcile that brings one result early in the run and one
-//! half way through, the final aggregation (the last result arrives and the run concludes),
-//! the status size, and the bytes the operator's run record holds per node.
+//! validation over N simulated nodes, driven through the reconcile steps as the controller
+//! drives them (each step's status and record fed back). The run starts and every agent runs
+//! (steps that see everything); then results arrive as news ([`next_on_news`]: the nodes that
+//! changed), one a reconcile early, half way and late in the run, and 100 a reconcile; the
+//! last result concludes the run (the final aggregation). Also timed: a step that sees
+//! everything half way (the controller's periodic look at everything) and one that recovers
+//! the run with no record (a restarted operator). Reported per size: CPU time of each (the
+//! thread's CPU clock; the steps do no I/O), how much of the final step freeing the record
+//! takes, the status size, the record's bytes per node, and
+//! whether a news step ever asked for everything (it must not).
 //!
 //!   cargo build --release -p gpuval-tests --bin scale_pure
 //!   target/release/scale_pure --nodes 1000,10000,50000 --out bench/results/scale-pure.json
 //!
 //! Two nodes in a hundred fail (with a summary like a real one), so the status lists failures
-//! and counts reasons. Times are wall-clock on one thread (the steps do no I/O, so CPU time).
+//! and counts reasons.
 
+use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use gpuval_crds::{GpuValidation, GpuValidationSpec, NodeStatus, Phase, Verdict};
-use gpuval_operator::reconcile::{PodPhase, PodView, ResultView, RunNodes, Step, World, next};
+use gpuval_crds::{GpuValidation, GpuValidationSpec, Phase, Verdict};
+use gpuval_operator::reconcile::{
+    News, PodPhase, PodView, ResultView, RunNodes, Step, World, next, next_on_news,
+};
 use gpuval_operator::selection::{SelectedNode, Selection};
 use k8s_openapi::jiff::Timestamp;
 
 /// Single-result reconciles timed at each point (the median is reported).
-const SAMPLES: usize = 50;
+const SAMPLES: usize = 200;
 /// Results one reconcile brings in the batched measurement (results that arrive while a
 /// reconcile runs or within the controller's debounce are handled by one reconcile).
 const BATCH: usize = 100;
+/// Steps of [`BATCH`] results timed.
+const BATCHES: usize = 3;
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -97,30 +108,124 @@ fn result(i: usize) -> ResultView {
         verdict,
         summary,
         fabric: Vec::new(),
-        facts: Default::default(),
     }
 }
 
-/// One reconcile: the step from the current validation and world, fed back as the controller
-/// does; returns the step and how long `next` took.
+/// Node `i`'s agent pod, running.
+fn pod(i: usize) -> PodView {
+    let node = node_name(i);
+    PodView {
+        name: format!("gpuval-bench-{node}"),
+        node,
+        generation: 1,
+        phase: PodPhase::Running,
+        ..Default::default()
+    }
+}
+
+/// CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// Drives one validation: each step's status and record fed back, as the controller does.
 struct Driver {
     gv: GpuValidation,
     record: Option<RunNodes>,
     selection: Selection,
     start: Timestamp,
+    /// The cluster as a whole (every pod and result so far).
+    world: World,
+    /// News steps that asked for everything.
+    asked_for_everything: Cell<usize>,
 }
 
 impl Driver {
-    fn step(&mut self, world: &World, secs: i64) -> (Step, Duration) {
-        let now = self.start + std::time::Duration::from_secs(secs.unsigned_abs());
-        let record = self.record.take();
+    fn at(&self, secs: u64) -> Timestamp {
+        self.start + Duration::from_secs(secs)
+    }
+
+    /// A step that sees everything (`keep_record`: false for a restarted operator).
+    fn everything(&mut self, secs: u64, keep_record: bool) -> (Step, Duration) {
+        let record = self.record.take().filter(|_| keep_record);
         let selection = &self.selection;
-        let t = Instant::now();
-        let mut step = next(&self.gv, world, now, record, || selection.clone());
-        let took = t.elapsed();
+        let t = thread_cpu();
+        let step = next(&self.gv, &self.world, self.at(secs), record, || {
+            selection.clone()
+        });
+        let took = thread_cpu().saturating_sub(t);
+        (self.keep(step), took)
+    }
+
+    /// Results of `nodes` arrive; one step takes them in as news.
+    fn results(&mut self, nodes: std::ops::Range<usize>, secs: u64) -> (Step, Duration) {
+        let results: Vec<ResultView> = nodes.clone().map(result).collect();
+        self.world.results.extend(results.iter().cloned());
+        let news = News {
+            nodes: nodes.clone().map(node_name).collect::<BTreeSet<_>>(),
+            world: World {
+                nodes: nodes.clone().map(node_name).collect(),
+                pods: nodes.map(pod).collect(),
+                results,
+                ..Default::default()
+            },
+        };
+        let record = self.record.take();
+        let (selection, world, asked) = (&self.selection, &self.world, &self.asked_for_everything);
+        let t = thread_cpu();
+        let step = next_on_news(
+            &self.gv,
+            &news,
+            self.start + Duration::from_secs(secs),
+            record,
+            || {
+                asked.set(asked.get() + 1);
+                world.clone()
+            },
+            || selection.clone(),
+        );
+        let took = thread_cpu().saturating_sub(t);
+        (self.keep(step), took)
+    }
+
+    fn keep(&mut self, mut step: Step) -> Step {
         self.record = step.record.take();
         self.gv.status = Some(step.status.clone());
-        (step, took)
+        step
+    }
+
+    /// Times `samples` news steps that each bring `batch` more results from `*next`; returns
+    /// the median CPU time per result.
+    fn per_result(&mut self, next: &mut usize, batch: usize, samples: usize) -> Duration {
+        let mut times = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            let (_, took) = self.results(*next..*next + batch, 30);
+            *next += batch;
+            times.push(took / u32::try_from(batch).unwrap_or(u32::MAX));
+        }
+        median(times)
+    }
+
+    /// Brings the results of `from..to` in steps of 1,000 (not timed).
+    fn fill(&mut self, from: usize, to: usize) {
+        let mut i = from;
+        while i < to {
+            let end = (i + 1_000).min(to);
+            self.results(i..end, 30);
+            i = end;
+        }
     }
 }
 
@@ -129,101 +234,64 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-/// Bytes the run record holds per node: the line and its strings' heap.
-fn record_bytes_per_node(record: Option<&RunNodes>) -> f64 {
-    let Some(r) = record else { return 0.0 };
-    let heap = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
-    let total: usize = r
-        .lines()
-        .iter()
-        .map(|n: &NodeStatus| {
-            std::mem::size_of::<NodeStatus>()
-                + n.name.capacity()
-                + heap(&n.message)
-                + heap(&n.result)
-        })
-        .sum();
-    total as f64 / r.lines().len().max(1) as f64
-}
-
-/// Times `samples` reconciles that each bring `batch` more results; returns the median time
-/// per result.
-fn results_in_batches(
-    d: &mut Driver,
-    world: &mut World,
-    next_result: &mut usize,
-    batch: usize,
-    samples: usize,
-) -> Duration {
-    let mut times = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        world
-            .results
-            .extend((*next_result..*next_result + batch).map(result));
-        *next_result += batch;
-        times.push(d.step(world, 30).1 / u32::try_from(batch).unwrap_or(u32::MAX));
-    }
-    median(times)
-}
-
-/// Runs one validation over `n` nodes and reports its figures as JSON.
-fn bench(n: usize) -> Result<serde_json::Value, Error> {
-    if n < 1_000 {
-        return Err(Error::Usage(format!("{n} nodes: use at least 1000")));
-    }
+/// The validation and its driver over `n` nodes, before the first step.
+fn driver(n: usize) -> Result<Driver, Error> {
     let spec: GpuValidationSpec = serde_json::from_value(serde_json::json!({
         "checks": {"memory": {}}
     }))?;
     let mut gv = GpuValidation::new("bench", spec);
     gv.metadata.generation = Some(1);
-    let selection = Selection {
-        selected: (0..n)
-            .map(|i| SelectedNode {
-                name: node_name(i),
-                gpus: 8,
-            })
-            .collect(),
-        ..Default::default()
-    };
-    let mut world = World {
-        nodes: (0..n).map(node_name).collect(),
-        ..Default::default()
-    };
-    let mut d = Driver {
+    Ok(Driver {
         gv,
         record: None,
-        selection,
-        start: Timestamp::from_second(1_790_000_000).map_err(|e| Error::Run(e.to_string()))?,
-    };
-    let (first, t_first) = d.step(&world, 0);
-    let running_status_bytes = serde_json::to_vec(&first.status)?.len();
-    world.pods = first
-        .create_pods
-        .iter()
-        .map(|(node, _)| PodView {
-            name: format!("gpuval-bench-{node}"),
-            node: node.clone(),
-            generation: 1,
-            phase: PodPhase::Running,
+        selection: Selection {
+            selected: (0..n)
+                .map(|i| SelectedNode {
+                    name: node_name(i),
+                    gpus: 8,
+                })
+                .collect(),
             ..Default::default()
-        })
-        .collect();
-    let (_, t_running) = d.step(&world, 5);
-    let record_bytes = record_bytes_per_node(d.record.as_ref());
+        },
+        start: Timestamp::from_second(1_790_000_000).map_err(|e| Error::Run(e.to_string()))?,
+        world: World {
+            nodes: (0..n).map(node_name).collect(),
+            ..Default::default()
+        },
+        asked_for_everything: Cell::new(0),
+    })
+}
 
-    let mut next_result = 0;
-    let t_early = results_in_batches(&mut d, &mut world, &mut next_result, 1, SAMPLES);
-    world.results.extend((next_result..n / 4).map(result));
-    next_result = n / 4;
-    let t_batched = results_in_batches(&mut d, &mut world, &mut next_result, BATCH, 5);
-    world.results.extend((next_result..n / 2).map(result));
-    next_result = n / 2;
-    d.step(&world, 30);
-    let t_half = results_in_batches(&mut d, &mut world, &mut next_result, 1, SAMPLES);
-    world.results.extend((next_result..n - 1).map(result));
-    d.step(&world, 40);
-    world.results.push(result(n - 1));
-    let (last, t_final) = d.step(&world, 41);
+/// Runs one validation over `n` nodes and reports its figures as JSON.
+fn bench(n: usize) -> Result<serde_json::Value, Error> {
+    let least = 2 * (SAMPLES + BATCHES * BATCH);
+    if n < least {
+        return Err(Error::Usage(format!("{n} nodes: use at least {least}")));
+    }
+    let mut d = driver(n)?;
+    let (first, t_first) = d.everything(0, true);
+    let running_status_bytes = serde_json::to_vec(&first.status)?.len();
+    d.world.pods = (0..n).map(pod).collect();
+    let (_, t_running) = d.everything(5, true);
+    let record_bytes = d.record.as_ref().map_or(0, RunNodes::approx_bytes);
+
+    let mut next = 0;
+    let t_early = d.per_result(&mut next, 1, SAMPLES);
+    let t_batched = d.per_result(&mut next, BATCH, BATCHES);
+    d.fill(next, n / 2);
+    next = n / 2;
+    let t_half = d.per_result(&mut next, 1, SAMPLES);
+    let (_, t_resync) = d.everything(30, true);
+    let (_, t_recover) = d.everything(30, false);
+    d.fill(next, n - 1 - SAMPLES);
+    next = n - 1 - SAMPLES;
+    let t_late = d.per_result(&mut next, 1, SAMPLES);
+    // The final step frees the run's record; how long that alone takes.
+    let copy = d.record.clone();
+    let t = thread_cpu();
+    drop(copy);
+    let t_free = thread_cpu().saturating_sub(t);
+    let (last, t_final) = d.results(n - 1..n, 41);
 
     if last.status.phase != Some(Phase::Failed) {
         return Err(Error::Run(format!(
@@ -236,10 +304,15 @@ fn bench(n: usize) -> Result<serde_json::Value, Error> {
         "nodes": n,
         "first_step_ms": ms(t_first),
         "all_running_step_ms": ms(t_running),
-        "one_result_reconcile_early_ms": ms(t_early),
-        "one_result_reconcile_half_way_ms": ms(t_half),
+        "one_result_early_ms": ms(t_early),
+        "one_result_half_way_ms": ms(t_half),
+        "one_result_late_ms": ms(t_late),
         "per_result_in_batches_of_100_ms": ms(t_batched),
         "final_aggregation_ms": ms(t_final),
+        "freeing_the_record_ms": ms(t_free),
+        "everything_half_way_ms": ms(t_resync),
+        "recovery_half_way_ms": ms(t_recover),
+        "news_steps_that_asked_for_everything": d.asked_for_everything.get(),
         "status_bytes_running": running_status_bytes,
         "status_bytes_final": serde_json::to_vec(&last.status)?.len(),
         "listed_nodes": last.status.nodes.len(),
@@ -247,7 +320,7 @@ fn bench(n: usize) -> Result<serde_json::Value, Error> {
         "passed": sum.passed,
         "failed": sum.failed,
         "top_reason": sum.reasons.first().map(|r| format!("{} ({})", r.reason, r.count)),
-        "record_bytes_per_node": record_bytes.round(),
+        "record_bytes_per_node": (record_bytes as f64 / n as f64).round(),
     }))
 }
 
@@ -256,31 +329,57 @@ fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1000.0
 }
 
+/// Peak resident memory of this process, MiB.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    kb / 1024.0
+}
+
 fn run() -> Result<(), Error> {
     let a = args()?;
     let mut rows = Vec::new();
     println!(
-        "| nodes | first step | all running | reconcile, 1 result (early) | reconcile, 1 result (half way) | per result, 100 a reconcile | final aggregation | status (final) | record/node |"
+        "| nodes | first step | all running | 1 result (early) | 1 result (half way) | 1 result (late) | per result, 100 a step | final aggregation | of which freeing the record | everything (half way) | recovery (half way) | status (final) | record/node |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for n in a.sizes {
         let r = bench(n)?;
         println!(
-            "| {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} B | {} B |",
+            "| {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} B | {} B |",
             r["nodes"],
             r["first_step_ms"],
             r["all_running_step_ms"],
-            r["one_result_reconcile_early_ms"],
-            r["one_result_reconcile_half_way_ms"],
+            r["one_result_early_ms"],
+            r["one_result_half_way_ms"],
+            r["one_result_late_ms"],
             r["per_result_in_batches_of_100_ms"],
             r["final_aggregation_ms"],
+            r["freeing_the_record_ms"],
+            r["everything_half_way_ms"],
+            r["recovery_half_way_ms"],
             r["status_bytes_final"],
             r["record_bytes_per_node"],
         );
+        if r["news_steps_that_asked_for_everything"] != 0 {
+            return Err(Error::Run(format!(
+                "{n} nodes: a news step asked for everything: {}",
+                r["news_steps_that_asked_for_everything"]
+            )));
+        }
         rows.push(r);
     }
+    println!("peak RSS of this process: {:.1} MiB", peak_rss_mib());
     if let Some(path) = a.out {
-        let body = serde_json::to_string_pretty(&rows)?;
+        let body = serde_json::to_string_pretty(&serde_json::json!({
+            "sizes": rows,
+            "peak_rss_mib": (peak_rss_mib() * 10.0).round() / 10.0,
+        }))?;
         std::fs::write(&path, body).map_err(|source| Error::Write { path, source })?;
     }
     Ok(())
