@@ -11,10 +11,12 @@
 #   pcie      memory then host transfers: the link under load, replay and AER counters over the run
 #   memory    all three patterns (address, movingInversions, random): GB/s each, bits flipped, rows
 #   selftest  planted bit flips found, and their bits counted
+#   reference PyTorch on the same GPUs: fill/verify and copy GB/s, pinned host transfers, and a
+#             bf16 burn as long as the agent's with nvidia-smi sampling power (table: ratios)
 # Planted faults (GPU 0 unless said):
 #   holder    a second process holds 40% of GPU 0's memory during the memory check (must fail)
 #   contend   a second process runs bf16 matmuls on GPU 0 during the burn (must fail on TFLOP/s)
-#   count     a wrong expected GPU count (the flag comes from the node-facts work; skipped, and
+#   count     a wrong expected GPU count (--expect-gpus; skipped, and
 #             said so, when this agent has no such flag)
 # Writes raw JSON and logs to OUT_DIR/raw, OUT_DIR/table.md (bench/health_table.py) and
 # OUT_DIR/health-bench.tar.gz with everything.
@@ -76,6 +78,19 @@ run pcie 300 --checks memory,hostTransfer --memory-patterns address
 step "memory: address, movingInversions, random at 0.95 of free memory"
 run memory 600 --checks memory --memory-patterns address,movingInversions,random
 
+step "reference: PyTorch on the same GPUs (copy and fill/verify GB/s, pinned host transfers, a ${BURN}s bf16 burn with nvidia-smi sampling power)"
+python3 "$here/torch_ref.py" --phase burst --dtypes bf16 --memverify-gib 8 >"$RAW/ref-burst.json" 2>"$RAW/ref-burst.log"
+echo "ref-burst rc=$?" | tee -a "$RAW/steps.log"
+python3 "$here/link_ref.py" >"$RAW/ref-links.json" 2>"$RAW/ref-links.log"
+echo "ref-links rc=$?" | tee -a "$RAW/steps.log"
+nvidia-smi --query-gpu=index,power.draw,power.limit,clocks_throttle_reasons.active --format=csv,noheader,nounits \
+  -lms 200 >"$RAW/ref-power.csv" 2>/dev/null &
+sampler=$!
+python3 "$here/torch_ref.py" --phase sustained --sustained "bf16:${BURN}" >"$RAW/ref-sustained.json" 2>"$RAW/ref-sustained.log"
+echo "ref-sustained rc=$?" | tee -a "$RAW/steps.log"
+kill "$sampler" 2>/dev/null
+wait "$sampler" 2>/dev/null
+
 step "planted: a second process holds 40% of GPU 0's memory during the memory check"
 rm -f "$RAW/holder.ready"
 CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 python3 - "$RAW/holder.ready" >"$RAW/holder.log" 2>&1 <<'EOF' &
@@ -128,9 +143,8 @@ wait "$contender" 2>/dev/null
 cat "$RAW/contend.log"
 
 step "planted: a wrong expected GPU count ($((GPUS + 1)) expected, $GPUS present)"
-# >>> SLOT: the expected-GPU-count flag comes from the node-facts work (issue 19 item 4). Set
-# >>> EXPECT_GPUS_FLAG to its name if it differs; without it in this agent, the step is skipped.
-EXPECT_GPUS_FLAG=${EXPECT_GPUS_FLAG:---expected-gpus}
+# The agent's --expect-gpus (node facts); an agent without it skips the step and says so.
+EXPECT_GPUS_FLAG=${EXPECT_GPUS_FLAG:---expect-gpus}
 if "$AGENT" run --help 2>/dev/null | grep -q -- "$EXPECT_GPUS_FLAG"; then
   run fault-count 120 --checks topology "$EXPECT_GPUS_FLAG" $((GPUS + 1))
 else

@@ -102,8 +102,77 @@ def fault_rows(raw):
         if r is None:
             rows.append([what, "not run", "see steps.log"])
             continue
-        reasons = "; ".join(r.get("failures", [])) or "-"
+        reasons = "; ".join(f"[{f['code']}] {f['message']}" if isinstance(f, dict) else str(f)
+                            for f in r.get("failures", [])) or "-"
         rows.append([what, r.get("verdict", "-"), reasons.replace("|", "/")])
+    return rows
+
+
+def load_any(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def ref_power(raw):
+    """Median and max power per GPU over the PyTorch burn's nvidia-smi samples."""
+    per = {}
+    try:
+        with open(os.path.join(raw, "ref-power.csv")) as f:
+            for line in f:
+                cells = [c.strip() for c in line.split(",")]
+                try:
+                    per.setdefault(int(cells[0]), []).append(float(cells[1]))
+                except (ValueError, IndexError):
+                    continue
+    except OSError:
+        return {}
+    out = {}
+    for gpu, w in per.items():
+        w.sort()
+        # The burn is the top of the trace: the samples above half the peak (warm-up and tail off).
+        hot = [x for x in w if x > w[-1] / 2] or w
+        out[gpu] = (hot[len(hot) // 2], w[-1])
+    return out
+
+
+def ratio(a, b):
+    return "-" if a is None or not b else f"{a / b:.2f}"
+
+
+def reference_rows(raw):
+    """The agent's figures beside PyTorch's on the same GPUs, in the same call."""
+    burst = load_any(os.path.join(raw, "ref-burst.json")) or {}
+    sus = ((load_any(os.path.join(raw, "ref-sustained.json")) or {}).get("matmul_sustained") or {}).get("bf16") or {}
+    links = ((load_any(os.path.join(raw, "ref-links.json")) or {}).get("host") or {}).get("alone") or {}
+    watts = ref_power(raw)
+    power, memory, pcie = (load(raw, n) or {} for n in ("power", "memory", "pcie"))
+    by = lambda rep: {g["index"]: g for g in rep.get("gpus", [])}
+    power, memory, pcie = by(power), by(memory), by(pcie)
+    rows = []
+    for i in sorted(set(power) | set(memory) | set(pcie)):
+        c = (power.get(i) or {}).get("compute") or {}
+        tf = next((m["tflops"] for m in c.get("gemms", []) if m["dtype"] == "bf16"), None)
+        tfl = sus.get("tflops") or []
+        tf_ref = tfl[i] if i < len(tfl) else None
+        w = (c.get("power") or {}).get("medianW")
+        w_ref = watts.get(i, (None, None))[0]
+        pats = {p["pattern"]: p for p in ((memory.get(i) or {}).get("memory") or {}).get("patterns", [])}
+        mem = (pats.get("address") or {}).get("gbps")
+        mv = burst.get("memverify") or []
+        mem_ref = mv[i]["gbps"] if i < len(mv) else None
+        copy = burst.get("copy_gbps") or []
+        copy_ref = copy[i] if i < len(copy) else None
+        pinned = ((pcie.get(i) or {}).get("hostTransfer") or {}).get("pinned") or {}
+        host_ref = (links.get(str(i)) or links.get(i) or {}).get("pinned") or {}
+        rows.append([
+            i, fmt(tf), fmt(tf_ref), ratio(tf, tf_ref), fmt(w), fmt(w_ref), ratio(w, w_ref),
+            fmt(mem), fmt(copy_ref), ratio(mem, copy_ref), fmt(mem_ref),
+            f"{fmt(pinned.get('h2dGbps'), '{:.1f}')}/{fmt(pinned.get('d2hGbps'), '{:.1f}')}",
+            f"{fmt(host_ref.get('h2d'), '{:.1f}')}/{fmt(host_ref.get('d2h'), '{:.1f}')}",
+        ])
     return rows
 
 
@@ -131,6 +200,17 @@ def main():
             parts.append("")
             parts.append(table(header, rows_of(report)))
         parts.append("")
+    parts.append("## beside PyTorch (same GPUs, same call)")
+    parts.append("")
+    parts.append("agent bf16 TFLOP/s and median W from the power burn; PyTorch's from its own burn of the same "
+                 "length with nvidia-smi sampling every 200 ms; memory: the agent's address pattern (fill + "
+                 "verify, bytes written + read) against a PyTorch device copy (bytes read + written), and "
+                 "PyTorch's own fill/compare of 8 GiB (elementwise ops, for scale); host: pinned GB/s, one GPU at a time.")
+    parts.append("")
+    parts.append(table(["GPU", "bf16 TFLOP/s", "torch", "ratio", "median W", "torch W", "ratio",
+                        "memory GB/s", "torch copy", "ratio", "torch fill/verify", "pinned H2D/D2H", "torch H2D/D2H"],
+                       reference_rows(raw)))
+    parts.append("")
     parts.append("## planted faults")
     parts.append("")
     parts.append(table(["fault", "node verdict", "first failures"], fault_rows(raw)))
