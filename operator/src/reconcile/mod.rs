@@ -44,7 +44,7 @@ pub use advance::RESULT_GRACE;
 pub use clock::RunClock;
 pub use events::{PlannedEvent, RUNNING_REQUEUE};
 pub use record::RunNodes;
-pub use view::{PodPhase, PodView, ResultView, RoundView, World};
+pub use view::{PodPhase, PodView, ResultFacts, ResultView, RoundView, World};
 
 /// Longest node message kept in the validation status (the full report is in the result).
 pub const MAX_MESSAGE: usize = 200;
