@@ -11,17 +11,33 @@
 # .debug files (to symbolize crash reports) and the SBOMs, as files:
 #
 #   docker build --target artifacts --output type=local,dest=dist .
+#
+# CI builds these same targets from this same file (tests/scripts/build-images.sh, with
+# buildah), and then runs them on a real kubelet (tests/tests/real_node.rs). Two things differ,
+# both build arguments, and nothing else:
+#   - where the binaries come from: BINARIES=source (the default) compiles them in the `build`
+#     stage below; CI passes BINARIES=dist and a build context holding the target/dist that
+#     its own `make release sbom` made, the same command, so Rust is compiled once;
+#   - the base images: CI has no registry, so OPERATOR_BASE and AGENT_BASE name local stand-ins
+#     made from Debian packages (glibc, CA certificates, user 65532) and, for the agent, from
+#     NVIDIA's published CUDA library wheels (cuBLAS, NVRTC, NCCL) at the CUDA image's paths.
+# Every line below FROM is the same in both builds, so what the real-node test proves (the
+# images start under the chart's security context, find their libraries, use their tokens)
+# is proven of these lines; what it cannot prove is the public bases' own contents.
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
 ARG CUDA_VERSION=13.0.2
 ARG UBUNTU_VERSION=24.04
 ARG OPERATOR_BASE=gcr.io/distroless/cc-debian12:nonroot
+ARG AGENT_BASE=nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu${UBUNTU_VERSION}
+# `source`: compile the binaries here; `dist`: take them from target/dist of the build context.
+ARG BINARIES=source
 # The SBOM generator, pinned like the Makefile's CARGO_CYCLONEDX_VERSION.
 ARG CARGO_CYCLONEDX_VERSION=0.5.9
 
-# ---- build: both binaries, release profile, locked dependencies ----------------------------
-FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
+# ---- build-source: both binaries, release profile, locked dependencies ----------------------
+FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build-source
 ARG CARGO_CYCLONEDX_VERSION
 # Installed before the sources are copied, so this layer outlives source changes.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
@@ -35,6 +51,17 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     make release sbom DIST=/out \
     && ls -l /out
+
+# ---- build-dist: the same files, made by `make release sbom` outside (BINARIES=dist) --------
+# The repository's .dockerignore leaves target/ out, so this needs a build context that holds
+# target/dist (tests/scripts/build-images.sh stages one with the binaries and their SBOMs).
+FROM scratch AS build-dist
+COPY target/dist/ /out/
+
+# ---- build: /out from one or the other ------------------------------------------------------
+# (A stage of this file, not an image: there is no tag to pin.)
+# hadolint ignore=DL3006
+FROM build-${BINARIES} AS build
 
 # ---- artifacts: binaries, .debug files and SBOMs, for `--output` ----------------------------
 FROM scratch AS artifacts
@@ -60,7 +87,7 @@ EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/gpuval-operator"]
 
 # ---- agent: NVIDIA CUDA runtime (cuBLAS, cuBLASLt, NVRTC); the driver comes from the node ---
-FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu${UBUNTU_VERSION} AS agent
+FROM ${AGENT_BASE} AS agent
 ARG CUDA_VERSION
 ARG VERSION=0.1.0
 ARG REVISION=unknown
@@ -91,7 +118,8 @@ RUN cuda_pkg="$(cut -d. -f1,2 <<<"${CUDA_VERSION}" | tr . -)" \
 # runtime base image installs and holds (its NCCL_VERSION variable names the version; 2.28.x
 # for CUDA 13.0). Installed here only if a base lacks it. The package ships only the runtime
 # name libnccl.so.2; the agent loads libnccl.so, so a link to it goes on LD_LIBRARY_PATH. The
-# version is printed and kept in /usr/local/share/gpuval/nccl-version.
+# version (the base's NCCL_VERSION, else the package's) is printed and kept in
+# /usr/local/share/gpuval/nccl-version.
 # hadolint ignore=DL3008
 RUN if ! ldconfig -p | grep 'libnccl.so.2 ' >/dev/null; then \
          apt-get update \
@@ -102,7 +130,9 @@ RUN if ! ldconfig -p | grep 'libnccl.so.2 ' >/dev/null; then \
     && test -n "$nccl" \
     && install -d /usr/local/lib/gpuval-nccl /usr/local/share/gpuval \
     && ln -sf "$nccl" /usr/local/lib/gpuval-nccl/libnccl.so \
-    && dpkg-query -W -f='${Version}\n' libnccl2 | tee /usr/local/share/gpuval/nccl-version
+    && nccl_version="${NCCL_VERSION:-$(dpkg-query -W -f='${Version}' libnccl2)}" \
+    && test -n "$nccl_version" \
+    && echo "$nccl_version" | tee /usr/local/share/gpuval/nccl-version
 ENV LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/lib/gpuval-nccl:/usr/local/nvidia/lib:/usr/local/nvidia/lib64 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility

@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test` (see README.md).
-.PHONY: demo test control-plane chart-tools crds release sbom deny tools lint ci
+.PHONY: demo test control-plane chart-tools crds release sbom images deny tools lint ci
 
 CARGO ?= cargo
 # Where cargo builds (CARGO_TARGET_DIR moves it), and where `make release` and `make sbom` put
@@ -37,6 +37,12 @@ release:
 ## CycloneDX SBOMs of the release binaries, from Cargo.lock: $(DIST)/NAME.cdx.json (cargo-cyclonedx; `make tools`).
 sbom:
 	scripts/sbom.sh "$(DIST)" $(RELEASE_BINARIES)
+
+## The operator and agent images from the Dockerfile, as CI builds them (buildah, root; binaries
+## from make release, local stand-ins for the base images): OCI archives in ~/.cache/gpuval/images
+## for the real-node test (tests/tests/real_node.rs). Skipped when nothing changed.
+images: release sbom
+	tests/scripts/build-images.sh
 
 ## Licenses, duplicate versions and sources of every crate against deny.toml (cargo-deny; `make tools`).
 ## The advisories check needs the RustSec database from GitHub: `cargo deny check advisories`.

@@ -21,8 +21,14 @@
 # OUT_DIR gets summary.log (every scenario's summary and wall time) and e2e.tar.gz (per
 # scenario: validation.yaml, results.yaml, summary.txt, run.log, logs/).
 #
+# With SCENARIOS="fabric fabric-fault" it runs instead the fabric test through the operator,
+# this host registered as SPLIT (2) Nodes with its GPUs dealt out (bench/e2e/fabric*.yaml):
+#   fabric             every node passes its checks and the fabric rounds; Passed
+#   fabric-fault       the last node's NCCL is given no network interface; that node, and no
+#                      other, is named at fault
 # Environment: BUDGET_S (default 570: the whole device call must stay under 10 minutes),
-# HOLD_GPU (2), HOLD_FRACTION (0.25), PACK_CONTROLLER_MANAGER (1; 0 leaves it out).
+# HOLD_GPU (2), HOLD_FRACTION (0.25), PACK_CONTROLLER_MANAGER (1; 0 leaves it out), SCENARIOS,
+# SPLIT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -162,6 +168,17 @@ scenarios() {
             --hold-command 'echo "holding nothing (simulated backend; GPU$GPUVAL_HOLD_GPU, fraction $GPUVAL_HOLD_FRACTION)"; exec cat')
         reason_mem="mismatched word"
     fi
+    if [ -n "${SCENARIOS:-}" ]; then
+        local want
+        for want in $SCENARIOS; do
+            case "$want" in
+                fabric | fabric-fault) ;;
+                *) die "SCENARIOS: unknown scenario $want (fabric, fabric-fault; unset runs the standard three)" ;;
+            esac
+        done
+        fabric_scenarios "$backend"
+        return
+    fi
     run_scenario standard 300 --validation bench/e2e/standard.yaml --expect passed --timeout 240 "${sim[@]}"
     if [ "$backend" = cuda ]; then
         echo "reference, agent bench on 4x H200 (bench/results/2026-11-21-h200x4/table.md): memory fill+verify" \
@@ -172,6 +189,26 @@ scenarios() {
         --expect-reason "$reason_mem" "${hold[@]}"
     run_scenario fault-threshold 150 --validation bench/e2e/fault-threshold.yaml --expect failed --timeout 120 \
         --expect-gpu all --expect-reason "TFLOP/s < 1500 TFLOP/s (spec minTflops)" "${sim[@]}"
+}
+
+# The fabric test through the operator: this host registered as SPLIT Nodes (its GPUs dealt
+# out), once healthy and once with NCCL on the last node pointed at no interface.
+fabric_scenarios() {
+    local backend=$1 split=${SPLIT:-2} last
+    last=$((split - 1))
+    local sim=() fault=(--node-env "$last:NCCL_SOCKET_IFNAME=gpuval-no-such-if")
+    if [ "$backend" = sim ]; then
+        sim=(--backend sim --simulate "gpus=$split,model=H200,timescale=0.01")
+        fault=(--node-env "$last:GPUVAL_SIMULATE=gpus=1,model=H200,timescale=0.01,netfault=local")
+    fi
+    case " $SCENARIOS " in *" fabric "*)
+        run_scenario fabric 280 --validation bench/e2e/fabric.yaml --expect passed --timeout 240 \
+            --split "$split" "${sim[@]}" ;;
+    esac
+    case " $SCENARIOS " in *" fabric-fault "*)
+        run_scenario fabric-fault 280 --validation bench/e2e/fabric-fault.yaml --expect failed --timeout 240 \
+            --split "$split" --expect-node "$last" "${sim[@]}" "${fault[@]}" ;;
+    esac
 }
 
 run_all() {

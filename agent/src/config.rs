@@ -3,7 +3,10 @@
 
 use std::path::Path;
 
-use gpuval_crds::{Checks, ComputeCheck, MemoryCheck, Profile, Thresholds, TopologyCheck};
+use gpuval_crds::facts::Expect;
+use gpuval_crds::{
+    Checks, ComputeCheck, MemoryCheck, Profile, SeverityOverride, Thresholds, TopologyCheck,
+};
 
 use crate::checks;
 
@@ -33,6 +36,10 @@ pub fn given<T: Clone>(setting: &mut T, flag: &Option<T>) {
 pub struct RunSettings {
     pub checks: Checks,
     pub thresholds: Thresholds,
+    /// `expect` (GPU count, bus ids, modes).
+    pub expect: Expect,
+    /// `severityOverrides`.
+    pub severity_overrides: Vec<SeverityOverride>,
 }
 
 impl Default for RunSettings {
@@ -46,6 +53,8 @@ impl Default for RunSettings {
                 ..Default::default()
             },
             thresholds: Thresholds::default(),
+            expect: Expect::default(),
+            severity_overrides: Vec::new(),
         }
     }
 }
@@ -73,6 +82,8 @@ pub fn parse(text: &str) -> Result<RunSettings, String> {
     let spec = gpuval_crds::validate::parse_settings(spec_value)
         .map_err(|e| format!("not a valid spec: {e}"))?;
     Ok(RunSettings {
+        expect: spec.expect_or_default(),
+        severity_overrides: spec.severity_overrides,
         checks: spec.checks,
         thresholds: spec.thresholds.unwrap_or_default(),
     })
@@ -113,6 +124,9 @@ pub struct Overrides {
     /// Relative rule: a GPU more than this many percent below its peers fails.
     #[arg(long)]
     pub tolerance: Option<i32>,
+    /// GPUs the host should show; another count fails the run before the checks.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=1024))]
+    pub expect_gpus: Option<i32>,
 }
 
 /// A profile name as the API spells it, case-insensitive.
@@ -136,6 +150,7 @@ impl Overrides {
             flags,
             profile,
             tolerance,
+            expect_gpus,
         } = self;
         if let Some(names) = &names {
             checks::select(&mut s.checks, names)?;
@@ -146,6 +161,9 @@ impl Overrides {
         }
         if let Some(t) = tolerance {
             s.thresholds.relative_tolerance_percent = t;
+        }
+        if expect_gpus.is_some() {
+            s.expect.gpu_count = expect_gpus;
         }
         validate(&s)?;
         Ok(s)
@@ -186,6 +204,28 @@ mod tests {
         assert_eq!(
             parse(spec).unwrap().thresholds.relative_tolerance_percent,
             20
+        );
+    }
+
+    #[test]
+    fn expectations_and_overrides_come_from_the_file_and_the_count_from_a_flag() {
+        let text = "checks: {memory: {}}\nexpect: {gpuCount: 8, migMode: Any}\nseverityOverrides: [{code: RowsRemapped, severity: Fail}]\n";
+        let s = parse(text).unwrap();
+        assert_eq!(s.expect.gpu_count, Some(8));
+        assert_eq!(s.expect.mig_mode, gpuval_crds::facts::ModeExpectation::Any);
+        assert_eq!(s.expect.ecc_mode, gpuval_crds::facts::ModeExpectation::On);
+        assert_eq!(
+            s.severity_overrides[0].code,
+            gpuval_crds::Code::RowsRemapped
+        );
+        let s = flags(&["--expect-gpus", "4"]).apply(s).unwrap();
+        assert_eq!(s.expect.gpu_count, Some(4));
+        assert!(Cli::try_parse_from(["run", "--expect-gpus", "0"]).is_err());
+        let e = parse("checks: {memory: {}}\nseverityOverrides: [{code: Nope, severity: Fail}]\n")
+            .unwrap_err();
+        assert!(
+            e.contains("severityOverrides[0].code: unsupported value \"Nope\""),
+            "{e}"
         );
     }
 

@@ -1,20 +1,62 @@
 //! The judging vocabulary every check shares: the [`Judge`] context (spec, thresholds, model
-//! profiles), the [`CheckResult`] trait of report results, the relative rule ([`outliers`]),
-//! and the small helpers for reasons and figures. Each check's own rules live in its folder
-//! under `checks/`; the runner's aggregation into GPU and node verdicts in `runner::aggregate`.
+//! profiles, severity overrides), the [`CheckResult`] trait of report results, the relative
+//! rule ([`outliers`]), and the small helpers for reasons and figures. Each check's own rules
+//! live in its folder under `checks/`; the runner's aggregation into GPU and node verdicts in
+//! `runner::aggregate`.
+//!
+//! A reason is always made with its code (`Reason::new(Code::MemoryMismatch, ...)`, or
+//! [`Says::says`]): the code gives its default severity and action, and a result's verdict is
+//! the worst its reasons' severities give ([`verdict_of`]).
 
+use gpuval_crds::reason::Overrides;
+pub use gpuval_crds::reason::{Code, Reason, Severity, verdict_of};
 use gpuval_crds::{Checks, Thresholds, Verdict};
 
 use crate::backend::BackendError;
 use crate::profiles::{ModelProfile, profile_for};
 
+/// `Code::X.says(message)`: a reason of this code with its default severity and action.
+pub trait Says {
+    fn says(self, message: impl Into<String>) -> Reason;
+}
+
+impl Says for Code {
+    fn says(self, message: impl Into<String>) -> Reason {
+        Reason::new(self, message)
+    }
+}
+
 /// A check's result in the report: it carries a verdict and the reasons for it.
 pub trait CheckResult: Default {
     fn verdict(&self) -> Verdict;
-    fn reasons(&self) -> &[String];
-    fn set_outcome(&mut self, verdict: Verdict, reasons: Vec<String>);
-    /// Raises the verdict to at least `verdict` and adds `reason` once.
-    fn worsen(&mut self, verdict: Verdict, reason: String);
+    fn set_verdict(&mut self, verdict: Verdict);
+    fn reasons(&self) -> &[Reason];
+    fn reasons_mut(&mut self) -> &mut Vec<Reason>;
+
+    fn set_outcome(&mut self, verdict: Verdict, reasons: Vec<Reason>) {
+        self.set_verdict(verdict);
+        *self.reasons_mut() = reasons;
+    }
+
+    /// Adds `reason` once, and raises the verdict to at least what its severity gives.
+    fn worsen(&mut self, reason: Reason) {
+        let v = self.verdict().max(reason.severity.verdict());
+        self.set_verdict(v);
+        push_unique(self.reasons_mut(), [reason]);
+    }
+
+    /// Applies the spec's severity overrides to the reasons; where one changed, the verdict
+    /// becomes what the reasons now give (a Skipped or Error result keeps its verdict: an
+    /// override never turns a check that could not measure into a pass).
+    fn apply_overrides(&mut self, overrides: &Overrides) {
+        if !overrides.apply(self.reasons_mut()) {
+            return;
+        }
+        if !matches!(self.verdict(), Verdict::Skipped | Verdict::Error) {
+            let v = verdict_of(self.reasons());
+            self.set_verdict(v);
+        }
+    }
 }
 
 /// Implements [`CheckResult`] for report types with `verdict` and `reasons` fields.
@@ -25,16 +67,14 @@ macro_rules! check_result {
             fn verdict(&self) -> gpuval_crds::Verdict {
                 self.verdict
             }
-            fn reasons(&self) -> &[String] {
+            fn set_verdict(&mut self, verdict: gpuval_crds::Verdict) {
+                self.verdict = verdict;
+            }
+            fn reasons(&self) -> &[gpuval_crds::Reason] {
                 &self.reasons
             }
-            fn set_outcome(&mut self, verdict: gpuval_crds::Verdict, reasons: Vec<String>) {
-                self.verdict = verdict;
-                self.reasons = reasons;
-            }
-            fn worsen(&mut self, verdict: gpuval_crds::Verdict, reason: String) {
-                self.verdict = self.verdict.max(verdict);
-                $crate::judge::push_unique(&mut self.reasons, [reason]);
+            fn reasons_mut(&mut self) -> &mut Vec<gpuval_crds::Reason> {
+                &mut self.reasons
             }
         }
     )*};
@@ -44,12 +84,15 @@ macro_rules! check_result {
 pub struct Judge<'a> {
     pub checks: &'a Checks,
     pub thresholds: Thresholds,
+    /// `spec.severityOverrides`.
+    pub overrides: Overrides,
 }
 
 impl Judge<'_> {
-    /// The verdict and reason of a check that could not run.
-    pub fn check_error(err: &BackendError) -> (Verdict, Vec<String>) {
-        (Verdict::Error, vec![err.to_string()])
+    /// The verdict and reason of a check that could not run: a missing library, a stop, or
+    /// anything else that kept it from measuring.
+    pub fn check_error(err: &BackendError) -> (Verdict, Vec<Reason>) {
+        (Verdict::Error, vec![error_reason(err)])
     }
 
     /// The result of a check that could not run: Error, with the backend's reason.
@@ -87,6 +130,7 @@ impl Judge<'_> {
     pub fn relative_per_gpu<R: CheckResult>(
         &self,
         gpus: &mut [gpuval_crds::GpuReport],
+        code: Code,
         what: &str,
         unit: &str,
         figure: impl Fn(&gpuval_crds::GpuReport) -> Option<f64>,
@@ -97,7 +141,7 @@ impl Judge<'_> {
             let name = format!("GPU{}", gpus[i].index);
             if let Some(r) = pick(&mut gpus[i]) {
                 let why = below_peers_named(&name, what, value, unit, median, "its peers");
-                r.worsen(Verdict::Fail, why);
+                r.worsen(code.says(why));
             }
         }
     }
@@ -154,8 +198,30 @@ pub fn below_peers_named(
     format!("{name} {what}: {value:.0} {unit} is {percent:.0}% below {peers} (median {median:.0})")
 }
 
+/// The reason of a backend error: a missing library, a stop, or a check that could not run.
+pub fn error_reason(err: &BackendError) -> Reason {
+    let code = match err {
+        BackendError::MissingLibrary { .. } => Code::LibraryMissing,
+        BackendError::Stopped => Code::RunStopped,
+        BackendError::NoGpu(_) => Code::NoGpus,
+        BackendError::Gpu { .. } | BackendError::NoSuchGpu(_) | BackendError::Other(_) => {
+            Code::CheckCouldNotRun
+        }
+    };
+    code.says(err.to_string())
+}
+
+/// [`error_reason`] with its message under a heading: `inventory: no NVIDIA GPU visible`.
+pub fn error_reason_in(what: &str, err: &BackendError) -> Reason {
+    let r = error_reason(err);
+    Reason {
+        message: format!("{what}: {}", r.message),
+        ..r
+    }
+}
+
 /// Adds each reason that is not there yet, in order.
-pub fn push_unique(into: &mut Vec<String>, reasons: impl IntoIterator<Item = String>) {
+pub fn push_unique<T: PartialEq>(into: &mut Vec<T>, reasons: impl IntoIterator<Item = T>) {
     for r in reasons {
         if !into.contains(&r) {
             into.push(r);
@@ -163,13 +229,10 @@ pub fn push_unique(into: &mut Vec<String>, reasons: impl IntoIterator<Item = Str
     }
 }
 
-/// Fail when there is any reason, else Pass.
-pub fn fail_if_any(reasons: &[String]) -> Verdict {
-    if reasons.is_empty() {
-        Verdict::Pass
-    } else {
-        Verdict::Fail
-    }
+/// `Some(value)` when it is a figure that was measured (finite and above zero), else None: a
+/// missing figure is never compared with a floor (it is an Error, see [`Code::MeasurementMissing`]).
+pub fn measured(value: f64) -> Option<f64> {
+    (value.is_finite() && value > 0.0).then_some(value)
 }
 
 /// Bytes per second in GB/s (1e9); 0 without a time.
@@ -205,8 +268,8 @@ pub mod testing {
     use super::Judge;
     use crate::backend::GpuInfo;
 
-    /// Asserts a Fail verdict whose reasons are exactly `want`.
-    pub fn assert_fails_with(verdict: Verdict, reasons: &[String], want: &[&str]) {
+    /// Asserts a Fail verdict whose reasons' messages are exactly `want`.
+    pub fn assert_fails_with(verdict: Verdict, reasons: &[gpuval_crds::Reason], want: &[&str]) {
         assert_eq!(verdict, Verdict::Fail, "{reasons:?}");
         assert_eq!(reasons, want);
     }
@@ -246,7 +309,9 @@ pub mod testing {
             thresholds: Thresholds {
                 profile,
                 relative_tolerance_percent: 15,
+                remeasure: true,
             },
+            overrides: Default::default(),
         }
     }
 }

@@ -7,35 +7,54 @@
 //! [`NodeReport`]). A GPU failure is a verdict, not a crash: the agent exits 0 once the result
 //! is stored, whatever it says.
 //!
+//! Once the checks end, the report is kept in memory and in `GPUVAL_STATE_DIR` (see
+//! [`crate::saved_result`]) and stored with retries, backoff and jitter until the run's
+//! deadline ([`crate::api_retry`]): an API server that restarts or a network that drops for a
+//! while delays the result, it does not lose it. Before each try the agent reads the
+//! validation again and writes nothing once it has moved on (a stale writer never overwrites a
+//! newer run's result). The result names the pod that wrote it (`gpuval.io/pod-uid`), so the
+//! operator can ignore results that are not its current pod's.
+//!
 //! Exit codes: 0 result stored, or nothing to do (the validation is gone or has moved on to a
-//! newer generation: the operator replaces stale pods); 1 the result could not be stored;
-//! 2 bad environment; 143 stopped by SIGTERM/SIGINT (checks stopped, GPUs freed, no result).
+//! newer generation: the operator replaces stale pods); 1 the result could not be stored
+//! (the reason also goes to `/dev/termination-log`); 2 bad environment; 143 stopped by
+//! SIGTERM/SIGINT (checks stopped, GPUs freed, no result).
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use gpuval_crds::facts::CountSource;
 use gpuval_crds::result::result_name;
 use gpuval_crds::{
-    GpuNodeResult, GpuNodeResultSpec, GpuValidation, NodeReport, Verdict, agent_env, labels,
+    Action, GpuNodeResult, GpuNodeResultSpec, GpuValidation, NodeReport, Verdict, agent_env, labels,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use tokio::sync::watch;
 
+pub use crate::api_retry::is_transient;
+use crate::api_retry::{Backoff, Budget};
 use crate::backend::sim::SimSpec;
 use crate::backend::{self, BackendChoice, BackendError};
 use crate::runner::{self, Plan};
+use crate::saved_result::{self, SavedResult};
 use crate::{render, report};
 
-/// How many times an API call is tried before the agent gives up on it.
+/// How many times a short API call (fabric outcomes) is tried before the agent gives up on it.
 pub const API_ATTEMPTS: u32 = 5;
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(4);
+/// The longest pause between two tries to store the result (while the API server is away).
+pub const MAX_STORE_BACKOFF: Duration = Duration::from_secs(8);
+/// How long the agent keeps trying to read its validation at start.
+pub const START_READ_BUDGET: Duration = Duration::from_secs(600);
+/// Where Kubernetes takes a failed container's message from (its `terminationMessagePath`).
+const TERMINATION_LOG: &str = "/dev/termination-log";
 
 /// Exit code after SIGTERM/SIGINT (128 + SIGTERM), as a shell reports it.
 pub const EXIT_TERMINATED: u8 = 143;
@@ -71,6 +90,8 @@ pub struct AgentEnv {
     pub node: String,
     pub namespace: String,
     pub pod_name: String,
+    /// `POD_UID` (downward API), written on the result; None when the pod does not set it.
+    pub pod_uid: Option<String>,
     pub backend: BackendChoice,
     /// Where the io check writes (`GPUVAL_IO_DIR`: the operator mounts the admin's host path
     /// there); None when the admin set none.
@@ -78,6 +99,11 @@ pub struct AgentEnv {
     /// The longest random delay before the result is written (`GPUVAL_RESULT_JITTER_MS`);
     /// zero when unset.
     pub result_jitter: Duration,
+    /// Where the result is kept until stored (`GPUVAL_STATE_DIR`); None: in memory only.
+    pub state_dir: Option<PathBuf>,
+    /// The GPU count the operator found for this node and where it came from
+    /// (`GPUVAL_EXPECTED_GPUS`, `GPUVAL_EXPECTED_GPUS_FROM`).
+    pub expected_gpus: Option<(i32, CountSource)>,
 }
 
 impl AgentEnv {
@@ -158,12 +184,17 @@ impl AgentEnv {
             }
         };
 
-        let io_dir = get(agent_env::IO_DIR)
-            .map(|d| d.trim().to_string())
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from);
+        let optional = |name: &str| {
+            get(name)
+                .map(|d| d.trim().to_string())
+                .filter(|d| !d.is_empty())
+        };
+        let io_dir = optional(agent_env::IO_DIR).map(PathBuf::from);
+        let state_dir = optional(agent_env::STATE_DIR).map(PathBuf::from);
+        let pod_uid = optional(agent_env::POD_UID);
 
         let result_jitter = result_jitter(&get)?;
+        let expected_gpus = expected_gpus(&get)?;
 
         Ok(Self {
             validation,
@@ -172,11 +203,51 @@ impl AgentEnv {
             node,
             namespace,
             pod_name,
+            pod_uid,
             backend,
             io_dir,
             result_jitter,
+            state_dir,
+            expected_gpus,
         })
     }
+}
+
+/// `GPUVAL_EXPECTED_GPUS` (a count from 1) and `GPUVAL_EXPECTED_GPUS_FROM` (`Spec`,
+/// `Capacity` or `Label`; default `Capacity`), both optional.
+fn expected_gpus(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Option<(i32, CountSource)>, EnvError> {
+    let name = agent_env::EXPECTED_GPUS;
+    let Some(text) = get(name).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let invalid = |name: &'static str, value: &str, why: &str| EnvError::Invalid {
+        name,
+        value: value.to_string(),
+        why: why.to_string(),
+    };
+    let count = match text.trim().parse::<i32>() {
+        Ok(n) if n >= 1 => n,
+        _ => {
+            return Err(invalid(
+                name,
+                &text,
+                "a GPU count is a whole number of at least 1",
+            ));
+        }
+    };
+    let from = match get(agent_env::EXPECTED_GPUS_FROM).filter(|v| !v.trim().is_empty()) {
+        None => CountSource::Capacity,
+        Some(f) => CountSource::parse(f.trim()).ok_or_else(|| {
+            invalid(
+                agent_env::EXPECTED_GPUS_FROM,
+                &f,
+                "use Spec, Capacity or Label",
+            )
+        })?,
+    };
+    Ok(Some((count, from)))
 }
 
 /// `GPUVAL_RESULT_JITTER_MS` (milliseconds, optional): the longest delay before the result
@@ -258,12 +329,13 @@ pub fn summary(report: &NodeReport) -> String {
     if report.failures.is_empty() {
         crate::render::headline(report)
     } else {
-        report.failures.join("; ")
+        let messages: Vec<&str> = report.failures.iter().map(|r| r.message.as_str()).collect();
+        messages.join("; ")
     }
 }
 
 /// The labels of a node result.
-pub fn result_labels(env: &AgentEnv, verdict: Verdict) -> BTreeMap<String, String> {
+pub fn result_labels(env: &AgentEnv, verdict: Verdict, action: Action) -> BTreeMap<String, String> {
     BTreeMap::from([
         (
             labels::VALIDATION.to_string(),
@@ -272,6 +344,7 @@ pub fn result_labels(env: &AgentEnv, verdict: Verdict) -> BTreeMap<String, Strin
         (labels::NODE.to_string(), labels::node_value(&env.node)),
         (labels::GENERATION.to_string(), env.generation.to_string()),
         (labels::VERDICT.to_string(), verdict.as_str().to_string()),
+        (labels::ACTION.to_string(), action.as_str().to_string()),
         (
             labels::MANAGED_BY_KEY.to_string(),
             labels::MANAGED_BY.to_string(),
@@ -293,12 +366,23 @@ pub fn result_object(env: &AgentEnv, report: &NodeReport) -> GpuNodeResult {
         metadata: ObjectMeta {
             name: Some(result_name(&env.validation, &env.node)),
             namespace: Some(env.namespace.clone()),
-            labels: Some(result_labels(env, report.verdict)),
-            annotations: Some(BTreeMap::from([
-                (labels::SUMMARY.to_string(), summary(report)),
-                // The full node name (the label may hold its shortened form).
-                (labels::NODE.to_string(), env.node.clone()),
-            ])),
+            labels: Some(result_labels(env, report.verdict, report.action)),
+            annotations: Some(
+                [
+                    (labels::SUMMARY, summary(report)),
+                    (labels::CODES, report.codes()),
+                    (labels::VERSIONS, report.versions().annotation()),
+                    // The full node name (the label may hold its shortened form).
+                    (labels::NODE, env.node.clone()),
+                    // Who wrote it: the operator counts only its current pod's result.
+                    (labels::POD, env.pod_name.clone()),
+                    (labels::POD_UID, env.pod_uid.clone().unwrap_or_default()),
+                ]
+                .into_iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            ),
             owner_references: Some(vec![owner]),
             ..Default::default()
         },
@@ -355,7 +439,22 @@ pub async fn run(env: AgentEnv) -> Outcome {
         Ok(rx) => rx,
         Err(e) => return Outcome::NoClient(format!("install signal handlers: {e}")),
     };
-    flow(env, stop, signalled).await
+    let outcome = flow(env, stop, signalled).await;
+    if let Outcome::NotStored(why) | Outcome::NoClient(why) = &outcome {
+        termination_message(why);
+    }
+    outcome
+}
+
+/// Leaves `why` where Kubernetes reads a failed container's message from, when the container
+/// has that file (a pod does; a process run by hand does not).
+fn termination_message(why: &str) {
+    let path = std::path::Path::new(TERMINATION_LOG);
+    if path.exists()
+        && let Err(e) = std::fs::write(path, why)
+    {
+        tracing::debug!(error = %e, "could not write the termination message");
+    }
 }
 
 /// Sets `stop` and flips the returned channel on the first SIGTERM or SIGINT.
@@ -402,43 +501,17 @@ async fn flow(env: AgentEnv, stop: Arc<AtomicBool>, mut sig: watch::Receiver<boo
         },
         () = signalled(&mut sig) => return Outcome::Terminated,
     };
-
-    let validations: Api<GpuValidation> = Api::all(client.clone());
-    let got = tokio::select! {
-        got = retry("get the GpuValidation", || validations.get_opt(&env.validation)) => got,
+    let validation = tokio::select! {
+        v = read_validation(&client, &env) => match v {
+            Ok(v) => v,
+            Err(outcome) => return outcome,
+        },
         () = signalled(&mut sig) => return Outcome::Terminated,
     };
-    let validation = match got {
-        Ok(Some(v)) => v,
-        Ok(None) => {
-            tracing::info!(validation = %env.validation, "the validation is gone; nothing to do");
-            return Outcome::Stale(format!("GpuValidation {} no longer exists", env.validation));
-        }
-        Err(e) => {
-            return Outcome::NotStored(format!("get GpuValidation {}: {e}", env.validation));
-        }
-    };
-    if let Some(why) = stale_reason(&env, &validation) {
-        tracing::info!(validation = %env.validation, reason = %why, "stale pod; exiting without a result");
-        return Outcome::Stale(why);
-    }
-
-    let mut checks = start_checks(&env, &validation, stop.clone());
-    let joined = tokio::select! {
-        r = &mut checks => r,
-        () = signalled(&mut sig) => {
-            // The stop flag is set: the checks stop at their next step and free the GPUs.
-            let _ = checks.await;
-            return Outcome::Terminated;
-        }
-    };
-    let report = match joined {
+    let report = match saved_or_run(&env, &validation, stop.clone(), &mut sig).await {
         Ok(r) => r,
-        Err(e) => return Outcome::NotStored(format!("the checks did not finish: {e}")),
+        Err(outcome) => return outcome,
     };
-    if stop.load(Ordering::SeqCst) {
-        return Outcome::Terminated;
-    }
     print!("{}", render::table(&report));
 
     let name = result_name(&env.validation, &env.node);
@@ -453,12 +526,23 @@ async fn flow(env: AgentEnv, stop: Arc<AtomicBool>, mut sig: watch::Receiver<boo
             () = signalled(&mut sig) => return Outcome::Terminated,
         }
     }
+    let deadline = run_deadline(&validation);
     let stored = tokio::select! {
-        r = store(client.clone(), &env, &report) => r,
+        r = store_until(client.clone(), &env, &report, deadline) => r,
         () = signalled(&mut sig) => return Outcome::Terminated,
     };
-    if let Err(e) = stored {
-        return Outcome::NotStored(format!("store GpuNodeResult {}/{name}: {e}", env.namespace));
+    match stored {
+        Ok(()) => {}
+        Err(StoreError::Stale(why)) => {
+            tracing::info!(reason = %why, "the run moved on while the checks ran; no result written");
+            return Outcome::Stale(why);
+        }
+        Err(StoreError::Api(e)) => {
+            return Outcome::NotStored(format!(
+                "could not store GpuNodeResult {}/{name} before the run's deadline: {e}",
+                env.namespace
+            ));
+        }
     }
     tracing::info!(result = %name, namespace = %env.namespace, verdict = %report.verdict, "result stored");
     tokio::select! {
@@ -466,6 +550,101 @@ async fn flow(env: AgentEnv, stop: Arc<AtomicBool>, mut sig: watch::Receiver<boo
         () = signalled(&mut sig) => return Outcome::Terminated,
     }
     Outcome::Stored(report.verdict)
+}
+
+/// Reads the validation (retrying while the API server is away, for up to
+/// [`START_READ_BUDGET`]); an outcome instead when there is nothing to do or no way to read it.
+async fn read_validation(client: &Client, env: &AgentEnv) -> Result<GpuValidation, Outcome> {
+    let validations: Api<GpuValidation> = Api::all(client.clone());
+    let budget = Budget::Until(Instant::now() + START_READ_BUDGET);
+    let backoff = Backoff::new(FIRST_BACKOFF, MAX_STORE_BACKOFF, seed_of(&env.pod_name));
+    let got = crate::api_retry::retry(
+        "get the GpuValidation",
+        budget,
+        backoff,
+        is_transient,
+        || validations.get_opt(&env.validation),
+    )
+    .await;
+    let validation = match got {
+        Ok(Some(v)) => v,
+        Ok(None) => {
+            tracing::info!(validation = %env.validation, "the validation is gone; nothing to do");
+            return Err(Outcome::Stale(format!(
+                "GpuValidation {} no longer exists",
+                env.validation
+            )));
+        }
+        Err(e) => {
+            return Err(Outcome::NotStored(format!(
+                "get GpuValidation {}: {e}",
+                env.validation
+            )));
+        }
+    };
+    if let Some(why) = stale_reason(env, &validation) {
+        tracing::info!(validation = %env.validation, reason = %why, "stale pod; exiting without a result");
+        return Err(Outcome::Stale(why));
+    }
+    Ok(validation)
+}
+
+/// What identifies this pod's run in the state directory.
+fn saved_identity(env: &AgentEnv, report: NodeReport) -> SavedResult {
+    SavedResult {
+        validation_uid: env.validation_uid.clone(),
+        generation: env.generation,
+        pod_name: env.pod_name.clone(),
+        pod_uid: env.pod_uid.clone(),
+        report,
+    }
+}
+
+/// This pod's report: the one it saved before (an agent started again in the same pod), or
+/// the checks' (then saved to the state directory, when there is one).
+async fn saved_or_run(
+    env: &AgentEnv,
+    validation: &GpuValidation,
+    stop: Arc<AtomicBool>,
+    sig: &mut watch::Receiver<bool>,
+) -> Result<NodeReport, Outcome> {
+    let wanted = saved_identity(env, NodeReport::default());
+    if let Some(dir) = &env.state_dir
+        && let Some(report) = saved_result::load(dir, &wanted)
+    {
+        tracing::info!(dir = %dir.display(), verdict = %report.verdict, "storing the result this pod saved before; not running the checks again");
+        return Ok(report);
+    }
+    tracing::info!(validation = %env.validation, "running the checks");
+    let mut checks = start_checks(env, validation, stop.clone());
+    let joined = tokio::select! {
+        r = &mut checks => r,
+        () = signalled(sig) => {
+            // The stop flag is set: the checks stop at their next step and free the GPUs.
+            let _ = checks.await;
+            return Err(Outcome::Terminated);
+        }
+    };
+    let report = match joined {
+        Ok(r) => r,
+        Err(e) => {
+            return Err(Outcome::NotStored(format!(
+                "the checks did not finish: {e}"
+            )));
+        }
+    };
+    if stop.load(Ordering::SeqCst) {
+        return Err(Outcome::Terminated);
+    }
+    if let Some(dir) = &env.state_dir {
+        match saved_result::save(dir, &saved_identity(env, report.clone())) {
+            Ok(path) => {
+                tracing::info!(path = %path.display(), "result kept on the pod's filesystem until stored")
+            }
+            Err(e) => tracing::warn!(error = %e, "result kept in memory only"),
+        }
+    }
+    Ok(report)
 }
 
 /// A node that passed a validation with `spec.fabric` stays for the fabric test, until the
@@ -548,11 +727,8 @@ fn start_checks(
     validation: &GpuValidation,
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<NodeReport> {
-    let spec = &validation.spec;
-    let mut plan = Plan::new(
-        spec.checks.clone(),
-        spec.thresholds.clone().unwrap_or_default(),
-    );
+    let mut plan = Plan::from_spec(&validation.spec);
+    plan.expected_gpus = env.expected_gpus;
     plan.node = Some(env.node.clone());
     plan.io_dir = env.io_dir.clone();
     let choice = env.backend.clone();
@@ -573,60 +749,85 @@ fn backend_error_report(plan: &Plan, choice: &BackendChoice, e: &BackendError) -
     };
     report::could_not_run(
         report::started(kind, plan.node.clone()),
-        format!("GPU backend: {e}"),
+        crate::judge::error_reason_in("GPU backend", e),
     )
 }
 
-/// Applies the result object, then its status.
-async fn store(client: Client, env: &AgentEnv, report: &NodeReport) -> Result<(), kube::Error> {
+/// Why the result was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The validation is gone or moved on: this pod's result must not be written.
+    #[error("{0}")]
+    Stale(String),
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
+impl StoreError {
+    fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Api(e) if is_transient(e))
+    }
+}
+
+/// Stores the result, trying again after transient errors (backoff with jitter, at most
+/// [`MAX_STORE_BACKOFF`] apart) until `deadline`, the run's.
+async fn store_until(
+    client: Client,
+    env: &AgentEnv,
+    report: &NodeReport,
+    deadline: Instant,
+) -> Result<(), StoreError> {
+    let backoff = Backoff::new(FIRST_BACKOFF, MAX_STORE_BACKOFF, seed_of(&env.pod_name));
+    crate::api_retry::retry(
+        "store the result",
+        Budget::Until(deadline),
+        backoff,
+        StoreError::is_transient,
+        || store(client.clone(), env, report),
+    )
+    .await
+}
+
+/// One try: reads the validation again (nothing is written once it has moved on), then
+/// applies the result object and its status.
+async fn store(client: Client, env: &AgentEnv, report: &NodeReport) -> Result<(), StoreError> {
+    let validations: Api<GpuValidation> = Api::all(client.clone());
+    let Some(current) = validations.get_opt(&env.validation).await? else {
+        return Err(StoreError::Stale(format!(
+            "GpuValidation {} no longer exists",
+            env.validation
+        )));
+    };
+    if let Some(why) = stale_reason(env, &current) {
+        return Err(StoreError::Stale(why));
+    }
     let api: Api<GpuNodeResult> = Api::namespaced(client, &env.namespace);
     let name = result_name(&env.validation, &env.node);
     let pp = PatchParams::apply(&field_manager(&env.node)).force();
     let object = result_object(env, report);
-    let object_patch = Patch::Apply(&object);
-    retry("apply the GpuNodeResult", || {
-        api.patch(&name, &pp, &object_patch)
-    })
-    .await?;
+    api.patch(&name, &pp, &Patch::Apply(&object)).await?;
     let status = status_patch(report);
-    let status_patch = Patch::Apply(&status);
-    retry("apply the GpuNodeResult status", || {
-        api.patch_status(&name, &pp, &status_patch)
-    })
-    .await?;
+    api.patch_status(&name, &pp, &Patch::Apply(&status)).await?;
     Ok(())
 }
 
-/// True for errors worth another try: throttling, server-side trouble, lost connections.
-pub fn is_transient(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(status) => matches!(status.code, 408 | 429 | 500..=599),
-        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
-        _ => false,
-    }
-}
-
 /// Calls `f` until it succeeds, fails for good, or [`API_ATTEMPTS`] tries are spent, doubling
-/// the pause between tries.
-pub(crate) async fn retry<T, F, Fut>(what: &'static str, mut f: F) -> Result<T, kube::Error>
+/// the pause between tries (with jitter).
+pub(crate) async fn retry<T, F, Fut>(what: &'static str, f: F) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    let mut pause = FIRST_BACKOFF;
-    let mut attempt = 1;
-    loop {
-        match f().await {
-            Ok(v) => return Ok(v),
-            Err(e) if attempt < API_ATTEMPTS && is_transient(&e) => {
-                tracing::warn!(what, attempt, error = %e, retry_in_ms = pause.as_millis() as u64, "transient API error");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(MAX_BACKOFF);
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let seed = seed_of(what) ^ u64::from(std::process::id());
+    let backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, seed);
+    crate::api_retry::retry(
+        what,
+        Budget::Attempts(API_ATTEMPTS),
+        backoff,
+        is_transient,
+        f,
+    )
+    .await
 }
 
 #[cfg(test)]
@@ -643,6 +844,7 @@ mod tests {
             (agent_env::NODE_NAME, "gpu-node-1".to_string()),
             (agent_env::POD_NAMESPACE, "gpuval-system".to_string()),
             (agent_env::POD_NAME, "quick-gpu-node-1-abcde".to_string()),
+            (agent_env::POD_UID, "pod-uid-7".to_string()),
         ])
     }
 
@@ -663,6 +865,14 @@ mod tests {
         assert_eq!(e.namespace, "gpuval-system");
         assert_eq!(e.backend, BackendChoice::Cuda);
         assert_eq!(e.io_dir, None);
+        assert_eq!(e.pod_uid.as_deref(), Some("pod-uid-7"));
+        assert_eq!(e.state_dir, None);
+        let mut vars = base_env();
+        vars.remove(agent_env::POD_UID);
+        vars.insert(agent_env::STATE_DIR, "/var/lib/gpuval-agent".to_string());
+        let e = parse(&vars).expect("POD_UID is optional");
+        assert_eq!(e.pod_uid, None);
+        assert_eq!(e.state_dir, Some(PathBuf::from("/var/lib/gpuval-agent")));
     }
 
     #[test]
@@ -788,7 +998,10 @@ mod tests {
             started_at: "2026-01-01T00:00:00Z".into(),
             finished_at: "2026-01-01T00:01:00Z".into(),
             verdict,
-            failures: failures.iter().map(|s| s.to_string()).collect(),
+            failures: failures
+                .iter()
+                .map(|s| gpuval_crds::Reason::new(gpuval_crds::Code::Unclassified, *s))
+                .collect(),
             ..Default::default()
         }
     }
@@ -796,13 +1009,14 @@ mod tests {
     #[test]
     fn labels_and_summary() {
         let e = env();
-        let l = result_labels(&e, Verdict::Fail);
+        let l = result_labels(&e, Verdict::Fail, Action::ResetGpu);
         assert_eq!(l["gpuval.io/validation"], "quick");
         assert_eq!(l["gpuval.io/node"], "gpu-node-1");
         assert_eq!(l["gpuval.io/generation"], "3");
         assert_eq!(l["gpuval.io/verdict"], "Fail");
         assert_eq!(l["app.kubernetes.io/managed-by"], "gpuval-operator");
-        assert_eq!(l.len(), 5);
+        assert_eq!(l["gpuval.io/action"], "ResetGpu");
+        assert_eq!(l.len(), 6);
 
         assert_eq!(
             summary(&report(Verdict::Fail, &["GPU3: memory", "GPU5: slow"])),
@@ -812,7 +1026,10 @@ mod tests {
         assert_eq!(summary(&passed), crate::render::headline(&passed));
         assert!(summary(&passed).ends_with("no GPUs"));
         for v in [Verdict::Pass, Verdict::Warn, Verdict::Error] {
-            assert_eq!(result_labels(&e, v)["gpuval.io/verdict"], v.as_str());
+            assert_eq!(
+                result_labels(&e, v, Action::None)["gpuval.io/verdict"],
+                v.as_str()
+            );
         }
     }
 
@@ -857,8 +1074,15 @@ mod tests {
                     "gpuval.io/node": "gpu-node-1",
                     "gpuval.io/validation": "quick",
                     "gpuval.io/verdict": "Fail",
+                    "gpuval.io/action": "None",
                 },
-                "annotations": {"gpuval.io/summary": "GPU3: memory: 12 mismatched words", "gpuval.io/node": "gpu-node-1"},
+                "annotations": {
+                    "gpuval.io/summary": "GPU3: memory: 12 mismatched words",
+                    "gpuval.io/node": "gpu-node-1",
+                    "gpuval.io/codes": "Unclassified",
+                    "gpuval.io/pod": "quick-gpu-node-1-abcde",
+                    "gpuval.io/pod-uid": "pod-uid-7",
+                },
                 "ownerReferences": [{
                     "apiVersion": "gpuval.io/v1alpha1",
                     "kind": "GpuValidation",

@@ -7,6 +7,7 @@
 //! [`backend`] (CUDA/NVML and simulated plumbing), [`judge`], [`run_control`], [`text`],
 //! [`profiles`], [`telemetry`], [`report`] → [`pci`].
 
+pub mod api_retry;
 pub mod backend;
 pub mod check;
 pub mod checks;
@@ -20,5 +21,6 @@ pub mod render;
 pub mod report;
 pub mod run_control;
 pub mod runner;
+pub mod saved_result;
 pub mod telemetry;
 pub mod text;

@@ -253,6 +253,8 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
     let be = backend(&a.backend)?;
     let stop = stop_flag();
     let mut plan = Plan::new(settings.checks, settings.thresholds);
+    plan.expect = settings.expect;
+    plan.overrides = settings.severity_overrides;
     plan.gpus = a.gpus.clone();
     plan.io_dir = a.io_dir.clone();
     plan.io_tuning = io::Tuning {
@@ -430,11 +432,11 @@ fn cmd_selftest(a: SelftestArgs) -> Result<u8, Fail> {
     let inv = backend::Platform::inventory(&be)?;
     let mut ok = true;
     for g in &inv.gpus {
-        let found = memory::selftest(&be, g.index, a.mib << 20, a.flips)?;
-        let pass = found == u64::from(a.flips);
+        let (found, bits) = memory::selftest(&be, g.index, a.mib << 20, a.flips)?;
+        let pass = found == u64::from(a.flips) && bits == found;
         ok &= pass;
         println!(
-            "GPU{}: planted {} bit flips, memory check found {found}: {}",
+            "GPU{}: planted {} bit flips, memory check found {found} (counted {bits} flipped bits): {}",
             g.index,
             a.flips,
             if pass { "PASS" } else { "FAIL" }

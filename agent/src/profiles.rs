@@ -9,6 +9,12 @@
 //! its memory floor is lower (3.35 TB/s HBM3 against 4.8). The A100 floors come from published
 //! figures (2039 GB/s HBM2e peak, 312 TFLOP/s bf16/fp16 dense, 156 tf32, 19.5 fp32 peak).
 //!
+//! Power: DCGM's targeted power test asks a GPU to hold at least 0.75 of its target; a GEMM burn
+//! on every GPU of the 4×H200 machine drew a mean of 662 W against the 700 W limit (0.95), at
+//! the power cap (`SwPowerCap`) the whole time. The floor here is that 0.75 of the enforced
+//! limit, for the median sample of the burn: a GPU whose clocks are pulled down by a hardware
+//! slowdown draws far less.
+//!
 //! Links: on HGX H100/H200 (NVLink 4 through NVSwitches) a healthy pair copies about 392 GB/s
 //! one way and 785 both ways on the copy engines, and pinned host transfers reach about 55 GB/s
 //! per direction on PCIe Gen5 x16 (`shared/research/cudarc-nvml.md`, measured on H200); the
@@ -37,6 +43,8 @@ pub struct ModelProfile {
     /// Lowest pinned host transfer rate per direction, GB/s (a PCIe link of the GPU's
     /// generation at full width).
     pub host_pinned_min_gbps: f64,
+    /// Lowest share of the enforced power limit the median sample of a burn must reach.
+    pub power_min_fraction: f64,
 }
 
 impl ModelProfile {
@@ -65,6 +73,7 @@ const HOPPER_SXM: ModelProfile = ModelProfile {
     p2p_unidirectional_min_gbps: 320.0,
     p2p_bidirectional_min_gbps: 620.0,
     host_pinned_min_gbps: 40.0,
+    power_min_fraction: 0.75,
 };
 
 /// H200 SXM.
@@ -96,6 +105,7 @@ pub static A100: ModelProfile = ModelProfile {
     p2p_unidirectional_min_gbps: 200.0,
     p2p_bidirectional_min_gbps: 380.0,
     host_pinned_min_gbps: 20.0,
+    power_min_fraction: 0.75,
 };
 
 /// The profile that applies to a GPU: forced by the spec setting, or picked by the NVML name
@@ -174,5 +184,12 @@ mod tests {
         }
         assert_eq!(H200.tflops_min(Dtype::Bf16), Some(600.0));
         assert_eq!(A100.tflops_min(Dtype::Tf32), Some(110.0));
+    }
+
+    #[test]
+    fn power_floors_are_dcgms_targeted_power_share() {
+        for p in [&H100, &H200, &A100] {
+            assert_eq!(p.power_min_fraction, 0.75, "{}", p.name);
+        }
     }
 }

@@ -33,11 +33,31 @@ pub fn table(report: &NodeReport) -> String {
         .as_deref()
         .map(|n| format!(" {n}"))
         .unwrap_or_default();
-    out.push_str(&format!("node{node}: {}\n", report.verdict));
+    if let Some(v) = versions_line(report) {
+        out.push_str(&v);
+    }
+    let action = match report.action {
+        gpuval_crds::Action::None => String::new(),
+        a => format!(" (action: {a})"),
+    };
+    out.push_str(&format!("node{node}: {}{action}\n", report.verdict));
     for failure in &report.failures {
-        out.push_str(&format!("  - {failure}\n"));
+        out.push_str(&format!("  - [{}] {failure}\n", failure.code));
+    }
+    for warning in &report.warnings {
+        out.push_str(&format!("  ~ [{}] {warning}\n", warning.code));
     }
     out
+}
+
+/// `versions: driver 570.86.15, vbios 96.00.99.00.01, cuda 12.8, nccl 2.28.3`.
+fn versions_line(report: &NodeReport) -> Option<String> {
+    let v = report.versions();
+    let parts: Vec<String> = gpuval_crds::facts::Component::ALL
+        .into_iter()
+        .filter_map(|c| v.get(c).map(|x| format!("{c} {x}")))
+        .collect();
+    (!parts.is_empty()).then(|| format!("versions: {}\n", parts.join(", ")))
 }
 
 fn gpu_row(gpu: &GpuReport) -> Vec<String> {
@@ -107,7 +127,12 @@ mod tests {
             text.contains("topology: Pass (NVLink active/total per GPU: 18/18"),
             "{text}"
         );
-        assert!(text.contains("node: Fail\n  - GPU2 memory: "), "{text}");
+        assert!(
+            text.contains(
+                "versions: driver simulated, vbios simulated, cuda simulated, nccl simulated\nnode: Fail (action: ReplaceHardware)\n  - [MemoryMismatch] GPU2 memory: "
+            ),
+            "{text}"
+        );
         assert!(!text.contains('\x1b'));
     }
 
@@ -171,7 +196,10 @@ mod tests {
             simulated: false,
             node: Some("gpu-node-1".into()),
             verdict: Verdict::Error,
-            failures: vec!["no GPUs found".into()],
+            failures: vec![gpuval_crds::Reason::new(
+                gpuval_crds::Code::NoGpus,
+                "no GPUs found",
+            )],
             topology: Some(TopologyReport::default()),
             ..Default::default()
         };
@@ -179,7 +207,7 @@ mod tests {
         assert!(!text.contains("SIMULATED"));
         assert!(text.starts_with("GPU  NAME"));
         assert!(
-            text.contains("topology: Pass\nnode gpu-node-1: Error\n  - no GPUs found\n"),
+            text.contains("topology: Pass\nnode gpu-node-1: Error\n  - [NoGpus] no GPUs found\n"),
             "{text}"
         );
     }

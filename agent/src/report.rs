@@ -1,6 +1,6 @@
 //! The node report's frame: who made it and when, and the report of a run that could not start.
 
-use gpuval_crds::{NodeReport, Verdict};
+use gpuval_crds::{NodeReport, Reason, Verdict};
 
 use crate::backend::BackendKind;
 
@@ -18,7 +18,7 @@ pub fn started(kind: BackendKind, node: Option<String>) -> NodeReport {
 
 /// `report` finished as an Error with `reason` first (the run could not go on), keeping the
 /// bad reasons of any check that did run.
-pub fn could_not_run(mut report: NodeReport, reason: String) -> NodeReport {
+pub fn could_not_run(mut report: NodeReport, reason: Reason) -> NodeReport {
     report.verdict = Verdict::Error;
     let io = report
         .io
@@ -26,6 +26,7 @@ pub fn could_not_run(mut report: NodeReport, reason: String) -> NodeReport {
         .filter(|r| r.verdict.is_bad())
         .map(|r| r.reasons.clone())
         .unwrap_or_default();
+    report.action = gpuval_crds::reason::action_of(std::iter::once(&reason));
     report.failures = std::iter::once(reason).chain(io).collect();
     report.finished_at = now_rfc3339();
     report
@@ -64,11 +65,15 @@ mod tests {
     fn a_run_that_could_not_start_is_an_error_with_its_reason_first() {
         let r = could_not_run(
             started(BackendKind::Simulated, Some("n1".into())),
-            "inventory: no NVIDIA GPU visible".into(),
+            Reason::new(
+                gpuval_crds::Code::InventoryFailed,
+                "inventory: no NVIDIA GPU visible",
+            ),
         );
         assert_eq!(r.verdict, Verdict::Error);
         assert!(r.simulated && r.backend == "simulated");
         assert_eq!(r.failures, ["inventory: no NVIDIA GPU visible"]);
+        assert_eq!(r.action, gpuval_crds::Action::Rerun);
         assert!(!r.finished_at.is_empty());
     }
 }

@@ -1,15 +1,16 @@
 //! Turns the telemetry samples and error counters of one GPU's run into a
 //! [`TelemetrySummary`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use gpuval_crds::xid::XidSeen;
 use gpuval_crds::{Stat, TelemetrySummary};
 
 use crate::backend::{ErrorCounters, TelemetrySample};
 
 /// Summarises one GPU's run: min/mean/max per sampled field (None where no sample has it),
 /// every throttle reason seen (sorted), ECC counter deltas (None where either reading is
-/// unknown) and the Xid codes seen.
+/// unknown) and the Xid codes seen, each also with its meaning from NVIDIA's catalogue.
 pub fn summarize(
     samples: &[TelemetrySample],
     before: Option<ErrorCounters>,
@@ -30,7 +31,20 @@ pub fn summarize(
         ecc_corrected_delta: delta(before, after, |c| c.ecc_corrected),
         ecc_uncorrected_delta: delta(before, after, |c| c.ecc_uncorrected),
         xid_events: xids.iter().map(|&x| to_i64(x)).collect(),
+        xids: xids_seen(xids),
     }
+}
+
+/// Each distinct Xid (in order of the code) with how often it came and its catalogue entry.
+fn xids_seen(xids: &[u64]) -> Vec<XidSeen> {
+    let mut counts: BTreeMap<i64, i64> = BTreeMap::new();
+    for x in xids {
+        *counts.entry(to_i64(*x)).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|(xid, count)| XidSeen::new(xid, count))
+        .collect()
 }
 
 /// Min, mean and max of the values; None when there are none. Non-finite values are ignored.
@@ -145,5 +159,29 @@ mod tests {
 
         let t = summarize(&[], None, Some(counters(5, Some(3))), &[]);
         assert_eq!(t.ecc_corrected_delta, None);
+    }
+
+    #[test]
+    fn every_xid_is_mapped_to_its_meaning_once_with_a_count() {
+        let t = summarize(&[], None, None, &[79, 13, 79, 999]);
+        assert_eq!(t.xid_events, vec![79, 13, 79, 999]);
+        let seen: Vec<(i64, i64, bool, Option<&str>)> = t
+            .xids
+            .iter()
+            .map(|x| (x.xid, x.count, x.fatal, x.name.as_deref()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (13, 1, false, Some("ROBUST_CHANNEL_GR_EXCEPTION")),
+                (
+                    79,
+                    2,
+                    true,
+                    Some("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS")
+                ),
+                (999, 1, false, None),
+            ]
+        );
     }
 }

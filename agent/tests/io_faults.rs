@@ -48,7 +48,7 @@ fn report(path: &Path) -> Value {
 }
 
 fn io_reason(r: &Value) -> String {
-    r["io"]["reasons"][0]
+    r["io"]["reasons"][0]["message"]
         .as_str()
         .unwrap_or_default()
         .to_string()
@@ -161,7 +161,8 @@ fn missing_directory_is_an_error_and_the_other_checks_go_on() {
     );
     assert_memory_passed(&r);
     assert_eq!(r["verdict"], "Error");
-    assert_eq!(r["failures"][0], reason);
+    assert_eq!(r["failures"][0]["message"], reason);
+    assert_eq!(r["failures"][0]["code"], "IoError");
     assert!(!dir.exists());
 }
 

@@ -100,6 +100,7 @@ fn rejudge(m: &str, thresholds: Thresholds) -> NodeReport {
     let judge = Judge {
         checks: &checks,
         thresholds,
+        overrides: Default::default(),
     };
     // Start from the raw figures: clear every verdict and reason, then judge again.
     report.verdict = Verdict::Pass;
@@ -152,6 +153,7 @@ fn a_real_gpu_slowed_by_a_fifth_is_flagged_by_the_relative_rule() {
             profile: gpuval_crds::Profile::None,
             ..Default::default()
         },
+        overrides: Default::default(),
     };
     for g in &mut report.gpus {
         g.compute.as_mut().unwrap().verdict = Verdict::Pass;
@@ -229,6 +231,7 @@ fn real_links_pass_the_profile_and_the_standard_example() {
     let judge = Judge {
         checks: &standard.checks,
         thresholds: standard.thresholds.clone(),
+        overrides: Default::default(),
     };
     for spec in [
         P2pCheck::default(),
@@ -282,6 +285,7 @@ fn a_real_pair_at_a_third_of_its_rate_is_named() {
     let judge = Judge {
         checks: &checks,
         thresholds: Thresholds::default(),
+        overrides: Default::default(),
     };
     let r = judge.p2p(
         &gpus,

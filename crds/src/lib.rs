@@ -12,10 +12,13 @@
 
 pub mod conditions;
 pub mod cron;
+pub mod depth;
 pub mod duration;
 pub mod fabric;
+pub mod facts;
 pub mod names;
 pub mod nccl;
+pub mod reason;
 pub mod report;
 pub mod result;
 pub mod rules;
@@ -26,10 +29,13 @@ pub mod spec;
 pub mod status;
 pub mod training;
 pub mod validate;
+pub mod xid;
 
+pub use depth::*;
 pub use duration::{Duration, DurationError};
 pub use fabric::{FabricRoundSpec, GpuFabricRound};
 pub use nccl::*;
+pub use reason::{Action, Code, Reason, Severity, SeverityOverride};
 pub use report::*;
 pub use result::{GpuNodeResult, GpuNodeResultSpec};
 pub use schedule::{GpuValidationSchedule, GpuValidationScheduleSpec, GpuValidationScheduleStatus};
@@ -61,6 +67,11 @@ pub mod labels {
     /// Annotation on a node result: what its agent measured in the fabric test's rounds, a JSON
     /// array of [`FabricOutcome`](crate::fabric::FabricOutcome).
     pub const FABRIC_OUTCOMES: &str = "gpuval.io/fabric";
+    /// Annotation on a node result: the name of the agent pod that wrote it.
+    pub const POD: &str = "gpuval.io/pod";
+    /// Annotation on a node result: the uid of the agent pod that wrote it. The operator counts
+    /// a result only when it names the node's current pod (a stale writer's result is ignored).
+    pub const POD_UID: &str = "gpuval.io/pod-uid";
     /// Label on a fabric round: its round number.
     pub const ROUND: &str = "gpuval.io/round";
     /// The standard `app.kubernetes.io/managed-by` label key (its value is [`MANAGED_BY`]).
@@ -79,6 +90,16 @@ pub mod labels {
     pub const NODE_VERDICT: &str = VERDICT;
     /// The node label with when that verdict was reached (UTC, `20261123T073000Z`: label-safe).
     pub const VALIDATED_AT: &str = "gpuval.io/validated-at";
+
+    /// The recommended action (`None`, `Rerun`, `ResetGpu`, `RebootNode`, `ReplaceHardware`):
+    /// on every node result, and on a node when it is not `None`, so that
+    /// `-l gpuval.io/action=ReplaceHardware` finds them.
+    pub const ACTION: &str = "gpuval.io/action";
+    /// Annotation on a node result: the codes of its failures (or warnings), comma-separated,
+    /// worst first.
+    pub const CODES: &str = "gpuval.io/codes";
+    /// Annotation on a node result: the node's versions (`driver=570.86.15,vbios=...,cuda=12.8`).
+    pub const VERSIONS: &str = "gpuval.io/versions";
 
     /// The longest label value Kubernetes accepts.
     pub const MAX_VALUE_LEN: usize = 63;
@@ -144,6 +165,11 @@ pub mod agent_env {
     pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
     /// Downward API `metadata.name`.
     pub const POD_NAME: &str = "POD_NAME";
+    /// Downward API `metadata.uid`: written on the result, so the operator knows its writer.
+    pub const POD_UID: &str = "POD_UID";
+    /// Optional: a writable directory (the pod's emptyDir) where the agent keeps its result
+    /// until it is stored.
+    pub const STATE_DIR: &str = "GPUVAL_STATE_DIR";
     /// Optional: `cuda` (default) or `simulated`.
     pub const BACKEND: &str = "GPUVAL_BACKEND";
     /// Optional: a simulated-backend spec string (implies `simulated`; tests and demos only).
@@ -153,6 +179,11 @@ pub mod agent_env {
     /// Optional: the longest random delay, in milliseconds, before the agent writes its result
     /// (the operator's `--agent-result-jitter-seconds`).
     pub const RESULT_JITTER_MS: &str = "GPUVAL_RESULT_JITTER_MS";
+    /// Optional: the GPUs the node should show (`spec.expect.gpuCount`, else the node's
+    /// `nvidia.com/gpu` capacity, else its `nvidia.com/gpu.count` label), as the operator found.
+    pub const EXPECTED_GPUS: &str = "GPUVAL_EXPECTED_GPUS";
+    /// Optional: where [`EXPECTED_GPUS`] came from (`Spec`, `Capacity`, `Label`).
+    pub const EXPECTED_GPUS_FROM: &str = "GPUVAL_EXPECTED_GPUS_FROM";
 }
 
 /// The extended resource that GPU nodes advertise (NVIDIA device plugin).

@@ -196,7 +196,7 @@ fn default_collective_timeout() -> Duration {
 pub struct NcclResult {
     pub verdict: Verdict,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
+    pub reasons: Vec<crate::reason::Reason>,
     /// NVML index of each rank's GPU, in rank order.
     pub gpus: Vec<i32>,
     pub dtype: NcclDtype,

@@ -5,6 +5,7 @@
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::reason::Action;
 use crate::spec::Dtype;
 
 /// The outcome of a check, a GPU or a node. Ordered from best to worst so `max` combines.
@@ -71,11 +72,22 @@ pub struct NodeReport {
     pub started_at: String,
     pub finished_at: String,
     pub verdict: Verdict,
-    /// The first failures in plain words (at most a handful), worst first.
+    /// The first failures (Fail and Error reasons, at most a handful), worst first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failures: Vec<String>,
+    pub failures: Vec<crate::reason::Reason>,
+    /// The first warnings (at most a handful), when the node passed with some.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<crate::reason::Reason>,
+    /// The one step that covers the node's failures (or, without any, its warnings): the most
+    /// drastic of their actions.
+    #[serde(default)]
+    pub action: Action,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<SystemInfo>,
+    /// The node against `spec.expect` (GPU count, bus ids) and its versions, judged before the
+    /// checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<crate::facts::NodeFacts>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<GpuReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,6 +105,39 @@ pub struct NodeReport {
     pub training: Option<crate::training::TrainingResult>,
 }
 
+impl NodeReport {
+    /// The codes of the node's failures (or, without any, its warnings), worst first, each
+    /// once, comma-separated: the result's `gpuval.io/codes` annotation.
+    pub fn codes(&self) -> String {
+        let reasons = if self.failures.is_empty() {
+            &self.warnings
+        } else {
+            &self.failures
+        };
+        let mut codes: Vec<&str> = Vec::new();
+        for r in reasons {
+            if !codes.contains(&r.code.as_str()) {
+                codes.push(r.code.as_str());
+            }
+        }
+        codes.join(",")
+    }
+
+    /// The node's versions: from its facts, else from its system info.
+    pub fn versions(&self) -> crate::facts::Versions {
+        if let Some(f) = &self.facts {
+            return f.versions.clone();
+        }
+        let s = self.system.clone().unwrap_or_default();
+        crate::facts::Versions {
+            driver: s.driver_version,
+            vbios: None,
+            cuda: s.cuda_driver_version,
+            nccl: s.nccl_version,
+        }
+    }
+}
+
 /// Driver and library versions.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -105,6 +150,9 @@ pub struct SystemInfo {
     pub nvml_version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// The NCCL library the agent found (`2.28.3`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_version: Option<String>,
 }
 
 /// One GPU as the agent saw it, with its check results.
@@ -120,7 +168,7 @@ pub struct GpuReport {
     pub memory_total_mib: i64,
     pub verdict: Verdict,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
+    pub reasons: Vec<crate::reason::Reason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<GpuHealth>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,7 +181,7 @@ pub struct GpuReport {
     pub telemetry: Option<TelemetrySummary>,
 }
 
-/// Static health signals read before the checks.
+/// Static health signals and board facts read before the checks.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct GpuHealth {
@@ -155,6 +203,13 @@ pub struct GpuHealth {
     pub pcie_width: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_max_width: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence_mode: Option<bool>,
+    /// MIG mode is on (None where the GPU has no MIG).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_mode: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vbios_version: Option<String>,
 }
 
 /// Memory check result of one GPU.
@@ -163,7 +218,7 @@ pub struct GpuHealth {
 pub struct MemoryResult {
     pub verdict: Verdict,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
+    pub reasons: Vec<crate::reason::Reason>,
     /// GiB under test (allocated and filled).
     pub tested_gib: f64,
     /// The fraction of free memory that was asked for.
@@ -180,6 +235,18 @@ pub struct MemoryResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub first_mismatches: Vec<Mismatch>,
     pub seconds: f64,
+    /// Each pattern's figures (fillGbps, verifyGbps and gbps above are the address pattern's,
+    /// or every pattern's together when it did not run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patterns: Vec<crate::depth::PatternResult>,
+    /// Which bits flipped, where any did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bit_flips: Option<crate::depth::BitFlips>,
+    /// Remapped rows and retired pages before and after the test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_before: Option<crate::depth::RowHealth>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_after: Option<crate::depth::RowHealth>,
 }
 
 /// A word that read back wrong.
@@ -199,13 +266,19 @@ pub struct Mismatch {
 pub struct ComputeResult {
     pub verdict: Verdict,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
+    pub reasons: Vec<crate::reason::Reason>,
     pub seconds: f64,
     pub matrix_size: i32,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gemms: Vec<GemmResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transcendental: Option<TranscendentalResult>,
+    /// Power drawn and clocks lost during the burn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<crate::depth::PowerResult>,
+    /// The power pulse after the burn, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulse: Option<crate::depth::PulseResult>,
 }
 
 /// One data type's GEMM burn.
@@ -240,7 +313,7 @@ pub struct TranscendentalResult {
 pub struct HostTransferResult {
     pub verdict: Verdict,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
+    pub reasons: Vec<crate::reason::Reason>,
     /// Pinned host memory, this GPU alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<TransferRates>,
@@ -256,6 +329,9 @@ pub struct HostTransferResult {
     /// Bytes that differed after a host → GPU → host round trip.
     pub mismatches: i64,
     pub seconds: f64,
+    /// The GPU's PCIe link under load and its error counters over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie: Option<crate::depth::PcieResult>,
 }
 
 /// Host-to-device and device-to-host rates, GB/s.
@@ -272,7 +348,7 @@ pub struct TransferRates {
 pub struct P2pResult {
     pub verdict: Verdict,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
+    pub reasons: Vec<crate::reason::Reason>,
     /// Bytes per copy (MiB) and timed copies per sample.
     pub buffer_mib: i32,
     pub iterations: i32,
@@ -345,6 +421,9 @@ pub struct TelemetrySummary {
     /// Xid codes reported by NVML events during the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub xid_events: Vec<i64>,
+    /// Each Xid seen, with its meaning from NVIDIA's catalogue.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xids: Vec<crate::xid::XidSeen>,
 }
 
 /// The node's GPU interconnect topology, like `nvidia-smi topo -m`.
@@ -353,7 +432,7 @@ pub struct TelemetrySummary {
 pub struct TopologyReport {
     pub verdict: Verdict,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
+    pub reasons: Vec<crate::reason::Reason>,
     /// Row/column labels (`GPU0`, `GPU1`, ...).
     pub gpus: Vec<String>,
     /// `matrix[i][j]`: X, NV#, PIX, PXB, PHB, NODE or SYS.
@@ -393,7 +472,7 @@ pub struct NvlinkState {
 pub struct IoResult {
     pub verdict: Verdict,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
+    pub reasons: Vec<crate::reason::Reason>,
     /// The directory asked for (the files went into a fresh subdirectory of it, since removed).
     pub dir: String,
     /// Filesystem type of that directory (`ext4`, `xfs`, `tmpfs`, ...), where known.

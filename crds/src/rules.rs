@@ -82,6 +82,7 @@ pub fn table() -> Vec<CelRule> {
         io_during_compute_needs_compute(),
         p2p_bidirectional_not_below_unidirectional(),
         host_transfer_measures_something(),
+        pulse_period_within_duration(),
         nccl_max_not_below_min(),
         fabric_measures_something(),
         node_names_total(),
@@ -123,7 +124,7 @@ pub fn at_least_one_check() -> CelRule {
 
 fn deadline_message() -> String {
     format!(
-        "spec.deadline (default {DEFAULT_DEADLINE}) must be longer than spec.checks.compute.duration"
+        "spec.deadline (default {DEFAULT_DEADLINE}) must be longer than spec.checks.compute.duration (plus pulse.duration when there is a pulse)"
     )
 }
 
@@ -133,21 +134,29 @@ fn well_formed_duration(v: Option<&Value>) -> Option<Duration> {
     crate::duration::matches_pattern(s).then(|| s.parse().ok())?
 }
 
-/// `spec`: the deadline (or its default) is longer than the burn. Malformed durations are left to
-/// their own fields' rules, so that one mistake gives one message.
+/// `spec`: the deadline (or its default) is longer than the burn and the pulse after it.
+/// Malformed durations are left to their own fields' rules, so that one mistake gives one
+/// message.
 pub fn deadline_covers_burn() -> CelRule {
     let rule = format!(
-        "!has(self.checks.compute) || !self.checks.compute.duration.matches(r'{p}') || (has(self.deadline) && !self.deadline.matches(r'{p}')) || duration(has(self.deadline) ? self.deadline : '{DEFAULT_DEADLINE}') > duration(self.checks.compute.duration)",
+        "!has(self.checks.compute) || !self.checks.compute.duration.matches(r'{p}') || (has(self.deadline) && !self.deadline.matches(r'{p}')) || (has(self.checks.compute.pulse) && !self.checks.compute.pulse.duration.matches(r'{p}')) || duration(has(self.deadline) ? self.deadline : '{DEFAULT_DEADLINE}') > duration(self.checks.compute.duration) + (has(self.checks.compute.pulse) ? duration(self.checks.compute.pulse.duration) : duration('0s'))",
         p = DURATION_PATTERN
     );
     CelRule {
         field_path: Some(".deadline"),
         ..fixed(rule, &deadline_message(), |spec| {
-            let Some(burn) = spec.pointer("/checks/compute") else {
+            let Some(compute) = spec.pointer("/checks/compute") else {
                 return Ok(());
             };
-            let Some(burn) = well_formed_duration(burn.get("duration")) else {
+            let Some(burn) = well_formed_duration(compute.get("duration")) else {
                 return Ok(());
+            };
+            let pulse = match compute.pointer("/pulse/duration") {
+                None => Duration::from_secs(0),
+                Some(d) => match well_formed_duration(Some(d)) {
+                    Some(d) => d,
+                    None => return Ok(()),
+                },
             };
             let deadline = match spec.get("deadline") {
                 None => DEFAULT_DEADLINE,
@@ -156,7 +165,8 @@ pub fn deadline_covers_burn() -> CelRule {
                     None => return Ok(()),
                 },
             };
-            if deadline > burn {
+            let needed = burn.as_std().saturating_add(pulse.as_std());
+            if deadline.as_std() > needed {
                 Ok(())
             } else {
                 Err(deadline_message())
@@ -246,6 +256,29 @@ pub fn host_transfer_measures_something() -> CelRule {
             Err(HOST_TRANSFER.into())
         }
     })
+}
+
+const PULSE_PERIOD: &str =
+    "spec.checks.compute.pulse.period must not be longer than pulse.duration";
+
+/// `spec.checks.compute.pulse`: at least one load-and-idle cycle. Malformed durations are left to
+/// their own fields' rules.
+pub fn pulse_period_within_duration() -> CelRule {
+    let rule = format!(
+        "!self.period.matches(r'{p}') || !self.duration.matches(r'{p}') || duration(self.period) <= duration(self.duration)",
+        p = DURATION_PATTERN
+    );
+    CelRule {
+        field_path: Some(".period"),
+        ..fixed(rule, PULSE_PERIOD, |pulse| {
+            let period = well_formed_duration(pulse.get("period"));
+            let duration = well_formed_duration(pulse.get("duration"));
+            match (period, duration) {
+                (Some(p), Some(d)) if p > d => Err(PULSE_PERIOD.into()),
+                _ => Ok(()),
+            }
+        })
+    }
 }
 
 const FABRIC: &str = "spec.fabric needs nccl or tcp (or both): what to measure between nodes";
@@ -453,6 +486,36 @@ mod tests {
             assert_eq!(find(&r.rule).map(|f| f.rule), Some(r.rule.clone()));
         }
         assert!(find("self.size() > 0").is_none());
+    }
+
+    #[test]
+    fn the_deadline_covers_the_pulse_too() {
+        let r = deadline_covers_burn();
+        accepts(
+            &r,
+            json!({"checks": {"compute": {"duration": "30m", "pulse": {"period": "1s", "duration": "29m"}}}}),
+        );
+        let msg = refuses(
+            &r,
+            json!({"checks": {"compute": {"duration": "30m", "pulse": {"period": "1s", "duration": "30m"}}}}),
+        );
+        assert!(msg.contains("plus pulse.duration"), "{msg}");
+        // a malformed pulse duration is its own field's rule's to report
+        accepts(
+            &r,
+            json!({"checks": {"compute": {"duration": "59m", "pulse": {"period": "1s", "duration": "ages"}}}}),
+        );
+    }
+
+    #[test]
+    fn a_pulse_holds_at_least_one_period() {
+        let r = pulse_period_within_duration();
+        accepts(&r, json!({"period": "1s", "duration": "60s"}));
+        accepts(&r, json!({"period": "60s", "duration": "60s"}));
+        // a malformed duration is its own field's rule's to report
+        accepts(&r, json!({"period": "soon", "duration": "10s"}));
+        let msg = refuses(&r, json!({"period": "20s", "duration": "10s"}));
+        assert_eq!(msg, PULSE_PERIOD);
     }
 
     #[test]

@@ -91,6 +91,20 @@ pub struct GpuValidationSpec {
     /// The fabric test between nodes, after the node checks, over the nodes that passed them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fabric: Option<crate::fabric::FabricSpec>,
+
+    /// What every node should look like (GPU count, bus ids, persistence, ECC and MIG modes),
+    /// checked before the long checks: a wrong GPU count fails the node at once. Absent: the
+    /// count comes from the node's capacity, ECC should be on and MIG off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<crate::facts::Expect>,
+
+    /// Raise or lower the severity of reasons by their code (`{code: RowsRemapped, severity:
+    /// Fail}`); each code at most once. Codes that mean a check could not measure cannot be
+    /// overridden.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_SEVERITY_OVERRIDES))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["code".into()]))]
+    pub severity_overrides: Vec<crate::reason::SeverityOverride>,
 }
 
 impl GpuValidationSpec {
@@ -98,7 +112,15 @@ impl GpuValidationSpec {
     pub fn deadline_or_default(&self) -> Duration {
         self.deadline.unwrap_or(DEFAULT_DEADLINE)
     }
+
+    /// `spec.expect`, or its defaults.
+    pub fn expect_or_default(&self) -> crate::facts::Expect {
+        self.expect.clone().unwrap_or_default()
+    }
 }
+
+/// The most entries `spec.severityOverrides` may have.
+pub const MAX_SEVERITY_OVERRIDES: usize = 64;
 
 /// Default for `spec.deadline`.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
@@ -145,7 +167,7 @@ pub struct Checks {
     /// GPU interconnect topology (like `nvidia-smi topo -m`), NVLink states, re-sampled during the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<TopologyCheck>,
-    /// Fill a fraction of each GPU's free memory with address-dependent patterns and verify every word.
+    /// Fill a fraction of each GPU's free memory with address-dependent, moving-inversion and random patterns and verify every word.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryCheck>,
     /// A sustained GEMM and transcendental burn on every GPU at once, results cross-checked.
@@ -202,10 +224,17 @@ pub struct MemoryCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_EXACT_INTEGER))]
     pub max_mismatches: Option<i64>,
-    /// Lowest acceptable fill+verify throughput in GB/s (default: the model profile's).
+    /// Lowest acceptable fill+verify throughput in GB/s, of the address pattern (of every
+    /// pattern together when it does not run); default: the model profile's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100000))]
     pub min_gbps: Option<i32>,
+    /// The patterns to run, in turn, each `passes` times (default all three: address,
+    /// movingInversions, random; the memtest tests DCGM runs at its level 4).
+    #[serde(default = "default_patterns")]
+    #[schemars(length(min = 1, max = 3))]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub patterns: Vec<crate::depth::MemoryPattern>,
 }
 
 impl Default for MemoryCheck {
@@ -215,8 +244,13 @@ impl Default for MemoryCheck {
             passes: default_passes(),
             max_mismatches: None,
             min_gbps: None,
+            patterns: default_patterns(),
         }
     }
+}
+
+fn default_patterns() -> Vec<crate::depth::MemoryPattern> {
+    crate::depth::MemoryPattern::ALL.to_vec()
 }
 
 fn default_memory_fraction() -> f64 {
@@ -288,6 +322,22 @@ pub struct ComputeCheck {
     /// Lowest acceptable TFLOP/s per data type (default: the model profile's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_tflops: Option<TflopsThresholds>,
+    /// The lowest share of its enforced power limit a GPU must draw during the burn (the median
+    /// of the samples; default: the model profile's, 0.75 on H100, H200 and A100; 0 turns the
+    /// rule off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub min_power_fraction: Option<f64>,
+    /// The largest share of the burn's samples that may show clocks slowed by hardware or
+    /// thermal limits (HwSlowdown, HwThermalSlowdown, HwPowerBrakeSlowdown, SwThermalSlowdown)
+    /// before the GPU fails (default 0.05). A GPU at its power cap (SwPowerCap) is healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub max_slowdown_fraction: Option<f64>,
+    /// After the burn, alternate full load and idle (fast power swings that trip weak power
+    /// delivery), then check the GPU still computes correctly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulse: Option<crate::depth::PulseSpec>,
 }
 
 impl Default for ComputeCheck {
@@ -298,6 +348,9 @@ impl Default for ComputeCheck {
             matrix_size: default_matrix_size(),
             transcendentals: true,
             min_tflops: None,
+            min_power_fraction: None,
+            max_slowdown_fraction: None,
+            pulse: None,
         }
     }
 }
@@ -411,6 +464,9 @@ pub struct HostTransferCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
     pub min_pinned_gbps: Option<i32>,
+    /// Limits of each GPU's PCIe link (always judged; these change the defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie: Option<crate::depth::PcieCheck>,
 }
 
 impl Default for HostTransferCheck {
@@ -420,6 +476,7 @@ impl Default for HostTransferCheck {
             pinned: true,
             pageable: true,
             min_pinned_gbps: None,
+            pcie: None,
         }
     }
 }
@@ -506,6 +563,10 @@ pub struct Thresholds {
     #[serde(default = "default_relative")]
     #[schemars(range(min = 1, max = 90))]
     pub relative_tolerance_percent: i32,
+    /// Measure a performance figure that falls short (below its floor or its peers) once more
+    /// before it fails; the second measurement decides, and the report says so (default true).
+    #[serde(default = "default_true")]
+    pub remeasure: bool,
 }
 
 impl Default for Thresholds {
@@ -513,6 +574,7 @@ impl Default for Thresholds {
         Self {
             profile: Profile::Auto,
             relative_tolerance_percent: default_relative(),
+            remeasure: true,
         }
     }
 }

@@ -191,6 +191,10 @@ pub struct GpuValidationStatus {
     /// The fabric test between nodes (when `spec.fabric` asks for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fabric: Option<crate::fabric::FabricStatus>,
+    /// The fleet's driver, VBIOS, CUDA and NCCL versions across the nodes that reported, with
+    /// the nodes that differ from the majority (a Warn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<crate::facts::FleetStatus>,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -234,6 +238,13 @@ pub struct NodeStatus {
     /// The first failures in plain words, or why there is no verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The codes of the node's first failures (`MemoryMismatch,XidFatal`), worst first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codes: Option<String>,
+    /// What to do about the node (the most drastic action its failures recommend), when
+    /// there is something to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<crate::reason::Action>,
     /// Name of the GpuNodeResult with the full report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,

@@ -168,7 +168,7 @@ fn default_timeout() -> Duration {
 pub struct TrainingResult {
     pub verdict: Verdict,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
+    pub reasons: Vec<crate::reason::Reason>,
     /// NVML index of each replica's GPU, in rank order.
     pub gpus: Vec<i32>,
     /// The model and step as run.

@@ -95,6 +95,8 @@ pub fn check_settings(checks: &Checks, thresholds: &Thresholds) -> Result<(), Sp
         deadline: Some(DEADLINE_RANGE.max),
         on_failure: None,
         fabric: None,
+        expect: None,
+        severity_overrides: Vec::new(),
     };
     let value = serde_json::to_value(&spec).map_err(|e| SpecError::Schema(e.to_string()))?;
     check_spec(value).map(drop)
@@ -354,11 +356,40 @@ impl Walk {
         for (i, item) in items.iter().enumerate() {
             self.value(item, item_schema, &format!("{path}[{i}]"));
         }
-        if schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("set") {
-            for (i, item) in items.iter().enumerate() {
-                if items[..i].contains(item) {
-                    self.refuse(&format!("{path}[{i}]"), format!("duplicate value {item}"));
+        match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("set") => {
+                for (i, item) in items.iter().enumerate() {
+                    if items[..i].contains(item) {
+                        self.refuse(&format!("{path}[{i}]"), format!("duplicate value {item}"));
+                    }
                 }
+            }
+            Some("map") => self.map_keys(items, schema, path),
+            _ => {}
+        }
+    }
+
+    /// A `map` list: no two items with the same keys (as the API server refuses them).
+    fn map_keys(&mut self, items: &[Value], schema: &Value, path: &str) {
+        let keys: Vec<&str> = schema
+            .get("x-kubernetes-list-map-keys")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let key_of = |item: &Value| -> Map<String, Value> {
+            keys.iter()
+                .filter_map(|k| item.get(*k).map(|v| (k.to_string(), v.clone())))
+                .collect()
+        };
+        for (i, item) in items.iter().enumerate() {
+            let key = key_of(item);
+            if items[..i].iter().any(|other| key_of(other) == key) {
+                self.refuse(
+                    &format!("{path}[{i}]"),
+                    format!("duplicate entry {}", Value::Object(key)),
+                );
             }
         }
     }
@@ -507,6 +538,10 @@ mod tests {
                 }),
                 compute: Some(ComputeCheck {
                     duration: d,
+                    pulse: Some(crate::PulseSpec {
+                        period: d,
+                        duration: d,
+                    }),
                     ..Default::default()
                 }),
                 nccl: Some(crate::NcclCheck {
@@ -532,6 +567,8 @@ mod tests {
                 }),
                 ..Default::default()
             }),
+            expect: None,
+            severity_overrides: Vec::new(),
         };
         let json = serde_json::to_value(&spec).unwrap();
         let mut marked = Vec::new();
@@ -556,7 +593,7 @@ mod tests {
         marked.sort();
         ranged.sort();
         assert_eq!(marked, ranged);
-        assert_eq!(ranged.len(), 7);
+        assert_eq!(ranged.len(), 9);
     }
 
     #[test]
@@ -593,7 +630,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             spec,
-            json!({"checks": {"memory": {"fraction": 0.95, "passes": 2}}})
+            json!({"checks": {"memory": {
+                "fraction": 0.95,
+                "passes": 2,
+                "patterns": ["address", "movingInversions", "random"]
+            }}})
         );
         let typed = parse_spec(json!({"checks": {"hostTransfer": {}}})).unwrap();
         let host = typed.checks.host_transfer.unwrap();
@@ -659,6 +700,30 @@ mod tests {
             (
                 json!({"checks": {"memory": {}}, "nodeSelector": {"matchLabels": {"a b": "x"}}}),
                 "nodeSelector.matchLabels: invalid label key \"a b\"",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "severityOverrides": [{"code": "RowsRemaped", "severity": "Fail"}]}),
+                "severityOverrides[0].code: unsupported value \"RowsRemaped\": supported values: \"GpuCountMismatch\"",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "severityOverrides": [{"code": "MeasurementMissing", "severity": "Info"}]}),
+                "severityOverrides[0].code: unsupported value \"MeasurementMissing\"",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "severityOverrides": [{"code": "RowsRemapped", "severity": "Error"}]}),
+                "severityOverrides[0].severity: unsupported value \"Error\"",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "severityOverrides": [{"code": "RowsRemapped", "severity": "Fail"}, {"code": "RowsRemapped", "severity": "Info"}]}),
+                "severityOverrides[1]: duplicate entry {\"code\":\"RowsRemapped\"}",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "expect": {"pciBusIds": ["18:00"]}}),
+                "expect.pciBusIds[0]: invalid value \"18:00\"",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "expect": {"eccMode": "Yes"}}),
+                "expect.eccMode: unsupported value \"Yes\"",
             ),
         ];
         for (spec, want) in cases {

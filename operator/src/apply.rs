@@ -9,10 +9,11 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, ResourceExt};
 use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
 
 use crate::controller::{Ctx, Error, FIELD_MANAGER};
-use crate::pod;
 use crate::reconcile::{PlannedEvent, Step};
+use crate::{expected, pod};
 
 /// Applies `step` for validation `gv`: deletes first, then creates, then writes the status
 /// (only when it changed), then tells (events) and acts on failed nodes. Events and node
@@ -65,7 +66,15 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
     };
     let pods: Vec<Pod> = nodes
         .iter()
-        .map(|(node, gpus)| pod::agent_pod(gv, node, *gpus, &ctx.cfg))
+        .map(|(node, gpus)| {
+            let mut pod = pod::agent_pod(gv, node, *gpus, &ctx.cfg);
+            let known = ctx.nodes.get(&ObjectRef::new(node));
+            expected::add_to_pod(
+                &mut pod,
+                expected::expected_gpus(&gv.spec, known.as_deref()),
+            );
+            pod
+        })
         .collect();
     let created = futures::stream::iter(pods.into_iter().map(|pod| {
         let (api, pp) = (api.clone(), pp.clone());

@@ -166,7 +166,7 @@ where
     K::DynamicType: Eq + Hash + Clone + Default,
 {
     watcher(api, config)
-        .default_backoff()
+        .backoff(crate::watch_backoff::watch_backoff())
         .modify(trim)
         .reflect(writer)
         .touched_objects()
@@ -259,7 +259,7 @@ pub async fn run(
         Api::<Pod>::namespaced(client.clone(), &ns),
         watcher::Config::default().labels(&managed_selector()),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::watch_backoff())
     .map_ok({
         let (pods, runs) = (pods.clone(), runs.clone());
         move |event| {
@@ -322,6 +322,7 @@ pub async fn run(
 
     controller
         .with_config(controller_config(&cfg))
+        .trigger_backoff(crate::watch_backoff::watch_backoff())
         .watches_stream(pod_stream, |p: Pod| owner_ref_of(&p.metadata))
         .watches_stream(result_stream, |r: PartialObjectMeta<GpuNodeResult>| {
             owner_ref_of(&r.metadata)

@@ -11,8 +11,8 @@ use anyhow::Context as _;
 use axum::{Router, extract::State, http::StatusCode, routing::get};
 use clap::Parser;
 use gpuval_operator::config::{self, OperatorConfig};
+use gpuval_operator::leader::{self, Election, Fence, FenceLayer, Timing};
 use gpuval_operator::{controller, metrics::Metrics};
-use kube_lease_manager::LeaseManagerBuilder;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -102,6 +102,20 @@ struct Args {
     leader_elect: bool,
     #[arg(long, env = "GPUVAL_LEASE_NAME", default_value = "gpuval-operator")]
     lease_name: String,
+    /// Seconds a follower waits after the Lease last changed before it takes over.
+    #[arg(long, env = "GPUVAL_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    lease_duration: u64,
+    /// Seconds the leader keeps writing after the start of its last successful renewal
+    /// (shorter than --lease-duration: the difference covers writes in flight).
+    #[arg(
+        long,
+        env = "GPUVAL_LEASE_RENEW_DEADLINE_SECONDS",
+        default_value_t = 10
+    )]
+    lease_renew_deadline: u64,
+    /// Seconds between reads of the Lease (and the leader's renewals).
+    #[arg(long, env = "GPUVAL_LEASE_RETRY_PERIOD_SECONDS", default_value_t = 2)]
+    lease_retry_period: u64,
     /// json (default) or text.
     #[arg(long, env = "GPUVAL_LOG_FORMAT", default_value = "json")]
     log_format: String,
@@ -229,46 +243,78 @@ async fn shutdown_signal() {
     }
 }
 
-/// Waits to hold the Lease `lease_name`, then runs the controller until `shutdown` resolves
-/// or the lease is lost.
+/// The leader election the flags ask for (None without --leader-elect).
+fn election(a: &Args, namespace: &str) -> anyhow::Result<Option<Election>> {
+    if !a.leader_elect {
+        return Ok(None);
+    }
+    let timing = Timing {
+        lease_duration: std::time::Duration::from_secs(a.lease_duration),
+        renew_deadline: std::time::Duration::from_secs(a.lease_renew_deadline),
+        retry_period: std::time::Duration::from_secs(a.lease_retry_period),
+    };
+    timing.validate()?;
+    Ok(Some(Election {
+        lease: a.lease_name.clone(),
+        namespace: namespace.to_string(),
+        identity: std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("gpuval-operator-{}", std::process::id())),
+        timing,
+    }))
+}
+
+/// Waits to hold the Lease, then runs the controller with a fenced client (writes refused
+/// once the lease could not be renewed in time) until `shutdown` resolves or the lease is
+/// lost. A lost lease is an error (the process exits non-zero and its Deployment restarts it
+/// as a follower); after a shutdown the Lease is handed back.
 async fn run_as_leader(
-    client: kube::Client,
+    config: kube::Config,
     cfg: OperatorConfig,
-    lease_name: &str,
+    election: Election,
     http: Http,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    let identity = std::env::var("POD_NAME")
-        .unwrap_or_else(|_| format!("gpuval-operator-{}", std::process::id()));
-    let manager = LeaseManagerBuilder::new(client.clone(), lease_name)
-        .with_namespace(&cfg.namespace)
-        .with_identity(&identity)
-        .with_duration(15)
-        .with_grace(5)
-        .build()
-        .await
-        .context("set up leader election")?;
-    let (mut leader, _task) = manager.watch().await;
-    tracing::info!(identity = %identity, lease = %lease_name, "waiting to become leader");
-    while !*leader.borrow_and_update() {
-        if leader.changed().await.is_err() {
-            anyhow::bail!("leader election stopped");
+    let lease_client = kube::Client::try_from(config.clone()).context("build the lease client")?;
+    let fence = Fence::default();
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("build the API client")?
+        .with_layer(&FenceLayer(fence.clone()))
+        .build();
+    let (leading_tx, mut leading) = tokio::sync::watch::channel(false);
+    let mut elector = tokio::spawn(leader::run(
+        lease_client.clone(),
+        election.clone(),
+        fence.clone(),
+        leading_tx,
+    ));
+    let t = election.timing;
+    tracing::info!(identity = %election.identity, lease = %election.lease, lease_duration_s = t.lease_duration.as_secs(), renew_deadline_s = t.renew_deadline.as_secs(), retry_period_s = t.retry_period.as_secs(), "waiting to become leader");
+    let mut shutdown = Box::pin(shutdown);
+    tokio::select! {
+        r = leading.wait_for(|l| *l) => if r.is_err() { anyhow::bail!("leader election stopped") },
+        () = &mut shutdown => { elector.abort(); return Ok(()) }
+    }
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel();
+    let stop = async move {
+        tokio::select! {
+            () = shutdown => elector.abort(),
+            lost = &mut elector => { let _ = lost_tx.send(lost); }
+        }
+    };
+    controller::run(client, cfg, http.metrics, http.ready.clone(), stop).await;
+    fence.close();
+    http.ready.store(false, Ordering::Relaxed);
+    match lost_rx.await {
+        Ok(Ok(lost)) => {
+            tracing::error!(error = %lost, refused_writes = fence.refused(), "lost the lease; stopped");
+            Err(anyhow::anyhow!("{lost}"))
+        }
+        Ok(Err(e)) => Err(anyhow::anyhow!("leader election failed: {e}")),
+        Err(_) => {
+            leader::release(lease_client, &election).await;
+            Ok(())
         }
     }
-    tracing::info!(identity = %identity, "leading");
-    let lost = async move {
-        while *leader.borrow_and_update() {
-            if leader.changed().await.is_err() {
-                break;
-            }
-        }
-        tracing::warn!("lost the lease; stopping");
-    };
-    let stop = async move {
-        tokio::select! { _ = shutdown => {}, _ = lost => {} }
-    };
-    controller::run(client, cfg, http.metrics, http.ready, stop).await;
-    Ok(())
 }
 
 #[tokio::main]
@@ -276,19 +322,22 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_tracing(&args.log_format);
     let cfg = build_config(&args).context("invalid configuration")?;
-    let client = kube::Client::try_default()
+    let election = election(&args, &cfg.namespace).context("invalid leader election settings")?;
+    let config = kube::Config::infer()
         .await
-        .context("connect to the Kubernetes API")?;
+        .context("find the Kubernetes API (in-cluster or KUBECONFIG)")?;
 
     let http = Http {
         metrics: Arc::new(Metrics::default()),
         ready: Arc::new(AtomicBool::new(false)),
     };
     serve_http(args.metrics_addr, http.clone()).await?;
-    if args.leader_elect {
-        run_as_leader(client, cfg, &args.lease_name, http, shutdown_signal()).await?;
-    } else {
-        controller::run(client, cfg, http.metrics, http.ready, shutdown_signal()).await;
+    match election {
+        Some(e) => run_as_leader(config, cfg, e, http, shutdown_signal()).await?,
+        None => {
+            let client = kube::Client::try_from(config).context("connect to the Kubernetes API")?;
+            controller::run(client, cfg, http.metrics, http.ready, shutdown_signal()).await;
+        }
     }
     tracing::info!("stopped");
     Ok(())

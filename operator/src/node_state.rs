@@ -1,6 +1,8 @@
-//! Node state where schedulers and people look: the Node condition `GpuValidated` and the
-//! labels `gpuval.io/verdict` (`Pass`, `Fail`) and `gpuval.io/validated-at` (seconds since
-//! 1970, so that node affinity can ask for a recent pass with `Gt`).
+//! Node state where schedulers and people look: the Node condition `GpuValidated` (its message
+//! with the first failures, their codes and the recommended action) and the labels
+//! `gpuval.io/verdict` (`Pass`, `Fail`), `gpuval.io/validated-at` (seconds since 1970, so that
+//! node affinity can ask for a recent pass with `Gt`) and, when there is something to do,
+//! `gpuval.io/action` (`Rerun`, `ResetGpu`, `RebootNode`, `ReplaceHardware`).
 //!
 //! Pure: [`latest`] picks a node's newest verdict from the node results and the finished
 //! validations' node lines; [`desired`] turns it into labels and the condition. Shell: a
@@ -14,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use gpuval_crds::Action as Remedy;
 use gpuval_crds::result::result_name;
 use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, labels};
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
@@ -43,6 +46,10 @@ pub struct Evidence {
     pub reason: String,
     /// The first failures, or empty.
     pub message: String,
+    /// What to do about the node (None: nothing).
+    pub action: Remedy,
+    /// The codes of its first failures (or warnings), comma-separated.
+    pub codes: String,
 }
 
 /// A node result's metadata, as [`latest`] reads it.
@@ -53,6 +60,10 @@ pub struct ResultMeta {
     pub verdict: String,
     pub summary: String,
     pub created: Timestamp,
+    /// Its `gpuval.io/action` label (None when absent or unknown).
+    pub action: Remedy,
+    /// Its `gpuval.io/codes` annotation.
+    pub codes: String,
 }
 
 /// The metadata of a node result, when it has the labels the agent sets.
@@ -71,6 +82,14 @@ pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
             .cloned()
             .unwrap_or_default(),
         created: r.metadata.creation_timestamp.as_ref()?.0,
+        action: l
+            .get(labels::ACTION)
+            .and_then(|a| Remedy::ALL.into_iter().find(|x| x.as_str() == a))
+            .unwrap_or_default(),
+        codes: ann
+            .and_then(|a| a.get(labels::CODES))
+            .cloned()
+            .unwrap_or_default(),
     })
 }
 
@@ -90,6 +109,8 @@ pub fn latest(
             passed,
             reason: if passed { "Passed" } else { "Failed" }.into(),
             message: r.summary.clone(),
+            action: r.action,
+            codes: r.codes.clone(),
         }
     });
     let from_lines = validations.iter().filter_map(|v| {
@@ -106,6 +127,9 @@ pub fn latest(
             passed: false,
             reason: line.verdict.as_str().into(),
             message: line.message.clone().unwrap_or_default(),
+            // No verdict came back: run it again.
+            action: line.action.unwrap_or(Remedy::Rerun),
+            codes: line.codes.clone().unwrap_or_default(),
         })
     });
     from_results
@@ -139,6 +163,17 @@ pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> 
     } else {
         format!("GpuValidation {}: {}", e.validation, e.message)
     };
+    // Codes and action first: the message is cut at 300 characters.
+    let tags: Vec<String> = [
+        (!e.codes.is_empty()).then(|| e.codes.clone()),
+        (e.action != Remedy::None).then(|| format!("action {}", e.action)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !tags.is_empty() {
+        message = format!("[{}] {message}", tags.join("; "));
+    }
     if message.len() > MAX_MESSAGE {
         let mut end = MAX_MESSAGE - 3;
         while !message.is_char_boundary(end) {
@@ -147,17 +182,21 @@ pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> 
         message.truncate(end);
         message.push_str("...");
     }
+    let mut node_labels = BTreeMap::from([
+        (
+            labels::NODE_VERDICT.to_string(),
+            if e.passed { "Pass" } else { "Fail" }.to_string(),
+        ),
+        (
+            labels::VALIDATED_AT.to_string(),
+            e.at.as_second().to_string(),
+        ),
+    ]);
+    if e.action != Remedy::None {
+        node_labels.insert(labels::ACTION.to_string(), e.action.as_str().to_string());
+    }
     Mark {
-        labels: BTreeMap::from([
-            (
-                labels::NODE_VERDICT.to_string(),
-                if e.passed { "Pass" } else { "Fail" }.to_string(),
-            ),
-            (
-                labels::VALIDATED_AT.to_string(),
-                e.at.as_second().to_string(),
-            ),
-        ]),
+        labels: node_labels,
         condition: Some(NodeCondition {
             type_: CONDITION.into(),
             status: status.into(),
@@ -171,7 +210,7 @@ pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> 
 
 /// What `node` carries now of what [`desired`] sets.
 fn current(node: &Node) -> Mark {
-    let ours = [labels::NODE_VERDICT, labels::VALIDATED_AT];
+    let ours = OUR_LABELS;
     Mark {
         labels: node
             .labels()
@@ -223,13 +262,15 @@ async fn write(ctx: &Ctx, name: &str, mark: &Mark) -> Result<(), kube::Error> {
     Ok(())
 }
 
+/// The node labels this controller writes (and reads back to compare).
+const OUR_LABELS: [&str; 3] = [labels::NODE_VERDICT, labels::VALIDATED_AT, labels::ACTION];
+
 /// Drops all of a node but what this controller reads: its name, version, this controller's
 /// labels and its condition (a few hundred bytes a node instead of several KB).
 fn trim_node(n: &mut Node) {
-    let ours = [labels::NODE_VERDICT, labels::VALIDATED_AT];
     let m = &mut n.metadata;
     if let Some(l) = m.labels.as_mut() {
-        l.retain(|k, _| ours.contains(&k.as_str()));
+        l.retain(|k, _| OUR_LABELS.contains(&k.as_str()));
     }
     m.annotations = None;
     m.managed_fields = None;
@@ -248,7 +289,7 @@ fn trim_result(r: &mut PartialObjectMeta<GpuNodeResult>) {
     let m = &mut r.metadata;
     m.managed_fields = None;
     if let Some(a) = m.annotations.as_mut() {
-        a.retain(|k, _| k == labels::NODE || k == labels::SUMMARY);
+        a.retain(|k, _| [labels::NODE, labels::SUMMARY, labels::CODES].contains(&k.as_str()));
     }
 }
 
@@ -303,7 +344,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         Api::<Node>::all(ctx.client.clone()),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::watch_backoff())
     .modify(trim_node)
     .reflect(writer)
     .applied_objects()
@@ -313,7 +354,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         Api::<PartialObjectMeta<GpuNodeResult>>::namespaced(ctx.client.clone(), &ctx.cfg.namespace),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::watch_backoff())
     .modify(trim_result)
     .reflect(result_writer)
     .touched_objects();
@@ -322,7 +363,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         Api::<GpuValidation>::all(ctx.client.clone()),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::watch_backoff())
     .reflect(validation_writer)
     .touched_objects();
     let nc = Arc::new(NodeStateCtx {
@@ -355,16 +396,27 @@ mod tests {
     }
 
     fn result(node: &str, validation: &str, verdict: &str, at: &str) -> ResultMeta {
+        let failed = verdict == "Fail";
         ResultMeta {
             node: node.into(),
             validation: validation.into(),
             verdict: verdict.into(),
-            summary: if verdict == "Fail" {
+            summary: if failed {
                 "GPU5 memory: 3 mismatches".into()
             } else {
                 String::new()
             },
             created: ts(at),
+            action: if failed {
+                Remedy::ReplaceHardware
+            } else {
+                Remedy::None
+            },
+            codes: if failed {
+                "MemoryMismatch".into()
+            } else {
+                String::new()
+            },
         }
     }
 
@@ -388,9 +440,19 @@ mod tests {
             (c.status.as_str(), c.reason.as_deref()),
             ("False", Some("Failed"))
         );
-        assert!(c.message.unwrap().contains("GPU5 memory"));
+        assert_eq!(
+            c.message.as_deref(),
+            Some(
+                "[MemoryMismatch; action ReplaceHardware] GpuValidation new: GPU5 memory: 3 mismatches"
+            )
+        );
+        assert_eq!(failed.labels[labels::ACTION], "ReplaceHardware");
         // A later pass flips the condition and moves its transition time; a repeat keeps it.
         let passed = desired(Some(&a), Some(&c_at("False", "2026-11-23T01:00:00Z")));
+        assert!(
+            !passed.labels.contains_key(labels::ACTION),
+            "nothing to do after a pass"
+        );
         let pc = passed.condition.unwrap();
         assert_eq!(pc.status, "True");
         assert_eq!(
@@ -443,6 +505,12 @@ mod tests {
         let e = latest("a", &results, &[&gv]).unwrap();
         assert_eq!((e.passed, e.reason.as_str()), (false, "Error"));
         assert_eq!(e.message, "agent pod failed");
+        assert_eq!(
+            e.action,
+            Remedy::Rerun,
+            "no verdict came back: run it again"
+        );
+        assert_eq!(desired(Some(&e), None).labels[labels::ACTION], "Rerun");
     }
 
     #[test]
@@ -481,6 +549,7 @@ mod tests {
                     labels::SUMMARY.to_string(),
                     "GPU1 memory: 2 words".to_string(),
                 ),
+                (labels::CODES.to_string(), "MemoryMismatch".to_string()),
                 (labels::FABRIC_OUTCOMES.to_string(), "x".repeat(4000)),
             ])),
             ..Default::default()
@@ -489,6 +558,6 @@ mod tests {
         let before = result_meta(&r);
         trim_result(&mut r);
         assert_eq!(result_meta(&r), before);
-        assert_eq!(r.metadata.annotations.map(|a| a.len()), Some(1));
+        assert_eq!(r.metadata.annotations.map(|a| a.len()), Some(2));
     }
 }

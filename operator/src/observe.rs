@@ -13,6 +13,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::BTreeSet;
 
 use crate::controller::Ctx;
+use crate::pod_views::PodIdentity;
+use crate::reconcile::freshness::{self, Claim, PodId};
 use crate::reconcile::{News, PodPhase, PodView, ResultView, RoundView, World};
 use crate::runs::Changed;
 
@@ -164,6 +166,7 @@ pub fn result_view(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultView> {
             .and_then(|a| a.get(labels::FABRIC_OUTCOMES))
             .map(|s| fabric_outcomes(&r.name_any(), s))
             .unwrap_or_default(),
+        facts: crate::reconcile::fleet::result_facts(labels, ann),
     })
 }
 
@@ -190,13 +193,79 @@ pub fn round_view(r: &GpuFabricRound) -> RoundView {
     }
 }
 
+/// The pod a result names as its writer (`gpuval.io/pod-uid`, `gpuval.io/pod`).
+pub fn writer_of(meta: &ObjectMeta) -> Option<PodId<'_>> {
+    let ann = meta.annotations.as_ref()?;
+    Some(PodId {
+        name: ann.get(labels::POD)?,
+        uid: ann.get(labels::POD_UID).map(String::as_str),
+    })
+}
+
+/// The results of validation `uid` that may decide their node's verdict in the run of
+/// `generation` (see [`freshness`]); results of other generations are kept (the steps ignore
+/// and delete them), results of this generation that the node's current pod did not write
+/// are left out.
+fn counted_results(ctx: &Ctx, uid: &str, generation: i64) -> Vec<ResultView> {
+    let current = ctx.pods.current_by_node(uid, generation);
+    owned_views(&ctx.results, uid, |r| {
+        let view = result_view(r)?;
+        let current = current.get(&view.node).map(pod_id);
+        counted(view, &r.metadata, generation, current)
+    })
+}
+
+/// A held pod's identity as the freshness rule takes it.
+fn pod_id(p: &PodIdentity) -> PodId<'_> {
+    PodId {
+        name: &p.name,
+        uid: p.uid.as_deref(),
+    }
+}
+
+/// `view` of a result with metadata `meta`, unless the run of `generation` must not count it:
+/// of that generation but not written by the node's `current` pod (see [`freshness`]).
+fn counted(
+    view: ResultView,
+    meta: &ObjectMeta,
+    generation: i64,
+    current: Option<PodId<'_>>,
+) -> Option<ResultView> {
+    let claim = Claim {
+        generation: view.generation,
+        writer: writer_of(meta),
+    };
+    match freshness::judge(claim, generation, current) {
+        freshness::Freshness::NotCurrentPod { writer, current } => {
+            tracing::debug!(result = %view.name, writer = ?writer, current = %current, "ignoring a result the node's current pod did not write");
+            None
+        }
+        _ => Some(view),
+    }
+}
+
+/// A result of the news, judged as [`counted_results`] judges it, its node's current pod
+/// looked up by name.
+fn counted_by_name(
+    ctx: &Ctx,
+    validation: &str,
+    generation: i64,
+    r: &PartialObjectMeta<GpuNodeResult>,
+) -> Option<ResultView> {
+    let view = result_view(r)?;
+    let pod_name = crate::pod::pod_name(validation, &view.node, generation);
+    let pod = ctx.pods.identity(&pod_name);
+    counted(view, &r.metadata, generation, pod.as_ref().map(pod_id))
+}
+
 /// Observes the cluster for one validation (from the stores; no API calls).
 pub fn observe(gv: &GpuValidation, ctx: &Ctx) -> World {
     let uid = gv.metadata.uid.as_deref().unwrap_or_default();
+    let generation = gv.metadata.generation.unwrap_or(0);
     World {
         nodes: ctx.nodes.state().iter().map(|n| n.name_any()).collect(),
         pods: ctx.pods.owned_by(uid),
-        results: owned_views(&ctx.results, uid, result_view),
+        results: counted_results(ctx, uid, generation),
         rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
         fabric_port: ctx.cfg.fabric.port,
     }
@@ -227,7 +296,9 @@ pub fn news(gv: &GpuValidation, ctx: &Ctx, changed: Changed) -> News {
             .cloned()
             .collect(),
         pods: pods.iter().filter_map(|p| ctx.pods.get(p, uid)).collect(),
-        results: named_views(&ctx.results, ns, uid, &results, result_view),
+        results: named_views(&ctx.results, ns, uid, &results, |r| {
+            counted_by_name(ctx, &name, generation, r)
+        }),
         rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
         fabric_port: ctx.cfg.fabric.port,
     };
@@ -449,6 +520,24 @@ mod tests {
         assert_eq!(v.summary, "GPU3 memory: 2 mismatched words");
         let odd = result_view(&result_meta("Great")).unwrap();
         assert_eq!(odd.verdict, Verdict::Error, "an unknown verdict is no pass");
+    }
+
+    #[test]
+    fn a_results_writer_is_its_pod_uid_and_name() {
+        let mut meta = result_meta("Pass").metadata;
+        assert_eq!(writer_of(&meta), None, "a result that names no pod");
+        let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
+        ann.insert(labels::POD.into(), "gpuval-v-gpu-0-g2".into());
+        assert_eq!(
+            writer_of(&meta),
+            Some(PodId {
+                name: "gpuval-v-gpu-0-g2",
+                uid: None
+            })
+        );
+        let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
+        ann.insert(labels::POD_UID.into(), "u-9".into());
+        assert_eq!(writer_of(&meta).and_then(|w| w.uid), Some("u-9"));
     }
 
     #[test]

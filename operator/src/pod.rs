@@ -19,6 +19,10 @@ use crate::config::OperatorConfig;
 
 /// Where the I/O volume is mounted in the agent container (the agent's `GPUVAL_IO_DIR`).
 pub const IO_MOUNT: &str = "/var/lib/gpuval-io";
+/// Where the agent keeps its result until it is stored (an emptyDir; the root is read-only).
+pub const STATE_MOUNT: &str = "/var/lib/gpuval-agent";
+/// The state volume's size limit (a report is tens of kilobytes).
+pub const STATE_SIZE: &str = "16Mi";
 /// The `app.kubernetes.io/name` of agent pods.
 pub const APP_LABEL: &str = labels::AGENT_APP;
 
@@ -125,6 +129,8 @@ fn container_env(gv: &GpuValidation, cfg: &OperatorConfig) -> Vec<EnvVar> {
         field_env(agent_env::NODE_NAME, "spec.nodeName"),
         field_env(agent_env::POD_NAMESPACE, "metadata.namespace"),
         field_env(agent_env::POD_NAME, "metadata.name"),
+        field_env(agent_env::POD_UID, "metadata.uid"),
+        env(agent_env::STATE_DIR, STATE_MOUNT),
     ];
     if cfg.io_host_path.is_some() {
         envs.push(env(agent_env::IO_DIR, IO_MOUNT));
@@ -154,6 +160,24 @@ fn io_volume(cfg: &OperatorConfig) -> Option<(Volume, VolumeMount)> {
         ..Default::default()
     };
     Some((volume, mount))
+}
+
+/// The agent's own scratch directory, where it keeps its result until the API server has it.
+fn state_volume() -> (Volume, VolumeMount) {
+    let volume = Volume {
+        name: "state".into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: None,
+            size_limit: Some(Quantity(STATE_SIZE.into())),
+        }),
+        ..Default::default()
+    };
+    let mount = VolumeMount {
+        name: "state".into(),
+        mount_path: STATE_MOUNT.into(),
+        ..Default::default()
+    };
+    (volume, mount)
 }
 
 /// Memory-backed `/dev/shm` when the validation runs the nccl check: NCCL's shared-memory
@@ -284,8 +308,10 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
     let name = gv.metadata.name.clone().unwrap_or_default();
     let generation = gv.metadata.generation.unwrap_or(0);
     let owner: Option<OwnerReference> = gv.controller_owner_ref(&());
-    let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) =
-        io_volume(cfg).into_iter().chain(shm_volume(gv)).unzip();
+    let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) = std::iter::once(state_volume())
+        .chain(io_volume(cfg))
+        .chain(shm_volume(gv))
+        .unzip();
     let container = Container {
         name: "agent".into(),
         image: Some(cfg.agent_image.clone()),
@@ -384,6 +410,8 @@ mod tests {
             "GPUVAL_VALIDATION_UID",
             "NODE_NAME",
             "POD_NAMESPACE",
+            "POD_UID",
+            "GPUVAL_STATE_DIR",
         ] {
             assert!(env.contains(&want), "{want} missing");
         }
@@ -393,9 +421,16 @@ mod tests {
             sc.capabilities.as_ref().unwrap().drop,
             Some(vec!["ALL".to_string()])
         );
-        assert!(
-            spec.volumes.is_none(),
-            "no I/O volume unless the admin configured one"
+        let volumes: Vec<&str> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(
+            volumes,
+            ["state"],
+            "the agent's scratch directory; no I/O volume unless the admin configured one"
         );
     }
 
@@ -407,7 +442,8 @@ mod tests {
             ..Default::default()
         };
         let p = agent_pod(&gv(), "gpu-a", 8, &cfg);
-        let v = &p.spec.unwrap().volumes.unwrap()[0];
+        let volumes = p.spec.unwrap().volumes.unwrap();
+        let v = volumes.iter().find(|v| v.name == "io").unwrap();
         assert_eq!(v.host_path.as_ref().unwrap().path, "/data/gpuval");
     }
 
@@ -415,17 +451,24 @@ mod tests {
     fn the_nccl_check_gets_a_memory_backed_dev_shm_and_nothing_else_does() {
         let cfg = OperatorConfig::default();
         let plain = agent_pod(&gv(), "gpu-a", 8, &cfg).spec.unwrap();
-        assert!(plain.volumes.is_none());
+        let dev_shm = |v: &Volume| v.name == "dshm";
+        assert!(!plain.volumes.iter().flatten().any(dev_shm));
         let mut with_nccl = gv();
         with_nccl.spec.checks.nccl = Some(Default::default());
         let spec = agent_pod(&with_nccl, "gpu-a", 8, &cfg).spec.unwrap();
         let volumes = spec.volumes.unwrap();
-        assert_eq!(volumes.len(), 1);
-        let dir = volumes[0].empty_dir.as_ref().unwrap();
+        assert_eq!(volumes.len(), 2, "the agent's state and /dev/shm");
+        let dir = volumes
+            .iter()
+            .find(|v| dev_shm(v))
+            .unwrap()
+            .empty_dir
+            .as_ref()
+            .unwrap();
         assert_eq!(dir.medium.as_deref(), Some("Memory"));
         assert_eq!(dir.size_limit, Some(Quantity(SHM_SIZE.into())));
         let mounts = spec.containers[0].volume_mounts.as_ref().unwrap();
-        assert_eq!(mounts[0].mount_path, "/dev/shm");
+        assert!(mounts.iter().any(|m| m.mount_path == "/dev/shm"));
         let sc = spec.containers[0].security_context.as_ref().unwrap();
         assert_ne!(sc.privileged, Some(true));
     }

@@ -15,11 +15,20 @@ use tokio::sync::watch;
 use crate::observe::pod_view;
 use crate::reconcile::PodView;
 
-/// A cached pod: the validation that owns it (uid) and its view.
+/// A cached pod: the validation that owns it (uid), its own uid (results name their writer by
+/// it) and its view.
 #[derive(Debug, Clone, PartialEq)]
 struct Held {
     owner: Option<String>,
+    uid: Option<String>,
     view: PodView,
+}
+
+/// A pod as a result names its writer: name and uid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodIdentity {
+    pub name: String,
+    pub uid: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +74,7 @@ fn held(p: &Pod) -> Option<(String, Held)> {
         name,
         Held {
             owner: owner(p),
+            uid: p.metadata.uid.clone(),
             view,
         },
     ))
@@ -130,6 +140,31 @@ impl PodViews {
             .get(name)
             .filter(|h| h.owner.as_deref() == Some(uid))
             .map(|h| h.view.clone())
+    }
+
+    /// Pod `name`'s identity, whoever owns it (the freshness rule compares a result's writer
+    /// with the pod now in place on its node).
+    pub fn identity(&self, name: &str) -> Option<PodIdentity> {
+        self.read().live.get(name).map(|h| PodIdentity {
+            name: name.to_string(),
+            uid: h.uid.clone(),
+        })
+    }
+
+    /// Each node's pod of the run of `generation` of the validation with `uid`, by node.
+    pub fn current_by_node(&self, uid: &str, generation: i64) -> HashMap<String, PodIdentity> {
+        self.read()
+            .live
+            .iter()
+            .filter(|(_, h)| h.owner.as_deref() == Some(uid) && h.view.generation == generation)
+            .map(|(name, h)| {
+                let id = PodIdentity {
+                    name: name.clone(),
+                    uid: h.uid.clone(),
+                };
+                (h.view.node.clone(), id)
+            })
+            .collect()
     }
 
     /// The views of every pod the validation with `uid` owns.

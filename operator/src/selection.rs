@@ -220,6 +220,8 @@ pub(crate) mod tests {
             deadline: None,
             on_failure: None,
             fabric: None,
+            expect: None,
+            severity_overrides: Vec::new(),
         }
     }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the control-plane binaries the integration tests start (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok, helm) from their published Go
+# kube-controller-manager, kube-scheduler, kubectl, kubelet, kwok, helm) from their published Go
 # modules with the local Go toolchain, into a cache directory OUTSIDE the repository.
 # Anything already built at the pinned version is skipped, so a warm run takes a second.
 #
@@ -10,7 +10,7 @@
 # The test-support library finds the binaries through the same default (or GPUVAL_TOOLS_DIR).
 set -euo pipefail
 
-K8S_VERSION=1.36.3      # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+K8S_VERSION=1.36.3      # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet
 ETCD_VERSION=3.6.16
 KWOK_VERSION=0.8.0
 HELM_VERSION=3.22.0
@@ -51,7 +51,7 @@ fi
 
 # --- Kubernetes: k8s.io/kubernetes requires every staging module at v0.0.0 with local replaces;
 #     point each at its published v0.X.Y in a throwaway module.
-k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 need_k8s=()
 for b in "${k8s_bins[@]}"; do have "$b" "$K8S_VERSION" || need_k8s+=("$b"); done
 if [ ${#need_k8s[@]} -gt 0 ]; then

@@ -1,4 +1,9 @@
 //! etcd + kube-apiserver (+ controller-manager, scheduler, kwok) as child processes.
+//!
+//! A component can be stopped and started again on the same ports with the same data
+//! ([`ControlPlane::stop`], [`ControlPlane::start_again`]): an API server or etcd restart as
+//! an upgrade does it. With [`Options::audit_log`] the API server logs every write it is
+//! asked for (see [`crate::audit`]).
 
 use std::{
     fs::File,
@@ -71,6 +76,11 @@ pub struct Options {
     /// `app.kubernetes.io/name=gpuval-agent` are left to [`FakeKubelet`](crate::FakeKubelet),
     /// other pods on fake nodes are marked Running (see `kwok-stages.yaml`).
     pub kwok: bool,
+    /// The API server writes an audit log of every write request (`audit.log` in the control
+    /// plane's directory; see [`ControlPlane::audit_log`]).
+    pub audit_log: bool,
+    /// Serve pods on a real node (see [`crate::real_node`]) instead of loopback only.
+    pub in_cluster: Option<InClusterApi>,
 }
 
 impl Options {
@@ -79,14 +89,38 @@ impl Options {
             controller_manager: true,
             scheduler: true,
             kwok: true,
+            audit_log: false,
+            in_cluster: None,
         }
     }
+}
+
+/// How pods on a real node reach the API server the way in-cluster clients do
+/// (`KUBERNETES_SERVICE_HOST`, the service-account token and CA in every pod): it serves on
+/// `address:port` with a certificate signed by `ca_pem`, and `address` is the first address of
+/// `service_cidr`, so the `kubernetes` Service's ClusterIP is the server itself and pods reach
+/// it without kube-proxy. The ServiceAccount admission plugin stays on (pods get projected
+/// tokens) and kube-controller-manager publishes `ca_pem` as `kube-root-ca.crt`.
+#[derive(Debug, Clone)]
+pub struct InClusterApi {
+    /// An address of this host that pods can reach (the pod bridge's gateway).
+    pub address: std::net::Ipv4Addr,
+    /// 443: the `kubernetes` Service's port.
+    pub port: u16,
+    /// Service addresses; its first address must be `address`.
+    pub service_cidr: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub ca_pem: String,
 }
 
 struct Proc {
     name: &'static str,
     child: Child,
     log: PathBuf,
+    /// How it was started, to start it again the same way.
+    program: std::ffi::OsString,
+    args: Vec<std::ffi::OsString>,
 }
 
 /// A running control plane. Dropping it stops every process and removes its directory.
@@ -97,7 +131,11 @@ pub struct ControlPlane {
     server: String,
     token: String,
     tools: Tools,
+    etcd_port: u16,
 }
+
+/// The audit policy: every write at the Metadata level (who, what, when, the answer), no reads.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: None\n  verbs: [get, list, watch]\n- level: Metadata\n";
 
 const ADMIN_TOKEN_USER: &str = "gpuval-test-admin";
 /// kwok's stages: fake nodes become Ready and keep heartbeating; agent pods are left to the
@@ -143,10 +181,12 @@ impl ControlPlane {
             server: String::new(),
             token: random_token(),
             tools,
+            etcd_port: 0,
         };
 
         // etcd
         let etcd_client = free_port()?;
+        cp.etcd_port = etcd_client;
         let etcd_peer = free_port()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_client}");
         let etcd_data = cp.dir.path().join("etcd");
@@ -183,17 +223,33 @@ impl ControlPlane {
             format!("{},{ADMIN_TOKEN_USER},0,\"system:masters\"\n", cp.token),
         )
         .map_err(io("write tokens.csv"))?;
-        let port = free_port()?;
-        cp.server = format!("https://127.0.0.1:{port}");
+        let serving = Serving::new(opts.in_cluster.as_ref(), &pki)?;
+        cp.server = format!("https://{}:{}", serving.address, serving.port);
+        let mut audit = Vec::new();
+        if opts.audit_log {
+            let policy = cp.dir.path().join("audit-policy.yaml");
+            std::fs::write(&policy, AUDIT_POLICY).map_err(io("write the audit policy"))?;
+            audit.push(format!("--audit-policy-file={}", policy.display()));
+            audit.push(format!(
+                "--audit-log-path={}",
+                cp.dir.path().join("audit.log").display()
+            ));
+            audit.push("--audit-log-mode=blocking".into());
+        }
         cp.spawn(
             "kube-apiserver",
             Command::new(cp.tools.path("kube-apiserver"))
+                .args(&audit)
                 .arg(format!("--etcd-servers={etcd_url}"))
                 .arg(format!("--cert-dir={}", pki.display()))
-                .arg(format!("--secure-port={port}"))
-                .arg("--bind-address=127.0.0.1")
-                .arg("--advertise-address=127.0.0.1")
-                .arg("--service-cluster-ip-range=10.0.0.0/24")
+                .arg(format!("--secure-port={}", serving.port))
+                .arg(format!("--bind-address={}", serving.address))
+                .arg(format!("--advertise-address={}", serving.address))
+                .arg(format!(
+                    "--service-cluster-ip-range={}",
+                    serving.service_cidr
+                ))
+                .args(&serving.apiserver_args)
                 .arg("--allow-privileged=true")
                 .arg("--authorization-mode=RBAC")
                 .arg(format!("--token-auth-file={}", tokens.display()))
@@ -203,7 +259,6 @@ impl ControlPlane {
                     "--service-account-signing-key-file={}",
                     sa_key.display()
                 ))
-                .arg("--disable-admission-plugins=ServiceAccount")
                 .arg("--v=0"),
         )?;
         cp.write_kubeconfig()?;
@@ -226,6 +281,7 @@ impl ControlPlane {
                     sa_key.display()
                 ))
                 .arg("--concurrent-gc-syncs=5")
+                .args(&serving.controller_manager_args)
                 .arg("--v=0"),
             )?;
         }
@@ -289,6 +345,63 @@ impl ControlPlane {
         Ok(cp)
     }
 
+    /// The API server's audit log, when [`Options::audit_log`] asked for one.
+    pub fn audit_log(&self) -> Option<PathBuf> {
+        let path = self.dir.path().join("audit.log");
+        path.exists().then_some(path)
+    }
+
+    /// Writes an admin kubeconfig for another address of the API server (a proxy in front of
+    /// it) to `path`.
+    pub fn write_kubeconfig_for(&self, server: &str, path: &Path) -> Result<(), Error> {
+        std::fs::write(path, crate::auth::token_kubeconfig(server, &self.token))
+            .map_err(io(format!("write {}", path.display())))
+    }
+
+    /// Stops component `name` (SIGTERM, SIGKILL after 10 s) and waits for it to exit; its
+    /// ports and data stay for [`start_again`](Self::start_again).
+    pub fn stop(&mut self, name: &str) -> Result<(), Error> {
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.name == name)
+            .ok_or_else(|| Error::Tools(format!("no component {name}")))?;
+        stop_child(&mut p.child, Duration::from_secs(10));
+        Ok(())
+    }
+
+    /// Starts component `name` again as it was started first (same ports, same data
+    /// directory), appending to its log, and waits until it serves (etcd: its client port;
+    /// kube-apiserver: /readyz).
+    pub async fn start_again(&mut self, name: &'static str) -> Result<(), Error> {
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.name == name)
+            .ok_or_else(|| Error::Tools(format!("no component {name}")))?;
+        if matches!(p.child.try_wait(), Ok(None)) {
+            return Err(Error::Tools(format!("{name} is still running")));
+        }
+        let out = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p.log)
+            .map_err(io(format!("open {}", p.log.display())))?;
+        let err = out.try_clone().map_err(io("clone a log handle"))?;
+        let mut cmd = Command::new(&p.program);
+        cmd.args(&p.args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .current_dir(self.dir.path());
+        die_with_parent(&mut cmd);
+        p.child = cmd.spawn().map_err(io(format!("start {name} again")))?;
+        match name {
+            "etcd" => self.wait_tcp("etcd", self.etcd_port).await,
+            "kube-apiserver" => self.wait_apiserver().await.map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+
     /// A new client with admin rights.
     pub async fn client(&self) -> Result<Client, Error> {
         let kc = Kubeconfig::read_from(&self.kubeconfig).map_err(|e| Error::Kube(e.to_string()))?;
@@ -303,7 +416,7 @@ impl ControlPlane {
         &self.kubeconfig
     }
 
-    /// `https://127.0.0.1:<port>`.
+    /// `https://127.0.0.1:<port>` (or the [`InClusterApi`] address and port).
     pub fn server(&self) -> &str {
         &self.server
     }
@@ -343,16 +456,15 @@ impl ControlPlane {
             .stdout(out)
             .stderr(err)
             .current_dir(self.dir.path());
-        // SAFETY: prctl is async-signal-safe; it asks the kernel to kill the child if the
-        // spawning thread dies, so nothing outlives a test process that is killed outright.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        die_with_parent(cmd);
         let child = cmd.spawn().map_err(io(format!("start {name}")))?;
-        self.procs.push(Proc { name, child, log });
+        self.procs.push(Proc {
+            name,
+            child,
+            log,
+            program: cmd.get_program().to_os_string(),
+            args: cmd.get_args().map(|a| a.to_os_string()).collect(),
+        });
         Ok(())
     }
 
@@ -436,17 +548,83 @@ impl Drop for ControlPlane {
         }
         // Stop in reverse order of start (clients first, etcd last), each fully before the next.
         for p in self.procs.iter_mut().rev() {
-            // SAFETY: plain kill(2) on our own child's pid.
-            unsafe {
-                libc::kill(p.child.id() as libc::pid_t, libc::SIGTERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while matches!(p.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = p.child.kill();
-            let _ = p.child.wait();
+            stop_child(&mut p.child, Duration::from_secs(5));
         }
+    }
+}
+
+/// Makes the kernel kill the child if the spawning thread dies, so nothing outlives a test
+/// process that is killed outright.
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+/// SIGTERM, then SIGKILL after `grace`; waits for the exit. A child that exited already (and
+/// was waited for) is left alone, so no reused pid is signalled.
+fn stop_child(child: &mut Child, grace: Duration) {
+    if !matches!(child.try_wait(), Ok(None)) {
+        return;
+    }
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: plain kill(2) on our own child, not yet reaped (try_wait said it runs).
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + grace;
+    while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Where and how kube-apiserver serves: a free loopback port with its own self-signed
+/// certificate and no service-account tokens in pods (nothing runs pods but the fake kubelet),
+/// or what [`InClusterApi`] says.
+struct Serving {
+    address: std::net::Ipv4Addr,
+    port: u16,
+    service_cidr: String,
+    apiserver_args: Vec<String>,
+    controller_manager_args: Vec<String>,
+}
+
+impl Serving {
+    fn new(in_cluster: Option<&InClusterApi>, pki: &Path) -> Result<Self, Error> {
+        let Some(api) = in_cluster else {
+            return Ok(Self {
+                address: std::net::Ipv4Addr::LOCALHOST,
+                port: free_port()?,
+                service_cidr: "10.0.0.0/24".into(),
+                apiserver_args: vec!["--disable-admission-plugins=ServiceAccount".into()],
+                controller_manager_args: Vec::new(),
+            });
+        };
+        let file = |name: &str, pem: &str| -> Result<PathBuf, Error> {
+            let path = pki.join(name);
+            std::fs::write(&path, pem).map_err(io(format!("write {}", path.display())))?;
+            Ok(path)
+        };
+        let cert = file("serving.crt", &api.cert_pem)?;
+        let key = file("serving.key", &api.key_pem)?;
+        let ca = file("cluster-ca.crt", &api.ca_pem)?;
+        Ok(Self {
+            address: api.address,
+            port: api.port,
+            service_cidr: api.service_cidr.clone(),
+            apiserver_args: vec![
+                format!("--tls-cert-file={}", cert.display()),
+                format!("--tls-private-key-file={}", key.display()),
+            ],
+            controller_manager_args: vec![format!("--root-ca-file={}", ca.display())],
+        })
     }
 }
 
@@ -465,7 +643,7 @@ fn random_token() -> String {
 }
 
 /// The last `n` lines of a log file.
-fn tail(path: &Path, n: usize) -> String {
+pub(crate) fn tail(path: &Path, n: usize) -> String {
     let Ok(mut f) = File::open(path) else {
         return String::new();
     };

@@ -9,13 +9,17 @@
 //!
 //! [`FakeKubelet`] runs gpuval agent pods as local processes (kwok runs the fake GPU nodes
 //! they are scheduled to, made with [`nodes::create_gpu_node`]).
+//!
+//! [`real_node::RealNode`] is a real node instead: kubelet and containerd running the images
+//! CI builds, for the test that proves the packaging.
 
 mod control_plane;
 mod tools;
 
-pub use control_plane::{ControlPlane, Error, Options};
+pub use control_plane::{ControlPlane, Error, InClusterApi, Options};
 pub use kubelet::{FakeKubelet, KubeletOptions, agent_binary};
 pub use tools::{Tools, tools_dir};
+pub mod audit;
 pub mod auth;
 pub mod binaries;
 pub mod chart;
@@ -23,4 +27,8 @@ pub mod crds;
 pub mod kubelet;
 pub mod nodes;
 pub mod operator;
+pub mod proxy;
+pub mod real_node;
+pub mod replica;
 pub mod scenario;
+pub mod waits;

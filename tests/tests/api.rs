@@ -378,6 +378,8 @@ async fn status_subresource_round_trips_and_does_not_touch_spec() {
                 gpus: 8,
                 message: None,
                 result: Some("roundtrip-gpu-a".into()),
+                codes: None,
+                action: None,
             },
             NodeStatus {
                 name: "gpu-b".into(),
@@ -385,6 +387,8 @@ async fn status_subresource_round_trips_and_does_not_touch_spec() {
                 gpus: 8,
                 message: Some("memory check running".into()),
                 result: None,
+                codes: Some("MemoryMismatch".into()),
+                action: Some(gpuval_crds::Action::ReplaceHardware),
             },
         ],
         ..Default::default()

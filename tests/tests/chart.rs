@@ -767,7 +767,8 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     );
     let other = all.iter().find(|r| r.spec.node_name == "gpu-b").unwrap();
     let status_patch = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
-        "status": {"verdict": "Fail", "failures": ["forged"]}});
+        "status": {"verdict": "Fail", "failures": [
+            {"code": "Unclassified", "severity": "Fail", "action": "None", "message": "forged"}]}});
     let m = refused(
         "overwrite gpu-b's status",
         Api::<GpuNodeResult>::namespaced(agent.clone(), NS)

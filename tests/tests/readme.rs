@@ -175,6 +175,7 @@ async fn write_results(client: &Client) {
         "kind": "GpuNodeResult",
         "metadata": {"name": name, "labels": {
             "gpuval.io/validation": "quick", "gpuval.io/node": NODE, "gpuval.io/verdict": "Fail",
+            "gpuval.io/action": "ResetGpu",
         }},
         "spec": {"validation": "quick", "generation": 1, "nodeName": NODE},
     });

@@ -188,6 +188,8 @@ fn seed(list: &str) -> Value {
         "matchExpressions" => json!({"key": "k", "operator": "In", "values": ["v"]}),
         "dtypes" => json!("bf16"),
         "env" => json!({"name": "NCCL_DEBUG", "value": "INFO"}),
+        "severityOverrides" => json!({"code": "RowsRemapped", "severity": "Fail"}),
+        "pciBusIds" => json!("0000:18:00.0"),
         _ => json!("v"),
     }
 }

@@ -83,13 +83,13 @@ fn anchor(node: &str) -> String {
         .collect()
 }
 
-fn list(s: &mut String, class: &str, items: &[String]) {
+fn list<T: std::fmt::Display>(s: &mut String, class: &str, items: &[T]) {
     if items.is_empty() {
         return;
     }
     let _ = write!(s, "<ul class=\"{class}\">");
     for i in items {
-        let _ = write!(s, "<li>{}</li>", escape(i));
+        let _ = write!(s, "<li>{}</li>", escape(&i.to_string()));
     }
     s.push_str("</ul>");
 }
@@ -208,7 +208,7 @@ fn gpu_table(s: &mut String, id: &str, gpus: &[GpuReport]) {
             opt(pinned.map(|p| p.d2h_gbps)),
             opt(tel.and_then(|t| t.temperature_c).map(|t| t.max)),
             opt(tel.and_then(|t| t.power_w).map(|t| t.max)),
-            escape(&g.reasons.join("; "))
+            escape(&gpuval_crds::reason::messages(&g.reasons))
         );
     }
     s.push_str("</table>");
@@ -494,7 +494,10 @@ mod tests {
     fn a_real_report_has_no_banner_and_names_are_escaped() {
         let mut r = crate::sample::report();
         r.simulated = false;
-        r.failures = vec!["<b>odd</b>".into()];
+        r.failures = vec![gpuval_crds::Reason::new(
+            gpuval_crds::Code::Unclassified,
+            "<b>odd</b>",
+        )];
         let page = html(&Document::single("x", r));
         assert!(!page.contains("SIMULATED"));
         assert!(page.contains("&lt;b&gt;odd&lt;/b&gt;"));

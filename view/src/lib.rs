@@ -70,7 +70,10 @@ impl NodeEntry {
             Some(r) => (
                 r.verdict.as_str(),
                 r.gpus.len(),
-                r.failures.first().cloned().unwrap_or_default(),
+                r.failures
+                    .first()
+                    .map(|f| f.message.clone())
+                    .unwrap_or_default(),
             ),
             None => ("Error", 0, self.message.clone().unwrap_or_default()),
         }

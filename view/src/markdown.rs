@@ -78,7 +78,7 @@ fn node(s: &mut String, name: &str, r: &NodeReport) {
             g.verdict,
             g.memory.as_ref().map(|m| num(m.gbps)).unwrap_or_default(),
             tflops.join(", "),
-            cell(&g.reasons.join("; "))
+            cell(&gpuval_crds::reason::messages(&g.reasons))
         );
     }
     let figs = node_figures(r);

@@ -2,8 +2,12 @@
 
 use gpuval_crds::*;
 
+fn mismatch(m: &str) -> Reason {
+    Reason::new(Code::MemoryMismatch, m)
+}
+
 pub fn report() -> NodeReport {
-    let gpu = |index: i32, gbps: f64, verdict: Verdict, reasons: Vec<String>| GpuReport {
+    let gpu = |index: i32, gbps: f64, verdict: Verdict, reasons: Vec<Reason>| GpuReport {
         index,
         uuid: format!("GPU-{index}"),
         name: "NVIDIA H200".into(),
@@ -72,14 +76,14 @@ pub fn report() -> NodeReport {
         started_at: "2026-11-23T08:00:00Z".into(),
         finished_at: "2026-11-23T08:05:00Z".into(),
         verdict: Verdict::Fail,
-        failures: vec!["GPU1 memory: 2 mismatched words".into()],
+        failures: vec![mismatch("GPU1 memory: 2 mismatched words")],
         gpus: vec![
             gpu(0, 4300.0, Verdict::Pass, vec![]),
             gpu(
                 1,
                 4100.0,
                 Verdict::Fail,
-                vec!["memory: 2 mismatched words".into()],
+                vec![mismatch("memory: 2 mismatched words")],
             ),
         ],
         p2p: Some(P2pResult {

@@ -170,12 +170,45 @@ pub struct TelemetrySample {
     pub throttle_reasons: Vec<String>,
 }
 
+/// Power draw and throttle reasons of one GPU at one moment (the compute check's samples).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PowerReading {
+    /// NVML's power reading (averaged over about a second on recent GPUs), W.
+    pub average_w: Option<f64>,
+    /// The instantaneous reading where the driver gives it, W.
+    pub instant_w: Option<f64>,
+    /// Active clock-throttle reasons, NVML names without prefix.
+    pub throttle: Vec<String>,
+}
+
 /// Error counters read before and after a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorCounters {
     pub ecc_corrected: Option<u64>,
     pub ecc_uncorrected: Option<u64>,
+}
+
+/// One GPU's PCIe link and error counters as NVML reports them; None where NVML does not
+/// expose the figure (the AER counters need a recent driver and GPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PcieReading {
+    /// Current link generation and lane count.
+    pub link_gen: Option<u32>,
+    pub link_width: Option<u32>,
+    /// The most the GPU and its slot together allow.
+    pub max_gen: Option<u32>,
+    pub max_width: Option<u32>,
+    /// The most the GPU alone supports.
+    pub gpu_max_gen: Option<u32>,
+    /// Replay counter since the driver loaded.
+    pub replays: Option<u64>,
+    /// AER counters: correctable, uncorrectable non-fatal, uncorrectable fatal.
+    pub correctable: Option<u64>,
+    pub nonfatal: Option<u64>,
+    pub fatal: Option<u64>,
 }
 
 /// An Xid error reported by the driver.
@@ -226,6 +259,8 @@ impl Backend {
 
 /// Which backend to open: the one choice the CLI and the Kubernetes mode both make.
 #[derive(Debug, Clone, PartialEq)]
+// Made once per process: the simulated spec's size is of no consequence.
+#[allow(clippy::large_enum_variant)]
 pub enum BackendChoice {
     Cuda,
     /// Tests and demos only: the figures are not real.

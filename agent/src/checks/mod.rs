@@ -12,6 +12,7 @@ pub mod io;
 pub mod memory;
 pub mod nccl;
 pub mod p2p;
+pub mod remeasure;
 pub mod topology;
 pub mod training;
 
@@ -19,11 +20,15 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gpuval_crds::{Checks, GpuReport, NodeReport, Thresholds, Verdict};
+use gpuval_crds::facts::{CountSource, Expect};
+use gpuval_crds::reason::Overrides;
+use gpuval_crds::{
+    Checks, GpuReport, GpuValidationSpec, NodeReport, Reason, SeverityOverride, Thresholds, Verdict,
+};
 
 use crate::backend::{BackendError, GpuInfo};
 use crate::check::{GpuCheck, NodeCheck, Stage};
-use crate::judge::{CheckResult, Judge};
+use crate::judge::{CheckResult, Code, Judge, Says};
 use crate::run_control::RunControl;
 
 use self::compute::Compute;
@@ -67,6 +72,13 @@ pub struct Plan {
     pub io_tuning: io::Tuning,
     /// Where the nccl check keeps NCCL's own logs (None: not kept).
     pub nccl_log_dir: Option<PathBuf>,
+    /// What the node should look like (`spec.expect`).
+    pub expect: Expect,
+    /// The GPU count the operator found for this node (`spec.expect.gpuCount`, else the
+    /// node's capacity, else its GPU Feature Discovery label), and where it came from.
+    pub expected_gpus: Option<(i32, CountSource)>,
+    /// `spec.severityOverrides`.
+    pub overrides: Vec<SeverityOverride>,
 }
 
 impl Plan {
@@ -81,7 +93,28 @@ impl Plan {
             io_dir: None,
             io_tuning: io::Tuning::default(),
             nccl_log_dir: None,
+            expect: Expect::default(),
+            expected_gpus: None,
+            overrides: Vec::new(),
         }
+    }
+
+    /// The plan of a validation's spec: its checks, thresholds, expectations and overrides.
+    pub fn from_spec(spec: &GpuValidationSpec) -> Self {
+        let mut plan = Self::new(
+            spec.checks.clone(),
+            spec.thresholds.clone().unwrap_or_default(),
+        );
+        plan.expect = spec.expect_or_default();
+        plan.overrides = spec.severity_overrides.clone();
+        plan
+    }
+
+    /// The GPU count to hold the node to, and where it came from: what the operator found,
+    /// else `spec.expect.gpuCount`.
+    pub fn gpu_count(&self) -> Option<(i32, CountSource)> {
+        self.expected_gpus
+            .or_else(|| self.expect.gpu_count.map(|n| (n, CountSource::Spec)))
     }
 }
 
@@ -162,7 +195,9 @@ impl Planned {
 
     /// Measures the checks in their order: memory; compute (with io on a thread beside it when
     /// asked); peer-to-peer; host transfers; then io alone when it did not run beside the burn.
-    /// A check after a stop request is not started (memory sees the stop itself).
+    /// A check after a stop request is not started (memory sees the stop itself). The host
+    /// transfer check's PCIe counters are read first, so that its window covers the GPU checks
+    /// before it.
     pub fn measure(&self, stage: &Stage<'_>, into: &mut Measured) {
         let Self {
             topology: _,
@@ -174,6 +209,9 @@ impl Planned {
             training,
             io,
         } = self;
+        let pcie_baseline = host
+            .as_ref()
+            .map(|_| Host::read_baseline(stage.backend, stage.gpus));
         if let Some(m) = memory {
             into.memory = stage.on_every_gpu(m);
         }
@@ -192,7 +230,8 @@ impl Planned {
             into.p2p = Some(stage.on_node(p));
         }
         if let Some(h) = host.as_ref().filter(|_| !stage.stopped()) {
-            into.host = Some(stage.on_node(h));
+            let h = h.with_baseline(pcie_baseline.unwrap_or_default());
+            into.host = Some(stage.on_node(&h));
         }
         if let Some(n) = nccl.as_ref().filter(|_| !stage.stopped()) {
             into.nccl = Some(stage.on_node(n));
@@ -241,10 +280,156 @@ impl Planned {
         }
     }
 
+    /// Judges the topology measured at the start (with what the sampler's re-reads found).
+    pub fn judge_topology(
+        &self,
+        judge: &Judge<'_>,
+        gpus: &[GpuInfo],
+        measured: Option<Result<TopologyMeasured, BackendError>>,
+        report: &mut NodeReport,
+    ) {
+        judge_node(&self.topology, judge, gpus, measured, report);
+    }
+
+    /// A check that was asked for and produced no result for a GPU (or for the node) gets an
+    /// Error result saying so: a measurement that is missing is never a pass.
+    pub fn require_results(&self, report: &mut NodeReport) {
+        let Self {
+            topology,
+            memory,
+            compute,
+            p2p,
+            host,
+            nccl,
+            training,
+            io,
+        } = self;
+        for g in &mut report.gpus {
+            let who = format!("GPU{}", g.index);
+            required(memory.is_some(), &mut g.memory, &who, Memory::NAME);
+            required(compute.is_some(), &mut g.compute, &who, Compute::NAME);
+            required(host.is_some(), &mut g.host_transfer, &who, Host::NAME);
+        }
+        let r = report;
+        required(topology.is_some(), &mut r.topology, "node", Topology::NAME);
+        required(p2p.is_some(), &mut r.p2p, "node", P2p::NAME);
+        required(nccl.is_some(), &mut r.nccl, "node", Nccl::NAME);
+        required(training.is_some(), &mut r.training, "node", Training::NAME);
+        required(io.is_some(), &mut r.io, "node", Io::NAME);
+    }
+
+    /// Measures again, once, each check whose results fell short on performance alone (the
+    /// memory, compute, host transfer and peer-to-peer figures), on `stage` (the same GPUs),
+    /// and judges it like the first time; a result that fell short on performance alone takes
+    /// the second measurement's, with a note that says so ([`remeasure`]). The overrides apply
+    /// first: a figure whose code the spec lowered below Fail is not measured again. Returns the
+    /// names of the checks measured again.
+    pub fn remeasure(
+        &self,
+        stage: &Stage<'_>,
+        judge: &Judge<'_>,
+        gpus: &[GpuInfo],
+        report: &mut NodeReport,
+    ) -> Vec<&'static str> {
+        apply_overrides(report, &judge.overrides);
+        let mut again = Vec::new();
+        if self.remeasure_gpu_check(&self.memory, |g| &mut g.memory, stage, judge, gpus, report) {
+            again.push(Memory::NAME);
+        }
+        if self.remeasure_gpu_check(
+            &self.compute,
+            |g| &mut g.compute,
+            stage,
+            judge,
+            gpus,
+            report,
+        ) {
+            again.push(Compute::NAME);
+        }
+        if let Some(h) = self.host.as_ref().filter(|_| !stage.stopped())
+            && remeasure::any_gpu_short(&mut report.gpus, |g| &mut g.host_transfer)
+        {
+            let mut scratch = scratch_report(report, |g| g.host_transfer = None);
+            h.judge(judge, gpus, stage.on_node(h), &mut scratch);
+            apply_overrides(&mut scratch, &judge.overrides);
+            remeasure::replace_gpu_results(
+                &mut report.gpus,
+                &mut scratch.gpus,
+                |g| &mut g.host_transfer,
+                Host::NAME,
+            );
+            again.push(Host::NAME);
+        }
+        if let Some(p) = self.p2p.as_ref().filter(|_| !stage.stopped())
+            && report
+                .p2p
+                .as_ref()
+                .is_some_and(remeasure::short_on_performance_only)
+        {
+            let mut scratch = scratch_report(report, |_| {});
+            p.judge(judge, gpus, stage.on_node(p), &mut scratch);
+            apply_overrides(&mut scratch, &judge.overrides);
+            remeasure::replace_node_result(&mut report.p2p, scratch.p2p, P2p::NAME);
+            again.push(P2p::NAME);
+        }
+        again
+    }
+
+    /// [`Planned::remeasure`] of one per-GPU check; true when it measured again.
+    fn remeasure_gpu_check<C: GpuCheck, R: CheckResult>(
+        &self,
+        check: &Option<C>,
+        slot: remeasure::Slot<R>,
+        stage: &Stage<'_>,
+        judge: &Judge<'_>,
+        gpus: &[GpuInfo],
+        report: &mut NodeReport,
+    ) -> bool {
+        let Some(c) = check.as_ref().filter(|_| !stage.stopped()) else {
+            return false;
+        };
+        if !remeasure::any_gpu_short(&mut report.gpus, slot) {
+            return false;
+        }
+        let mut measured = stage.on_every_gpu(c);
+        let mut scratch = scratch_report(report, |g| *slot(g) = None);
+        for (g, r) in gpus.iter().zip(scratch.gpus.iter_mut()) {
+            judge_gpu(check, judge, g, measured.remove(&g.index), r);
+        }
+        c.compare(judge, &mut scratch.gpus);
+        apply_overrides(&mut scratch, &judge.overrides);
+        remeasure::replace_gpu_results(&mut report.gpus, &mut scratch.gpus, slot, C::NAME);
+        true
+    }
+
     /// The io check alone, for a node whose GPUs could not be inventoried.
     pub fn io_only(&self, stage: &Stage<'_>) -> Option<gpuval_crds::IoResult> {
         let i = self.io.as_ref()?;
         Some(i.judge(i.measure(stage.stop, stage.sink)))
+    }
+}
+
+/// `slot` gets an Error result saying that no measurement came back, when the check was asked
+/// for (`asked`) and the slot is empty.
+fn required<R: CheckResult>(asked: bool, slot: &mut Option<R>, who: &str, check: &str) {
+    if asked && slot.is_none() {
+        let mut r = R::default();
+        let why = Code::MeasurementMissing.says(format!(
+            "{who} {check}: the check was asked for but no measurement came back"
+        ));
+        r.set_outcome(Verdict::Error, vec![why]);
+        *slot = Some(r);
+    }
+}
+
+/// A copy of `report` to judge a second measurement into: its GPUs (each changed by `clear`)
+/// and nothing else.
+fn scratch_report(report: &NodeReport, clear: impl Fn(&mut GpuReport)) -> NodeReport {
+    let mut gpus = report.gpus.clone();
+    gpus.iter_mut().for_each(clear);
+    NodeReport {
+        gpus,
+        ..Default::default()
     }
 }
 
@@ -280,7 +465,7 @@ pub fn compare_gpus(judge: &Judge<'_>, gpus: &mut [GpuReport]) {
 }
 
 /// A check result's verdict and reasons, as the GPU and node verdicts collect them.
-pub type Found<'a> = (Verdict, &'a [String]);
+pub type Found<'a> = (Verdict, &'a [Reason]);
 
 fn found<R: CheckResult>(r: &Option<R>) -> Option<Found<'_>> {
     r.as_ref().map(|r| (r.verdict(), r.reasons()))
@@ -324,7 +509,10 @@ pub fn node_results(r: &NodeReport) -> Vec<Found<'_>> {
         finished_at: _,
         verdict: _,
         failures: _,
+        warnings: _,
+        action: _,
         system: _,
+        facts: _,
         gpus: _,
     } = r;
     [
@@ -337,6 +525,60 @@ pub fn node_results(r: &NodeReport) -> Vec<Found<'_>> {
     .into_iter()
     .flatten()
     .collect()
+}
+
+fn overridden<R: CheckResult>(r: &mut Option<R>, overrides: &Overrides) {
+    if let Some(r) = r {
+        r.apply_overrides(overrides);
+    }
+}
+
+/// Applies the spec's severity overrides to every check result in the report.
+pub fn apply_overrides(r: &mut NodeReport, o: &Overrides) {
+    let NodeReport {
+        topology,
+        p2p,
+        nccl,
+        io,
+        training,
+        gpus,
+        simulated: _,
+        backend: _,
+        agent_version: _,
+        node: _,
+        started_at: _,
+        finished_at: _,
+        verdict: _,
+        failures: _,
+        warnings: _,
+        action: _,
+        system: _,
+        facts: _,
+    } = r;
+    for g in gpus {
+        let GpuReport {
+            memory,
+            compute,
+            host_transfer,
+            index: _,
+            uuid: _,
+            name: _,
+            pci_bus_id: _,
+            memory_total_mib: _,
+            verdict: _,
+            reasons: _,
+            health: _,
+            telemetry: _,
+        } = g;
+        overridden(memory, o);
+        overridden(compute, o);
+        overridden(host_transfer, o);
+    }
+    overridden(topology, o);
+    overridden(p2p, o);
+    overridden(nccl, o);
+    overridden(io, o);
+    overridden(training, o);
 }
 
 /// Keeps exactly the checks named (case-insensitive), each with its settings from `checks` or
@@ -444,6 +686,8 @@ pub fn gpu_columns() -> [Column; 2] {
 pub fn sections(report: &NodeReport) -> String {
     [
         topology::section(report),
+        memory::section(report),
+        compute::section(report),
         host::section(report),
         p2p::section(report),
         nccl::section(report),

@@ -1,15 +1,21 @@
-//! A GPU's verdict from its checks, telemetry and health, and the node's from its GPUs and its
-//! node-level checks: the worst of them, with the Fail and Error reasons worst first.
+//! A GPU's verdict from its checks, telemetry and health, and the node's from its GPUs, its
+//! node-level checks and its facts: the worst of them. The node keeps its first Fail and Error
+//! reasons (worst first) and its first warnings, and the one action that covers them. The
+//! spec's severity overrides are applied here, to every reason, before anything is counted.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
+use gpuval_crds::reason::action_of;
+use gpuval_crds::xid::XidSeen;
 use gpuval_crds::{GpuHealth, GpuReport, NodeReport, TelemetrySummary, Verdict};
 
-use crate::checks::{Found, gpu_results, node_results};
-use crate::judge::{Judge, plural, push_unique};
+use crate::checks::{apply_overrides, gpu_results, node_results};
+use crate::judge::{
+    CheckResult, Code, Judge, Reason, Says, Severity, plural, push_unique, verdict_of,
+};
 
-/// How many failure reasons a node report carries.
+/// How many failure (and warning) reasons a node report carries.
 const MAX_NODE_FAILURES: usize = 5;
 /// Throttle reasons that point at hardware or cooling trouble (a Warn).
 const WARN_THROTTLES: [&str; 4] = [
@@ -18,99 +24,106 @@ const WARN_THROTTLES: [&str; 4] = [
     "HwPowerBrakeSlowdown",
     "SwThermalSlowdown",
 ];
-/// A reason with how bad it is.
-type Finding = (Verdict, String);
 
 impl Judge<'_> {
-    /// One GPU's verdict: the worst of its memory, compute, telemetry and health, with every
-    /// reason collected into `reasons`. Keeps a verdict or reasons already set.
+    /// One GPU's verdict: the worst of its checks' results and of every reason it carries
+    /// (its checks', its telemetry's and health's, and those node-level checks gave it), with
+    /// the overrides applied. Idempotent.
     pub fn gpu(&self, gpu: &mut GpuReport) {
-        let findings = gpu_findings(gpu);
-        let worst = findings
-            .iter()
-            .map(|(v, _)| *v)
-            .max()
-            .unwrap_or(Verdict::Pass);
+        let mut found: Vec<Reason> = gpu_results(gpu)
+            .into_iter()
+            .flat_map(|(_, reasons)| reasons.iter().cloned())
+            .collect();
+        if let Some(t) = &gpu.telemetry {
+            found.extend(telemetry_findings(gpu.index, t));
+        }
+        if let Some(h) = &gpu.health {
+            found.extend(health_findings(gpu.index, h));
+        }
+        self.overrides.apply(&mut found);
+        self.overrides.apply(&mut gpu.reasons);
+        push_unique(&mut gpu.reasons, found);
         gpu.verdict = gpu_results(gpu)
             .into_iter()
             .map(|(v, _)| v)
-            .chain([gpu.verdict, worst])
+            .chain([verdict_of(&gpu.reasons)])
             .max()
             .unwrap_or(Verdict::Pass);
-        push_unique(&mut gpu.reasons, findings.into_iter().map(|(_, r)| r));
     }
 
     /// The node's verdict: the worst of its GPUs (judged here with [`Judge::gpu`]), its
-    /// topology, its p2p and its io check; `failures` gets the first Fail and Error reasons, worst first.
+    /// node-level checks and its facts; `failures` gets the first Fail and Error reasons, worst
+    /// first, `warnings` the first warnings, and `action` the most drastic action among the
+    /// failures (or, without any, the warnings).
     pub fn node(&self, report: &mut NodeReport) {
+        apply_overrides(report, &self.overrides);
+        if let Some(f) = report.facts.as_mut() {
+            f.apply_overrides(&self.overrides);
+        }
         for gpu in &mut report.gpus {
             self.gpu(gpu);
         }
-        let findings = node_findings(report);
-        let worst = findings
+        let sources = node_sources(report);
+        let worst = sources
             .iter()
             .flatten()
-            .map(|(v, _)| *v)
+            .map(|r| r.severity.verdict())
             .max()
             .unwrap_or(Verdict::Pass);
         let gpus = report.gpus.iter().map(|g| g.verdict).max();
-        let checks = node_results(report).into_iter().map(|(v, _)| v).max();
+        let checks = node_results(report)
+            .into_iter()
+            .map(|(v, _)| v)
+            .chain(report.facts.iter().map(|f| f.verdict))
+            .max();
         report.verdict = [Some(report.verdict), Some(worst), gpus, checks]
             .into_iter()
             .flatten()
             .max()
             .unwrap_or(Verdict::Pass);
-        push_unique(&mut report.failures, worst_first(findings));
+        push_unique(
+            &mut report.failures,
+            spread(&sources, |s| s >= Severity::Fail),
+        );
         report.failures.truncate(MAX_NODE_FAILURES);
+        push_unique(
+            &mut report.warnings,
+            spread(&sources, |s| s == Severity::Warn),
+        );
+        report.warnings.truncate(MAX_NODE_FAILURES);
+        report.action = if report.failures.is_empty() {
+            action_of(&report.warnings)
+        } else {
+            action_of(&report.failures)
+        };
     }
 }
 
-/// Every reason of one GPU with its severity: its checks', telemetry's and health's.
-fn gpu_findings(gpu: &GpuReport) -> Vec<Finding> {
-    let mut found = findings_of(gpu_results(gpu));
-    if let Some(t) = &gpu.telemetry {
-        found.extend(telemetry_findings(gpu.index, t));
-    }
-    if let Some(h) = &gpu.health {
-        found.extend(health_findings(gpu.index, h));
-    }
-    found
-}
-
-/// Each reason of each check result, with that result's verdict.
-fn findings_of(results: Vec<Found<'_>>) -> Vec<Finding> {
-    results
-        .into_iter()
-        .flat_map(|(v, reasons)| reasons.iter().map(move |r| (v, r.clone())))
-        .collect()
-}
-
-fn telemetry_findings(gpu: i32, t: &TelemetrySummary) -> Vec<Finding> {
+/// The reasons of a GPU's telemetry: uncorrectable ECC errors, every Xid seen (with its
+/// meaning and NVIDIA's resolution: a fatal one fails the GPU, any other warns), and clocks
+/// slowed by hardware or heat.
+fn telemetry_findings(gpu: i32, t: &TelemetrySummary) -> Vec<Reason> {
     let mut found = Vec::new();
     if let Some(n) = t.ecc_uncorrected_delta.filter(|n| *n > 0) {
-        found.push((
-            Verdict::Fail,
-            format!(
-                "GPU{gpu}: {n} uncorrectable ECC error{} during the run",
-                plural(n)
-            ),
-        ));
+        found.push(Code::EccUncorrectable.says(format!(
+            "GPU{gpu}: {n} uncorrectable ECC error{} during the run",
+            plural(n)
+        )));
     }
-    let mut xids: BTreeMap<i64, usize> = BTreeMap::new();
-    for x in &t.xid_events {
-        *xids.entry(*x).or_default() += 1;
-    }
-    for (xid, count) in xids {
-        let times = if count > 1 {
-            format!(" ({count} times)")
-        } else {
-            String::new()
-        };
-        found.push((
-            Verdict::Fail,
-            format!("GPU{gpu}: Xid {xid} during the run{times}"),
-        ));
-    }
+    let xids: Vec<XidSeen> = if t.xids.is_empty() {
+        // A report summarized before Xids carried their meaning.
+        let mut counts: BTreeMap<i64, i64> = BTreeMap::new();
+        for x in &t.xid_events {
+            *counts.entry(*x).or_default() += 1;
+        }
+        counts
+            .into_iter()
+            .map(|(x, n)| XidSeen::new(x, n))
+            .collect()
+    } else {
+        t.xids.clone()
+    };
+    found.extend(xids.iter().map(|x| x.reason(gpu)));
     let throttles: Vec<&str> = t
         .throttle_reasons
         .iter()
@@ -118,98 +131,76 @@ fn telemetry_findings(gpu: i32, t: &TelemetrySummary) -> Vec<Finding> {
         .filter(|r| WARN_THROTTLES.contains(r))
         .collect();
     if !throttles.is_empty() {
-        found.push((
-            Verdict::Warn,
-            format!(
-                "GPU{gpu}: clocks throttled during the run ({})",
-                throttles.join(", ")
-            ),
-        ));
+        found.push(Code::ClockThrottled.says(format!(
+            "GPU{gpu}: clocks throttled during the run ({})",
+            throttles.join(", ")
+        )));
     }
     found
 }
 
-fn health_findings(gpu: i32, h: &GpuHealth) -> Vec<Finding> {
+fn health_findings(gpu: i32, h: &GpuHealth) -> Vec<Reason> {
     let mut found = Vec::new();
     if h.remapped_rows_failure == Some(true) {
-        found.push((
-            Verdict::Fail,
-            format!("GPU{gpu}: row remapping failed; the GPU needs service"),
-        ));
+        found.push(Code::RowRemapFailure.says(format!(
+            "GPU{gpu}: row remapping failed; the GPU needs service"
+        )));
     }
     if h.remapped_rows_pending == Some(true) {
-        found.push((
-            Verdict::Fail,
-            format!("GPU{gpu}: a row remapping is pending; reset the GPU to apply it"),
-        ));
+        found.push(Code::RowRemapPending.says(format!(
+            "GPU{gpu}: a row remapping is pending; reset the GPU to apply it"
+        )));
     }
     if let Some(n) = h.remapped_rows_uncorrectable.filter(|n| *n > 0) {
-        found.push((
-            Verdict::Warn,
-            format!(
-                "GPU{gpu}: {n} row{} remapped after uncorrectable errors",
-                plural(n)
-            ),
-        ));
+        found.push(Code::RowsRemapped.says(format!(
+            "GPU{gpu}: {n} row{} remapped after uncorrectable errors",
+            plural(n)
+        )));
     }
     if let (Some(now), Some(max)) = (h.pcie_gen, h.pcie_max_gen)
         && now < max
     {
-        found.push((
-            Verdict::Warn,
-            format!("GPU{gpu}: PCIe link at Gen{now}, below its maximum Gen{max}"),
-        ));
+        found.push(Code::PcieLinkDegraded.says(format!(
+            "GPU{gpu}: PCIe link at Gen{now}, below its maximum Gen{max}"
+        )));
     }
     if let (Some(now), Some(max)) = (h.pcie_width, h.pcie_max_width)
         && now < max
     {
-        found.push((
-            Verdict::Warn,
-            format!("GPU{gpu}: PCIe link at x{now}, below its maximum x{max}"),
-        ));
+        found.push(Code::PcieLinkDegraded.says(format!(
+            "GPU{gpu}: PCIe link at x{now}, below its maximum x{max}"
+        )));
     }
     found
 }
 
-/// Every reason of the node with its severity, grouped by source: no GPUs, each GPU, the
-/// topology, the io check.
-fn node_findings(report: &NodeReport) -> Vec<Vec<Finding>> {
-    let mut found = Vec::new();
-    if report.gpus.is_empty() {
-        found.push(vec![(Verdict::Error, "no GPUs found".to_string())]);
+/// Every reason of the node, grouped by source: no GPUs, the node's facts and checks, each GPU.
+fn node_sources(report: &NodeReport) -> Vec<Vec<Reason>> {
+    let mut sources = Vec::new();
+    if report.gpus.is_empty() && report.facts.as_ref().is_none_or(|f| !f.verdict.is_bad()) {
+        sources.push(vec![Code::NoGpus.says("no GPUs found")]);
     }
-    for gpu in &report.gpus {
-        let known = gpu_findings(gpu);
-        let other: Vec<Finding> = gpu
-            .reasons
-            .iter()
-            .filter(|r| !known.iter().any(|(_, k)| k == *r))
-            .map(|r| (gpu.verdict, r.clone()))
-            .collect();
-        found.push(known.into_iter().chain(other).collect());
-    }
-    found.extend(
-        node_results(report)
-            .into_iter()
-            .map(|r| findings_of(vec![r])),
-    );
-    found
+    sources.extend(report.facts.iter().map(|f| f.reasons.clone()));
+    sources.extend(report.gpus.iter().map(|g| g.reasons.clone()));
+    sources.extend(node_results(report).into_iter().map(|(_, r)| r.to_vec()));
+    sources
 }
 
-/// The Fail and Error reasons, Error first; within a severity, each source's first reason
-/// before any source's second, so one GPU with many failures does not hide the others.
-fn worst_first(sources: Vec<Vec<Finding>>) -> Vec<String> {
-    let mut ranked: Vec<(Verdict, usize, String)> = Vec::new();
+/// The reasons whose severity `keep` takes, worst first; within a severity, each source's
+/// first reason before any source's second, so one GPU with many failures does not hide the
+/// others.
+fn spread(sources: &[Vec<Reason>], keep: impl Fn(Severity) -> bool) -> Vec<Reason> {
+    let mut ranked: Vec<(Severity, usize, &Reason)> = Vec::new();
     for source in sources {
-        let mut seen: BTreeMap<Verdict, usize> = BTreeMap::new();
-        for (verdict, reason) in source.into_iter().filter(|(v, _)| v.is_bad()) {
-            let rank = seen.entry(verdict).or_default();
-            ranked.push((verdict, *rank, reason));
+        let mut seen: BTreeMap<Severity, usize> = BTreeMap::new();
+        for r in source.iter().filter(|r| keep(r.severity)) {
+            let rank = seen.entry(r.severity).or_default();
+            ranked.push((r.severity, *rank, r));
             *rank += 1;
         }
     }
-    ranked.sort_by_key(|(v, rank, _)| (Reverse(*v), *rank));
-    ranked.into_iter().map(|(_, _, r)| r).collect()
+    ranked.sort_by_key(|(s, rank, _)| (Reverse(*s), *rank));
+    ranked.into_iter().map(|(_, _, r)| r.clone()).collect()
 }
 
 #[cfg(test)]
@@ -221,6 +212,10 @@ mod tests {
     use super::*;
     use crate::checks::compare_gpus as relative;
     use crate::judge::testing::judge;
+
+    fn fail(code: Code, m: impl Into<String>) -> Reason {
+        code.says(m)
+    }
 
     // ---- relative ----
 
@@ -359,7 +354,13 @@ mod tests {
         }
         j.gpu(&mut xid);
         assert_eq!(xid.verdict, Verdict::Fail);
-        assert_eq!(xid.reasons, vec!["GPU0: Xid 79 during the run"]);
+        assert_eq!(
+            xid.reasons,
+            vec![
+                "GPU0: Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: the GPU has fallen off the bus) during the run; NVIDIA's catalogue: reboot the node"
+            ]
+        );
+        assert_eq!(xid.reasons[0].action, gpuval_crds::Action::RebootNode);
 
         let mut ecc = clean.clone();
         if let Some(t) = ecc.telemetry.as_mut() {
@@ -444,7 +445,7 @@ mod tests {
         let mut g = report_with(2, 4000.0, 780.0);
         if let Some(m) = g.memory.as_mut() {
             m.verdict = Verdict::Fail;
-            m.reasons = vec!["GPU2 memory: 1 mismatched word".into()];
+            m.reasons = vec![fail(Code::MemoryMismatch, "GPU2 memory: 1 mismatched word")];
         }
         j.gpu(&mut g);
         j.gpu(&mut g);
@@ -475,12 +476,15 @@ mod tests {
             let i = g.index;
             if let Some(c) = g.compute.as_mut() {
                 c.verdict = Verdict::Fail;
-                c.reasons = vec![format!("GPU{i} bf16: slow")];
+                c.reasons = vec![fail(Code::ComputeSlow, format!("GPU{i} bf16: slow"))];
             }
         }
         if let Some(m) = gpus[7].memory.as_mut() {
             m.verdict = Verdict::Error;
-            m.reasons = vec!["GPU7: memory test: out of memory".into()];
+            m.reasons = vec![fail(
+                Code::CheckCouldNotRun,
+                "GPU7: memory test: out of memory",
+            )];
         }
         gpus[7].health = Some(GpuHealth {
             pcie_gen: Some(3),
@@ -491,7 +495,10 @@ mod tests {
             gpus,
             topology: Some(TopologyReport {
                 verdict: Verdict::Fail,
-                reasons: vec!["GPU0 and GPU1 are connected by SYS, not NVLink".into()],
+                reasons: vec![fail(
+                    Code::NvlinkNotConnected,
+                    "GPU0 and GPU1 are connected by SYS, not NVLink",
+                )],
                 ..Default::default()
             }),
             ..Default::default()
@@ -513,17 +520,19 @@ mod tests {
         let mut gpus: Vec<GpuReport> = (0..3).map(|i| report_with(i, 4000.0, 780.0)).collect();
         if let Some(c) = gpus[0].compute.as_mut() {
             c.verdict = Verdict::Fail;
-            c.reasons = (0..6).map(|k| format!("GPU0 reason {k}")).collect();
+            c.reasons = (0..6)
+                .map(|k| fail(Code::ComputeSlow, format!("GPU0 reason {k}")))
+                .collect();
         }
         if let Some(m) = gpus[2].memory.as_mut() {
             m.verdict = Verdict::Fail;
-            m.reasons = vec!["GPU2 memory reason".into()];
+            m.reasons = vec![fail(Code::MemoryMismatch, "GPU2 memory reason")];
         }
         let mut report = NodeReport {
             gpus,
             topology: Some(TopologyReport {
                 verdict: Verdict::Fail,
-                reasons: vec!["topology reason".into()],
+                reasons: vec![fail(Code::NvlinkNotConnected, "topology reason")],
                 ..Default::default()
             }),
             ..Default::default()
@@ -548,7 +557,10 @@ mod tests {
             gpus: vec![report_with(0, 4000.0, 780.0)],
             topology: Some(TopologyReport {
                 verdict: Verdict::Fail,
-                reasons: vec!["GPU0: 17 of 18 NVLink links active".into()],
+                reasons: vec![fail(
+                    Code::NvlinkLinksInactive,
+                    "GPU0: 17 of 18 NVLink links active",
+                )],
                 ..Default::default()
             }),
             ..Default::default()
@@ -561,18 +573,23 @@ mod tests {
     #[test]
     fn node_io_failure_or_error_reaches_the_node() {
         let checks = Checks::default();
-        for (verdict, reason) in [
+        for (verdict, code, reason) in [
             (
                 Verdict::Fail,
+                Code::IoSlow,
                 "io: write 812 MB/s < 1000 MB/s (spec minWriteMbps)",
             ),
-            (Verdict::Error, "io: io directory /data does not exist"),
+            (
+                Verdict::Error,
+                Code::IoError,
+                "io: io directory /data does not exist",
+            ),
         ] {
             let mut report = NodeReport {
                 gpus: vec![report_with(0, 4000.0, 780.0)],
                 io: Some(gpuval_crds::IoResult {
                     verdict,
-                    reasons: vec![reason.into()],
+                    reasons: vec![fail(code, reason)],
                     ..Default::default()
                 }),
                 ..Default::default()

@@ -1,8 +1,12 @@
-//! The shared runner: inventory, the telemetry and topology sampler, the checks' measuring
-//! pass in the registry's order, the judging pass, the relative rules and the GPU and node
-//! verdicts, into one [`NodeReport`].
+//! The shared runner: inventory, the node's facts (a wrong GPU count fails the node before
+//! anything long runs), the telemetry and topology sampler, the checks' measuring pass in the
+//! registry's order, the judging pass with the relative rules, a second measurement of the
+//! performance figures that fell short, and the GPU and node verdicts, into one [`NodeReport`].
 
 pub mod aggregate;
+pub mod facts;
+#[cfg(test)]
+mod health_tests;
 mod sampler;
 #[cfg(test)]
 pub(crate) mod sim_tests;
@@ -11,12 +15,13 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use gpuval_crds::reason::Overrides;
 use gpuval_crds::{GpuReport, NodeReport, Verdict};
 
 use crate::backend::{Backend, BackendKind, GpuInfo, Inventory};
 use crate::check::Stage;
 use crate::checks::{Measured, Planned};
-use crate::judge::Judge;
+use crate::judge::{Code, Judge, Says, error_reason_in};
 use crate::run_control::ProgressSink;
 use crate::{report, telemetry};
 
@@ -34,6 +39,11 @@ pub fn run(
     let simulated = backend.kind() == BackendKind::Simulated;
     let mut report = report::started(backend.kind(), plan.node.clone());
     let planned = Planned::new(plan, simulated);
+    let judge = Judge {
+        checks: &plan.checks,
+        thresholds: plan.thresholds.clone(),
+        overrides: Overrides::new(&plan.overrides),
+    };
     let inventory = match backend.platform().inventory() {
         Ok(inv) => inv,
         Err(e) => {
@@ -44,10 +54,11 @@ pub fn run(
                 sink,
             };
             report.io = planned.io_only(&stage);
-            return report::could_not_run(report, format!("inventory: {e}"));
+            return report::could_not_run(report, error_reason_in("inventory", &e));
         }
     };
-    let gpus = selected(inventory, plan, &mut report);
+    let fail_fast = node_facts(backend, plan, &inventory, &mut report);
+    let gpus = selected(inventory, plan);
     sink(&format!(
         "{} GPU(s): {}{}",
         gpus.len(),
@@ -58,39 +69,74 @@ pub fn run(
             ""
         }
     ));
+    if fail_fast {
+        if let Some(r) = report.facts.as_ref().and_then(|f| f.reasons.first()) {
+            sink(&format!("[facts] {r}"));
+        }
+        judge.node(&mut report);
+        report.finished_at = report::now_rfc3339();
+        return report;
+    }
     let stage = Stage {
         backend,
         gpus: &gpus,
         stop,
         sink,
     };
-    let (measured, sampled) = measure(&planned, &stage, plan);
-    let judge = Judge {
-        checks: &plan.checks,
-        thresholds: plan.thresholds.clone(),
-    };
-    report.gpus = gpus.iter().map(skeleton).collect();
-    add_telemetry(&stage, &sampled, &mut report.gpus, measured.counters_before);
-    let mut m = measured.checks;
-    if let Some(Ok(t)) = m.topology.as_mut() {
-        t.resamples = sampled.topology_samples;
-        t.link_changes = sampled.link_changes;
+    measure_and_judge(&planned, &stage, plan, &judge, &mut report);
+    if !stop.load(Ordering::Relaxed) {
+        planned.require_results(&mut report);
     }
-    planned.judge(&judge, &gpus, m, &mut report);
     judge.node(&mut report);
     if stop.load(Ordering::Relaxed) {
         report.verdict = Verdict::Error;
-        report
-            .failures
-            .insert(0, "the run was stopped before it finished".into());
+        report.failures.insert(
+            0,
+            Code::RunStopped.says("the run was stopped before it finished"),
+        );
+        report.action = gpuval_crds::reason::action_of(&report.failures);
     }
     report.finished_at = report::now_rfc3339();
     report
 }
 
-/// The inventoried GPUs the plan selects; the report gets the system facts.
-fn selected(inventory: Inventory, plan: &Plan, report: &mut NodeReport) -> Vec<GpuInfo> {
-    report.system = Some(inventory.system);
+/// Judges the node's facts into `report` (its GPUs' mode reasons wait in their skeletons):
+/// true when the node fails before the checks (a wrong GPU count or bus id).
+fn node_facts(
+    backend: &Backend,
+    plan: &Plan,
+    inventory: &Inventory,
+    report: &mut NodeReport,
+) -> bool {
+    let mut system = inventory.system.clone();
+    if system.nccl_version.is_none() && matches!(backend, Backend::Cuda(_)) {
+        system.nccl_version = crate::checks::nccl::library::locate()
+            .ok()
+            .and_then(|f| f.version);
+    }
+    let judged = facts::judge(plan, &inventory.gpus, &system);
+    report.system = Some(system);
+    report.gpus = inventory
+        .gpus
+        .iter()
+        .filter(|g| plan.gpus.as_ref().is_none_or(|sel| sel.contains(&g.index)))
+        .map(skeleton)
+        .collect();
+    for (gpu, reason) in judged.gpu_reasons {
+        if let Some(g) = report
+            .gpus
+            .iter_mut()
+            .find(|g| i64::from(g.index) == i64::from(gpu))
+        {
+            g.reasons.push(reason);
+        }
+    }
+    report.facts = Some(judged.facts);
+    judged.fail_fast
+}
+
+/// The inventoried GPUs the plan selects.
+fn selected(inventory: Inventory, plan: &Plan) -> Vec<GpuInfo> {
     inventory
         .gpus
         .into_iter()
@@ -98,19 +144,22 @@ fn selected(inventory: Inventory, plan: &Plan, report: &mut NodeReport) -> Vec<G
         .collect()
 }
 
-/// What the measuring pass gathered besides the checks' own outcomes.
-struct MeasuredRun {
-    checks: Measured,
-    counters_before: Vec<Option<crate::backend::ErrorCounters>>,
-}
-
-/// The measuring pass: the first topology reading, error counters, then every check in the
-/// registry's order with the sampler running beside them.
-fn measure(planned: &Planned, stage: &Stage<'_>, plan: &Plan) -> (MeasuredRun, Sampled) {
+/// The measuring pass with the sampler running beside it: the first topology reading, error
+/// counters, every check in the registry's order, the judging of every check but the topology,
+/// and a second measurement of the performance figures that fell short (when the spec asks,
+/// the default); then the topology with what the sampler's re-reads found, and each GPU's
+/// telemetry.
+fn measure_and_judge(
+    planned: &Planned,
+    stage: &Stage<'_>,
+    plan: &Plan,
+    judge: &Judge<'_>,
+    report: &mut NodeReport,
+) {
     let platform = stage.backend.platform();
     let mut checks = Measured::default();
     checks.topology = planned.first_topology(stage);
-    let counters_before = stage
+    let counters_before: Vec<_> = stage
         .gpus
         .iter()
         .map(|g| platform.error_counters(g.index).ok())
@@ -123,6 +172,7 @@ fn measure(planned: &Planned, stage: &Stage<'_>, plan: &Plan) -> (MeasuredRun, S
         .as_ref()
         .and_then(|r| r.as_ref().ok())
         .map(|t| t.snapshot.clone());
+    let mut topology = None;
     std::thread::scope(|s| {
         let sampler = Sampler {
             platform,
@@ -134,16 +184,44 @@ fn measure(planned: &Planned, stage: &Stage<'_>, plan: &Plan) -> (MeasuredRun, S
         let (sampled, sampler_stop) = (&sampled, &sampler_stop);
         s.spawn(move || sampler.run(sampled, sampler_stop, started));
         planned.measure(stage, &mut checks);
+        topology = checks.topology.take();
+        planned.judge(judge, stage.gpus, checks, report);
+        if plan.thresholds.remeasure && !stage.stopped() {
+            remeasure(planned, stage, judge, report);
+        }
         sampler_stop.store(true, Ordering::Relaxed);
     });
-    let sampled = sampled.into_inner().unwrap_or_else(|p| p.into_inner());
-    (
-        MeasuredRun {
-            checks,
-            counters_before,
-        },
-        sampled,
-    )
+    let mut sampled = sampled.into_inner().unwrap_or_else(|p| p.into_inner());
+    // Xids that came after the sampler's last look.
+    for x in platform.poll_xid(std::time::Duration::ZERO) {
+        sampled.xids.entry(x.gpu).or_default().push(x.xid);
+    }
+    if let Some(Ok(t)) = topology.as_mut() {
+        t.resamples = sampled.topology_samples;
+        t.link_changes = std::mem::take(&mut sampled.link_changes);
+    }
+    planned.judge_topology(judge, stage.gpus, topology, report);
+    add_telemetry(stage, &sampled, &mut report.gpus, counters_before);
+}
+
+/// The second measurement of what fell short on performance alone, on the same GPUs (a
+/// simulated node as a second measurement sees it: its `flaky=` faults gone).
+fn remeasure(planned: &Planned, stage: &Stage<'_>, judge: &Judge<'_>, report: &mut NodeReport) {
+    let second = match stage.backend {
+        Backend::Simulated(b) => Some(Backend::Simulated(b.second_measurement())),
+        Backend::Cuda(_) => None,
+    };
+    let again_stage = Stage {
+        backend: second.as_ref().unwrap_or(stage.backend),
+        ..*stage
+    };
+    let again = planned.remeasure(&again_stage, judge, stage.gpus, report);
+    if !again.is_empty() {
+        (stage.sink)(&format!(
+            "[remeasure] measured again: {} (a figure fell short)",
+            again.join(", ")
+        ));
+    }
 }
 
 /// A GPU's report before any check is judged into it.

@@ -85,9 +85,9 @@ fn injected_faults_show_up_in_the_verdict() {
     for i in [0, 4, 6, 7] {
         assert_eq!(v(i), Verdict::Pass, "GPU{i}: {:?}", report.gpus[i].reasons);
     }
-    let reasons = |i: usize| report.gpus[i].reasons.join("\n");
+    let reasons = |i: usize| gpuval_crds::reason::messages(&report.gpus[i].reasons);
     assert!(
-        reasons(1).contains("GPU1: Xid 79 during the run"),
+        reasons(1).contains("GPU1: Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"),
         "{}",
         reasons(1)
     );
@@ -169,7 +169,7 @@ fn a_planted_wrong_nccl_result_fails_the_gpu_that_holds_it() {
     for i in [0, 1, 3] {
         assert_eq!(report.gpus[i].verdict, Verdict::Pass, "GPU{i}");
     }
-    let why = report.failures.join("\n");
+    let why = gpuval_crds::reason::messages(&report.failures);
     assert!(why.contains("rank 2"), "{why}");
 }
 

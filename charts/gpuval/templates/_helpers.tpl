@@ -62,11 +62,15 @@ app.kubernetes.io/component: operator
 {{- join "," $out }}
 {{- end }}
 
-{{/* Agent environment as NAME=VALUE pairs separated by ';' (sorted by name). */}}
+{{/* Agent environment as NAME=VALUE pairs separated by ';' (sorted by name; then
+GPUVAL_SIMULATE when agent.simulate is set, tests and demos only). */}}
 {{- define "gpuval.agentEnv" -}}
 {{- $out := list }}
 {{- range $k, $v := .Values.agent.extraEnv }}
 {{- $out = append $out (printf "%s=%s" $k (toString $v)) }}
+{{- end }}
+{{- with .Values.agent.simulate }}
+{{- $out = append $out (printf "GPUVAL_SIMULATE=%s" .) }}
 {{- end }}
 {{- join ";" $out }}
 {{- end }}

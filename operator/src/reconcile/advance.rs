@@ -65,6 +65,7 @@ pub fn advance_node(line: &NodeStatus, seen: Seen<'_>, clock: &RunClock) -> Adva
         l.verdict = node_verdict_of(r.verdict);
         l.message = (!r.summary.is_empty()).then(|| truncate(&r.summary));
         l.result = Some(r.name.clone());
+        (l.codes, l.action) = super::fleet::line_facts(&r.facts);
     } else if clock.past_deadline() {
         l.verdict = NodeVerdict::DeadlineExceeded;
         l.message = Some(format!(
@@ -164,6 +165,8 @@ mod tests {
             gpus: 8,
             message: Some("earlier message".into()),
             result: None,
+            codes: None,
+            action: None,
         }
     }
 
@@ -208,6 +211,7 @@ mod tests {
             verdict: Verdict::Fail,
             summary: "GPU3 memory: 2 mismatched words".into(),
             fabric: Vec::new(),
+            facts: Default::default(),
         };
         let p = pod(PodPhase::Running);
         let s = Seen {

@@ -70,6 +70,7 @@ impl Cluster {
                     verdict: Verdict::Pass,
                     summary: String::new(),
                     fabric: Vec::new(),
+                    facts: Default::default(),
                 })
                 .collect(),
             rounds: Vec::new(),

@@ -22,6 +22,8 @@ pub mod advance;
 pub mod clock;
 pub mod events;
 pub mod fabric;
+pub mod fleet;
+pub mod freshness;
 pub mod kstatus;
 pub mod record;
 pub mod start;
@@ -42,7 +44,7 @@ pub use advance::RESULT_GRACE;
 pub use clock::RunClock;
 pub use events::{PlannedEvent, RUNNING_REQUEUE};
 pub use record::RunNodes;
-pub use view::{PodPhase, PodView, ResultView, RoundView, World};
+pub use view::{PodPhase, PodView, ResultFacts, ResultView, RoundView, World};
 
 /// Longest node message kept in the validation status (the full report is in the result).
 pub const MAX_MESSAGE: usize = 200;
@@ -222,17 +224,29 @@ fn decide(
         gv.spec.deadline_or_default(),
     );
     advance_nodes(&mut record, view, &clock, &mut step);
+    // Once every node has its verdict the step reads every pod and result (from `everything`
+    // when it has only the news): the fabric test and the fleet's versions need them all.
+    let whole = if record.all_final() {
+        view.news.and_then(|_| everything())
+    } else {
+        None
+    };
     let fabric_requeue = fabric_step(
         gv,
         view,
+        whole.as_ref(),
         &clock,
         &mut status,
         &mut record,
         &mut step,
-        everything,
     );
 
     let (phase, summary) = conclude(&mut status, &record, generation, &now_t);
+    // The fleet's versions: read from every result when the step sees them all (the start,
+    // a full look, and once every node has its verdict), so a step on the news stays flat.
+    if let Some(w) = whole.as_ref().or(view.news.is_none().then_some(view.world)) {
+        status.fleet = fleet::of(&w.results, generation);
+    }
     if phase.is_terminal() {
         step.events.push(events::finished(phase, &summary));
     } else {
@@ -250,21 +264,20 @@ fn decide(
 
 /// The fabric test's part of the step (see [`fabric`]); returns when to look again for it.
 /// Before every node has its verdict the fabric step only waits and changes no line; once
-/// they all have one it reads every pod and result (from `everything` when the step has only
-/// the news) and may fail nodes, so the record is then rebuilt.
+/// they all have one it reads every pod and result (`whole` when the step has only the news)
+/// and may fail nodes, so the record is then rebuilt.
 fn fabric_step(
     gv: &GpuValidation,
     view: View<'_>,
+    whole: Option<&World>,
     clock: &RunClock,
     status: &mut GpuValidationStatus,
     record: &mut RunNodes,
     step: &mut Step,
-    everything: impl FnOnce() -> Option<World>,
 ) -> Option<Duration> {
     gv.spec.fabric.as_ref()?;
     let f = if record.all_final() {
-        let whole = view.news.and_then(|_| everything());
-        let world = whole.as_ref().unwrap_or(view.world);
+        let world = whole.unwrap_or(view.world);
         record.edit_all(|lines| fabric::for_run(gv, world, status, clock, lines))
     } else {
         record.lend(|lines| fabric::for_run(gv, view.world, status, clock, lines))
@@ -453,6 +466,7 @@ mod tests {
             verdict: v,
             summary: summary.into(),
             fabric: Vec::new(),
+            facts: Default::default(),
         }
     }
 
@@ -777,6 +791,7 @@ mod tests {
                     verdict: v,
                     summary: format!("GPU{} memory: {} mismatched words", i % 8, i),
                     fabric: Vec::new(),
+                    facts: Default::default(),
                 }
             })
             .collect();

@@ -147,6 +147,7 @@ impl Cluster {
             verdict,
             summary: summary.into(),
             fabric: Vec::new(),
+            facts: Default::default(),
         };
         self.results.insert(name, r);
         self.touched.insert(node.into());

@@ -283,6 +283,8 @@ mod tests {
             gpus: 8,
             message: message.map(str::to_string),
             result: None,
+            codes: None,
+            action: None,
         }
     }
 

@@ -105,6 +105,8 @@ fn pending(name: &str, gpus: i32) -> NodeStatus {
         gpus,
         message: None,
         result: None,
+        codes: None,
+        action: None,
     }
 }
 
@@ -214,6 +216,7 @@ mod tests {
             verdict: Verdict::Pass,
             summary: String::new(),
             fabric: Vec::new(),
+            facts: Default::default(),
         };
         let world = World {
             pods: vec![
@@ -347,6 +350,7 @@ mod tests {
                 verdict: Verdict::Pass,
                 summary: String::new(),
                 fabric: Vec::new(),
+                facts: Default::default(),
             }],
             ..Default::default()
         };

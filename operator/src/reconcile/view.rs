@@ -67,6 +67,18 @@ pub struct ResultView {
     pub summary: String,
     /// What the node's agent measured in the fabric test's rounds so far.
     pub fabric: Vec<FabricOutcome>,
+    /// Its failures' codes, the recommended action and the node's versions.
+    pub facts: ResultFacts,
+}
+
+/// What a node result says beyond its verdict (its `gpuval.io/action` label and its
+/// `gpuval.io/codes` and `gpuval.io/versions` annotations).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ResultFacts {
+    /// The codes of its first failures (or warnings), comma-separated.
+    pub codes: String,
+    pub action: gpuval_crds::Action,
+    pub versions: gpuval_crds::facts::Versions,
 }
 
 /// One of this validation's fabric rounds.

@@ -357,12 +357,12 @@ pub async fn run(ctx: Arc<Ctx>) {
         Api::<GpuValidation>::all(client.clone()),
         watcher::Config::default().labels(labels::SCHEDULE),
     )
-    .default_backoff()
+    .backoff(crate::watch_backoff::watch_backoff())
     .reflect(run_writer)
     .touched_objects();
     let (nodes, node_writer) = reflector::store();
     let node_events = watcher(Api::<Node>::all(client), watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::watch_backoff::watch_backoff())
         .modify(crate::controller::trim_node)
         .reflect(node_writer)
         .touched_objects();

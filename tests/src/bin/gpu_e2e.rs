@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use futures::StreamExt;
 use gpuval_crds::conditions::{self, READY, STALLED};
+use gpuval_crds::fabric::FabricPhase;
 use gpuval_crds::{GPU_RESOURCE, GpuNodeResult, GpuValidation, NodeVerdict, Phase, Verdict};
 use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::{ControlPlane, Options, Tools};
@@ -131,6 +132,73 @@ struct Args {
         default_values = ["HOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "GPUVAL_REQUIRE_NVRTC", "GPUVAL_CAPTURE_DIR"]
     )]
     pass_env: Vec<String>,
+    /// Register this host as N Nodes with its GPUs divided between them, each node's agent
+    /// seeing its share through CUDA_VISIBLE_DEVICES: the fabric test across "nodes" of one host.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    split: u32,
+    /// Extra environment of split node I's agent (`I:NAME=VALUE`, repeatable): a fault planted
+    /// on one node.
+    #[arg(long = "node-env", value_name = "I:NAME=VALUE")]
+    node_env: Vec<String>,
+    /// With `--expect failed` and `--split`: the split node (0-based) that must be named at
+    /// fault; the others must not fail.
+    #[arg(long, value_name = "I")]
+    expect_node: Option<u32>,
+}
+
+/// One registered Node: its name and the host GPUs (NVML indices) its agent sees.
+#[derive(Debug, Clone, PartialEq)]
+struct Share {
+    name: String,
+    gpus: Vec<usize>,
+}
+
+/// The Nodes this host is registered as: itself, or `split` nodes `NAME-0..` with the GPUs
+/// dealt out in order (the count must divide evenly, so every node is alike).
+fn shares(node: &str, count: usize, split: u32) -> Result<Vec<Share>, String> {
+    let split = split as usize;
+    if split == 1 {
+        return Ok(vec![Share {
+            name: node.to_string(),
+            gpus: (0..count).collect(),
+        }]);
+    }
+    if count == 0 || !count.is_multiple_of(split) {
+        return Err(format!(
+            "--split {split}: this host has {count} GPU(s), which do not divide into {split} equal nodes"
+        ));
+    }
+    let per = count / split;
+    Ok((0..split)
+        .map(|i| Share {
+            name: format!("{node}-{i}"),
+            gpus: (i * per..(i + 1) * per).collect(),
+        })
+        .collect())
+}
+
+/// `I:NAME=VALUE` of `--node-env`.
+fn parse_node_env(s: &str, split: u32) -> Result<(u32, String, String), String> {
+    let bad =
+        || format!("--node-env {s:?}: write I:NAME=VALUE, I a node index below --split {split}");
+    let (i, kv) = s.split_once(':').ok_or_else(bad)?;
+    let (k, v) = kv.split_once('=').ok_or_else(bad)?;
+    let i: u32 = i.trim().parse().map_err(|_| bad())?;
+    if i >= split || k.is_empty() {
+        return Err(bad());
+    }
+    Ok((i, k.to_string(), v.to_string()))
+}
+
+/// The simulator's spec with its `gpus=` key set to `n` (a split node's share).
+fn simulate_with_gpus(spec: &str, n: usize) -> String {
+    let mut keys: Vec<String> = spec
+        .split(',')
+        .filter(|k| !k.trim().is_empty() && !k.trim_start().starts_with("gpus="))
+        .map(str::to_string)
+        .collect();
+    keys.insert(0, format!("gpus={n}"));
+    keys.join(",")
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -246,6 +314,16 @@ async fn run(args: Args) -> Result<bool, String> {
     };
 
     let host = inventory(&agent_bin, &args).await?;
+    let shares = shares(&node, host.count, args.split)?;
+    for e in &args.node_env {
+        parse_node_env(e, args.split)?;
+    }
+    if args.expect_node.is_some_and(|i| i >= args.split) {
+        return Err(format!(
+            "--expect-node must be below --split {}",
+            args.split
+        ));
+    }
     clock.say(format!(
         "{} GPU(s) on this host ({}, {} MiB each; driver {}, CUDA {}); backend {}",
         host.count,
@@ -293,6 +371,8 @@ async fn run(args: Args) -> Result<bool, String> {
         controller_manager,
         scheduler: args.scheduler,
         kwok: false,
+        audit_log: false,
+        in_cluster: None,
     })
     .await
     .map_err(|e| {
@@ -315,7 +395,7 @@ async fn run(args: Args) -> Result<bool, String> {
         &cp,
         &client,
         controller_manager,
-        &node,
+        &shares,
         &host,
         &operator_bin,
         &agent_bin,
@@ -345,7 +425,7 @@ async fn scenario(
     cp: &ControlPlane,
     client: &Client,
     controller_manager: bool,
-    node: &str,
+    shares: &[Share],
     host: &HostGpus,
     operator_bin: &Path,
     agent_bin: &Path,
@@ -364,18 +444,32 @@ async fn scenario(
         .await
         .map_err(|e| format!("create namespace {ns}: {e}"))?;
 
-    let taints = register_node(client, node, host).await?;
-    let _heartbeat = Abort(tokio::spawn(heartbeat(client.clone(), node.to_string())));
-    clock.say(format!(
-        "registered this host as Node {node} with {GPU_RESOURCE}={} (admission taints: {}); Ready, status and Lease renewed every {}s",
-        host.count,
-        if taints.is_empty() { "none".to_string() } else { taints.join(", ") },
-        HEARTBEAT.as_secs()
-    ));
+    let mut _heartbeats = Vec::new();
+    for share in shares {
+        let node = share.name.as_str();
+        let mine = HostGpus {
+            count: share.gpus.len(),
+            ..host.clone()
+        };
+        let taints = register_node(client, node, &mine).await?;
+        _heartbeats.push(Abort(tokio::spawn(heartbeat(
+            client.clone(),
+            node.to_string(),
+        ))));
+        clock.say(format!(
+            "registered this host as Node {node} with {GPU_RESOURCE}={} (GPUs {:?}; admission taints: {}); Ready, status and Lease renewed every {}s",
+            mine.count,
+            share.gpus,
+            if taints.is_empty() { "none".to_string() } else { taints.join(", ") },
+            HEARTBEAT.as_secs()
+        ));
+    }
     if controller_manager {
-        wait_not_ready_taint_lifted(client, node).await?;
+        for share in shares {
+            wait_not_ready_taint_lifted(client, &share.name).await?;
+        }
         clock.say(
-            "kube-controller-manager's node lifecycle controller lifted the not-ready taint: the node is Ready",
+            "kube-controller-manager's node lifecycle controller lifted the not-ready taint: the node(s) are Ready",
         );
     }
 
@@ -385,15 +479,10 @@ async fn scenario(
         agent_bin.to_path_buf(),
         ns.to_string(),
     );
-    match args.backend {
-        BackendArg::Cuda => kubelet.set_node_env(node, "GPUVAL_BACKEND", "cuda"),
-        BackendArg::Sim => kubelet.set_node_env(node, "GPUVAL_SIMULATE", &args.simulate),
+    for (i, share) in shares.iter().enumerate() {
+        node_env(&kubelet, args, share, i as u32)?;
     }
-    for name in &args.pass_env {
-        if let Some(v) = std::env::var_os(name) {
-            kubelet.set_node_env(node, name, &v.to_string_lossy());
-        }
-    }
+    let names: Vec<String> = shares.iter().map(|s| s.name.clone()).collect();
     let _binder = if args.scheduler {
         None
     } else {
@@ -403,7 +492,7 @@ async fn scenario(
         Some(Abort(tokio::spawn(bind_pods(
             client.clone(),
             ns.to_string(),
-            node.to_string(),
+            names.clone(),
         ))))
     };
 
@@ -491,7 +580,7 @@ async fn scenario(
         return Err(summary);
     }
 
-    let mut lines = summarise(&gv, &results, host, args, node, to_verdict);
+    let mut lines = summarise(&gv, &results, host, args, &names.join(", "), to_verdict);
     let mut ok = true;
     let phase = gv.status.as_ref().and_then(|s| s.phase);
     let want = match args.expect {
@@ -504,12 +593,24 @@ async fn scenario(
         "{} outcome: phase {phase:?}, expected {want:?}",
         pass_fail(phase_ok)
     ));
-    let checks = match args.expect {
-        Expect::Passed => check_passed(&gv, &results, node, host.count, args.backend),
-        Expect::Failed => check_fault(
+    let checks = match (args.expect, args.expect_node) {
+        (Expect::Passed, _) => {
+            let mut all: Vec<(bool, String)> = shares
+                .iter()
+                .flat_map(|s| check_passed(&gv, &results, &s.name, s.gpus.len(), args.backend))
+                .collect();
+            if validation_doc["spec"]["fabric"].is_object() {
+                all.extend(check_fabric_passed(&gv, shares.len()));
+            }
+            all
+        }
+        (Expect::Failed, Some(i)) => {
+            check_fabric_fault(&gv, &names, i as usize, args.expect_reason.as_deref())
+        }
+        (Expect::Failed, None) => check_fault(
             &gv,
             &results,
-            node,
+            &shares[0].name,
             gpu_set.unwrap_or(&GpuSet::All),
             args.expect_reason.as_deref(),
             host.count,
@@ -531,6 +632,39 @@ async fn scenario(
     print!("{text}");
     write_file(&args.out.join("summary.txt"), &text);
     Ok(ok)
+}
+
+/// The environment the fake kubelet gives the agent of `share` (node `index`): the backend, the
+/// passed-on variables, its GPU share when the host is split, and `--node-env` faults.
+fn node_env(kubelet: &FakeKubelet, args: &Args, share: &Share, index: u32) -> Result<(), String> {
+    let node = share.name.as_str();
+    match args.backend {
+        BackendArg::Cuda => kubelet.set_node_env(node, "GPUVAL_BACKEND", "cuda"),
+        BackendArg::Sim if args.split > 1 => kubelet.set_node_env(
+            node,
+            "GPUVAL_SIMULATE",
+            &simulate_with_gpus(&args.simulate, share.gpus.len()),
+        ),
+        BackendArg::Sim => kubelet.set_node_env(node, "GPUVAL_SIMULATE", &args.simulate),
+    }
+    for name in &args.pass_env {
+        if let Some(v) = std::env::var_os(name) {
+            kubelet.set_node_env(node, name, &v.to_string_lossy());
+        }
+    }
+    if args.split > 1 {
+        // NVML's indices are in PCI bus order; CUDA's default order is fastest first.
+        let list: Vec<String> = share.gpus.iter().map(usize::to_string).collect();
+        kubelet.set_node_env(node, "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+        kubelet.set_node_env(node, "CUDA_VISIBLE_DEVICES", &list.join(","));
+    }
+    for e in &args.node_env {
+        let (i, k, v) = parse_node_env(e, args.split)?;
+        if i == index {
+            kubelet.set_node_env(node, &k, &v);
+        }
+    }
+    Ok(())
 }
 
 /// Waits until the fake kubelet runs no agent process, up to `within`; returns those still running.
@@ -951,7 +1085,7 @@ fn pinned_nodes(pod: &Pod) -> Vec<String> {
 /// stands in for kube-scheduler, which is not carried to the GPU machine (size): the operator
 /// pins each agent pod to its node with node affinity, so the scheduler's only choice is that
 /// node anyway.
-async fn bind_pods(client: Client, ns: String, node: String) {
+async fn bind_pods(client: Client, ns: String, nodes: Vec<String>) {
     let pods: Api<Pod> = Api::namespaced(client, &ns);
     let selector = format!(
         "{}={}",
@@ -981,9 +1115,13 @@ async fn bind_pods(client: Client, ns: String, node: String) {
             continue;
         }
         let targets = pinned_nodes(&pod);
-        if !targets.is_empty() && !targets.contains(&node) {
+        let Some(node) = (if targets.is_empty() {
+            nodes.first()
+        } else {
+            nodes.iter().find(|n| targets.contains(n))
+        }) else {
             continue;
-        }
+        };
         let name = pod.name_any();
         let binding = json!({
             "apiVersion": "v1",
@@ -1407,6 +1545,19 @@ fn summarise(
     if let Some(sel) = &s.selection {
         out.push(format!("  selection: {sel}"));
     }
+    if let Some(f) = &s.fabric {
+        out.push(format!(
+            "  fabric: {:?}, {} node(s), {} round(s), all-node bus {} GB/s, lowest TCP {} Gb/s, named {:?}, suspects {:?}: {}",
+            f.phase,
+            f.nodes,
+            f.rounds,
+            fmt_opt(f.bus_bandwidth_gbps, 2),
+            fmt_opt(f.tcp_min_gbps, 1),
+            f.failed_nodes,
+            f.suspects,
+            f.message.as_deref().unwrap_or("-")
+        ));
+    }
     for n in &s.nodes {
         out.push(format!(
             "  node {}: {:?}, {} GPU(s), result {}{}",
@@ -1442,7 +1593,7 @@ fn summarise(
                 if t.reasons.is_empty() {
                     String::new()
                 } else {
-                    format!(" ({})", t.reasons.join("; "))
+                    format!(" ({})", gpuval_crds::reason::messages(&t.reasons))
                 }
             ));
         }
@@ -1559,6 +1710,73 @@ fn check_passed(
     checks
 }
 
+/// Checks of a fabric run expected to pass: the fabric line Passed over every node.
+fn check_fabric_passed(gv: &GpuValidation, nodes: usize) -> Vec<(bool, String)> {
+    let f = gv.status.as_ref().and_then(|s| s.fabric.as_ref());
+    vec![(
+        f.is_some_and(|f| {
+            f.phase == FabricPhase::Passed && f.nodes as usize == nodes && f.failed_nodes.is_empty()
+        }),
+        format!(
+            "fabric Passed over all {nodes} node(s), none named (got {:?}, {:?} nodes, bus {:?} GB/s, TCP {:?} Gb/s: {:?})",
+            f.map(|f| f.phase),
+            f.map(|f| f.nodes),
+            f.and_then(|f| f.bus_bandwidth_gbps),
+            f.and_then(|f| f.tcp_min_gbps),
+            f.and_then(|f| f.message.as_deref())
+        ),
+    )]
+}
+
+/// Checks of a fabric run with a fault planted on node `bad`: that node, and no other, named
+/// at fault in the fabric line and Failed in the node lines, with the reason.
+fn check_fabric_fault(
+    gv: &GpuValidation,
+    nodes: &[String],
+    bad: usize,
+    reason: Option<&str>,
+) -> Vec<(bool, String)> {
+    let s = gv.status.clone().unwrap_or_default();
+    let f = s.fabric.as_ref();
+    let named = f.map(|f| f.failed_nodes.clone()).unwrap_or_default();
+    let mut checks = vec![(
+        named == [nodes[bad].clone()],
+        format!(
+            "the fabric names {} and no other (named {named:?}; suspects {:?}: {:?})",
+            nodes[bad],
+            f.map(|f| &f.suspects),
+            f.and_then(|f| f.message.as_deref())
+        ),
+    )];
+    for (i, node) in nodes.iter().enumerate() {
+        let line = s.nodes.iter().find(|n| &n.name == node);
+        let msg = line.and_then(|n| n.message.as_deref()).unwrap_or("");
+        if i == bad {
+            checks.push((
+                line.is_some_and(|n| n.verdict == NodeVerdict::Failed)
+                    && msg.contains("fabric")
+                    && reason.is_none_or(|r| msg.contains(r)),
+                format!(
+                    "node {node} Failed with a fabric reason{} (got {:?}: {msg:?})",
+                    reason
+                        .map(|r| format!(" containing {r:?}"))
+                        .unwrap_or_default(),
+                    line.map(|n| n.verdict)
+                ),
+            ));
+        } else {
+            checks.push((
+                line.is_none_or(|n| n.verdict != NodeVerdict::Failed),
+                format!(
+                    "node {node} not Failed (got {:?}: {msg:?})",
+                    line.map(|n| n.verdict)
+                ),
+            ));
+        }
+    }
+    checks
+}
+
 /// Checks of a run with a planted fault: Failed, Stalled naming the node and the (first) GPU,
 /// the node's line Failed with the reason, and in its GpuNodeResult exactly the expected GPUs
 /// failing with the reason, the others not.
@@ -1607,7 +1825,7 @@ fn check_fault(
     for g in rep.map(|r| r.gpus.as_slice()).unwrap_or_default() {
         let name = format!("GPU{}", g.index);
         if gpu_set.contains(g.index) {
-            let why: Vec<&String> = g
+            let why: Vec<&gpuval_crds::Reason> = g
                 .reasons
                 .iter()
                 .filter(|x| x.contains(&name) && reason.is_none_or(|r| x.contains(r)))
@@ -1647,6 +1865,33 @@ mod tests {
             label_value("NVIDIA H200 (simulated)"),
             "NVIDIA-H200--simulated"
         );
+    }
+
+    #[test]
+    fn a_split_host_deals_its_gpus_out_evenly() {
+        let one = shares("h", 2, 1).unwrap();
+        assert_eq!(
+            one,
+            vec![Share {
+                name: "h".into(),
+                gpus: vec![0, 1]
+            }]
+        );
+        let two = shares("h", 8, 2).unwrap();
+        assert_eq!(two[1].name, "h-1");
+        assert_eq!(two[1].gpus, vec![4, 5, 6, 7]);
+        assert!(shares("h", 3, 2).is_err());
+        assert_eq!(
+            parse_node_env("1:NCCL_SOCKET_IFNAME=x=y", 2).unwrap(),
+            (1, "NCCL_SOCKET_IFNAME".into(), "x=y".into())
+        );
+        assert!(parse_node_env("2:A=b", 2).is_err());
+        assert!(parse_node_env("1:A", 2).is_err());
+        assert_eq!(
+            simulate_with_gpus("gpus=4,model=H200", 2),
+            "gpus=2,model=H200"
+        );
+        assert_eq!(simulate_with_gpus("model=H200", 1), "gpus=1,model=H200");
     }
 
     #[test]

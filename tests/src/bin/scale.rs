@@ -212,7 +212,9 @@ fn proc_stat(pid: u32) -> ProcStat {
 /// The operator's answer to `GET path` on `port` (None: no 200 answer).
 async fn http_get(port: u16, path: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
     s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
         .await
         .ok()?;
@@ -240,7 +242,10 @@ async fn wait_for_figures(port: u16, nodes: usize, limit: Duration) -> Option<Du
     let t = Instant::now();
     let want = format!("gpuval_fleet_nodes{{}} {nodes}.0");
     while t.elapsed() < limit {
-        if http_get(port, "/metrics").await.is_some_and(|m| m.contains(&want)) {
+        if http_get(port, "/metrics")
+            .await
+            .is_some_and(|m| m.contains(&want))
+        {
             return Some(t.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

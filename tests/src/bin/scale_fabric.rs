@@ -160,6 +160,7 @@ fn driver(n: usize) -> Result<Driver, Error> {
                     verdict: Verdict::Pass,
                     summary: String::new(),
                     fabric: Vec::new(),
+                    facts: Default::default(),
                 })
                 .collect(),
             rounds: Vec::new(),

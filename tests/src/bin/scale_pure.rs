@@ -21,9 +21,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gpuval_crds::{GpuValidation, GpuValidationSpec, Phase, Verdict};
+use gpuval_crds::{Action, GpuValidation, GpuValidationSpec, Phase, Verdict};
 use gpuval_operator::reconcile::{
-    News, PodPhase, PodView, ResultView, RunNodes, Step, World, next, next_on_news,
+    News, PodPhase, PodView, ResultFacts, ResultView, RunNodes, Step, World, next, next_on_news,
 };
 use gpuval_operator::selection::{SelectedNode, Selection};
 use k8s_openapi::jiff::Timestamp;
@@ -89,7 +89,7 @@ fn node_name(i: usize) -> String {
 /// Node `i`'s result: two in a hundred fail with a summary like a real report's.
 fn result(i: usize) -> ResultView {
     let node = node_name(i);
-    let (verdict, summary) = if i % 50 == 7 {
+    let (verdict, summary, facts) = if i % 50 == 7 {
         let gpu = i % 8;
         (
             Verdict::Fail,
@@ -97,9 +97,14 @@ fn result(i: usize) -> ResultView {
                 "GPU{gpu} memory: 12 mismatched words at 0x7f3a00000000; GPU{gpu} compute: \
                  1.9 TFLOP/s below the 0.9 × expected floor"
             ),
+            ResultFacts {
+                codes: "MemoryMismatch,ComputeSlow".to_string(),
+                action: Action::ReplaceHardware,
+                versions: Default::default(),
+            },
         )
     } else {
-        (Verdict::Pass, String::new())
+        (Verdict::Pass, String::new(), ResultFacts::default())
     };
     ResultView {
         name: format!("bench-{node}"),
@@ -108,6 +113,7 @@ fn result(i: usize) -> ResultView {
         verdict,
         summary,
         fabric: Vec::new(),
+        facts,
     }
 }
 

@@ -108,6 +108,28 @@ fn bounds() -> Vec<Bad> {
         field("memory", "passes", json!(3_000_000_000_i64)),
         "spec.checks.memory.passes",
     ));
+    let power = "spec.checks.compute.minPowerFraction";
+    out.push(one(
+        "power-fraction-above-one",
+        field("compute", "minPowerFraction", json!(1.5)),
+        power,
+    ));
+    let slowdown = "spec.checks.compute.maxSlowdownFraction";
+    out.push(one(
+        "slowdown-fraction-negative",
+        field("compute", "maxSlowdownFraction", json!(-0.01)),
+        slowdown,
+    ));
+    let pcie = |name: &str, v: i64| field("hostTransfer", "pcie", json!({name: v}));
+    for (name, below, above) in [
+        ("expectGen", 0, 8),
+        ("expectWidth", 0, 33),
+        ("maxReplays", -1, 1_000_000_001),
+    ] {
+        let path = format!("spec.checks.hostTransfer.pcie.{name}");
+        out.push(one(format!("pcie-{name}-below"), pcie(name, below), &path));
+        out.push(one(format!("pcie-{name}-above"), pcie(name, above), path));
+    }
     let matrix = "spec.checks.compute.matrixSize";
     out.push(one(
         "matrix-not-multiple",
@@ -173,6 +195,16 @@ fn durations() -> Vec<Bad> {
         one("resample-too-short", resample("999ms"), rs),
         one("resample-too-long", resample("1h1s"), rs),
         one("resample-zero", resample("0s"), rs),
+        one(
+            "pulse-period-too-short",
+            field("compute", "pulse", json!({"period": "99ms"})),
+            "spec.checks.compute.pulse.period",
+        ),
+        one(
+            "pulse-too-short",
+            field("compute", "pulse", json!({"duration": "9s"})),
+            "spec.checks.compute.pulse.duration",
+        ),
     ]
 }
 
@@ -269,6 +301,16 @@ fn enums() -> Vec<Bad> {
             "spec.checks.compute.dtypes[0]",
         ),
         bad(
+            "unknown-memory-pattern",
+            field("memory", "patterns", json!(["walkingOnes"])),
+            "spec.checks.memory.patterns[0]",
+        ),
+        one(
+            "duplicate-memory-pattern",
+            field("memory", "patterns", json!(["random", "random"])),
+            "spec.checks.memory.patterns[1]",
+        ),
+        bad(
             "unknown-profile",
             json!({"checks": memory(), "thresholds": {"profile": "B300"}}),
             "spec.thresholds.profile",
@@ -277,6 +319,36 @@ fn enums() -> Vec<Bad> {
             "unknown-node-action",
             json!({"checks": memory(), "onFailure": {"action": "Reboot"}}),
             "spec.onFailure.action",
+        ),
+        bad(
+            "unknown-reason-code",
+            json!({"checks": memory(), "severityOverrides": [{"code": "RowsRemaped", "severity": "Fail"}]}),
+            "spec.severityOverrides[0].code",
+        ),
+        bad(
+            "override-of-an-error-code",
+            json!({"checks": memory(), "severityOverrides": [{"code": "MeasurementMissing", "severity": "Info"}]}),
+            "spec.severityOverrides[0].code",
+        ),
+        bad(
+            "override-to-error",
+            json!({"checks": memory(), "severityOverrides": [{"code": "RowsRemapped", "severity": "Error"}]}),
+            "spec.severityOverrides[0].severity",
+        ),
+        bad(
+            "unknown-ecc-mode",
+            json!({"checks": memory(), "expect": {"eccMode": "Yes"}}),
+            "spec.expect.eccMode",
+        ),
+        one(
+            "bus-id-without-function",
+            json!({"checks": memory(), "expect": {"pciBusIds": ["18:00"]}}),
+            "spec.expect.pciBusIds[0]",
+        ),
+        one(
+            "gpu-count-zero",
+            json!({"checks": memory(), "expect": {"gpuCount": 0}}),
+            "spec.expect.gpuCount",
         ),
     ]
 }
@@ -311,6 +383,20 @@ fn cross_field() -> Vec<Bad> {
                 json!({"minUnidirectionalGbps": 300, "minBidirectionalGbps": 200}),
             ),
             "spec.checks.p2p.minBidirectionalGbps",
+        ),
+        one(
+            "default-deadline-shorter-than-burn-and-pulse",
+            json!({"checks": {"compute": {"duration": "40m", "pulse": {"duration": "20m"}}}}),
+            "spec.deadline",
+        ),
+        one(
+            "pulse-period-longer-than-the-pulse",
+            field(
+                "compute",
+                "pulse",
+                json!({"period": "20s", "duration": "10s"}),
+            ),
+            "spec.checks.compute.pulse.period",
         ),
         one(
             "host-transfer-nothing-to-measure",
@@ -595,11 +681,14 @@ pub fn valid() -> Vec<(&'static str, Value)> {
             json!({
                 "checks": {
                     "topology": {"minActiveLinks": 0, "resampleInterval": "1s"},
-                    "memory": {"fraction": 0.000001, "passes": 1, "maxMismatches": 0, "minGbps": 1},
+                    "memory": {"fraction": 0.000001, "passes": 1, "maxMismatches": 0, "minGbps": 1, "patterns": ["address"]},
                     "compute": {"duration": "10s", "dtypes": ["bf16"], "matrixSize": 256,
-                                "minTflops": {"bf16": 1, "fp16": 1, "tf32": 1, "fp32": 1}},
+                                "minTflops": {"bf16": 1, "fp16": 1, "tf32": 1, "fp32": 1},
+                                "minPowerFraction": 0, "maxSlowdownFraction": 0,
+                                "pulse": {"period": "100ms", "duration": "10s"}},
                     "p2p": {"bufferMib": 1, "iterations": 1, "minUnidirectionalGbps": 1, "minBidirectionalGbps": 1, "maxLatencyMicros": 1},
-                    "hostTransfer": {"bufferMib": 1, "minPinnedGbps": 1, "pinned": true, "pageable": false},
+                    "hostTransfer": {"bufferMib": 1, "minPinnedGbps": 1, "pinned": true, "pageable": false,
+                                     "pcie": {"maxReplays": 0, "maxCorrectableErrors": 0, "maxUncorrectableErrors": 0, "expectGen": 1, "expectWidth": 1}},
                     "io": {"fileSizeMib": 1, "files": 1, "concurrency": 1, "minWriteMbps": 1, "minReadMbps": 1},
                 },
                 "thresholds": {"relativeTolerancePercent": 1},
@@ -611,11 +700,15 @@ pub fn valid() -> Vec<(&'static str, Value)> {
             json!({
                 "checks": {
                     "topology": {"minActiveLinks": 64, "resampleInterval": "1h"},
-                    "memory": {"fraction": 1, "passes": 1000, "maxMismatches": 9_007_199_254_740_991_i64, "minGbps": 100_000},
+                    "memory": {"fraction": 1, "passes": 1000, "maxMismatches": 9_007_199_254_740_991_i64, "minGbps": 100_000,
+                               "patterns": ["address", "movingInversions", "random"]},
                     "compute": {"duration": "168h", "dtypes": ["bf16", "fp16", "tf32", "fp32"], "matrixSize": 32768,
-                                "minTflops": {"bf16": 100_000, "fp16": 100_000, "tf32": 100_000, "fp32": 100_000}},
+                                "minTflops": {"bf16": 100_000, "fp16": 100_000, "tf32": 100_000, "fp32": 100_000},
+                                "minPowerFraction": 1, "maxSlowdownFraction": 1,
+                                "pulse": {"period": "60s", "duration": "168h"}},
                     "p2p": {"bufferMib": 16384, "iterations": 10000, "minUnidirectionalGbps": 100_000, "minBidirectionalGbps": 100_000, "maxLatencyMicros": 1_000_000},
-                    "hostTransfer": {"bufferMib": 65536, "minPinnedGbps": 10000},
+                    "hostTransfer": {"bufferMib": 65536, "minPinnedGbps": 10000,
+                                     "pcie": {"maxReplays": 1_000_000_000, "maxCorrectableErrors": 1_000_000_000, "maxUncorrectableErrors": 1_000_000_000, "expectGen": 7, "expectWidth": 32}},
                     "io": {"fileSizeMib": 1_048_576, "files": 10000, "concurrency": 256, "minWriteMbps": 1_000_000, "minReadMbps": 1_000_000, "duringCompute": true},
                 },
                 "thresholds": {"relativeTolerancePercent": 90},

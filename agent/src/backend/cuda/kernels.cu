@@ -38,10 +38,22 @@ extern "C" __global__ void gv_fill(uint4* buf, u64 nvec, u32 seed, u32 inv) {
     }
 }
 
+// Which bits of a wrong word flipped: bits[2*b] counts bit b read as 1 where 0 was written,
+// bits[2*b+1] bit b read as 0 where 1 was written (64 counters).
+__device__ __forceinline__ void tally_bits(u32 got, u32 want, u64* bits) {
+    u32 diff = got ^ want;
+    while (diff) {
+        int b = __ffs(diff) - 1;
+        diff &= diff - 1;
+        atomicAdd(&bits[2 * b + (((got >> b) & 1u) ? 0 : 1)], 1ull);
+    }
+}
+
 // counters[0]: mismatched 32-bit words; counters[1]: log slots claimed.
 // log[2*s] = word index, log[2*s+1] = (expected << 32) | actual.
-__device__ __forceinline__ u64 check_word(u32 got, u32 want, u64 word, u64* counters, u64* log, u32 max_log) {
+__device__ __forceinline__ u64 check_word(u32 got, u32 want, u64 word, u64* counters, u64* log, u32 max_log, u64* bits) {
     if (got == want) return 0;
+    tally_bits(got, want, bits);
     u64 slot = atomicAdd(&counters[1], 1ull);
     if (slot < max_log) {
         log[2 * slot] = word;
@@ -50,8 +62,17 @@ __device__ __forceinline__ u64 check_word(u32 got, u32 want, u64 word, u64* coun
     return 1;
 }
 
+// All four words of a vector checked against theirs; returns the wrong ones.
+__device__ __forceinline__ u64 check_vec(uint4 got, uint4 w, u64 i, u64* counters, u64* log, u32 max_log, u64* bits) {
+    if (got.x == w.x && got.y == w.y && got.z == w.z && got.w == w.w) return 0;
+    return check_word(got.x, w.x, 4 * i + 0, counters, log, max_log, bits)
+         + check_word(got.y, w.y, 4 * i + 1, counters, log, max_log, bits)
+         + check_word(got.z, w.z, 4 * i + 2, counters, log, max_log, bits)
+         + check_word(got.w, w.w, 4 * i + 3, counters, log, max_log, bits);
+}
+
 extern "C" __global__ void gv_verify(const uint4* buf, u64 nvec, u32 seed, u32 inv,
-                                     u64* counters, u64* log, u32 max_log) {
+                                     u64* counters, u64* log, u32 max_log, u64* bits) {
     const u64 stride = (u64)gridDim.x * blockDim.x;
     u64 bad = 0;
     for (u64 base = (u64)blockIdx.x * blockDim.x + threadIdx.x; base < nvec; base += stride * UNROLL) {
@@ -65,14 +86,83 @@ extern "C" __global__ void gv_verify(const uint4* buf, u64 nvec, u32 seed, u32 i
         for (int k = 0; k < UNROLL; k++) {
             u64 i = base + k * stride;
             if (i >= nvec) continue;
-            uint4 w = pattern(i, seed, inv);
-            if (got[k].x != w.x || got[k].y != w.y || got[k].z != w.z || got[k].w != w.w) {
-                bad += check_word(got[k].x, w.x, 4 * i + 0, counters, log, max_log);
-                bad += check_word(got[k].y, w.y, 4 * i + 1, counters, log, max_log);
-                bad += check_word(got[k].z, w.z, 4 * i + 2, counters, log, max_log);
-                bad += check_word(got[k].w, w.w, 4 * i + 3, counters, log, max_log);
-            }
+            bad += check_vec(got[k], pattern(i, seed, inv), i, counters, log, max_log, bits);
         }
+    }
+    if (bad) atomicAdd(&counters[0], bad);
+}
+
+// --- memtest patterns ------------------------------------------------------------------------
+
+// Every 32-bit word set to p (the start of a moving-inversions pattern).
+extern "C" __global__ void gv_fill_const(uint4* buf, u64 nvec, u32 p) {
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const uint4 v = make_uint4(p, p, p, p);
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nvec; i += stride) __stcs(buf + i, v);
+}
+
+// One sweep of moving inversions: every word must read `want` and is then written `next`. The
+// threads walk the buffer upward, or downward with `down` set (the order memtest uses for its
+// second sweep, so that a write that disturbs a neighbour is read back in both directions).
+extern "C" __global__ void gv_invert(uint4* buf, u64 nvec, u32 want, u32 next, u32 down,
+                                     u64* counters, u64* log, u32 max_log, u64* bits) {
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const uint4 w = make_uint4(want, want, want, want);
+    const uint4 n = make_uint4(next, next, next, next);
+    u64 bad = 0;
+    for (u64 base = (u64)blockIdx.x * blockDim.x + threadIdx.x; base < nvec; base += stride * UNROLL) {
+        uint4 got[UNROLL];
+        #pragma unroll
+        for (int k = 0; k < UNROLL; k++) {
+            u64 j = base + k * stride;
+            u64 i = down ? nvec - 1 - j : j;
+            if (j < nvec) got[k] = __ldcs(buf + i);
+        }
+        #pragma unroll
+        for (int k = 0; k < UNROLL; k++) {
+            u64 j = base + k * stride;
+            if (j >= nvec) continue;
+            u64 i = down ? nvec - 1 - j : j;
+            bad += check_vec(got[k], w, i, counters, log, max_log, bits);
+            __stcs(buf + i, n);
+        }
+    }
+    if (bad) atomicAdd(&counters[0], bad);
+}
+
+// A random number sequence: each thread runs its own xorshift stream from a seed mixed with its
+// index, over the vectors it owns (fill and verify must be launched with the same grid).
+__device__ __forceinline__ u32 stream_start(u32 seed, u64 t) {
+    u32 s = mix32((u32)t * 0x9e3779b1u ^ mix32(seed + (u32)(t >> 32)));
+    return s ? s : 0x6d2b79f5u;
+}
+__device__ __forceinline__ u32 xorshift32(u32& s) {
+    s ^= s << 13; s ^= s >> 17; s ^= s << 5;
+    return s;
+}
+__device__ __forceinline__ uint4 next_random(u32& s, u32 inv) {
+    uint4 v;
+    v.x = xorshift32(s) ^ inv; v.y = xorshift32(s) ^ inv;
+    v.z = xorshift32(s) ^ inv; v.w = xorshift32(s) ^ inv;
+    return v;
+}
+
+extern "C" __global__ void gv_random_fill(uint4* buf, u64 nvec, u32 seed, u32 inv) {
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u32 s = stream_start(seed, t);
+    for (u64 i = t; i < nvec; i += stride) __stcs(buf + i, next_random(s, inv));
+}
+
+extern "C" __global__ void gv_random_verify(const uint4* buf, u64 nvec, u32 seed, u32 inv,
+                                            u64* counters, u64* log, u32 max_log, u64* bits) {
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u32 s = stream_start(seed, t);
+    u64 bad = 0;
+    for (u64 i = t; i < nvec; i += stride) {
+        uint4 got = __ldcs(buf + i);
+        bad += check_vec(got, next_random(s, inv), i, counters, log, max_log, bits);
     }
     if (bad) atomicAdd(&counters[0], bad);
 }

@@ -145,12 +145,18 @@ impl Platform for CudaBackend {
         BackendKind::Cuda
     }
 
+    /// The GPUs CUDA can see (CUDA_VISIBLE_DEVICES, or a container's device list): a pod given
+    /// two of eight GPUs checks those two, though NVML on the host lists all eight.
     fn inventory(&self) -> Result<Inventory, BackendError> {
-        self.nvml.inventory()
+        let mut inv = self.nvml.inventory()?;
+        inv.gpus.retain(|g| self.ordinals.contains_key(&g.index));
+        Ok(inv)
     }
 
     fn topology(&self) -> Result<TopologySnapshot, BackendError> {
-        self.nvml.topology()
+        Ok(visible_only(self.nvml.topology()?, |i| {
+            self.ordinals.contains_key(&i)
+        }))
     }
 
     fn nvlink_errors(&self, gpu: u32) -> Result<Vec<LinkErrors>, BackendError> {
@@ -170,9 +176,56 @@ impl Platform for CudaBackend {
     }
 }
 
+/// The topology of the GPUs `visible` keeps, the common-ancestor matrix cut to match.
+fn visible_only(topo: TopologySnapshot, visible: impl Fn(u32) -> bool) -> TopologySnapshot {
+    let TopologySnapshot { gpus, ancestors } = topo;
+    let keep: Vec<bool> = gpus.iter().map(|g| visible(g.index)).collect();
+    let cut = |row: Vec<Option<String>>| -> Vec<Option<String>> {
+        row.into_iter()
+            .zip(&keep)
+            .filter_map(|(v, k)| k.then_some(v))
+            .collect()
+    };
+    TopologySnapshot {
+        ancestors: ancestors
+            .into_iter()
+            .zip(&keep)
+            .filter_map(|(row, k)| k.then(|| cut(row)))
+            .collect(),
+        gpus: gpus.into_iter().filter(|g| visible(g.index)).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn topology_is_cut_to_the_visible_gpus() {
+        let gpu = |index| super::super::TopoGpu {
+            index,
+            pci_bus_id: String::new(),
+            cpu_affinity: Vec::new(),
+            numa_nodes: Vec::new(),
+            links: Vec::new(),
+        };
+        let cell = |i: u32, j: u32| (i != j).then(|| format!("{i}{j}"));
+        let topo = TopologySnapshot {
+            gpus: (0..3).map(gpu).collect(),
+            ancestors: (0..3)
+                .map(|i| (0..3).map(|j| cell(i, j)).collect())
+                .collect(),
+        };
+        let cut = visible_only(topo, |i| i != 1);
+        assert_eq!(
+            cut.gpus.iter().map(|g| g.index).collect::<Vec<_>>(),
+            vec![0, 2]
+        );
+        assert_eq!(
+            cut.ancestors,
+            vec![vec![None, Some("02".into())], vec![Some("20".into()), None]]
+        );
+    }
 
     #[test]
     fn uuid_formatting_matches_nvml() {

@@ -6,7 +6,7 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use gpuval_crds::{GpuHealth, SystemInfo};
+use gpuval_crds::{GpuHealth, RowHealth, SystemInfo};
 use nvml_wrapper::bitmasks::InitFlags;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
@@ -20,15 +20,17 @@ use nvml_wrapper::error::{NvmlError, nvml_try};
 use nvml_wrapper::struct_wrappers::event::EventData;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id::{
-    NVML_FI_DEV_REMAPPED_COR, NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_REMAPPED_PENDING,
-    NVML_FI_DEV_REMAPPED_UNC,
+    NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, NVML_FI_DEV_PCIE_COUNT_FATAL_ERROR,
+    NVML_FI_DEV_PCIE_COUNT_NON_FATAL_ERROR, NVML_FI_DEV_POWER_INSTANT, NVML_FI_DEV_REMAPPED_COR,
+    NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_REMAPPED_PENDING, NVML_FI_DEV_REMAPPED_UNC,
+    NVML_FI_DEV_RETIRED_DBE, NVML_FI_DEV_RETIRED_PENDING, NVML_FI_DEV_RETIRED_SBE,
 };
 use nvml_wrapper::{Device, EventSet, Nvml, cuda_driver_version_major, cuda_driver_version_minor};
 use tracing::debug;
 
 use crate::backend::{
-    BackendError, ErrorCounters, GpuInfo, Inventory, LinkErrors, LinkReading, TelemetrySample,
-    TopoGpu, TopologySnapshot, XidEvent,
+    BackendError, ErrorCounters, GpuInfo, Inventory, LinkErrors, LinkReading, PcieReading,
+    PowerReading, TelemetrySample, TopoGpu, TopologySnapshot, XidEvent,
 };
 use crate::pci::{normalize_bus_id, parse_ranges, set_bits};
 
@@ -193,6 +195,134 @@ impl NvmlHost {
         })
     }
 
+    /// The enforced and the default power limit, W (None where NVML does not give them).
+    pub fn power_limits(&self, gpu: u32) -> (Option<f64>, Option<f64>) {
+        let Ok(dev) = self.device(gpu) else {
+            return (None, None);
+        };
+        let watts = |what, r: Result<u32, NvmlError>| logged(what, r).map(milliwatts);
+        (
+            watts("enforced power limit", dev.enforced_power_limit()),
+            watts("default power limit", dev.power_management_limit_default()),
+        )
+    }
+
+    /// Power draw (NVML's averaged reading and, where the driver has it, the instantaneous one)
+    /// and the active throttle reasons: what the compute check samples during its burn. None
+    /// when the GPU cannot be opened.
+    pub fn power(&self, gpu: u32) -> Option<PowerReading> {
+        let dev = self.device(gpu).ok()?;
+        let instant = logged(
+            "instantaneous power",
+            dev.field_values_for(&[FieldId(NVML_FI_DEV_POWER_INSTANT)]),
+        )
+        .and_then(|v| v.into_iter().next())
+        .and_then(|s| s.and_then(|s| s.value).ok())
+        .and_then(sample_i64)
+        .filter(|mw| *mw > 0)
+        .map(|mw| mw as f64 / 1000.0);
+        Some(PowerReading {
+            average_w: logged("power draw", dev.power_usage()).map(milliwatts),
+            instant_w: instant,
+            throttle: logged("throttle reasons", dev.current_throttle_reasons())
+                .map(throttle_names)
+                .unwrap_or_default(),
+        })
+    }
+
+    /// The GPU's PCIe link now, what it and its slot allow, and its error counters (the replay
+    /// counter; the AER counters where the driver exposes them as field values).
+    pub fn pcie(&self, gpu: u32) -> Result<PcieReading, BackendError> {
+        let dev = self.device(gpu)?;
+        let read = |what, r| optional(gpu, what, r);
+        let [correctable, nonfatal, fatal] = self.fields(
+            gpu,
+            &dev,
+            "read PCIe error counters",
+            [
+                NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS,
+                NVML_FI_DEV_PCIE_COUNT_NON_FATAL_ERROR,
+                NVML_FI_DEV_PCIE_COUNT_FATAL_ERROR,
+            ],
+        )?;
+        let count = |v: Option<i64>| v.and_then(|n| u64::try_from(n).ok());
+        Ok(PcieReading {
+            link_gen: read("read PCIe link generation", dev.current_pcie_link_gen())?,
+            link_width: read("read PCIe link width", dev.current_pcie_link_width())?,
+            max_gen: read("read max PCIe link generation", dev.max_pcie_link_gen())?,
+            max_width: read("read max PCIe link width", dev.max_pcie_link_width())?,
+            gpu_max_gen: self.gpu_max_pcie_gen(gpu, &dev),
+            replays: read("read the PCIe replay counter", dev.pcie_replay_counter())?
+                .map(u64::from),
+            correctable: count(correctable),
+            nonfatal: count(nonfatal),
+            fatal: count(fatal),
+        })
+    }
+
+    /// Remapped rows (Ampere and later) and retired pages (before Ampere) now.
+    pub fn rows(&self, gpu: u32) -> Result<RowHealth, BackendError> {
+        let dev = self.device(gpu)?;
+        let [cor, unc, pending, failure] = remapped_rows(gpu, &dev)?;
+        let [sbe, dbe, retire_pending] = self.fields(
+            gpu,
+            &dev,
+            "read retired-page fields",
+            [
+                NVML_FI_DEV_RETIRED_SBE,
+                NVML_FI_DEV_RETIRED_DBE,
+                NVML_FI_DEV_RETIRED_PENDING,
+            ],
+        )?;
+        Ok(RowHealth {
+            remapped_correctable: cor,
+            remapped_uncorrectable: unc,
+            remap_pending: pending.map(|v| v != 0),
+            remap_failure: failure.map(|v| v != 0),
+            retired_single_bit: sbe,
+            retired_double_bit: dbe,
+            retire_pending: retire_pending.map(|v| v != 0),
+        })
+    }
+
+    /// Field values by id: None for each the driver does not give (or where it gives none).
+    fn fields<const N: usize>(
+        &self,
+        gpu: u32,
+        dev: &Device<'static>,
+        what: &str,
+        ids: [u32; N],
+    ) -> Result<[Option<i64>; N], BackendError> {
+        let mut out = [None; N];
+        let Some(samples) = optional(gpu, what, dev.field_values_for(&ids.map(FieldId)))? else {
+            return Ok(out);
+        };
+        for (slot, sample) in out.iter_mut().zip(samples) {
+            *slot = logged(what, sample.and_then(|s| s.value)).and_then(sample_i64);
+        }
+        Ok(out)
+    }
+
+    /// Raw `nvmlDeviceGetGpuMaxPcieLinkGeneration` (the GPU's own maximum, whatever the slot
+    /// allows; the wrapper does not have it).
+    fn gpu_max_pcie_gen(&self, gpu: u32, dev: &Device<'static>) -> Option<u32> {
+        let lib = self.nvml.lib();
+        if lib.nvmlDeviceGetGpuMaxPcieLinkGeneration.as_ref().is_err() {
+            return None;
+        }
+        let mut raw: u32 = 0;
+        // SAFETY: the symbol is present (checked above), the handle belongs to a device of the
+        // live (leaked) NVML session, and `raw` is a valid out-pointer for a c_uint.
+        let code = unsafe { lib.nvmlDeviceGetGpuMaxPcieLinkGeneration(dev.handle(), &mut raw) };
+        match nvml_try(code) {
+            Ok(()) => Some(raw).filter(|g| *g > 0),
+            Err(e) => {
+                debug!(gpu, error = %e, "NVML refused the GPU's own max PCIe generation");
+                None
+            }
+        }
+    }
+
     /// Binds the calling thread to the CPUs nearest the GPU (so pinned host memory it
     /// allocates lands on the GPU's NUMA node) and returns that node, where known. A host
     /// where NVML cannot set affinity (a container without the permission, say) just runs
@@ -268,6 +398,7 @@ impl NvmlHost {
                 .map(format_cuda_version),
             nvml_version: logged("NVML version", self.nvml.sys_nvml_version()),
             hostname: hostname(),
+            nccl_version: None,
         }
     }
 
@@ -557,7 +688,15 @@ fn health(gpu: u32, dev: &Device<'static>) -> Result<GpuHealth, BackendError> {
         pcie_max_gen: link("read max PCIe link generation", dev.max_pcie_link_gen())?,
         pcie_width: link("read PCIe link width", dev.current_pcie_link_width())?,
         pcie_max_width: link("read max PCIe link width", dev.max_pcie_link_width())?,
+        persistence_mode: optional(gpu, "read persistence mode", dev.is_in_persistent_mode())?,
+        mig_mode: optional(gpu, "read MIG mode", dev.mig_mode())?.map(|m| m.current != 0),
+        vbios_version: optional(gpu, "read VBIOS version", dev.vbios_version())?,
     })
+}
+
+/// NVML's milliwatts in watts.
+fn milliwatts(mw: u32) -> f64 {
+    f64::from(mw) / 1000.0
 }
 
 /// Field values 142–145: remapped rows correctable, uncorrectable, pending, failure.
@@ -732,6 +871,9 @@ mod tests {
             println!("GPU{gpu} {}", host.uuid(gpu).expect("uuid"));
             println!("  sample {:?}", host.sample(gpu).expect("sample"));
             println!("  ecc {:?}", host.error_counters(gpu).expect("ecc"));
+            println!("  power {:?} {:?}", host.power_limits(gpu), host.power(gpu));
+            println!("  pcie {:?}", host.pcie(gpu).expect("pcie"));
+            println!("  rows {:?}", host.rows(gpu).expect("rows"));
         }
         println!("xid {:?}", host.poll_xid(Duration::from_millis(300)));
         let snap = host.topology().expect("topology");

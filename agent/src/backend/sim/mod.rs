@@ -1,8 +1,12 @@
 //! Simulated backend (tests and demos only): a deterministic node of H100, H200 or A100 GPUs,
 //! with faults injected from a spec string such as
-//! `gpus=8,model=H200,fail=memory@2+compute@5,slow=compute@3:0.5+p2p@6:0.3,xid=1:79,linkdown=2:4,error=memory@1,timescale=0.01`
+//! `gpus=8,model=H200,fail=memory@2+compute@5,slow=compute@3:0.5+p2p@6:0.3,xid=1:79,linkdown=2:4,error=memory@1,throttle=4:HwSlowdown,replay=6:40,timescale=0.01`
 //! (checks: `memory`, `compute`, `p2p` (every pair of that GPU), `host` (host transfers),
-//! `nccl`, `training`).
+//! `nccl`, `training`). `fail=memory@2` flips one bit of GPU 2's words to 1 (stuck at 1);
+//! `throttle=4:HwSlowdown` slows GPU 4's clocks for most of its burn; `replay=6:40` adds 40 to
+//! GPU 6's PCIe replay counter during the run. `flaky=memory@2:0.5` is a `slow` that only the
+//! first measurement sees; `version=driver:535.104.05+vbios:96.00.89.00.01` sets what the node
+//! reports of its versions (`driver`, `vbios`, `cuda`, `nccl`; default `simulated`).
 //!
 //! Every figure is a pure function of the spec, the GPU and the request (telemetry also of how
 //! many samples were taken), so two runs with the same spec give the same report.
@@ -23,8 +27,15 @@ use super::{
 use crate::run_control::RunControl;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str =
-    "gpus, model, fail, slow, xid, linkdown, error, timescale, fabric, net, netfault";
+pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, throttle, replay, version, timescale, fabric, net, netfault";
+/// The throttle reasons `throttle=` may plant (NVML names without prefix).
+pub const THROTTLE_REASONS: [&str; 5] = [
+    "SwPowerCap",
+    "HwSlowdown",
+    "HwThermalSlowdown",
+    "HwPowerBrakeSlowdown",
+    "SwThermalSlowdown",
+];
 /// The most GPUs a simulated node may have.
 pub const MAX_GPUS: u32 = 64;
 /// The longest sleep between stop checks.
@@ -225,6 +236,9 @@ pub struct SimSpec {
     pub linkdown: Vec<(u32, u32)>,
     /// `error=memory@1`: that check cannot run on that GPU (a backend error).
     pub error: Vec<(SimCheck, u32)>,
+    /// `throttle=` and `replay=` (boxed: the spec travels inside `BackendChoice`, which
+    /// stays small).
+    pub health: Box<HealthFaults>,
     /// `timescale=0.01`: wall time spent per simulated second of burn (0: none).
     pub timescale: f64,
     /// `fabric=hang` / `fabric=shm`: the NCCL communicator never completes a collective, or
@@ -233,6 +247,21 @@ pub struct SimSpec {
     /// `net=<GB/s>`, `netfault=local|vanish`: this node's fabric between nodes (see
     /// [`crate::fabric::sim`]).
     pub net: crate::fabric::sim::SimNet,
+    /// `flaky=memory@2:0.5`: like `slow`, for the first measurement only (a second
+    /// measurement, [`SimBackend::second_measurement`], sees the healthy figure).
+    pub flaky: Vec<(SimCheck, u32, f64)>,
+    /// `version=driver:535.104.05+vbios:96.00.89.00.01`: the versions the node reports.
+    pub versions: Vec<(gpuval_crds::facts::Component, String)>,
+}
+
+/// Faults of the GPUs' health signals.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HealthFaults {
+    /// `throttle=4:HwSlowdown`: that throttle reason holds GPU 4's clocks down for most of its
+    /// burn (and shows in its telemetry).
+    pub throttle: Vec<(u32, String)>,
+    /// `replay=6:40`: GPU 6's PCIe replay counter grows by 40 during the run.
+    pub replay: Vec<(u32, u64)>,
 }
 
 /// A fault of the node's GPU fabric as NCCL sees it.
@@ -272,9 +301,12 @@ impl Default for SimSpec {
             xid: Vec::new(),
             linkdown: Vec::new(),
             error: Vec::new(),
+            health: Box::default(),
             timescale: 0.0,
             fabric: Vec::new(),
             net: Default::default(),
+            flaky: Vec::new(),
+            versions: Vec::new(),
         }
     }
 }
@@ -314,9 +346,16 @@ impl SimSpec {
             "model" => self.model = value.parse()?,
             "fail" => self.fail.extend(parse_list(value, parse_check_at)?),
             "slow" => self.slow.extend(parse_list(value, parse_slow)?),
+            "flaky" => self.flaky.extend(parse_list(value, parse_slow)?),
+            "version" => self.versions.extend(parse_list(value, parse_version)?),
             "xid" => self.xid.extend(parse_list(value, parse_xid)?),
             "linkdown" => self.linkdown.extend(parse_list(value, parse_linkdown)?),
             "error" => self.error.extend(parse_list(value, parse_check_at)?),
+            "throttle" => self
+                .health
+                .throttle
+                .extend(parse_list(value, parse_throttle)?),
+            "replay" => self.health.replay.extend(parse_list(value, parse_replay)?),
             "timescale" => self.timescale = parse_timescale(value)?,
             "fabric" => self
                 .fabric
@@ -349,11 +388,28 @@ impl SimSpec {
                     .iter()
                     .map(|(c, g, f)| (format!("slow={c}@{g}:{f}"), *g)),
             )
+            .chain(
+                self.flaky
+                    .iter()
+                    .map(|(c, g, f)| (format!("flaky={c}@{g}:{f}"), *g)),
+            )
             .chain(self.xid.iter().map(|(g, x)| (format!("xid={g}:{x}"), *g)))
             .chain(
                 self.linkdown
                     .iter()
                     .map(|(g, l)| (format!("linkdown={g}:{l}"), *g)),
+            )
+            .chain(
+                self.health
+                    .throttle
+                    .iter()
+                    .map(|(g, r)| (format!("throttle={g}:{r}"), *g)),
+            )
+            .chain(
+                self.health
+                    .replay
+                    .iter()
+                    .map(|(g, n)| (format!("replay={g}:{n}"), *g)),
             );
         for (part, gpu) in gpu_refs {
             if gpu >= self.gpus {
@@ -369,13 +425,23 @@ impl SimSpec {
         Ok(())
     }
 
-    /// The product of the `slow` factors for that check on that GPU.
+    /// The product of the `slow` (and `flaky`) factors for that check on that GPU.
     pub(crate) fn slowdown(&self, check: SimCheck, gpu: u32) -> f64 {
         self.slow
             .iter()
+            .chain(&self.flaky)
             .filter(|(c, g, _)| *c == check && *g == gpu)
             .map(|(_, _, f)| *f)
             .product()
+    }
+
+    /// The version the node reports of `c` (`simulated` unless `version=` sets it).
+    fn version(&self, c: gpuval_crds::facts::Component) -> String {
+        self.versions
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == c)
+            .map_or_else(|| "simulated".to_string(), |(_, v)| v.clone())
     }
 }
 
@@ -394,11 +460,19 @@ impl fmt::Display for SimSpec {
         list("fail", self.fail.iter().map(at).collect())?;
         let slow = self.slow.iter().map(|(c, g, x)| format!("{c}@{g}:{x}"));
         list("slow", slow.collect())?;
+        let flaky = self.flaky.iter().map(|(c, g, x)| format!("{c}@{g}:{x}"));
+        list("flaky", flaky.collect())?;
+        let versions = self.versions.iter().map(|(c, v)| format!("{c}:{v}"));
+        list("version", versions.collect())?;
         let xid = self.xid.iter().map(|(g, x)| format!("{g}:{x}"));
         list("xid", xid.collect())?;
         let linkdown = self.linkdown.iter().map(|(g, l)| format!("{g}:{l}"));
         list("linkdown", linkdown.collect())?;
         list("error", self.error.iter().map(at).collect())?;
+        let throttle = self.health.throttle.iter().map(|(g, r)| format!("{g}:{r}"));
+        list("throttle", throttle.collect())?;
+        let replay = self.health.replay.iter().map(|(g, n)| format!("{g}:{n}"));
+        list("replay", replay.collect())?;
         let fabric = self.fabric.iter().map(ToString::to_string);
         list("fabric", fabric.collect())?;
         f.write_str(&self.net.spec_parts())?;
@@ -446,6 +520,21 @@ fn parse_slow(value: &str) -> Result<(SimCheck, u32, f64), String> {
     Ok((check, gpu, factor))
 }
 
+/// `driver:535.104.05`.
+fn parse_version(value: &str) -> Result<(gpuval_crds::facts::Component, String), String> {
+    let (c, v) = value
+        .split_once(':')
+        .ok_or_else(|| format!("{value:?} is not COMPONENT:VERSION (like driver:535.104.05)"))?;
+    let component = gpuval_crds::facts::Component::ALL
+        .into_iter()
+        .find(|k| k.as_str() == c)
+        .ok_or_else(|| format!("unknown component {c:?}: use driver, vbios, cuda or nccl"))?;
+    if v.is_empty() || v.contains([',', '+', '=']) {
+        return Err(format!("version {v:?} must be non-empty, without , + or ="));
+    }
+    Ok((component, v.to_string()))
+}
+
 /// `1:79`.
 fn parse_xid(value: &str) -> Result<(u32, u64), String> {
     parse_on_gpu(value, "GPU:XID (like 1:79)", "an Xid code")
@@ -462,6 +551,27 @@ fn parse_on_gpu<T: FromStr>(value: &str, form: &str, what: &str) -> Result<(u32,
         .split_once(':')
         .ok_or_else(|| format!("{value:?} is not {form}"))?;
     Ok((parse_num(gpu, "a GPU index")?, parse_num(n, what)?))
+}
+
+/// `4:HwSlowdown`.
+fn parse_throttle(value: &str) -> Result<(u32, String), String> {
+    let (gpu, reason): (u32, String) =
+        parse_on_gpu(value, "GPU:REASON (like 4:HwSlowdown)", "a reason")?;
+    match THROTTLE_REASONS
+        .iter()
+        .find(|r| r.eq_ignore_ascii_case(&reason))
+    {
+        Some(r) => Ok((gpu, r.to_string())),
+        None => Err(format!(
+            "unknown throttle reason {reason:?}: use {}",
+            THROTTLE_REASONS.join(", ")
+        )),
+    }
+}
+
+/// `6:40`.
+fn parse_replay(value: &str) -> Result<(u32, u64), String> {
+    parse_on_gpu(value, "GPU:COUNT (like 6:40)", "a replay count")
 }
 
 fn parse_timescale(value: &str) -> Result<f64, String> {
@@ -499,6 +609,16 @@ impl SimBackend {
 
     pub fn spec(&self) -> &SimSpec {
         &self.spec
+    }
+
+    /// The node as a second measurement of a check sees it: the same, without its `flaky=`
+    /// slowdowns (and without Xids to hand out: the first backend still has those).
+    pub fn second_measurement(&self) -> SimBackend {
+        SimBackend::new(SimSpec {
+            flaky: Vec::new(),
+            xid: Vec::new(),
+            ..self.spec.clone()
+        })
     }
 
     /// The checks every simulated measurement makes first: the GPU exists, and no `error=`
@@ -561,6 +681,9 @@ impl SimBackend {
                 pcie_max_gen: Some(gen_),
                 pcie_width: Some(16),
                 pcie_max_width: Some(16),
+                persistence_mode: Some(true),
+                mig_mode: Some(false),
+                vbios_version: Some(self.spec.version(gpuval_crds::facts::Component::Vbios)),
             },
         }
     }
@@ -613,6 +736,18 @@ impl SimBackend {
         Some(name.to_string())
     }
 
+    /// The throttle reason planted on this GPU, active in its `n`-th sample (three samples in
+    /// five).
+    pub(crate) fn throttled(&self, gpu: u32, n: u64) -> Option<&str> {
+        self.spec
+            .health
+            .throttle
+            .iter()
+            .find(|(g, _)| *g == gpu)
+            .filter(|_| n % 5 < 3)
+            .map(|(_, r)| r.as_str())
+    }
+
     /// Wall time for `simulated` seconds of burn.
     pub(crate) fn scaled(&self, simulated: Duration) -> Duration {
         Duration::try_from_secs_f64(simulated.as_secs_f64() * self.spec.timescale)
@@ -631,13 +766,14 @@ impl Platform for SimBackend {
                 "the simulated node has gpus=0".to_string(),
             ));
         }
-        let simulated = Some("simulated".to_string());
+        use gpuval_crds::facts::Component;
         Ok(Inventory {
             system: SystemInfo {
-                driver_version: simulated.clone(),
-                cuda_driver_version: simulated.clone(),
-                nvml_version: simulated,
+                driver_version: Some(self.spec.version(Component::Driver)),
+                cuda_driver_version: Some(self.spec.version(Component::Cuda)),
+                nvml_version: Some("simulated".to_string()),
                 hostname: None,
+                nccl_version: Some(self.spec.version(Component::Nccl)),
             },
             gpus: (0..self.spec.gpus).map(|i| self.gpu_info(i)).collect(),
         })
@@ -670,7 +806,11 @@ impl Platform for SimBackend {
             .samples
             .get(gpu as usize)
             .map_or(0, |c| c.fetch_add(1, Ordering::Relaxed));
-        Ok(telemetry(self.spec.model, gpu, n))
+        let mut t = telemetry(self.spec.model, gpu, n);
+        if let Some(reason) = self.throttled(gpu, n) {
+            t.throttle_reasons.push(reason.to_string());
+        }
+        Ok(t)
     }
 
     fn error_counters(&self, gpu: u32) -> Result<ErrorCounters, BackendError> {
@@ -766,9 +906,11 @@ mod tests {
 
     #[test]
     fn parses_the_full_example() {
-        let s: SimSpec = "gpus=8,model=H200,fail=memory@2+compute@5,slow=compute@3:0.5,xid=1:79,linkdown=2:4,error=memory@1,timescale=0.01"
+        let s: SimSpec = "gpus=8,model=H200,fail=memory@2+compute@5,slow=compute@3:0.5,xid=1:79,linkdown=2:4,error=memory@1,throttle=4:hwslowdown,replay=6:40,timescale=0.01"
             .parse()
             .expect("valid");
+        assert_eq!(s.health.throttle, vec![(4, "HwSlowdown".to_string())]);
+        assert_eq!(s.health.replay, vec![(6, 40)]);
         assert_eq!(s.gpus, 8);
         assert_eq!(s.model, SimModel::H200);
         assert_eq!(s.fail, vec![(SimCheck::Memory, 2), (SimCheck::Compute, 5)]);
@@ -778,6 +920,34 @@ mod tests {
         assert_eq!(s.error, vec![(SimCheck::Memory, 1)]);
         assert_eq!(s.timescale, 0.01);
         assert_eq!(s.to_string().parse::<SimSpec>().expect("round trip"), s);
+    }
+
+    #[test]
+    fn flaky_faults_and_versions() {
+        let s: SimSpec = "gpus=2,flaky=memory@1:0.5,version=driver:535.104.05+vbios:96.00.89.00.01"
+            .parse()
+            .expect("valid");
+        assert_eq!(s.slowdown(SimCheck::Memory, 1), 0.5);
+        assert_eq!(s.to_string().parse::<SimSpec>().expect("round trip"), s);
+        let b = SimBackend::new(s);
+        let inv = b.inventory().expect("inventory");
+        assert_eq!(inv.system.driver_version.as_deref(), Some("535.104.05"));
+        assert_eq!(inv.system.cuda_driver_version.as_deref(), Some("simulated"));
+        assert_eq!(
+            inv.gpus[1].health.vbios_version.as_deref(),
+            Some("96.00.89.00.01")
+        );
+        let again = b.second_measurement();
+        assert_eq!(again.spec.slowdown(SimCheck::Memory, 1), 1.0);
+        assert_eq!(again.spec.versions, b.spec.versions);
+        for bad in [
+            "version=os:1",
+            "version=driver",
+            "version=driver:",
+            "gpus=2,flaky=memory@5:0.5",
+        ] {
+            assert!(bad.parse::<SimSpec>().is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -814,6 +984,11 @@ mod tests {
             ("fail=memory@9", "fail=memory@9"),
             ("gpus=2,xid=2:79", "xid=2:79"),
             ("error=compute@4,gpus=4", "error=compute@4"),
+            ("throttle=1:Sleepy", "throttle=1:Sleepy"),
+            ("throttle=1", "throttle=1"),
+            ("gpus=2,throttle=2:HwSlowdown", "throttle=2:HwSlowdown"),
+            ("replay=1:-3", "replay=1:-3"),
+            ("gpus=2,replay=3:1", "replay=3:1"),
         ];
         for (input, part) in cases {
             let err = input.parse::<SimSpec>().expect_err(input);

@@ -3,9 +3,14 @@
 //! GPU (a GPU that computes wrong fails, as in gpu-burn), a sampled check of the first slot
 //! against a CPU reference in f64, and an elementwise sin/exp kernel whose every run must match
 //! the first. GEMM throughput is device-timed per batch; two batches stay in flight.
+//!
+//! A thread beside the burn samples NVML power and throttle reasons ([`measure`]); the burn
+//! tells it which phase it is in. The pulse ([`Frame::pulse`]) runs GEMM batches for half of
+//! each period and idles for the other half, comparing the result slots after every load
+//! phase and against the CPU reference at the end.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys as blas_sys};
@@ -17,8 +22,10 @@ use cudarc::driver::{
 use gpuval_crds::Dtype;
 use half::{bf16, f16};
 
-use super::{ComputeOutcome, ComputeRequest, GemmOutcome, TranscendentalOutcome};
+use super::power::{self, Phase, PhaseCell, PowerOutcome, PulseOutcome, next_cycle_start};
+use super::{ComputeOutcome, ComputeRequest, GemmOutcome, PulseRequest, TranscendentalOutcome};
 use crate::backend::BackendError;
+use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::buffer::{grid_for, timed};
 use crate::backend::cuda::kernels::Kernels;
 use crate::run_control::RunControl;
@@ -29,6 +36,36 @@ const BATCH: usize = 8;
 const CHECK_EVERY: u64 = 4;
 const TRANS_ELEMS: u64 = 1 << 24;
 const TRANS_ROUNDS: u32 = 64;
+/// The longest sleep of the pulse's idle half between stop checks.
+const IDLE_STEP: Duration = Duration::from_millis(20);
+
+/// The check on one GPU: the burn (and pulse) with a thread beside it sampling power.
+pub(super) fn measure(
+    b: &CudaBackend,
+    gpu: u32,
+    req: &ComputeRequest,
+    ctl: &RunControl<'_>,
+) -> Result<ComputeOutcome, BackendError> {
+    let phase = &PhaseCell::default();
+    let (limit_w, default_limit_w) = b.nvml.power_limits(gpu);
+    let (done, finished) = mpsc::channel::<()>();
+    let (result, watched) = std::thread::scope(|s| {
+        let nvml = &b.nvml;
+        let sampler = s
+            .spawn(move || power::watch(power::SAMPLE_EVERY, phase, || nvml.power(gpu), &finished));
+        let result = b.on_gpu(gpu, |ctx, k| run(ctx, gpu, k, req, ctl, phase));
+        drop(done);
+        (result, sampler.join().unwrap_or_default())
+    });
+    result.map(|mut out| {
+        out.power = PowerOutcome {
+            limit_w,
+            default_limit_w,
+            ..watched
+        };
+        out
+    })
+}
 
 /// Checks that cuBLAS and cublasLt can be loaded.
 pub fn require_blas() -> Result<(), BackendError> {
@@ -122,12 +159,13 @@ struct Transcendental {
     outcome: TranscendentalOutcome,
 }
 
-pub(super) fn run(
+fn run(
     ctx: &Arc<CudaContext>,
     gpu: u32,
     k: &Kernels,
     req: &ComputeRequest,
     ctl: &RunControl<'_>,
+    phase: &PhaseCell,
 ) -> Result<ComputeOutcome, BackendError> {
     require_blas()?;
     let started = Instant::now();
@@ -142,18 +180,20 @@ pub(super) fn run(
     let n_dtypes = req.dtypes.len().max(1) as u32;
     let share = req.duration / n_dtypes;
     let mut out = ComputeOutcome::default();
+    let frame = |index: usize| Frame {
+        ctx,
+        stream: &stream,
+        gpu,
+        k,
+        n: req.matrix_size,
+        budget: share,
+        ctl,
+        index,
+        of: req.dtypes.len() + usize::from(req.pulse.is_some()),
+        phase,
+    };
     for (i, &dtype) in req.dtypes.iter().enumerate() {
-        let frame = Frame {
-            ctx,
-            stream: &stream,
-            gpu,
-            k,
-            n: req.matrix_size,
-            budget: share,
-            ctl,
-            index: i,
-            of: req.dtypes.len(),
-        };
+        let frame = frame(i);
         let g = match dtype {
             Dtype::Bf16 => frame.burn::<bf16>(dtype, trans.as_mut())?,
             Dtype::Fp16 => frame.burn::<f16>(dtype, trans.as_mut())?,
@@ -165,6 +205,15 @@ pub(super) fn run(
         }
     }
     out.transcendental = trans.map(|t| t.outcome);
+    if let Some(p) = &req.pulse {
+        let frame = frame(req.dtypes.len());
+        let dtype = req.dtypes.first().copied().unwrap_or(Dtype::Bf16);
+        out.pulse = Some(match dtype {
+            Dtype::Bf16 => frame.pulse::<bf16>(dtype, p)?,
+            Dtype::Fp16 => frame.pulse::<f16>(dtype, p)?,
+            Dtype::Tf32 | Dtype::Fp32 => frame.pulse::<f32>(dtype, p)?,
+        });
+    }
     out.seconds = started.elapsed().as_secs_f64();
     Ok(out)
 }
@@ -179,6 +228,8 @@ struct Frame<'a> {
     ctl: &'a RunControl<'a>,
     index: usize,
     of: usize,
+    /// What the GPU is doing, for the power samples.
+    phase: &'a PhaseCell,
 }
 
 impl Frame<'_> {
@@ -300,6 +351,8 @@ impl Frame<'_> {
         let mut inflight: VecDeque<(CudaEvent, CudaEvent)> = VecDeque::new();
         let loop_start = Instant::now();
         let mut batch_no: u64 = 0;
+        self.phase.set(Phase::Burn);
+        let _other = PhaseReset(self.phase);
         loop {
             let done = loop_start.elapsed() >= self.budget || self.ctl.stopped();
             if !done {
@@ -405,6 +458,102 @@ impl Frame<'_> {
                 out.flops / out.gemm_seconds.max(1e-9) / 1e12
             ),
         );
+    }
+
+    /// The power pulse: GEMM batches for the first half of each period and idle for the second,
+    /// cycles aligned to the request's epoch, the result slots compared after each load phase;
+    /// then every slot recomputed and compared, and the CPU reference check.
+    fn pulse<T: Elem>(&self, dtype: Dtype, req: &PulseRequest) -> Result<PulseOutcome, BackendError>
+    where
+        CudaBlasLT: Matmul<T>,
+        CudaBlas: Gemm<T>,
+    {
+        let started = Instant::now();
+        let mut ops = self.operands::<T>()?;
+        let engine = self.engine(dtype)?;
+        for slot in ops.slots.iter_mut().take(2) {
+            self.gemm(&engine, &ops.a, &ops.b, slot)?;
+        }
+        self.stream.synchronize().map_err(self.err("warm-up"))?;
+        let mut tally = self.tally()?;
+        let mut g = GemmOutcome {
+            dtype,
+            flops: 0.0,
+            gemm_seconds: 0.0,
+            iterations: 0,
+            comparisons: 0,
+            mismatches: 0,
+            max_rel_error: 0.0,
+            wall_seconds: 0.0,
+        };
+        let _other = PhaseReset(self.phase);
+        let end = started + req.duration;
+        let mut cycles = 0u64;
+        while !self.ctl.stopped() {
+            let start = req.epoch + next_cycle_start(req.epoch.elapsed(), req.period);
+            if cycles > 0 && start + req.period > end {
+                break;
+            }
+            self.phase.set(Phase::PulseIdle);
+            self.idle_until(start);
+            self.phase.set(Phase::PulseLoad);
+            self.load_until(start + req.period / 2, &engine, &mut ops, &mut g)?;
+            self.compare_slots(&ops.slots, &mut tally, &mut g)?;
+            self.phase.set(Phase::PulseIdle);
+            cycles += 1;
+            let done = (started.elapsed().as_secs_f64() / req.duration.as_secs_f64()).min(1.0);
+            self.ctl.progress(
+                (self.index as f64 + done) / self.of as f64,
+                &format!("pulse cycle {cycles}"),
+            );
+        }
+        self.phase.set(Phase::Other);
+        for slot in ops.slots.iter_mut() {
+            self.gemm(&engine, &ops.a, &ops.b, slot)?;
+        }
+        self.compare_slots(&ops.slots, &mut tally, &mut g)?;
+        let (ref_bad, ref_worst) = self.reference_check(dtype, &ops.a, &ops.b, &ops.slots[0])?;
+        self.finish(&tally, &mut g)?;
+        Ok(PulseOutcome {
+            period_seconds: req.period.as_secs_f64(),
+            seconds: started.elapsed().as_secs_f64(),
+            cycles,
+            comparisons: g.comparisons,
+            mismatches: g.mismatches + ref_bad,
+            max_rel_error: g.max_rel_error.max(ref_worst),
+        })
+    }
+
+    /// Queues GEMM batches (two in flight) until `until`, then waits for the last.
+    fn load_until<T: Elem>(
+        &self,
+        until: Instant,
+        engine: &Engine,
+        ops: &mut Operands<T>,
+        g: &mut GemmOutcome,
+    ) -> Result<(), BackendError>
+    where
+        CudaBlasLT: Matmul<T>,
+        CudaBlas: Gemm<T>,
+    {
+        let mut inflight = VecDeque::new();
+        while Instant::now() < until && !self.ctl.stopped() {
+            inflight.push_back(self.batch(engine, ops)?);
+            self.drain(&mut inflight, false, g)?;
+        }
+        self.drain(&mut inflight, true, g)
+    }
+
+    /// Leaves the GPU idle until `until` (the idle half of a pulse cycle), in short steps so a
+    /// stop is seen.
+    fn idle_until(&self, until: Instant) {
+        loop {
+            let now = Instant::now();
+            if now >= until || self.ctl.stopped() {
+                return;
+            }
+            std::thread::sleep((until - now).min(IDLE_STEP));
+        }
     }
 
     /// Waits for the burn to finish and adds the device-side comparison tallies to `out`.
@@ -561,6 +710,15 @@ impl Frame<'_> {
             worst = worst.max(diff / dot.abs().max(1e-12));
         }
         Ok((bad, worst))
+    }
+}
+
+/// Sets the phase back to `Other` when dropped (the end of a burn, or an error).
+struct PhaseReset<'a>(&'a PhaseCell);
+
+impl Drop for PhaseReset<'_> {
+    fn drop(&mut self) {
+        self.0.set(Phase::Other);
     }
 }
 

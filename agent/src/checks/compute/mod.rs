@@ -1,26 +1,32 @@
 //! The compute check: a sustained GEMM burn (bf16, fp16, tf32, fp32) on every GPU at once with
 //! every result slot cross-checked, plus an elementwise transcendental kernel; TFLOP/s per data
-//! type.
+//! type; power drawn against the enforced limit and clocks lost to hardware or thermal slowdowns
+//! during the burn; optionally a power pulse (load and idle in turn) after it, with the results
+//! checked again and the power swing reported.
 
 mod cuda;
+pub mod power;
 mod sim;
 #[cfg(test)]
 mod tests;
 
 crate::check_result!(gpuval_crds::ComputeResult);
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpuval_crds::{
-    ComputeCheck, ComputeResult, Dtype, GemmResult, GpuReport, NodeReport, TranscendentalResult,
+    ComputeCheck, ComputeResult, Dtype, GemmResult, GpuReport, NodeReport, PulseSpec,
+    TranscendentalResult,
 };
 
+use self::power::{PowerOutcome, PulseOutcome, judge_power, judge_pulse};
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::GpuCheck;
 use crate::config::given;
-use crate::judge::{Judge, fail_if_any, plural, ran, to_i64};
+use crate::judge::{Code, Judge, Reason, Says, measured, plural, ran, to_i64, verdict_of};
 use crate::profiles::ModelProfile;
 use crate::run_control::RunControl;
+use crate::text::{columns, dash, indent};
 
 /// Compute burn parameters for one GPU.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +36,17 @@ pub struct ComputeRequest {
     pub dtypes: Vec<Dtype>,
     pub matrix_size: usize,
     pub transcendentals: bool,
+    /// The power pulse after the burn, when asked for.
+    pub pulse: Option<PulseRequest>,
+}
+
+/// Load and idle in turn, half a period each, for `duration`; cycles start on multiples of the
+/// period from `epoch`, the same for every GPU of the node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PulseRequest {
+    pub period: Duration,
+    pub duration: Duration,
+    pub epoch: Instant,
 }
 
 /// One dtype's burn on one GPU.
@@ -74,6 +91,9 @@ pub struct ComputeOutcome {
     pub gemms: Vec<GemmOutcome>,
     pub transcendental: Option<TranscendentalOutcome>,
     pub seconds: f64,
+    /// Power limits and the samples taken during the burn and the pulse.
+    pub power: PowerOutcome,
+    pub pulse: Option<PulseOutcome>,
 }
 
 /// The compute check as its spec asks for it.
@@ -89,6 +109,11 @@ impl Compute {
                 dtypes: spec.dtypes.clone(),
                 matrix_size: usize::try_from(spec.matrix_size.max(256)).unwrap_or(256),
                 transcendentals: spec.transcendentals,
+                pulse: spec.pulse.as_ref().map(|p| PulseRequest {
+                    period: p.period.as_std(),
+                    duration: p.duration.as_std(),
+                    epoch: Instant::now(),
+                }),
             },
         }
     }
@@ -105,9 +130,7 @@ impl GpuCheck for Compute {
         ctl: &RunControl<'_>,
     ) -> Result<ComputeOutcome, BackendError> {
         match backend {
-            Backend::Cuda(b) => b.on_gpu(gpu.index, |ctx, k| {
-                cuda::run(ctx, gpu.index, k, &self.request, ctl)
-            }),
+            Backend::Cuda(b) => cuda::measure(b, gpu.index, &self.request, ctl),
             Backend::Simulated(b) => b.compute_burn(gpu.index, &self.request, ctl),
         }
     }
@@ -127,6 +150,7 @@ impl GpuCheck for Compute {
         for dtype in Dtype::ALL {
             judge.relative_per_gpu(
                 gpus,
+                Code::ComputeSlow,
                 dtype.as_str(),
                 "TFLOP/s",
                 |g| gemm_tflops(g, dtype),
@@ -137,8 +161,8 @@ impl GpuCheck for Compute {
 }
 
 impl Judge<'_> {
-    /// Judges one GPU's compute burn: result mismatches and TFLOP/s per data type, and the
-    /// transcendental kernel's mismatches.
+    /// Judges one GPU's compute burn: result mismatches and TFLOP/s per data type, the
+    /// transcendental kernel's mismatches, power and clocks during the burn, and the pulse.
     pub fn compute(&self, gpu: &GpuInfo, out: &ComputeOutcome) -> ComputeResult {
         let spec = self.checks.compute.clone().unwrap_or_default();
         let profile = self.profile_of(&gpu.name);
@@ -150,20 +174,27 @@ impl Judge<'_> {
         }
         let transcendental = out.transcendental.as_ref().map(|t| {
             if t.mismatches > 0 {
-                reasons.push(format!(
+                reasons.push(Code::ComputeMismatch.says(format!(
                     "GPU{} transcendental: {} elements differed from the first run",
                     gpu.index, t.mismatches
-                ));
+                )));
             }
             transcendental_result(t)
         });
+        let power = judge_power(gpu.index, &out.power, &spec, profile, &mut reasons);
+        let pulse = out
+            .pulse
+            .as_ref()
+            .map(|p| judge_pulse(gpu.index, p, &out.power, &mut reasons));
         ComputeResult {
-            verdict: fail_if_any(&reasons),
+            verdict: verdict_of(&reasons),
             reasons,
             seconds: out.seconds,
             matrix_size: spec.matrix_size,
             gemms,
             transcendental,
+            power,
+            pulse,
         }
     }
 }
@@ -173,17 +204,17 @@ fn gemm_reasons(
     g: &GemmOutcome,
     spec: &ComputeCheck,
     profile: Option<&ModelProfile>,
-) -> Vec<String> {
+) -> Vec<Reason> {
     let mut reasons = Vec::new();
     if g.mismatches > 0 {
-        reasons.push(format!(
+        reasons.push(Code::ComputeMismatch.says(format!(
             "GPU{gpu} {}: {} mismatched element{} in {} result comparisons (max relative error {:.2e})",
             g.dtype,
             g.mismatches,
             plural(g.mismatches),
             g.comparisons,
             g.max_rel_error
-        ));
+        )));
     }
     let floor = match spec.min_tflops.as_ref().and_then(|t| t.get(g.dtype)) {
         Some(v) => Some((f64::from(v), "spec minTflops".to_string())),
@@ -193,12 +224,16 @@ fn gemm_reasons(
         }),
     };
     if let Some((floor, source)) = floor {
-        let tflops = g.tflops();
-        if tflops < floor {
-            reasons.push(format!(
+        match measured(g.tflops()) {
+            None => reasons.push(Code::MeasurementMissing.says(format!(
+                "GPU{gpu} {}: no TFLOP/s were measured (the {source} floor cannot be checked)",
+                g.dtype
+            ))),
+            Some(tflops) if tflops < floor => reasons.push(Code::ComputeSlow.says(format!(
                 "GPU{gpu} {}: {tflops:.0} TFLOP/s < {floor:.0} TFLOP/s ({source})",
                 g.dtype
-            ));
+            ))),
+            Some(_) => {}
         }
     }
     reasons
@@ -254,6 +289,20 @@ pub struct Flags {
     /// Leave out the transcendental (sin/exp) kernel.
     #[arg(long)]
     pub no_transcendentals: bool,
+    /// Lowest share of the enforced power limit the burn's median sample must reach (0 to 1;
+    /// default: the model profile's, 0.75 on H100, H200, A100; 0: not judged).
+    #[arg(long)]
+    pub min_power_fraction: Option<f64>,
+    /// Largest share of the burn's samples with clocks slowed by hardware or thermal limits
+    /// (0 to 1, default 0.05).
+    #[arg(long)]
+    pub max_slowdown_fraction: Option<f64>,
+    /// After the burn, alternate load and idle with this period (like 1s, 500ms).
+    #[arg(long)]
+    pub pulse_period: Option<gpuval_crds::Duration>,
+    /// How long the pulse runs (like 60s); either pulse flag turns the pulse on.
+    #[arg(long)]
+    pub pulse_duration: Option<gpuval_crds::Duration>,
 }
 
 impl Flags {
@@ -264,12 +313,85 @@ impl Flags {
             dtypes,
             matrix_size,
             no_transcendentals,
+            min_power_fraction,
+            max_slowdown_fraction,
+            pulse_period,
+            pulse_duration,
         } = self;
         given(&mut spec.duration, duration);
         given(&mut spec.dtypes, dtypes);
         given(&mut spec.matrix_size, matrix_size);
         spec.transcendentals &= !*no_transcendentals;
+        if min_power_fraction.is_some() {
+            spec.min_power_fraction = *min_power_fraction;
+        }
+        if max_slowdown_fraction.is_some() {
+            spec.max_slowdown_fraction = *max_slowdown_fraction;
+        }
+        if pulse_period.is_some() || pulse_duration.is_some() {
+            let pulse = spec.pulse.get_or_insert_with(PulseSpec::default);
+            given(&mut pulse.period, pulse_period);
+            given(&mut pulse.duration, pulse_duration);
+        }
     }
+}
+
+/// Power during the burn and the pulse, per GPU, when sampled.
+pub fn section(report: &NodeReport) -> String {
+    let sampled: Vec<&GpuReport> = report
+        .gpus
+        .iter()
+        .filter(|g| g.compute.as_ref().is_some_and(|c| c.power.is_some()))
+        .collect();
+    if sampled.is_empty() {
+        return String::new();
+    }
+    let mut rows = vec![
+        [
+            "GPU",
+            "MEDIAN W",
+            "LIMIT W",
+            "SHARE",
+            "SLOWED",
+            "THROTTLE REASONS",
+            "PULSE SWING W",
+            "PULSE CHECK",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for g in sampled {
+        let Some(c) = &g.compute else { continue };
+        let Some(p) = &c.power else { continue };
+        let reasons: Vec<String> = p
+            .throttle
+            .iter()
+            .map(|t| format!("{} {:.0}%", t.reason, 100.0 * t.fraction))
+            .collect();
+        let (swing, check) = match &c.pulse {
+            Some(u) => (
+                u.swing_w.map_or_else(dash, |w| format!("{w:.0}")),
+                format!("{} bad of {}", u.mismatches, u.comparisons),
+            ),
+            None => (dash(), dash()),
+        };
+        rows.push(vec![
+            g.index.to_string(),
+            format!("{:.0}", p.median_w),
+            p.limit_w.map_or_else(dash, |l| format!("{l:.0}")),
+            p.fraction
+                .map_or_else(dash, |f| format!("{:.0}%", 100.0 * f)),
+            format!("{:.0}%", 100.0 * p.slowdown_fraction),
+            if reasons.is_empty() {
+                dash()
+            } else {
+                reasons.join(", ")
+            },
+            swing,
+            check,
+        ]);
+    }
+    format!("power during the burn:\n{}", indent(&columns(&rows)))
 }
 
 /// The GPU table's COMPUTE cell: `bf16 681 fp16 671`.

@@ -1,10 +1,15 @@
-//! The compute burn on the simulated backend (tests and demos only).
+//! The compute burn on the simulated backend (tests and demos only): at the power cap, unless a
+//! `throttle=` fault slows the clocks; a pulse swings between load and idle power.
 use gpuval_crds::Dtype;
 
-use super::{ComputeOutcome, ComputeRequest, GemmOutcome, TranscendentalOutcome};
-use crate::backend::BackendError;
+use super::power::{Phase, PowerOutcome, PowerSample, PulseOutcome, SLOWDOWN_REASONS};
+use super::{ComputeOutcome, ComputeRequest, GemmOutcome, PulseRequest, TranscendentalOutcome};
 use crate::backend::sim::{SimBackend, SimCheck, jitter, listed, spend};
+use crate::backend::{BackendError, PowerReading};
 use crate::run_control::RunControl;
+
+/// Most power samples of a simulated burn (one per simulated half second).
+const MAX_SAMPLES: u64 = 600;
 
 impl SimBackend {
     pub(crate) fn gemm_outcome(
@@ -64,13 +69,99 @@ impl SimBackend {
             gemms.push(g);
         }
         let seconds = req.duration.as_secs_f64();
+        let mut power = self.power_outcome(gpu, seconds);
+        let pulse = match &req.pulse {
+            Some(p) => {
+                spend(ctl, self.scaled(p.duration), |d| d, "pulse")?;
+                Some(self.pulse_outcome(gpu, p, &mut power))
+            }
+            None => None,
+        };
         Ok(ComputeOutcome {
             gemms,
             transcendental: req
                 .transcendentals
                 .then(|| self.transcendental_outcome(seconds)),
             seconds,
+            power,
+            pulse,
         })
+    }
+
+    /// Samples of a burn of `seconds`: at the power cap (`SwPowerCap`), about 93% of the limit;
+    /// samples slowed by a planted hardware slowdown draw 55%.
+    pub(crate) fn power_outcome(&self, gpu: u32, seconds: f64) -> PowerOutcome {
+        let (_, _, limit) = self.spec.model.clocks_power();
+        let n = ((seconds * 2.0) as u64).clamp(10, MAX_SAMPLES);
+        let samples = (0..n)
+            .map(|i| {
+                let planted = self.throttled(gpu, i);
+                let slowed = planted.is_some_and(|r| SLOWDOWN_REASONS.contains(&r));
+                let share = if slowed { 0.55 } else { 0.93 };
+                let mut throttle = Vec::new();
+                if !slowed {
+                    throttle.push("SwPowerCap".to_string());
+                }
+                throttle.extend(planted.map(str::to_string));
+                sample(
+                    Phase::Burn,
+                    limit * share + 8.0 * jitter(gpu, 50 + i),
+                    throttle,
+                )
+            })
+            .collect();
+        PowerOutcome {
+            limit_w: Some(limit),
+            default_limit_w: Some(limit),
+            samples,
+            pulse_range: None,
+        }
+    }
+
+    /// The pulse: two samples at load and two at idle per cycle; `fail=compute@N` gives wrong
+    /// results after it too.
+    pub(crate) fn pulse_outcome(
+        &self,
+        gpu: u32,
+        req: &PulseRequest,
+        power: &mut PowerOutcome,
+    ) -> PulseOutcome {
+        let limit = power.limit_w.unwrap_or(700.0);
+        let period = req.period.as_secs_f64().max(1e-3);
+        let cycles = ((req.duration.as_secs_f64() / period) as u64).max(1);
+        for c in 0..cycles.min(MAX_SAMPLES / 4) {
+            for (k, phase, share) in [
+                (0, Phase::PulseLoad, 0.9),
+                (1, Phase::PulseLoad, 0.92),
+                (2, Phase::PulseIdle, 0.14),
+                (3, Phase::PulseIdle, 0.12),
+            ] {
+                let w = limit * share + 5.0 * jitter(gpu, 900 + 4 * c + k);
+                let s = sample(phase, w, Vec::new());
+                power.see_pulse(&s.reading);
+                power.samples.push(s);
+            }
+        }
+        let fail = listed(&self.spec.fail, SimCheck::Compute, gpu);
+        PulseOutcome {
+            period_seconds: period,
+            seconds: req.duration.as_secs_f64(),
+            cycles,
+            comparisons: cycles * 3,
+            mismatches: if fail { 4 } else { 0 },
+            max_rel_error: if fail { 0.25 } else { 0.0 },
+        }
+    }
+}
+
+fn sample(phase: Phase, watts: f64, throttle: Vec<String>) -> PowerSample {
+    PowerSample {
+        phase,
+        reading: PowerReading {
+            average_w: Some(watts),
+            instant_w: Some(watts),
+            throttle,
+        },
     }
 }
 
@@ -91,6 +182,7 @@ mod tests {
             fraction: 0.95,
             passes: 1,
             max_logged: 4,
+            patterns: gpuval_crds::MemoryPattern::ALL.to_vec(),
         }
     }
 
@@ -100,6 +192,7 @@ mod tests {
             dtypes: Dtype::ALL.to_vec(),
             matrix_size: 8192,
             transcendentals: true,
+            pulse: None,
         }
     }
 

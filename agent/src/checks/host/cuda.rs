@@ -5,7 +5,9 @@
 //! Pinned copies are queued behind a start gate and device-timed; pageable copies are timed
 //! on the wall clock around the whole copy, because the driver stages them through its own
 //! pinned buffers on the calling thread. A host → device → host round trip of a pattern is
-//! compared byte for byte.
+//! compared byte for byte. Each GPU's PCIe link is read while a batch of copies is in flight
+//! (a link that trains down when idle shows its real width and speed only under load), and its
+//! counters again once every GPU is done.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier};
@@ -13,12 +15,13 @@ use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
 
-use super::{DirectionRates, HostTransferOutcome, HostTransferRequest};
-use crate::backend::BackendError;
+use super::pcie::PcieOutcome;
+use super::{Baseline, DirectionRates, HostTransferOutcome, HostTransferRequest};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::buffer::DeviceBuffer;
 use crate::backend::cuda::kernels::Kernels;
 use crate::backend::cuda::timing::{self, Gate, median, rate};
+use crate::backend::{BackendError, PcieReading};
 use crate::run_control::RunControl;
 
 /// Page-locked host memory freed on drop.
@@ -249,6 +252,23 @@ impl HostSide {
         Ok(r)
     }
 
+    /// The PCIe link read by `read` while copies are in flight: about a dozen buffer-sized
+    /// host-to-device copies are queued, `read` runs, then the copies are waited for.
+    fn under_load(
+        &self,
+        read: impl FnOnce() -> Option<PcieReading>,
+    ) -> Result<Option<PcieReading>, BackendError> {
+        const LOAD_COPIES: usize = 12;
+        for _ in 0..LOAD_COPIES {
+            self.copy_async(Dir::H2d, self.pinned.ptr)?;
+        }
+        let reading = read();
+        self.stream
+            .synchronize()
+            .map_err(|e| BackendError::gpu(self.gpu, "synchronize", e))?;
+        Ok(reading)
+    }
+
     /// Copies the pattern to the GPU and back into a second buffer; bytes that differ.
     fn round_trip_mismatches(&self) -> Result<u64, BackendError> {
         self.copy_async(Dir::H2d, self.pinned.ptr)?;
@@ -264,16 +284,53 @@ impl HostSide {
     }
 }
 
-/// Runs the whole check for every GPU: alone one at a time, then pinned all at once. Every
-/// thread that allocates or copies is first bound near its GPU with `pin` (which returns the
-/// GPU's NUMA node); `open` builds one GPU's buffers.
+/// How the check reaches one GPU's host side: `pin` binds the calling thread near the GPU (and
+/// returns its NUMA node), `open` builds its buffers, `pcie` reads its PCIe link and counters.
+struct Reach<'a> {
+    pin: &'a (dyn Fn(u32) -> Option<u32> + Sync),
+    open: &'a (dyn Fn(u32, Option<u32>) -> Result<HostSide, BackendError> + Sync),
+    pcie: &'a (dyn Fn(u32) -> Option<PcieReading> + Sync),
+}
+
+/// Runs the whole check for every GPU: alone one at a time (the PCIe link read under load),
+/// then pinned all at once; then every GPU's PCIe counters again. Every thread that allocates
+/// or copies is first bound near its GPU. The counters' window starts at `baseline` (at this
+/// check's start for a GPU it lacks).
 fn run(
     gpus: &[u32],
     req: &HostTransferRequest,
+    baseline: &Baseline,
     ctl: &RunControl<'_>,
-    pin: &(dyn Fn(u32) -> Option<u32> + Sync),
-    open: &(dyn Fn(u32, Option<u32>) -> Result<HostSide, BackendError> + Sync),
+    reach: &Reach<'_>,
 ) -> BTreeMap<u32, Result<HostTransferOutcome, BackendError>> {
+    let before: Baseline = gpus
+        .iter()
+        .filter_map(|&g| {
+            let r = baseline.get(&g).copied().or_else(|| (reach.pcie)(g));
+            r.map(|r| (g, r))
+        })
+        .collect();
+    let mut results = measure_all(gpus, req, ctl, reach);
+    for (gpu, r) in results.iter_mut() {
+        if let Ok(o) = r {
+            o.pcie = Some(PcieOutcome {
+                before: before.get(gpu).copied(),
+                under_load: o.pcie.and_then(|p| p.under_load),
+                after: (reach.pcie)(*gpu),
+            });
+        }
+    }
+    results
+}
+
+/// The transfers: every GPU alone, then pinned all at once.
+fn measure_all(
+    gpus: &[u32],
+    req: &HostTransferRequest,
+    ctl: &RunControl<'_>,
+    reach: &Reach<'_>,
+) -> BTreeMap<u32, Result<HostTransferOutcome, BackendError>> {
+    let (pin, open) = (reach.pin, reach.open);
     let mut results = BTreeMap::new();
     let mut ready = Vec::new();
     for (gpu, side) in on_threads(gpus.iter().map(|&g| (g, g)), |g| open(g, pin(g))) {
@@ -294,7 +351,7 @@ fn run(
         let t = Instant::now();
         let measured = on_threads([(side.gpu, side)], |s| {
             pin(s.gpu);
-            alone(s, req)
+            alone(s, req, || (reach.pcie)(s.gpu))
         })
         .pop()
         .map_or_else(
@@ -372,9 +429,18 @@ where
     })
 }
 
-fn alone(side: &HostSide, req: &HostTransferRequest) -> Result<HostTransferOutcome, BackendError> {
+/// One GPU alone: pinned and pageable rates, and its PCIe link read under load.
+fn alone(
+    side: &HostSide,
+    req: &HostTransferRequest,
+    pcie: impl FnOnce() -> Option<PcieReading>,
+) -> Result<HostTransferOutcome, BackendError> {
     let mut out = HostTransferOutcome {
         numa_node: side.numa_node,
+        pcie: Some(PcieOutcome {
+            under_load: side.under_load(pcie)?,
+            ..Default::default()
+        }),
         ..Default::default()
     };
     if req.pinned {
@@ -401,11 +467,12 @@ fn fill_pattern(buf: &mut [u8], seed: u64) {
 }
 
 impl CudaBackend {
-    /// Host transfers of each of `gpus`, alone and all at once.
+    /// Host transfers of each of `gpus`, alone and all at once, with their PCIe links.
     pub(crate) fn host_transfer(
         &self,
         gpus: &[u32],
         req: &HostTransferRequest,
+        baseline: &Baseline,
         ctl: &RunControl<'_>,
     ) -> BTreeMap<u32, Result<HostTransferOutcome, BackendError>> {
         let bytes = usize::try_from(req.buffer_bytes).unwrap_or(usize::MAX);
@@ -415,7 +482,13 @@ impl CudaBackend {
                 HostSide::open(gpu, ctx.clone(), k.clone(), bytes, numa)
             })
         };
-        run(gpus, req, ctl, &pin, &open)
+        let pcie = |gpu: u32| self.nvml.pcie(gpu).ok();
+        let reach = Reach {
+            pin: &pin,
+            open: &open,
+            pcie: &pcie,
+        };
+        run(gpus, req, baseline, ctl, &reach)
     }
 }
 

@@ -1,8 +1,10 @@
 //! The host transfer check: host↔GPU bandwidth with pinned memory placed on the GPU's NUMA
 //! node and with pageable memory, each GPU alone, then every GPU at once; a round trip
-//! verified byte for byte.
+//! verified byte for byte; each GPU's PCIe link under load and its replay and AER counters
+//! over the run ([`pcie`]).
 
 mod cuda;
+pub mod pcie;
 mod sim;
 
 crate::check_result!(gpuval_crds::HostTransferResult);
@@ -13,9 +15,10 @@ use gpuval_crds::{
     GpuReport, HostTransferCheck, HostTransferResult, NodeReport, TransferRates, Verdict,
 };
 
-use crate::backend::{Backend, BackendError, GpuInfo};
+use self::pcie::PcieOutcome;
+use crate::backend::{Backend, BackendError, GpuInfo, PcieReading};
 use crate::check::NodeCheck;
-use crate::judge::{Judge, fail_if_any, plural, round_to, to_i64};
+use crate::judge::{Code, Judge, Says, plural, round_to, to_i64, verdict_of};
 use crate::run_control::RunControl;
 use crate::text::{columns, dash, indent, span};
 
@@ -53,12 +56,21 @@ pub struct HostTransferOutcome {
     /// Bytes that came back different after a host → device → host round trip.
     pub mismatches: u64,
     pub seconds: f64,
+    /// The PCIe link and its counters (None where NVML could not be read).
+    pub pcie: Option<PcieOutcome>,
 }
 
+/// Each GPU's PCIe reading at the start of the run.
+pub type Baseline = BTreeMap<u32, PcieReading>;
+
 /// The host transfer check as its spec asks for it.
+#[derive(Clone)]
 pub struct Host {
     pub spec: HostTransferCheck,
     pub request: HostTransferRequest,
+    /// PCIe readings taken before the first GPU check: where the counters' window starts (the
+    /// check reads them itself at its start where this has none).
+    pub baseline: Baseline,
 }
 
 impl Host {
@@ -72,6 +84,28 @@ impl Host {
                 pinned: spec.pinned,
                 pageable: spec.pageable,
             },
+            baseline: Baseline::new(),
+        }
+    }
+
+    /// Every GPU's PCIe reading now (those that cannot be read are left out).
+    pub fn read_baseline(backend: &Backend, gpus: &[GpuInfo]) -> Baseline {
+        gpus.iter()
+            .filter_map(|g| {
+                let r = match backend {
+                    Backend::Cuda(b) => b.nvml.pcie(g.index).ok(),
+                    Backend::Simulated(b) => b.pcie_reading(g.index, false),
+                };
+                r.map(|r| (g.index, r))
+            })
+            .collect()
+    }
+
+    /// This check with its counters' window starting at `baseline`.
+    pub fn with_baseline(&self, baseline: Baseline) -> Self {
+        Self {
+            baseline,
+            ..self.clone()
         }
     }
 }
@@ -91,8 +125,8 @@ impl NodeCheck for Host {
     ) -> Result<PerGpu, BackendError> {
         let indices: Vec<u32> = gpus.iter().map(|g| g.index).collect();
         Ok(match backend {
-            Backend::Cuda(b) => b.host_transfer(&indices, &self.request, ctl),
-            Backend::Simulated(b) => b.host_transfer(&indices, &self.request, ctl),
+            Backend::Cuda(b) => b.host_transfer(&indices, &self.request, &self.baseline, ctl),
+            Backend::Simulated(b) => b.host_transfer(&indices, &self.request, &self.baseline, ctl),
         })
     }
 
@@ -117,8 +151,9 @@ impl NodeCheck for Host {
 }
 
 impl Judge<'_> {
-    /// Judges one GPU's host transfers: corrupted round trip, and the pinned floor (spec
-    /// `minPinnedGbps`, else the model profile) in each direction.
+    /// Judges one GPU's host transfers: corrupted round trip, the pinned floor (spec
+    /// `minPinnedGbps`, else the model profile) in each direction, and the PCIe link and its
+    /// counters.
     pub fn host_transfer(
         &self,
         gpu: &GpuInfo,
@@ -127,12 +162,12 @@ impl Judge<'_> {
     ) -> HostTransferResult {
         let mut reasons = Vec::new();
         if out.mismatches > 0 {
-            reasons.push(format!(
+            reasons.push(Code::HostTransferMismatch.says(format!(
                 "GPU{}: {} byte{} differed after a host → GPU → host round trip",
                 gpu.index,
                 out.mismatches,
                 plural(out.mismatches)
-            ));
+            )));
         }
         let floor = match spec.min_pinned_gbps {
             Some(v) => Some((f64::from(v), "spec minPinnedGbps".to_string())),
@@ -146,15 +181,20 @@ impl Judge<'_> {
                 ("device→host", rates.d2h_gbps),
             ] {
                 if v < floor {
-                    reasons.push(format!(
+                    reasons.push(Code::HostTransferSlow.says(format!(
                         "GPU{} {dir} pinned {v:.1} GB/s < {floor:.0} GB/s ({source})",
                         gpu.index
-                    ));
+                    )));
                 }
             }
         }
+        let pcie = out.pcie.as_ref().map(|p| {
+            let (result, more) = pcie::judge(gpu.index, p, &spec.pcie.clone().unwrap_or_default());
+            reasons.extend(more);
+            result
+        });
         HostTransferResult {
-            verdict: fail_if_any(&reasons),
+            verdict: verdict_of(&reasons),
             reasons,
             pinned: out.pinned.map(rates),
             pageable: out.pageable.map(rates),
@@ -162,6 +202,7 @@ impl Judge<'_> {
             numa_node: out.numa_node.and_then(|n| i32::try_from(n).ok()),
             mismatches: to_i64(out.mismatches),
             seconds: out.seconds,
+            pcie,
         }
     }
 
@@ -172,7 +213,9 @@ impl Judge<'_> {
             ("host→device pinned", h2d as fn(&GpuReport) -> Option<f64>),
             ("device→host pinned", d2h),
         ] {
-            self.relative_per_gpu(gpus, dir, "GB/s", pick, |g| g.host_transfer.as_mut());
+            self.relative_per_gpu(gpus, Code::HostTransferSlow, dir, "GB/s", pick, |g| {
+                g.host_transfer.as_mut()
+            });
         }
     }
 }
@@ -207,13 +250,42 @@ pub struct Flags {
     /// Host transfer copy size in MiB.
     #[arg(long)]
     pub host_buffer_mib: Option<i32>,
+    /// PCIe replays tolerated per GPU over the run (default 8; some but fewer: a Warn).
+    #[arg(long)]
+    pub pcie_max_replays: Option<i64>,
+    /// Correctable PCIe (AER) errors tolerated per GPU over the run (default 8).
+    #[arg(long)]
+    pub pcie_max_correctable: Option<i64>,
+    /// The PCIe generation every GPU must run at under load (default: what GPU and slot allow).
+    #[arg(long)]
+    pub pcie_expect_gen: Option<i32>,
+    /// The PCIe lane count every GPU must run at under load (default: what GPU and slot allow).
+    #[arg(long)]
+    pub pcie_expect_width: Option<i32>,
 }
 
 impl Flags {
     /// Applies the flags that were given to the check's settings.
     pub fn apply(&self, spec: &mut HostTransferCheck) {
-        let Self { host_buffer_mib } = self;
+        let Self {
+            host_buffer_mib,
+            pcie_max_replays,
+            pcie_max_correctable,
+            pcie_expect_gen,
+            pcie_expect_width,
+        } = self;
         crate::config::given(&mut spec.buffer_mib, host_buffer_mib);
+        let any = pcie_max_replays.is_some()
+            || pcie_max_correctable.is_some()
+            || pcie_expect_gen.is_some()
+            || pcie_expect_width.is_some();
+        if any {
+            let p = spec.pcie.get_or_insert_with(Default::default);
+            p.max_replays = pcie_max_replays.or(p.max_replays);
+            p.max_correctable_errors = pcie_max_correctable.or(p.max_correctable_errors);
+            p.expect_gen = pcie_expect_gen.or(p.expect_gen);
+            p.expect_width = pcie_expect_width.or(p.expect_width);
+        }
     }
 }
 
@@ -250,6 +322,9 @@ pub fn section(report: &NodeReport) -> String {
             "PINNED H2D/D2H GB/s",
             "ALL AT ONCE",
             "PAGEABLE",
+            "PCIE UNDER LOAD",
+            "REPLAYS",
+            "AER COR/UNC",
             "VERDICT",
         ]
         .map(String::from)
@@ -257,11 +332,20 @@ pub fn section(report: &NodeReport) -> String {
     ];
     for g in measured {
         if let Some(h) = &g.host_transfer {
+            let p = h.pcie.clone().unwrap_or_default();
+            let n = |v: Option<i64>| v.map_or_else(dash, |v| v.to_string());
+            let link = match (p.link_gen, p.link_width) {
+                (Some(g), Some(w)) => format!("Gen{g} x{w}"),
+                _ => dash(),
+            };
             rows.push(vec![
                 g.index.to_string(),
                 rates(h.pinned),
                 rates(h.pinned_concurrent),
                 rates(h.pageable),
+                link,
+                n(p.replays),
+                format!("{}/{}", n(p.correctable_errors), n(p.uncorrectable_errors)),
                 h.verdict.to_string(),
             ]);
         }
@@ -309,5 +393,83 @@ mod tests {
             j.host_transfer(&h200(5), &clean, &spec).verdict,
             Verdict::Pass
         );
+    }
+
+    #[test]
+    fn pcie_findings_join_the_host_transfer_verdict() {
+        use crate::backend::PcieReading;
+        let checks = Checks::default();
+        let j = judge(&checks, Profile::Auto);
+        let reading = |replays| PcieReading {
+            link_gen: Some(5),
+            link_width: Some(16),
+            max_gen: Some(5),
+            max_width: Some(16),
+            replays: Some(replays),
+            ..Default::default()
+        };
+        let out = |after| HostTransferOutcome {
+            pinned: Some(DirectionRates {
+                h2d_gbps: 55.0,
+                d2h_gbps: 55.0,
+            }),
+            pcie: Some(PcieOutcome {
+                before: Some(reading(10)),
+                under_load: Some(reading(10)),
+                after: Some(reading(after)),
+            }),
+            ..Default::default()
+        };
+        let r = j.host_transfer(&h200(1), &out(12), &HostTransferCheck::default());
+        assert_eq!(r.verdict, Verdict::Warn);
+        assert_eq!(r.reasons, ["GPU1 PCIe: 2 replays during the run"]);
+        assert_eq!(r.pcie.as_ref().and_then(|p| p.link_gen), Some(5));
+        let r = j.host_transfer(&h200(1), &out(50), &HostTransferCheck::default());
+        assert_eq!(r.verdict, Verdict::Fail);
+        let mut spec = HostTransferCheck::default();
+        Flags {
+            pcie_max_replays: Some(100),
+            pcie_expect_gen: Some(5),
+            ..Default::default()
+        }
+        .apply(&mut spec);
+        let p = spec.pcie.clone().expect("pcie limits");
+        assert_eq!(
+            (p.max_replays, p.expect_gen, p.expect_width),
+            (Some(100), Some(5), None)
+        );
+        assert_eq!(
+            j.host_transfer(&h200(1), &out(50), &spec).verdict,
+            Verdict::Warn
+        );
+    }
+
+    #[test]
+    fn planted_replays_fail_that_gpu_over_the_whole_run() {
+        use crate::backend::{Backend, sim::SimBackend};
+        let checks = gpuval_crds::Checks {
+            memory: Some(Default::default()),
+            host_transfer: Some(HostTransferCheck::default()),
+            ..Default::default()
+        };
+        let backend =
+            Backend::Simulated(SimBackend::new("gpus=2,replay=1:40".parse().expect("spec")));
+        let plan = crate::runner::Plan::new(checks, Default::default());
+        let report = crate::runner::run(
+            &backend,
+            &plan,
+            &std::sync::atomic::AtomicBool::new(false),
+            &|_| {},
+        );
+        let h = |i: usize| report.gpus[i].host_transfer.clone().expect("host transfer");
+        assert_eq!(h(0).verdict, Verdict::Pass, "{:?}", h(0).reasons);
+        assert_eq!(h(0).pcie.and_then(|p| p.replays), Some(0));
+        assert_eq!(h(1).verdict, Verdict::Fail);
+        assert_eq!(
+            h(1).reasons,
+            ["GPU1 PCIe: 40 replays during the run, more than the 8 allowed"]
+        );
+        let table = crate::render::table(&report);
+        assert!(table.contains("Gen5 x16"), "{table}");
     }
 }

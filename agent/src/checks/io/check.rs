@@ -97,7 +97,10 @@ impl Io {
     pub fn panicked() -> IoResult {
         IoResult {
             verdict: Verdict::Error,
-            reasons: vec!["io: the io check panicked".into()],
+            reasons: vec![gpuval_crds::Reason::new(
+                gpuval_crds::Code::IoError,
+                "io: the io check panicked",
+            )],
             ..Default::default()
         }
     }

@@ -13,6 +13,7 @@ use std::path::Path;
 use gpuval_crds::{IoCheck, IoMismatch, IoResult, Verdict};
 
 use super::{IoError, IoOutcome, MIB};
+use crate::judge::{Code, Says, verdict_of};
 
 /// How the check ran, for the notes.
 #[derive(Debug, Clone, Copy, Default)]
@@ -29,9 +30,7 @@ pub struct Context {
 pub fn io(spec: &IoCheck, out: &IoOutcome, ctx: Context) -> IoResult {
     let (write, read) = (out.write_mbps(), out.read_mbps());
     let mut reasons = Vec::new();
-    let mut verdict = Verdict::Pass;
     if out.mismatches > 0 {
-        verdict = Verdict::Fail;
         let first = out
             .first_mismatches
             .first()
@@ -42,12 +41,12 @@ pub fn io(spec: &IoCheck, out: &IoOutcome, ctx: Context) -> IoResult {
                 )
             })
             .unwrap_or_default();
-        reasons.push(format!(
+        reasons.push(Code::IoMismatch.says(format!(
             "io: {} word{} read back wrong in {}{first}",
             out.mismatches,
             if out.mismatches == 1 { "" } else { "s" },
             out.dir.display()
-        ));
+        )));
     }
     for (what, figure, floor, field) in [
         ("write", write, spec.min_write_mbps, "minWriteMbps"),
@@ -56,18 +55,16 @@ pub fn io(spec: &IoCheck, out: &IoOutcome, ctx: Context) -> IoResult {
         if let Some(floor) = floor
             && figure < f64::from(floor)
         {
-            verdict = verdict.max(Verdict::Fail);
-            reasons.push(format!(
+            reasons.push(Code::IoSlow.says(format!(
                 "io: {what} {figure:.0} MB/s < {floor} MB/s (spec {field})"
-            ));
+            )));
         }
     }
     if let Some(e) = &out.cleanup_error {
-        verdict = Verdict::Error;
-        reasons.push(format!("io: {e}"));
+        reasons.push(Code::IoError.says(format!("io: {e}")));
     }
     IoResult {
-        verdict,
+        verdict: verdict_of(&reasons),
         reasons,
         dir: out.dir.display().to_string(),
         fs_type: out.fs_type.clone(),
@@ -102,7 +99,7 @@ pub fn io(spec: &IoCheck, out: &IoOutcome, ctx: Context) -> IoResult {
 pub fn io_error(spec: &IoCheck, dir: Option<&Path>, err: &IoError, ctx: Context) -> IoResult {
     IoResult {
         verdict: Verdict::Error,
-        reasons: vec![format!("io: {err}")],
+        reasons: vec![Code::IoError.says(format!("io: {err}"))],
         dir: dir.map(|d| d.display().to_string()).unwrap_or_default(),
         files: spec.files,
         file_size_mib: i64::from(spec.file_size_mib),

@@ -1,8 +1,12 @@
-//! The memory check: a fraction of each GPU's free memory filled with an address-dependent
-//! pattern and its inverse, every word verified on the GPU; fill+verify throughput, mismatches
-//! with their addresses, and whether another process held memory at start.
+//! The memory check: a fraction of each GPU's free memory tested with memtest-style patterns
+//! (an address-dependent pattern and its inverse, moving inversions, a random number sequence),
+//! every word verified on the GPU; throughput, mismatches with their addresses and the bits
+//! that flipped, remapped rows and retired pages before and after, and whether another process
+//! held memory at start.
 
+pub mod bits;
 mod cuda;
+mod judge;
 mod sim;
 #[cfg(test)]
 mod tests;
@@ -11,29 +15,40 @@ pub use cuda::selftest;
 
 crate::check_result!(gpuval_crds::MemoryResult);
 
-use gpuval_crds::{GpuReport, MemoryCheck, MemoryResult, Mismatch, NodeReport};
+use gpuval_crds::{GpuReport, MemoryCheck, MemoryPattern, Mismatch, NodeReport, RowHealth};
 
+use self::bits::BitTally;
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::GpuCheck;
 use crate::config::given;
-use crate::judge::{Judge, fail_if_any, gbps_of, plural, ran, to_i64};
+use crate::judge::{Code, Judge, ran};
 use crate::run_control::RunControl;
-
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-/// Below this share of total memory free at start, another process holds the GPU.
-const MIN_FREE_SHARE: f64 = 0.9;
-/// A test that covered less than this share of the fraction asked for fails.
-const MIN_TESTED_SHARE: f64 = 0.9;
+use crate::text::{columns, dash, indent};
 
 /// Memory check parameters for one GPU.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryRequest {
     /// Fraction of free memory to allocate and test.
     pub fraction: f64,
-    /// Each pass writes and verifies a pattern and then its bitwise inverse, with a new seed.
+    /// Passes of each pattern (each address pass writes and verifies a pattern and then its
+    /// bitwise inverse, with a new seed).
     pub passes: u32,
     /// How many mismatches to record with their address.
     pub max_logged: usize,
+    /// The patterns, in order.
+    pub patterns: Vec<MemoryPattern>,
+}
+
+/// One pattern's passes on one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatternOutcome {
+    pub pattern: MemoryPattern,
+    pub passes: u32,
+    /// Bytes written plus bytes read, and the device time of the kernels that moved them.
+    pub bytes: u64,
+    pub seconds: f64,
+    /// Mismatched 32-bit words.
+    pub mismatches: u64,
 }
 
 /// What a memory test measured on one GPU.
@@ -42,16 +57,23 @@ pub struct MemoryOutcome {
     pub total_bytes: u64,
     pub free_bytes_before: u64,
     pub bytes_tested: u64,
-    /// Seconds spent in fill kernels and verify kernels (device-timed).
+    /// Seconds spent in the address pattern's fill kernels and verify kernels (device-timed).
     pub fill_seconds: f64,
     pub verify_seconds: f64,
-    /// Bytes written by fills and read by verifies, over all passes.
+    /// Bytes written by the address pattern's fills and read by its verifies, over all passes.
     pub bytes_written: u64,
     pub bytes_read: u64,
     pub passes: u32,
-    /// Mismatched 32-bit words over all passes.
+    /// Mismatched 32-bit words over every pattern and pass.
     pub mismatches: u64,
     pub first_mismatches: Vec<Mismatch>,
+    /// Each pattern that ran, in order.
+    pub patterns: Vec<PatternOutcome>,
+    /// Which bits of the wrong words flipped.
+    pub bits: BitTally,
+    /// Remapped rows and retired pages before and after (None where they could not be read).
+    pub rows_before: Option<RowHealth>,
+    pub rows_after: Option<RowHealth>,
 }
 
 /// The memory check as its spec asks for it.
@@ -61,11 +83,21 @@ pub struct Memory {
 
 impl Memory {
     pub fn from_spec(spec: &MemoryCheck) -> Self {
+        let mut patterns: Vec<MemoryPattern> = Vec::new();
+        for p in &spec.patterns {
+            if !patterns.contains(p) {
+                patterns.push(*p);
+            }
+        }
+        if patterns.is_empty() {
+            patterns.push(MemoryPattern::Address);
+        }
         Self {
             request: MemoryRequest {
                 fraction: spec.fraction,
                 passes: u32::try_from(spec.passes.max(1)).unwrap_or(1),
                 max_logged: 16,
+                patterns,
             },
         }
     }
@@ -82,9 +114,17 @@ impl GpuCheck for Memory {
         ctl: &RunControl<'_>,
     ) -> Result<MemoryOutcome, BackendError> {
         match backend {
-            Backend::Cuda(b) => b.on_gpu(gpu.index, |ctx, k| {
-                cuda::run(ctx, gpu.index, k, &self.request, ctl)
-            }),
+            Backend::Cuda(b) => {
+                let rows_before = b.nvml.rows(gpu.index).ok();
+                let out = b.on_gpu(gpu.index, |ctx, k| {
+                    cuda::run(ctx, gpu.index, k, &self.request, ctl)
+                })?;
+                Ok(MemoryOutcome {
+                    rows_before,
+                    rows_after: b.nvml.rows(gpu.index).ok(),
+                    ..out
+                })
+            }
             Backend::Simulated(b) => b.memory_test(gpu.index, &self.request, ctl),
         }
     }
@@ -100,109 +140,15 @@ impl GpuCheck for Memory {
     }
 
     fn compare(&self, judge: &Judge<'_>, gpus: &mut [GpuReport]) {
-        judge.relative_per_gpu(gpus, "memory", "GB/s", memory_gbps, |g| g.memory.as_mut());
+        judge.relative_per_gpu(
+            gpus,
+            Code::MemoryBandwidthLow,
+            "memory",
+            "GB/s",
+            memory_gbps,
+            |g| g.memory.as_mut(),
+        );
     }
-}
-
-impl Judge<'_> {
-    /// Judges one GPU's memory test: mismatches, fill+verify throughput, free memory at start
-    /// and how much of it was tested.
-    pub fn memory(&self, gpu: &GpuInfo, out: &MemoryOutcome) -> MemoryResult {
-        let spec = self.checks.memory.clone().unwrap_or_default();
-        let seconds = out.fill_seconds + out.verify_seconds;
-        let gbps = gbps_of(out.bytes_written.saturating_add(out.bytes_read), seconds);
-        let mut reasons = Vec::new();
-        reasons.extend(memory_mismatch_reason(gpu.index, out, &spec));
-        reasons.extend(self.memory_rate_reason(gpu, gbps, &spec));
-        reasons.extend(free_memory_reason(gpu, out));
-        reasons.extend(tested_share_reason(gpu.index, out, spec.fraction));
-        MemoryResult {
-            verdict: fail_if_any(&reasons),
-            reasons,
-            tested_gib: out.bytes_tested as f64 / GIB,
-            fraction: spec.fraction,
-            passes: i32::try_from(out.passes).unwrap_or(i32::MAX),
-            fill_gbps: gbps_of(out.bytes_written, out.fill_seconds),
-            verify_gbps: gbps_of(out.bytes_read, out.verify_seconds),
-            gbps,
-            mismatches: to_i64(out.mismatches),
-            first_mismatches: out.first_mismatches.clone(),
-            seconds,
-        }
-    }
-
-    fn memory_rate_reason(&self, gpu: &GpuInfo, gbps: f64, spec: &MemoryCheck) -> Option<String> {
-        let (floor, source) = match spec.min_gbps {
-            Some(v) => (f64::from(v), "spec minGbps".to_string()),
-            None => {
-                let p = self.profile_of(&gpu.name)?;
-                (p.memory_min_gbps, format!("{} profile", p.name))
-            }
-        };
-        (gbps < floor).then(|| {
-            format!(
-                "GPU{} memory: {gbps:.0} GB/s < {floor:.0} GB/s ({source})",
-                gpu.index
-            )
-        })
-    }
-}
-
-fn memory_mismatch_reason(gpu: u32, out: &MemoryOutcome, spec: &MemoryCheck) -> Option<String> {
-    let allowed = spec
-        .max_mismatches
-        .map_or(0, |m| u64::try_from(m).unwrap_or(0));
-    if out.mismatches <= allowed {
-        return None;
-    }
-    let first = out
-        .first_mismatches
-        .first()
-        .map(|m| format!(" (first at offset {:#x})", m.offset))
-        .unwrap_or_default();
-    let limit = if allowed > 0 {
-        format!(", more than the {allowed} allowed")
-    } else {
-        String::new()
-    };
-    Some(format!(
-        "GPU{gpu} memory: {} mismatched word{}{first}{limit}",
-        out.mismatches,
-        plural(out.mismatches)
-    ))
-}
-
-fn free_memory_reason(gpu: &GpuInfo, out: &MemoryOutcome) -> Option<String> {
-    let total = if out.total_bytes > 0 {
-        out.total_bytes
-    } else {
-        gpu.memory_total_bytes
-    } as f64;
-    let free = out.free_bytes_before as f64;
-    (total > 0.0 && free < MIN_FREE_SHARE * total).then(|| {
-        format!(
-            "GPU{}: only {:.0}% of memory free at start ({:.1} of {:.1} GiB); another process holds GPU memory",
-            gpu.index,
-            (100.0 * free / total).floor(),
-            free / GIB,
-            total / GIB
-        )
-    })
-}
-
-fn tested_share_reason(gpu: u32, out: &MemoryOutcome, asked: f64) -> Option<String> {
-    if out.free_bytes_before == 0 || asked <= 0.0 {
-        return None;
-    }
-    let tested = out.bytes_tested as f64 / out.free_bytes_before as f64;
-    (tested < MIN_TESTED_SHARE * asked).then(|| {
-        format!(
-            "GPU{gpu} memory: tested {:.1} GiB, {:.0}% of free memory, well below the {:.0}% asked for",
-            out.bytes_tested as f64 / GIB,
-            100.0 * tested,
-            100.0 * asked
-        )
-    })
 }
 
 /// A GPU's memory GB/s where its memory check ran.
@@ -221,9 +167,12 @@ pub struct Flags {
     /// Fraction of each GPU's free memory to test (0 < f ≤ 1).
     #[arg(long)]
     pub memory_fraction: Option<f64>,
-    /// Passes of pattern and inverse.
+    /// Passes of each pattern.
     #[arg(long)]
     pub memory_passes: Option<i32>,
+    /// Patterns (comma-separated): address, movingInversions, random (default all three).
+    #[arg(long, value_delimiter = ',')]
+    pub memory_patterns: Option<Vec<MemoryPattern>>,
 }
 
 impl Flags {
@@ -232,14 +181,16 @@ impl Flags {
         let Self {
             memory_fraction,
             memory_passes,
+            memory_patterns,
         } = self;
         given(&mut spec.fraction, memory_fraction);
         given(&mut spec.passes, memory_passes);
+        given(&mut spec.patterns, memory_patterns);
     }
 }
 
 /// The GPU table's MEMORY cell: `133.0 GiB 4344 GB/s 0 bad`.
-pub fn cell(m: &MemoryResult) -> String {
+pub fn cell(m: &gpuval_crds::MemoryResult) -> String {
     if m.tested_gib <= 0.0 {
         return m.verdict.to_string();
     }
@@ -261,4 +212,40 @@ pub fn headline(report: &NodeReport) -> Vec<String> {
         return Vec::new();
     }
     vec![format!("memory {} GB/s", crate::text::span(&memory, 0))]
+}
+
+/// Each pattern's mismatches and rate per GPU, the bits that flipped and the remapped rows
+/// before and after, when more than the address pattern ran or something changed.
+pub fn section(report: &NodeReport) -> String {
+    let tested: Vec<(&GpuReport, &gpuval_crds::MemoryResult)> = report
+        .gpus
+        .iter()
+        .filter_map(|g| g.memory.as_ref().map(|m| (g, m)))
+        .filter(|(_, m)| m.patterns.len() > 1 || m.bit_flips.is_some() || m.rows_after.is_some())
+        .collect();
+    if tested.is_empty() {
+        return String::new();
+    }
+    let mut header = vec!["GPU".to_string()];
+    header.extend(["ADDRESS", "MOVING INVERSIONS", "RANDOM"].map(String::from));
+    header.extend(["FLIPPED BITS", "REMAPPED ROWS"].map(String::from));
+    let mut rows = vec![header];
+    for (g, m) in tested {
+        let mut row = vec![g.index.to_string()];
+        for p in MemoryPattern::ALL {
+            row.push(
+                m.patterns
+                    .iter()
+                    .find(|r| r.pattern == p)
+                    .map_or_else(dash, |r| format!("{} bad {:.0} GB/s", r.mismatches, r.gbps)),
+            );
+        }
+        row.push(m.bit_flips.as_ref().map_or_else(dash, bits::describe));
+        row.push(judge::rows_cell(
+            m.rows_before.as_ref(),
+            m.rows_after.as_ref(),
+        ));
+        rows.push(row);
+    }
+    format!("memory patterns:\n{}", indent(&columns(&rows)))
 }

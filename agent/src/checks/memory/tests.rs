@@ -1,6 +1,6 @@
 //! The memory check's judging rules.
 
-use gpuval_crds::{Checks, Mismatch, Profile, Verdict};
+use gpuval_crds::{Checks, MemoryPattern, Mismatch, Profile, Verdict};
 
 use super::*;
 use crate::judge::testing::{assert_fails_with, checks_with, gpu, h200, judge};
@@ -154,4 +154,200 @@ fn memory_tested_well_below_fraction_fails() {
     let out = memory_outcome(4000.0, g.memory_total_bytes, g.memory_free_bytes, 0.9);
     let r = judge(&checks, Profile::Auto).memory(&g, &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
+}
+
+fn rows(cor: i64, unc: i64, pending: bool, failure: bool) -> gpuval_crds::RowHealth {
+    gpuval_crds::RowHealth {
+        remapped_correctable: Some(cor),
+        remapped_uncorrectable: Some(unc),
+        remap_pending: Some(pending),
+        remap_failure: Some(failure),
+        ..Default::default()
+    }
+}
+
+fn pattern(p: MemoryPattern, bytes: u64, seconds: f64, mismatches: u64) -> super::PatternOutcome {
+    super::PatternOutcome {
+        pattern: p,
+        passes: 1,
+        bytes,
+        seconds,
+        mismatches,
+    }
+}
+
+#[test]
+fn flipped_bits_and_the_patterns_that_found_them_are_named() {
+    let checks = memory_checks(MemoryCheck::default());
+    let mut out = healthy_memory(4000.0);
+    out.patterns = vec![
+        pattern(MemoryPattern::Address, 1 << 30, 0.25, 0),
+        pattern(MemoryPattern::MovingInversions, 1 << 32, 1.0, 3),
+        pattern(MemoryPattern::Random, 1 << 30, 0.25, 1),
+    ];
+    out.mismatches = 4;
+    for _ in 0..4 {
+        out.bits.add_word(0x0000_0000, 0x0000_2000);
+    }
+    out.first_mismatches = vec![Mismatch {
+        offset: 0x40,
+        expected: "0x00000000".into(),
+        actual: "0x00002000".into(),
+    }];
+    let r = judge(&checks, Profile::Auto).memory(&h200(6), &out);
+    assert_fails_with(
+        r.verdict,
+        &r.reasons,
+        &[
+            "GPU6 memory: 4 mismatched words (first at offset 0x40) in movingInversions 3, random 1; bit 13 4× 0→1 (stuck at 1)",
+        ],
+    );
+    let flips = r.bit_flips.expect("bit flips");
+    assert_eq!((flips.stuck_at_one, flips.stuck_at_zero), (4, 0));
+    assert_eq!(r.patterns.len(), 3);
+    assert_eq!(r.patterns[1].pattern, MemoryPattern::MovingInversions);
+    assert!((r.patterns[1].gbps - (1u64 << 32) as f64 / 1e9).abs() < 1e-6);
+}
+
+#[test]
+fn without_the_address_pattern_the_floor_applies_to_every_pattern() {
+    let checks = memory_checks(MemoryCheck::default());
+    let g = h200(0);
+    let mut out = memory_outcome(4000.0, g.memory_total_bytes, g.memory_free_bytes, 0.95);
+    (
+        out.fill_seconds,
+        out.verify_seconds,
+        out.bytes_written,
+        out.bytes_read,
+    ) = (0.0, 0.0, 0, 0);
+    out.patterns = vec![pattern(MemoryPattern::Random, 3_000_000_000_000, 1.0, 0)];
+    let r = judge(&checks, Profile::Auto).memory(&g, &out);
+    assert_fails_with(
+        r.verdict,
+        &r.reasons,
+        &["GPU0 memory (every pattern): 3000 GB/s < 3400 GB/s (H200 profile)"],
+    );
+    assert!((r.gbps - 3000.0).abs() < 1e-6);
+}
+
+#[test]
+fn rows_remapped_during_the_test_warn_and_a_failed_remapping_fails() {
+    let checks = memory_checks(MemoryCheck::default());
+    let mut out = healthy_memory(4000.0);
+    out.rows_before = Some(rows(0, 0, false, false));
+    out.rows_after = Some(rows(0, 0, false, false));
+    let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
+    assert_eq!(
+        super::judge::rows_cell(r.rows_before.as_ref(), r.rows_after.as_ref()),
+        "0 → 0"
+    );
+
+    out.rows_after = Some(rows(0, 1, true, false));
+    let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);
+    assert_eq!(r.verdict, Verdict::Warn);
+    assert_eq!(
+        r.reasons,
+        [
+            "GPU2 memory: 1 row remapped during the test (0 after correctable, 1 after uncorrectable errors); reset the GPU to apply the remapping"
+        ]
+    );
+    assert_eq!(
+        (r.reasons[0].code, r.reasons[0].action),
+        (Code::MemoryRowsRemapped, gpuval_crds::Action::ResetGpu)
+    );
+    assert_eq!(
+        super::judge::rows_cell(r.rows_before.as_ref(), r.rows_after.as_ref()),
+        "0 → 1 (pending)"
+    );
+
+    out.rows_after = Some(rows(0, 1, true, true));
+    let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);
+    assert_eq!(r.verdict, Verdict::Fail);
+    assert!(
+        r.reasons[0].contains("a row remapping failed during the test"),
+        "{:?}",
+        r.reasons
+    );
+
+    // already so before the test: the GPU's health reports it, not the test
+    out.rows_before = out.rows_after.clone();
+    let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
+}
+
+#[test]
+fn retired_pages_during_the_test_warn() {
+    let checks = memory_checks(MemoryCheck::default());
+    let mut out = healthy_memory(4000.0);
+    let page = |sbe, pending| gpuval_crds::RowHealth {
+        retired_single_bit: Some(sbe),
+        retired_double_bit: Some(0),
+        retire_pending: Some(pending),
+        ..Default::default()
+    };
+    out.rows_before = Some(page(1, false));
+    out.rows_after = Some(page(3, true));
+    let r = judge(&checks, Profile::Auto).memory(&h200(0), &out);
+    assert_eq!(r.verdict, Verdict::Warn);
+    assert_eq!(
+        r.reasons,
+        ["GPU0 memory: 2 pages retired during the test; reset the GPU to retire them"]
+    );
+}
+
+#[test]
+fn patterns_come_from_the_spec_and_the_flag_once_each_in_order() {
+    let m = Memory::from_spec(&MemoryCheck::default());
+    assert_eq!(m.request.patterns, MemoryPattern::ALL);
+    let mut spec = MemoryCheck::default();
+    Flags {
+        memory_patterns: Some(vec![
+            MemoryPattern::Random,
+            MemoryPattern::Random,
+            MemoryPattern::Address,
+        ]),
+        ..Default::default()
+    }
+    .apply(&mut spec);
+    let m = Memory::from_spec(&spec);
+    assert_eq!(
+        m.request.patterns,
+        [MemoryPattern::Random, MemoryPattern::Address]
+    );
+    assert_eq!(
+        "moving-inversions".parse::<MemoryPattern>(),
+        Ok(MemoryPattern::MovingInversions)
+    );
+    assert!("walking".parse::<MemoryPattern>().is_err());
+}
+
+#[test]
+fn a_planted_stuck_bit_is_reported_by_bit_through_the_runner() {
+    use crate::backend::{Backend, sim::SimBackend};
+    let checks = memory_checks(MemoryCheck::default());
+    let backend = Backend::Simulated(SimBackend::new(
+        "gpus=2,fail=memory@1".parse().expect("spec"),
+    ));
+    let plan = crate::runner::Plan::new(checks, Default::default());
+    let report = crate::runner::run(
+        &backend,
+        &plan,
+        &std::sync::atomic::AtomicBool::new(false),
+        &|_| {},
+    );
+    let m = |i: usize| report.gpus[i].memory.clone().expect("memory");
+    assert_eq!(m(0).verdict, Verdict::Pass, "{:?}", m(0).reasons);
+    assert_eq!(m(0).patterns.len(), 3);
+    assert!(m(0).rows_after.is_some());
+    assert_eq!(m(1).verdict, Verdict::Fail);
+    assert!(
+        m(1).reasons[0]
+            .ends_with("in address 4, movingInversions 2, random 1; bit 12 7× 0→1 (stuck at 1)"),
+        "{:?}",
+        m(1).reasons
+    );
+    let table = crate::render::table(&report);
+    assert!(table.contains("memory patterns:"), "{table}");
+    assert!(table.contains("bit 12 7× 0→1 (stuck at 1)"), "{table}");
 }

@@ -100,7 +100,10 @@ impl NodeCheck for Nccl {
         for gpu in failed_gpus(&result) {
             if let Some(g) = into.gpus.iter_mut().find(|g| g.index == gpu) {
                 g.verdict = g.verdict.max(Verdict::Fail);
-                let why = format!("GPU{gpu}: NCCL collectives delivered wrong elements");
+                let why = gpuval_crds::Reason::new(
+                    gpuval_crds::Code::NcclWrongResult,
+                    format!("GPU{gpu}: NCCL collectives delivered wrong elements"),
+                );
                 crate::judge::push_unique(&mut g.reasons, [why]);
             }
         }

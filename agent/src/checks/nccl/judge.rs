@@ -13,6 +13,7 @@ use super::bandwidth::{Layout, human_bytes};
 use super::outcome::{Abort, AbortCause, NcclOutcome, SweepOutcome};
 use super::transport::{TransportClass, TransportSummary};
 use crate::backend::BackendError;
+use crate::judge::{Code, Reason, Says, verdict_of};
 
 /// Bus bandwidth floors at the largest size of the default sweep (4 GiB), GB/s, by model
 /// profile, GPU count and collective: set from the 2×H200 measurement
@@ -57,7 +58,7 @@ pub fn judge(ctx: &JudgeContext<'_>, out: &NcclOutcome) -> NcclResult {
     r.library = out.library.clone();
     r.notes = out.notes.clone();
     r.seconds = out.seconds;
-    let mut findings: Vec<(Verdict, String)> = Vec::new();
+    let mut findings: Vec<Reason> = Vec::new();
     match &out.sweep {
         Ok(s) => {
             r.nccl_version = version_of(s);
@@ -65,17 +66,18 @@ pub fn judge(ctx: &JudgeContext<'_>, out: &NcclOutcome) -> NcclResult {
             findings.extend(sweep_findings(ctx, s, &gpus, false));
             if ctx.nvlink {
                 findings.extend(
-                    fallback_reason(s.transport.as_ref(), &gpus).map(|m| (Verdict::Fail, m)),
+                    fallback_reason(s.transport.as_ref(), &gpus)
+                        .map(|m| Code::NcclTransportFallback.says(m)),
                 );
             }
             findings.extend(
                 threshold_reasons(ctx, s, &gpus)
                     .into_iter()
-                    .map(|m| (Verdict::Fail, m)),
+                    .map(|m| Code::NcclBandwidthLow.says(m)),
             );
             r.mismatches.extend(mismatches(s, &gpus, false));
         }
-        Err(e) => findings.push((Verdict::Error, format!("nccl: {e}"))),
+        Err(e) => findings.push(crate::judge::error_reason_in("nccl", e)),
     }
     match &out.p2p_off {
         Some(Ok(s)) => {
@@ -84,16 +86,12 @@ pub fn judge(ctx: &JudgeContext<'_>, out: &NcclOutcome) -> NcclResult {
             r.mismatches.extend(mismatches(s, &gpus, true));
             r.notes.push("the P2P-off sweep is checked for hangs and wrong results, not against bandwidth floors".into());
         }
-        Some(Err(e)) => findings.push((Verdict::Error, format!("nccl (P2P off): {e}"))),
+        Some(Err(e)) => findings.push(crate::judge::error_reason_in("nccl (P2P off)", e)),
         None => {}
     }
     r.mismatches.truncate(MAX_MISMATCHES);
-    r.verdict = findings
-        .iter()
-        .map(|(v, _)| *v)
-        .max()
-        .unwrap_or(Verdict::Pass);
-    r.reasons = findings.into_iter().map(|(_, m)| m).collect();
+    r.verdict = verdict_of(&findings);
+    r.reasons = findings;
     r
 }
 
@@ -101,7 +99,7 @@ pub fn judge(ctx: &JudgeContext<'_>, out: &NcclOutcome) -> NcclResult {
 pub fn errored(spec: &NcclCheck, err: &BackendError) -> NcclResult {
     NcclResult {
         verdict: Verdict::Error,
-        reasons: vec![format!("nccl: {err}")],
+        reasons: vec![crate::judge::error_reason_in("nccl", err)],
         ..base(spec)
     }
 }
@@ -239,16 +237,14 @@ fn sweep_findings(
     s: &SweepOutcome,
     gpus: &[i32],
     p2p_off: bool,
-) -> Vec<(Verdict, String)> {
+) -> Vec<Reason> {
     let tag = if p2p_off { "nccl (P2P off)" } else { "nccl" };
     let mut found = Vec::new();
     if let Some(a) = &s.abort {
-        found.push((Verdict::Error, format!("{tag} {}", abort_reason(a, gpus))));
+        found.push(Code::NcclAborted.says(format!("{tag} {}", abort_reason(a, gpus))));
     }
     for m in s.mismatches.iter().take(MAX_MISMATCH_REASONS) {
-        found.push((
-            Verdict::Fail,
-            format!(
+        found.push(Code::NcclWrongResult.says(format!(
                 "{tag}: GPU{} (rank {}) received {} wrong element{} in {} {} {}, first at byte offset {:#x}",
                 gpu_of(gpus, m.rank),
                 m.rank,
@@ -258,18 +254,14 @@ fn sweep_findings(
                 human_bytes(m.bytes),
                 if m.in_place { "in-place" } else { "out-of-place" },
                 m.first_offset
-            ),
-        ));
+            )));
     }
     let more = s.mismatches.len().saturating_sub(MAX_MISMATCH_REASONS);
     if more > 0 {
-        found.push((
-            Verdict::Fail,
-            format!(
-                "{tag}: {more} more collective{} with wrong elements",
-                if more == 1 { "" } else { "s" }
-            ),
-        ));
+        found.push(Code::NcclWrongResult.says(format!(
+            "{tag}: {more} more collective{} with wrong elements",
+            if more == 1 { "" } else { "s" }
+        )));
     }
     found
 }
@@ -597,7 +589,7 @@ mod tests {
         };
         let r = errored(&spec, &e);
         assert_eq!(
-            (r.verdict, r.reasons[0].as_str()),
+            (r.verdict, r.reasons[0].message.as_str()),
             (
                 Verdict::Error,
                 "nccl: NCCL (libnccl.so.2) is not available: install it"

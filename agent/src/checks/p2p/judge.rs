@@ -7,7 +7,8 @@ use gpuval_crds::{P2pCheck, P2pPair, P2pResult, Verdict};
 use super::{LinkErrorMoves, P2pOutcome, PairOutcome};
 use crate::backend::GpuInfo;
 use crate::judge::{
-    Judge, below_peers_named, fail_if_any, outliers, plural, push_unique, round_to,
+    Code, Judge, Reason, Says, below_peers_named, outliers, plural, push_unique, round_to,
+    verdict_of,
 };
 use crate::profiles::ModelProfile;
 
@@ -25,18 +26,18 @@ impl Judge<'_> {
         let profile = self.link_profile(gpus);
         let mut pairs: Vec<P2pPair> = out.pairs.iter().map(pair_result).collect();
         // Each pair's reasons, kept apart until they join the check's, pair by pair.
-        let mut pair_reasons: Vec<Vec<String>> = Vec::with_capacity(pairs.len());
+        let mut pair_reasons: Vec<Vec<Reason>> = Vec::with_capacity(pairs.len());
         for (pair, measured) in pairs.iter_mut().zip(&out.pairs) {
             let reasons = self.pair_reasons(measured, spec, profile);
             pair.verdict = if measured.error.is_some() {
                 Verdict::Error
             } else {
-                fail_if_any(&reasons)
+                verdict_of(&reasons)
             };
             let error = measured
                 .error
                 .as_ref()
-                .map(|e| format!("{}: {e}", pair_name(measured)));
+                .map(|e| Code::P2pPairError.says(format!("{}: {e}", pair_name(measured))));
             pair_reasons.push(error.into_iter().chain(reasons).collect());
         }
         let tolerance = self.tolerance();
@@ -49,7 +50,7 @@ impl Judge<'_> {
                 let name = format!("GPU{}->GPU{}", pairs[i].src, pairs[i].dst);
                 let why = below_peers_named(&name, what, v, "GB/s", median, "the other pairs");
                 pairs[i].verdict = pairs[i].verdict.max(Verdict::Fail);
-                push_unique(&mut pair_reasons[i], [why]);
+                push_unique(&mut pair_reasons[i], [Code::P2pSlow.says(why)]);
             }
         }
 
@@ -64,18 +65,28 @@ impl Judge<'_> {
             .iter()
             .map(|p| p.verdict)
             .fold(Verdict::Pass, Verdict::max);
-        let mut reasons: Vec<String> = pair_reasons.into_iter().flatten().collect();
+        let mut reasons: Vec<Reason> = pair_reasons.into_iter().flatten().collect();
         if !links.failures.is_empty() {
             verdict = verdict.max(Verdict::Fail);
-            reasons.extend(links.failures.iter().cloned());
+            reasons.extend(
+                links
+                    .failures
+                    .iter()
+                    .map(|m| Code::NvlinkRecovery.says(m.clone())),
+            );
         }
         if !links.warnings.is_empty() {
             verdict = verdict.max(Verdict::Warn);
-            reasons.extend(links.warnings.iter().cloned());
+            reasons.extend(
+                links
+                    .warnings
+                    .iter()
+                    .map(|m| Code::NvlinkErrors.says(m.clone())),
+            );
         }
         if gpus.len() < 2 {
             verdict = Verdict::Skipped;
-            reasons.push("fewer than two GPUs: no pairs to test".to_string());
+            reasons.push(Code::NotApplicable.says("fewer than two GPUs: no pairs to test"));
         }
         result.verdict = verdict;
         push_unique(&mut result.reasons, reasons);
@@ -104,23 +115,23 @@ impl Judge<'_> {
         p: &PairOutcome,
         spec: &P2pCheck,
         profile: Option<&ModelProfile>,
-    ) -> Vec<String> {
+    ) -> Vec<Reason> {
         if p.error.is_some() && p.unidirectional_gbps <= 0.0 {
             return Vec::new();
         }
         let name = pair_name(p);
         let mut reasons = Vec::new();
         if p.mismatches > 0 {
-            reasons.push(format!(
+            reasons.push(Code::P2pMismatch.says(format!(
                 "{name}: {} word{} arrived corrupted",
                 p.mismatches,
                 plural(p.mismatches)
-            ));
+            )));
         }
         if !p.peer_access && profile.is_some() {
-            reasons.push(format!(
+            reasons.push(Code::P2pNoPeerAccess.says(format!(
                 "{name}: peer access is not available (copies go through host memory)"
-            ));
+            )));
         }
         let floor = |explicit: Option<i32>, from_profile: Option<f64>| match explicit {
             Some(v) => Some((f64::from(v), "spec".to_string())),
@@ -148,18 +159,18 @@ impl Judge<'_> {
             if let Some((floor, source)) = floor
                 && v < floor
             {
-                reasons.push(format!(
+                reasons.push(Code::P2pSlow.says(format!(
                     "{name} {what} {v:.0} GB/s < {floor:.0} GB/s ({source})"
-                ));
+                )));
             }
         }
         if let Some(max) = spec.max_latency_micros
             && p.copy_latency_us > f64::from(max)
         {
-            reasons.push(format!(
+            reasons.push(Code::P2pLatencyHigh.says(format!(
                 "{name} copy latency {:.1} µs > {max} µs (spec maxLatencyMicros)",
                 p.copy_latency_us
-            ));
+            )));
         }
         reasons
     }
@@ -250,6 +261,7 @@ mod tests {
                 profile,
                 ..Default::default()
             },
+            overrides: Default::default(),
         }
     }
 
@@ -277,7 +289,8 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Fail);
         assert!(
             r.reasons
-                .contains(&"GPU1->GPU3 unidirectional 120 GB/s < 320 GB/s (H200 profile)".into()),
+                .iter()
+                .any(|x| x == "GPU1->GPU3 unidirectional 120 GB/s < 320 GB/s (H200 profile)"),
             "{:#?}",
             r.reasons
         );
@@ -307,11 +320,13 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Fail);
         assert!(
             r.reasons
-                .contains(&"GPU0->GPU1 unidirectional 392 GB/s < 400 GB/s (spec)".into())
+                .iter()
+                .any(|x| x == "GPU0->GPU1 unidirectional 392 GB/s < 400 GB/s (spec)")
         );
         assert!(
             r.reasons
-                .contains(&"GPU1->GPU0 copy latency 8.0 µs > 5 µs (spec maxLatencyMicros)".into()),
+                .iter()
+                .any(|x| x == "GPU1->GPU0 copy latency 8.0 µs > 5 µs (spec maxLatencyMicros)"),
             "{:#?}",
             r.reasons
         );
@@ -347,11 +362,13 @@ mod tests {
         assert_eq!(r.pairs[1].verdict, Verdict::Error);
         assert!(
             r.reasons
-                .contains(&"GPU0->GPU1: 7 words arrived corrupted".into())
+                .iter()
+                .any(|x| x == "GPU0->GPU1: 7 words arrived corrupted")
         );
         assert!(
             r.reasons
-                .contains(&"GPU1->GPU0: copy to GPU0: CUDA_ERROR_LAUNCH_FAILED".into())
+                .iter()
+                .any(|x| x == "GPU1->GPU0: copy to GPU0: CUDA_ERROR_LAUNCH_FAILED")
         );
     }
 

@@ -1,10 +1,10 @@
 //! Judging the topology: NVLink between every pair where required, active link counts, and
 //! link state changes during the run.
 
-use gpuval_crds::{TopologyReport, Verdict};
+use gpuval_crds::TopologyReport;
 
 use crate::backend::GpuInfo;
-use crate::judge::{Judge, push_unique};
+use crate::judge::{Code, Judge, Reason, Says, push_unique, verdict_of};
 
 impl Judge<'_> {
     /// Judges the topology: NVLink between every pair where required, active link counts, and
@@ -27,14 +27,11 @@ impl Judge<'_> {
         for gpu in gpus {
             reasons.extend(self.link_count_reason(gpu, &report, require, spec.min_active_links));
         }
-        reasons.extend(
-            report
-                .link_changes
-                .iter()
-                .map(|c| format!("NVLink state changed during the run: {c}")),
-        );
+        reasons.extend(report.link_changes.iter().map(|c| {
+            Code::NvlinkLinkChanged.says(format!("NVLink state changed during the run: {c}"))
+        }));
         if !reasons.is_empty() {
-            report.verdict = report.verdict.max(Verdict::Fail);
+            report.verdict = report.verdict.max(verdict_of(&reasons));
             push_unique(&mut report.reasons, reasons);
         }
         report
@@ -46,7 +43,7 @@ impl Judge<'_> {
         report: &TopologyReport,
         require: bool,
         min_active_links: Option<i32>,
-    ) -> Option<String> {
+    ) -> Option<Reason> {
         let (expected, source) = match min_active_links {
             Some(n) => (i64::from(n), "spec minActiveLinks".to_string()),
             None if require => {
@@ -67,15 +64,15 @@ impl Judge<'_> {
             Some(l) => format!("{active} of {} NVLink links active", l.total),
             None => "no NVLink link state".to_string(),
         };
-        Some(format!(
+        Some(Code::NvlinkLinksInactive.says(format!(
             "GPU{}: {have}, expected {expected} ({source})",
             gpu.index
-        ))
+        )))
     }
 }
 
 /// Every GPU pair whose matrix cell is not NVLink (`NV#`), named once per pair.
-fn non_nvlink_pairs(report: &TopologyReport) -> Vec<String> {
+fn non_nvlink_pairs(report: &TopologyReport) -> Vec<Reason> {
     let n = report.matrix.len();
     let label = |i: usize| {
         report
@@ -93,11 +90,11 @@ fn non_nvlink_pairs(report: &TopologyReport) -> Vec<String> {
                 .find(|c| !c.is_some_and(|c| c.starts_with("NV")));
             if let Some(c) = bad {
                 let how = c.map_or("nothing known", String::as_str);
-                reasons.push(format!(
+                reasons.push(Code::NvlinkNotConnected.says(format!(
                     "{} and {} are connected by {how}, not NVLink",
                     label(i),
                     label(j)
-                ));
+                )));
             }
         }
     }
@@ -106,7 +103,7 @@ fn non_nvlink_pairs(report: &TopologyReport) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use gpuval_crds::{Checks, NvlinkState, Profile, TopologyCheck};
+    use gpuval_crds::{Checks, NvlinkState, Profile, TopologyCheck, Verdict};
 
     use super::*;
     use crate::judge::testing::{assert_fails_with, checks_with, gpu, h200, judge};

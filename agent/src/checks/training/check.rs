@@ -8,7 +8,7 @@ use super::outcome::TrainingOutcome;
 use super::request::{Corruption, TrainingRequest};
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::NodeCheck;
-use crate::judge::Judge;
+use crate::judge::{Judge, Says};
 use crate::run_control::RunControl;
 
 /// The training check as its spec asks for it.
@@ -79,7 +79,7 @@ impl NodeCheck for Training {
             }
             Ok(TrainingMeasured::Skipped(why)) => TrainingResult {
                 verdict: Verdict::Skipped,
-                reasons: vec![why.to_string()],
+                reasons: vec![crate::judge::Code::NotApplicable.says(why)],
                 ..Default::default()
             },
             Err(e) => Judge::errored(&e),

@@ -5,19 +5,19 @@
 
 use gpuval_crds::{
     DEFAULT_MAX_EXPOSED_COMM_FRACTION, DEFAULT_MIN_SCALING_EFFICIENCY, TrainingCheck,
-    TrainingFigures, TrainingResult, TrainingShape, Verdict,
+    TrainingFigures, TrainingResult, TrainingShape,
 };
 
 use super::outcome::TrainingOutcome;
 use super::replicas;
 use super::request::TrainingRequest;
-use crate::judge::{median, outliers, round_to};
+use crate::judge::{Code, Reason, Says, median, outliers, round_to, verdict_of};
 
 /// What judging found: the node's result, and the GPUs that fail with it (NVML index, why).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judged {
     pub result: TrainingResult,
-    pub gpus: Vec<(u32, String)>,
+    pub gpus: Vec<(u32, Reason)>,
 }
 
 /// Judges a finished (or aborted) run. `tolerance`: the relative rule's share (0.1 = 10%).
@@ -43,35 +43,33 @@ pub fn judge(spec: &TrainingCheck, outcome: &TrainingOutcome, tolerance: f64) ->
     let mut gpus = Vec::new();
     if let Some(d) = &replicas.divergence {
         for g in &d.gpus {
-            let why = replicas::reason(*g, d);
+            let why = Code::TrainingDiverged.says(replicas::reason(*g, d));
             reasons.push(why.clone());
             gpus.push((u32::try_from(*g).unwrap_or(0), why));
         }
     }
     if let Some(f) = &result.figures {
-        reasons.extend(floors(spec, f));
+        reasons.extend(
+            floors(spec, f)
+                .into_iter()
+                .map(|m| Code::TrainingSlow.says(m)),
+        );
         for (i, value, peers) in slow_gpus(f, tolerance) {
             let gpu = outcome.gpus.get(i).copied().unwrap_or(0);
-            let why = format!(
+            let why = Code::TrainingSlow.says(format!(
                 "GPU{gpu}: compute-only training step {value:.1} ms is {:.0}% slower than its peers (median {peers:.1} ms)",
                 (value / peers - 1.0) * 100.0
-            );
+            ));
             reasons.push(why.clone());
             gpus.push((gpu, why));
         }
     }
-    result.verdict = if reasons.is_empty() {
-        Verdict::Pass
-    } else {
-        Verdict::Fail
-    };
     if let Some(e) = &outcome.error {
-        result.verdict = result.verdict.max(Verdict::Error);
-        reasons.push(format!("training step stopped early: {e}"));
+        reasons.push(Code::TrainingIncomplete.says(format!("training step stopped early: {e}")));
     } else if result.figures.is_none() {
-        result.verdict = result.verdict.max(Verdict::Error);
-        reasons.push("training step measured no step".into());
+        reasons.push(Code::TrainingIncomplete.says("training step measured no step"));
     }
+    result.verdict = verdict_of(&reasons);
     result.reasons = reasons;
     result.replicas = replicas;
     Judged { result, gpus }
@@ -194,6 +192,8 @@ fn slow_gpus(f: &TrainingFigures, tolerance: f64) -> Vec<(usize, f64, f64)> {
 
 #[cfg(test)]
 mod tests {
+    use gpuval_crds::Verdict;
+
     use super::*;
     use crate::checks::training::outcome::Comparison;
 
@@ -229,7 +229,7 @@ mod tests {
     fn exposed_communication_and_poor_scaling_fail_the_node() {
         let j = judge(&TrainingCheck::default(), &outcome(120.0, 76.0, 75.0), 0.1);
         assert_eq!(j.result.verdict, Verdict::Fail);
-        let text = j.result.reasons.join("\n");
+        let text = gpuval_crds::reason::messages(&j.result.reasons);
         assert!(
             text.contains("scaling efficiency 0.62 is below 0.85"),
             "{text}"

@@ -1,0 +1,3 @@
+module gpuval.local/pause
+
+go 1.21
