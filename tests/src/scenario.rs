@@ -74,6 +74,21 @@ where
     }
 }
 
+/// Applies validation `name` with `spec` as field manager `manager` (server-side apply).
+pub async fn apply_validation(
+    client: &Client,
+    manager: &str,
+    name: &str,
+    spec: Value,
+) -> GpuValidation {
+    let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+        "metadata": {"name": name}, "spec": spec});
+    Api::<GpuValidation>::all(client.clone())
+        .patch(name, &PatchParams::apply(manager), &Patch::Apply(&body))
+        .await
+        .expect("apply validation")
+}
+
 /// A running test cluster.
 pub struct Cluster {
     pub cp: ControlPlane,
@@ -113,11 +128,7 @@ impl Cluster {
 
     /// Applies validation `name` with `spec` (server-side apply).
     pub async fn apply(&self, name: &str, spec: Value) -> GpuValidation {
-        let api: Api<GpuValidation> = Api::all(self.client.clone());
-        let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "metadata": {"name": name}, "spec": spec});
-        api.patch(name, &PatchParams::apply("e2e"), &Patch::Apply(&body))
-            .await
-            .expect("apply validation")
+        apply_validation(&self.client, "e2e", name, spec).await
     }
 
     /// Waits (watching) until `cond` holds for validation `name`; panics after `secs` with the

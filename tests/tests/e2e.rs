@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use gpuval_crds::conditions::{self, READY, STALLED};
 use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
-use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::{ControlPlane, nodes, scenario};
+use gpuval_tests::{nodes, scenario};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{Condition, await_condition};
@@ -21,27 +20,12 @@ const NS: &str = "gpuval-system";
 /// Simulated GPUs: 8 × H200; checks take `duration × timescale`.
 const SIM: &str = "gpus=8,model=H200,timescale=0.002";
 
-struct Env {
-    cp: ControlPlane,
-    client: Client,
-    kubelet: FakeKubelet,
-}
-
-async fn env(gpu_nodes: &[&str]) -> Env {
-    let c = scenario::Cluster::start_labelled(NS, gpu_nodes, 8, &[("pool", "h200")]).await;
-    Env {
-        cp: c.cp,
-        client: c.client,
-        kubelet: c.kubelet,
-    }
+async fn env(gpu_nodes: &[&str]) -> scenario::Cluster {
+    scenario::Cluster::start_labelled(NS, gpu_nodes, 8, &[("pool", "h200")]).await
 }
 
 async fn apply(client: &Client, name: &str, spec: Value) -> GpuValidation {
-    let api: Api<GpuValidation> = Api::all(client.clone());
-    let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "metadata": {"name": name}, "spec": spec});
-    api.patch(name, &PatchParams::apply("e2e"), &Patch::Apply(&body))
-        .await
-        .expect("apply validation")
+    scenario::apply_validation(client, "e2e", name, spec).await
 }
 
 /// Waits (watching, not polling) until `cond` holds for validation `name`.

@@ -91,12 +91,7 @@ fn spec(burn_secs: u64, deadline: &str) -> Value {
 }
 
 async fn apply(client: &Client, name: &str, spec: Value) -> GpuValidation {
-    let api: Api<GpuValidation> = Api::all(client.clone());
-    let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
-        "metadata": {"name": name}, "spec": spec});
-    api.patch(name, &PatchParams::apply("faults"), &Patch::Apply(&body))
-        .await
-        .expect("apply validation")
+    scenario::apply_validation(client, "faults", name, spec).await
 }
 
 /// Waits (watching) until `cond` holds for validation `name`.
