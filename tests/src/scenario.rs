@@ -60,17 +60,30 @@ where
     K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    match tokio::time::timeout(
-        Duration::from_secs(secs),
-        await_condition(api.clone(), name, cond),
-    )
-    .await
-    {
-        Ok(Ok(Some(k))) => k,
-        other => {
+    match watch_until(&api, name, Duration::from_secs(secs), cond).await {
+        Ok(k) => k,
+        Err(other) => {
             let now = api.get_opt(name).await.ok().flatten();
-            panic!("{name}: not {what} within {secs}s ({other:?}); now: {now:#?}")
+            panic!("{name}: not {what} within {secs}s ({other}); now: {now:#?}")
         }
+    }
+}
+
+/// Watches object `name` of kind `K` until `cond` holds, for up to `limit`; Err with what the
+/// watch gave (its error, its end, or the timeout) where it did not.
+pub async fn watch_until<K>(
+    api: &Api<K>,
+    name: &str,
+    limit: Duration,
+    cond: impl Condition<K>,
+) -> Result<K, String>
+where
+    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    match tokio::time::timeout(limit, await_condition(api.clone(), name, cond)).await {
+        Ok(Ok(Some(k))) => Ok(k),
+        other => Err(format!("{other:?}")),
     }
 }
 
@@ -87,6 +100,15 @@ pub async fn apply_validation(
         .patch(name, &PatchParams::apply(manager), &Patch::Apply(&body))
         .await
         .expect("apply validation")
+}
+
+/// Validation `name`'s status as it is now, as pretty JSON (empty where it cannot be read).
+pub async fn status_now(api: &Api<GpuValidation>, name: &str) -> String {
+    api.get(name)
+        .await
+        .ok()
+        .map(|g| serde_json::to_string_pretty(&g.status).unwrap_or_default())
+        .unwrap_or_default()
 }
 
 /// A running test cluster.
@@ -140,23 +162,11 @@ impl Cluster {
         cond: impl Condition<GpuValidation>,
     ) -> GpuValidation {
         let api: Api<GpuValidation> = Api::all(self.client.clone());
-        let waited = tokio::time::timeout(
-            Duration::from_secs(secs),
-            await_condition(api.clone(), name, cond),
-        )
-        .await;
-        match waited {
-            Ok(Ok(Some(gv))) => gv,
-            other => {
-                let now = api
-                    .get(name)
-                    .await
-                    .ok()
-                    .map(|g| serde_json::to_string_pretty(&g.status).unwrap_or_default());
-                panic!(
-                    "{name}: condition not met within {secs}s ({other:?}); status now: {}",
-                    now.unwrap_or_default()
-                )
+        match watch_until(&api, name, Duration::from_secs(secs), cond).await {
+            Ok(gv) => gv,
+            Err(other) => {
+                let now = status_now(&api, name).await;
+                panic!("{name}: condition not met within {secs}s ({other}); status now: {now}")
             }
         }
     }

@@ -37,19 +37,10 @@ async fn wait_for(
     cond: impl Condition<GpuValidation>,
 ) -> GpuValidation {
     let api: Api<GpuValidation> = Api::all(client.clone());
-    match tokio::time::timeout(
-        Duration::from_secs(secs),
-        await_condition(api.clone(), name, cond),
-    )
-    .await
-    {
-        Ok(Ok(Some(gv))) => gv,
-        other => {
-            let now = api
-                .get(name)
-                .await
-                .ok()
-                .map(|g| serde_json::to_string_pretty(&g.status).unwrap_or_default());
+    match scenario::watch_until(&api, name, Duration::from_secs(secs), cond).await {
+        Ok(gv) => gv,
+        Err(other) => {
+            let now = scenario::status_now(&api, name).await;
             let pods: Vec<String> = pods_of(client, name)
                 .await
                 .iter()
@@ -63,8 +54,7 @@ async fn wait_for(
                 })
                 .collect();
             panic!(
-                "{name}: not {what} within {secs}s ({other:?}); status now: {}\npods: {pods:#?}",
-                now.unwrap_or_default()
+                "{name}: not {what} within {secs}s ({other}); status now: {now}\npods: {pods:#?}"
             )
         }
     }

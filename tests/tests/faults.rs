@@ -27,7 +27,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::wait::{Condition, await_condition};
+use kube::runtime::wait::Condition;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -103,12 +103,12 @@ async fn wait_for(
     cond: impl Condition<GpuValidation>,
 ) -> GpuValidation {
     let api: Api<GpuValidation> = Api::all(client.clone());
-    match tokio::time::timeout(limit, await_condition(api.clone(), name, cond)).await {
-        Ok(Ok(Some(gv))) => gv,
-        other => {
+    match scenario::watch_until(&api, name, limit, cond).await {
+        Ok(gv) => gv,
+        Err(other) => {
             let now = api.get(name).await.ok().and_then(|g| g.status);
             panic!(
-                "{name}: not {what} within {}s ({other:?}); status now: {}",
+                "{name}: not {what} within {}s ({other}); status now: {}",
                 limit.as_secs(),
                 serde_json::to_string_pretty(&now).unwrap_or_default()
             )
