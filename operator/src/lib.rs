@@ -10,6 +10,7 @@ pub mod apply;
 pub mod config;
 pub mod controller;
 pub mod expected;
+pub mod heap;
 pub mod leader;
 pub mod metrics;
 pub mod node_state;

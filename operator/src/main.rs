@@ -12,7 +12,11 @@ use axum::{Router, extract::State, http::StatusCode, routing::get};
 use clap::Parser;
 use gpuval_operator::config::{self, OperatorConfig};
 use gpuval_operator::leader::{self, Election, Fence, FenceLayer, Timing};
-use gpuval_operator::{controller, metrics::Metrics};
+use gpuval_operator::{controller, heap, metrics::Metrics};
+
+/// Counts the heap in use for `/metrics` (`gpuval_operator_heap_bytes`).
+#[global_allocator]
+static ALLOCATOR: heap::Counting = heap::Counting;
 
 #[derive(Parser, Debug)]
 #[command(

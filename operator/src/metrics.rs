@@ -47,6 +47,8 @@ pub struct Metrics {
     pub validations: Family<PhaseLabels, Gauge>,
     pub node_verdicts: Family<VerdictLabels, Counter>,
     pub pods_created: Counter,
+    /// Heap in use (set at each scrape from [`crate::heap::in_use`]).
+    pub heap_bytes: Gauge,
     /// The figures of each node's latest result.
     pub fleet: std::sync::Arc<Fleet>,
 }
@@ -80,6 +82,12 @@ impl Default for Metrics {
             "Agent pods created",
             pods_created.clone(),
         );
+        let heap_bytes = Gauge::default();
+        registry.register(
+            "operator_heap_bytes",
+            "Heap the operator has allocated and not freed (its caches, records and buffers)",
+            heap_bytes.clone(),
+        );
         let fleet = std::sync::Arc::new(Fleet::default());
         registry.register_collector(Box::new(fleet.clone()));
         Self {
@@ -90,6 +98,7 @@ impl Default for Metrics {
             validations,
             node_verdicts,
             pods_created,
+            heap_bytes,
         }
     }
 }
@@ -123,6 +132,8 @@ impl Metrics {
 
     /// The text exposition of every metric.
     pub fn encode(&self) -> String {
+        self.heap_bytes
+            .set(i64::try_from(crate::heap::in_use()).unwrap_or(i64::MAX));
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();

@@ -3,7 +3,9 @@
 //! node's result as soon as its pod is bound. Measures apply → all pods created, last result →
 //! Passed, the operator's CPU time and memory (resident with empty caches, in a first operator
 //! started before any node exists; at the verdict; once it has read every node's figures for
-//! its metrics; and at its peak; and so its memory per node), and the stored size of the
+//! its metrics; and at its peak; and so its memory per node), its heap in use (counted by its
+//! allocator, `gpuval_operator_heap_bytes`: what it keeps, without what the C allocator holds
+//! back) at the same points, and the stored size of the
 //! validation and of one result.
 //!
 //! With `--report FILE` every result carries that report (the simulator's, e.g. an 8-GPU H200
@@ -253,6 +255,16 @@ async fn wait_for_figures(port: u16, nodes: usize, limit: Duration) -> Option<Du
     None
 }
 
+/// The operator's heap in use (`gpuval_operator_heap_bytes` on /metrics), in KB.
+async fn heap_kb(port: u16) -> Option<u64> {
+    let text = http_get(port, "/metrics").await?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("gpuval_operator_heap_bytes"))?;
+    let bytes: f64 = line.split_whitespace().last()?.parse().ok()?;
+    Some((bytes / 1024.0) as u64)
+}
+
 fn mb(kb: u64) -> f64 {
     (kb as f64 / 1024.0 * 10.0).round() / 10.0
 }
@@ -333,6 +345,7 @@ async fn run() -> Result<(), String> {
     let (mut op, metrics_port) = start_operator(&a, &cp)?;
     wait_ready(metrics_port).await?;
     let empty = proc_stat(op.id());
+    let empty_heap = heap_kb(metrics_port).await.unwrap_or(0);
     let _ = op.kill();
     let _ = op.wait();
     let template = a.report.as_deref().map(read_report).transpose()?;
@@ -474,8 +487,10 @@ async fn run() -> Result<(), String> {
     };
     let (passed, final_gv) = passed_at;
     let at_verdict = proc_stat(pid);
+    let heap_at_verdict = heap_kb(metrics_port).await.unwrap_or(0);
     let figures_after = wait_for_figures(metrics_port, a.nodes, Duration::from_secs(600)).await;
     let end = proc_stat(pid);
+    let heap_end = heap_kb(metrics_port).await.unwrap_or(0);
     let _ = op.kill();
     let _ = op.wait();
     agent.abort();
@@ -542,6 +557,10 @@ async fn run() -> Result<(), String> {
         "operator_kb_per_node_end": per_node_kb(end.rss_kb, empty.rss_kb, a.nodes),
         "operator_rss_at_verdict_mb": mb(at_verdict.rss_kb),
         "operator_kb_per_node_at_verdict": per_node_kb(at_verdict.rss_kb, empty.rss_kb, a.nodes),
+        "operator_heap_before_nodes_mb": mb(empty_heap),
+        "operator_heap_end_mb": mb(heap_end),
+        "operator_heap_kb_per_node_at_verdict": per_node_kb(heap_at_verdict, empty_heap, a.nodes),
+        "operator_heap_kb_per_node_end": per_node_kb(heap_end, empty_heap, a.nodes),
         "figures_of_every_node_read_s_after_verdict": figures_after.map(|d| d.as_secs_f64()),
         "operator_cpu_seconds_at_verdict": at_verdict.cpu_s,
         "operator_cpu_seconds": end.cpu_s,
