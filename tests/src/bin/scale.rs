@@ -143,6 +143,7 @@ async fn write_result(
     client: kube::Client,
     gv: &GpuValidation,
     node: &str,
+    pod: &Pod,
     report: serde_json::Value,
 ) -> Result<(), kube::Error> {
     let name = gv.name_any();
@@ -155,7 +156,9 @@ async fn write_result(
             "name": rname, "namespace": NS,
             "labels": {labels::VALIDATION: name, labels::NODE: node, labels::GENERATION: generation.to_string(),
                        labels::VERDICT: "Pass", "app.kubernetes.io/managed-by": "gpuval-operator"},
-            "annotations": {labels::NODE: node, labels::SUMMARY: ""},
+            // The writer, as the agent names it: the operator counts only the current pod's result.
+            "annotations": {labels::NODE: node, labels::SUMMARY: "", labels::POD: pod.name_any(),
+                            labels::POD_UID: pod.metadata.uid.clone().unwrap_or_default()},
             "ownerReferences": [{"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "name": name,
                                   "uid": gv.metadata.uid.clone().unwrap_or_default()}],
         },
@@ -433,7 +436,7 @@ async fn run() -> Result<(), String> {
                             return;
                         };
                         let report = report_for(template.as_ref().as_ref(), &node);
-                        match write_result(client, &gv, &node, report).await {
+                        match write_result(client, &gv, &node, &p, report).await {
                             Ok(()) => done.lock().await.push(Instant::now()),
                             Err(e) => eprintln!("fake agent: result for {node}: {e}"),
                         }
