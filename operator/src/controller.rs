@@ -189,9 +189,10 @@ fn trim_meta<K: ResourceExt>(k: &mut K) {
     k.managed_fields_mut().clear();
 }
 
-/// Drops what a node carries that selection and admission never read: everything but its
-/// name, version, times, labels, taints, whether it is cordoned, and its allocatable resources
-/// (annotations, addresses, capacity, images, conditions, volumes, ...).
+/// Drops what a node carries that selection, admission and the expected GPU count never read:
+/// everything but its name, version, times, labels, taints, whether it is cordoned, its
+/// allocatable resources and its GPU capacity (annotations, addresses, other capacity, images,
+/// conditions, volumes, ...).
 pub fn trim_node(n: &mut Node) {
     trim_meta(n);
     let m = &mut n.metadata;
@@ -206,8 +207,11 @@ pub fn trim_node(n: &mut Node) {
         };
     }
     if let Some(s) = n.status.as_mut() {
+        let mut capacity = s.capacity.take().unwrap_or_default();
+        capacity.retain(|k, _| k == gpuval_crds::GPU_RESOURCE);
         *s = k8s_openapi::api::core::v1::NodeStatus {
             allocatable: s.allocatable.take(),
+            capacity: (!capacity.is_empty()).then_some(capacity),
             ..Default::default()
         };
     }
@@ -359,6 +363,7 @@ async fn log_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     #[test]
     fn a_trimmed_node_selects_as_before() {
@@ -370,18 +375,36 @@ mod tests {
         for n in &mut nodes {
             n.metadata.annotations = Some([("big".to_string(), "x".repeat(2000))].into());
             let s = n.status.get_or_insert_with(Default::default);
-            s.capacity = s.allocatable.clone();
+            let mut capacity = s.allocatable.clone().unwrap_or_default();
+            capacity.insert("memory".into(), Quantity("2Ti".into()));
+            s.capacity = Some(capacity);
         }
         let spec = crate::selection::tests::spec();
         let before = selection::select(&spec, &nodes);
+        let expected = |nodes: &[Node]| {
+            nodes
+                .iter()
+                .map(|n| crate::expected::expected_gpus(&spec, Some(n)))
+                .collect::<Vec<_>>()
+        };
+        let expected_before = expected(&nodes);
+        assert!(
+            expected_before[0].is_some(),
+            "gpu-a's count comes from its capacity"
+        );
         nodes.iter_mut().for_each(trim_node);
         assert_eq!(selection::select(&spec, &nodes), before);
+        assert_eq!(
+            expected(&nodes),
+            expected_before,
+            "the expected GPU count reads the capacity"
+        );
         assert!(nodes.iter().all(|n| n.metadata.annotations.is_none()));
-        assert!(
-            nodes[0]
-                .status
-                .as_ref()
-                .is_some_and(|s| s.capacity.is_none())
+        let capacity = nodes[0].status.as_ref().and_then(|s| s.capacity.clone());
+        assert_eq!(
+            capacity.map(|c| c.into_keys().collect::<Vec<_>>()),
+            Some(vec![gpuval_crds::GPU_RESOURCE.to_string()]),
+            "only the GPU capacity stays"
         );
     }
 }

@@ -367,6 +367,16 @@ mod tests {
         g
     }
 
+    /// The capabilities container `c` asks for.
+    fn capabilities(c: &Container) -> &Capabilities {
+        c.security_context
+            .as_ref()
+            .unwrap()
+            .capabilities
+            .as_ref()
+            .unwrap()
+    }
+
     #[test]
     fn the_pod_is_pinned_owned_and_takes_every_gpu() {
         let cfg = OperatorConfig::default();
@@ -522,13 +532,7 @@ mod tests {
         let c = &spec.containers[0];
         let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
         assert!(!limits.contains_key("rdma/ib"));
-        let caps = c
-            .security_context
-            .as_ref()
-            .unwrap()
-            .capabilities
-            .as_ref()
-            .unwrap();
+        let caps = capabilities(c);
         assert_eq!(caps.add, None);
 
         let mut g = gv();
@@ -550,13 +554,7 @@ mod tests {
         for map in [r.limits.as_ref().unwrap(), r.requests.as_ref().unwrap()] {
             assert_eq!(map.get("rdma/ib"), Some(&Quantity("1".into())));
         }
-        let caps = c
-            .security_context
-            .as_ref()
-            .unwrap()
-            .capabilities
-            .as_ref()
-            .unwrap();
+        let caps = capabilities(c);
         assert_eq!(caps.add.as_deref(), Some(&["IPC_LOCK".to_string()][..]));
         assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
     }

@@ -28,6 +28,21 @@ pub struct Selection {
 }
 
 impl Selection {
+    /// Every node of `names` selected, each with `gpus` GPUs; nothing excluded, missing or
+    /// invalid.
+    pub fn of_nodes<S: Into<String>>(names: impl IntoIterator<Item = S>, gpus: i32) -> Selection {
+        Selection {
+            selected: names
+                .into_iter()
+                .map(|n| SelectedNode {
+                    name: n.into(),
+                    gpus,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
     /// Why the run cannot start, if it cannot: (condition reason, message).
     pub fn blocker(&self) -> Option<(&'static str, String)> {
         if let Some(e) = &self.invalid {

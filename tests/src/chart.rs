@@ -2,12 +2,12 @@
 //! running the operator the way the chart's Deployment would (its container's environment, its
 //! service account's token) as a local process.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
+use crate::control_plane::die_with_parent;
 use crate::tools::{K8S_VERSION, Tools};
 
 /// `charts/gpuval`.
@@ -191,13 +191,8 @@ impl OperatorProcess {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        // SAFETY: prctl is async-signal-safe; the operator dies with the test process.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        // The operator dies with the test process.
+        die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
             .map_err(|e| format!("start {}: {e}", binary.display()))?;

@@ -555,7 +555,7 @@ impl Drop for ControlPlane {
 
 /// Makes the kernel kill the child if the spawning thread dies, so nothing outlives a test
 /// process that is killed outright.
-fn die_with_parent(cmd: &mut Command) {
+pub(crate) fn die_with_parent(cmd: &mut Command) {
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {

@@ -13,6 +13,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use crate::ControlPlane;
+use crate::control_plane::die_with_parent;
 
 /// The leader-election timing replicas run with in tests (the binary's defaults, 15/10/2 s).
 #[derive(Debug, Clone, Copy)]
@@ -96,13 +97,8 @@ impl Replica {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        // SAFETY: prctl is async-signal-safe; the replica dies with the test process.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        // The replica dies with the test process.
+        die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
             .map_err(|e| format!("start {}: {e}", binary.display()))?;

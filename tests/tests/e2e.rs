@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use gpuval_crds::conditions::{self, READY, STALLED};
 use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
-use gpuval_tests::kubelet::{FakeKubelet, agent_binary};
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::{ControlPlane, Options, crds, nodes};
+use gpuval_tests::{nodes, scenario};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{Condition, await_condition};
@@ -21,48 +20,12 @@ const NS: &str = "gpuval-system";
 /// Simulated GPUs: 8 × H200; checks take `duration × timescale`.
 const SIM: &str = "gpus=8,model=H200,timescale=0.002";
 
-struct Env {
-    cp: ControlPlane,
-    client: Client,
-    kubelet: FakeKubelet,
-}
-
-async fn env(gpu_nodes: &[&str]) -> Env {
-    let cp = ControlPlane::start_with(Options::all())
-        .await
-        .expect("control plane");
-    let client = cp.client().await.expect("client");
-    crds::install_crds(&client).await.expect("CRDs");
-    crds::create_namespace(&client, NS).await;
-    for n in gpu_nodes {
-        nodes::create_gpu_node(&client, n, 8, &[("pool", "h200")])
-            .await
-            .expect("node");
-    }
-    for n in gpu_nodes {
-        nodes::wait_node_ready(&client, n, Duration::from_secs(60))
-            .await
-            .expect("node ready");
-    }
-    let kubelet = FakeKubelet::start(
-        client.clone(),
-        cp.kubeconfig().to_path_buf(),
-        agent_binary().expect("agent binary"),
-        NS.into(),
-    );
-    Env {
-        cp,
-        client,
-        kubelet,
-    }
+async fn env(gpu_nodes: &[&str]) -> scenario::Cluster {
+    scenario::Cluster::start_labelled(NS, gpu_nodes, 8, &[("pool", "h200")]).await
 }
 
 async fn apply(client: &Client, name: &str, spec: Value) -> GpuValidation {
-    let api: Api<GpuValidation> = Api::all(client.clone());
-    let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "metadata": {"name": name}, "spec": spec});
-    api.patch(name, &PatchParams::apply("e2e"), &Patch::Apply(&body))
-        .await
-        .expect("apply validation")
+    scenario::apply_validation(client, "e2e", name, spec).await
 }
 
 /// Waits (watching, not polling) until `cond` holds for validation `name`.
@@ -74,19 +37,10 @@ async fn wait_for(
     cond: impl Condition<GpuValidation>,
 ) -> GpuValidation {
     let api: Api<GpuValidation> = Api::all(client.clone());
-    match tokio::time::timeout(
-        Duration::from_secs(secs),
-        await_condition(api.clone(), name, cond),
-    )
-    .await
-    {
-        Ok(Ok(Some(gv))) => gv,
-        other => {
-            let now = api
-                .get(name)
-                .await
-                .ok()
-                .map(|g| serde_json::to_string_pretty(&g.status).unwrap_or_default());
+    match scenario::watch_until(&api, name, Duration::from_secs(secs), cond).await {
+        Ok(gv) => gv,
+        Err(other) => {
+            let now = scenario::status_now(&api, name).await;
             let pods: Vec<String> = pods_of(client, name)
                 .await
                 .iter()
@@ -100,11 +54,22 @@ async fn wait_for(
                 })
                 .collect();
             panic!(
-                "{name}: not {what} within {secs}s ({other:?}); status now: {}\npods: {pods:#?}",
-                now.unwrap_or_default()
+                "{name}: not {what} within {secs}s ({other}); status now: {now}\npods: {pods:#?}"
             )
         }
     }
+}
+
+/// Waits (watching) until validation `name` is in a terminal phase.
+async fn wait_terminal(client: &Client, name: &str, secs: u64) -> GpuValidation {
+    wait_for(
+        client,
+        name,
+        secs,
+        "terminal",
+        |g: Option<&GpuValidation>| terminal(g),
+    )
+    .await
 }
 
 fn terminal(gv: Option<&GpuValidation>) -> bool {
@@ -209,14 +174,7 @@ async fn all_pass_gives_passed_ready_and_kubectl_wait_returns() {
         ])
         .output()
     });
-    let gv = wait_for(
-        &e.client,
-        "quick",
-        120,
-        "terminal",
-        |g: Option<&GpuValidation>| terminal(g),
-    )
-    .await;
+    let gv = wait_terminal(&e.client, "quick", 120).await;
     let waited = kubectl_wait.await.expect("join").expect("run kubectl wait");
     assert!(
         waited.status.success(),
@@ -260,14 +218,7 @@ async fn a_failing_gpu_fails_the_run_naming_node_and_gpu() {
         json!({"checks": {"memory": {}, "compute": {"duration": "30s"}}}),
     )
     .await;
-    let gv = wait_for(
-        &e.client,
-        "bad-gpu",
-        120,
-        "terminal",
-        |g: Option<&GpuValidation>| terminal(g),
-    )
-    .await;
+    let gv = wait_terminal(&e.client, "bad-gpu", 120).await;
     let s = gv.status.as_ref().unwrap();
     assert_eq!(s.phase, Some(Phase::Failed));
     let stalled = conditions::find(&s.conditions, STALLED).expect("Stalled");
@@ -408,14 +359,7 @@ async fn a_killed_agent_gives_error_and_the_run_completes() {
         .map(|p| p.name_any())
         .expect("a pod on gpu-b");
     assert!(e.kubelet.kill(&pod_b), "agent of {pod_b} was running");
-    let gv = wait_for(
-        &e.client,
-        "crash",
-        120,
-        "terminal",
-        |g: Option<&GpuValidation>| terminal(g),
-    )
-    .await;
+    let gv = wait_terminal(&e.client, "crash", 120).await;
     let b = gv
         .status
         .as_ref()
@@ -447,14 +391,7 @@ async fn the_deadline_gives_deadline_exceeded_and_removes_pods() {
         json!({"checks": {"compute": {"duration": "20s"}}, "deadline": "30s"}),
     )
     .await;
-    let gv = wait_for(
-        &e.client,
-        "slow",
-        120,
-        "terminal",
-        |g: Option<&GpuValidation>| terminal(g),
-    )
-    .await;
+    let gv = wait_terminal(&e.client, "slow", 120).await;
     assert_eq!(
         verdicts(&gv),
         vec![("gpu-a".to_string(), NodeVerdict::DeadlineExceeded)]
@@ -476,14 +413,7 @@ async fn a_restarted_operator_makes_no_duplicates_and_reaches_the_verdict() {
     wait_for(&e.client, "restart", 60, "running", running(1)).await;
     op.stop().await;
     let _op2 = OperatorHandle::start(e.client.clone(), test_config(NS, sim));
-    let gv = wait_for(
-        &e.client,
-        "restart",
-        120,
-        "terminal",
-        |g: Option<&GpuValidation>| terminal(g),
-    )
-    .await;
+    let gv = wait_terminal(&e.client, "restart", 120).await;
     assert_eq!(
         gv.status.as_ref().unwrap().phase,
         Some(Phase::Passed),
@@ -548,14 +478,7 @@ async fn deleting_the_validation_takes_its_pods_and_results() {
     let e = env(&["gpu-a", "gpu-b"]).await;
     let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
     apply(&e.client, "gone", json!({"checks": {"memory": {}}})).await;
-    wait_for(
-        &e.client,
-        "gone",
-        120,
-        "terminal",
-        |g: Option<&GpuValidation>| terminal(g),
-    )
-    .await;
+    wait_terminal(&e.client, "gone", 120).await;
     let results: Api<GpuNodeResult> = Api::namespaced(e.client.clone(), NS);
     assert_eq!(
         results
@@ -628,14 +551,7 @@ async fn cordoned_and_gpu_less_nodes_are_not_selected_and_status_says_why() {
         json!({"nodeSelector": {"matchLabels": {"pool": "h200"}}, "checks": {"memory": {}}}),
     )
     .await;
-    let gv = wait_for(
-        &e.client,
-        "pool",
-        120,
-        "terminal",
-        |g: Option<&GpuValidation>| terminal(g),
-    )
-    .await;
+    let gv = wait_terminal(&e.client, "pool", 120).await;
     let s = gv.status.as_ref().unwrap();
     assert!(verdicts(&gv).is_empty(), "passing nodes are not listed");
     assert_eq!(s.summary.as_ref().unwrap().passed, 1);
@@ -656,14 +572,7 @@ async fn cordoned_and_gpu_less_nodes_are_not_selected_and_status_says_why() {
         json!({"nodeNames": ["gpu-a", "ghost-node"], "checks": {"memory": {}}}),
     )
     .await;
-    let gv = wait_for(
-        &e.client,
-        "ghost",
-        60,
-        "terminal",
-        |g: Option<&GpuValidation>| terminal(g),
-    )
-    .await;
+    let gv = wait_terminal(&e.client, "ghost", 60).await;
     let stalled = conditions::find(&gv.status.as_ref().unwrap().conditions, STALLED).unwrap();
     assert_eq!(
         (stalled.status.as_str(), stalled.reason.as_str()),

@@ -18,16 +18,16 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase, labels};
 use gpuval_tests::audit::{self, Write};
-use gpuval_tests::kubelet::{FakeKubelet, agent_binary};
+use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::proxy::Proxy;
 use gpuval_tests::replica::{LeaseTiming, Replica, ReplicaSettings};
-use gpuval_tests::{ControlPlane, Options, crds, nodes, waits};
+use gpuval_tests::{ControlPlane, Options, scenario, waits};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::wait::{Condition, await_condition};
+use kube::runtime::wait::Condition;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -57,18 +57,8 @@ async fn env(gpu_nodes: &[&str], audit_log: bool, agents_via_proxy: bool) -> Env
     .await
     .expect("control plane");
     let client = cp.client().await.expect("client");
-    crds::install_crds(&client).await.expect("CRDs");
-    crds::create_namespace(&client, NS).await;
-    for n in gpu_nodes {
-        nodes::create_gpu_node(&client, n, 2, &[])
-            .await
-            .expect("node");
-    }
-    for n in gpu_nodes {
-        nodes::wait_node_ready(&client, n, Duration::from_secs(90))
-            .await
-            .expect("node ready");
-    }
+    scenario::install(&client, NS).await;
+    scenario::ready_gpu_nodes(&client, gpu_nodes, 2, &[], Duration::from_secs(90)).await;
     let (kubeconfig, proxy) = if agents_via_proxy {
         let upstream: SocketAddr = cp
             .server()
@@ -83,12 +73,7 @@ async fn env(gpu_nodes: &[&str], audit_log: bool, agents_via_proxy: bool) -> Env
     } else {
         (cp.kubeconfig().to_path_buf(), None)
     };
-    let kubelet = FakeKubelet::start(
-        client.clone(),
-        kubeconfig,
-        agent_binary().expect("agent binary"),
-        NS.into(),
-    );
+    let kubelet = scenario::start_kubelet(&client, kubeconfig, NS);
     Env {
         cp,
         client,
@@ -106,12 +91,7 @@ fn spec(burn_secs: u64, deadline: &str) -> Value {
 }
 
 async fn apply(client: &Client, name: &str, spec: Value) -> GpuValidation {
-    let api: Api<GpuValidation> = Api::all(client.clone());
-    let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
-        "metadata": {"name": name}, "spec": spec});
-    api.patch(name, &PatchParams::apply("faults"), &Patch::Apply(&body))
-        .await
-        .expect("apply validation")
+    scenario::apply_validation(client, "faults", name, spec).await
 }
 
 /// Waits (watching) until `cond` holds for validation `name`.
@@ -123,12 +103,12 @@ async fn wait_for(
     cond: impl Condition<GpuValidation>,
 ) -> GpuValidation {
     let api: Api<GpuValidation> = Api::all(client.clone());
-    match tokio::time::timeout(limit, await_condition(api.clone(), name, cond)).await {
-        Ok(Ok(Some(gv))) => gv,
-        other => {
+    match scenario::watch_until(&api, name, limit, cond).await {
+        Ok(gv) => gv,
+        Err(other) => {
             let now = api.get(name).await.ok().and_then(|g| g.status);
             panic!(
-                "{name}: not {what} within {}s ({other:?}); status now: {}",
+                "{name}: not {what} within {}s ({other}); status now: {}",
                 limit.as_secs(),
                 serde_json::to_string_pretty(&now).unwrap_or_default()
             )

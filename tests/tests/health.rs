@@ -6,40 +6,16 @@
 //! from the majority (a Warn), and the API server refuses a severity override of an unknown
 //! code or of one code twice.
 
-use std::time::Duration;
-
 use gpuval_crds::{Action, GpuNodeResult, GpuValidation, NodeVerdict, Phase, Verdict};
-use gpuval_tests::kubelet::{FakeKubelet, agent_binary};
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::{ControlPlane, Options, crds, nodes};
+use gpuval_tests::scenario::{self, wait};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::wait::{Condition, await_condition};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 const NS: &str = "gpuval-system";
 const SIM: &str = "gpus=8,model=H200,timescale=0.002";
-
-/// Waits (watching) until `cond` holds for object `name` of kind `K`, panicking with `what`.
-async fn wait<K>(api: Api<K>, name: &str, secs: u64, what: &str, cond: impl Condition<K>) -> K
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    match tokio::time::timeout(
-        Duration::from_secs(secs),
-        await_condition(api.clone(), name, cond),
-    )
-    .await
-    {
-        Ok(Ok(Some(k))) => k,
-        other => {
-            let now = api.get_opt(name).await.ok().flatten();
-            panic!("{name}: not {what} within {secs}s ({other:?}); now: {now:#?}")
-        }
-    }
-}
 
 fn body(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "metadata": {"name": name}, "spec": spec})
@@ -74,29 +50,12 @@ fn condition_message(n: &Node) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_short_of_a_gpu_fails_fast_and_the_fleet_names_the_driver_that_drifted() {
-    let cp = ControlPlane::start_with(Options::all())
-        .await
-        .expect("control plane");
-    let client = cp.client().await.expect("client");
-    crds::install_crds(&client).await.expect("CRDs");
-    crds::create_namespace(&client, NS).await;
-    let names = ["gpu-a", "gpu-b", "gpu-c"];
-    for n in names {
-        nodes::create_gpu_node(&client, n, 8, &[])
-            .await
-            .expect("node");
-    }
-    for n in names {
-        nodes::wait_node_ready(&client, n, Duration::from_secs(60))
-            .await
-            .expect("node ready");
-    }
-    let kubelet = FakeKubelet::start(
-        client.clone(),
-        cp.kubeconfig().to_path_buf(),
-        agent_binary().expect("agent binary"),
-        NS.into(),
-    );
+    let scenario::Cluster {
+        cp: _cp,
+        client,
+        kubelet,
+        ..
+    } = scenario::Cluster::start_labelled(NS, &["gpu-a", "gpu-b", "gpu-c"], 8, &[]).await;
     // gpu-b runs an older driver; gpu-c's NVML shows 7 of the 8 GPUs its node advertises.
     let driver = |v: &str| format!("{SIM},version=driver:{v}+vbios:96.00.99.00.01");
     kubelet.set_node_env("gpu-a", "GPUVAL_SIMULATE", &driver("570.86.15"));

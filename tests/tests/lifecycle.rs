@@ -16,12 +16,13 @@ use gpuval_operator::schedule::Clock;
 use gpuval_operator::schedule::plan::run_name;
 use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::{ControlPlane, crds, nodes, scenario};
+use gpuval_tests::scenario::{self, wait};
+use gpuval_tests::{ControlPlane, crds, nodes};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 const NS: &str = "gpuval-system";
@@ -61,26 +62,6 @@ async fn apply_schedule(client: &Client, name: &str, spec: Value) -> GpuValidati
         .patch(name, &PatchParams::apply("lifecycle"), &Patch::Apply(&body))
         .await
         .expect("apply schedule")
-}
-
-/// Waits (watching) until `cond` holds for object `name` of kind `K`, panicking with `what`.
-async fn wait<K>(api: Api<K>, name: &str, secs: u64, what: &str, cond: impl Condition<K>) -> K
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    match tokio::time::timeout(
-        Duration::from_secs(secs),
-        await_condition(api.clone(), name, cond),
-    )
-    .await
-    {
-        Ok(Ok(Some(k))) => k,
-        other => {
-            let now = api.get_opt(name).await.ok().flatten();
-            panic!("{name}: not {what} within {secs}s ({other:?}); now: {now:#?}")
-        }
-    }
 }
 
 fn schedule_status(

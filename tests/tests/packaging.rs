@@ -415,14 +415,14 @@ fn sboms_list_every_crate_each_binary_links_with_the_lockfile_checksums() {
                 "kube-client",
                 "serde-saphyr",
             ],
-            ["kube-lease-manager", "axum", "rcgen", "tempfile"],
+            ["prometheus-client", "axum", "rcgen", "tempfile"],
         ),
         (
             "gpuval-operator",
             [
                 "gpuval-crds",
                 "kube-runtime",
-                "kube-lease-manager",
+                "gpuval-fabric",
                 "axum",
                 "prometheus-client",
             ],

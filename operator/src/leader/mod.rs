@@ -75,6 +75,8 @@ pub async fn run(
     let mut leader = false;
     loop {
         let round = round(&api, &election, &mut seen).await;
+        // Why this round failed, where it did.
+        let mut failed = None;
         match round {
             Round::Held(began) => {
                 fence.open_until_instant(began + timing.renew_deadline);
@@ -95,26 +97,19 @@ pub async fn run(
             Round::Follower(_) => {}
             Round::Failed(why) => {
                 tracing::warn!(lease = %election.lease, error = %why, leader, "leader election round failed");
-                if leader && !fence.is_open(Instant::now()) {
-                    fence.close();
-                    let _ = leading.send(false);
-                    return Lost::NotRenewed {
-                        lease: election.lease.clone(),
-                        deadline: timing.renew_deadline,
-                        why,
-                    };
-                }
+                failed = Some(why);
             }
         }
         if leader && !fence.is_open(Instant::now()) {
-            // Renewed, but too late (the process was paused or starved): what it wrote just
-            // now may overlap a successor's start, so it steps down.
+            // Not renewed in time: the round failed past the deadline, or it renewed too late
+            // (the process was paused or starved) and what it wrote just now may overlap a
+            // successor's start; either way it steps down.
             fence.close();
             let _ = leading.send(false);
             return Lost::NotRenewed {
                 lease: election.lease.clone(),
                 deadline: timing.renew_deadline,
-                why: "the renewal came after the renew deadline".into(),
+                why: failed.unwrap_or_else(|| "the renewal came after the renew deadline".into()),
             };
         }
         tokio::time::sleep(timing.retry_period).await;

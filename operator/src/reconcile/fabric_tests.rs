@@ -10,7 +10,7 @@ use gpuval_crds::{Collective, GpuValidation, NodeVerdict, Phase, Verdict};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::reconcile::{PodPhase, PodView, ResultView, RoundView, RunNodes, World, next};
-use crate::selection::{SelectedNode, Selection};
+use crate::selection::Selection;
 
 const FLOOR: i32 = 350;
 
@@ -63,15 +63,7 @@ impl Cluster {
                 .collect(),
             results: names
                 .iter()
-                .map(|node| ResultView {
-                    name: format!("acceptance-{node}"),
-                    node: node.clone(),
-                    generation: 1,
-                    verdict: Verdict::Pass,
-                    summary: String::new(),
-                    fabric: Vec::new(),
-                    facts: Default::default(),
-                })
+                .map(|node| ResultView::passed(format!("acceptance-{node}"), node, 1))
                 .collect(),
             rounds: Vec::new(),
             fabric_port: 0,
@@ -91,18 +83,7 @@ impl Cluster {
     }
 
     fn selection(&self) -> Selection {
-        Selection {
-            selected: self
-                .world
-                .nodes
-                .iter()
-                .map(|n| SelectedNode {
-                    name: n.clone(),
-                    gpus: 8,
-                })
-                .collect(),
-            ..Default::default()
-        }
+        Selection::of_nodes(self.world.nodes.iter().cloned(), 8)
     }
 
     /// One reconcile: the step's status becomes the validation's, its round the cluster's.

@@ -761,15 +761,7 @@ mod tests {
     #[test]
     fn the_status_of_a_large_run_stays_small() {
         let n = 5_000;
-        let selection = || Selection {
-            selected: (0..n)
-                .map(|i| SelectedNode {
-                    name: format!("gpu-node-{i:05}"),
-                    gpus: 8,
-                })
-                .collect(),
-            ..Default::default()
-        };
+        let selection = || Selection::of_nodes((0..n).map(|i| format!("gpu-node-{i:05}")), 8);
         let g = gv(1, None);
         let cluster = World {
             nodes: selection().selected.into_iter().map(|n| n.name).collect(),

@@ -11,7 +11,7 @@ use gpuval_crds::{GpuValidation, NodeVerdict, Verdict};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{News, PodPhase, PodView, ResultView, RunNodes, Step, World, next, next_on_news};
-use crate::selection::{SelectedNode, Selection};
+use crate::selection::Selection;
 
 /// SplitMix64: small, seeded, and good enough to shuffle events.
 struct Rng(u64);
@@ -110,17 +110,7 @@ impl Cluster {
     }
 
     fn selection(&self) -> Selection {
-        Selection {
-            selected: self
-                .nodes
-                .iter()
-                .map(|n| SelectedNode {
-                    name: n.clone(),
-                    gpus: 8,
-                })
-                .collect(),
-            ..Default::default()
-        }
+        Selection::of_nodes(self.nodes.iter().cloned(), 8)
     }
 
     fn put_pod(&mut self, node: &str, generation: i64, phase: PodPhase) {

@@ -169,7 +169,6 @@ pub fn recover(
 mod tests {
     use super::*;
     use crate::reconcile::view::{PodView, ResultView};
-    use crate::selection::SelectedNode;
     use gpuval_crds::Verdict;
     use gpuval_crds::conditions::{STALLED, find, is_true};
     use k8s_openapi::jiff::Timestamp;
@@ -301,16 +300,7 @@ mod tests {
     }
 
     fn selected(names: &[&str]) -> Selection {
-        Selection {
-            selected: names
-                .iter()
-                .map(|n| SelectedNode {
-                    name: n.to_string(),
-                    gpus: 8,
-                })
-                .collect(),
-            ..Default::default()
-        }
+        Selection::of_nodes(names.iter().copied(), 8)
     }
 
     #[test]

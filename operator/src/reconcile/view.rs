@@ -71,6 +71,22 @@ pub struct ResultView {
     pub facts: ResultFacts,
 }
 
+impl ResultView {
+    /// Result `name` of node `node` for generation `generation`: a pass with nothing more to
+    /// say.
+    pub fn passed(name: String, node: &str, generation: i64) -> ResultView {
+        ResultView {
+            name,
+            node: node.to_string(),
+            generation,
+            verdict: Verdict::Pass,
+            summary: String::new(),
+            fabric: Vec::new(),
+            facts: ResultFacts::default(),
+        }
+    }
+}
+
 /// What a node result says beyond its verdict (its `gpuval.io/action` label and its
 /// `gpuval.io/codes` and `gpuval.io/versions` annotations).
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -26,18 +26,21 @@ use crate::reconcile::PlannedEvent;
 /// Requeue after a failed reconcile.
 const RETRY: Duration = Duration::from_secs(5);
 
+/// Whether run `v` has an owner reference to the object with `uid`.
+fn owned_by(v: &GpuValidation, uid: &str) -> bool {
+    v.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid)
+}
+
 /// The runs (validations) schedule `s` owns.
 fn owned_runs(s: &GpuValidationSchedule, runs: &Store<GpuValidation>) -> Vec<Arc<GpuValidation>> {
     let uid = s.metadata.uid.clone().unwrap_or_default();
     runs.state()
         .into_iter()
-        .filter(|v| {
-            v.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.uid == uid)
-        })
+        .filter(|v| owned_by(v, &uid))
         .collect()
 }
 
@@ -56,13 +59,7 @@ async fn fresh_runs(
     Ok(listed
         .items
         .into_iter()
-        .filter(|v| {
-            v.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.uid == uid)
-        })
+        .filter(|v| owned_by(v, &uid))
         .map(Arc::new)
         .collect())
 }

@@ -14,11 +14,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gpuval_crds::fabric::{FabricOutcome, FabricPhase, FabricRoundSpec};
-use gpuval_crds::{GpuValidation, GpuValidationSpec, NodeVerdict, Phase, Verdict};
+use gpuval_crds::{GpuValidation, GpuValidationSpec, NodeVerdict, Phase};
 use gpuval_operator::reconcile::{
     PodPhase, PodView, ResultView, RoundView, RunNodes, Step, World, next,
 };
-use gpuval_operator::selection::{SelectedNode, Selection};
+use gpuval_operator::selection::Selection;
 use k8s_openapi::jiff::Timestamp;
 
 /// What went wrong.
@@ -153,30 +153,13 @@ fn driver(n: usize) -> Result<Driver, Error> {
                 .collect(),
             results: names
                 .iter()
-                .map(|node| ResultView {
-                    name: format!("bench-{node}"),
-                    node: node.clone(),
-                    generation: 1,
-                    verdict: Verdict::Pass,
-                    summary: String::new(),
-                    fabric: Vec::new(),
-                    facts: Default::default(),
-                })
+                .map(|node| ResultView::passed(format!("bench-{node}"), node, 1))
                 .collect(),
             rounds: Vec::new(),
             fabric_port: 0,
         },
         record: None,
-        selection: Selection {
-            selected: names
-                .iter()
-                .map(|n| SelectedNode {
-                    name: n.clone(),
-                    gpus: 8,
-                })
-                .collect(),
-            ..Default::default()
-        },
+        selection: Selection::of_nodes(names.iter().cloned(), 8),
         start: Timestamp::from_second(1_790_000_000).map_err(|e| Error::Run(e.to_string()))?,
         secs: 0,
         bw: (0..n)

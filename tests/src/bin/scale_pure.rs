@@ -25,7 +25,7 @@ use gpuval_crds::{Action, GpuValidation, GpuValidationSpec, Phase, Verdict};
 use gpuval_operator::reconcile::{
     News, PodPhase, PodView, ResultFacts, ResultView, RunNodes, Step, World, next, next_on_news,
 };
-use gpuval_operator::selection::{SelectedNode, Selection};
+use gpuval_operator::selection::Selection;
 use k8s_openapi::jiff::Timestamp;
 
 /// Single-result reconciles timed at each point (the median is reported).
@@ -250,15 +250,7 @@ fn driver(n: usize) -> Result<Driver, Error> {
     Ok(Driver {
         gv,
         record: None,
-        selection: Selection {
-            selected: (0..n)
-                .map(|i| SelectedNode {
-                    name: node_name(i),
-                    gpus: 8,
-                })
-                .collect(),
-            ..Default::default()
-        },
+        selection: Selection::of_nodes((0..n).map(node_name), 8),
         start: Timestamp::from_second(1_790_000_000).map_err(|e| Error::Run(e.to_string()))?,
         world: World {
             nodes: (0..n).map(node_name).collect(),

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::control_plane::die_with_parent;
+
 pub struct Daemon {
     name: &'static str,
     child: Child,
@@ -26,14 +28,7 @@ impl Daemon {
             .stdout(out)
             .stderr(err)
             .process_group(0);
-        // SAFETY: prctl is async-signal-safe; the kernel kills the daemon if the thread that
-        // started it dies, so nothing outlives a test process killed outright.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        die_with_parent(cmd);
         let child = cmd
             .spawn()
             .map_err(|e| format!("start {name} ({:?}): {e}", cmd.get_program()))?;

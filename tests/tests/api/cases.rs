@@ -87,39 +87,34 @@ fn bounds() -> Vec<Bad> {
     let tol = "spec.thresholds.relativeTolerancePercent";
     out.push(one("tolerance-zero", tolerance(0), tol));
     out.push(one("tolerance-above", tolerance(91), tol));
-    let fraction = "spec.checks.memory.fraction";
-    out.push(one(
-        "fraction-zero",
-        field("memory", "fraction", json!(0)),
-        fraction,
-    ));
-    out.push(one(
-        "fraction-negative",
-        field("memory", "fraction", json!(-0.1)),
-        fraction,
-    ));
-    out.push(one(
-        "fraction-above-one",
-        field("memory", "fraction", json!(1.000001)),
-        fraction,
-    ));
-    out.push(one(
-        "int32-overflow",
-        field("memory", "passes", json!(3_000_000_000_i64)),
-        "spec.checks.memory.passes",
-    ));
-    let power = "spec.checks.compute.minPowerFraction";
-    out.push(one(
-        "power-fraction-above-one",
-        field("compute", "minPowerFraction", json!(1.5)),
-        power,
-    ));
-    let slowdown = "spec.checks.compute.maxSlowdownFraction";
-    out.push(one(
-        "slowdown-fraction-negative",
-        field("compute", "maxSlowdownFraction", json!(-0.01)),
-        slowdown,
-    ));
+    // One field of one section, out of its bounds: the message names
+    // `spec.checks.<section>.<field>`.
+    for (name, section, key, value) in [
+        ("fraction-zero", "memory", "fraction", json!(0)),
+        ("fraction-negative", "memory", "fraction", json!(-0.1)),
+        ("fraction-above-one", "memory", "fraction", json!(1.000001)),
+        (
+            "int32-overflow",
+            "memory",
+            "passes",
+            json!(3_000_000_000_i64),
+        ),
+        (
+            "power-fraction-above-one",
+            "compute",
+            "minPowerFraction",
+            json!(1.5),
+        ),
+        (
+            "slowdown-fraction-negative",
+            "compute",
+            "maxSlowdownFraction",
+            json!(-0.01),
+        ),
+    ] {
+        let path = format!("spec.checks.{section}.{key}");
+        out.push(one(name, field(section, key, value), path));
+    }
     let pcie = |name: &str, v: i64| field("hostTransfer", "pcie", json!({name: v}));
     for (name, below, above) in [
         ("expectGen", 0, 8),
