@@ -27,6 +27,7 @@ use crate::pod_views::PodViews;
 use crate::result_figures::FigureFetcher;
 use crate::runs::{Owned, Runs};
 use crate::throttle::Throttle;
+use crate::wakes::Wakes;
 use crate::{apply, selection};
 
 /// The field manager of everything the operator writes.
@@ -189,10 +190,11 @@ fn trim_meta<K: ResourceExt>(k: &mut K) {
     k.managed_fields_mut().clear();
 }
 
-/// Drops what a node carries that selection, admission and the expected GPU count never read:
-/// everything but its name, version, times, labels, taints, whether it is cordoned, its
-/// allocatable resources and its GPU capacity (annotations, addresses, other capacity, images,
-/// conditions, volumes, ...).
+/// Drops what a node carries that selection, admission, the expected GPU count and node state
+/// never read: everything but its name, version, times, labels, taints, whether it is cordoned,
+/// its allocatable resources, its GPU capacity and its `GpuValidated` condition (annotations,
+/// addresses, other capacity, other conditions, images, volumes, ...). This is the operator's
+/// one cache of Nodes ([`crate::wakes`]).
 pub fn trim_node(n: &mut Node) {
     trim_meta(n);
     let m = &mut n.metadata;
@@ -209,9 +211,12 @@ pub fn trim_node(n: &mut Node) {
     if let Some(s) = n.status.as_mut() {
         let mut capacity = s.capacity.take().unwrap_or_default();
         capacity.retain(|k, _| k == gpuval_crds::GPU_RESOURCE);
+        let mut conditions = s.conditions.take().unwrap_or_default();
+        conditions.retain(|c| c.type_ == crate::node_state::CONDITION);
         *s = k8s_openapi::api::core::v1::NodeStatus {
             allocatable: s.allocatable.take(),
             capacity: (!capacity.is_empty()).then_some(capacity),
+            conditions: (!conditions.is_empty()).then_some(conditions),
             ..Default::default()
         };
     }
@@ -277,6 +282,8 @@ pub async fn run(
     .inspect(toucher(runs.clone(), Owned::Pod));
     let figures = Arc::new(FigureFetcher::new(metrics.fleet.clone()));
     let offers = figures.clone();
+    let (wakes, woken) = Wakes::new();
+    let result_wakes = wakes.clone();
     let result_stream = reflected(
         Api::<PartialObjectMeta<GpuNodeResult>>::namespaced(client.clone(), &ns),
         watcher::Config::default(),
@@ -284,7 +291,12 @@ pub async fn run(
         trim_meta,
     )
     .inspect(toucher(runs.clone(), Owned::Result))
-    .inspect(move |r| r.iter().for_each(|r| offers.offer(r)));
+    .inspect(move |r| {
+        r.iter().for_each(|r| {
+            offers.offer(r);
+            result_wakes.result_touched(r);
+        })
+    });
     let round_stream = reflected(
         Api::<GpuFabricRound>::namespaced(client.clone(), &ns),
         watcher::Config::default().labels(&managed_selector()),
@@ -298,7 +310,12 @@ pub async fn run(
         node_writer,
         trim_node,
     )
-    .inspect(move |n| n.iter().for_each(|n| touched.touch_node(&n.name_any())));
+    .inspect(move |n| {
+        n.iter().for_each(|n| {
+            touched.touch_node(&n.name_any());
+            wakes.node_touched(&n.name_any());
+        })
+    });
 
     let gv_api: Api<GpuValidation> = Api::all(client.clone());
     let controller = Controller::new(gv_api, watcher::Config::default().any_semantic());
@@ -320,8 +337,11 @@ pub async fn run(
     tokio::spawn(figures.run(Api::namespaced(ctx.client.clone(), &ns), ctx.nodes.clone()));
     // Schedules, admission and node state: their own controllers over the same stores.
     let lifecycle = [
-        tokio::spawn(crate::schedule::shell::run(ctx.clone())),
-        tokio::spawn(crate::node_state::run(ctx.clone())),
+        tokio::spawn(crate::schedule::shell::run(
+            ctx.clone(),
+            woken.nodes_changed,
+        )),
+        tokio::spawn(crate::node_state::run(ctx.clone(), woken.node_state)),
     ];
 
     controller

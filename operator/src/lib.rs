@@ -23,4 +23,5 @@ pub mod runs;
 pub mod schedule;
 pub mod selection;
 pub mod throttle;
+pub mod wakes;
 pub mod watch_backoff;

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gpuval_crds::{NodeVerdict, Phase, Verdict};
 use gpuval_view::figures::{Figure, Kind, Scope};
@@ -51,6 +52,8 @@ pub struct Metrics {
     pub heap_bytes: Gauge,
     /// The figures of each node's latest result.
     pub fleet: std::sync::Arc<Fleet>,
+    /// The length of the last scrape's text.
+    last_len: AtomicUsize,
 }
 
 impl Default for Metrics {
@@ -99,6 +102,7 @@ impl Default for Metrics {
             node_verdicts,
             pods_created,
             heap_bytes,
+            last_len: AtomicUsize::new(0),
         }
     }
 }
@@ -134,10 +138,12 @@ impl Metrics {
     pub fn encode(&self) -> String {
         self.heap_bytes
             .set(i64::try_from(crate::heap::in_use()).unwrap_or(i64::MAX));
-        let mut out = String::new();
+        // Sized like the last scrape's text, so a fleet's megabytes are not grown by doubling.
+        let mut out = String::with_capacity(self.last_len.load(Ordering::Relaxed));
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();
         }
+        self.last_len.store(out.len(), Ordering::Relaxed);
         out
     }
 }
@@ -287,92 +293,133 @@ impl Fleet {
     }
 }
 
-/// A family's series: its label pairs and value.
-type Series = Vec<(Vec<(&'static str, String)>, f64)>;
+/// The label pairs of one series, borrowed from the held node (nothing is copied per scrape).
+type Pairs<'a, const N: usize> = [(&'static str, &'a str); N];
 
-fn gauge_family(
+/// A GPU's labels (node, gpu, uuid, model), then `extra`.
+type GpuLabels<'a, const N: usize> = (
+    Pairs<'a, 1>,
+    ([(&'static str, i32); 1], (Pairs<'a, 2>, Pairs<'a, N>)),
+);
+
+fn gpu_labels<'a, const N: usize>(
+    node: &'a str,
+    n: &'a NodeLatest,
+    index: i32,
+    extra: Pairs<'a, N>,
+) -> GpuLabels<'a, N> {
+    let (uuid, model) = n
+        .gpus
+        .iter()
+        .find(|g| g.0 == index)
+        .map(|g| (g.1.as_str(), g.2.as_str()))
+        .unwrap_or_default();
+    (
+        [("node", node)],
+        (
+            [("gpu", index)],
+            ([("uuid", uuid), ("model", model)], extra),
+        ),
+    )
+}
+
+/// Writes one gauge series.
+fn series(
+    family: &mut prometheus_client::encoding::MetricEncoder<'_>,
+    labels: &impl EncodeLabelSet,
+    value: f64,
+) -> Result<(), std::fmt::Error> {
+    ConstGauge::new(value).encode(family.encode_family(labels)?)
+}
+
+/// Writes the series of the family `name` over every held node, straight from what each node
+/// holds: a scrape allocates only its output, however many series the fleet has.
+fn write_family(
     enc: &mut DescriptorEncoder<'_>,
-    name: &str,
+    name: &'static str,
     help: &str,
-    series: &Series,
+    nodes: &BTreeMap<String, NodeLatest>,
 ) -> Result<(), std::fmt::Error> {
     let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, value) in series {
-        ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
+    if name == "fleet_nodes" {
+        return series(&mut family, &[] as &[(&str, &str); 0], nodes.len() as f64);
+    }
+    for (node, n) in nodes {
+        write_node(&mut family, name, node, n)?;
     }
     Ok(())
 }
 
-/// The series of every family, by metric name, from the held nodes.
-fn fleet_series(nodes: &BTreeMap<String, NodeLatest>) -> BTreeMap<&'static str, Series> {
-    let mut out: BTreeMap<&'static str, Series> = BTreeMap::new();
-    for (node, n) in nodes {
-        let node_label = ("node", node.clone());
-        out.entry("node_verdict").or_default().push((
-            vec![
-                node_label.clone(),
-                ("validation", n.validation.clone()),
-                ("verdict", n.verdict.as_str().into()),
-                ("simulated", n.simulated.to_string()),
-            ],
-            1.0,
-        ));
-        if let Some(t) = n.finished {
-            out.entry("node_last_validated_timestamp_seconds")
-                .or_default()
-                .push((vec![node_label.clone()], t));
+/// Writes `node`'s series of the family `name`.
+fn write_node(
+    family: &mut prometheus_client::encoding::MetricEncoder<'_>,
+    name: &'static str,
+    node: &str,
+    n: &NodeLatest,
+) -> Result<(), std::fmt::Error> {
+    match name {
+        "node_verdict" => {
+            let simulated = if n.simulated { "true" } else { "false" };
+            let labels = [
+                ("node", node),
+                ("validation", n.validation.as_str()),
+                ("verdict", n.verdict.as_str()),
+                ("simulated", simulated),
+            ];
+            return series(family, &labels, 1.0);
         }
-        let gpu_labels = |index: i32| -> Vec<(&'static str, String)> {
-            let (uuid, model) = n
-                .gpus
-                .iter()
-                .find(|g| g.0 == index)
-                .map(|g| (g.1.clone(), g.2.clone()))
-                .unwrap_or_default();
-            vec![
-                node_label.clone(),
-                ("gpu", index.to_string()),
-                ("uuid", uuid),
-                ("model", model),
-            ]
-        };
-        for g in &n.gpus {
-            let mut l = gpu_labels(g.0);
-            l.push(("verdict", g.3.as_str().into()));
-            out.entry("gpu_verdict").or_default().push((l, 1.0));
-        }
-        for f in &n.figures {
-            let q = || f.qualifier().to_string();
-            let (name, labels) = match (f.on, f.kind) {
-                (On::Gpu(index), Kind::MemoryGbps) => ("gpu_memory_gbps", gpu_labels(index.into())),
-                (On::Gpu(index), Kind::Tflops) => {
-                    let mut l = gpu_labels(index.into());
-                    l.push(("dtype", q()));
-                    ("gpu_tflops", l)
-                }
-                (On::Gpu(index), Kind::HostGbps) => {
-                    let mut l = gpu_labels(index.into());
-                    l.push(("direction", q()));
-                    ("gpu_host_gbps", l)
-                }
-                (On::Pair(src, dst), Kind::P2pGbps) => (
-                    "p2p_gbps",
-                    vec![
-                        node_label.clone(),
-                        ("src", src.to_string()),
-                        ("dst", dst.to_string()),
-                    ],
-                ),
-                (On::Node, Kind::NcclBusbwGbps) => (
-                    "node_nccl_busbw_gbps",
-                    vec![node_label.clone(), ("collective", q())],
-                ),
-                _ => continue,
+        "node_last_validated_timestamp_seconds" => {
+            return match n.finished {
+                Some(t) => series(family, &[("node", node)], t),
+                None => Ok(()),
             };
-            out.entry(name).or_default().push((labels, f.value));
+        }
+        "gpu_verdict" => {
+            for g in &n.gpus {
+                let labels = gpu_labels(node, n, g.0, [("verdict", g.3.as_str())]);
+                series(family, &labels, 1.0)?;
+            }
+            return Ok(());
+        }
+        _ => {}
+    }
+    for f in n.figures.iter().filter(|f| family_of(f) == Some(name)) {
+        match f.on {
+            On::Gpu(index) if f.kind == Kind::MemoryGbps => {
+                series(family, &gpu_labels(node, n, index.into(), []), f.value)?
+            }
+            On::Gpu(index) => {
+                let key = if f.kind == Kind::Tflops {
+                    "dtype"
+                } else {
+                    "direction"
+                };
+                let labels = gpu_labels(node, n, index.into(), [(key, f.qualifier())]);
+                series(family, &labels, f.value)?
+            }
+            On::Pair(src, dst) => {
+                let labels = ([("node", node)], [("src", src), ("dst", dst)]);
+                series(family, &labels, f.value)?
+            }
+            On::Node => {
+                let labels = [("node", node), ("collective", f.qualifier())];
+                series(family, &labels, f.value)?
+            }
         }
     }
-    out
+    Ok(())
+}
+
+/// The family a held figure is exported in, if any.
+fn family_of(f: &HeldFigure) -> Option<&'static str> {
+    Some(match (f.on, f.kind) {
+        (On::Gpu(_), Kind::MemoryGbps) => "gpu_memory_gbps",
+        (On::Gpu(_), Kind::Tflops) => "gpu_tflops",
+        (On::Gpu(_), Kind::HostGbps) => "gpu_host_gbps",
+        (On::Pair(..), Kind::P2pGbps) => "p2p_gbps",
+        (On::Node, Kind::NcclBusbwGbps) => "node_nccl_busbw_gbps",
+        _ => return None,
+    })
 }
 
 /// Each fleet family (without the `gpuval_` prefix) and its help; dashboards and alerts may
@@ -413,15 +460,24 @@ pub const FLEET_FAMILIES: [(&str, &str); 9] = [
 impl Collector for Fleet {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let nodes = self.lock();
-        let mut series = fleet_series(&nodes);
-        series.insert("fleet_nodes", vec![(vec![], nodes.len() as f64)]);
-        drop(nodes);
         for (name, help) in FLEET_FAMILIES {
-            if let Some(s) = series.get(name) {
-                gauge_family(&mut enc, name, help, s)?;
+            let exported =
+                name == "fleet_nodes" || nodes.values().any(|n| node_has_family(n, name));
+            if exported {
+                write_family(&mut enc, name, help, &nodes)?;
             }
         }
         Ok(())
+    }
+}
+
+/// True when `n` has a series in the family `name` (a family without series is left out).
+fn node_has_family(n: &NodeLatest, name: &str) -> bool {
+    match name {
+        "node_verdict" => true,
+        "node_last_validated_timestamp_seconds" => n.finished.is_some(),
+        "gpu_verdict" => !n.gpus.is_empty(),
+        _ => n.figures.iter().any(|f| family_of(f) == Some(name)),
     }
 }
 

@@ -11,7 +11,7 @@
 //! When no result or validation speaks of a node any more, the labels and the condition are
 //! removed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,10 +26,11 @@ use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::controller::{Ctx, Error, FIELD_MANAGER};
+use crate::wakes::NodeWake;
+use tokio::sync::mpsc;
 
 /// The Node condition type.
 pub const CONDITION: &str = "GpuValidated";
@@ -224,11 +225,11 @@ fn current(node: &Node) -> Mark {
 
 /// A hash of what the node carries of this controller's marks (its predicate: other changes
 /// to a node do not wake it).
-fn marked(node: &Node) -> Option<u64> {
+fn marked(node: &Node) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     format!("{:?}", current(node)).hash(&mut h);
-    Some(h.finish())
+    h.finish()
 }
 
 /// The node's `GpuValidated` condition.
@@ -265,39 +266,11 @@ async fn write(ctx: &Ctx, name: &str, mark: &Mark) -> Result<(), kube::Error> {
 /// The node labels this controller writes (and reads back to compare).
 const OUR_LABELS: [&str; 3] = [labels::NODE_VERDICT, labels::VALIDATED_AT, labels::ACTION];
 
-/// Drops all of a node but what this controller reads: its name, version, this controller's
-/// labels and its condition (a few hundred bytes a node instead of several KB).
-fn trim_node(n: &mut Node) {
-    let m = &mut n.metadata;
-    if let Some(l) = m.labels.as_mut() {
-        l.retain(|k, _| OUR_LABELS.contains(&k.as_str()));
-    }
-    m.annotations = None;
-    m.managed_fields = None;
-    m.owner_references = None;
-    m.finalizers = None;
-    n.spec = None;
-    let condition = condition_of(n).cloned();
-    n.status = Some(k8s_openapi::api::core::v1::NodeStatus {
-        conditions: condition.map(|c| vec![c]),
-        ..Default::default()
-    });
-}
-
-/// Drops all of a result's metadata but what [`result_meta`] reads.
-fn trim_result(r: &mut PartialObjectMeta<GpuNodeResult>) {
-    let m = &mut r.metadata;
-    m.managed_fields = None;
-    if let Some(a) = m.annotations.as_mut() {
-        a.retain(|k, _| [labels::NODE, labels::SUMMARY, labels::CODES].contains(&k.as_str()));
-    }
-}
-
-/// What a node-state reconcile reads: the operator's context and this controller's own stores
-/// of node results and validations (filled before each trigger they cause is delivered).
+/// What a node-state reconcile reads: the operator's context (its Node and result stores, see
+/// [`crate::wakes`]) and this controller's own store of validations (each store filled before
+/// the trigger it causes is delivered).
 pub struct NodeStateCtx {
     ctx: Arc<Ctx>,
-    results: Store<PartialObjectMeta<GpuNodeResult>>,
     validations: Store<GpuValidation>,
 }
 
@@ -312,7 +285,7 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         .iter()
         .filter_map(|v| {
             let key = ObjectRef::new(&result_name(&v.name_any(), &name)).within(&ctx.cfg.namespace);
-            nc.results.get(&key)
+            ctx.results.get(&key)
         })
         .filter_map(|r| result_meta(&r))
         .filter(|r| r.node == name)
@@ -336,28 +309,9 @@ fn error_policy(node: Arc<Node>, err: &Error, _ctx: Arc<NodeStateCtx>) -> Action
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Runs the node-state controller until the task is dropped.
-pub async fn run(ctx: Arc<Ctx>) {
-    let (reader, writer) = reflector::store();
-    // Only what this controller writes wakes it for a node (not kubelet heartbeats).
-    let nodes = watcher(
-        Api::<Node>::all(ctx.client.clone()),
-        watcher::Config::default(),
-    )
-    .backoff(crate::watch_backoff::watch_backoff())
-    .modify(trim_node)
-    .reflect(writer)
-    .applied_objects()
-    .predicate_filter(marked, PredicateConfig::default());
-    let (results, result_writer) = reflector::store();
-    let result_events = watcher(
-        Api::<PartialObjectMeta<GpuNodeResult>>::namespaced(ctx.client.clone(), &ctx.cfg.namespace),
-        watcher::Config::default(),
-    )
-    .backoff(crate::watch_backoff::watch_backoff())
-    .modify(trim_result)
-    .reflect(result_writer)
-    .touched_objects();
+/// Runs the node-state controller until the task is dropped, woken by `wakes` (from the
+/// validation controller's Node and result watches) and by its own watch of validations.
+pub async fn run(ctx: Arc<Ctx>, wakes: mpsc::UnboundedReceiver<NodeWake>) {
     let (validations, validation_writer) = reflector::store();
     let validation_events = watcher(
         Api::<GpuValidation>::all(ctx.client.clone()),
@@ -366,15 +320,18 @@ pub async fn run(ctx: Arc<Ctx>) {
     .backoff(crate::watch_backoff::watch_backoff())
     .reflect(validation_writer)
     .touched_objects();
-    let nc = Arc::new(NodeStateCtx {
-        ctx,
-        results,
-        validations,
+    let nodes = ctx.nodes.clone();
+    let mut marks = Marks::default();
+    let woken = crate::wakes::node_wakes(wakes).filter_map(move |w| {
+        let node = match w {
+            NodeWake::Result(node) => Some(node),
+            NodeWake::Node(node) => marks.changed(&nodes, &node).then_some(node),
+        };
+        futures::future::ready(node.map(|n| ObjectRef::new(&n)))
     });
-    Controller::for_stream(nodes, reader)
-        .watches_stream(result_events, |r: PartialObjectMeta<GpuNodeResult>| {
-            result_meta(&r).map(|m| ObjectRef::new(&m.node))
-        })
+    let nc = Arc::new(NodeStateCtx { ctx, validations });
+    Controller::for_stream(futures::stream::pending(), nc.ctx.nodes.clone())
+        .reconcile_on(woken)
         .watches_stream(validation_events, |v: GpuValidation| {
             v.status
                 .iter()
@@ -384,6 +341,28 @@ pub async fn run(ctx: Arc<Ctx>) {
         .run(reconcile, error_policy, nc)
         .for_each(|_| async {})
         .await;
+}
+
+/// The hash of each node's marks as last seen: a node's other changes (kubelet heartbeats,
+/// other labels) do not wake this controller.
+#[derive(Debug, Default)]
+struct Marks(HashMap<String, u64>);
+
+impl Marks {
+    /// True when node `name`'s marks in `nodes` differ from the last seen (or were never seen);
+    /// a node gone from the store is forgotten.
+    fn changed(&mut self, nodes: &Store<Node>, name: &str) -> bool {
+        match nodes.get(&ObjectRef::new(name)) {
+            Some(node) => {
+                let mark = marked(&node);
+                self.0.insert(name.to_string(), mark) != Some(mark)
+            }
+            None => {
+                self.0.remove(name);
+                false
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -514,7 +493,7 @@ mod tests {
     }
 
     #[test]
-    fn a_trimmed_node_keeps_what_this_controller_reads() {
+    fn the_shared_node_cache_keeps_what_this_controller_reads() {
         let mut node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "gpu-1",
                          "labels": {"kubernetes.io/hostname": "gpu-1", labels::NODE_VERDICT: "Pass"},
@@ -527,37 +506,35 @@ mod tests {
         }))
         .unwrap();
         let before = (current(&node), marked(&node));
-        trim_node(&mut node);
+        crate::controller::trim_node(&mut node);
         assert_eq!((current(&node), marked(&node)), before);
-        assert_eq!(node.labels().len(), 1, "only this controller's labels stay");
-        assert!(node.spec.is_none() && node.metadata.annotations.is_none());
+        let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
+        assert_eq!(
+            conditions.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(),
+            [CONDITION],
+            "only this controller's condition stays"
+        );
+        assert!(node.metadata.annotations.is_none());
     }
 
     #[test]
-    fn a_trimmed_result_keeps_what_result_meta_reads() {
-        use kube::core::PartialObjectMetaExt;
-        let mut r = kube::api::ObjectMeta {
-            name: Some("v-gpu-1".into()),
-            creation_timestamp: Some(Time(ts("2026-11-23T01:00:00Z"))),
-            labels: Some(BTreeMap::from([
-                (labels::NODE.to_string(), "gpu-1".to_string()),
-                (labels::VALIDATION.to_string(), "v".to_string()),
-                (labels::VERDICT.to_string(), "Fail".to_string()),
-            ])),
-            annotations: Some(BTreeMap::from([
-                (
-                    labels::SUMMARY.to_string(),
-                    "GPU1 memory: 2 words".to_string(),
-                ),
-                (labels::CODES.to_string(), "MemoryMismatch".to_string()),
-                (labels::FABRIC_OUTCOMES.to_string(), "x".repeat(4000)),
-            ])),
-            ..Default::default()
-        }
-        .into_response_partial::<GpuNodeResult>();
-        let before = result_meta(&r);
-        trim_result(&mut r);
-        assert_eq!(result_meta(&r), before);
-        assert_eq!(r.metadata.annotations.map(|a| a.len()), Some(2));
+    fn only_a_change_of_marks_wakes_the_controller() {
+        let (store, mut writer) = reflector::store::<Node>();
+        let node = |verdict: &str, hostname: &str| -> Node {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "gpu-1",
+                "labels": {"kubernetes.io/hostname": hostname, labels::NODE_VERDICT: verdict}}}))
+            .unwrap()
+        };
+        let mut marks = Marks::default();
+        writer.apply_watcher_event(&watcher::Event::Apply(node("Pass", "a")));
+        assert!(marks.changed(&store, "gpu-1"), "first seen");
+        assert!(!marks.changed(&store, "gpu-1"), "nothing changed");
+        writer.apply_watcher_event(&watcher::Event::Apply(node("Pass", "b")));
+        assert!(!marks.changed(&store, "gpu-1"), "another label changed");
+        writer.apply_watcher_event(&watcher::Event::Apply(node("Fail", "b")));
+        assert!(marks.changed(&store, "gpu-1"), "its verdict label changed");
+        writer.apply_watcher_event(&watcher::Event::Delete(node("Fail", "b")));
+        assert!(!marks.changed(&store, "gpu-1"), "gone");
+        assert!(marks.0.is_empty(), "a node gone is forgotten");
     }
 }

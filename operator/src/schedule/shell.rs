@@ -270,13 +270,12 @@ async fn apply_admission(
     Ok(())
 }
 
-/// What a schedule reconcile reads: the operator's context, and this controller's own stores
-/// of runs and nodes (filled before each trigger they cause is delivered, so a reconcile never
-/// sees a run older than the event that woke it).
+/// What a schedule reconcile reads: the operator's context (its Node store, see
+/// [`crate::wakes`]), and this controller's own store of runs (each filled before the trigger
+/// it causes is delivered, so a reconcile never sees a run older than the event that woke it).
 pub struct ScheduleCtx {
     ctx: Arc<Ctx>,
     runs: Store<GpuValidation>,
-    nodes: Store<Node>,
 }
 
 async fn reconcile(s: Arc<GpuValidationSchedule>, sc: Arc<ScheduleCtx>) -> Result<Action, Error> {
@@ -287,7 +286,7 @@ async fn reconcile(s: Arc<GpuValidationSchedule>, sc: Arc<ScheduleCtx>) -> Resul
         None => owned_runs(&s, &sc.runs),
     };
     let runs: Vec<Run> = owned.iter().map(|v| run_of(v)).collect();
-    let nodes: Vec<Node> = sc.nodes.state().iter().map(|n| (**n).clone()).collect();
+    let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
     let load = match (s.spec.idle_only, plan::slot_due(&s, now)) {
         (true, Some(_)) => node_load(&s, ctx, &nodes).await.or_else(forbidden_load)?,
         _ => NodeLoad::default(),
@@ -342,7 +341,7 @@ fn owner_schedule(v: &GpuValidation) -> Option<ObjectRef<GpuValidationSchedule>>
 }
 
 /// Runs the schedule controller until the task is dropped.
-pub async fn run(ctx: Arc<Ctx>) {
+pub async fn run(ctx: Arc<Ctx>, nodes_changed: tokio::sync::watch::Receiver<u64>) {
     let client = ctx.client.clone();
     let controller = Controller::new(
         Api::<GpuValidationSchedule>::all(client.clone()),
@@ -357,17 +356,14 @@ pub async fn run(ctx: Arc<Ctx>) {
     .backoff(crate::watch_backoff::watch_backoff())
     .reflect(run_writer)
     .touched_objects();
-    let (nodes, node_writer) = reflector::store();
-    let node_events = watcher(Api::<Node>::all(client), watcher::Config::default())
-        .backoff(crate::watch_backoff::watch_backoff())
-        .modify(crate::controller::trim_node)
-        .reflect(node_writer)
-        .touched_objects();
+    let gating_schedules = schedules.clone();
+    let node_events = crate::wakes::nodes_changed(nodes_changed)
+        .flat_map(move |()| futures::stream::iter(gating(&gating_schedules)));
     let ticks = ctx.cfg.clock.ticks();
-    let sc = Arc::new(ScheduleCtx { ctx, runs, nodes });
+    let sc = Arc::new(ScheduleCtx { ctx, runs });
     controller
         .watches_stream(run_events, |v: GpuValidation| owner_schedule(&v))
-        .watches_stream(node_events, move |_: Node| gating(&schedules))
+        .reconcile_on(node_events)
         .reconcile_all_on(ticks)
         .run(reconcile, error_policy, sc)
         .for_each(|_| async {})

@@ -455,6 +455,7 @@ async fn run() -> Result<(), String> {
     };
 
     let before_apply = proc_stat(pid);
+    let heap_before_apply = heap_kb(metrics_port).await.unwrap_or(0);
     let applied = Instant::now();
     let gv = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "metadata": {"name": "scale"},
                     "spec": {"checks": {"memory": {}, "compute": {"duration": "5m"}}, "deadline": "2h"}});
@@ -562,6 +563,7 @@ async fn run() -> Result<(), String> {
         "operator_kb_per_node_at_verdict": per_node_kb(at_verdict.rss_kb, empty.rss_kb, a.nodes),
         "operator_heap_before_nodes_mb": mb(empty_heap),
         "operator_heap_end_mb": mb(heap_end),
+        "operator_heap_kb_per_node_nodes_only": per_node_kb(heap_before_apply, empty_heap, a.nodes),
         "operator_heap_kb_per_node_at_verdict": per_node_kb(heap_at_verdict, empty_heap, a.nodes),
         "operator_heap_kb_per_node_end": per_node_kb(heap_end, empty_heap, a.nodes),
         "figures_of_every_node_read_s_after_verdict": figures_after.map(|d| d.as_secs_f64()),

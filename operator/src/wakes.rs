@@ -1,0 +1,96 @@
+//! One watch of Nodes and one of node results serve the whole operator: the validation
+//! controller's ([`crate::controller`]) fills the stores every controller reads, and wakes the
+//! node-state and schedule controllers from the same events. Each store is filled before the
+//! wake it causes is sent, so a woken reconcile never reads an object older than its event.
+//! (Three watches and three caches of every Node cost the operator a copy of each node per
+//! controller.)
+
+use futures::{Stream, StreamExt, stream};
+use gpuval_crds::GpuNodeResult;
+use kube::api::PartialObjectMeta;
+use tokio::sync::{mpsc, watch};
+
+/// What the node-state controller is woken for: a node changed (it keeps only the changes to
+/// its own marks), or a result of a node changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeWake {
+    Node(String),
+    Result(String),
+}
+
+/// The sending side, held by the validation controller's watches.
+#[derive(Clone)]
+pub struct Wakes {
+    node_state: mpsc::UnboundedSender<NodeWake>,
+    nodes_changed: watch::Sender<u64>,
+}
+
+/// The receiving sides, one per woken controller.
+pub struct Woken {
+    pub node_state: mpsc::UnboundedReceiver<NodeWake>,
+    pub nodes_changed: watch::Receiver<u64>,
+}
+
+impl Wakes {
+    pub fn new() -> (Self, Woken) {
+        let (node_state, node_state_rx) = mpsc::unbounded_channel();
+        let (nodes_changed, nodes_changed_rx) = watch::channel(0);
+        (
+            Self {
+                node_state,
+                nodes_changed,
+            },
+            Woken {
+                node_state: node_state_rx,
+                nodes_changed: nodes_changed_rx,
+            },
+        )
+    }
+
+    /// Node `name` was added, changed or removed (its store already says so).
+    pub fn node_touched(&self, name: &str) {
+        // A controller that has stopped has nothing left to wake.
+        let _ = self.node_state.send(NodeWake::Node(name.to_string()));
+        self.nodes_changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Result `r` was added, changed or removed (its store already says so).
+    pub fn result_touched(&self, r: &PartialObjectMeta<GpuNodeResult>) {
+        if let Some(m) = crate::node_state::result_meta(r) {
+            let _ = self.node_state.send(NodeWake::Result(m.node));
+        }
+    }
+}
+
+/// The node-state controller's wakes as a stream.
+pub fn node_wakes(rx: mpsc::UnboundedReceiver<NodeWake>) -> impl Stream<Item = NodeWake> {
+    stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|w| (w, rx)) })
+}
+
+/// One item each time some Node changed since the last was taken: changes that come faster
+/// than the reader coalesce into one (the schedule controller rereads every node anyway).
+pub fn nodes_changed(rx: watch::Receiver<u64>) -> impl Stream<Item = ()> {
+    stream::unfold(rx, |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })
+        .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn node_changes_reach_both_controllers_and_coalesce_for_schedules() {
+        let (wakes, woken) = Wakes::new();
+        wakes.node_touched("gpu-a");
+        wakes.node_touched("gpu-b");
+        let mut node_state = Box::pin(node_wakes(woken.node_state));
+        assert_eq!(node_state.next().await, Some(NodeWake::Node("gpu-a".into())));
+        assert_eq!(node_state.next().await, Some(NodeWake::Node("gpu-b".into())));
+        let mut schedules = nodes_changed(woken.nodes_changed);
+        assert_eq!(schedules.next().await, Some(()), "two changes, one wake");
+        wakes.node_touched("gpu-c");
+        assert_eq!(schedules.next().await, Some(()));
+        drop(wakes);
+        assert_eq!(schedules.next().await, None, "the sender gone ends the stream");
+    }
+}
