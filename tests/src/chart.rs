@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use crate::control_plane::die_with_parent;
+use crate::control_plane::spawn_logged;
 use crate::tools::{K8S_VERSION, Tools};
 
 /// `charts/gpuval`.
@@ -179,23 +179,14 @@ impl OperatorProcess {
         kubeconfig: &Path,
         log: PathBuf,
     ) -> Result<Self, String> {
-        let out =
-            std::fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
         let mut cmd = Command::new(binary);
         cmd.args(args)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("KUBECONFIG", kubeconfig)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
+            .env("KUBECONFIG", kubeconfig);
         // The operator dies with the test process.
-        die_with_parent(&mut cmd);
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("start {}: {e}", binary.display()))?;
+        let child = spawn_logged(&mut cmd, &log)?;
         Ok(Self { child, log })
     }
 
