@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use gpuval_crds::conditions::{self, READY, STALLED};
 use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
+use gpuval_tests::nodes;
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::{nodes, scenario};
+use gpuval_tests::scenario::{self, terminal_for_generation};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{Condition, await_condition};
@@ -36,11 +37,9 @@ async fn wait_for(
     what: &str,
     cond: impl Condition<GpuValidation>,
 ) -> GpuValidation {
-    let api: Api<GpuValidation> = Api::all(client.clone());
-    match scenario::watch_until(&api, name, Duration::from_secs(secs), cond).await {
+    match scenario::wait_validation(client, name, Duration::from_secs(secs), what, cond).await {
         Ok(gv) => gv,
-        Err(other) => {
-            let now = scenario::status_now(&api, name).await;
+        Err(e) => {
             let pods: Vec<String> = pods_of(client, name)
                 .await
                 .iter()
@@ -53,33 +52,14 @@ async fn wait_for(
                     )
                 })
                 .collect();
-            panic!(
-                "{name}: not {what} within {secs}s ({other}); status now: {now}\npods: {pods:#?}"
-            )
+            panic!("{e}\npods: {pods:#?}")
         }
     }
 }
 
 /// Waits (watching) until validation `name` is in a terminal phase.
 async fn wait_terminal(client: &Client, name: &str, secs: u64) -> GpuValidation {
-    wait_for(
-        client,
-        name,
-        secs,
-        "terminal",
-        |g: Option<&GpuValidation>| terminal(g),
-    )
-    .await
-}
-
-fn terminal(gv: Option<&GpuValidation>) -> bool {
-    gv.and_then(|g| g.status.as_ref()).is_some_and(|s| {
-        s.phase.is_some_and(Phase::is_terminal) && s.observed_generation == g_generation(gv)
-    })
-}
-
-fn g_generation(gv: Option<&GpuValidation>) -> Option<i64> {
-    gv.and_then(|g| g.metadata.generation)
+    wait_for(client, name, secs, "terminal", terminal_for_generation).await
 }
 
 fn verdicts(gv: &GpuValidation) -> Vec<(String, NodeVerdict)> {
@@ -459,7 +439,7 @@ async fn a_spec_edit_starts_a_new_run_and_the_old_pods_go() {
         "edit",
         120,
         "terminal at generation 2",
-        |g: Option<&GpuValidation>| terminal(g),
+        terminal_for_generation,
     )
     .await;
     assert_eq!(gv.status.as_ref().unwrap().observed_generation, Some(2));

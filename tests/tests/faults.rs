@@ -22,7 +22,8 @@ use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::proxy::Proxy;
 use gpuval_tests::replica::{LeaseTiming, Replica, ReplicaSettings};
-use gpuval_tests::{ControlPlane, Options, scenario, waits};
+use gpuval_tests::scenario::{self, terminal_for_generation};
+use gpuval_tests::{ControlPlane, Options, waits};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -102,31 +103,13 @@ async fn wait_for(
     what: &str,
     cond: impl Condition<GpuValidation>,
 ) -> GpuValidation {
-    let api: Api<GpuValidation> = Api::all(client.clone());
-    match scenario::watch_until(&api, name, limit, cond).await {
-        Ok(gv) => gv,
-        Err(other) => {
-            let now = api.get(name).await.ok().and_then(|g| g.status);
-            panic!(
-                "{name}: not {what} within {}s ({other}); status now: {}",
-                limit.as_secs(),
-                serde_json::to_string_pretty(&now).unwrap_or_default()
-            )
-        }
-    }
-}
-
-fn terminal(gv: Option<&GpuValidation>) -> bool {
-    gv.is_some_and(|g| {
-        g.status.as_ref().is_some_and(|s| {
-            s.phase.is_some_and(Phase::is_terminal)
-                && s.observed_generation == g.metadata.generation
-        })
-    })
+    scenario::wait_validation(client, name, limit, what, cond)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn wait_terminal(client: &Client, name: &str, limit: Duration) -> GpuValidation {
-    wait_for(client, name, limit, "finished", terminal).await
+    wait_for(client, name, limit, "finished", terminal_for_generation).await
 }
 
 fn summary(gv: &GpuValidation) -> (i32, i32, i32) {
@@ -592,7 +575,10 @@ async fn an_agent_cut_off_when_its_checks_end_stores_its_result_once_back() {
         .get("partition")
         .await
         .expect("validation");
-    assert!(!terminal(Some(&gv)), "no verdict without the results");
+    assert!(
+        !terminal_for_generation(Some(&gv)),
+        "no verdict without the results"
+    );
 
     proxy.restore();
     let gv = wait_terminal(&e.client, "partition", LONG).await;
@@ -753,7 +739,7 @@ async fn stale_results_from_an_older_run_or_another_pod_do_not_change_the_verdic
         .get("stale")
         .await
         .expect("validation");
-    assert!(!terminal(Some(&now)), "{:?}", now.status);
+    assert!(!terminal_for_generation(Some(&now)), "{:?}", now.status);
     assert_ne!(line(&now, "gpu-a").map(|l| l.0), Some(NodeVerdict::Failed));
 
     let gv = wait_terminal(&e.client, "stale", LONG).await;

@@ -21,6 +21,7 @@ use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
 use gpuval_tests::chart;
 use gpuval_tests::crds;
 use gpuval_tests::real_node::{ProcessFacts, RealNode, RealNodeOptions, process_facts};
+use gpuval_tests::scenario::terminal;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -292,12 +293,6 @@ fn kubectl_apply(node: &RealNode, name: &str, object: &Value) {
     let mut apply = node.control_plane().kubectl().expect("kubectl");
     apply.arg("apply").arg("-f").arg(&file);
     chart::output(&mut apply).unwrap_or_else(|e| panic!("kubectl apply {name}: {e}"));
-}
-
-fn terminal(gv: Option<&GpuValidation>) -> bool {
-    gv.and_then(|g| g.status.as_ref())
-        .and_then(|s| s.phase)
-        .is_some_and(Phase::is_terminal)
 }
 
 async fn quick_validation_passes(node: &RealNode, client: &Client, io_dir: &Path) {
