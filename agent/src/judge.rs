@@ -302,6 +302,19 @@ pub mod testing {
         gpu(index, "NVIDIA H200")
     }
 
+    /// A whole run of `checks` (default thresholds) on the simulated backend of spec `sim`.
+    pub fn simulated_run(sim: &str, checks: Checks) -> gpuval_crds::NodeReport {
+        use crate::backend::{Backend, sim::SimBackend};
+        let backend = Backend::Simulated(SimBackend::new(sim.parse().expect("sim spec")));
+        let plan = crate::runner::Plan::new(checks, Thresholds::default());
+        crate::runner::run(
+            &backend,
+            &plan,
+            &std::sync::atomic::AtomicBool::new(false),
+            &|_| {},
+        )
+    }
+
     /// A judge with this profile and a 15% relative tolerance.
     pub fn judge(checks: &Checks, profile: Profile) -> Judge<'_> {
         Judge {

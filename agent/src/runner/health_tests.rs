@@ -242,16 +242,9 @@ fn a_missing_measurement_is_an_error_never_a_pass() {
 
     // A burn that timed nothing has no TFLOP/s to compare with its floor.
     let out = crate::checks::compute::ComputeOutcome {
-        gemms: vec![crate::checks::compute::GemmOutcome {
-            dtype: gpuval_crds::Dtype::Bf16,
-            flops: 0.0,
-            gemm_seconds: 0.0,
-            iterations: 0,
-            comparisons: 0,
-            mismatches: 0,
-            max_rel_error: 0.0,
-            wall_seconds: 0.0,
-        }],
+        gemms: vec![crate::checks::compute::GemmOutcome::nothing(
+            gpuval_crds::Dtype::Bf16,
+        )],
         transcendental: None,
         seconds: 0.0,
         power: Default::default(),

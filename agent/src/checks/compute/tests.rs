@@ -380,7 +380,6 @@ fn pulse_flags_turn_the_pulse_on_with_defaults_for_the_rest() {
 
 /// The compute check alone (10 s burn, pulse as given) through the runner on a simulated node.
 fn simulated_burn(spec: &str, pulse: Option<gpuval_crds::PulseSpec>) -> gpuval_crds::NodeReport {
-    use crate::backend::{Backend, sim::SimBackend};
     let checks = checks_with(|c| {
         c.compute = Some(ComputeCheck {
             duration: "10s".parse().expect("duration"),
@@ -388,14 +387,7 @@ fn simulated_burn(spec: &str, pulse: Option<gpuval_crds::PulseSpec>) -> gpuval_c
             ..Default::default()
         })
     });
-    let backend = Backend::Simulated(SimBackend::new(spec.parse().expect("sim spec")));
-    let plan = crate::runner::Plan::new(checks, Default::default());
-    crate::runner::run(
-        &backend,
-        &plan,
-        &std::sync::atomic::AtomicBool::new(false),
-        &|_| {},
-    )
+    crate::judge::testing::simulated_run(spec, checks)
 }
 
 #[test]

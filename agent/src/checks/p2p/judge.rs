@@ -482,18 +482,11 @@ mod tests {
 
     #[test]
     fn one_gpu_skips_p2p() {
-        let backend = SimBackend::new("gpus=1".parse().unwrap());
         let checks = Checks {
             p2p: Some(P2pCheck::default()),
             ..Default::default()
         };
-        let stop = AtomicBool::new(false);
-        let report = runner::run(
-            &Backend::Simulated(backend),
-            &Plan::new(checks, Thresholds::default()),
-            &stop,
-            &|_| {},
-        );
+        let report = crate::judge::testing::simulated_run("gpus=1", checks);
         let p2p = report.p2p.unwrap();
         assert_eq!(p2p.verdict, Verdict::Skipped);
         assert_eq!(report.verdict, Verdict::Pass);

@@ -2,16 +2,9 @@
 //! planted divergence fails exactly the GPU it was planted on, a slow all-reduce shows as
 //! exposed communication, a hang is an error.
 
-use std::sync::atomic::AtomicBool;
-
-use gpuval_crds::{Checks, NodeReport, Thresholds, TrainingCheck, Verdict};
-
-use crate::backend::Backend;
-use crate::backend::sim::SimBackend;
-use crate::checks::Plan;
+use gpuval_crds::{Checks, NodeReport, TrainingCheck, Verdict};
 
 fn report(spec: &str) -> NodeReport {
-    let backend = Backend::Simulated(SimBackend::new(spec.parse().expect("valid spec")));
     let checks = Checks {
         training: Some(TrainingCheck {
             timeout: "1s".parse().expect("a duration"),
@@ -19,8 +12,7 @@ fn report(spec: &str) -> NodeReport {
         }),
         ..Default::default()
     };
-    let plan = Plan::new(checks, Thresholds::default());
-    crate::runner::run(&backend, &plan, &AtomicBool::new(false), &|_| {})
+    crate::judge::testing::simulated_run(spec, checks)
 }
 
 #[test]
