@@ -52,6 +52,40 @@ pub fn output(cmd: &mut Command) -> Result<String, String> {
     }
 }
 
+/// `helm install <release> charts/gpuval -n <namespace> --create-namespace -f <values>` into the
+/// cluster of `kubeconfig`; the NOTES it prints.
+pub fn install(
+    release: &str,
+    namespace: &str,
+    values: &Path,
+    kubeconfig: &Path,
+) -> Result<String, String> {
+    let mut cmd = helm()?;
+    cmd.args(["install", release])
+        .arg(chart_dir())
+        .args(["--namespace", namespace, "--create-namespace", "--values"])
+        .arg(values)
+        .arg("--kubeconfig")
+        .arg(kubeconfig);
+    output(&mut cmd)
+}
+
+/// `helm uninstall <release> -n <namespace> --wait` (and `extra` flags) in the cluster of
+/// `kubeconfig`.
+pub fn uninstall(
+    release: &str,
+    namespace: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Result<String, String> {
+    let mut cmd = helm()?;
+    cmd.args(["uninstall", release, "--namespace", namespace, "--wait"])
+        .args(extra)
+        .arg("--kubeconfig")
+        .arg(kubeconfig);
+    output(&mut cmd)
+}
+
 /// `helm template <release> charts/gpuval -n <namespace> -f <values>...`, the manifests as text.
 pub fn render(release: &str, namespace: &str, values: &[&Path]) -> Result<String, String> {
     let mut cmd = helm()?;

@@ -469,15 +469,8 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
 
     // helm install, for real: CRDs from crds/, then every template.
     let values = crds::repo_root().join("tests/chart/e2e-values.yaml");
-    let mut install = chart::helm().unwrap();
-    install
-        .args(["install", RELEASE])
-        .arg(chart::chart_dir())
-        .args(["--namespace", NS, "--create-namespace", "--values"])
-        .arg(&values)
-        .arg("--kubeconfig")
-        .arg(cp.kubeconfig());
-    let notes = chart::output(&mut install).unwrap_or_else(|e| panic!("helm install: {e}"));
+    let notes = chart::install(RELEASE, NS, &values, cp.kubeconfig())
+        .unwrap_or_else(|e| panic!("helm install: {e}"));
     assert!(
         notes.contains("kubectl apply") && notes.contains("kubectl wait --for=condition=Ready"),
         "NOTES tell how to start a validation: {notes}"
@@ -835,18 +828,8 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     // helm uninstall removes what the templates made and keeps the CRDs (and so the
     // validations and results), as the README says.
     drop(operator);
-    let mut uninstall = chart::helm().unwrap();
-    uninstall
-        .args([
-            "uninstall",
-            RELEASE,
-            "--namespace",
-            NS,
-            "--wait",
-            "--kubeconfig",
-        ])
-        .arg(cp.kubeconfig());
-    chart::output(&mut uninstall).unwrap_or_else(|e| panic!("helm uninstall: {e}"));
+    chart::uninstall(RELEASE, NS, cp.kubeconfig(), &[])
+        .unwrap_or_else(|e| panic!("helm uninstall: {e}"));
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(admin.clone(), NS);
     assert!(

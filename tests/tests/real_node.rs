@@ -139,15 +139,8 @@ fn helm_install(node: &RealNode, io_dir: &Path) {
     });
     let file = node.scratch_dir("values.json");
     std::fs::write(&file, values.to_string()).expect("write values");
-    let mut install = chart::helm().expect("helm");
-    install
-        .args(["install", RELEASE])
-        .arg(chart::chart_dir())
-        .args(["--namespace", NS, "--create-namespace", "--values"])
-        .arg(&file)
-        .arg("--kubeconfig")
-        .arg(node.control_plane().kubeconfig());
-    let notes = chart::output(&mut install).unwrap_or_else(|e| panic!("helm install: {e}"));
+    let notes = chart::install(RELEASE, NS, &file, node.control_plane().kubeconfig())
+        .unwrap_or_else(|e| panic!("helm install: {e}"));
     assert!(
         notes.contains("SIMULATED"),
         "the notes warn that agents are simulated: {notes}"
@@ -411,19 +404,9 @@ async fn uninstall_leaves_nothing_running(node: &RealNode, client: &Client) {
         "--timeout=120s",
     ]);
     chart::output(&mut delete).unwrap_or_else(|e| panic!("delete the validations: {e}"));
-    let mut uninstall = chart::helm().expect("helm");
-    uninstall
-        .args([
-            "uninstall",
-            RELEASE,
-            "--namespace",
-            NS,
-            "--wait",
-            "--timeout=180s",
-        ])
-        .arg("--kubeconfig")
-        .arg(node.control_plane().kubeconfig());
-    chart::output(&mut uninstall).unwrap_or_else(|e| panic!("helm uninstall: {e}"));
+    let kubeconfig = node.control_plane().kubeconfig();
+    chart::uninstall(RELEASE, NS, kubeconfig, &["--timeout=180s"])
+        .unwrap_or_else(|e| panic!("helm uninstall: {e}"));
 
     let pods: Api<Pod> = Api::all(client.clone());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
