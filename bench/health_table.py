@@ -4,18 +4,14 @@ GPUs, then each planted fault with the verdict and reasons the agent gave.
 
     python3 bench/health_table.py RAW_DIR
 """
-import json
 import os
 import sys
 
+from jsonfile import load_json
+
 
 def load(raw, name):
-    path = os.path.join(raw, f"{name}.json")
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+    return load_json(os.path.join(raw, f"{name}.json"))
 
 
 def fmt(v, spec="{:.0f}", none="-"):
@@ -108,14 +104,6 @@ def fault_rows(raw):
     return rows
 
 
-def load_any(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def ref_power(raw):
     """Median and max power per GPU over the PyTorch burn's nvidia-smi samples."""
     per = {}
@@ -144,9 +132,9 @@ def ratio(a, b):
 
 def reference_rows(raw):
     """The agent's figures beside PyTorch's on the same GPUs, in the same call."""
-    burst = load_any(os.path.join(raw, "ref-burst.json")) or {}
-    sus = ((load_any(os.path.join(raw, "ref-sustained.json")) or {}).get("matmul_sustained") or {}).get("bf16") or {}
-    links = ((load_any(os.path.join(raw, "ref-links.json")) or {}).get("host") or {}).get("alone") or {}
+    burst = load_json(os.path.join(raw, "ref-burst.json")) or {}
+    sus = ((load_json(os.path.join(raw, "ref-sustained.json")) or {}).get("matmul_sustained") or {}).get("bf16") or {}
+    links = ((load_json(os.path.join(raw, "ref-links.json")) or {}).get("host") or {}).get("alone") or {}
     watts = ref_power(raw)
     power, memory, pcie = (load(raw, n) or {} for n in ("power", "memory", "pcie"))
     by = lambda rep: {g["index"]: g for g in rep.get("gpus", [])}
