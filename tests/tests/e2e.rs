@@ -29,6 +29,20 @@ async fn apply(client: &Client, name: &str, spec: Value) -> GpuValidation {
     scenario::apply_validation(client, "e2e", name, spec).await
 }
 
+/// The cluster with `gpu_nodes`, an operator whose agents simulate `sim`, and validation `name`
+/// of `spec` applied.
+async fn started(
+    gpu_nodes: &[&str],
+    sim: &str,
+    name: &str,
+    spec: Value,
+) -> (scenario::Cluster, OperatorHandle) {
+    let e = env(gpu_nodes).await;
+    let op = OperatorHandle::start(e.client.clone(), test_config(NS, sim));
+    apply(&e.client, name, spec).await;
+    (e, op)
+}
+
 /// Waits (watching, not polling) until `cond` holds for validation `name`.
 async fn wait_for(
     client: &Client,
@@ -319,14 +333,10 @@ async fn metrics_match_the_results(client: &Client, op: &OperatorHandle) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_gives_error_and_the_run_completes() {
-    let e = env(&["gpu-a", "gpu-b"]).await;
     // Each burn takes 10m × 0.02 = 12 s: time to kill gpu-b's agent mid-run.
-    let _op = OperatorHandle::start(
-        e.client.clone(),
-        test_config(NS, "gpus=8,model=H200,timescale=0.02"),
-    );
-    apply(
-        &e.client,
+    let (e, _op) = started(
+        &["gpu-a", "gpu-b"],
+        "gpus=8,model=H200,timescale=0.02",
         "crash",
         json!({"checks": {"compute": {"duration": "10m"}}, "deadline": "1h"}),
     )
@@ -359,14 +369,10 @@ async fn a_killed_agent_gives_error_and_the_run_completes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deadline_gives_deadline_exceeded_and_removes_pods() {
-    let e = env(&["gpu-a"]).await;
     // 20 s × 5 = 100 s of simulated burn against a 30 s deadline.
-    let _op = OperatorHandle::start(
-        e.client.clone(),
-        test_config(NS, "gpus=8,model=H200,timescale=5"),
-    );
-    apply(
-        &e.client,
+    let (e, _op) = started(
+        &["gpu-a"],
+        "gpus=8,model=H200,timescale=5",
         "slow",
         json!({"checks": {"compute": {"duration": "20s"}}, "deadline": "30s"}),
     )
@@ -381,15 +387,9 @@ async fn the_deadline_gives_deadline_exceeded_and_removes_pods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_operator_makes_no_duplicates_and_reaches_the_verdict() {
-    let e = env(&["gpu-a", "gpu-b"]).await;
     let sim = "gpus=8,model=H200,timescale=0.01";
-    let op = OperatorHandle::start(e.client.clone(), test_config(NS, sim));
-    apply(
-        &e.client,
-        "restart",
-        json!({"checks": {"compute": {"duration": "10m"}}}),
-    )
-    .await;
+    let spec = json!({"checks": {"compute": {"duration": "10m"}}});
+    let (e, op) = started(&["gpu-a", "gpu-b"], sim, "restart", spec).await;
     wait_for(&e.client, "restart", 60, "running", running(1)).await;
     op.stop().await;
     let _op2 = OperatorHandle::start(e.client.clone(), test_config(NS, sim));
@@ -410,13 +410,9 @@ async fn a_restarted_operator_makes_no_duplicates_and_reaches_the_verdict() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_edit_starts_a_new_run_and_the_old_pods_go() {
-    let e = env(&["gpu-a"]).await;
-    let _op = OperatorHandle::start(
-        e.client.clone(),
-        test_config(NS, "gpus=8,model=H200,timescale=0.05"),
-    );
-    apply(
-        &e.client,
+    let (e, _op) = started(
+        &["gpu-a"],
+        "gpus=8,model=H200,timescale=0.05",
         "edit",
         json!({"checks": {"compute": {"duration": "10m"}}}),
     )
@@ -455,9 +451,8 @@ async fn a_spec_edit_starts_a_new_run_and_the_old_pods_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_validation_takes_its_pods_and_results() {
-    let e = env(&["gpu-a", "gpu-b"]).await;
-    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
-    apply(&e.client, "gone", json!({"checks": {"memory": {}}})).await;
+    let spec = json!({"checks": {"memory": {}}});
+    let (e, _op) = started(&["gpu-a", "gpu-b"], SIM, "gone", spec).await;
     wait_terminal(&e.client, "gone", 120).await;
     let results: Api<GpuNodeResult> = Api::namespaced(e.client.clone(), NS);
     assert_eq!(
