@@ -68,6 +68,26 @@ impl Args {
     }
 }
 
+/// A column of the printed table: the key of the figure in a row's JSON, the header, and what
+/// follows the figure (` ms`, ` B` or nothing).
+pub type Column = (&'static str, &'static str, &'static str);
+
+/// Prints the markdown table's header and separator.
+pub fn print_header(columns: &[Column]) {
+    let headers: Vec<&str> = columns.iter().map(|(_, header, _)| *header).collect();
+    println!("| {} |", headers.join(" | "));
+    println!("|{}", " --- |".repeat(columns.len()));
+}
+
+/// Prints `row` (one size's figures) as a line of the table.
+pub fn print_row(columns: &[Column], row: &serde_json::Value) {
+    let cells: Vec<String> = columns
+        .iter()
+        .map(|(key, _, unit)| format!("{}{unit}", row[*key]))
+        .collect();
+    println!("| {} |", cells.join(" | "));
+}
+
 /// Node `i`'s name.
 pub fn node_name(i: usize) -> String {
     format!("gpu-node-{i:05}")

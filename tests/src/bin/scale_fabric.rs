@@ -18,7 +18,7 @@ use gpuval_operator::reconcile::{
     PodPhase, PodView, ResultView, RoundView, RunNodes, Step, World, next,
 };
 use gpuval_operator::selection::Selection;
-use gpuval_tests::bench::{Args, Error, ms, node_name, start};
+use gpuval_tests::bench::{Args, Column, Error, ms, node_name, print_header, print_row, start};
 use k8s_openapi::jiff::Timestamp;
 
 /// The model fabric: which nodes are slow.
@@ -211,27 +211,34 @@ fn bench(n: usize) -> Result<serde_json::Value, Error> {
     }))
 }
 
+/// The printed table's columns.
+const COLUMNS: &[Column] = &[
+    ("nodes", "nodes", ""),
+    ("rounds", "rounds", ""),
+    ("named", "named", ""),
+    ("plan_reconcile_ms", "reconcile per planned round", " ms"),
+    ("final_reconcile_ms", "final reconcile", " ms"),
+    (
+        "operator_cpu_ms_all_fabric_reconciles",
+        "all fabric reconciles",
+        " ms",
+    ),
+    ("largest_round_object_bytes", "largest round object", " B"),
+    ("status_bytes_final", "status", " B"),
+    (
+        "largest_outcomes_annotation_bytes",
+        "largest outcomes annotation",
+        " B",
+    ),
+];
+
 fn run() -> Result<(), Error> {
     let a = Args::from_env(&[1_000, 2_000, 10_000])?;
     let mut rows = Vec::new();
-    println!(
-        "| nodes | rounds | named | reconcile per planned round | final reconcile | all fabric reconciles | largest round object | status | largest outcomes annotation |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    print_header(COLUMNS);
     for &n in &a.sizes {
         let r = bench(n)?;
-        println!(
-            "| {} | {} | {} | {} ms | {} ms | {} ms | {} B | {} B | {} B |",
-            r["nodes"],
-            r["rounds"],
-            r["named"],
-            r["plan_reconcile_ms"],
-            r["final_reconcile_ms"],
-            r["operator_cpu_ms_all_fabric_reconciles"],
-            r["largest_round_object_bytes"],
-            r["status_bytes_final"],
-            r["largest_outcomes_annotation_bytes"],
-        );
+        print_row(COLUMNS, &r);
         rows.push(r);
     }
     a.write(&rows)

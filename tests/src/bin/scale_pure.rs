@@ -25,7 +25,7 @@ use gpuval_operator::reconcile::{
     News, PodPhase, PodView, ResultFacts, ResultView, RunNodes, Step, World, next, next_on_news,
 };
 use gpuval_operator::selection::Selection;
-use gpuval_tests::bench::{Args, Error, ms, node_name, start};
+use gpuval_tests::bench::{Args, Column, Error, ms, node_name, print_header, print_row, start};
 use k8s_openapi::jiff::Timestamp;
 
 /// Single-result reconciles timed at each point (the median is reported).
@@ -284,31 +284,38 @@ fn peak_rss_mib() -> f64 {
     kb / 1024.0
 }
 
+/// The printed table's columns.
+const COLUMNS: &[Column] = &[
+    ("nodes", "nodes", ""),
+    ("first_step_ms", "first step", " ms"),
+    ("all_running_step_ms", "all running", " ms"),
+    ("one_result_early_ms", "1 result (early)", " ms"),
+    ("one_result_half_way_ms", "1 result (half way)", " ms"),
+    ("one_result_late_ms", "1 result (late)", " ms"),
+    (
+        "per_result_in_batches_of_100_ms",
+        "per result, 100 a step",
+        " ms",
+    ),
+    ("final_aggregation_ms", "final aggregation", " ms"),
+    (
+        "freeing_the_record_ms",
+        "of which freeing the record",
+        " ms",
+    ),
+    ("everything_half_way_ms", "everything (half way)", " ms"),
+    ("recovery_half_way_ms", "recovery (half way)", " ms"),
+    ("status_bytes_final", "status (final)", " B"),
+    ("record_bytes_per_node", "record/node", " B"),
+];
+
 fn run() -> Result<(), Error> {
     let a = Args::from_env(&[1_000, 10_000, 50_000])?;
     let mut rows = Vec::new();
-    println!(
-        "| nodes | first step | all running | 1 result (early) | 1 result (half way) | 1 result (late) | per result, 100 a step | final aggregation | of which freeing the record | everything (half way) | recovery (half way) | status (final) | record/node |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    print_header(COLUMNS);
     for &n in &a.sizes {
         let r = bench(n)?;
-        println!(
-            "| {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} B | {} B |",
-            r["nodes"],
-            r["first_step_ms"],
-            r["all_running_step_ms"],
-            r["one_result_early_ms"],
-            r["one_result_half_way_ms"],
-            r["one_result_late_ms"],
-            r["per_result_in_batches_of_100_ms"],
-            r["final_aggregation_ms"],
-            r["freeing_the_record_ms"],
-            r["everything_half_way_ms"],
-            r["recovery_half_way_ms"],
-            r["status_bytes_final"],
-            r["record_bytes_per_node"],
-        );
+        print_row(COLUMNS, &r);
         if r["news_steps_that_asked_for_everything"] != 0 {
             return Err(Error::Run(format!(
                 "{n} nodes: a news step asked for everything: {}",
