@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gpuval_crds::{GpuValidation, Phase};
+use gpuval_crds::{GpuNodeResult, GpuValidation, Phase};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{Condition, await_condition};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -121,6 +121,21 @@ pub fn terminal_for_generation(gv: Option<&GpuValidation>) -> bool {
             s.phase.is_some_and(Phase::is_terminal)
                 && s.observed_generation == g.metadata.generation
         })
+}
+
+/// Asserts that node `node`'s agent wrote `result`: `gpuval-agent/<node>` is among its field
+/// managers (the admission policy lets only that agent's pod-bound token write it).
+pub fn assert_written_by_agent(result: &GpuNodeResult, node: &str) {
+    let managers: Vec<String> = result
+        .managed_fields()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        managers.contains(&format!("gpuval-agent/{node}")),
+        "{}: field managers {managers:?}",
+        result.name_any()
+    );
 }
 
 /// Applies validation `name` with `spec` as field manager `manager` (server-side apply).

@@ -13,7 +13,7 @@ use gpuval_tests::auth::{self, BoundPod};
 use gpuval_tests::binaries::operator_binary;
 use gpuval_tests::chart::{self, ChartTools, OperatorProcess};
 use gpuval_tests::kubelet::{FakeKubelet, KubeletOptions, agent_binary};
-use gpuval_tests::{ControlPlane, Options, crds, nodes, waits};
+use gpuval_tests::{ControlPlane, Options, crds, nodes, scenario, waits};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -632,16 +632,7 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     let all = results.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(all.len(), 2);
     for r in &all {
-        let managers: Vec<String> = r
-            .managed_fields()
-            .iter()
-            .filter_map(|m| m.manager.clone())
-            .collect();
-        assert!(
-            managers.contains(&format!("gpuval-agent/{}", r.spec.node_name)),
-            "{}: {managers:?}",
-            r.name_any()
-        );
+        scenario::assert_written_by_agent(r, &r.spec.node_name);
     }
     // Leader election took the Lease under the chart's RBAC, named after the pod.
     let lease = Api::<Lease>::namespaced(admin.clone(), NS)

@@ -21,7 +21,7 @@ use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
 use gpuval_tests::chart;
 use gpuval_tests::crds;
 use gpuval_tests::real_node::{ProcessFacts, RealNode, RealNodeOptions, process_facts};
-use gpuval_tests::scenario::terminal;
+use gpuval_tests::scenario::{self, terminal};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -320,15 +320,7 @@ async fn quick_validation_passes(node: &RealNode, client: &Client, io_dir: &Path
     );
     // Written by the agent with its own token: the admission policy lets only a pod-bound
     // token of a pod on this node write this node's result, as field manager gpuval-agent/<node>.
-    let managers: Vec<String> = result
-        .managed_fields()
-        .iter()
-        .filter_map(|m| m.manager.clone())
-        .collect();
-    assert!(
-        managers.contains(&format!("gpuval-agent/{}", node.name())),
-        "{managers:?}"
-    );
+    scenario::assert_written_by_agent(result, node.name());
     // Only UID 65532 could write into the 0700 directory; the check removed its files.
     assert_eq!(
         std::fs::read_dir(io_dir)
