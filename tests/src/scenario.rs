@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gpuval_crds::{GpuNodeResult, GpuValidation, Phase};
+use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{Condition, await_condition};
 use kube::{Client, Resource, ResourceExt};
@@ -121,6 +121,17 @@ pub fn terminal_for_generation(gv: Option<&GpuValidation>) -> bool {
             s.phase.is_some_and(Phase::is_terminal)
                 && s.observed_generation == g.metadata.generation
         })
+}
+
+/// Node `node`'s line in the validation's status: its verdict and message (empty where it has
+/// none); None where the status does not list the node.
+pub fn node_line(gv: &GpuValidation, node: &str) -> Option<(NodeVerdict, String)> {
+    gv.status
+        .as_ref()?
+        .nodes
+        .iter()
+        .find(|l| l.name == node)
+        .map(|l| (l.verdict, l.message.clone().unwrap_or_default()))
 }
 
 /// Asserts that node `node`'s agent wrote `result`: `gpuval-agent/<node>` is among its field

@@ -22,7 +22,7 @@ use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::proxy::Proxy;
 use gpuval_tests::replica::{LeaseTiming, Replica, ReplicaSettings};
-use gpuval_tests::scenario::{self, terminal_for_generation};
+use gpuval_tests::scenario::{self, node_line, terminal_for_generation};
 use gpuval_tests::{ControlPlane, Options, waits};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Pod;
@@ -119,15 +119,6 @@ fn summary(gv: &GpuValidation) -> (i32, i32, i32) {
         .and_then(|s| s.summary.clone())
         .unwrap_or_default();
     (s.selected, s.passed, s.failed)
-}
-
-fn line(gv: &GpuValidation, node: &str) -> Option<(NodeVerdict, String)> {
-    gv.status
-        .as_ref()?
-        .nodes
-        .iter()
-        .find(|n| n.name == node)
-        .map(|n| (n.verdict, n.message.clone().unwrap_or_default()))
 }
 
 /// The validation's agent pods of `generation`.
@@ -355,7 +346,10 @@ async fn leader_killed_mid_run_the_follower_takes_over_in_the_lease_bounds_and_n
         "gpu-c fails its memory check"
     );
     assert_eq!(summary(&gv), (3, 2, 1));
-    assert_eq!(line(&gv, "gpu-c").map(|l| l.0), Some(NodeVerdict::Failed));
+    assert_eq!(
+        node_line(&gv, "gpu-c").map(|l| l.0),
+        Some(NodeVerdict::Failed)
+    );
     assert_eq!(
         result_verdicts(&e.client, "failover").await,
         [("gpu-a", "Pass"), ("gpu-b", "Pass"), ("gpu-c", "Fail")]
@@ -609,7 +603,7 @@ async fn an_agent_cut_off_past_the_deadline_gives_an_error_never_a_pass() {
     wait_failed_stores(&e.kubelet, &names, 1).await;
     let gv = wait_terminal(&e.client, "cutoff", LONG).await;
     for n in nodes {
-        println!("{n}: {:?}", line(&gv, n));
+        println!("{n}: {:?}", node_line(&gv, n));
     }
     let check = |gv: &GpuValidation| {
         assert_eq!(
@@ -618,7 +612,7 @@ async fn an_agent_cut_off_past_the_deadline_gives_an_error_never_a_pass() {
         );
         assert_eq!(summary(gv), (2, 0, 2));
         for n in nodes {
-            let (verdict, message) = line(gv, n).expect("a line for the node");
+            let (verdict, message) = node_line(gv, n).expect("a line for the node");
             assert!(
                 matches!(verdict, NodeVerdict::DeadlineExceeded | NodeVerdict::Error),
                 "{n}: {verdict:?}"
@@ -740,7 +734,10 @@ async fn stale_results_from_an_older_run_or_another_pod_do_not_change_the_verdic
         .await
         .expect("validation");
     assert!(!terminal_for_generation(Some(&now)), "{:?}", now.status);
-    assert_ne!(line(&now, "gpu-a").map(|l| l.0), Some(NodeVerdict::Failed));
+    assert_ne!(
+        node_line(&now, "gpu-a").map(|l| l.0),
+        Some(NodeVerdict::Failed)
+    );
 
     let gv = wait_terminal(&e.client, "stale", LONG).await;
     assert_eq!(
