@@ -274,6 +274,28 @@ pub mod testing {
         assert_eq!(reasons, want);
     }
 
+    /// Asserts that one of `lines` (reasons, notes, failures, log lines) contains `fragment`.
+    pub fn assert_any_contains<T: std::ops::Deref<Target = str> + std::fmt::Debug>(
+        lines: &[T],
+        fragment: &str,
+    ) {
+        assert!(
+            lines.iter().any(|l| l.contains(fragment)),
+            "none contains {fragment:?}: {lines:#?}"
+        );
+    }
+
+    /// Asserts that one of `lines` (reasons, notes, failures, log lines) starts with `prefix`.
+    pub fn assert_any_starts_with<T: std::ops::Deref<Target = str> + std::fmt::Debug>(
+        lines: &[T],
+        prefix: &str,
+    ) {
+        assert!(
+            lines.iter().any(|l| l.starts_with(prefix)),
+            "none starts with {prefix:?}: {lines:#?}"
+        );
+    }
+
     /// Default settings with what `set` changes.
     pub fn checks_with(set: impl FnOnce(&mut Checks)) -> Checks {
         let mut checks = Checks::default();

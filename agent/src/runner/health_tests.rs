@@ -15,6 +15,7 @@ use super::{Plan, run};
 use crate::backend::Backend;
 use crate::backend::sim::SimBackend;
 use crate::checks::Planned;
+use crate::judge::testing::assert_any_starts_with;
 
 fn checks() -> Checks {
     Checks {
@@ -74,11 +75,7 @@ fn a_node_short_of_a_gpu_fails_before_the_long_checks() {
         !lines.iter().any(|l| l.starts_with("[memory]")),
         "{lines:?}"
     );
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with("[facts] 7 GPUs visible, 8 expected"))
-    );
+    assert_any_starts_with(&lines, "[facts] 7 GPUs visible, 8 expected");
 
     // The listed slots name the missing GPU.
     let p = plan(|p| {
