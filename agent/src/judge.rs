@@ -274,26 +274,26 @@ pub mod testing {
         assert_eq!(reasons, want);
     }
 
-    /// Asserts that one of `lines` (reasons, notes, failures, log lines) contains `fragment`.
-    pub fn assert_any_contains<T: std::ops::Deref<Target = str> + std::fmt::Debug>(
-        lines: &[T],
-        fragment: &str,
-    ) {
-        assert!(
-            lines.iter().any(|l| l.contains(fragment)),
-            "none contains {fragment:?}: {lines:#?}"
-        );
+    /// Lines to look through: reasons, notes, failures, log lines.
+    pub trait Lines: std::ops::Deref<Target = str> + std::fmt::Debug {}
+    impl<T: std::ops::Deref<Target = str> + std::fmt::Debug> Lines for T {}
+
+    fn assert_any(lines: &[impl Lines], how: String, matches: impl Fn(&str) -> bool) {
+        assert!(lines.iter().any(|l| matches(l)), "none {how}: {lines:#?}");
     }
 
-    /// Asserts that one of `lines` (reasons, notes, failures, log lines) starts with `prefix`.
-    pub fn assert_any_starts_with<T: std::ops::Deref<Target = str> + std::fmt::Debug>(
-        lines: &[T],
-        prefix: &str,
-    ) {
-        assert!(
-            lines.iter().any(|l| l.starts_with(prefix)),
-            "none starts with {prefix:?}: {lines:#?}"
-        );
+    /// Asserts that one of `lines` contains `fragment`.
+    pub fn assert_any_contains(lines: &[impl Lines], fragment: &str) {
+        assert_any(lines, format!("contains {fragment:?}"), |l| {
+            l.contains(fragment)
+        });
+    }
+
+    /// Asserts that one of `lines` starts with `prefix`.
+    pub fn assert_any_starts_with(lines: &[impl Lines], prefix: &str) {
+        assert_any(lines, format!("starts with {prefix:?}"), |l| {
+            l.starts_with(prefix)
+        });
     }
 
     /// Default settings with what `set` changes.
