@@ -4,18 +4,14 @@ GPUs, then each planted fault with the verdict and reasons the agent gave.
 
     python3 bench/health_table.py RAW_DIR
 """
-import json
 import os
 import sys
 
+from jsonfile import load_json
+
 
 def load(raw, name):
-    path = os.path.join(raw, f"{name}.json")
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+    return load_json(os.path.join(raw, f"{name}.json"))
 
 
 def fmt(v, spec="{:.0f}", none="-"):
@@ -28,69 +24,74 @@ def table(header, rows):
     return "\n".join(out)
 
 
-def power_rows(report):
-    rows = []
-    for g in report.get("gpus", []):
-        c = g.get("compute") or {}
-        p = c.get("power") or {}
-        bf16 = next((m["tflops"] for m in c.get("gemms", []) if m["dtype"] == "bf16"), None)
-        throttle = ", ".join(f"{t['reason']} {100 * t['fraction']:.0f}%" for t in p.get("throttle", []))
-        rows.append([
-            g["index"], c.get("verdict", "-"), fmt(bf16), p.get("samples", "-"), fmt(p.get("medianW")),
-            fmt(p.get("maxW")), fmt(p.get("limitW")), fmt(p.get("fraction"), "{:.3f}"),
-            fmt(p.get("slowdownFraction"), "{:.3f}"), throttle or "-",
-        ])
-    return rows
+def per_gpu(check):
+    """Makes `cells(result)`, the cells of one GPU's result of `check` after its index and
+    verdict, into the rows of a report: one a GPU."""
+    def wrap(cells):
+        def rows(report):
+            out = []
+            for g in report.get("gpus", []):
+                r = g.get(check) or {}
+                out.append([g["index"], r.get("verdict", "-"), *cells(r)])
+            return out
+        return rows
+    return wrap
 
 
-def pulse_rows(report):
-    rows = []
-    for g in report.get("gpus", []):
-        c = g.get("compute") or {}
-        u = c.get("pulse") or {}
-        rows.append([
-            g["index"], c.get("verdict", "-"), fmt(u.get("periodSeconds"), "{:g}"), u.get("cycles", "-"),
-            fmt(u.get("minW")), fmt(u.get("maxW")), fmt(u.get("swingW")),
-            f"{u.get('mismatches', '-')} of {u.get('comparisons', '-')}",
-        ])
-    return rows
+@per_gpu("compute")
+def power_rows(c):
+    p = c.get("power") or {}
+    bf16 = next((m["tflops"] for m in c.get("gemms", []) if m["dtype"] == "bf16"), None)
+    throttle = ", ".join(f"{t['reason']} {100 * t['fraction']:.0f}%" for t in p.get("throttle", []))
+    return [
+        fmt(bf16), p.get("samples", "-"), fmt(p.get("medianW")),
+        fmt(p.get("maxW")), fmt(p.get("limitW")), fmt(p.get("fraction"), "{:.3f}"),
+        fmt(p.get("slowdownFraction"), "{:.3f}"), throttle or "-",
+    ]
 
 
-def pcie_rows(report):
-    rows = []
-    for g in report.get("gpus", []):
-        h = g.get("hostTransfer") or {}
-        p = h.get("pcie") or {}
-        pinned = h.get("pinned") or {}
-        link = f"Gen{p.get('linkGen', '?')} x{p.get('linkWidth', '?')}"
-        most = f"Gen{p.get('maxGen', '?')} x{p.get('maxWidth', '?')} (GPU Gen{p.get('gpuMaxGen', '?')})"
-        rows.append([
-            g["index"], h.get("verdict", "-"), link, most, fmt(p.get("replays")), fmt(p.get("replaysTotal")),
-            fmt(p.get("correctableErrors"), none="n/a"), fmt(p.get("uncorrectableErrors"), none="n/a"),
-            f"{fmt(pinned.get('h2dGbps'), '{:.1f}')}/{fmt(pinned.get('d2hGbps'), '{:.1f}')}",
-        ])
-    return rows
+@per_gpu("compute")
+def pulse_rows(c):
+    u = c.get("pulse") or {}
+    return [
+        fmt(u.get("periodSeconds"), "{:g}"), u.get("cycles", "-"),
+        fmt(u.get("minW")), fmt(u.get("maxW")), fmt(u.get("swingW")),
+        f"{u.get('mismatches', '-')} of {u.get('comparisons', '-')}",
+    ]
 
 
-def memory_rows(report):
-    rows = []
-    for g in report.get("gpus", []):
-        m = g.get("memory") or {}
-        pats = {p["pattern"]: p for p in m.get("patterns", [])}
-        cells = [f"{pats[n]['mismatches']} bad, {pats[n]['gbps']:.0f} GB/s" if n in pats else "-"
-                 for n in ("address", "movingInversions", "random")]
-        flips = m.get("bitFlips")
-        flips = f"{flips['stuckAtOne']} 0→1, {flips['stuckAtZero']} 1→0" if flips else "none"
-        def rows_of(r):
-            if not r:
-                return "-"
-            return f"{r.get('remappedCorrectable', '?')}+{r.get('remappedUncorrectable', '?')}" + \
-                (" pending" if r.get("remapPending") else "")
-        rows.append([
-            g["index"], m.get("verdict", "-"), fmt(m.get("testedGib"), "{:.1f}"), *cells, flips,
-            f"{rows_of(m.get('rowsBefore'))} → {rows_of(m.get('rowsAfter'))}", fmt(m.get("seconds"), "{:.1f}"),
-        ])
-    return rows
+@per_gpu("hostTransfer")
+def pcie_rows(h):
+    p = h.get("pcie") or {}
+    pinned = h.get("pinned") or {}
+    link = f"Gen{p.get('linkGen', '?')} x{p.get('linkWidth', '?')}"
+    most = f"Gen{p.get('maxGen', '?')} x{p.get('maxWidth', '?')} (GPU Gen{p.get('gpuMaxGen', '?')})"
+    return [
+        link, most, fmt(p.get("replays")), fmt(p.get("replaysTotal")),
+        fmt(p.get("correctableErrors"), none="n/a"), fmt(p.get("uncorrectableErrors"), none="n/a"),
+        f"{fmt(pinned.get('h2dGbps'), '{:.1f}')}/{fmt(pinned.get('d2hGbps'), '{:.1f}')}",
+    ]
+
+
+def remapped(r):
+    """Remapped rows (correctable+uncorrectable, and whether a remap is pending)."""
+    if not r:
+        return "-"
+    return f"{r.get('remappedCorrectable', '?')}+{r.get('remappedUncorrectable', '?')}" + \
+        (" pending" if r.get("remapPending") else "")
+
+
+@per_gpu("memory")
+def memory_rows(m):
+    pats = {p["pattern"]: p for p in m.get("patterns", [])}
+    cells = [f"{pats[n]['mismatches']} bad, {pats[n]['gbps']:.0f} GB/s" if n in pats else "-"
+             for n in ("address", "movingInversions", "random")]
+    flips = m.get("bitFlips")
+    flips = f"{flips['stuckAtOne']} 0→1, {flips['stuckAtZero']} 1→0" if flips else "none"
+    return [
+        fmt(m.get("testedGib"), "{:.1f}"), *cells, flips,
+        f"{remapped(m.get('rowsBefore'))} → {remapped(m.get('rowsAfter'))}", fmt(m.get("seconds"), "{:.1f}"),
+    ]
 
 
 def fault_rows(raw):
@@ -106,14 +107,6 @@ def fault_rows(raw):
                             for f in r.get("failures", [])) or "-"
         rows.append([what, r.get("verdict", "-"), reasons.replace("|", "/")])
     return rows
-
-
-def load_any(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def ref_power(raw):
@@ -144,9 +137,9 @@ def ratio(a, b):
 
 def reference_rows(raw):
     """The agent's figures beside PyTorch's on the same GPUs, in the same call."""
-    burst = load_any(os.path.join(raw, "ref-burst.json")) or {}
-    sus = ((load_any(os.path.join(raw, "ref-sustained.json")) or {}).get("matmul_sustained") or {}).get("bf16") or {}
-    links = ((load_any(os.path.join(raw, "ref-links.json")) or {}).get("host") or {}).get("alone") or {}
+    burst = load_json(os.path.join(raw, "ref-burst.json")) or {}
+    sus = ((load_json(os.path.join(raw, "ref-sustained.json")) or {}).get("matmul_sustained") or {}).get("bf16") or {}
+    links = ((load_json(os.path.join(raw, "ref-links.json")) or {}).get("host") or {}).get("alone") or {}
     watts = ref_power(raw)
     power, memory, pcie = (load(raw, n) or {} for n in ("power", "memory", "pcie"))
     by = lambda rep: {g["index"]: g for g in rep.get("gpus", [])}

@@ -1,17 +1,10 @@
 #!/usr/bin/env python3
 """Side-by-side table of bench/training-bench.sh's outputs: the agent's training check and
 PyTorch DDP, per round, with the ratios the issue asks for."""
-import json
 import os
 import sys
 
-
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+from jsonfile import load_json as load
 
 
 def main(out):

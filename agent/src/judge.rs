@@ -274,6 +274,28 @@ pub mod testing {
         assert_eq!(reasons, want);
     }
 
+    /// Lines to look through: reasons, notes, failures, log lines.
+    pub trait Lines: std::ops::Deref<Target = str> + std::fmt::Debug {}
+    impl<T: std::ops::Deref<Target = str> + std::fmt::Debug> Lines for T {}
+
+    fn assert_any(lines: &[impl Lines], how: String, matches: impl Fn(&str) -> bool) {
+        assert!(lines.iter().any(|l| matches(l)), "none {how}: {lines:#?}");
+    }
+
+    /// Asserts that one of `lines` contains `fragment`.
+    pub fn assert_any_contains(lines: &[impl Lines], fragment: &str) {
+        assert_any(lines, format!("contains {fragment:?}"), |l| {
+            l.contains(fragment)
+        });
+    }
+
+    /// Asserts that one of `lines` starts with `prefix`.
+    pub fn assert_any_starts_with(lines: &[impl Lines], prefix: &str) {
+        assert_any(lines, format!("starts with {prefix:?}"), |l| {
+            l.starts_with(prefix)
+        });
+    }
+
     /// Default settings with what `set` changes.
     pub fn checks_with(set: impl FnOnce(&mut Checks)) -> Checks {
         let mut checks = Checks::default();
@@ -300,6 +322,19 @@ pub mod testing {
 
     pub fn h200(index: u32) -> GpuInfo {
         gpu(index, "NVIDIA H200")
+    }
+
+    /// A whole run of `checks` (default thresholds) on the simulated backend of spec `sim`.
+    pub fn simulated_run(sim: &str, checks: Checks) -> gpuval_crds::NodeReport {
+        use crate::backend::{Backend, sim::SimBackend};
+        let backend = Backend::Simulated(SimBackend::new(sim.parse().expect("sim spec")));
+        let plan = crate::runner::Plan::new(checks, Thresholds::default());
+        crate::runner::run(
+            &backend,
+            &plan,
+            &std::sync::atomic::AtomicBool::new(false),
+            &|_| {},
+        )
     }
 
     /// A judge with this profile and a 15% relative tolerance.

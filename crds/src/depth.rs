@@ -86,13 +86,9 @@ crate::status::api_spelling!(MemoryPattern {
 impl std::str::FromStr for MemoryPattern {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let wanted: String = s.chars().filter(|c| *c != '_' && *c != '-').collect();
-        MemoryPattern::ALL
-            .into_iter()
-            .find(|p| p.as_str().eq_ignore_ascii_case(&wanted))
-            .ok_or_else(|| {
-                format!("unknown memory pattern {s:?}: use address, movingInversions or random")
-            })
+        crate::status::loosely_named(s, &MemoryPattern::ALL, MemoryPattern::as_str).ok_or_else(
+            || format!("unknown memory pattern {s:?}: use address, movingInversions or random"),
+        )
     }
 }
 

@@ -43,15 +43,11 @@ crate::status::api_spelling!(Collective {
 impl std::str::FromStr for Collective {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let wanted: String = s.chars().filter(|c| *c != '_' && *c != '-').collect();
-        Collective::ALL
-            .into_iter()
-            .find(|c| c.as_str().eq_ignore_ascii_case(&wanted))
-            .ok_or_else(|| {
-                format!(
-                    "unknown collective {s:?}: use allReduce, allGather, reduceScatter, broadcast or allToAll"
-                )
-            })
+        crate::status::loosely_named(s, &Collective::ALL, Collective::as_str).ok_or_else(|| {
+            format!(
+                "unknown collective {s:?}: use allReduce, allGather, reduceScatter, broadcast or allToAll"
+            )
+        })
     }
 }
 

@@ -45,6 +45,19 @@ fn parse_named<T: Copy>(
         })
 }
 
+/// Finds the value of `all` whose API name is `s` written loosely, as on a command line: any
+/// case, `_` and `-` ignored (`moving-inversions`, `ALL_REDUCE`).
+pub(crate) fn loosely_named<T: Copy>(
+    s: &str,
+    all: &[T],
+    name: impl Fn(T) -> &'static str,
+) -> Option<T> {
+    let wanted: String = s.chars().filter(|c| *c != '_' && *c != '-').collect();
+    all.iter()
+        .copied()
+        .find(|v| name(*v).eq_ignore_ascii_case(&wanted))
+}
+
 /// `ALL` (in declaration order), `as_str` and `Display` of a field-less API enum, from one table
 /// of the spelling the API writes for each value.
 macro_rules! api_spelling {

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use crate::control_plane::die_with_parent;
+use crate::control_plane::spawn_logged;
 use crate::tools::{K8S_VERSION, Tools};
 
 /// `charts/gpuval`.
@@ -50,6 +50,40 @@ pub fn output(cmd: &mut Command) -> Result<String, String> {
             stdout
         ))
     }
+}
+
+/// `helm install <release> charts/gpuval -n <namespace> --create-namespace -f <values>` into the
+/// cluster of `kubeconfig`; the NOTES it prints.
+pub fn install(
+    release: &str,
+    namespace: &str,
+    values: &Path,
+    kubeconfig: &Path,
+) -> Result<String, String> {
+    let mut cmd = helm()?;
+    cmd.args(["install", release])
+        .arg(chart_dir())
+        .args(["--namespace", namespace, "--create-namespace", "--values"])
+        .arg(values)
+        .arg("--kubeconfig")
+        .arg(kubeconfig);
+    output(&mut cmd)
+}
+
+/// `helm uninstall <release> -n <namespace> --wait` (and `extra` flags) in the cluster of
+/// `kubeconfig`.
+pub fn uninstall(
+    release: &str,
+    namespace: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Result<String, String> {
+    let mut cmd = helm()?;
+    cmd.args(["uninstall", release, "--namespace", namespace, "--wait"])
+        .args(extra)
+        .arg("--kubeconfig")
+        .arg(kubeconfig);
+    output(&mut cmd)
 }
 
 /// `helm template <release> charts/gpuval -n <namespace> -f <values>...`, the manifests as text.
@@ -179,23 +213,14 @@ impl OperatorProcess {
         kubeconfig: &Path,
         log: PathBuf,
     ) -> Result<Self, String> {
-        let out =
-            std::fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
         let mut cmd = Command::new(binary);
         cmd.args(args)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("KUBECONFIG", kubeconfig)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
+            .env("KUBECONFIG", kubeconfig);
         // The operator dies with the test process.
-        die_with_parent(&mut cmd);
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("start {}: {e}", binary.display()))?;
+        let child = spawn_logged(&mut cmd, &log)?;
         Ok(Self { child, log })
     }
 

@@ -553,6 +553,19 @@ impl Drop for ControlPlane {
     }
 }
 
+/// Starts `cmd` with no input and its output going to `log` (created afresh); it dies with the
+/// test process ([`die_with_parent`]).
+pub(crate) fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<Child, String> {
+    let out = File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| format!("clone a log handle: {e}"))?;
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    die_with_parent(cmd);
+    cmd.spawn()
+        .map_err(|e| format!("start {}: {e}", Path::new(cmd.get_program()).display()))
+}
+
 /// Makes the kernel kill the child if the spawning thread dies, so nothing outlives a test
 /// process that is killed outright.
 pub(crate) fn die_with_parent(cmd: &mut Command) {

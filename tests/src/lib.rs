@@ -21,6 +21,7 @@ pub use kubelet::{FakeKubelet, KubeletOptions, agent_binary};
 pub use tools::{Tools, tools_dir};
 pub mod audit;
 pub mod auth;
+pub mod bench;
 pub mod binaries;
 pub mod chart;
 pub mod crds;

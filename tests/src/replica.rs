@@ -3,7 +3,7 @@
 //! kill (SIGKILL), pause (SIGSTOP) and resume (SIGCONT).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -13,7 +13,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use crate::ControlPlane;
-use crate::control_plane::die_with_parent;
+use crate::control_plane::spawn_logged;
 
 /// The leader-election timing replicas run with in tests (the binary's defaults, 15/10/2 s).
 #[derive(Debug, Clone, Copy)]
@@ -68,9 +68,6 @@ impl Replica {
         let kubeconfig = identity(cp, admin, &settings.namespace, name).await?;
         let binary = crate::binaries::operator_binary()?;
         let log = cp.dir().join(format!("{name}.log"));
-        let out =
-            std::fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
         let metrics = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("find a free port: {e}"))?;
@@ -93,15 +90,9 @@ impl Replica {
                 t.renew_deadline.as_secs()
             ))
             .arg(format!("--lease-retry-period={}", t.retry_period.as_secs()))
-            .args(["--log-format", "text"])
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
+            .args(["--log-format", "text"]);
         // The replica dies with the test process.
-        die_with_parent(&mut cmd);
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("start {}: {e}", binary.display()))?;
+        let child = spawn_logged(&mut cmd, &log)?;
         Ok(Replica {
             name: name.to_string(),
             child,

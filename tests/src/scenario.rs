@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gpuval_crds::{GpuValidation, Phase};
+use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{Condition, await_condition};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -87,6 +87,68 @@ where
     }
 }
 
+/// Waits (watching) until `cond` holds for validation `name`; Err after `limit` saying it was
+/// not `what`, with the status it has then.
+pub async fn wait_validation(
+    client: &Client,
+    name: &str,
+    limit: Duration,
+    what: &str,
+    cond: impl Condition<GpuValidation>,
+) -> Result<GpuValidation, String> {
+    let api: Api<GpuValidation> = Api::all(client.clone());
+    match watch_until(&api, name, limit, cond).await {
+        Ok(gv) => Ok(gv),
+        Err(other) => Err(format!(
+            "{name}: not {what} within {}s ({other}); status now: {}",
+            limit.as_secs(),
+            status_now(&api, name).await
+        )),
+    }
+}
+
+/// Whether the validation is in a terminal phase (of whichever generation).
+pub fn terminal(gv: Option<&GpuValidation>) -> bool {
+    gv.and_then(|g| g.status.as_ref())
+        .and_then(|s| s.phase)
+        .is_some_and(Phase::is_terminal)
+}
+
+/// Whether the validation is in a terminal phase for its current generation.
+pub fn terminal_for_generation(gv: Option<&GpuValidation>) -> bool {
+    gv.and_then(|g| Some((g, g.status.as_ref()?)))
+        .is_some_and(|(g, s)| {
+            s.phase.is_some_and(Phase::is_terminal)
+                && s.observed_generation == g.metadata.generation
+        })
+}
+
+/// Node `node`'s line in the validation's status: its verdict and message (empty where it has
+/// none); None where the status does not list the node.
+pub fn node_line(gv: &GpuValidation, node: &str) -> Option<(NodeVerdict, String)> {
+    gv.status
+        .as_ref()?
+        .nodes
+        .iter()
+        .find(|l| l.name == node)
+        .map(|l| (l.verdict, l.message.clone().unwrap_or_default()))
+}
+
+/// Asserts that node `node`'s agent wrote `result`: `gpuval-agent/<node>` is among its field
+/// managers (the admission policy lets only that agent's pod-bound token write it).
+pub fn assert_written_by_agent(result: &GpuNodeResult, node: &str) {
+    let managers: Vec<String> = result
+        .managed_fields()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        managers.contains(&format!("gpuval-agent/{node}")),
+        "{}: field managers {managers:?}",
+        result.name_any()
+    );
+}
+
 /// Applies validation `name` with `spec` as field manager `manager` (server-side apply).
 pub async fn apply_validation(
     client: &Client,
@@ -161,25 +223,19 @@ impl Cluster {
         secs: u64,
         cond: impl Condition<GpuValidation>,
     ) -> GpuValidation {
-        let api: Api<GpuValidation> = Api::all(self.client.clone());
-        match watch_until(&api, name, Duration::from_secs(secs), cond).await {
-            Ok(gv) => gv,
-            Err(other) => {
-                let now = status_now(&api, name).await;
-                panic!("{name}: condition not met within {secs}s ({other}); status now: {now}")
-            }
-        }
+        wait_validation(
+            &self.client,
+            name,
+            Duration::from_secs(secs),
+            "as asked",
+            cond,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Waits until validation `name` reaches a terminal phase for its current generation.
     pub async fn wait_terminal(&self, name: &str, secs: u64) -> GpuValidation {
-        self.wait_for(name, secs, |g: Option<&GpuValidation>| {
-            g.and_then(|g| Some((g, g.status.as_ref()?)))
-                .is_some_and(|(g, s)| {
-                    s.phase.is_some_and(Phase::is_terminal)
-                        && s.observed_generation == g.metadata.generation
-                })
-        })
-        .await
+        self.wait_for(name, secs, terminal_for_generation).await
     }
 }

@@ -282,17 +282,7 @@ async fn agent_pod_runs_the_checks_and_stores_a_failing_result() {
     assert_eq!(Some(&owners[0].uid), v.metadata.uid.as_ref());
     assert_eq!(owners[0].controller, Some(false));
 
-    let managers: Vec<_> = r
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter_map(|m| m.manager.clone())
-        .collect();
-    assert!(
-        managers.contains(&format!("gpuval-agent/{node}")),
-        "field managers: {managers:?}"
-    );
+    gpuval_tests::scenario::assert_written_by_agent(&r, node);
 
     // The spec changes (generation 2): a pod still made for generation 1 is stale. Its agent
     // exits 0 without a result (the operator replaces such pods), and the stored result stays.

@@ -13,7 +13,7 @@ use gpuval_tests::auth::{self, BoundPod};
 use gpuval_tests::binaries::operator_binary;
 use gpuval_tests::chart::{self, ChartTools, OperatorProcess};
 use gpuval_tests::kubelet::{FakeKubelet, KubeletOptions, agent_binary};
-use gpuval_tests::{ControlPlane, Options, crds, nodes};
+use gpuval_tests::{ControlPlane, Options, crds, nodes, scenario, waits};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -469,15 +469,8 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
 
     // helm install, for real: CRDs from crds/, then every template.
     let values = crds::repo_root().join("tests/chart/e2e-values.yaml");
-    let mut install = chart::helm().unwrap();
-    install
-        .args(["install", RELEASE])
-        .arg(chart::chart_dir())
-        .args(["--namespace", NS, "--create-namespace", "--values"])
-        .arg(&values)
-        .arg("--kubeconfig")
-        .arg(cp.kubeconfig());
-    let notes = chart::output(&mut install).unwrap_or_else(|e| panic!("helm install: {e}"));
+    let notes = chart::install(RELEASE, NS, &values, cp.kubeconfig())
+        .unwrap_or_else(|e| panic!("helm install: {e}"));
     assert!(
         notes.contains("kubectl apply") && notes.contains("kubectl wait --for=condition=Ready"),
         "NOTES tell how to start a validation: {notes}"
@@ -639,16 +632,7 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     let all = results.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(all.len(), 2);
     for r in &all {
-        let managers: Vec<String> = r
-            .managed_fields()
-            .iter()
-            .filter_map(|m| m.manager.clone())
-            .collect();
-        assert!(
-            managers.contains(&format!("gpuval-agent/{}", r.spec.node_name)),
-            "{}: {managers:?}",
-            r.name_any()
-        );
+        scenario::assert_written_by_agent(r, &r.spec.node_name);
     }
     // Leader election took the Lease under the chart's RBAC, named after the pod.
     let lease = Api::<Lease>::namespaced(admin.clone(), NS)
@@ -678,7 +662,6 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     assert!(metrics.contains("gpuval"), "{metrics}");
     // Under the chart's RBAC the operator reads each finished result once for its figures:
     // every node's verdict and its GPUs' memory figures reach /metrics.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let want: Vec<String> = all
         .iter()
         .map(|r| {
@@ -688,34 +671,14 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
             )
         })
         .collect();
-    loop {
-        let metrics = http_get(port, "/metrics").await;
-        if want.iter().all(|w| metrics.contains(w.as_str())) {
-            assert!(metrics.contains("gpuval_gpu_memory_gbps{"), "{metrics}");
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no node figures on /metrics within 30s: {metrics}\noperator log:\n{}",
-            operator.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let metrics = endpoint_until(port, "/metrics", &operator, |m| {
+        want.iter().all(|w| m.contains(w.as_str()))
+    })
+    .await;
+    assert!(metrics.contains("gpuval_gpu_memory_gbps{"), "{metrics}");
     // Ready: caches filled and leading (a lease renewal that trails on a loaded machine may
     // flip it for a moment; it must come back within the lease's bounds).
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let ready = http_get(port, "/readyz").await;
-        if ready.trim() == "ok" {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "/readyz not ok within 30s: {ready}\noperator log:\n{}",
-            operator.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    endpoint_until(port, "/readyz", &operator, |r| r.trim() == "ok").await;
 
     // The Argo CD health check, on the real object, says Healthy.
     let health = lua_health(&tools, &[serde_json::to_value(&gv).unwrap()]);
@@ -856,18 +819,8 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     // helm uninstall removes what the templates made and keeps the CRDs (and so the
     // validations and results), as the README says.
     drop(operator);
-    let mut uninstall = chart::helm().unwrap();
-    uninstall
-        .args([
-            "uninstall",
-            RELEASE,
-            "--namespace",
-            NS,
-            "--wait",
-            "--kubeconfig",
-        ])
-        .arg(cp.kubeconfig());
-    chart::output(&mut uninstall).unwrap_or_else(|e| panic!("helm uninstall: {e}"));
+    chart::uninstall(RELEASE, NS, cp.kubeconfig(), &[])
+        .unwrap_or_else(|e| panic!("helm uninstall: {e}"));
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(admin.clone(), NS);
     assert!(
@@ -900,6 +853,30 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
         "chart e2e: install, verdict, confinement and uninstall in {:.1}s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// GETs `path` from the operator until its body satisfies `ok` (within 30s) and returns that
+/// body; fails with the body then and the operator's log when it does not.
+async fn endpoint_until(
+    port: u16,
+    path: &str,
+    operator: &OperatorProcess,
+    ok: impl Fn(&str) -> bool,
+) -> String {
+    let ok = &ok;
+    let got = waits::until(path, Duration::from_secs(30), move || async move {
+        let body = http_get(port, path).await;
+        ok(&body).then_some(body)
+    })
+    .await;
+    match got {
+        Ok(body) => body,
+        Err(e) => panic!(
+            "{e}: {}\noperator log:\n{}",
+            http_get(port, path).await,
+            operator.logs()
+        ),
+    }
 }
 
 /// GET http://127.0.0.1:<port><path> with a plain HTTP/1.1 request (the operator's endpoints).

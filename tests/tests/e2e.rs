@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use gpuval_crds::conditions::{self, READY, STALLED};
 use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
+use gpuval_tests::nodes;
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::{nodes, scenario};
+use gpuval_tests::scenario::{self, terminal_for_generation};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{Condition, await_condition};
@@ -28,6 +29,20 @@ async fn apply(client: &Client, name: &str, spec: Value) -> GpuValidation {
     scenario::apply_validation(client, "e2e", name, spec).await
 }
 
+/// The cluster with `gpu_nodes`, an operator whose agents simulate `sim`, and validation `name`
+/// of `spec` applied.
+async fn started(
+    gpu_nodes: &[&str],
+    sim: &str,
+    name: &str,
+    spec: Value,
+) -> (scenario::Cluster, OperatorHandle) {
+    let e = env(gpu_nodes).await;
+    let op = OperatorHandle::start(e.client.clone(), test_config(NS, sim));
+    apply(&e.client, name, spec).await;
+    (e, op)
+}
+
 /// Waits (watching, not polling) until `cond` holds for validation `name`.
 async fn wait_for(
     client: &Client,
@@ -36,11 +51,9 @@ async fn wait_for(
     what: &str,
     cond: impl Condition<GpuValidation>,
 ) -> GpuValidation {
-    let api: Api<GpuValidation> = Api::all(client.clone());
-    match scenario::watch_until(&api, name, Duration::from_secs(secs), cond).await {
+    match scenario::wait_validation(client, name, Duration::from_secs(secs), what, cond).await {
         Ok(gv) => gv,
-        Err(other) => {
-            let now = scenario::status_now(&api, name).await;
+        Err(e) => {
             let pods: Vec<String> = pods_of(client, name)
                 .await
                 .iter()
@@ -53,33 +66,14 @@ async fn wait_for(
                     )
                 })
                 .collect();
-            panic!(
-                "{name}: not {what} within {secs}s ({other}); status now: {now}\npods: {pods:#?}"
-            )
+            panic!("{e}\npods: {pods:#?}")
         }
     }
 }
 
 /// Waits (watching) until validation `name` is in a terminal phase.
 async fn wait_terminal(client: &Client, name: &str, secs: u64) -> GpuValidation {
-    wait_for(
-        client,
-        name,
-        secs,
-        "terminal",
-        |g: Option<&GpuValidation>| terminal(g),
-    )
-    .await
-}
-
-fn terminal(gv: Option<&GpuValidation>) -> bool {
-    gv.and_then(|g| g.status.as_ref()).is_some_and(|s| {
-        s.phase.is_some_and(Phase::is_terminal) && s.observed_generation == g_generation(gv)
-    })
-}
-
-fn g_generation(gv: Option<&GpuValidation>) -> Option<i64> {
-    gv.and_then(|g| g.metadata.generation)
+    wait_for(client, name, secs, "terminal", terminal_for_generation).await
 }
 
 fn verdicts(gv: &GpuValidation) -> Vec<(String, NodeVerdict)> {
@@ -339,14 +333,10 @@ async fn metrics_match_the_results(client: &Client, op: &OperatorHandle) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_gives_error_and_the_run_completes() {
-    let e = env(&["gpu-a", "gpu-b"]).await;
     // Each burn takes 10m × 0.02 = 12 s: time to kill gpu-b's agent mid-run.
-    let _op = OperatorHandle::start(
-        e.client.clone(),
-        test_config(NS, "gpus=8,model=H200,timescale=0.02"),
-    );
-    apply(
-        &e.client,
+    let (e, _op) = started(
+        &["gpu-a", "gpu-b"],
+        "gpus=8,model=H200,timescale=0.02",
         "crash",
         json!({"checks": {"compute": {"duration": "10m"}}, "deadline": "1h"}),
     )
@@ -379,14 +369,10 @@ async fn a_killed_agent_gives_error_and_the_run_completes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deadline_gives_deadline_exceeded_and_removes_pods() {
-    let e = env(&["gpu-a"]).await;
     // 20 s × 5 = 100 s of simulated burn against a 30 s deadline.
-    let _op = OperatorHandle::start(
-        e.client.clone(),
-        test_config(NS, "gpus=8,model=H200,timescale=5"),
-    );
-    apply(
-        &e.client,
+    let (e, _op) = started(
+        &["gpu-a"],
+        "gpus=8,model=H200,timescale=5",
         "slow",
         json!({"checks": {"compute": {"duration": "20s"}}, "deadline": "30s"}),
     )
@@ -401,15 +387,9 @@ async fn the_deadline_gives_deadline_exceeded_and_removes_pods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_operator_makes_no_duplicates_and_reaches_the_verdict() {
-    let e = env(&["gpu-a", "gpu-b"]).await;
     let sim = "gpus=8,model=H200,timescale=0.01";
-    let op = OperatorHandle::start(e.client.clone(), test_config(NS, sim));
-    apply(
-        &e.client,
-        "restart",
-        json!({"checks": {"compute": {"duration": "10m"}}}),
-    )
-    .await;
+    let spec = json!({"checks": {"compute": {"duration": "10m"}}});
+    let (e, op) = started(&["gpu-a", "gpu-b"], sim, "restart", spec).await;
     wait_for(&e.client, "restart", 60, "running", running(1)).await;
     op.stop().await;
     let _op2 = OperatorHandle::start(e.client.clone(), test_config(NS, sim));
@@ -430,13 +410,9 @@ async fn a_restarted_operator_makes_no_duplicates_and_reaches_the_verdict() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_edit_starts_a_new_run_and_the_old_pods_go() {
-    let e = env(&["gpu-a"]).await;
-    let _op = OperatorHandle::start(
-        e.client.clone(),
-        test_config(NS, "gpus=8,model=H200,timescale=0.05"),
-    );
-    apply(
-        &e.client,
+    let (e, _op) = started(
+        &["gpu-a"],
+        "gpus=8,model=H200,timescale=0.05",
         "edit",
         json!({"checks": {"compute": {"duration": "10m"}}}),
     )
@@ -459,7 +435,7 @@ async fn a_spec_edit_starts_a_new_run_and_the_old_pods_go() {
         "edit",
         120,
         "terminal at generation 2",
-        |g: Option<&GpuValidation>| terminal(g),
+        terminal_for_generation,
     )
     .await;
     assert_eq!(gv.status.as_ref().unwrap().observed_generation, Some(2));
@@ -475,9 +451,8 @@ async fn a_spec_edit_starts_a_new_run_and_the_old_pods_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_validation_takes_its_pods_and_results() {
-    let e = env(&["gpu-a", "gpu-b"]).await;
-    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
-    apply(&e.client, "gone", json!({"checks": {"memory": {}}})).await;
+    let spec = json!({"checks": {"memory": {}}});
+    let (e, _op) = started(&["gpu-a", "gpu-b"], SIM, "gone", spec).await;
     wait_terminal(&e.client, "gone", 120).await;
     let results: Api<GpuNodeResult> = Api::namespaced(e.client.clone(), NS);
     assert_eq!(

@@ -5,7 +5,7 @@
 use gpuval_crds::fabric::FabricPhase;
 use gpuval_crds::{GpuFabricRound, GpuValidation, NodeVerdict, Phase};
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::scenario::Cluster;
+use gpuval_tests::scenario::{Cluster, node_line};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
@@ -33,15 +33,6 @@ fn fabric(gv: &GpuValidation) -> gpuval_crds::fabric::FabricStatus {
         .as_ref()
         .and_then(|s| s.fabric.clone())
         .expect("fabric status")
-}
-
-fn line(gv: &GpuValidation, node: &str) -> Option<(NodeVerdict, String)> {
-    gv.status
-        .as_ref()?
-        .nodes
-        .iter()
-        .find(|l| l.name == node)
-        .map(|l| (l.verdict, l.message.clone().unwrap_or_default()))
 }
 
 async fn rounds(c: &Cluster) -> Vec<GpuFabricRound> {
@@ -105,7 +96,7 @@ async fn one_slow_node_among_eight_is_named_and_no_other() {
     let s = gv.status.as_ref().unwrap();
     assert_eq!(s.phase, Some(Phase::Failed));
     assert_eq!(fabric(&gv).failed_nodes, vec!["gpu-05".to_string()]);
-    let (verdict, msg) = line(&gv, "gpu-05").expect("gpu-05 listed");
+    let (verdict, msg) = node_line(&gv, "gpu-05").expect("gpu-05 listed");
     assert_eq!(verdict, NodeVerdict::Failed);
     assert!(
         msg.starts_with("fabric: in ") && msg.contains("below 350"),
@@ -136,7 +127,7 @@ async fn two_bad_nodes_among_sixteen_are_both_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_lost_mid_round_is_that_nodes_error_and_the_others_pass() {
     let (_c, gv, _op) = run("fabric-lost", 4, &[(2, "netfault=vanish")], 31300).await;
-    let (verdict, msg) = line(&gv, "gpu-02").expect("gpu-02 listed");
+    let (verdict, msg) = node_line(&gv, "gpu-02").expect("gpu-02 listed");
     assert_eq!(verdict, NodeVerdict::Error, "{msg}");
     assert!(msg.contains("fabric"), "{msg}");
     let s = gv.status.as_ref().unwrap();
@@ -150,7 +141,7 @@ async fn an_agent_lost_mid_round_is_that_nodes_error_and_the_others_pass() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_failed_its_own_checks_is_left_out_of_the_fabric() {
     let (c, gv, _op) = run("fabric-skip", 4, &[(1, "fail=memory@0")], 31400).await;
-    let (verdict, msg) = line(&gv, "gpu-01").expect("gpu-01 listed");
+    let (verdict, msg) = node_line(&gv, "gpu-01").expect("gpu-01 listed");
     assert_eq!(verdict, NodeVerdict::Failed);
     assert!(
         msg.contains("memory"),

@@ -22,7 +22,8 @@ use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::proxy::Proxy;
 use gpuval_tests::replica::{LeaseTiming, Replica, ReplicaSettings};
-use gpuval_tests::{ControlPlane, Options, scenario, waits};
+use gpuval_tests::scenario::{self, node_line, terminal_for_generation};
+use gpuval_tests::{ControlPlane, Options, waits};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -102,31 +103,13 @@ async fn wait_for(
     what: &str,
     cond: impl Condition<GpuValidation>,
 ) -> GpuValidation {
-    let api: Api<GpuValidation> = Api::all(client.clone());
-    match scenario::watch_until(&api, name, limit, cond).await {
-        Ok(gv) => gv,
-        Err(other) => {
-            let now = api.get(name).await.ok().and_then(|g| g.status);
-            panic!(
-                "{name}: not {what} within {}s ({other}); status now: {}",
-                limit.as_secs(),
-                serde_json::to_string_pretty(&now).unwrap_or_default()
-            )
-        }
-    }
-}
-
-fn terminal(gv: Option<&GpuValidation>) -> bool {
-    gv.is_some_and(|g| {
-        g.status.as_ref().is_some_and(|s| {
-            s.phase.is_some_and(Phase::is_terminal)
-                && s.observed_generation == g.metadata.generation
-        })
-    })
+    scenario::wait_validation(client, name, limit, what, cond)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn wait_terminal(client: &Client, name: &str, limit: Duration) -> GpuValidation {
-    wait_for(client, name, limit, "finished", terminal).await
+    wait_for(client, name, limit, "finished", terminal_for_generation).await
 }
 
 fn summary(gv: &GpuValidation) -> (i32, i32, i32) {
@@ -136,15 +119,6 @@ fn summary(gv: &GpuValidation) -> (i32, i32, i32) {
         .and_then(|s| s.summary.clone())
         .unwrap_or_default();
     (s.selected, s.passed, s.failed)
-}
-
-fn line(gv: &GpuValidation, node: &str) -> Option<(NodeVerdict, String)> {
-    gv.status
-        .as_ref()?
-        .nodes
-        .iter()
-        .find(|n| n.name == node)
-        .map(|n| (n.verdict, n.message.clone().unwrap_or_default()))
 }
 
 /// The validation's agent pods of `generation`.
@@ -372,7 +346,10 @@ async fn leader_killed_mid_run_the_follower_takes_over_in_the_lease_bounds_and_n
         "gpu-c fails its memory check"
     );
     assert_eq!(summary(&gv), (3, 2, 1));
-    assert_eq!(line(&gv, "gpu-c").map(|l| l.0), Some(NodeVerdict::Failed));
+    assert_eq!(
+        node_line(&gv, "gpu-c").map(|l| l.0),
+        Some(NodeVerdict::Failed)
+    );
     assert_eq!(
         result_verdicts(&e.client, "failover").await,
         [("gpu-a", "Pass"), ("gpu-b", "Pass"), ("gpu-c", "Fail")]
@@ -592,7 +569,10 @@ async fn an_agent_cut_off_when_its_checks_end_stores_its_result_once_back() {
         .get("partition")
         .await
         .expect("validation");
-    assert!(!terminal(Some(&gv)), "no verdict without the results");
+    assert!(
+        !terminal_for_generation(Some(&gv)),
+        "no verdict without the results"
+    );
 
     proxy.restore();
     let gv = wait_terminal(&e.client, "partition", LONG).await;
@@ -623,7 +603,7 @@ async fn an_agent_cut_off_past_the_deadline_gives_an_error_never_a_pass() {
     wait_failed_stores(&e.kubelet, &names, 1).await;
     let gv = wait_terminal(&e.client, "cutoff", LONG).await;
     for n in nodes {
-        println!("{n}: {:?}", line(&gv, n));
+        println!("{n}: {:?}", node_line(&gv, n));
     }
     let check = |gv: &GpuValidation| {
         assert_eq!(
@@ -632,7 +612,7 @@ async fn an_agent_cut_off_past_the_deadline_gives_an_error_never_a_pass() {
         );
         assert_eq!(summary(gv), (2, 0, 2));
         for n in nodes {
-            let (verdict, message) = line(gv, n).expect("a line for the node");
+            let (verdict, message) = node_line(gv, n).expect("a line for the node");
             assert!(
                 matches!(verdict, NodeVerdict::DeadlineExceeded | NodeVerdict::Error),
                 "{n}: {verdict:?}"
@@ -753,8 +733,11 @@ async fn stale_results_from_an_older_run_or_another_pod_do_not_change_the_verdic
         .get("stale")
         .await
         .expect("validation");
-    assert!(!terminal(Some(&now)), "{:?}", now.status);
-    assert_ne!(line(&now, "gpu-a").map(|l| l.0), Some(NodeVerdict::Failed));
+    assert!(!terminal_for_generation(Some(&now)), "{:?}", now.status);
+    assert_ne!(
+        node_line(&now, "gpu-a").map(|l| l.0),
+        Some(NodeVerdict::Failed)
+    );
 
     let gv = wait_terminal(&e.client, "stale", LONG).await;
     assert_eq!(

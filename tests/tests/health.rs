@@ -8,7 +8,7 @@
 
 use gpuval_crds::{Action, GpuNodeResult, GpuValidation, NodeVerdict, Phase, Verdict};
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::scenario::{self, wait};
+use gpuval_tests::scenario::{self, terminal, wait};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -29,12 +29,6 @@ async fn apply(client: &Client, name: &str, spec: Value) -> Result<GpuValidation
             &Patch::Apply(&body(name, spec)),
         )
         .await
-}
-
-fn terminal(gv: Option<&GpuValidation>) -> bool {
-    gv.and_then(|g| g.status.as_ref())
-        .and_then(|s| s.phase)
-        .is_some_and(Phase::is_terminal)
 }
 
 fn condition_message(n: &Node) -> Option<String> {

@@ -16,7 +16,7 @@ use gpuval_operator::schedule::Clock;
 use gpuval_operator::schedule::plan::run_name;
 use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::scenario::{self, wait};
+use gpuval_tests::scenario::{self, terminal, wait};
 use gpuval_tests::{ControlPlane, crds, nodes};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
@@ -68,12 +68,6 @@ fn schedule_status(
     f: impl Fn(&gpuval_crds::GpuValidationScheduleStatus) -> bool,
 ) -> impl Condition<GpuValidationSchedule> {
     move |s: Option<&GpuValidationSchedule>| s.and_then(|s| s.status.as_ref()).is_some_and(&f)
-}
-
-fn finished(v: Option<&GpuValidation>) -> bool {
-    v.and_then(|v| v.status.as_ref())
-        .and_then(|s| s.phase)
-        .is_some_and(Phase::is_terminal)
 }
 
 /// Moves the clock to just past the schedule's next scheduled time (from its status, once the
@@ -183,10 +177,10 @@ async fn a_schedule_fires_on_time_forbids_overlap_and_keeps_its_history() {
     assert_eq!(runs_of(&e.client, "hourly").await, vec![first.clone()]);
 
     // Once it passed, the next hour starts a run, and the history keeps only the newest pass.
-    wait(validations.clone(), &first, 240, "finished", finished).await;
+    wait(validations.clone(), &first, 240, "finished", terminal).await;
     let third_at = advance_to_next(&e, "hourly").await;
     let third = run_name("hourly", third_at);
-    wait(validations.clone(), &third, 120, "finished", finished).await;
+    wait(validations.clone(), &third, 120, "finished", terminal).await;
     let s = wait(
         schedules,
         "hourly",
@@ -266,7 +260,7 @@ async fn idle_only_leaves_out_a_node_whose_gpus_a_pod_holds() {
             .contains("default/train holds 4 nvidia.com/gpu"),
         "{skipped:?}"
     );
-    wait(Api::all(e.client.clone()), &name, 120, "finished", finished).await;
+    wait(Api::all(e.client.clone()), &name, 120, "finished", terminal).await;
 }
 
 fn node_taints(n: &Node) -> Vec<String> {
@@ -439,7 +433,7 @@ async fn a_node_removed_mid_admission_is_dropped_without_error() {
         .delete("gpu-goes", &DeleteParams::default())
         .await
         .unwrap();
-    wait(validations, &run, 120, "finished", finished).await;
+    wait(validations, &run, 120, "finished", terminal).await;
     let stays = wait(
         Api::<Node>::all(e.client.clone()),
         "gpu-stays",

@@ -21,6 +21,7 @@ use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase};
 use gpuval_tests::chart;
 use gpuval_tests::crds;
 use gpuval_tests::real_node::{ProcessFacts, RealNode, RealNodeOptions, process_facts};
+use gpuval_tests::scenario::{self, terminal};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -138,15 +139,8 @@ fn helm_install(node: &RealNode, io_dir: &Path) {
     });
     let file = node.scratch_dir("values.json");
     std::fs::write(&file, values.to_string()).expect("write values");
-    let mut install = chart::helm().expect("helm");
-    install
-        .args(["install", RELEASE])
-        .arg(chart::chart_dir())
-        .args(["--namespace", NS, "--create-namespace", "--values"])
-        .arg(&file)
-        .arg("--kubeconfig")
-        .arg(node.control_plane().kubeconfig());
-    let notes = chart::output(&mut install).unwrap_or_else(|e| panic!("helm install: {e}"));
+    let notes = chart::install(RELEASE, NS, &file, node.control_plane().kubeconfig())
+        .unwrap_or_else(|e| panic!("helm install: {e}"));
     assert!(
         notes.contains("SIMULATED"),
         "the notes warn that agents are simulated: {notes}"
@@ -294,12 +288,6 @@ fn kubectl_apply(node: &RealNode, name: &str, object: &Value) {
     chart::output(&mut apply).unwrap_or_else(|e| panic!("kubectl apply {name}: {e}"));
 }
 
-fn terminal(gv: Option<&GpuValidation>) -> bool {
-    gv.and_then(|g| g.status.as_ref())
-        .and_then(|s| s.phase)
-        .is_some_and(Phase::is_terminal)
-}
-
 async fn quick_validation_passes(node: &RealNode, client: &Client, io_dir: &Path) {
     kubectl_apply(node, "quick", &quick_example("quick", "1m"));
     let validations: Api<GpuValidation> = Api::all(client.clone());
@@ -332,15 +320,7 @@ async fn quick_validation_passes(node: &RealNode, client: &Client, io_dir: &Path
     );
     // Written by the agent with its own token: the admission policy lets only a pod-bound
     // token of a pod on this node write this node's result, as field manager gpuval-agent/<node>.
-    let managers: Vec<String> = result
-        .managed_fields()
-        .iter()
-        .filter_map(|m| m.manager.clone())
-        .collect();
-    assert!(
-        managers.contains(&format!("gpuval-agent/{}", node.name())),
-        "{managers:?}"
-    );
+    scenario::assert_written_by_agent(result, node.name());
     // Only UID 65532 could write into the 0700 directory; the check removed its files.
     assert_eq!(
         std::fs::read_dir(io_dir)
@@ -416,19 +396,9 @@ async fn uninstall_leaves_nothing_running(node: &RealNode, client: &Client) {
         "--timeout=120s",
     ]);
     chart::output(&mut delete).unwrap_or_else(|e| panic!("delete the validations: {e}"));
-    let mut uninstall = chart::helm().expect("helm");
-    uninstall
-        .args([
-            "uninstall",
-            RELEASE,
-            "--namespace",
-            NS,
-            "--wait",
-            "--timeout=180s",
-        ])
-        .arg("--kubeconfig")
-        .arg(node.control_plane().kubeconfig());
-    chart::output(&mut uninstall).unwrap_or_else(|e| panic!("helm uninstall: {e}"));
+    let kubeconfig = node.control_plane().kubeconfig();
+    chart::uninstall(RELEASE, NS, kubeconfig, &["--timeout=180s"])
+        .unwrap_or_else(|e| panic!("helm uninstall: {e}"));
 
     let pods: Api<Pod> = Api::all(client.clone());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(180);

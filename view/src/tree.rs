@@ -40,11 +40,7 @@ pub fn tree(doc: &Document) -> String {
             );
             continue;
         };
-        let first = r
-            .failures
-            .first()
-            .map(|f| format!("  {f}"))
-            .unwrap_or_default();
+        let first = first_after_gap(&r.failures);
         let _ = writeln!(
             s,
             "{branch} {}  {}  {} GPUs{first}",
@@ -58,11 +54,7 @@ pub fn tree(doc: &Document) -> String {
         let last_gpu = r.gpus.len().saturating_sub(1);
         for (j, g) in r.gpus.iter().enumerate() {
             let b = if j == last_gpu { "└─" } else { "├─" };
-            let reason = g
-                .reasons
-                .first()
-                .map(|x| format!("  {x}"))
-                .unwrap_or_default();
+            let reason = first_after_gap(&g.reasons);
             let _ = writeln!(
                 s,
                 "{stem}{b} GPU{} {}  {}{reason}",
@@ -71,6 +63,11 @@ pub fn tree(doc: &Document) -> String {
         }
     }
     s
+}
+
+/// The first of `items` after two spaces; nothing where there is none.
+fn first_after_gap(items: &[impl std::fmt::Display]) -> String {
+    items.first().map(|x| format!("  {x}")).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -471,91 +471,16 @@ fn found<R: CheckResult>(r: &Option<R>) -> Option<Found<'_>> {
     r.as_ref().map(|r| (r.verdict(), r.reasons()))
 }
 
-/// The results of the per-GPU checks in one GPU's report.
-pub fn gpu_results(g: &GpuReport) -> Vec<Found<'_>> {
-    let GpuReport {
-        memory,
-        compute,
-        host_transfer,
-        index: _,
-        uuid: _,
-        name: _,
-        pci_bus_id: _,
-        memory_total_mib: _,
-        verdict: _,
-        reasons: _,
-        health: _,
-        telemetry: _,
-    } = g;
-    [found(memory), found(compute), found(host_transfer)]
-        .into_iter()
-        .flatten()
-        .collect()
-}
-
-/// The results of the node-level checks in a node report.
-pub fn node_results(r: &NodeReport) -> Vec<Found<'_>> {
-    let NodeReport {
-        topology,
-        p2p,
-        nccl,
-        io,
-        training,
-        simulated: _,
-        backend: _,
-        agent_version: _,
-        node: _,
-        started_at: _,
-        finished_at: _,
-        verdict: _,
-        failures: _,
-        warnings: _,
-        action: _,
-        system: _,
-        facts: _,
-        gpus: _,
-    } = r;
-    [
-        found(topology),
-        found(p2p),
-        found(nccl),
-        found(training),
-        found(io),
-    ]
-    .into_iter()
-    .flatten()
-    .collect()
-}
-
-fn overridden<R: CheckResult>(r: &mut Option<R>, overrides: &Overrides) {
-    if let Some(r) = r {
-        r.apply_overrides(overrides);
-    }
-}
-
-/// Applies the spec's severity overrides to every check result in the report.
-pub fn apply_overrides(r: &mut NodeReport, o: &Overrides) {
-    let NodeReport {
-        topology,
-        p2p,
-        nccl,
-        io,
-        training,
-        gpus,
-        simulated: _,
-        backend: _,
-        agent_version: _,
-        node: _,
-        started_at: _,
-        finished_at: _,
-        verdict: _,
-        failures: _,
-        warnings: _,
-        action: _,
-        system: _,
-        facts: _,
-    } = r;
-    for g in gpus {
+/// Runs `$body` with `$r` bound to each per-GPU check result of `$g` (a `&GpuReport` or a
+/// `&mut GpuReport`): the one list of them.
+macro_rules! for_each_gpu_result {
+    (@each [$($slot:ident),+], $r:ident, $body:expr) => {
+        $({
+            let $r = $slot;
+            $body;
+        })+
+    };
+    ($g:expr, |$r:ident| $body:expr) => {{
         let GpuReport {
             memory,
             compute,
@@ -569,16 +494,63 @@ pub fn apply_overrides(r: &mut NodeReport, o: &Overrides) {
             reasons: _,
             health: _,
             telemetry: _,
-        } = g;
-        overridden(memory, o);
-        overridden(compute, o);
-        overridden(host_transfer, o);
+        } = $g;
+        for_each_gpu_result!(@each [memory, compute, host_transfer], $r, $body);
+    }};
+}
+
+/// Runs `$body` with `$r` bound to each node-level check result of `$n` (a `&NodeReport` or a
+/// `&mut NodeReport`), in the order the node verdict lists them: the one list of them.
+macro_rules! for_each_node_result {
+    ($n:expr, |$r:ident| $body:expr) => {{
+        let NodeReport {
+            topology,
+            p2p,
+            nccl,
+            io,
+            training,
+            gpus: _,
+            simulated: _,
+            backend: _,
+            agent_version: _,
+            node: _,
+            started_at: _,
+            finished_at: _,
+            verdict: _,
+            failures: _,
+            warnings: _,
+            action: _,
+            system: _,
+            facts: _,
+        } = $n;
+        for_each_gpu_result!(@each [topology, p2p, nccl, training, io], $r, $body);
+    }};
+}
+
+/// The results of the per-GPU checks in one GPU's report.
+pub fn gpu_results(g: &GpuReport) -> Vec<Found<'_>> {
+    let mut out = Vec::new();
+    for_each_gpu_result!(g, |r| out.extend(found(r)));
+    out
+}
+
+/// The results of the node-level checks in a node report.
+pub fn node_results(r: &NodeReport) -> Vec<Found<'_>> {
+    let mut out = Vec::new();
+    for_each_node_result!(r, |c| out.extend(found(c)));
+    out
+}
+
+/// Applies the spec's severity overrides to every check result in the report.
+pub fn apply_overrides(r: &mut NodeReport, o: &Overrides) {
+    for g in &mut r.gpus {
+        for_each_gpu_result!(g, |c| if let Some(c) = c {
+            c.apply_overrides(o)
+        });
     }
-    overridden(topology, o);
-    overridden(p2p, o);
-    overridden(nccl, o);
-    overridden(io, o);
-    overridden(training, o);
+    for_each_node_result!(r, |c| if let Some(c) = c {
+        c.apply_overrides(o)
+    });
 }
 
 /// Keeps exactly the checks named (case-insensitive), each with its settings from `checks` or

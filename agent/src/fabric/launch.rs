@@ -257,34 +257,25 @@ mod tests {
 
     #[test]
     fn nodelists_expand_like_slurm() {
-        assert_eq!(
-            expand_nodelist("gpu[01-04,07],login1").ok(),
-            Some(
-                ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07", "login1"]
-                    .map(String::from)
-                    .to_vec()
-            )
-        );
-        assert_eq!(
-            expand_nodelist("r[1-2]-n[8-9]").ok(),
-            Some(
-                ["r1-n8", "r1-n9", "r2-n8", "r2-n9"]
-                    .map(String::from)
-                    .to_vec()
-            )
-        );
-        assert_eq!(
-            expand_nodelist("node[098-101]").ok(),
-            Some(
-                ["node098", "node099", "node100", "node101"]
-                    .map(String::from)
-                    .to_vec()
-            )
-        );
-        assert_eq!(expand_nodelist("solo").ok(), Some(vec!["solo".to_string()]));
-        assert!(expand_nodelist("gpu[01-04").is_err());
-        assert!(expand_nodelist("gpu[04-01]").is_err());
-        assert!(expand_nodelist("gpu[a-b]").is_err());
+        let cases: [(&str, &[&str]); 4] = [
+            (
+                "gpu[01-04,07],login1",
+                &["gpu01", "gpu02", "gpu03", "gpu04", "gpu07", "login1"],
+            ),
+            ("r[1-2]-n[8-9]", &["r1-n8", "r1-n9", "r2-n8", "r2-n9"]),
+            (
+                "node[098-101]",
+                &["node098", "node099", "node100", "node101"],
+            ),
+            ("solo", &["solo"]),
+        ];
+        for (list, hosts) in cases {
+            let want: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+            assert_eq!(expand_nodelist(list).ok(), Some(want), "{list}");
+        }
+        for bad in ["gpu[01-04", "gpu[04-01]", "gpu[a-b]"] {
+            assert!(expand_nodelist(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -321,29 +312,40 @@ mod tests {
     fn errors_name_the_variable() {
         let e = detect(&env(&[]), None).expect_err("no launcher");
         assert_eq!(e, LaunchError::NoLauncher);
-        let e = detect(&env(&[("RANK", "0"), ("WORLD_SIZE", "2")]), None).expect_err("no addr");
-        assert!(e.to_string().contains("MASTER_ADDR is not set"), "{e}");
-        let get = env(&[
-            ("RANK", "x"),
-            ("WORLD_SIZE", "2"),
-            ("MASTER_ADDR", "a"),
-            ("MASTER_PORT", "1"),
-        ]);
-        let e = detect(&get, None).expect_err("bad rank");
-        assert!(e.to_string().contains("RANK=\"x\""), "{e}");
-        let get = env(&[
-            ("SLURM_PROCID", "3"),
-            ("SLURM_NTASKS", "2"),
-            ("SLURM_NODELIST", "a"),
-        ]);
-        let e = detect(&get, None).expect_err("rank outside");
-        assert!(e.to_string().contains("SLURM_PROCID"), "{e}");
-        let get = env(&[
-            ("SLURM_PROCID", "0"),
-            ("SLURM_NTASKS", "2"),
-            ("SLURM_NODELIST", "gpu[1-"),
-        ]);
-        let e = detect(&get, None).expect_err("bad list");
-        assert!(e.to_string().contains("SLURM_NODELIST"), "{e}");
+        let cases: [(&[(&str, &str)], &str); 4] = [
+            (
+                &[("RANK", "0"), ("WORLD_SIZE", "2")],
+                "MASTER_ADDR is not set",
+            ),
+            (
+                &[
+                    ("RANK", "x"),
+                    ("WORLD_SIZE", "2"),
+                    ("MASTER_ADDR", "a"),
+                    ("MASTER_PORT", "1"),
+                ],
+                "RANK=\"x\"",
+            ),
+            (
+                &[
+                    ("SLURM_PROCID", "3"),
+                    ("SLURM_NTASKS", "2"),
+                    ("SLURM_NODELIST", "a"),
+                ],
+                "SLURM_PROCID",
+            ),
+            (
+                &[
+                    ("SLURM_PROCID", "0"),
+                    ("SLURM_NTASKS", "2"),
+                    ("SLURM_NODELIST", "gpu[1-"),
+                ],
+                "SLURM_NODELIST",
+            ),
+        ];
+        for (vars, names) in cases {
+            let e = detect(&env(vars), None).expect_err(names);
+            assert!(e.to_string().contains(names), "{vars:?}: {e}");
+        }
     }
 }

@@ -219,6 +219,19 @@ mod tests {
 
     // ---- relative ----
 
+    /// A node report of `gpus` whose topology check failed for `reason`.
+    fn topology_failed(gpus: Vec<GpuReport>, reason: Reason) -> NodeReport {
+        NodeReport {
+            gpus,
+            topology: Some(TopologyReport {
+                verdict: Verdict::Fail,
+                reasons: vec![reason],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
     fn report_with(index: i32, gbps: f64, bf16: f64) -> GpuReport {
         GpuReport {
             index,
@@ -491,18 +504,13 @@ mod tests {
             pcie_max_gen: Some(5),
             ..Default::default()
         });
-        let mut report = NodeReport {
+        let mut report = topology_failed(
             gpus,
-            topology: Some(TopologyReport {
-                verdict: Verdict::Fail,
-                reasons: vec![fail(
-                    Code::NvlinkNotConnected,
-                    "GPU0 and GPU1 are connected by SYS, not NVLink",
-                )],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+            fail(
+                Code::NvlinkNotConnected,
+                "GPU0 and GPU1 are connected by SYS, not NVLink",
+            ),
+        );
         judge(&checks, Profile::Auto).node(&mut report);
         assert_eq!(report.verdict, Verdict::Error);
         assert_eq!(report.failures.len(), 5);
@@ -528,15 +536,7 @@ mod tests {
             m.verdict = Verdict::Fail;
             m.reasons = vec![fail(Code::MemoryMismatch, "GPU2 memory reason")];
         }
-        let mut report = NodeReport {
-            gpus,
-            topology: Some(TopologyReport {
-                verdict: Verdict::Fail,
-                reasons: vec![fail(Code::NvlinkNotConnected, "topology reason")],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let mut report = topology_failed(gpus, fail(Code::NvlinkNotConnected, "topology reason"));
         judge(&checks, Profile::Auto).node(&mut report);
         assert_eq!(
             report.failures,
@@ -553,18 +553,13 @@ mod tests {
     #[test]
     fn node_topology_failure_fails_node() {
         let checks = Checks::default();
-        let mut report = NodeReport {
-            gpus: vec![report_with(0, 4000.0, 780.0)],
-            topology: Some(TopologyReport {
-                verdict: Verdict::Fail,
-                reasons: vec![fail(
-                    Code::NvlinkLinksInactive,
-                    "GPU0: 17 of 18 NVLink links active",
-                )],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let mut report = topology_failed(
+            vec![report_with(0, 4000.0, 780.0)],
+            fail(
+                Code::NvlinkLinksInactive,
+                "GPU0: 17 of 18 NVLink links active",
+            ),
+        );
         judge(&checks, Profile::Auto).node(&mut report);
         assert_eq!(report.verdict, Verdict::Fail);
         assert_eq!(report.failures, vec!["GPU0: 17 of 18 NVLink links active"]);

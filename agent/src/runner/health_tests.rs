@@ -15,6 +15,7 @@ use super::{Plan, run};
 use crate::backend::Backend;
 use crate::backend::sim::SimBackend;
 use crate::checks::Planned;
+use crate::judge::testing::assert_any_starts_with;
 
 fn checks() -> Checks {
     Checks {
@@ -74,11 +75,7 @@ fn a_node_short_of_a_gpu_fails_before_the_long_checks() {
         !lines.iter().any(|l| l.starts_with("[memory]")),
         "{lines:?}"
     );
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with("[facts] 7 GPUs visible, 8 expected"))
-    );
+    assert_any_starts_with(&lines, "[facts] 7 GPUs visible, 8 expected");
 
     // The listed slots name the missing GPU.
     let p = plan(|p| {
@@ -242,16 +239,9 @@ fn a_missing_measurement_is_an_error_never_a_pass() {
 
     // A burn that timed nothing has no TFLOP/s to compare with its floor.
     let out = crate::checks::compute::ComputeOutcome {
-        gemms: vec![crate::checks::compute::GemmOutcome {
-            dtype: gpuval_crds::Dtype::Bf16,
-            flops: 0.0,
-            gemm_seconds: 0.0,
-            iterations: 0,
-            comparisons: 0,
-            mismatches: 0,
-            max_rel_error: 0.0,
-            wall_seconds: 0.0,
-        }],
+        gemms: vec![crate::checks::compute::GemmOutcome::nothing(
+            gpuval_crds::Dtype::Bf16,
+        )],
         transcendental: None,
         seconds: 0.0,
         power: Default::default(),

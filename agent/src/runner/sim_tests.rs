@@ -10,6 +10,7 @@ use gpuval_crds::{
 use super::{Plan, run};
 use crate::backend::sim::SimBackend;
 use crate::backend::{Backend, Platform};
+use crate::judge::testing::{assert_any_contains, assert_any_starts_with};
 
 /// Topology, memory and a compute burn in every data type on a simulated node, through the
 /// runner, as the agent runs them.
@@ -102,11 +103,7 @@ fn injected_faults_show_up_in_the_verdict() {
     assert!(reasons(5).contains("mismatched elements"), "{}", reasons(5));
     let topo = report.topology.as_ref().expect("topology");
     assert_eq!(topo.verdict, Verdict::Fail);
-    assert!(
-        topo.reasons
-            .iter()
-            .any(|r| r.starts_with("GPU2: 17 of 18 NVLink links active"))
-    );
+    assert_any_starts_with(&topo.reasons, "GPU2: 17 of 18 NVLink links active");
     assert_eq!(report.failures.len(), 5);
     assert!(
         report.failures[0].starts_with("GPU1: memory check"),
@@ -120,11 +117,7 @@ fn slow_memory_fails_relative_rule() {
     let report = simulated_report("gpus=4,slow=memory@0:0.7");
     let m = report.gpus[0].memory.as_ref().expect("memory");
     assert_eq!(m.verdict, Verdict::Fail);
-    assert!(
-        m.reasons.iter().any(|r| r.contains("below its peers")),
-        "{:?}",
-        m.reasons
-    );
+    assert_any_contains(&m.reasons, "below its peers");
 }
 
 /// The nccl check alone on a simulated node, with a 1 s collective timeout.
@@ -194,11 +187,7 @@ fn a_hung_collective_is_aborted_and_reported_as_an_error() {
 fn an_shm_fallback_on_an_nvlink_node_fails() {
     let (_, nccl) = with_nccl("gpus=2,fabric=shm");
     assert_eq!(nccl.verdict, Verdict::Fail, "{:?}", nccl.reasons);
-    assert!(
-        nccl.reasons.iter().any(|r| r.contains("SHM")),
-        "{:?}",
-        nccl.reasons
-    );
+    assert_any_contains(&nccl.reasons, "SHM");
 }
 
 #[test]

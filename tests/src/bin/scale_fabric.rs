@@ -10,7 +10,6 @@
 //!   target/release/scale_fabric --nodes 1000,2000,10000 --out bench/results/scale-fabric.json
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gpuval_crds::fabric::{FabricOutcome, FabricPhase, FabricRoundSpec};
@@ -19,27 +18,8 @@ use gpuval_operator::reconcile::{
     PodPhase, PodView, ResultView, RoundView, RunNodes, Step, World, next,
 };
 use gpuval_operator::selection::Selection;
+use gpuval_tests::bench::{Args, Column, Error, ms, node_name, print_header, print_row, start};
 use k8s_openapi::jiff::Timestamp;
-
-/// What went wrong.
-#[derive(Debug, thiserror::Error)]
-enum Error {
-    #[error("{0}")]
-    Usage(String),
-    #[error("building the validation: {0}")]
-    Spec(#[from] serde_json::Error),
-    #[error("writing {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Run(String),
-}
-
-fn node_name(i: usize) -> String {
-    format!("gpu-node-{i:05}")
-}
 
 /// The model fabric: which nodes are slow.
 fn slow(n: usize) -> [usize; 2] {
@@ -160,7 +140,7 @@ fn driver(n: usize) -> Result<Driver, Error> {
         },
         record: None,
         selection: Selection::of_nodes(names.iter().cloned(), 8),
-        start: Timestamp::from_second(1_790_000_000).map_err(|e| Error::Run(e.to_string()))?,
+        start: start()?,
         secs: 0,
         bw: (0..n)
             .map(|i| if bad.contains(&i) { 120.0 } else { 380.0 })
@@ -231,66 +211,39 @@ fn bench(n: usize) -> Result<serde_json::Value, Error> {
     }))
 }
 
-/// Milliseconds to the microsecond.
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1000.0
-}
-
-fn args() -> Result<(Vec<usize>, Option<PathBuf>), Error> {
-    let (mut sizes, mut out) = (vec![1_000, 2_000, 10_000], None);
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let v = it
-            .next()
-            .ok_or_else(|| Error::Usage(format!("{flag} needs a value")))?;
-        match flag.as_str() {
-            "--nodes" => {
-                sizes = v
-                    .split(',')
-                    .map(|s| s.trim().parse::<usize>())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| Error::Usage(format!("--nodes: {e}")))?;
-            }
-            "--out" => out = Some(PathBuf::from(v)),
-            other => return Err(Error::Usage(format!("unknown flag {other}"))),
-        }
-    }
-    Ok((sizes, out))
-}
+/// The printed table's columns.
+const COLUMNS: &[Column] = &[
+    ("nodes", "nodes", ""),
+    ("rounds", "rounds", ""),
+    ("named", "named", ""),
+    ("plan_reconcile_ms", "reconcile per planned round", " ms"),
+    ("final_reconcile_ms", "final reconcile", " ms"),
+    (
+        "operator_cpu_ms_all_fabric_reconciles",
+        "all fabric reconciles",
+        " ms",
+    ),
+    ("largest_round_object_bytes", "largest round object", " B"),
+    ("status_bytes_final", "status", " B"),
+    (
+        "largest_outcomes_annotation_bytes",
+        "largest outcomes annotation",
+        " B",
+    ),
+];
 
 fn run() -> Result<(), Error> {
-    let (sizes, out) = args()?;
+    let a = Args::from_env(&[1_000, 2_000, 10_000])?;
     let mut rows = Vec::new();
-    println!(
-        "| nodes | rounds | named | reconcile per planned round | final reconcile | all fabric reconciles | largest round object | status | largest outcomes annotation |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    for n in sizes {
+    print_header(COLUMNS);
+    for &n in &a.sizes {
         let r = bench(n)?;
-        println!(
-            "| {} | {} | {} | {} ms | {} ms | {} ms | {} B | {} B | {} B |",
-            r["nodes"],
-            r["rounds"],
-            r["named"],
-            r["plan_reconcile_ms"],
-            r["final_reconcile_ms"],
-            r["operator_cpu_ms_all_fabric_reconciles"],
-            r["largest_round_object_bytes"],
-            r["status_bytes_final"],
-            r["largest_outcomes_annotation_bytes"],
-        );
+        print_row(COLUMNS, &r);
         rows.push(r);
     }
-    if let Some(path) = out {
-        let body = serde_json::to_string_pretty(&rows)?;
-        std::fs::write(&path, body).map_err(|source| Error::Write { path, source })?;
-    }
-    Ok(())
+    a.write(&rows)
 }
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("scale_fabric: {e}");
-        std::process::exit(1);
-    }
+    gpuval_tests::bench::main("scale_fabric", run);
 }

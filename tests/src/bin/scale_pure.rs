@@ -18,7 +18,6 @@
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use gpuval_crds::{Action, GpuValidation, GpuValidationSpec, Phase, Verdict};
@@ -26,6 +25,7 @@ use gpuval_operator::reconcile::{
     News, PodPhase, PodView, ResultFacts, ResultView, RunNodes, Step, World, next, next_on_news,
 };
 use gpuval_operator::selection::Selection;
+use gpuval_tests::bench::{Args, Column, Error, ms, node_name, print_header, print_row, start};
 use k8s_openapi::jiff::Timestamp;
 
 /// Single-result reconciles timed at each point (the median is reported).
@@ -35,56 +35,6 @@ const SAMPLES: usize = 200;
 const BATCH: usize = 100;
 /// Steps of [`BATCH`] results timed.
 const BATCHES: usize = 3;
-
-/// What went wrong.
-#[derive(Debug, thiserror::Error)]
-enum Error {
-    #[error("{0}")]
-    Usage(String),
-    #[error("building the validation: {0}")]
-    Spec(#[from] serde_json::Error),
-    #[error("writing {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Run(String),
-}
-
-struct Args {
-    sizes: Vec<usize>,
-    out: Option<PathBuf>,
-}
-
-fn args() -> Result<Args, Error> {
-    let mut a = Args {
-        sizes: vec![1_000, 10_000, 50_000],
-        out: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let v = it
-            .next()
-            .ok_or_else(|| Error::Usage(format!("{flag} needs a value")))?;
-        match flag.as_str() {
-            "--nodes" => {
-                a.sizes = v
-                    .split(',')
-                    .map(|s| s.trim().parse::<usize>())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| Error::Usage(format!("--nodes: {e}")))?;
-            }
-            "--out" => a.out = Some(PathBuf::from(v)),
-            other => return Err(Error::Usage(format!("unknown flag {other}"))),
-        }
-    }
-    Ok(a)
-}
-
-fn node_name(i: usize) -> String {
-    format!("gpu-node-{i:05}")
-}
 
 /// Node `i`'s result: two in a hundred fail with a summary like a real report's.
 fn result(i: usize) -> ResultView {
@@ -251,7 +201,7 @@ fn driver(n: usize) -> Result<Driver, Error> {
         gv,
         record: None,
         selection: Selection::of_nodes((0..n).map(node_name), 8),
-        start: Timestamp::from_second(1_790_000_000).map_err(|e| Error::Run(e.to_string()))?,
+        start: start()?,
         world: World {
             nodes: (0..n).map(node_name).collect(),
             ..Default::default()
@@ -322,11 +272,6 @@ fn bench(n: usize) -> Result<serde_json::Value, Error> {
     }))
 }
 
-/// Milliseconds to the microsecond.
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1000.0
-}
-
 /// Peak resident memory of this process, MiB.
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -339,31 +284,38 @@ fn peak_rss_mib() -> f64 {
     kb / 1024.0
 }
 
+/// The printed table's columns.
+const COLUMNS: &[Column] = &[
+    ("nodes", "nodes", ""),
+    ("first_step_ms", "first step", " ms"),
+    ("all_running_step_ms", "all running", " ms"),
+    ("one_result_early_ms", "1 result (early)", " ms"),
+    ("one_result_half_way_ms", "1 result (half way)", " ms"),
+    ("one_result_late_ms", "1 result (late)", " ms"),
+    (
+        "per_result_in_batches_of_100_ms",
+        "per result, 100 a step",
+        " ms",
+    ),
+    ("final_aggregation_ms", "final aggregation", " ms"),
+    (
+        "freeing_the_record_ms",
+        "of which freeing the record",
+        " ms",
+    ),
+    ("everything_half_way_ms", "everything (half way)", " ms"),
+    ("recovery_half_way_ms", "recovery (half way)", " ms"),
+    ("status_bytes_final", "status (final)", " B"),
+    ("record_bytes_per_node", "record/node", " B"),
+];
+
 fn run() -> Result<(), Error> {
-    let a = args()?;
+    let a = Args::from_env(&[1_000, 10_000, 50_000])?;
     let mut rows = Vec::new();
-    println!(
-        "| nodes | first step | all running | 1 result (early) | 1 result (half way) | 1 result (late) | per result, 100 a step | final aggregation | of which freeing the record | everything (half way) | recovery (half way) | status (final) | record/node |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    for n in a.sizes {
+    print_header(COLUMNS);
+    for &n in &a.sizes {
         let r = bench(n)?;
-        println!(
-            "| {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} B | {} B |",
-            r["nodes"],
-            r["first_step_ms"],
-            r["all_running_step_ms"],
-            r["one_result_early_ms"],
-            r["one_result_half_way_ms"],
-            r["one_result_late_ms"],
-            r["per_result_in_batches_of_100_ms"],
-            r["final_aggregation_ms"],
-            r["freeing_the_record_ms"],
-            r["everything_half_way_ms"],
-            r["recovery_half_way_ms"],
-            r["status_bytes_final"],
-            r["record_bytes_per_node"],
-        );
+        print_row(COLUMNS, &r);
         if r["news_steps_that_asked_for_everything"] != 0 {
             return Err(Error::Run(format!(
                 "{n} nodes: a news step asked for everything: {}",
@@ -373,19 +325,12 @@ fn run() -> Result<(), Error> {
         rows.push(r);
     }
     println!("peak RSS of this process: {:.1} MiB", peak_rss_mib());
-    if let Some(path) = a.out {
-        let body = serde_json::to_string_pretty(&serde_json::json!({
-            "sizes": rows,
-            "peak_rss_mib": (peak_rss_mib() * 10.0).round() / 10.0,
-        }))?;
-        std::fs::write(&path, body).map_err(|source| Error::Write { path, source })?;
-    }
-    Ok(())
+    a.write(&serde_json::json!({
+        "sizes": rows,
+        "peak_rss_mib": (peak_rss_mib() * 10.0).round() / 10.0,
+    }))
 }
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("scale_pure: {e}");
-        std::process::exit(1);
-    }
+    gpuval_tests::bench::main("scale_pure", run);
 }

@@ -2,13 +2,12 @@
 //! logging to a file; it dies with the test process (parent-death signal) and is stopped as a
 //! group: SIGTERM, then SIGKILL after a grace period.
 
-use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use crate::control_plane::die_with_parent;
+use crate::control_plane::spawn_logged;
 
 pub struct Daemon {
     name: &'static str,
@@ -20,18 +19,8 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `cmd` with stdout and stderr to `log`.
     pub fn spawn(name: &'static str, cmd: &mut Command, log: &Path) -> Result<Self, String> {
-        let out = File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
-        let err = out
-            .try_clone()
-            .map_err(|e| format!("clone a log handle: {e}"))?;
-        cmd.stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0);
-        die_with_parent(cmd);
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("start {name} ({:?}): {e}", cmd.get_program()))?;
+        cmd.process_group(0);
+        let child = spawn_logged(cmd, log).map_err(|e| format!("{name}: {e}"))?;
         Ok(Self {
             name,
             child,

@@ -79,6 +79,29 @@ pub fn nvrtc_for_tests() -> bool {
     false
 }
 
+/// For the test of each kernel source: `compile` builds PTX for Hopper and for Ampere, with an
+/// entry for each of `names` (skipped where NVRTC cannot be loaded, as [`nvrtc_for_tests`] says).
+#[cfg(test)]
+pub fn assert_compiles_with_nvrtc(
+    compile: impl Fn(Option<(i32, i32)>) -> Result<String, BackendError>,
+    names: &[&str],
+) {
+    if !nvrtc_for_tests() {
+        return;
+    }
+    for cc in [(9, 0), (8, 0)] {
+        let ptx = compile(Some(cc)).unwrap_or_else(|e| panic!("{cc:?}: {e}"));
+        for name in names {
+            assert!(
+                ptx.contains(&format!(".entry {name}")),
+                "{name} missing from PTX for {cc:?}"
+            );
+        }
+        let target = format!(".target sm_{}{}", cc.0, cc.1);
+        assert!(ptx.contains(&target), "PTX not built for {target}");
+    }
+}
+
 /// Every kernel, loaded in one context.
 #[derive(Clone)]
 pub struct Kernels {
@@ -141,12 +164,9 @@ mod tests {
     /// Compiles the real kernel source with NVRTC when the library is loadable.
     #[test]
     fn kernels_compile_with_nvrtc_for_hopper_and_ampere() {
-        if !nvrtc_for_tests() {
-            return;
-        }
-        for cc in [(9, 0), (8, 0)] {
-            let ptx = compile(Some(cc)).unwrap_or_else(|e| panic!("{cc:?}: {e}"));
-            for name in [
+        assert_compiles_with_nvrtc(
+            compile,
+            &[
                 "gv_fill",
                 "gv_verify",
                 "gv_fill_const",
@@ -159,15 +179,8 @@ mod tests {
                 "gv_spin",
                 "gv_chain_init",
                 "gv_chase",
-            ] {
-                assert!(
-                    ptx.contains(&format!(".entry {name}")),
-                    "{name} missing from PTX for {cc:?}"
-                );
-            }
-            let target = format!(".target sm_{}{}", cc.0, cc.1);
-            assert!(ptx.contains(&target), "PTX not built for {target}");
-        }
+            ],
+        );
     }
 
     #[test]

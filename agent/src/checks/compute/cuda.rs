@@ -258,31 +258,36 @@ impl Frame<'_> {
         CudaBlas: Gemm<T>,
     {
         let started = Instant::now();
-        let mut ops = self.operands::<T>()?;
-        let engine = self.engine(dtype)?;
-
-        // Warm-up (heuristics, clocks), then the reference check on slot 0.
-        for slot in ops.slots.iter_mut().take(2) {
-            self.gemm(&engine, &ops.a, &ops.b, slot)?;
-        }
-        self.stream.synchronize().map_err(self.err("warm-up"))?;
+        let (mut ops, engine) = self.warmed_up::<T>(dtype)?;
+        // The reference check on slot 0.
         let (ref_bad, ref_worst) = self.reference_check(dtype, &ops.a, &ops.b, &ops.slots[0])?;
 
         let mut tally = self.tally()?;
         let mut out = GemmOutcome {
-            dtype,
-            flops: 0.0,
-            gemm_seconds: 0.0,
-            iterations: 0,
-            comparisons: 0,
             mismatches: ref_bad,
             max_rel_error: ref_worst,
-            wall_seconds: 0.0,
+            ..GemmOutcome::nothing(dtype)
         };
         self.batches(&engine, &mut ops, &mut tally, &mut out, trans)?;
         self.finish(&tally, &mut out)?;
         out.wall_seconds = started.elapsed().as_secs_f64();
         Ok(out)
+    }
+
+    /// The operands and engine of a `dtype` burn, warmed up (heuristics, clocks): the first two
+    /// result slots computed.
+    fn warmed_up<T: Elem>(&self, dtype: Dtype) -> Result<(Operands<T>, Engine), BackendError>
+    where
+        CudaBlasLT: Matmul<T>,
+        CudaBlas: Gemm<T>,
+    {
+        let mut ops = self.operands::<T>()?;
+        let engine = self.engine(dtype)?;
+        for slot in ops.slots.iter_mut().take(2) {
+            self.gemm(&engine, &ops.a, &ops.b, slot)?;
+        }
+        self.stream.synchronize().map_err(self.err("warm-up"))?;
+        Ok((ops, engine))
     }
 
     /// Allocates A, B and the zeroed result slots, and fills A and B with their patterns.
@@ -469,23 +474,9 @@ impl Frame<'_> {
         CudaBlas: Gemm<T>,
     {
         let started = Instant::now();
-        let mut ops = self.operands::<T>()?;
-        let engine = self.engine(dtype)?;
-        for slot in ops.slots.iter_mut().take(2) {
-            self.gemm(&engine, &ops.a, &ops.b, slot)?;
-        }
-        self.stream.synchronize().map_err(self.err("warm-up"))?;
+        let (mut ops, engine) = self.warmed_up::<T>(dtype)?;
         let mut tally = self.tally()?;
-        let mut g = GemmOutcome {
-            dtype,
-            flops: 0.0,
-            gemm_seconds: 0.0,
-            iterations: 0,
-            comparisons: 0,
-            mismatches: 0,
-            max_rel_error: 0.0,
-            wall_seconds: 0.0,
-        };
+        let mut g = GemmOutcome::nothing(dtype);
         let _other = PhaseReset(self.phase);
         let end = started + req.duration;
         let mut cycles = 0u64;

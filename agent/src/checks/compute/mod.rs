@@ -66,6 +66,20 @@ pub struct GemmOutcome {
 }
 
 impl GemmOutcome {
+    /// A burn of `dtype` that has timed and compared nothing yet.
+    pub fn nothing(dtype: Dtype) -> Self {
+        Self {
+            dtype,
+            flops: 0.0,
+            gemm_seconds: 0.0,
+            iterations: 0,
+            comparisons: 0,
+            mismatches: 0,
+            max_rel_error: 0.0,
+            wall_seconds: 0.0,
+        }
+    }
+
     pub fn tflops(&self) -> f64 {
         if self.gemm_seconds > 0.0 {
             self.flops / self.gemm_seconds / 1e12

@@ -7,7 +7,7 @@ use gpuval_crds::{Checks, Profile, TflopsThresholds, Verdict};
 use super::power::{Phase, PhaseCell, PowerSample, next_cycle_start, watch};
 use super::*;
 use crate::backend::PowerReading;
-use crate::judge::testing::{assert_fails_with, checks_with, h200, judge};
+use crate::judge::testing::{assert_any_starts_with, assert_fails_with, checks_with, h200, judge};
 
 fn gemm(dtype: Dtype, tflops: f64) -> GemmOutcome {
     GemmOutcome {
@@ -380,7 +380,6 @@ fn pulse_flags_turn_the_pulse_on_with_defaults_for_the_rest() {
 
 /// The compute check alone (10 s burn, pulse as given) through the runner on a simulated node.
 fn simulated_burn(spec: &str, pulse: Option<gpuval_crds::PulseSpec>) -> gpuval_crds::NodeReport {
-    use crate::backend::{Backend, sim::SimBackend};
     let checks = checks_with(|c| {
         c.compute = Some(ComputeCheck {
             duration: "10s".parse().expect("duration"),
@@ -388,14 +387,7 @@ fn simulated_burn(spec: &str, pulse: Option<gpuval_crds::PulseSpec>) -> gpuval_c
             ..Default::default()
         })
     });
-    let backend = Backend::Simulated(SimBackend::new(spec.parse().expect("sim spec")));
-    let plan = crate::runner::Plan::new(checks, Default::default());
-    crate::runner::run(
-        &backend,
-        &plan,
-        &std::sync::atomic::AtomicBool::new(false),
-        &|_| {},
-    )
+    crate::judge::testing::simulated_run(spec, checks)
 }
 
 #[test]
@@ -435,12 +427,7 @@ fn the_simulated_pulse_swings_and_checks_results() {
     assert!(p(0).swing_w.is_some_and(|w| w > 500.0), "{:?}", p(0));
     assert_eq!(p(1).mismatches, 4);
     let reasons = &report.gpus[1].compute.as_ref().expect("compute").reasons;
-    assert!(
-        reasons
-            .iter()
-            .any(|r| r.starts_with("GPU1 pulse: 4 mismatched elements")),
-        "{reasons:?}"
-    );
+    assert_any_starts_with(reasons, "GPU1 pulse: 4 mismatched elements");
 }
 
 #[test]

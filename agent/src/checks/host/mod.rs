@@ -446,21 +446,12 @@ mod tests {
 
     #[test]
     fn planted_replays_fail_that_gpu_over_the_whole_run() {
-        use crate::backend::{Backend, sim::SimBackend};
         let checks = gpuval_crds::Checks {
             memory: Some(Default::default()),
             host_transfer: Some(HostTransferCheck::default()),
             ..Default::default()
         };
-        let backend =
-            Backend::Simulated(SimBackend::new("gpus=2,replay=1:40".parse().expect("spec")));
-        let plan = crate::runner::Plan::new(checks, Default::default());
-        let report = crate::runner::run(
-            &backend,
-            &plan,
-            &std::sync::atomic::AtomicBool::new(false),
-            &|_| {},
-        );
+        let report = crate::judge::testing::simulated_run("gpus=2,replay=1:40", checks);
         let h = |i: usize| report.gpus[i].host_transfer.clone().expect("host transfer");
         assert_eq!(h(0).verdict, Verdict::Pass, "{:?}", h(0).reasons);
         assert_eq!(h(0).pcie.and_then(|p| p.replays), Some(0));

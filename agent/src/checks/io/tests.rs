@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::*;
+use crate::judge::testing::assert_any_contains;
 
 const KIB: u64 = 1024;
 
@@ -315,18 +316,8 @@ fn o_direct_refused_falls_back_and_says_so() {
     );
     assert_eq!(out.mismatches, 0);
     assert!(out.free_bytes_before.is_none());
-    assert!(
-        out.notes
-            .iter()
-            .any(|n| n.contains("does not report its size")),
-        "{:?}",
-        out.notes
-    );
-    assert!(
-        out.notes.iter().any(|n| n.contains("memory speed")),
-        "{:?}",
-        out.notes
-    );
+    assert_any_contains(&out.notes, "does not report its size");
+    assert_any_contains(&out.notes, "memory speed");
     assert_eq!(entries(d.path()), Vec::<String>::new());
 }
 

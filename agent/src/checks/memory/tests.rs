@@ -324,18 +324,8 @@ fn patterns_come_from_the_spec_and_the_flag_once_each_in_order() {
 
 #[test]
 fn a_planted_stuck_bit_is_reported_by_bit_through_the_runner() {
-    use crate::backend::{Backend, sim::SimBackend};
     let checks = memory_checks(MemoryCheck::default());
-    let backend = Backend::Simulated(SimBackend::new(
-        "gpus=2,fail=memory@1".parse().expect("spec"),
-    ));
-    let plan = crate::runner::Plan::new(checks, Default::default());
-    let report = crate::runner::run(
-        &backend,
-        &plan,
-        &std::sync::atomic::AtomicBool::new(false),
-        &|_| {},
-    );
+    let report = crate::judge::testing::simulated_run("gpus=2,fail=memory@1", checks);
     let m = |i: usize| report.gpus[i].memory.clone().expect("memory");
     assert_eq!(m(0).verdict, Verdict::Pass, "{:?}", m(0).reasons);
     assert_eq!(m(0).patterns.len(), 3);

@@ -237,6 +237,7 @@ mod tests {
     use super::*;
     use crate::backend::GpuInfo;
     use crate::checks::nccl::judge::{JudgeContext, judge};
+    use crate::judge::testing::assert_any_contains;
     use gpuval_crds::{GpuHealth, NcclCheck, Verdict};
     use std::sync::atomic::AtomicBool;
 
@@ -315,12 +316,9 @@ mod tests {
     fn shm_fallback_fails_on_an_nvlink_node() {
         let r = judged(&NcclCheck::default(), &[SimFault::ShmFallback]);
         assert_eq!(r.verdict, Verdict::Fail);
-        assert!(
-            r.reasons.iter().any(|m| m.contains(
-                "fell back from NVLink peer-to-peer: GPU0->GPU1 via SHM (24 connections)"
-            )),
-            "{:?}",
-            r.reasons
+        assert_any_contains(
+            &r.reasons,
+            "fell back from NVLink peer-to-peer: GPU0->GPU1 via SHM (24 connections)",
         );
     }
 

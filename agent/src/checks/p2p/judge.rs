@@ -279,6 +279,11 @@ mod tests {
         assert!(r.pairs.iter().all(|p| p.verdict == Verdict::Pass));
     }
 
+    /// Asserts that one of `reasons` says exactly `want`.
+    fn assert_names(reasons: &[gpuval_crds::Reason], want: &str) {
+        assert!(reasons.iter().any(|x| x == want), "{want}: {reasons:#?}");
+    }
+
     #[test]
     fn a_pair_under_the_profile_floor_is_named() {
         let checks = Checks::default();
@@ -287,12 +292,9 @@ mod tests {
         let out = all_pairs(4, |a, b| if a == 3 || b == 3 { 120.0 } else { 392.0 });
         let r = with_defaults(judge(&checks, Profile::Auto), &gpus, &out);
         assert_eq!(r.verdict, Verdict::Fail);
-        assert!(
-            r.reasons
-                .iter()
-                .any(|x| x == "GPU1->GPU3 unidirectional 120 GB/s < 320 GB/s (H200 profile)"),
-            "{:#?}",
-            r.reasons
+        assert_names(
+            &r.reasons,
+            "GPU1->GPU3 unidirectional 120 GB/s < 320 GB/s (H200 profile)",
         );
         let bad = r
             .pairs
@@ -318,17 +320,13 @@ mod tests {
             &LinkErrorMoves::default(),
         );
         assert_eq!(r.verdict, Verdict::Fail);
-        assert!(
-            r.reasons
-                .iter()
-                .any(|x| x == "GPU0->GPU1 unidirectional 392 GB/s < 400 GB/s (spec)")
+        assert_names(
+            &r.reasons,
+            "GPU0->GPU1 unidirectional 392 GB/s < 400 GB/s (spec)",
         );
-        assert!(
-            r.reasons
-                .iter()
-                .any(|x| x == "GPU1->GPU0 copy latency 8.0 µs > 5 µs (spec maxLatencyMicros)"),
-            "{:#?}",
-            r.reasons
+        assert_names(
+            &r.reasons,
+            "GPU1->GPU0 copy latency 8.0 µs > 5 µs (spec maxLatencyMicros)",
         );
     }
 
@@ -360,15 +358,10 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Error);
         assert_eq!(r.pairs[0].verdict, Verdict::Fail);
         assert_eq!(r.pairs[1].verdict, Verdict::Error);
-        assert!(
-            r.reasons
-                .iter()
-                .any(|x| x == "GPU0->GPU1: 7 words arrived corrupted")
-        );
-        assert!(
-            r.reasons
-                .iter()
-                .any(|x| x == "GPU1->GPU0: copy to GPU0: CUDA_ERROR_LAUNCH_FAILED")
+        assert_names(&r.reasons, "GPU0->GPU1: 7 words arrived corrupted");
+        assert_names(
+            &r.reasons,
+            "GPU1->GPU0: copy to GPU0: CUDA_ERROR_LAUNCH_FAILED",
         );
     }
 
@@ -482,18 +475,11 @@ mod tests {
 
     #[test]
     fn one_gpu_skips_p2p() {
-        let backend = SimBackend::new("gpus=1".parse().unwrap());
         let checks = Checks {
             p2p: Some(P2pCheck::default()),
             ..Default::default()
         };
-        let stop = AtomicBool::new(false);
-        let report = runner::run(
-            &Backend::Simulated(backend),
-            &Plan::new(checks, Thresholds::default()),
-            &stop,
-            &|_| {},
-        );
+        let report = crate::judge::testing::simulated_run("gpus=1", checks);
         let p2p = report.p2p.unwrap();
         assert_eq!(p2p.verdict, Verdict::Skipped);
         assert_eq!(report.verdict, Verdict::Pass);

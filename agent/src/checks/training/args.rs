@@ -3,6 +3,8 @@
 
 use gpuval_crds::{Duration, TrainingCheck};
 
+use crate::config::given;
+
 /// Training check flags.
 #[derive(clap::Args, Debug, Clone, Default, PartialEq)]
 #[group(skip)]
@@ -65,22 +67,15 @@ impl Flags {
             min_scaling,
             max_exposed,
         } = self;
-        let set = |slot: &mut i32, v: &Option<i32>| {
-            if let Some(v) = v {
-                *slot = *v;
-            }
-        };
-        set(&mut spec.hidden_size, hidden);
-        set(&mut spec.layers, layers);
-        set(&mut spec.batch_size, batch);
-        set(&mut spec.sequence_length, sequence);
-        set(&mut spec.bucket_mib, bucket_mib);
-        set(&mut spec.steps, steps);
-        set(&mut spec.warmup_steps, warmup);
-        set(&mut spec.checksum_every, checksum_every);
-        if let Some(t) = timeout {
-            spec.timeout = *t;
-        }
+        given(&mut spec.hidden_size, hidden);
+        given(&mut spec.layers, layers);
+        given(&mut spec.batch_size, batch);
+        given(&mut spec.sequence_length, sequence);
+        given(&mut spec.bucket_mib, bucket_mib);
+        given(&mut spec.steps, steps);
+        given(&mut spec.warmup_steps, warmup);
+        given(&mut spec.checksum_every, checksum_every);
+        given(&mut spec.timeout, timeout);
         spec.min_samples_per_second_per_gpu = min_samples.or(spec.min_samples_per_second_per_gpu);
         spec.min_scaling_efficiency = min_scaling.or(spec.min_scaling_efficiency);
         spec.max_exposed_comm_fraction = max_exposed.or(spec.max_exposed_comm_fraction);

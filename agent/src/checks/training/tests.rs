@@ -2,16 +2,11 @@
 //! planted divergence fails exactly the GPU it was planted on, a slow all-reduce shows as
 //! exposed communication, a hang is an error.
 
-use std::sync::atomic::AtomicBool;
+use gpuval_crds::{Checks, NodeReport, TrainingCheck, Verdict};
 
-use gpuval_crds::{Checks, NodeReport, Thresholds, TrainingCheck, Verdict};
-
-use crate::backend::Backend;
-use crate::backend::sim::SimBackend;
-use crate::checks::Plan;
+use crate::judge::testing::{assert_any_contains, assert_any_starts_with};
 
 fn report(spec: &str) -> NodeReport {
-    let backend = Backend::Simulated(SimBackend::new(spec.parse().expect("valid spec")));
     let checks = Checks {
         training: Some(TrainingCheck {
             timeout: "1s".parse().expect("a duration"),
@@ -19,8 +14,7 @@ fn report(spec: &str) -> NodeReport {
         }),
         ..Default::default()
     };
-    let plan = Plan::new(checks, Thresholds::default());
-    crate::runner::run(&backend, &plan, &AtomicBool::new(false), &|_| {})
+    crate::judge::testing::simulated_run(spec, checks)
 }
 
 #[test]
@@ -30,11 +24,7 @@ fn a_clean_simulated_run_passes_and_says_it_is_simulated() {
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.failures);
     assert_eq!(t.verdict, Verdict::Pass, "{:?}", t.reasons);
     assert!(r.simulated);
-    assert!(
-        t.notes.iter().any(|n| n.starts_with("simulated")),
-        "{:?}",
-        t.notes
-    );
+    assert_any_starts_with(&t.notes, "simulated");
     assert!(t.replicas.identical);
     let f = t.figures.as_ref().expect("figures");
     assert!(
@@ -54,14 +44,7 @@ fn a_planted_divergence_fails_the_gpu_it_was_planted_on() {
     let d = t.replicas.divergence.as_ref().expect("a divergence");
     assert_eq!((d.gpus.as_slice(), d.majority), (&[5][..], true));
     assert_eq!(r.gpus[5].verdict, Verdict::Fail);
-    assert!(
-        r.gpus[5]
-            .reasons
-            .iter()
-            .any(|w| w.starts_with("GPU5: weights diverged at step 20")),
-        "{:?}",
-        r.gpus[5].reasons
-    );
+    assert_any_starts_with(&r.gpus[5].reasons, "GPU5: weights diverged at step 20");
     for (i, g) in r.gpus.iter().enumerate().filter(|(i, _)| *i != 5) {
         assert_eq!(g.verdict, Verdict::Pass, "GPU{i}: {:?}", g.reasons);
     }
@@ -72,11 +55,7 @@ fn a_slow_all_reduce_is_exposed_communication() {
     let r = report("gpus=8,slow=training@3:0.05");
     let t = r.training.as_ref().expect("a training result");
     assert_eq!(t.verdict, Verdict::Fail);
-    assert!(
-        t.reasons.iter().any(|w| w.contains("did not hide")),
-        "{:?}",
-        t.reasons
-    );
+    assert_any_contains(&t.reasons, "did not hide");
 }
 
 #[test]
@@ -85,11 +64,7 @@ fn a_hang_is_an_error_and_one_gpu_is_skipped() {
         .training
         .expect("a training result");
     assert_eq!(t.verdict, Verdict::Error);
-    assert!(
-        t.reasons.iter().any(|w| w.contains("did not finish")),
-        "{:?}",
-        t.reasons
-    );
+    assert_any_contains(&t.reasons, "did not finish");
     let t = report("gpus=1").training.expect("a training result");
     assert_eq!(t.verdict, Verdict::Skipped);
 }

@@ -155,18 +155,10 @@ mod tests {
     /// Compiles the real kernel source with NVRTC when the library is loadable.
     #[test]
     fn nccl_kernels_compile_with_nvrtc() {
-        if !crate::backend::cuda::kernels::nvrtc_for_tests() {
-            return;
-        }
-        for cc in [(9, 0), (8, 0)] {
-            let ptx = compile(Some(cc)).unwrap_or_else(|e| panic!("{cc:?}: {e}"));
-            for name in ["gv_nccl_fill", "gv_nccl_check"] {
-                assert!(
-                    ptx.contains(&format!(".entry {name}")),
-                    "{name} missing for {cc:?}"
-                );
-            }
-        }
+        crate::backend::cuda::kernels::assert_compiles_with_nvrtc(
+            compile,
+            &["gv_nccl_fill", "gv_nccl_check"],
+        );
     }
 
     #[test]

@@ -150,17 +150,6 @@ mod tests {
     /// Compiles the real kernel source with NVRTC when the library is loadable.
     #[test]
     fn training_kernels_compile_with_nvrtc() {
-        if !crate::backend::cuda::kernels::nvrtc_for_tests() {
-            return;
-        }
-        for cc in [(9, 0), (8, 0)] {
-            let ptx = compile(Some(cc)).unwrap_or_else(|e| panic!("{cc:?}: {e}"));
-            for name in NAMES {
-                assert!(
-                    ptx.contains(&format!(".entry {name}")),
-                    "{name} missing for {cc:?}"
-                );
-            }
-        }
+        crate::backend::cuda::kernels::assert_compiles_with_nvrtc(compile, &NAMES);
     }
 }
