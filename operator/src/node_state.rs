@@ -510,7 +510,10 @@ mod tests {
         assert_eq!((current(&node), marked(&node)), before);
         let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
         assert_eq!(
-            conditions.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(),
+            conditions
+                .iter()
+                .map(|c| c.type_.as_str())
+                .collect::<Vec<_>>(),
             [CONDITION],
             "only this controller's condition stays"
         );

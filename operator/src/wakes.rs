@@ -70,8 +70,10 @@ pub fn node_wakes(rx: mpsc::UnboundedReceiver<NodeWake>) -> impl Stream<Item = N
 /// One item each time some Node changed since the last was taken: changes that come faster
 /// than the reader coalesce into one (the schedule controller rereads every node anyway).
 pub fn nodes_changed(rx: watch::Receiver<u64>) -> impl Stream<Item = ()> {
-    stream::unfold(rx, |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })
-        .boxed()
+    stream::unfold(rx, |mut rx| async move {
+        rx.changed().await.ok().map(|()| ((), rx))
+    })
+    .boxed()
 }
 
 #[cfg(test)]
@@ -84,13 +86,23 @@ mod tests {
         wakes.node_touched("gpu-a");
         wakes.node_touched("gpu-b");
         let mut node_state = Box::pin(node_wakes(woken.node_state));
-        assert_eq!(node_state.next().await, Some(NodeWake::Node("gpu-a".into())));
-        assert_eq!(node_state.next().await, Some(NodeWake::Node("gpu-b".into())));
+        assert_eq!(
+            node_state.next().await,
+            Some(NodeWake::Node("gpu-a".into()))
+        );
+        assert_eq!(
+            node_state.next().await,
+            Some(NodeWake::Node("gpu-b".into()))
+        );
         let mut schedules = nodes_changed(woken.nodes_changed);
         assert_eq!(schedules.next().await, Some(()), "two changes, one wake");
         wakes.node_touched("gpu-c");
         assert_eq!(schedules.next().await, Some(()));
         drop(wakes);
-        assert_eq!(schedules.next().await, None, "the sender gone ends the stream");
+        assert_eq!(
+            schedules.next().await,
+            None,
+            "the sender gone ends the stream"
+        );
     }
 }
