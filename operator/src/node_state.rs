@@ -310,8 +310,18 @@ fn error_policy(node: Arc<Node>, err: &Error, _ctx: Arc<NodeStateCtx>) -> Action
 }
 
 /// Runs the node-state controller until the task is dropped, woken by `wakes` (from the
-/// validation controller's Node and result watches) and by its own watch of validations.
-pub async fn run(ctx: Arc<Ctx>, wakes: mpsc::UnboundedReceiver<NodeWake>) {
+/// validation controller's Node and result watches) and by its own watch of validations. It
+/// starts once the operator's stores are filled (`filled`; see
+/// `controller::mark_ready_when_filled`): the wakes sent before wait in their channel, and each
+/// node is then looked at once.
+pub async fn run(
+    ctx: Arc<Ctx>,
+    wakes: mpsc::UnboundedReceiver<NodeWake>,
+    filled: tokio::sync::oneshot::Receiver<()>,
+) {
+    if filled.await.is_err() {
+        return;
+    }
     let (validations, validation_writer) = reflector::store();
     let validation_events = watcher(
         Api::<GpuValidation>::all(ctx.client.clone()),
