@@ -275,22 +275,7 @@ pub async fn run(
     let (rounds, round_writer) = reflector::store();
     let runs = Arc::new(Runs::default());
     let pods = Arc::new(PodViews::default());
-    let pod_stream = watcher(
-        Api::<Pod>::namespaced(client.clone(), &ns),
-        watcher::Config::default().labels(&managed_selector()),
-    )
-    .backoff(crate::watch_backoff::watch_backoff())
-    .map_ok({
-        let (pods, runs) = (pods.clone(), runs.clone());
-        move |event| {
-            for (uid, name, node) in pods.apply(&event) {
-                runs.touch(&uid, Owned::Pod, &name, Some(&node));
-            }
-            event
-        }
-    })
-    .touched_objects()
-    .inspect(toucher(runs.clone(), Owned::Pod));
+    let pod_stream = pod_stream(Api::namespaced(client.clone(), &ns), &pods, &runs);
     let figures = Arc::new(FigureFetcher::new(metrics.fleet.clone()));
     let offers = figures.clone();
     let (wakes, woken) = Wakes::new();
@@ -303,10 +288,10 @@ pub async fn run(
     )
     .inspect(toucher(runs.clone(), Owned::Result))
     .inspect(move |r| {
-        r.iter().for_each(|r| {
+        if let Ok(r) = r {
             offers.offer(r);
             result_wakes.result_touched(r);
-        })
+        }
     });
     let round_stream = reflected(
         Api::<GpuFabricRound>::namespaced(client.clone(), &ns),
@@ -316,18 +301,17 @@ pub async fn run(
     );
     let touched = runs.clone();
     let node_stream = reflected(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
+        Api::all(client.clone()),
+        Default::default(),
         node_writer,
         trim_node,
     )
     .inspect(move |n| {
-        n.iter().for_each(|n| {
+        if let Ok(n) = n {
             touched.touch_node(&n.name_any());
             wakes.node_touched(&n.name_any());
-        })
+        }
     });
-
     let gv_api: Api<GpuValidation> = Api::all(client.clone());
     let controller = Controller::new(gv_api, watcher::Config::default().any_semantic());
     let validations = controller.store();
@@ -348,17 +332,9 @@ pub async fn run(
     tokio::spawn(mark_ready_when_filled(ctx.clone(), ready, filled));
     tokio::spawn(figures.run(Api::namespaced(ctx.client.clone(), &ns), ctx.nodes.clone()));
     // Schedules, admission and node state: their own controllers over the same stores.
-    let lifecycle = [
-        tokio::spawn(crate::schedule::shell::run(
-            ctx.clone(),
-            woken.nodes_changed,
-        )),
-        tokio::spawn(crate::node_state::run(
-            ctx.clone(),
-            woken.node_state,
-            when_filled,
-        )),
-    ];
+    let schedules = crate::schedule::shell::run(ctx.clone(), woken.nodes_changed);
+    let node_state = crate::node_state::run(ctx.clone(), woken.node_state, when_filled);
+    let lifecycle = [tokio::spawn(schedules), tokio::spawn(node_state)];
 
     controller
         .with_config(controller_config(&cfg))
@@ -374,6 +350,26 @@ pub async fn run(
         .for_each(log_outcome)
         .await;
     lifecycle.iter().for_each(tokio::task::JoinHandle::abort);
+}
+
+/// The agent pods' watch: each event kept in `pods` as a view (the pods a relist found gone
+/// touch their run), then the pod that changed touches its run.
+fn pod_stream(
+    api: Api<Pod>,
+    pods: &Arc<PodViews>,
+    runs: &Arc<Runs>,
+) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+    let (views, touched) = (pods.clone(), runs.clone());
+    watcher(api, watcher::Config::default().labels(&managed_selector()))
+        .backoff(crate::watch_backoff::watch_backoff())
+        .map_ok(move |event| {
+            for (uid, name, node) in views.apply(&event) {
+                touched.touch(&uid, Owned::Pod, &name, Some(&node));
+            }
+            event
+        })
+        .touched_objects()
+        .inspect(toucher(runs.clone(), Owned::Pod))
 }
 
 /// The event recorder, reporting as this operator (and this replica, when it knows its pod).
