@@ -308,8 +308,9 @@ pub async fn run(
     )
     .inspect(move |n| {
         if let Ok(n) = n {
-            touched.touch_node(&n.name_any());
-            wakes.node_touched(&n.name_any());
+            let name = n.name_any();
+            touched.touch_node(&name);
+            wakes.node_touched(&name);
         }
     });
     let gv_api: Api<GpuValidation> = Api::all(client.clone());

@@ -5,7 +5,9 @@
 //! (Three watches and three caches of every Node cost the operator a copy of each node per
 //! controller.)
 
-use futures::{Stream, StreamExt, stream};
+#[cfg(test)]
+use futures::StreamExt;
+use futures::{Stream, stream};
 use gpuval_crds::GpuNodeResult;
 use kube::api::PartialObjectMeta;
 use tokio::sync::{mpsc, watch};
@@ -22,19 +24,19 @@ pub enum NodeWake {
 #[derive(Clone)]
 pub struct Wakes {
     node_state: mpsc::UnboundedSender<NodeWake>,
-    nodes_changed: watch::Sender<u64>,
+    nodes_changed: watch::Sender<()>,
 }
 
 /// The receiving sides, one per woken controller.
 pub struct Woken {
     pub node_state: mpsc::UnboundedReceiver<NodeWake>,
-    pub nodes_changed: watch::Receiver<u64>,
+    pub nodes_changed: watch::Receiver<()>,
 }
 
 impl Wakes {
     pub fn new() -> (Self, Woken) {
         let (node_state, node_state_rx) = mpsc::unbounded_channel();
-        let (nodes_changed, nodes_changed_rx) = watch::channel(0);
+        let (nodes_changed, nodes_changed_rx) = watch::channel(());
         (
             Self {
                 node_state,
@@ -51,7 +53,7 @@ impl Wakes {
     pub fn node_touched(&self, name: &str) {
         // A controller that has stopped has nothing left to wake.
         let _ = self.node_state.send(NodeWake::Node(name.to_string()));
-        self.nodes_changed.send_modify(|n| *n = n.wrapping_add(1));
+        self.nodes_changed.send_replace(());
     }
 
     /// Result `r` was added, changed or removed (its store already says so).
@@ -69,11 +71,10 @@ pub fn node_wakes(rx: mpsc::UnboundedReceiver<NodeWake>) -> impl Stream<Item = N
 
 /// One item each time some Node changed since the last was taken: changes that come faster
 /// than the reader coalesce into one (the schedule controller rereads every node anyway).
-pub fn nodes_changed(rx: watch::Receiver<u64>) -> impl Stream<Item = ()> {
+pub fn nodes_changed(rx: watch::Receiver<()>) -> impl Stream<Item = ()> {
     stream::unfold(rx, |mut rx| async move {
         rx.changed().await.ok().map(|()| ((), rx))
     })
-    .boxed()
 }
 
 #[cfg(test)]
@@ -94,7 +95,7 @@ mod tests {
             node_state.next().await,
             Some(NodeWake::Node("gpu-b".into()))
         );
-        let mut schedules = nodes_changed(woken.nodes_changed);
+        let mut schedules = Box::pin(nodes_changed(woken.nodes_changed));
         assert_eq!(schedules.next().await, Some(()), "two changes, one wake");
         wakes.node_touched("gpu-c");
         assert_eq!(schedules.next().await, Some(()));

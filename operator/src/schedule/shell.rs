@@ -341,7 +341,7 @@ fn owner_schedule(v: &GpuValidation) -> Option<ObjectRef<GpuValidationSchedule>>
 }
 
 /// Runs the schedule controller until the task is dropped.
-pub async fn run(ctx: Arc<Ctx>, nodes_changed: tokio::sync::watch::Receiver<u64>) {
+pub async fn run(ctx: Arc<Ctx>, nodes_changed: tokio::sync::watch::Receiver<()>) {
     let client = ctx.client.clone();
     let controller = Controller::new(
         Api::<GpuValidationSchedule>::all(client.clone()),
