@@ -6,6 +6,7 @@
 //! [`PcieResult`]) of those checks.
 
 use kube::KubeSchema;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::Duration;
@@ -52,17 +53,7 @@ fn default_pulse_duration() -> Duration {
 
 /// A memory test pattern.
 #[derive(
-    schemars::JsonSchema,
-    Serialize,
-    Deserialize,
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
 )]
 #[serde(rename_all = "camelCase")]
 pub enum MemoryPattern {

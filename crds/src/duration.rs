@@ -3,7 +3,7 @@
 
 use std::{borrow::Cow, fmt, str::FromStr};
 
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::json_schema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The form every duration field accepts: one or more `<number><unit>` groups, units `ms`, `s`,
@@ -235,23 +235,13 @@ impl<'de> Deserialize<'de> for Duration {
     }
 }
 
-impl JsonSchema for Duration {
-    fn schema_name() -> Cow<'static, str> {
-        "Duration".into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    /// A string of bounded length; its form and range are one rule on the field
-    /// ([`DurationRange::rule`]), so that a bad value gets one message.
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "maxLength": MAX_LEN,
-            "description": "A duration such as 90s, 5m, 1h30m or 24h (units ms, s, m, h; no sign).",
-        })
-    }
-}
+// A string of bounded length; its form and range are one rule on the field
+// ([`DurationRange::rule`]), so that a bad value gets one message.
+crate::schema::inline_schema!(Duration, |_| json_schema!({
+    "type": "string",
+    "maxLength": MAX_LEN,
+    "description": "A duration such as 90s, 5m, 1h30m or 24h (units ms, s, m, h; no sign).",
+}));
 
 /// The range a duration field accepts, and the one schema rule that enforces its form and range
 /// together: the rule tests [`DURATION_PATTERN`] before it converts the string, so a malformed,

@@ -11,6 +11,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::Duration;
@@ -154,7 +155,7 @@ fn default_tcp_duration() -> Duration {
 }
 
 /// What a group of a round measures.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FabricKind {
     /// One NCCL communicator over every GPU of the group's nodes.
     Nccl,
@@ -218,7 +219,7 @@ pub struct FabricRoundSpec {
 }
 
 /// One group of a round.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct FabricGroup {
     /// Unique within the round.
@@ -235,7 +236,7 @@ pub struct FabricGroup {
 
 /// What one agent measured in one group of one round (one element of the JSON array in its
 /// result's [`FABRIC_OUTCOMES`](crate::labels::FABRIC_OUTCOMES) annotation).
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct FabricOutcome {
     pub round: i32,
@@ -271,7 +272,7 @@ pub struct FabricOutcome {
 }
 
 /// A member's failure, and whose it is.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct FabricError {
     /// `Local`: this node failed on its own (its NCCL could not start, it has no route to the
@@ -282,7 +283,7 @@ pub struct FabricError {
 }
 
 /// Whose failure a [`FabricError`] is.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FabricErrorKind {
     Local,
     Peer,
@@ -294,7 +295,7 @@ pub fn parse_outcomes(annotation: &str) -> Result<Vec<FabricOutcome>, String> {
 }
 
 /// The phase of the fabric test.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FabricPhase {
     /// Node checks still running.
     Waiting,
@@ -324,7 +325,7 @@ impl FabricPhase {
 }
 
 /// The validation's fabric line.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct FabricStatus {
     pub phase: FabricPhase,

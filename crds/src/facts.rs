@@ -4,6 +4,7 @@
 //! versions in the validation's status with the nodes that differ from the majority.
 
 use kube::KubeSchema;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::report::Verdict;
@@ -14,7 +15,7 @@ pub const MAX_BUS_IDS: usize = 64;
 pub const BUS_ID_PATTERN: &str = r"^([0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$";
 
 /// What a mode should be.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ModeExpectation {
     On,
     Off,
@@ -112,7 +113,7 @@ pub fn canonical_bus_id(s: &str) -> String {
 }
 
 /// Where a node's GPU count expectation came from.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CountSource {
     /// `spec.expect.gpuCount`.
     Spec,
@@ -166,17 +167,7 @@ pub struct Versions {
 
 /// A versioned component of a node.
 #[derive(
-    schemars::JsonSchema,
-    Serialize,
-    Deserialize,
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Component {

@@ -3,23 +3,14 @@
 //! chose, hangs aborted. [`NcclCheck`] is its spec section, [`NcclResult`] its report section.
 
 use kube::KubeSchema;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{Duration, report::Verdict};
 
 /// A collective operation.
 #[derive(
-    schemars::JsonSchema,
-    Serialize,
-    Deserialize,
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
 )]
 #[serde(rename_all = "camelCase")]
 pub enum Collective {
@@ -52,9 +43,7 @@ impl std::str::FromStr for Collective {
 }
 
 /// The element type of a collective's buffers.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
-)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum NcclDtype {
     #[default]

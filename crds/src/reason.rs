@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::report::Verdict;
@@ -18,22 +19,14 @@ use crate::report::Verdict;
 /// A JSON schema `{type: string, enum: [...]}` over an [`api_spelling!`] enum's `ALL`.
 macro_rules! string_enum_schema {
     ($ty:ident, $description:literal) => {
-        impl schemars::JsonSchema for $ty {
-            fn schema_name() -> std::borrow::Cow<'static, str> {
-                stringify!($ty).into()
-            }
-            fn inline_schema() -> bool {
-                true
-            }
-            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                let names: Vec<&str> = $ty::ALL.iter().map(|v| v.as_str()).collect();
-                schemars::json_schema!({
-                    "type": "string",
-                    "enum": names,
-                    "description": $description,
-                })
-            }
-        }
+        crate::schema::inline_schema!($ty, |_| {
+            let names: Vec<&str> = $ty::ALL.iter().map(|v| v.as_str()).collect();
+            schemars::json_schema!({
+                "type": "string",
+                "enum": names,
+                "description": $description,
+            })
+        });
     };
 }
 
@@ -282,22 +275,10 @@ impl Code {
     }
 }
 
-impl schemars::JsonSchema for Code {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Code".into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        let names: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
-        schemars::json_schema!({
-            "type": "string",
-            "enum": names,
-            "description": "A reason's stable code (see the README's list of codes).",
-        })
-    }
-}
+string_enum_schema!(
+    Code,
+    "A reason's stable code (see the README's list of codes)."
+);
 
 /// The schema of an overridable code: the codes a validation may name.
 fn overridable_code_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -433,27 +414,19 @@ impl<'de> Deserialize<'de> for Reason {
     }
 }
 
-impl schemars::JsonSchema for Reason {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Reason".into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "object",
-            "description": "Why a verdict is what it is: a stable code, its severity, the recommended action, and the message in plain words.",
-            "properties": {
-                "code": {"type": "string", "description": "The reason's stable code (README: reason codes)."},
-                "severity": g.subschema_for::<Severity>(),
-                "action": g.subschema_for::<Action>(),
-                "message": {"type": "string"},
-            },
-            "required": ["code", "severity", "action", "message"],
-        })
-    }
-}
+crate::schema::inline_schema!(Reason, |g| {
+    schemars::json_schema!({
+        "type": "object",
+        "description": "Why a verdict is what it is: a stable code, its severity, the recommended action, and the message in plain words.",
+        "properties": {
+            "code": {"type": "string", "description": "The reason's stable code (README: reason codes)."},
+            "severity": g.subschema_for::<Severity>(),
+            "action": g.subschema_for::<Action>(),
+            "message": {"type": "string"},
+        },
+        "required": ["code", "severity", "action", "message"],
+    })
+});
 
 /// The verdict of a result whose reasons are `reasons`: the worst their severities give, Pass
 /// with none.
@@ -484,7 +457,7 @@ pub fn action_of<'a>(reasons: impl IntoIterator<Item = &'a Reason>) -> Action {
 }
 
 /// `spec.severityOverrides[]`: reasons of `code` get `severity` instead of their default.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SeverityOverride {
     #[schemars(schema_with = "overridable_code_schema")]

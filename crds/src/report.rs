@@ -3,6 +3,7 @@
 //! words at each level (check, GPU, node).
 
 use kube::KubeSchema;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::reason::Action;
@@ -10,7 +11,7 @@ use crate::spec::Dtype;
 
 /// The outcome of a check, a GPU or a node. Ordered from best to worst so `max` combines.
 #[derive(
-    schemars::JsonSchema,
+    JsonSchema,
     Serialize,
     Deserialize,
     Clone,

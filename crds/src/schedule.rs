@@ -8,6 +8,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -106,9 +107,7 @@ fn default_failed_history() -> i32 {
 }
 
 /// `spec.concurrencyPolicy`.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
-)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ConcurrencyPolicy {
     /// Start the new run beside the running one.
     Allow,
@@ -182,9 +181,7 @@ impl Default for AdmissionTaint {
 }
 
 /// A taint effect.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
-)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TaintEffect {
     #[default]
     NoSchedule,

@@ -5,6 +5,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{Duration, duration::DurationRange, names, rules, status::GpuValidationStatus};
@@ -142,22 +143,12 @@ pub const MAX_NODE_NAMES: usize = 5000;
 #[serde(transparent)]
 pub struct NodeName(pub String);
 
-impl schemars::JsonSchema for NodeName {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "NodeName".into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "string",
-            "maxLength": names::DNS1123_SUBDOMAIN_MAX,
-            "pattern": names::NODE_NAME_PATTERN,
-            "description": "A node name (lower-case DNS-1123 subdomain).",
-        })
-    }
-}
+crate::schema::inline_schema!(NodeName, |_| schemars::json_schema!({
+    "type": "string",
+    "maxLength": names::DNS1123_SUBDOMAIN_MAX,
+    "pattern": names::NODE_NAME_PATTERN,
+    "description": "A node name (lower-case DNS-1123 subdomain).",
+}));
 
 /// The checks of a validation. Each present section enables that check with its settings.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -262,17 +253,7 @@ fn default_passes() -> i32 {
 
 /// A matrix-multiply data type.
 #[derive(
-    schemars::JsonSchema,
-    Serialize,
-    Deserialize,
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
@@ -537,9 +518,7 @@ fn default_files() -> i32 {
 }
 
 /// Which built-in model expectations apply.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
-)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Profile {
     /// Pick by the GPU's reported name; GPUs of unknown models get relative checks only.
     #[default]
@@ -584,9 +563,7 @@ fn default_relative() -> i32 {
 }
 
 /// What to do to a node that fails.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
-)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum NodeAction {
     /// Report only.
     #[default]

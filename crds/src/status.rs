@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::KubeSchema;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::report::Verdict;
@@ -98,9 +99,7 @@ macro_rules! parsed_by_name {
 }
 
 /// Where a validation stands.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
-)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Phase {
     /// Accepted; nodes not resolved or pods not started yet.
     #[default]
@@ -130,9 +129,7 @@ impl Phase {
 parsed_by_name!(Phase, "phase");
 
 /// One node's verdict in the validation status.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
-)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum NodeVerdict {
     /// Pod not started yet.
     #[default]

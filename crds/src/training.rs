@@ -9,14 +9,13 @@
 //! settings are meant to drive one group across nodes once the fabric phase runs it.
 
 use kube::KubeSchema;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{Duration, report::Verdict};
 
 /// The element type of the weights, activations and gradients.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
-)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum TrainingDtype {
     #[default]

@@ -4,12 +4,13 @@
 //! come from NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors); the descriptions are
 //! ours. A fatal Xid seen during a run fails the GPU; any other warns.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::reason::{Action, Code};
 
 /// The catalogue's immediate action for an Xid.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum XidResolution {
     /// Nothing to do for the GPU (`IGNORE`).
     Ignore,
@@ -450,7 +451,7 @@ pub fn lookup(xid: i64) -> Option<&'static XidEntry> {
 }
 
 /// An Xid seen during a run, with its meaning (in a GPU's telemetry summary).
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct XidSeen {
     pub xid: i64,
