@@ -163,14 +163,10 @@ pub enum FabricKind {
     Tcp,
 }
 
-impl FabricKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FabricKind::Nccl => "Nccl",
-            FabricKind::Tcp => "Tcp",
-        }
-    }
-}
+crate::status::api_spelling!(FabricKind {
+    Nccl => "Nccl",
+    Tcp => "Tcp",
+});
 
 /// A round of the fabric test: which nodes measure together, and where they meet. Written once
 /// by the operator; agents watch them and run the groups they are in, in `id` order.
@@ -313,16 +309,15 @@ impl FabricPhase {
             FabricPhase::Passed | FabricPhase::Failed | FabricPhase::Skipped
         )
     }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FabricPhase::Waiting => "Waiting",
-            FabricPhase::Running => "Running",
-            FabricPhase::Passed => "Passed",
-            FabricPhase::Failed => "Failed",
-            FabricPhase::Skipped => "Skipped",
-        }
-    }
 }
+
+crate::status::api_spelling!(FabricPhase {
+    Waiting => "Waiting",
+    Running => "Running",
+    Passed => "Passed",
+    Failed => "Failed",
+    Skipped => "Skipped",
+});
 
 /// The validation's fabric line.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -189,16 +189,12 @@ pub enum TaintEffect {
     NoExecute,
 }
 
-impl TaintEffect {
-    /// The effect as the Node API writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaintEffect::NoSchedule => "NoSchedule",
-            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
-            TaintEffect::NoExecute => "NoExecute",
-        }
-    }
-}
+// The effect as the Node API writes it.
+crate::status::api_spelling!(TaintEffect {
+    NoSchedule => "NoSchedule",
+    PreferNoSchedule => "PreferNoSchedule",
+    NoExecute => "NoExecute",
+});
 
 /// A node a run left out, and why.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]

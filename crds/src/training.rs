@@ -22,13 +22,9 @@ pub enum TrainingDtype {
     Bf16,
 }
 
-impl TrainingDtype {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TrainingDtype::Bf16 => "bf16",
-        }
-    }
-}
+crate::status::api_spelling!(TrainingDtype {
+    Bf16 => "bf16",
+});
 
 /// The bounds of `spec.checks.training.timeout`.
 pub const TRAINING_TIMEOUT_RANGE: crate::duration::DurationRange =
