@@ -18,10 +18,9 @@ use std::collections::HashMap;
 use gpuval_crds::{NodeReport, P2pCheck, P2pResult};
 
 use crate::backend::{Backend, BackendError, GpuInfo};
-use crate::check::NodeCheck;
+use crate::check::{NodeCheck, OnNode};
 use crate::config::given;
 use crate::judge::Judge;
-use crate::run_control::RunControl;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -128,12 +127,8 @@ impl NodeCheck for P2p {
         (gpus.len() < 2).then(|| ("fewer than two GPUs", P2pMeasured::default()))
     }
 
-    fn measure(
-        &self,
-        backend: &Backend,
-        gpus: &[GpuInfo],
-        ctl: &RunControl<'_>,
-    ) -> Result<P2pMeasured, BackendError> {
+    fn measure(&self, on: &OnNode<'_>) -> Result<P2pMeasured, BackendError> {
+        let &OnNode { backend, gpus, ctl } = on;
         let indices: Vec<u32> = gpus.iter().map(|g| g.index).collect();
         let platform = backend.platform();
         let before: HashMap<u32, _> = indices
