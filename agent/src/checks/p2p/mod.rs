@@ -77,7 +77,7 @@ pub struct P2pOutcome {
 }
 
 /// Fisher–Yates with a small xorshift generator: the order is reproducible from the seed.
-pub fn shuffle<T>(items: &mut [T], seed: u64) {
+fn shuffle<T>(items: &mut [T], seed: u64) {
     let mut x = seed | 1;
     for i in (1..items.len()).rev() {
         x ^= x << 13;
@@ -86,6 +86,16 @@ pub fn shuffle<T>(items: &mut [T], seed: u64) {
         let j = (x % (i as u64 + 1)) as usize;
         items.swap(i, j);
     }
+}
+
+/// The order `n` GPUs' pairs are measured in: every ordered pair of positions `(src, dst)`,
+/// shuffled by `seed`.
+pub fn measuring_order(n: usize, seed: u64) -> Vec<(usize, usize)> {
+    let mut order: Vec<(usize, usize)> = (0..n)
+        .flat_map(|a| (0..n).filter(move |b| *b != a).map(move |b| (a, b)))
+        .collect();
+    shuffle(&mut order, seed);
+    order
 }
 
 /// The peer-to-peer check as its spec asks for it.
