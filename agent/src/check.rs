@@ -23,12 +23,7 @@ pub trait GpuCheck: Sync {
     /// What one GPU's measurement produced.
     type Outcome: Send;
     /// Measures one GPU (called on every GPU at once, one thread each).
-    fn measure(
-        &self,
-        backend: &Backend,
-        gpu: &GpuInfo,
-        ctl: &RunControl<'_>,
-    ) -> Result<Self::Outcome, BackendError>;
+    fn measure(&self, on: &OnGpu<'_>) -> Result<Self::Outcome, BackendError>;
     /// Judges one GPU's measurement (or the error that stopped it) into its report.
     fn judge(
         &self,
@@ -53,12 +48,7 @@ pub trait NodeCheck: Sync {
         None
     }
     /// Measures the node.
-    fn measure(
-        &self,
-        backend: &Backend,
-        gpus: &[GpuInfo],
-        ctl: &RunControl<'_>,
-    ) -> Result<Self::Outcome, BackendError>;
+    fn measure(&self, on: &OnNode<'_>) -> Result<Self::Outcome, BackendError>;
     /// Judges the measurement (or the error that stopped it) into the node report, whose
     /// `gpus` are already in place.
     fn judge(
@@ -68,6 +58,21 @@ pub trait NodeCheck: Sync {
         measured: Result<Self::Outcome, BackendError>,
         into: &mut NodeReport,
     );
+}
+
+/// What a [`GpuCheck`] measures one GPU with: the backend, the GPU, its stop flag and progress.
+pub struct OnGpu<'a> {
+    pub backend: &'a Backend,
+    pub gpu: &'a GpuInfo,
+    pub ctl: &'a RunControl<'a>,
+}
+
+/// What a [`NodeCheck`] measures the node with: the backend, every GPU, the stop flag and
+/// progress.
+pub struct OnNode<'a> {
+    pub backend: &'a Backend,
+    pub gpus: &'a [GpuInfo],
+    pub ctl: &'a RunControl<'a>,
 }
 
 /// What one measuring pass runs against: the backend, the GPUs, the stop flag, the progress sink.
@@ -102,7 +107,11 @@ impl Stage<'_> {
                     let throttled =
                         ThrottledProgress::new(self.sink, format!("[{name}] GPU{}", g.index));
                     let progress = |done: f64, note: &str| throttled.report(done, note);
-                    let r = check.measure(self.backend, g, &RunControl::new(self.stop, &progress));
+                    let r = check.measure(&OnGpu {
+                        backend: self.backend,
+                        gpu: g,
+                        ctl: &RunControl::new(self.stop, &progress),
+                    });
                     match &r {
                         Ok(_) => (self.sink)(&format!("[{name}] GPU{} done", g.index)),
                         Err(e) => (self.sink)(&format!("[{name}] GPU{} error: {e}", g.index)),
@@ -127,7 +136,16 @@ impl Stage<'_> {
             (self.sink)(&format!("[{}] skipped: {why}", C::NAME));
             return Ok(outcome);
         }
-        self.timed(C::NAME, |ctl| check.measure(self.backend, self.gpus, ctl))
+        self.timed(C::NAME, |ctl| check.measure(&self.node_under(ctl)))
+    }
+
+    /// The node as a [`NodeCheck`] measures it, under `ctl`.
+    pub fn node_under<'a>(&'a self, ctl: &'a RunControl<'a>) -> OnNode<'a> {
+        OnNode {
+            backend: self.backend,
+            gpus: self.gpus,
+            ctl,
+        }
     }
 
     /// Runs one node-wide operation named `name` with start, progress and end lines.

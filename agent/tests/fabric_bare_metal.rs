@@ -3,7 +3,6 @@
 //! are simulated; the rendezvous, the control channel and the TCP pairs are real sockets).
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -40,9 +39,11 @@ struct Ran {
     logs: String,
 }
 
-/// Starts every rank, waits for all of them (killing any still running after [`LAUNCH_LIMIT`]),
-/// and reads rank 0's report.
-fn launch(l: &Launch, dir: &Path) -> Ran {
+/// Starts every rank in a new temporary directory, waits for all of them (killing any still
+/// running after [`LAUNCH_LIMIT`]), and reads rank 0's report and every rank's log.
+fn launch(l: &Launch) -> Ran {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
     let port = free_port();
     let report = dir.join("report.json");
     let (tx, rx) = mpsc::channel();
@@ -150,32 +151,27 @@ fn verdicts(report: &Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
-/// A torchrun-style launch of NCCL groups with a floor of 350 GB/s, one `--simulate` per rank.
-fn torchrun_nccl(simulate: Vec<String>, dir: &Path) -> Ran {
-    let flags = vec!["--nccl-min-bus-gbps".into(), "350".into()];
-    launch(
-        &Launch {
-            ranks: simulate.len(),
-            launcher: Launcher::Torchrun,
-            simulate,
-            flags,
-        },
-        dir,
-    )
+/// `ranks` simulated ranks whose network runs at 400 GB/s, but rank `odd`, simulated with `spec`.
+fn all_but_one(ranks: usize, odd: usize, spec: &str) -> Vec<String> {
+    let mut simulate = vec!["net=400".to_string(); ranks];
+    simulate[odd] = spec.into();
+    simulate
 }
 
-fn tempdir() -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::tempdir().expect("temp dir");
-    let p = d.path().to_path_buf();
-    (d, p)
+/// A torchrun-style launch of NCCL groups with a floor of 350 GB/s, one `--simulate` per rank.
+fn torchrun_nccl(simulate: Vec<String>) -> Ran {
+    let flags = vec!["--nccl-min-bus-gbps".into(), "350".into()];
+    launch(&Launch {
+        ranks: simulate.len(),
+        launcher: Launcher::Torchrun,
+        simulate,
+        flags,
+    })
 }
 
 #[test]
 fn a_slow_node_among_four_is_named_and_every_rank_exits_1() {
-    let (_keep, dir) = tempdir();
-    let mut simulate = vec!["net=400".to_string(); 4];
-    simulate[2] = "net=100".into();
-    let ran = torchrun_nccl(simulate, &dir);
+    let ran = torchrun_nccl(all_but_one(4, 2, "net=100"));
     assert_eq!(ran.codes, vec![Some(1); 4], "{}", ran.logs);
     let report = ran.report.expect("rank 0 wrote the report");
     assert_eq!(report["passed"], Value::Bool(false));
@@ -195,25 +191,21 @@ fn a_slow_node_among_four_is_named_and_every_rank_exits_1() {
 
 #[test]
 fn a_healthy_slurm_launch_passes_nccl_and_real_tcp_and_every_rank_exits_0() {
-    let (_keep, dir) = tempdir();
-    let ran = launch(
-        &Launch {
-            ranks: 4,
-            launcher: Launcher::Slurm,
-            simulate: vec!["model=H100".into(); 4],
-            flags: [
-                "--nccl-min-bus-gbps",
-                "350",
-                "--tcp-streams",
-                "2",
-                "--tcp-duration",
-                "1s",
-            ]
-            .map(String::from)
-            .to_vec(),
-        },
-        &dir,
-    );
+    let ran = launch(&Launch {
+        ranks: 4,
+        launcher: Launcher::Slurm,
+        simulate: vec!["model=H100".into(); 4],
+        flags: [
+            "--nccl-min-bus-gbps",
+            "350",
+            "--tcp-streams",
+            "2",
+            "--tcp-duration",
+            "1s",
+        ]
+        .map(String::from)
+        .to_vec(),
+    });
     assert_eq!(ran.codes, vec![Some(0); 4], "{}", ran.logs);
     let report = ran.report.expect("rank 0 wrote the report");
     assert_eq!(report["passed"], Value::Bool(true), "{report:#}");
@@ -231,10 +223,7 @@ fn a_healthy_slurm_launch_passes_nccl_and_real_tcp_and_every_rank_exits_0() {
 
 #[test]
 fn an_agent_lost_mid_round_is_that_nodes_error_and_the_others_go_on() {
-    let (_keep, dir) = tempdir();
-    let mut simulate = vec!["net=400".to_string(); 3];
-    simulate[1] = "netfault=vanish".into();
-    let ran = torchrun_nccl(simulate, &dir);
+    let ran = torchrun_nccl(all_but_one(3, 1, "netfault=vanish"));
     assert_eq!(ran.codes, vec![Some(1), Some(86), Some(1)], "{}", ran.logs);
     let report = ran.report.expect("rank 0 wrote the report");
     let v = verdicts(&report);

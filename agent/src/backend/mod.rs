@@ -16,8 +16,10 @@ use gpuval_crds::{GpuHealth, SystemInfo};
 use serde::{Deserialize, Serialize};
 
 /// Why a backend call failed. These are not hardware verdicts: a check that hits one reports
-/// `Error` with this text, and the other checks go on.
-#[derive(Debug, Clone, thiserror::Error)]
+/// `Error` with this text, and the other checks go on. Serialisable so that it crosses from the
+/// NCCL sweep's child process whole.
+#[derive(Debug, Clone, thiserror::Error, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum BackendError {
     /// A shared library (driver, NVML, NVRTC, cuBLAS) is not installed or not on the loader path.
     #[error("{library} is not available: {hint}")]

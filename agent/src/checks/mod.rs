@@ -183,7 +183,7 @@ impl Planned {
     ) -> Option<Result<TopologyMeasured, BackendError>> {
         let t = self.topology.as_ref()?;
         let ctl = RunControl::new(stage.stop, &|_, _| {});
-        Some(t.measure(stage.backend, stage.gpus, &ctl))
+        Some(t.measure(&stage.node_under(&ctl)))
     }
 
     /// How often the topology is re-read during the run.

@@ -210,7 +210,6 @@ mod tests {
     };
 
     use super::*;
-    use crate::checks::compare_gpus as relative;
     use crate::judge::testing::judge;
 
     fn fail(code: Code, m: impl Into<String>) -> Reason {
@@ -255,6 +254,11 @@ mod tests {
         }
     }
 
+    /// The relative rule over `gpus`, with the default checks and no model profile.
+    fn relative(gpus: &mut [GpuReport]) {
+        crate::checks::compare_gpus(&judge(&Checks::default(), Profile::None), gpus);
+    }
+
     fn verdicts(gpus: &[GpuReport]) -> Vec<(Verdict, Verdict)> {
         gpus.iter()
             .map(|g| {
@@ -267,7 +271,6 @@ mod tests {
 
     #[test]
     fn relative_flags_slow_gpu_among_eight_without_profile() {
-        let checks = Checks::default();
         let mut gpus: Vec<GpuReport> = (0..8)
             .map(|i| report_with(i, 4000.0 + i as f64, 780.0))
             .collect();
@@ -275,7 +278,7 @@ mod tests {
         if let Some(m) = gpus[6].memory.as_mut() {
             m.gbps = 3000.0;
         }
-        relative(&judge(&checks, Profile::None), &mut gpus);
+        relative(&mut gpus);
         let c = gpus[3].compute.as_ref().expect("compute");
         assert_eq!(c.verdict, Verdict::Fail);
         assert_eq!(
@@ -298,9 +301,8 @@ mod tests {
 
     #[test]
     fn relative_with_two_gpus_flags_only_the_slower() {
-        let checks = Checks::default();
         let mut gpus = vec![report_with(0, 4000.0, 780.0), report_with(1, 4000.0, 560.0)];
-        relative(&judge(&checks, Profile::None), &mut gpus);
+        relative(&mut gpus);
         assert_eq!(
             verdicts(&gpus),
             vec![
@@ -309,22 +311,21 @@ mod tests {
             ]
         );
         let mut close = vec![report_with(0, 4000.0, 780.0), report_with(1, 3500.0, 700.0)];
-        relative(&judge(&checks, Profile::None), &mut close);
+        relative(&mut close);
         assert_eq!(verdicts(&close), vec![(Verdict::Pass, Verdict::Pass); 2]);
     }
 
     #[test]
     fn relative_needs_a_peer_and_skips_errored_checks() {
-        let checks = Checks::default();
         let mut one = vec![report_with(0, 10.0, 1.0)];
-        relative(&judge(&checks, Profile::None), &mut one);
+        relative(&mut one);
         assert_eq!(verdicts(&one), vec![(Verdict::Pass, Verdict::Pass)]);
 
         let mut gpus = vec![report_with(0, 4000.0, 780.0), report_with(1, 0.0, 0.0)];
         if let Some(c) = gpus[1].compute.as_mut() {
             c.verdict = Verdict::Error;
         }
-        relative(&judge(&checks, Profile::None), &mut gpus);
+        relative(&mut gpus);
         assert_eq!(
             verdicts(&gpus),
             vec![

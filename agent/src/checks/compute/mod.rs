@@ -21,11 +21,10 @@ use gpuval_crds::{
 
 use self::power::{PowerOutcome, PulseOutcome, judge_power, judge_pulse};
 use crate::backend::{Backend, BackendError, GpuInfo};
-use crate::check::GpuCheck;
+use crate::check::{GpuCheck, OnGpu};
 use crate::config::given;
 use crate::judge::{Code, Judge, Reason, Says, measured, plural, ran, to_i64, verdict_of};
 use crate::profiles::ModelProfile;
-use crate::run_control::RunControl;
 use crate::text::{columns, dash, indent};
 
 /// Compute burn parameters for one GPU.
@@ -137,12 +136,8 @@ impl GpuCheck for Compute {
     const NAME: &'static str = "compute";
     type Outcome = ComputeOutcome;
 
-    fn measure(
-        &self,
-        backend: &Backend,
-        gpu: &GpuInfo,
-        ctl: &RunControl<'_>,
-    ) -> Result<ComputeOutcome, BackendError> {
+    fn measure(&self, on: &OnGpu<'_>) -> Result<ComputeOutcome, BackendError> {
+        let &OnGpu { backend, gpu, ctl } = on;
         match backend {
             Backend::Cuda(b) => cuda::measure(b, gpu.index, &self.request, ctl),
             Backend::Simulated(b) => b.compute_burn(gpu.index, &self.request, ctl),

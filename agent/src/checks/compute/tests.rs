@@ -2,7 +2,7 @@
 
 use std::sync::mpsc;
 
-use gpuval_crds::{Checks, Profile, TflopsThresholds, Verdict};
+use gpuval_crds::{Profile, TflopsThresholds, Verdict};
 
 use super::power::{Phase, PhaseCell, PowerSample, next_cycle_start, watch};
 use super::*;
@@ -60,15 +60,25 @@ fn compute_outcome(gemms: &[(Dtype, f64)]) -> ComputeOutcome {
     }
 }
 
-fn compute_checks(spec: ComputeCheck) -> Checks {
-    checks_with(|c| c.compute = Some(spec))
+/// GPU `gpu` of an H200 node judged on `out` under `spec`, with the H200 profile or none.
+fn judged_with(
+    spec: ComputeCheck,
+    profile: Profile,
+    gpu: u32,
+    out: &ComputeOutcome,
+) -> ComputeResult {
+    judge(&checks_with(|c| c.compute = Some(spec)), profile).compute(&h200(gpu), out)
+}
+
+/// [`judged_with`] the default spec and the H200 profile.
+fn judged(gpu: u32, out: &ComputeOutcome) -> ComputeResult {
+    judged_with(ComputeCheck::default(), Profile::Auto, gpu, out)
 }
 
 #[test]
 fn compute_passes_above_floors() {
-    let checks = compute_checks(ComputeCheck::default());
     let out = compute_outcome(&[(Dtype::Bf16, 780.0), (Dtype::Fp32, 50.0)]);
-    let r = judge(&checks, Profile::Auto).compute(&h200(0), &out);
+    let r = judged(0, &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
     assert_eq!(r.gemms.len(), 2);
     assert!((r.gemms[0].tflops - 780.0).abs() < 1e-6);
@@ -82,9 +92,8 @@ fn compute_passes_above_floors() {
 
 #[test]
 fn compute_below_profile_floor_fails() {
-    let checks = compute_checks(ComputeCheck::default());
     let out = compute_outcome(&[(Dtype::Bf16, 512.0), (Dtype::Tf32, 400.0)]);
-    let r = judge(&checks, Profile::Auto).compute(&h200(1), &out);
+    let r = judged(1, &out);
     assert_fails_with(
         r.verdict,
         &r.reasons,
@@ -101,12 +110,11 @@ fn compute_spec_floor_overrides_profile() {
         }),
         ..Default::default()
     };
-    let checks = compute_checks(spec);
     let out = compute_outcome(&[(Dtype::Bf16, 612.0)]);
-    let r = judge(&checks, Profile::Auto).compute(&h200(1), &out);
+    let r = judged_with(spec.clone(), Profile::Auto, 1, &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
     let out = compute_outcome(&[(Dtype::Bf16, 590.0)]);
-    let r = judge(&checks, Profile::None).compute(&h200(1), &out);
+    let r = judged_with(spec, Profile::None, 1, &out);
     assert_eq!(
         r.reasons,
         vec!["GPU1 bf16: 590 TFLOP/s < 600 TFLOP/s (spec minTflops)"]
@@ -115,11 +123,10 @@ fn compute_spec_floor_overrides_profile() {
 
 #[test]
 fn compute_mismatches_fail() {
-    let checks = compute_checks(ComputeCheck::default());
     let mut out = compute_outcome(&[(Dtype::Fp16, 780.0)]);
     out.gemms[0].mismatches = 3;
     out.gemms[0].max_rel_error = 0.5;
-    let r = judge(&checks, Profile::Auto).compute(&h200(5), &out);
+    let r = judged(5, &out);
     assert_fails_with(
         r.verdict,
         &r.reasons,
@@ -132,12 +139,11 @@ fn compute_mismatches_fail() {
 
 #[test]
 fn transcendental_mismatches_fail() {
-    let checks = compute_checks(ComputeCheck::default());
     let mut out = compute_outcome(&[(Dtype::Bf16, 780.0)]);
     if let Some(t) = out.transcendental.as_mut() {
         t.mismatches = 7;
     }
-    let r = judge(&checks, Profile::Auto).compute(&h200(2), &out);
+    let r = judged(2, &out);
     assert_fails_with(
         r.verdict,
         &r.reasons,
@@ -147,9 +153,8 @@ fn transcendental_mismatches_fail() {
 
 #[test]
 fn a_gpu_at_its_power_cap_passes_and_reports_power() {
-    let checks = compute_checks(ComputeCheck::default());
     let out = compute_outcome(&[(Dtype::Bf16, 780.0)]);
-    let r = judge(&checks, Profile::Auto).compute(&h200(0), &out);
+    let r = judged(0, &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
     let p = r.power.expect("power");
     assert_eq!((p.samples, p.median_w, p.limit_w), (40, 660.0, Some(700.0)));
@@ -164,10 +169,9 @@ fn a_gpu_at_its_power_cap_passes_and_reports_power() {
 
 #[test]
 fn a_burn_far_below_the_power_limit_fails() {
-    let checks = compute_checks(ComputeCheck::default());
     let mut out = compute_outcome(&[(Dtype::Bf16, 780.0)]);
     out.power = power_at(400.0, 40);
-    let r = judge(&checks, Profile::Auto).compute(&h200(3), &out);
+    let r = judged(3, &out);
     assert_fails_with(
         r.verdict,
         &r.reasons,
@@ -181,44 +185,31 @@ fn a_burn_far_below_the_power_limit_fails() {
         "a power draw below target alone is measured again"
     );
     // the spec's share overrides the profile's; 0 turns the rule off
-    let lower = compute_checks(ComputeCheck {
-        min_power_fraction: Some(0.5),
-        ..Default::default()
-    });
-    assert_eq!(
-        judge(&lower, Profile::Auto).compute(&h200(3), &out).verdict,
-        Verdict::Pass
-    );
-    let off = compute_checks(ComputeCheck {
-        min_power_fraction: Some(0.0),
-        ..Default::default()
-    });
-    assert_eq!(
-        judge(&off, Profile::Auto).compute(&h200(3), &out).verdict,
-        Verdict::Pass
-    );
+    for share in [0.5, 0.0] {
+        let spec = ComputeCheck {
+            min_power_fraction: Some(share),
+            ..Default::default()
+        };
+        let r = judged_with(spec, Profile::Auto, 3, &out);
+        assert_eq!(r.verdict, Verdict::Pass, "minPowerFraction {share}");
+    }
     // without a profile nothing is asked of the power
-    assert_eq!(
-        judge(&checks, Profile::None)
-            .compute(&h200(3), &out)
-            .verdict,
-        Verdict::Pass
-    );
+    let r = judged_with(ComputeCheck::default(), Profile::None, 3, &out);
+    assert_eq!(r.verdict, Verdict::Pass);
 }
 
 #[test]
 fn hardware_slowdown_fails_past_its_share_but_one_noisy_sample_does_not() {
-    let checks = compute_checks(ComputeCheck::default());
     let mut out = compute_outcome(&[(Dtype::Bf16, 780.0)]);
     out.power.samples[5] = sample(Phase::Burn, 650.0, &["HwSlowdown"]);
-    let r = judge(&checks, Profile::Auto).compute(&h200(2), &out);
+    let r = judged(2, &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
     assert_eq!(r.power.as_ref().map(|p| p.slowdown_fraction), Some(0.025));
     for i in 10..20 {
         out.power.samples[i] = sample(Phase::Burn, 650.0, &["HwThermalSlowdown", "SwPowerCap"]);
     }
     out.power.samples[20] = sample(Phase::Burn, 650.0, &["HwPowerBrakeSlowdown"]);
-    let r = judge(&checks, Profile::Auto).compute(&h200(2), &out);
+    let r = judged(2, &out);
     assert_fails_with(
         r.verdict,
         &r.reasons,
@@ -226,25 +217,20 @@ fn hardware_slowdown_fails_past_its_share_but_one_noisy_sample_does_not() {
             "GPU2: clocks slowed by HwSlowdown, HwThermalSlowdown, HwPowerBrakeSlowdown in 12 of 40 samples of the burn (30%, more than 5%)",
         ],
     );
-    let tolerant = compute_checks(ComputeCheck {
+    let tolerant = ComputeCheck {
         max_slowdown_fraction: Some(0.5),
         ..Default::default()
-    });
-    assert_eq!(
-        judge(&tolerant, Profile::Auto)
-            .compute(&h200(2), &out)
-            .verdict,
-        Verdict::Pass
-    );
+    };
+    let r = judged_with(tolerant, Profile::Auto, 2, &out);
+    assert_eq!(r.verdict, Verdict::Pass);
 }
 
 #[test]
 fn a_lowered_power_limit_is_a_warning() {
-    let checks = compute_checks(ComputeCheck::default());
     let mut out = compute_outcome(&[(Dtype::Bf16, 780.0)]);
     out.power = power_at(480.0, 40);
     out.power.limit_w = Some(500.0);
-    let r = judge(&checks, Profile::Auto).compute(&h200(1), &out);
+    let r = judged(1, &out);
     assert_eq!(r.verdict, Verdict::Warn);
     assert_eq!(
         r.reasons,
@@ -255,7 +241,6 @@ fn a_lowered_power_limit_is_a_warning() {
 
 #[test]
 fn the_pulse_reports_its_swing_and_fails_on_wrong_results() {
-    let checks = compute_checks(ComputeCheck::default());
     let mut out = compute_outcome(&[(Dtype::Bf16, 780.0)]);
     for s in [
         sample(Phase::PulseLoad, 690.0, &["SwPowerCap"]),
@@ -271,7 +256,7 @@ fn the_pulse_reports_its_swing_and_fails_on_wrong_results() {
         mismatches: 0,
         max_rel_error: 0.0,
     });
-    let r = judge(&checks, Profile::Auto).compute(&h200(4), &out);
+    let r = judged(4, &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
     let p = r.pulse.expect("pulse");
     // instantaneous readings
@@ -284,7 +269,7 @@ fn the_pulse_reports_its_swing_and_fails_on_wrong_results() {
         pulse.mismatches = 2;
         pulse.max_rel_error = 0.5;
     }
-    let r = judge(&checks, Profile::Auto).compute(&h200(4), &out);
+    let r = judged(4, &out);
     assert_fails_with(
         r.verdict,
         &r.reasons,

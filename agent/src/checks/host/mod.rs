@@ -17,9 +17,8 @@ use gpuval_crds::{
 
 use self::pcie::PcieOutcome;
 use crate::backend::{Backend, BackendError, GpuInfo, PcieReading};
-use crate::check::NodeCheck;
+use crate::check::{NodeCheck, OnNode};
 use crate::judge::{Code, Judge, Says, plural, round_to, to_i64, verdict_of};
-use crate::run_control::RunControl;
 use crate::text::{columns, dash, indent, span};
 
 const MIB: u64 = 1024 * 1024;
@@ -117,12 +116,8 @@ impl NodeCheck for Host {
     const NAME: &'static str = "hostTransfer";
     type Outcome = PerGpu;
 
-    fn measure(
-        &self,
-        backend: &Backend,
-        gpus: &[GpuInfo],
-        ctl: &RunControl<'_>,
-    ) -> Result<PerGpu, BackendError> {
+    fn measure(&self, on: &OnNode<'_>) -> Result<PerGpu, BackendError> {
+        let &OnNode { backend, gpus, ctl } = on;
         let indices: Vec<u32> = gpus.iter().map(|g| g.index).collect();
         Ok(match backend {
             Backend::Cuda(b) => b.host_transfer(&indices, &self.request, &self.baseline, ctl),

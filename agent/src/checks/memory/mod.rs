@@ -19,10 +19,9 @@ use gpuval_crds::{GpuReport, MemoryCheck, MemoryPattern, Mismatch, NodeReport, R
 
 use self::bits::BitTally;
 use crate::backend::{Backend, BackendError, GpuInfo};
-use crate::check::GpuCheck;
+use crate::check::{GpuCheck, OnGpu};
 use crate::config::given;
 use crate::judge::{Code, Judge, ran};
-use crate::run_control::RunControl;
 use crate::text::{columns, dash, indent};
 
 /// Memory check parameters for one GPU.
@@ -107,12 +106,8 @@ impl GpuCheck for Memory {
     const NAME: &'static str = "memory";
     type Outcome = MemoryOutcome;
 
-    fn measure(
-        &self,
-        backend: &Backend,
-        gpu: &GpuInfo,
-        ctl: &RunControl<'_>,
-    ) -> Result<MemoryOutcome, BackendError> {
+    fn measure(&self, on: &OnGpu<'_>) -> Result<MemoryOutcome, BackendError> {
+        let &OnGpu { backend, gpu, ctl } = on;
         match backend {
             Backend::Cuda(b) => {
                 let rows_before = b.nvml.rows(gpu.index).ok();

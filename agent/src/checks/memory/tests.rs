@@ -1,6 +1,6 @@
 //! The memory check's judging rules.
 
-use gpuval_crds::{Checks, MemoryPattern, Mismatch, Profile, Verdict};
+use gpuval_crds::{Checks, MemoryPattern, MemoryResult, Mismatch, Profile, Verdict};
 
 use super::*;
 use crate::judge::testing::{assert_fails_with, checks_with, gpu, h200, judge};
@@ -32,10 +32,24 @@ fn memory_checks(spec: MemoryCheck) -> Checks {
     checks_with(|c| c.memory = Some(spec))
 }
 
+/// `gpu` judged on `out` under `spec`, with its model's profile or none.
+fn judged_with(
+    spec: MemoryCheck,
+    profile: Profile,
+    gpu: &GpuInfo,
+    out: &MemoryOutcome,
+) -> MemoryResult {
+    judge(&memory_checks(spec), profile).memory(gpu, out)
+}
+
+/// [`judged_with`] the default spec and the model's profile.
+fn judged(gpu: &GpuInfo, out: &MemoryOutcome) -> MemoryResult {
+    judged_with(MemoryCheck::default(), Profile::Auto, gpu, out)
+}
+
 #[test]
 fn memory_passes_above_profile_floor() {
-    let checks = memory_checks(MemoryCheck::default());
-    let r = judge(&checks, Profile::Auto).memory(&h200(0), &healthy_memory(4000.0));
+    let r = judged(&h200(0), &healthy_memory(4000.0));
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
     assert!((r.gbps - 4000.0).abs() < 0.01);
     assert!((r.fill_gbps - 4000.0).abs() < 0.01);
@@ -46,7 +60,6 @@ fn memory_passes_above_profile_floor() {
 
 #[test]
 fn memory_mismatches_fail() {
-    let checks = memory_checks(MemoryCheck::default());
     let mut out = healthy_memory(4000.0);
     out.mismatches = 2;
     out.first_mismatches = vec![Mismatch {
@@ -54,7 +67,7 @@ fn memory_mismatches_fail() {
         expected: "0x0".into(),
         actual: "0x1".into(),
     }];
-    let r = judge(&checks, Profile::Auto).memory(&h200(3), &out);
+    let r = judged(&h200(3), &out);
     assert_fails_with(
         r.verdict,
         &r.reasons,
@@ -65,16 +78,16 @@ fn memory_mismatches_fail() {
 
 #[test]
 fn memory_mismatches_within_allowance_pass() {
-    let checks = memory_checks(MemoryCheck {
+    let spec = MemoryCheck {
         max_mismatches: Some(5),
         ..Default::default()
-    });
+    };
     let mut out = healthy_memory(4000.0);
     out.mismatches = 5;
-    let r = judge(&checks, Profile::Auto).memory(&h200(0), &out);
+    let r = judged_with(spec.clone(), Profile::Auto, &h200(0), &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
     out.mismatches = 6;
-    let r = judge(&checks, Profile::Auto).memory(&h200(0), &out);
+    let r = judged_with(spec, Profile::Auto, &h200(0), &out);
     assert_eq!(
         r.reasons,
         vec!["GPU0 memory: 6 mismatched words, more than the 5 allowed"]
@@ -83,8 +96,7 @@ fn memory_mismatches_within_allowance_pass() {
 
 #[test]
 fn memory_throughput_below_profile_floor_fails() {
-    let checks = memory_checks(MemoryCheck::default());
-    let r = judge(&checks, Profile::Auto).memory(&h200(1), &healthy_memory(3000.0));
+    let r = judged(&h200(1), &healthy_memory(3000.0));
     assert_fails_with(
         r.verdict,
         &r.reasons,
@@ -98,10 +110,14 @@ fn memory_spec_floor_overrides_profile() {
         min_gbps: Some(2000),
         ..Default::default()
     };
-    let checks = memory_checks(spec);
-    let r = judge(&checks, Profile::Auto).memory(&h200(1), &healthy_memory(3000.0));
+    let r = judged_with(
+        spec.clone(),
+        Profile::Auto,
+        &h200(1),
+        &healthy_memory(3000.0),
+    );
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
-    let r = judge(&checks, Profile::Auto).memory(&h200(1), &healthy_memory(1500.0));
+    let r = judged_with(spec, Profile::Auto, &h200(1), &healthy_memory(1500.0));
     assert_eq!(
         r.reasons,
         vec!["GPU1 memory: 1500 GB/s < 2000 GB/s (spec minGbps)"]
@@ -110,22 +126,25 @@ fn memory_spec_floor_overrides_profile() {
 
 #[test]
 fn memory_without_profile_has_no_floor() {
-    let checks = memory_checks(MemoryCheck::default());
     let l40s = gpu(0, "NVIDIA L40S");
-    let r = judge(&checks, Profile::Auto).memory(&l40s, &healthy_memory(500.0));
+    let r = judged(&l40s, &healthy_memory(500.0));
     assert_eq!(r.verdict, Verdict::Pass);
-    let r = judge(&checks, Profile::None).memory(&h200(0), &healthy_memory(500.0));
+    let r = judged_with(
+        MemoryCheck::default(),
+        Profile::None,
+        &h200(0),
+        &healthy_memory(500.0),
+    );
     assert_eq!(r.verdict, Verdict::Pass);
 }
 
 #[test]
 fn memory_held_by_another_process_fails() {
-    let checks = memory_checks(MemoryCheck::default());
     let gib = 1u64 << 30;
     let total = (143.8 * gib as f64) as u64;
     let free = (87.1 * gib as f64) as u64;
     let out = memory_outcome(4000.0, total, free, 0.95);
-    let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);
+    let r = judged(&h200(2), &out);
     assert_fails_with(
         r.verdict,
         &r.reasons,
@@ -134,16 +153,15 @@ fn memory_held_by_another_process_fails() {
         ],
     );
     let out = memory_outcome(4000.0, total, total / 100 * 91, 0.95);
-    let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);
+    let r = judged(&h200(2), &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
 }
 
 #[test]
 fn memory_tested_well_below_fraction_fails() {
-    let checks = memory_checks(MemoryCheck::default());
     let g = h200(4);
     let out = memory_outcome(4000.0, g.memory_total_bytes, g.memory_free_bytes, 0.5);
-    let r = judge(&checks, Profile::Auto).memory(&g, &out);
+    let r = judged(&g, &out);
     assert_eq!(r.verdict, Verdict::Fail);
     assert!(
         r.reasons[0].starts_with("GPU4 memory: tested 69.9 GiB, 50% of free memory"),
@@ -152,7 +170,7 @@ fn memory_tested_well_below_fraction_fails() {
     );
     assert!(r.reasons[0].ends_with("well below the 95% asked for"));
     let out = memory_outcome(4000.0, g.memory_total_bytes, g.memory_free_bytes, 0.9);
-    let r = judge(&checks, Profile::Auto).memory(&g, &out);
+    let r = judged(&g, &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
 }
 
@@ -178,7 +196,6 @@ fn pattern(p: MemoryPattern, bytes: u64, seconds: f64, mismatches: u64) -> super
 
 #[test]
 fn flipped_bits_and_the_patterns_that_found_them_are_named() {
-    let checks = memory_checks(MemoryCheck::default());
     let mut out = healthy_memory(4000.0);
     out.patterns = vec![
         pattern(MemoryPattern::Address, 1 << 30, 0.25, 0),
@@ -194,7 +211,7 @@ fn flipped_bits_and_the_patterns_that_found_them_are_named() {
         expected: "0x00000000".into(),
         actual: "0x00002000".into(),
     }];
-    let r = judge(&checks, Profile::Auto).memory(&h200(6), &out);
+    let r = judged(&h200(6), &out);
     assert_fails_with(
         r.verdict,
         &r.reasons,
@@ -211,7 +228,6 @@ fn flipped_bits_and_the_patterns_that_found_them_are_named() {
 
 #[test]
 fn without_the_address_pattern_the_floor_applies_to_every_pattern() {
-    let checks = memory_checks(MemoryCheck::default());
     let g = h200(0);
     let mut out = memory_outcome(4000.0, g.memory_total_bytes, g.memory_free_bytes, 0.95);
     (
@@ -221,7 +237,7 @@ fn without_the_address_pattern_the_floor_applies_to_every_pattern() {
         out.bytes_read,
     ) = (0.0, 0.0, 0, 0);
     out.patterns = vec![pattern(MemoryPattern::Random, 3_000_000_000_000, 1.0, 0)];
-    let r = judge(&checks, Profile::Auto).memory(&g, &out);
+    let r = judged(&g, &out);
     assert_fails_with(
         r.verdict,
         &r.reasons,
@@ -230,21 +246,22 @@ fn without_the_address_pattern_the_floor_applies_to_every_pattern() {
     assert!((r.gbps - 3000.0).abs() < 1e-6);
 }
 
+/// The table's REMAPPED ROWS cell of a judged result.
+fn rows_cell(r: &MemoryResult) -> String {
+    super::judge::rows_cell(r.rows_before.as_ref(), r.rows_after.as_ref())
+}
+
 #[test]
 fn rows_remapped_during_the_test_warn_and_a_failed_remapping_fails() {
-    let checks = memory_checks(MemoryCheck::default());
     let mut out = healthy_memory(4000.0);
     out.rows_before = Some(rows(0, 0, false, false));
     out.rows_after = Some(rows(0, 0, false, false));
-    let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);
+    let r = judged(&h200(2), &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
-    assert_eq!(
-        super::judge::rows_cell(r.rows_before.as_ref(), r.rows_after.as_ref()),
-        "0 → 0"
-    );
+    assert_eq!(rows_cell(&r), "0 → 0");
 
     out.rows_after = Some(rows(0, 1, true, false));
-    let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);
+    let r = judged(&h200(2), &out);
     assert_eq!(r.verdict, Verdict::Warn);
     assert_eq!(
         r.reasons,
@@ -256,13 +273,10 @@ fn rows_remapped_during_the_test_warn_and_a_failed_remapping_fails() {
         (r.reasons[0].code, r.reasons[0].action),
         (Code::MemoryRowsRemapped, gpuval_crds::Action::ResetGpu)
     );
-    assert_eq!(
-        super::judge::rows_cell(r.rows_before.as_ref(), r.rows_after.as_ref()),
-        "0 → 1 (pending)"
-    );
+    assert_eq!(rows_cell(&r), "0 → 1 (pending)");
 
     out.rows_after = Some(rows(0, 1, true, true));
-    let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);
+    let r = judged(&h200(2), &out);
     assert_eq!(r.verdict, Verdict::Fail);
     assert!(
         r.reasons[0].contains("a row remapping failed during the test"),
@@ -272,13 +286,12 @@ fn rows_remapped_during_the_test_warn_and_a_failed_remapping_fails() {
 
     // already so before the test: the GPU's health reports it, not the test
     out.rows_before = out.rows_after.clone();
-    let r = judge(&checks, Profile::Auto).memory(&h200(2), &out);
+    let r = judged(&h200(2), &out);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
 }
 
 #[test]
 fn retired_pages_during_the_test_warn() {
-    let checks = memory_checks(MemoryCheck::default());
     let mut out = healthy_memory(4000.0);
     let page = |sbe, pending| gpuval_crds::RowHealth {
         retired_single_bit: Some(sbe),
@@ -288,7 +301,7 @@ fn retired_pages_during_the_test_warn() {
     };
     out.rows_before = Some(page(1, false));
     out.rows_after = Some(page(3, true));
-    let r = judge(&checks, Profile::Auto).memory(&h200(0), &out);
+    let r = judged(&h200(0), &out);
     assert_eq!(r.verdict, Verdict::Warn);
     assert_eq!(
         r.reasons,

@@ -10,7 +10,7 @@ use super::sim::SimFault;
 use super::{NcclOutcome, nvlink_between_all};
 use crate::backend::sim::{FabricFault, SimBackend, SimCheck};
 use crate::backend::{Backend, BackendError, GpuInfo};
-use crate::check::NodeCheck;
+use crate::check::{NodeCheck, OnNode};
 use crate::checks::topology;
 use crate::judge::Judge;
 use crate::run_control::RunControl;
@@ -51,12 +51,8 @@ impl NodeCheck for Nccl {
         (gpus.len() < 2).then_some((why, NcclMeasured::Skipped(why)))
     }
 
-    fn measure(
-        &self,
-        backend: &Backend,
-        gpus: &[GpuInfo],
-        ctl: &RunControl<'_>,
-    ) -> Result<NcclMeasured, BackendError> {
+    fn measure(&self, on: &OnNode<'_>) -> Result<NcclMeasured, BackendError> {
+        let &OnNode { backend, gpus, ctl } = on;
         let mut req = NcclRequest::from_spec(&self.spec, gpus);
         req.log_dir = self.log_dir.clone();
         let nvlink = backend

@@ -32,47 +32,11 @@ const TICK: Duration = Duration::from_millis(100);
 /// Lines of the child's other output kept for an error message.
 const TAIL: usize = 12;
 
-/// A backend error as it crosses the process boundary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-enum ChildError {
-    MissingLibrary { library: String, hint: String },
-    NoGpu(String),
-    Stopped,
-    Other(String),
-}
-
-impl From<BackendError> for ChildError {
-    fn from(e: BackendError) -> Self {
-        match e {
-            BackendError::MissingLibrary { library, hint } => {
-                ChildError::MissingLibrary { library, hint }
-            }
-            BackendError::NoGpu(m) => ChildError::NoGpu(m),
-            BackendError::Stopped => ChildError::Stopped,
-            other => ChildError::Other(other.to_string()),
-        }
-    }
-}
-
-impl From<ChildError> for BackendError {
-    fn from(e: ChildError) -> Self {
-        match e {
-            ChildError::MissingLibrary { library, hint } => {
-                BackendError::MissingLibrary { library, hint }
-            }
-            ChildError::NoGpu(m) => BackendError::NoGpu(m),
-            ChildError::Stopped => BackendError::Stopped,
-            ChildError::Other(m) => BackendError::Other(m),
-        }
-    }
-}
-
-/// The child's one line of output.
+/// The child's one line of output; an error crosses the process boundary whole.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Reply {
-    outcome: Result<SweepOutcome, ChildError>,
+    outcome: Result<SweepOutcome, BackendError>,
 }
 
 /// How the agent starts and watches a sweep process.
@@ -152,7 +116,7 @@ pub fn run_child(
         .find(|l| !l.trim().is_empty())
         .unwrap_or("");
     match serde_json::from_str::<Reply>(last) {
-        Ok(reply) => reply.outcome.map_err(BackendError::from),
+        Ok(reply) => reply.outcome,
         Err(_) => Err(BackendError::Other(format!(
             "the NCCL sweep process ended ({status}) without a result{}",
             tail_text(&tail)
@@ -289,22 +253,20 @@ pub fn child_main() -> ExitCode {
     let mut input = String::new();
     let outcome = std::io::stdin()
         .read_to_string(&mut input)
-        .map_err(|e| ChildError::Other(format!("read the sweep request: {e}")))
+        .map_err(|e| BackendError::Other(format!("read the sweep request: {e}")))
         .and_then(|_| {
             serde_json::from_str::<SweepRequest>(&input)
-                .map_err(|e| ChildError::Other(format!("bad sweep request: {e}")))
+                .map_err(|e| BackendError::Other(format!("bad sweep request: {e}")))
         })
         .and_then(|req| {
             let progress = |done: f64, note: &str| eprintln!("{PROGRESS}{done:.4} {note}");
             // A rank stuck inside NCCL on the host: answer now and end the process (its exit
             // frees the GPUs; the stuck thread cannot be joined).
             let bail = |outcome: Result<SweepOutcome, BackendError>| {
-                print_reply(Reply {
-                    outcome: outcome.map_err(ChildError::from),
-                });
+                print_reply(Reply { outcome });
                 std::process::exit(0);
             };
-            engine::run(&req, &stop, &progress, &bail).map_err(ChildError::from)
+            engine::run(&req, &stop, &progress, &bail)
         });
     if print_reply(Reply { outcome }) {
         ExitCode::SUCCESS
@@ -403,7 +365,7 @@ mod tests {
     #[test]
     fn errors_cross_the_process_boundary_with_their_kind() {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let err = ChildError::MissingLibrary {
+        let err = BackendError::MissingLibrary {
             library: "NCCL (libnccl.so.2)".into(),
             hint: "install it".into(),
         };
@@ -447,7 +409,7 @@ mod tests {
     fn a_stop_reaches_the_child_as_sigterm() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let reply = serde_json::to_string(&Reply {
-            outcome: Err(ChildError::Stopped),
+            outcome: Err(BackendError::Stopped),
         })
         .expect("json");
         // The stop is asked for once the child says it is ready (its trap is set).

@@ -23,7 +23,7 @@ use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, result, sys,
 };
 
-use super::{P2pOutcome, P2pRequest, PairOutcome, shuffle};
+use super::{P2pOutcome, P2pRequest, PairOutcome, measuring_order};
 use crate::backend::BackendError;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::buffer::{DeviceBuffer, grid_for};
@@ -113,14 +113,7 @@ impl Progress<'_, '_> {
 
 /// Every ordered pair of peers (as indices) in shuffled order, and an empty outcome for each.
 fn plan(peers: &[Peer], seed: u64) -> (Vec<(usize, usize)>, Vec<PairOutcome>) {
-    let mut order: Vec<(usize, usize)> = (0..peers.len())
-        .flat_map(|a| {
-            (0..peers.len())
-                .filter(move |b| *b != a)
-                .map(move |b| (a, b))
-        })
-        .collect();
-    shuffle(&mut order, seed);
+    let order = measuring_order(peers.len(), seed);
     let pairs: Vec<PairOutcome> = order
         .iter()
         .map(|&(a, b)| PairOutcome {

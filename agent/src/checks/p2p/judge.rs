@@ -66,23 +66,14 @@ impl Judge<'_> {
             .map(|p| p.verdict)
             .fold(Verdict::Pass, Verdict::max);
         let mut reasons: Vec<Reason> = pair_reasons.into_iter().flatten().collect();
-        if !links.failures.is_empty() {
-            verdict = verdict.max(Verdict::Fail);
-            reasons.extend(
-                links
-                    .failures
-                    .iter()
-                    .map(|m| Code::NvlinkRecovery.says(m.clone())),
-            );
-        }
-        if !links.warnings.is_empty() {
-            verdict = verdict.max(Verdict::Warn);
-            reasons.extend(
-                links
-                    .warnings
-                    .iter()
-                    .map(|m| Code::NvlinkErrors.says(m.clone())),
-            );
+        for (lines, level, code) in [
+            (&links.failures, Verdict::Fail, Code::NvlinkRecovery),
+            (&links.warnings, Verdict::Warn, Code::NvlinkErrors),
+        ] {
+            if !lines.is_empty() {
+                verdict = verdict.max(level);
+                reasons.extend(lines.iter().map(|m| code.says(m.clone())));
+            }
         }
         if gpus.len() < 2 {
             verdict = Verdict::Skipped;

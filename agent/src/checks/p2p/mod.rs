@@ -18,10 +18,9 @@ use std::collections::HashMap;
 use gpuval_crds::{NodeReport, P2pCheck, P2pResult};
 
 use crate::backend::{Backend, BackendError, GpuInfo};
-use crate::check::NodeCheck;
+use crate::check::{NodeCheck, OnNode};
 use crate::config::given;
 use crate::judge::Judge;
-use crate::run_control::RunControl;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -78,7 +77,7 @@ pub struct P2pOutcome {
 }
 
 /// Fisher–Yates with a small xorshift generator: the order is reproducible from the seed.
-pub fn shuffle<T>(items: &mut [T], seed: u64) {
+fn shuffle<T>(items: &mut [T], seed: u64) {
     let mut x = seed | 1;
     for i in (1..items.len()).rev() {
         x ^= x << 13;
@@ -87,6 +86,16 @@ pub fn shuffle<T>(items: &mut [T], seed: u64) {
         let j = (x % (i as u64 + 1)) as usize;
         items.swap(i, j);
     }
+}
+
+/// The order `n` GPUs' pairs are measured in: every ordered pair of positions `(src, dst)`,
+/// shuffled by `seed`.
+pub fn measuring_order(n: usize, seed: u64) -> Vec<(usize, usize)> {
+    let mut order: Vec<(usize, usize)> = (0..n)
+        .flat_map(|a| (0..n).filter(move |b| *b != a).map(move |b| (a, b)))
+        .collect();
+    shuffle(&mut order, seed);
+    order
 }
 
 /// The peer-to-peer check as its spec asks for it.
@@ -128,12 +137,8 @@ impl NodeCheck for P2p {
         (gpus.len() < 2).then(|| ("fewer than two GPUs", P2pMeasured::default()))
     }
 
-    fn measure(
-        &self,
-        backend: &Backend,
-        gpus: &[GpuInfo],
-        ctl: &RunControl<'_>,
-    ) -> Result<P2pMeasured, BackendError> {
+    fn measure(&self, on: &OnNode<'_>) -> Result<P2pMeasured, BackendError> {
+        let &OnNode { backend, gpus, ctl } = on;
         let indices: Vec<u32> = gpus.iter().map(|g| g.index).collect();
         let platform = backend.platform();
         let before: HashMap<u32, _> = indices

@@ -1,5 +1,5 @@
 //! The peer-to-peer check on the simulated backend (tests and demos only).
-use super::{P2pOutcome, P2pRequest, PairOutcome, shuffle};
+use super::{P2pOutcome, P2pRequest, PairOutcome, measuring_order};
 use crate::backend::BackendError;
 use crate::backend::sim::{SimBackend, SimCheck, jitter, listed, spend};
 use crate::run_control::RunControl;
@@ -15,15 +15,11 @@ impl SimBackend {
             self.begin(SimCheck::P2p, g)?;
         }
         spend(ctl, self.short_wall(), |done| done, "peer-to-peer pairs")?;
-        let mut order: Vec<(u32, u32)> = gpus
-            .iter()
-            .flat_map(|&a| gpus.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))
-            .collect();
-        shuffle(&mut order, req.seed);
         let (uni, bidi, copy_us, load_ns) = self.spec.model.p2p();
-        let pairs: Vec<PairOutcome> = order
+        let pairs: Vec<PairOutcome> = measuring_order(gpus.len(), req.seed)
             .into_iter()
-            .map(|(src, dst)| {
+            .map(|(a, b)| {
+                let (src, dst) = (gpus[a], gpus[b]);
                 let slow =
                     self.spec.slowdown(SimCheck::P2p, src) * self.spec.slowdown(SimCheck::P2p, dst);
                 let wobble = 1.0 + 0.005 * jitter(src * 64 + dst, 20);

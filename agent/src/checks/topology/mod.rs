@@ -13,10 +13,9 @@ pub use matrix::{
 
 use gpuval_crds::{NodeReport, TopologyCheck};
 
-use crate::backend::{Backend, BackendError, GpuInfo, TopologySnapshot};
-use crate::check::NodeCheck;
+use crate::backend::{BackendError, GpuInfo, TopologySnapshot};
+use crate::check::{NodeCheck, OnNode};
 use crate::judge::Judge;
-use crate::run_control::RunControl;
 
 /// The topology check as its spec asks for it.
 pub struct Topology {
@@ -52,14 +51,9 @@ impl NodeCheck for Topology {
     type Outcome = TopologyMeasured;
 
     /// The first reading, taken before any other check loads the GPUs.
-    fn measure(
-        &self,
-        backend: &Backend,
-        _gpus: &[GpuInfo],
-        _ctl: &RunControl<'_>,
-    ) -> Result<TopologyMeasured, BackendError> {
+    fn measure(&self, on: &OnNode<'_>) -> Result<TopologyMeasured, BackendError> {
         Ok(TopologyMeasured {
-            snapshot: backend.platform().topology()?,
+            snapshot: on.backend.platform().topology()?,
             resamples: 0,
             link_changes: Vec::new(),
         })

@@ -7,9 +7,8 @@ use super::judge::judge;
 use super::outcome::TrainingOutcome;
 use super::request::{Corruption, TrainingRequest};
 use crate::backend::{Backend, BackendError, GpuInfo};
-use crate::check::NodeCheck;
+use crate::check::{NodeCheck, OnNode};
 use crate::judge::{Judge, Says};
-use crate::run_control::RunControl;
 
 /// The training check as its spec asks for it.
 pub struct Training {
@@ -38,12 +37,8 @@ impl NodeCheck for Training {
         (gpus.len() < 2).then_some((why, TrainingMeasured::Skipped(why)))
     }
 
-    fn measure(
-        &self,
-        backend: &Backend,
-        gpus: &[GpuInfo],
-        ctl: &RunControl<'_>,
-    ) -> Result<TrainingMeasured, BackendError> {
+    fn measure(&self, on: &OnNode<'_>) -> Result<TrainingMeasured, BackendError> {
+        let &OnNode { backend, gpus, ctl } = on;
         let mut req = TrainingRequest::from_spec(&self.spec);
         req.corrupt = Corruption::from_env().map_err(BackendError::Other)?;
         let outcome = match backend {
