@@ -100,15 +100,7 @@ impl Cluster {
         self.record = s.record.take();
         self.gv.status = Some(s.status.clone());
         if let Some(r) = &s.create_round {
-            self.world.rounds.push(RoundView {
-                generation: r.generation,
-                number: r.round as u32,
-                purpose: r.purpose.clone(),
-                started: r.started.0,
-                timeout: std::time::Duration::from_secs(r.timeout_seconds as u64),
-                end: r.end,
-                groups: r.groups.clone(),
-            });
+            self.world.rounds.push(RoundView::from(r));
         }
         s
     }
