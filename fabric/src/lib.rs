@@ -15,6 +15,8 @@
 //! state, so a restarted operator decides the same from the same history.
 
 pub mod evaluate;
+#[cfg(any(test, feature = "model"))]
+pub mod model;
 pub mod plan;
 pub mod settings;
 #[cfg(test)]

@@ -5,11 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gpuval_crds::fabric::{FabricErrorKind, FabricKind, FabricOutcome};
 
+use crate::model::{Bandwidths, GOOD_GBPS};
 use crate::{Decision, History, NodeFabric, Purpose, Round, Settings, next};
 
 const FLOOR: f64 = 350.0;
-const GOOD: f64 = 380.0;
-const SLOW: f64 = 120.0;
 
 fn settings() -> Settings {
     Settings {
@@ -29,18 +28,17 @@ fn names(n: usize) -> Vec<String> {
 /// A model cluster: per-node bandwidth, nodes that fail on their own, nodes whose agents left.
 #[derive(Default)]
 struct Model {
-    bw: BTreeMap<String, f64>,
+    bw: Bandwidths,
     local_fault: BTreeSet<String>,
     gone: BTreeSet<String>,
 }
 
 impl Model {
     fn new(nodes: &[String], slow: &[usize]) -> Self {
-        let mut m = Model::default();
-        for (i, n) in nodes.iter().enumerate() {
-            m.bw.insert(n.clone(), if slow.contains(&i) { SLOW } else { GOOD });
+        Model {
+            bw: Bandwidths::new(nodes, slow),
+            ..Model::default()
         }
-        m
     }
 
     /// Every member's outcome of one round, as agents would report them.
@@ -50,11 +48,7 @@ impl Model {
                 .nodes
                 .iter()
                 .any(|n| self.local_fault.contains(n) || self.gone.contains(n));
-            let bus = g
-                .nodes
-                .iter()
-                .map(|n| self.bw[n])
-                .fold(f64::INFINITY, f64::min);
+            let bus = self.bw.group(&g.nodes);
             for n in &g.nodes {
                 if self.gone.contains(n) {
                     continue;
@@ -117,7 +111,7 @@ fn a_healthy_cluster_passes_in_one_round() {
     assert!(c.passed, "{c:?}");
     assert_eq!(rounds.len(), 1);
     assert_eq!(rounds[0].purpose, Purpose::Screen);
-    assert_eq!(c.bus_gbps, Some(GOOD));
+    assert_eq!(c.bus_gbps, Some(GOOD_GBPS));
     assert!(c.message.contains("8 nodes passed"), "{}", c.message);
 }
 

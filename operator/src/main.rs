@@ -155,27 +155,28 @@ async fn readyz(State(h): State<Http>) -> (StatusCode, &'static str) {
     }
 }
 
+/// A repeatable flag's entries less the empty ones (which a trailing or doubled delimiter in
+/// its environment variable leaves).
+fn entries(values: &[String]) -> impl Iterator<Item = &str> {
+    values.iter().map(String::as_str).filter(|v| !v.is_empty())
+}
+
+/// A repeatable flag's entries, each parsed.
+fn parse_each<T, E>(values: &[String], parse: impl Fn(&str) -> Result<T, E>) -> Result<Vec<T>, E> {
+    entries(values).map(parse).collect()
+}
+
 fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
     let cfg = OperatorConfig {
         namespace: a.namespace.clone(),
         agent_image: a.agent_image.clone(),
         agent_image_pull_policy: a.agent_image_pull_policy.clone(),
         agent_service_account: a.agent_service_account.clone(),
-        tolerations: a
-            .tolerations
-            .iter()
-            .filter(|t| !t.is_empty())
-            .map(|t| config::parse_toleration(t))
-            .collect::<Result<_, _>>()?,
+        tolerations: parse_each(&a.tolerations, config::parse_toleration)?,
         io_host_path: a.io_host_path.clone(),
         io_allowed_paths: a.io_allowed_paths.clone(),
         agent_privileged: a.agent_privileged,
-        agent_env: a
-            .agent_env
-            .iter()
-            .filter(|e| !e.is_empty())
-            .map(|e| config::parse_env(e))
-            .collect::<Result<_, _>>()?,
+        agent_env: parse_each(&a.agent_env, config::parse_env)?,
         concurrency: a.concurrency.max(1),
         pod_create_concurrency: a.pod_create_concurrency.max(1),
         api_qps: a.api_qps.max(0.0),
@@ -183,17 +184,9 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
         agent_result_jitter: std::time::Duration::from_secs(a.agent_result_jitter_seconds),
         fabric: config::FabricPods {
             host_network: a.fabric_host_network,
-            resources: a
-                .fabric_resources
-                .iter()
-                .filter(|r| !r.is_empty())
-                .map(|r| config::parse_resource(r))
-                .collect::<Result<_, _>>()?,
-            capabilities: a
-                .fabric_capabilities
-                .iter()
-                .filter(|c| !c.is_empty())
-                .cloned()
+            resources: parse_each(&a.fabric_resources, config::parse_resource)?,
+            capabilities: entries(&a.fabric_capabilities)
+                .map(str::to_string)
                 .collect(),
             port: a.fabric_port,
         },

@@ -4,7 +4,7 @@
 //! ([`news`], looked up by name: work for the news, not for the cluster). Pod phases and
 //! failure reasons are parsed here, once.
 
-use gpuval_crds::{GpuFabricRound, GpuNodeResult, GpuValidation, Verdict, labels};
+use gpuval_crds::{GpuNodeResult, GpuValidation, Verdict, labels};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, Pod, PodStatus};
 use kube::Resource;
 use kube::api::{ObjectMeta, PartialObjectMeta, ResourceExt};
@@ -179,20 +179,6 @@ fn fabric_outcomes(result: &str, annotation: &str) -> Vec<gpuval_crds::fabric::F
     })
 }
 
-/// A fabric round as the steps see it.
-pub fn round_view(r: &GpuFabricRound) -> RoundView {
-    let s = &r.spec;
-    RoundView {
-        generation: s.generation,
-        number: u32::try_from(s.round).unwrap_or(0),
-        purpose: s.purpose.clone(),
-        started: s.started.0,
-        timeout: std::time::Duration::from_secs(u64::try_from(s.timeout_seconds).unwrap_or(0)),
-        end: s.end,
-        groups: s.groups.clone(),
-    }
-}
-
 /// The pod a result names as its writer (`gpuval.io/pod-uid`, `gpuval.io/pod`).
 pub fn writer_of(meta: &ObjectMeta) -> Option<PodId<'_>> {
     let ann = meta.annotations.as_ref()?;
@@ -266,7 +252,7 @@ pub fn observe(gv: &GpuValidation, ctx: &Ctx) -> World {
         nodes: ctx.nodes.state().iter().map(|n| n.name_any()).collect(),
         pods: ctx.pods.owned_by(uid),
         results: counted_results(ctx, uid, generation),
-        rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
+        rounds: owned_views(&ctx.rounds, uid, |r| Some(RoundView::from(&r.spec))),
         fabric_port: ctx.cfg.fabric.port,
     }
 }
@@ -299,7 +285,7 @@ pub fn news(gv: &GpuValidation, ctx: &Ctx, changed: Changed) -> News {
         results: named_views(&ctx.results, ns, uid, &results, |r| {
             counted_by_name(ctx, &name, generation, r)
         }),
-        rounds: owned_views(&ctx.rounds, uid, |r| Some(round_view(r))),
+        rounds: owned_views(&ctx.rounds, uid, |r| Some(RoundView::from(&r.spec))),
         fabric_port: ctx.cfg.fabric.port,
     };
     News { nodes, world }

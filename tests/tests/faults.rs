@@ -152,40 +152,58 @@ async fn wait_checks_running(e: &Env, validation: &str, generation: i64, n: usiz
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"));
-    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
-    waits::until("agents running their checks", MEDIUM, || async {
-        names
-            .iter()
-            .all(|p| e.kubelet.logs(p).contains("running the checks"))
-            .then_some(())
+    wait_agent_logs(&e.kubelet, &pods, "agents running their checks", |log| {
+        log.contains("running the checks")
     })
-    .await
-    .unwrap_or_else(|err| panic!("{err}; logs: {:#?}", logs(&e.kubelet, &names)));
+    .await;
     pods
 }
 
-fn logs(kubelet: &FakeKubelet, pods: &[String]) -> BTreeMap<String, String> {
-    pods.iter().map(|p| (p.clone(), kubelet.logs(p))).collect()
+/// Starts an operator (it stops when the handle drops), applies validation `name` and waits
+/// until the agents on all `nodes` nodes run their checks; returns the handle and the pods.
+async fn operator_and_checks_running(
+    e: &Env,
+    name: &str,
+    spec: Value,
+    nodes: usize,
+) -> (OperatorHandle, Vec<Pod>) {
+    let op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
+    apply(&e.client, name, spec).await;
+    let pods = wait_checks_running(e, name, 1, nodes).await;
+    (op, pods)
 }
 
-/// Tries the agent of `pod` made to store its result that failed for a transient reason.
-fn failed_stores(kubelet: &FakeKubelet, pod: &str) -> usize {
-    kubelet
-        .logs(pod)
-        .lines()
+/// Waits until the log of every agent of `pods` satisfies `done`; on a timeout, panics with
+/// their logs.
+async fn wait_agent_logs(
+    kubelet: &FakeKubelet,
+    pods: &[Pod],
+    what: &str,
+    done: impl Fn(&str) -> bool,
+) {
+    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    waits::until(what, MEDIUM, || async {
+        names.iter().all(|p| done(&kubelet.logs(p))).then_some(())
+    })
+    .await
+    .unwrap_or_else(|err| {
+        let logs: BTreeMap<&String, String> = names.iter().map(|p| (p, kubelet.logs(p))).collect();
+        panic!("{err}; logs: {logs:#?}")
+    });
+}
+
+/// Tries the agent whose log this is made to store its result that failed for a transient
+/// reason.
+fn failed_stores(log: &str) -> usize {
+    log.lines()
         .filter(|l| l.contains("transient API error") && l.contains("store the result"))
         .count()
 }
 
 /// Waits until every agent of `pods` has failed to store its result at least `n` times.
-async fn wait_failed_stores(kubelet: &FakeKubelet, pods: &[String], n: usize) {
-    waits::until("agents failing to store their results", MEDIUM, || async {
-        pods.iter()
-            .all(|p| failed_stores(kubelet, p) >= n)
-            .then_some(())
-    })
-    .await
-    .unwrap_or_else(|err| panic!("{err}; logs: {:#?}", logs(kubelet, pods)));
+async fn wait_failed_stores(kubelet: &FakeKubelet, pods: &[Pod], n: usize) {
+    let what = "agents failing to store their results";
+    wait_agent_logs(kubelet, pods, what, |log| failed_stores(log) >= n).await;
 }
 
 async fn results(client: &Client, validation: &str) -> Vec<GpuNodeResult> {
@@ -437,10 +455,7 @@ async fn apiserver_and_etcd_restart_mid_run_results_arrive_and_no_write_storm() 
     let nodes = ["gpu-a", "gpu-b", "gpu-c"];
     let started = Instant::now();
     let mut e = env(&nodes, true, false).await;
-    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
-    apply(&e.client, "restart", spec(40, "15m")).await;
-    let pods = wait_checks_running(&e, "restart", 1, 3).await;
-    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    let (_op, pods) = operator_and_checks_running(&e, "restart", spec(40, "15m"), 3).await;
 
     // An upgrade: both go down while the agents burn, and come back on the same ports with
     // etcd's data.
@@ -450,7 +465,7 @@ async fn apiserver_and_etcd_restart_mid_run_results_arrive_and_no_write_storm() 
     );
     e.cp.stop("kube-apiserver").expect("stop kube-apiserver");
     e.cp.stop("etcd").expect("stop etcd");
-    wait_failed_stores(&e.kubelet, &names, 1).await;
+    wait_failed_stores(&e.kubelet, &pods, 1).await;
     println!(
         "{:?}: every agent failed to store; starting etcd and kube-apiserver",
         started.elapsed()
@@ -538,16 +553,13 @@ async fn an_agent_cut_off_when_its_checks_end_stores_its_result_once_back() {
         e.kubelet
             .set_node_env(n, "GPUVAL_STATE_DIR", &dir.display().to_string());
     }
-    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
-    apply(&e.client, "partition", spec(40, "15m")).await;
-    let pods = wait_checks_running(&e, "partition", 1, 2).await;
-    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    let (_op, pods) = operator_and_checks_running(&e, "partition", spec(40, "15m"), 2).await;
     let proxy = e.proxy.as_ref().expect("proxy");
 
     proxy.cut();
     // Longer than one retry, and longer than the five tries an agent used to give up after:
     // every agent has failed six times with its result in hand.
-    wait_failed_stores(&e.kubelet, &names, 6).await;
+    wait_failed_stores(&e.kubelet, &pods, 6).await;
     assert!(proxy.refused() > 0);
     assert!(
         results(&e.client, "partition").await.is_empty(),
@@ -593,14 +605,11 @@ async fn an_agent_cut_off_when_its_checks_end_stores_its_result_once_back() {
 async fn an_agent_cut_off_past_the_deadline_gives_an_error_never_a_pass() {
     let nodes = ["gpu-a", "gpu-b"];
     let e = env(&nodes, false, true).await;
-    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
-    apply(&e.client, "cutoff", spec(20, "90s")).await;
-    let pods = wait_checks_running(&e, "cutoff", 1, 2).await;
-    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    let (_op, pods) = operator_and_checks_running(&e, "cutoff", spec(20, "90s"), 2).await;
     let proxy = e.proxy.as_ref().expect("proxy");
 
     proxy.cut();
-    wait_failed_stores(&e.kubelet, &names, 1).await;
+    wait_failed_stores(&e.kubelet, &pods, 1).await;
     let gv = wait_terminal(&e.client, "cutoff", LONG).await;
     for n in nodes {
         println!("{n}: {:?}", node_line(&gv, n));

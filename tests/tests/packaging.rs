@@ -634,18 +634,9 @@ fn dry_run(cp: &ControlPlane, docs: &[Value], name: &str) {
         .map(|d| serde_json::to_string(d).expect("JSON"))
         .collect();
     std::fs::write(&file, text.join("\n---\n")).expect("write the manifests");
-    let out = cp
-        .kubectl()
-        .expect("kubectl")
-        .args(["apply", "--dry-run=server", "-f"])
-        .arg(&file)
-        .output()
-        .expect("kubectl apply");
-    assert!(
-        out.status.success(),
-        "{name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut apply = cp.kubectl().expect("kubectl");
+    apply.args(["apply", "--dry-run=server", "-f"]).arg(&file);
+    chart::output(&mut apply).unwrap_or_else(|e| panic!("{name}: {e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

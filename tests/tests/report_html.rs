@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gpuval_crds::GpuNodeResult;
+use gpuval_tests::chart;
 use gpuval_tests::crds::repo_root;
 use gpuval_tests::kubelet::agent_binary;
 use gpuval_view::{Document, NodeEntry};
@@ -246,18 +247,9 @@ fn a_simulated_failing_run_shows_the_banner_and_the_failing_gpu() {
         .output()
         .expect("run the agent");
     assert_eq!(run.status.code(), Some(1), "a planted fault fails the run");
-    let render = Command::new(&agent)
-        .arg("report")
-        .arg(&json)
-        .arg("-o")
-        .arg(&html)
-        .output()
-        .expect("agent report");
-    assert!(
-        render.status.success(),
-        "{}",
-        String::from_utf8_lossy(&render.stderr)
-    );
+    let mut render = Command::new(&agent);
+    render.arg("report").arg(&json).arg("-o").arg(&html);
+    chart::output(&mut render).unwrap_or_else(|e| panic!("agent report: {e}"));
     let page = std::fs::read_to_string(&html).expect("page");
     let dom = open(&chrome, &page, "simulated-memory-fault", 2400);
     assert!(dom.contains("id=\"simulated\""), "the SIMULATED banner");

@@ -274,9 +274,8 @@ fn outcomes(
     generation: i64,
 ) -> BTreeMap<String, Vec<gpuval_crds::fabric::FabricOutcome>> {
     world
-        .results
-        .iter()
-        .filter(|r| r.generation == generation && !r.fabric.is_empty())
+        .results_of(generation)
+        .filter(|r| !r.fabric.is_empty())
         .map(|r| (r.node.clone(), r.fabric.clone()))
         .collect()
 }
@@ -284,9 +283,8 @@ fn outcomes(
 /// Candidates whose agent is no longer running.
 fn gone(world: &World, generation: i64, candidates: &[String]) -> BTreeSet<String> {
     let running: BTreeSet<&str> = world
-        .pods
-        .iter()
-        .filter(|p| p.generation == generation && p.phase == PodPhase::Running && !p.deleting)
+        .pods_of(generation)
+        .filter(|p| p.phase == PodPhase::Running && !p.deleting)
         .map(|p| p.node.as_str())
         .collect();
     candidates

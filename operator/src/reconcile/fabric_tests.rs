@@ -1,12 +1,11 @@
 //! The fabric step through [`super::super::next`]: a run whose nodes passed their checks, its
 //! rounds created and their outcomes fed back as agents would write them.
 
-use std::collections::BTreeMap;
-
 use gpuval_crds::fabric::{
     FabricError, FabricErrorKind, FabricNccl, FabricOutcome, FabricPhase, FabricSpec,
 };
 use gpuval_crds::{Collective, GpuValidation, NodeVerdict, Phase, Verdict};
+use gpuval_fabric::model::Bandwidths;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::reconcile::{PodPhase, PodView, ResultView, RoundView, RunNodes, World, next};
@@ -39,7 +38,7 @@ fn validation(generation: i64) -> GpuValidation {
 struct Cluster {
     gv: GpuValidation,
     world: World,
-    bw: BTreeMap<String, f64>,
+    bw: Bandwidths,
     record: Option<RunNodes>,
     now: i64,
 }
@@ -68,15 +67,10 @@ impl Cluster {
             rounds: Vec::new(),
             fabric_port: 0,
         };
-        let bw = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.clone(), if slow.contains(&i) { 120.0 } else { 380.0 }))
-            .collect();
         Cluster {
             gv: validation(1),
             world,
-            bw,
+            bw: Bandwidths::new(&names, slow),
             record: None,
             now: 0,
         }
@@ -100,15 +94,7 @@ impl Cluster {
         self.record = s.record.take();
         self.gv.status = Some(s.status.clone());
         if let Some(r) = &s.create_round {
-            self.world.rounds.push(RoundView {
-                generation: r.generation,
-                number: r.round as u32,
-                purpose: r.purpose.clone(),
-                started: r.started.0,
-                timeout: std::time::Duration::from_secs(r.timeout_seconds as u64),
-                end: r.end,
-                groups: r.groups.clone(),
-            });
+            self.world.rounds.push(RoundView::from(r));
         }
         s
     }
@@ -119,11 +105,7 @@ impl Cluster {
             return;
         };
         for g in &round.groups {
-            let bus = g
-                .nodes
-                .iter()
-                .map(|n| self.bw[n])
-                .fold(f64::INFINITY, f64::min);
+            let bus = self.bw.group(&g.nodes);
             for n in &g.nodes {
                 let r = self
                     .world

@@ -336,15 +336,11 @@ fn advance_nodes(record: &mut RunNodes, view: View<'_>, clock: &RunClock, step: 
     let generation = record.generation();
     let world = view.world;
     let pods: HashMap<&str, &PodView> = world
-        .pods
-        .iter()
-        .filter(|p| p.generation == generation)
+        .pods_of(generation)
         .map(|p| (p.node.as_str(), p))
         .collect();
     let results: HashMap<&str, &ResultView> = world
-        .results
-        .iter()
-        .filter(|r| r.generation == generation)
+        .results_of(generation)
         .map(|r| (r.node.as_str(), r))
         .collect();
     let targets = match view.news {
@@ -448,6 +444,16 @@ mod tests {
         (at(secs), w)
     }
 
+    /// The cluster as the run starts: both nodes, no pods, no results.
+    fn start() -> (Timestamp, World) {
+        world(0, vec![], vec![])
+    }
+
+    /// Both nodes' pods, in `phase`.
+    fn both(phase: PodPhase) -> Vec<PodView> {
+        vec![pod("a", phase), pod("b", phase)]
+    }
+
     fn pod(node: &str, phase: PodPhase) -> PodView {
         PodView {
             name: format!("pod-{node}"),
@@ -485,7 +491,7 @@ mod tests {
 
     #[test]
     fn a_new_run_resolves_nodes_and_creates_one_pod_each() {
-        let s = &run(&[world(0, vec![], vec![])])[0];
+        let s = &run(&[start()])[0];
         assert_eq!(
             s.create_pods,
             vec![("a".to_string(), 8), ("b".to_string(), 8)]
@@ -501,15 +507,11 @@ mod tests {
     #[test]
     fn all_pass_gives_passed_and_ready() {
         let steps = run(&[
-            world(0, vec![], vec![]),
-            world(
-                5,
-                vec![pod("a", PodPhase::Running), pod("b", PodPhase::Running)],
-                vec![],
-            ),
+            start(),
+            world(5, both(PodPhase::Running), vec![]),
             world(
                 60,
-                vec![pod("a", PodPhase::Succeeded), pod("b", PodPhase::Succeeded)],
+                both(PodPhase::Succeeded),
                 vec![
                     result("a", Verdict::Pass, ""),
                     result("b", Verdict::Warn, "GPU1 throttled"),
@@ -534,10 +536,10 @@ mod tests {
     #[test]
     fn one_failing_node_fails_the_run_and_names_it() {
         let steps = run(&[
-            world(0, vec![], vec![]),
+            start(),
             world(
                 60,
-                vec![pod("a", PodPhase::Succeeded), pod("b", PodPhase::Succeeded)],
+                both(PodPhase::Succeeded),
                 vec![
                     result("a", Verdict::Pass, ""),
                     result("b", Verdict::Fail, "GPU3 memory: 2 mismatched words"),
@@ -567,7 +569,7 @@ mod tests {
         let mut p = pod("b", PodPhase::Failed);
         p.reason = Some("OOMKilled (exit code 137)".into());
         let steps = run(&[
-            world(0, vec![], vec![]),
+            start(),
             world(
                 30,
                 vec![pod("a", PodPhase::Succeeded), p],
@@ -584,10 +586,10 @@ mod tests {
     #[test]
     fn deadline_gives_deadline_exceeded_and_removes_pods() {
         let steps = run(&[
-            world(0, vec![], vec![]),
+            start(),
             world(
                 3601,
-                vec![pod("a", PodPhase::Running), pod("b", PodPhase::Running)],
+                both(PodPhase::Running),
                 vec![result("a", Verdict::Pass, "")],
             ),
         ]);
@@ -604,15 +606,7 @@ mod tests {
     fn a_vanished_pod_or_node_is_an_error() {
         let mut w = world(40, vec![], vec![]);
         w.1.nodes.remove("b");
-        let steps = run(&[
-            world(0, vec![], vec![]),
-            world(
-                5,
-                vec![pod("a", PodPhase::Running), pod("b", PodPhase::Running)],
-                vec![],
-            ),
-            w,
-        ]);
+        let steps = run(&[start(), world(5, both(PodPhase::Running), vec![]), w]);
         assert_eq!(
             steps[2].status.nodes[0].verdict,
             NodeVerdict::Error,
@@ -639,7 +633,7 @@ mod tests {
         let mut done = pod("a", PodPhase::Succeeded);
         done.finished_at = Some(at(10));
         let steps = run(&[
-            world(0, vec![], vec![]),
+            start(),
             world(12, vec![done.clone(), pod("b", PodPhase::Running)], vec![]),
             world(45, vec![done, pod("b", PodPhase::Running)], vec![]),
         ]);
@@ -655,7 +649,7 @@ mod tests {
             vec![pod("a", PodPhase::Running), pod("b", PodPhase::Pending)],
             vec![],
         );
-        let steps = run(&[world(0, vec![], vec![]), w.clone()]);
+        let steps = run(&[start(), w.clone()]);
         let mut g = gv(1, Some(steps[1].status.clone()));
         let again = next(&g, &w.1, at(9), steps[1].record.clone(), two_nodes);
         assert_eq!(
@@ -668,7 +662,7 @@ mod tests {
 
     #[test]
     fn a_new_generation_starts_over_and_cleans_up_the_old_run() {
-        let first = run(&[world(0, vec![], vec![])]);
+        let first = run(&[start()]);
         let mut g = gv(2, Some(first[0].status.clone()));
         g.spec = GpuValidationSpec { ..g.spec.clone() };
         let old_pod = pod("a", PodPhase::Running);
@@ -690,7 +684,7 @@ mod tests {
     #[test]
     fn a_selection_that_matches_nothing_stalls() {
         let g = gv(1, None);
-        let (now, w) = world(0, vec![], vec![]);
+        let (now, w) = start();
         let s = next(&g, &w, now, None, Selection::default);
         assert_eq!(s.status.phase, Some(Phase::Failed));
         let stalled = conditions::find(&s.status.conditions, STALLED).unwrap();
@@ -701,7 +695,7 @@ mod tests {
     #[test]
     fn a_blocked_run_stays_blocked() {
         let g = gv(1, None);
-        let (now, w) = world(0, vec![], vec![]);
+        let (now, w) = start();
         let first = next(&g, &w, now, None, Selection::default);
         let g = gv(1, Some(first.status.clone()));
         let again = next(&g, &w, at(5), None, || {
@@ -721,7 +715,7 @@ mod tests {
             vec![done("a"), done("b")],
             vec![passed("a"), passed("b")],
         );
-        let steps = run(&[world(0, vec![], vec![]), (now, w.clone())]);
+        let steps = run(&[start(), (now, w.clone())]);
         assert_eq!(steps[1].status.phase, Some(Phase::Passed));
         let g = gv(1, Some(steps[1].status.clone()));
         let again = next(&g, &w, at(900), None, two_nodes);
@@ -739,7 +733,7 @@ mod tests {
             vec![done, pod("b", PodPhase::Running)],
             vec![result("a", Verdict::Fail, "GPU0 memory: 1 word")],
         );
-        let steps = run(&[world(0, vec![], vec![]), w.clone()]);
+        let steps = run(&[start(), w.clone()]);
         let g = gv(1, Some(steps[1].status.clone()));
         let kept = next(&g, &w.1, at(21), steps[1].record.clone(), two_nodes);
         let recovered = next(&g, &w.1, at(21), None, two_nodes);
@@ -750,7 +744,7 @@ mod tests {
 
     #[test]
     fn a_restart_before_every_pod_was_created_creates_the_rest() {
-        let steps = run(&[world(0, vec![], vec![])]);
+        let steps = run(&[start()]);
         let g = gv(1, Some(steps[0].status.clone()));
         let (now, w) = world(3, vec![pod("a", PodPhase::Pending)], vec![]);
         let s = next(&g, &w, now, None, two_nodes);

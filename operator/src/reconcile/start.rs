@@ -134,17 +134,9 @@ pub fn recover(
         .map(|n| (n.name.clone(), n.clone()))
         .collect();
     let of_run = world
-        .pods
-        .iter()
-        .filter(|p| p.generation == generation)
+        .pods_of(generation)
         .map(|p| p.node.as_str())
-        .chain(
-            world
-                .results
-                .iter()
-                .filter(|r| r.generation == generation)
-                .map(|r| r.node.as_str()),
-        );
+        .chain(world.results_of(generation).map(|r| r.node.as_str()));
     for node in of_run {
         known
             .entry(node.to_string())

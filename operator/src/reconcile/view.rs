@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use gpuval_crds::Verdict;
-use gpuval_crds::fabric::{FabricGroup, FabricOutcome};
+use gpuval_crds::fabric::{FabricGroup, FabricOutcome, FabricRoundSpec};
 use k8s_openapi::jiff::Timestamp;
 
 /// A pod's `status.phase`, parsed once by the shell.
@@ -109,6 +109,21 @@ pub struct RoundView {
     pub groups: Vec<FabricGroup>,
 }
 
+impl From<&FabricRoundSpec> for RoundView {
+    /// A fabric round as the steps see it (a negative number or timeout reads as 0).
+    fn from(s: &FabricRoundSpec) -> Self {
+        RoundView {
+            generation: s.generation,
+            number: u32::try_from(s.round).unwrap_or(0),
+            purpose: s.purpose.clone(),
+            started: s.started.0,
+            timeout: std::time::Duration::from_secs(u64::try_from(s.timeout_seconds).unwrap_or(0)),
+            end: s.end,
+            groups: s.groups.clone(),
+        }
+    }
+}
+
 /// What the cluster looks like now, for one validation.
 #[derive(Debug, Clone, Default)]
 pub struct World {
@@ -119,6 +134,20 @@ pub struct World {
     pub rounds: Vec<RoundView>,
     /// The first fabric rendezvous port (the operator's `--fabric-port`; 0: the default).
     pub fabric_port: u16,
+}
+
+impl World {
+    /// The agent pods made for the run of `generation`.
+    pub fn pods_of(&self, generation: i64) -> impl Iterator<Item = &PodView> {
+        self.pods.iter().filter(move |p| p.generation == generation)
+    }
+
+    /// The node results of the run of `generation`.
+    pub fn results_of(&self, generation: i64) -> impl Iterator<Item = &ResultView> {
+        self.results
+            .iter()
+            .filter(move |r| r.generation == generation)
+    }
 }
 
 #[cfg(test)]

@@ -54,15 +54,7 @@ impl Driver {
     fn answer(&mut self, r: &FabricRoundSpec) -> Result<(), Error> {
         let object = gpuval_operator::pod::fabric_round(&self.gv, r);
         self.largest_round = self.largest_round.max(serde_json::to_vec(&object)?.len());
-        self.world.rounds.push(RoundView {
-            generation: r.generation,
-            number: u32::try_from(r.round).unwrap_or(0),
-            purpose: r.purpose.clone(),
-            started: r.started.0,
-            timeout: Duration::from_secs(300),
-            end: r.end,
-            groups: r.groups.clone(),
-        });
+        self.world.rounds.push(RoundView::from(r));
         let index: BTreeMap<&str, usize> = self
             .world
             .results
