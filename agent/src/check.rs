@@ -4,6 +4,12 @@
 //! each), or [`NodeCheck`] once for the whole node (all pairs, all GPUs together, the node's
 //! disk). Measuring and judging are separate passes: [`Stage`] measures, with progress lines and
 //! stop handling; the check's `judge` then turns what was measured into report results.
+//!
+//! Both passes take the same shape: `measure(&self, on)` with what it measures with
+//! ([`OnGpu`] / [`OnNode`]: the backend, the GPU(s), the run control), and
+//! `judge(&self, on, measured, into)` with what it judges by ([`JudgeGpu`] / [`JudgeNode`]: the
+//! run's [`Judge`] and the GPU(s)), the [`Measurement`] the first pass produced (an error
+//! included: the check judges it too, as an Error result) and the report it writes into.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,6 +22,9 @@ use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::judge::Judge;
 use crate::run_control::{ProgressSink, RunControl, ThrottledProgress};
 
+/// What a check's measuring produced: its outcome, or the backend error that stopped it.
+pub type Measurement<T> = Result<T, BackendError>;
+
 /// A check measured on every GPU at once; its result sits in each GPU's report.
 pub trait GpuCheck: Sync {
     /// The check's name in the spec, `--checks` and progress lines.
@@ -23,15 +32,9 @@ pub trait GpuCheck: Sync {
     /// What one GPU's measurement produced.
     type Outcome: Send;
     /// Measures one GPU (called on every GPU at once, one thread each).
-    fn measure(&self, on: &OnGpu<'_>) -> Result<Self::Outcome, BackendError>;
+    fn measure(&self, on: &OnGpu<'_>) -> Measurement<Self::Outcome>;
     /// Judges one GPU's measurement (or the error that stopped it) into its report.
-    fn judge(
-        &self,
-        judge: &Judge<'_>,
-        gpu: &GpuInfo,
-        measured: Result<Self::Outcome, BackendError>,
-        into: &mut GpuReport,
-    );
+    fn judge(&self, on: &JudgeGpu<'_>, measured: Measurement<Self::Outcome>, into: &mut GpuReport);
     /// Rules across the node's GPUs once every GPU is judged (the relative rule).
     fn compare(&self, _judge: &Judge<'_>, _gpus: &mut [GpuReport]) {}
 }
@@ -48,14 +51,13 @@ pub trait NodeCheck: Sync {
         None
     }
     /// Measures the node.
-    fn measure(&self, on: &OnNode<'_>) -> Result<Self::Outcome, BackendError>;
+    fn measure(&self, on: &OnNode<'_>) -> Measurement<Self::Outcome>;
     /// Judges the measurement (or the error that stopped it) into the node report, whose
     /// `gpus` are already in place.
     fn judge(
         &self,
-        judge: &Judge<'_>,
-        gpus: &[GpuInfo],
-        measured: Result<Self::Outcome, BackendError>,
+        on: &JudgeNode<'_>,
+        measured: Measurement<Self::Outcome>,
         into: &mut NodeReport,
     );
 }
@@ -75,6 +77,32 @@ pub struct OnNode<'a> {
     pub ctl: &'a RunControl<'a>,
 }
 
+/// What a [`GpuCheck`] judges one GPU by: the run's judge (thresholds, profiles, overrides) and
+/// the GPU.
+#[derive(Clone, Copy)]
+pub struct JudgeGpu<'a> {
+    pub judge: &'a Judge<'a>,
+    pub gpu: &'a GpuInfo,
+}
+
+/// What a [`NodeCheck`] (and the judging pass as a whole) judges the node by: the run's judge
+/// and every GPU, in the order of the report's `gpus`.
+#[derive(Clone, Copy)]
+pub struct JudgeNode<'a> {
+    pub judge: &'a Judge<'a>,
+    pub gpus: &'a [GpuInfo],
+}
+
+impl<'a> JudgeNode<'a> {
+    /// The same judge, for one of the node's GPUs.
+    pub fn gpu(&self, gpu: &'a GpuInfo) -> JudgeGpu<'a> {
+        JudgeGpu {
+            judge: self.judge,
+            gpu,
+        }
+    }
+}
+
 /// What one measuring pass runs against: the backend, the GPUs, the stop flag, the progress sink.
 #[derive(Clone, Copy)]
 pub struct Stage<'a> {
@@ -92,10 +120,7 @@ impl Stage<'_> {
 
     /// Measures `check` on every GPU at once (one thread each), with throttled progress lines
     /// per GPU (`[memory] GPU3  40% ...`).
-    pub fn on_every_gpu<C: GpuCheck>(
-        &self,
-        check: &C,
-    ) -> HashMap<u32, Result<C::Outcome, BackendError>> {
+    pub fn on_every_gpu<C: GpuCheck>(&self, check: &C) -> HashMap<u32, Measurement<C::Outcome>> {
         let name = C::NAME;
         (self.sink)(&format!("[{name}] starting on {} GPU(s)", self.gpus.len()));
         let started = Instant::now();
@@ -131,7 +156,7 @@ impl Stage<'_> {
     }
 
     /// Measures `check` once for the node, with throttled progress lines (`[p2p]  40% ...`).
-    pub fn on_node<C: NodeCheck>(&self, check: &C) -> Result<C::Outcome, BackendError> {
+    pub fn on_node<C: NodeCheck>(&self, check: &C) -> Measurement<C::Outcome> {
         if let Some((why, outcome)) = check.skipped(self.gpus) {
             (self.sink)(&format!("[{}] skipped: {why}", C::NAME));
             return Ok(outcome);

@@ -26,8 +26,7 @@ use gpuval_crds::{
     Checks, GpuReport, GpuValidationSpec, NodeReport, Reason, SeverityOverride, Thresholds, Verdict,
 };
 
-use crate::backend::{BackendError, GpuInfo};
-use crate::check::{GpuCheck, NodeCheck, Stage};
+use crate::check::{GpuCheck, JudgeGpu, JudgeNode, Measurement, NodeCheck, Stage};
 use crate::judge::{CheckResult, Code, Judge, Says};
 use crate::run_control::RunControl;
 
@@ -133,13 +132,13 @@ pub struct Planned {
 /// What the checks measured, before judging.
 #[derive(Default)]
 pub struct Measured {
-    pub topology: Option<Result<TopologyMeasured, BackendError>>,
-    memory: HashMap<u32, Result<memory::MemoryOutcome, BackendError>>,
-    compute: HashMap<u32, Result<compute::ComputeOutcome, BackendError>>,
-    p2p: Option<Result<P2pMeasured, BackendError>>,
-    host: Option<Result<host::PerGpu, BackendError>>,
-    nccl: Option<Result<NcclMeasured, BackendError>>,
-    training: Option<Result<TrainingMeasured, BackendError>>,
+    pub topology: Option<Measurement<TopologyMeasured>>,
+    memory: HashMap<u32, Measurement<memory::MemoryOutcome>>,
+    compute: HashMap<u32, Measurement<compute::ComputeOutcome>>,
+    p2p: Option<Measurement<P2pMeasured>>,
+    host: Option<Measurement<host::PerGpu>>,
+    nccl: Option<Measurement<NcclMeasured>>,
+    training: Option<Measurement<TrainingMeasured>>,
     /// Err: the io thread panicked.
     io: Option<Result<IoMeasured, ()>>,
 }
@@ -177,10 +176,7 @@ impl Planned {
 
     /// The first topology reading, taken before any check loads the GPUs (the runner's
     /// sampler re-reads it every [`Planned::resample_every`]).
-    pub fn first_topology(
-        &self,
-        stage: &Stage<'_>,
-    ) -> Option<Result<TopologyMeasured, BackendError>> {
+    pub fn first_topology(&self, stage: &Stage<'_>) -> Option<Measurement<TopologyMeasured>> {
         let t = self.topology.as_ref()?;
         let ctl = RunControl::new(stage.stop, &|_, _| {});
         Some(t.measure(&stage.node_under(&ctl)))
@@ -244,9 +240,9 @@ impl Planned {
         }
     }
 
-    /// Judges what was measured into `report`, whose `gpus` (one per GPU of `gpus`, in order)
+    /// Judges what was measured into `report`, whose `gpus` (one per GPU of `on.gpus`, in order)
     /// already exist: each check's results, then the rules across GPUs.
-    pub fn judge(&self, judge: &Judge<'_>, gpus: &[GpuInfo], m: Measured, report: &mut NodeReport) {
+    pub fn judge(&self, on: &JudgeNode<'_>, m: Measured, report: &mut NodeReport) {
         let Measured {
             topology: topology_measured,
             mut memory,
@@ -257,21 +253,21 @@ impl Planned {
             training,
             io,
         } = m;
-        for (g, r) in gpus.iter().zip(report.gpus.iter_mut()) {
-            judge_gpu(&self.memory, judge, g, memory.remove(&g.index), r);
-            judge_gpu(&self.compute, judge, g, compute.remove(&g.index), r);
+        for (g, r) in on.gpus.iter().zip(report.gpus.iter_mut()) {
+            judge_gpu(&self.memory, &on.gpu(g), memory.remove(&g.index), r);
+            judge_gpu(&self.compute, &on.gpu(g), compute.remove(&g.index), r);
         }
-        judge_node(&self.host, judge, gpus, host, report);
+        judge_node(&self.host, on, host, report);
         if let Some(c) = &self.memory {
-            c.compare(judge, &mut report.gpus);
+            c.compare(on.judge, &mut report.gpus);
         }
         if let Some(c) = &self.compute {
-            c.compare(judge, &mut report.gpus);
+            c.compare(on.judge, &mut report.gpus);
         }
-        judge_node(&self.topology, judge, gpus, topology_measured, report);
-        judge_node(&self.p2p, judge, gpus, p2p, report);
-        judge_node(&self.nccl, judge, gpus, nccl, report);
-        judge_node(&self.training, judge, gpus, training, report);
+        judge_node(&self.topology, on, topology_measured, report);
+        judge_node(&self.p2p, on, p2p, report);
+        judge_node(&self.nccl, on, nccl, report);
+        judge_node(&self.training, on, training, report);
         if let (Some(check), Some(measured)) = (&self.io, io) {
             report.io = Some(match measured {
                 Ok(m) => check.judge(m),
@@ -283,12 +279,11 @@ impl Planned {
     /// Judges the topology measured at the start (with what the sampler's re-reads found).
     pub fn judge_topology(
         &self,
-        judge: &Judge<'_>,
-        gpus: &[GpuInfo],
-        measured: Option<Result<TopologyMeasured, BackendError>>,
+        on: &JudgeNode<'_>,
+        measured: Option<Measurement<TopologyMeasured>>,
         report: &mut NodeReport,
     ) {
-        judge_node(&self.topology, judge, gpus, measured, report);
+        judge_node(&self.topology, on, measured, report);
     }
 
     /// A check that was asked for and produced no result for a GPU (or for the node) gets an
@@ -327,31 +322,24 @@ impl Planned {
     pub fn remeasure(
         &self,
         stage: &Stage<'_>,
-        judge: &Judge<'_>,
-        gpus: &[GpuInfo],
+        on: &JudgeNode<'_>,
         report: &mut NodeReport,
     ) -> Vec<&'static str> {
-        apply_overrides(report, &judge.overrides);
+        let overrides = &on.judge.overrides;
+        apply_overrides(report, overrides);
         let mut again = Vec::new();
-        if self.remeasure_gpu_check(&self.memory, |g| &mut g.memory, stage, judge, gpus, report) {
+        if self.remeasure_gpu_check(&self.memory, |g| &mut g.memory, stage, on, report) {
             again.push(Memory::NAME);
         }
-        if self.remeasure_gpu_check(
-            &self.compute,
-            |g| &mut g.compute,
-            stage,
-            judge,
-            gpus,
-            report,
-        ) {
+        if self.remeasure_gpu_check(&self.compute, |g| &mut g.compute, stage, on, report) {
             again.push(Compute::NAME);
         }
         if let Some(h) = self.host.as_ref().filter(|_| !stage.stopped())
             && remeasure::any_gpu_short(&mut report.gpus, |g| &mut g.host_transfer)
         {
             let mut scratch = scratch_report(report, |g| g.host_transfer = None);
-            h.judge(judge, gpus, stage.on_node(h), &mut scratch);
-            apply_overrides(&mut scratch, &judge.overrides);
+            h.judge(on, stage.on_node(h), &mut scratch);
+            apply_overrides(&mut scratch, overrides);
             remeasure::replace_gpu_results(
                 &mut report.gpus,
                 &mut scratch.gpus,
@@ -367,8 +355,8 @@ impl Planned {
                 .is_some_and(remeasure::short_on_performance_only)
         {
             let mut scratch = scratch_report(report, |_| {});
-            p.judge(judge, gpus, stage.on_node(p), &mut scratch);
-            apply_overrides(&mut scratch, &judge.overrides);
+            p.judge(on, stage.on_node(p), &mut scratch);
+            apply_overrides(&mut scratch, overrides);
             remeasure::replace_node_result(&mut report.p2p, scratch.p2p, P2p::NAME);
             again.push(P2p::NAME);
         }
@@ -381,8 +369,7 @@ impl Planned {
         check: &Option<C>,
         slot: remeasure::Slot<R>,
         stage: &Stage<'_>,
-        judge: &Judge<'_>,
-        gpus: &[GpuInfo],
+        on: &JudgeNode<'_>,
         report: &mut NodeReport,
     ) -> bool {
         let Some(c) = check.as_ref().filter(|_| !stage.stopped()) else {
@@ -393,11 +380,11 @@ impl Planned {
         }
         let mut measured = stage.on_every_gpu(c);
         let mut scratch = scratch_report(report, |g| *slot(g) = None);
-        for (g, r) in gpus.iter().zip(scratch.gpus.iter_mut()) {
-            judge_gpu(check, judge, g, measured.remove(&g.index), r);
+        for (g, r) in on.gpus.iter().zip(scratch.gpus.iter_mut()) {
+            judge_gpu(check, &on.gpu(g), measured.remove(&g.index), r);
         }
-        c.compare(judge, &mut scratch.gpus);
-        apply_overrides(&mut scratch, &judge.overrides);
+        c.compare(on.judge, &mut scratch.gpus);
+        apply_overrides(&mut scratch, &on.judge.overrides);
         remeasure::replace_gpu_results(&mut report.gpus, &mut scratch.gpus, slot, C::NAME);
         true
     }
@@ -435,25 +422,23 @@ fn scratch_report(report: &NodeReport, clear: impl Fn(&mut GpuReport)) -> NodeRe
 
 fn judge_gpu<C: GpuCheck>(
     check: &Option<C>,
-    judge: &Judge<'_>,
-    gpu: &GpuInfo,
-    measured: Option<Result<C::Outcome, BackendError>>,
+    on: &JudgeGpu<'_>,
+    measured: Option<Measurement<C::Outcome>>,
     into: &mut GpuReport,
 ) {
     if let (Some(c), Some(m)) = (check, measured) {
-        c.judge(judge, gpu, m, into);
+        c.judge(on, m, into);
     }
 }
 
 fn judge_node<C: NodeCheck>(
     check: &Option<C>,
-    judge: &Judge<'_>,
-    gpus: &[GpuInfo],
-    measured: Option<Result<C::Outcome, BackendError>>,
+    on: &JudgeNode<'_>,
+    measured: Option<Measurement<C::Outcome>>,
     into: &mut NodeReport,
 ) {
     if let (Some(c), Some(m)) = (check, measured) {
-        c.judge(judge, gpus, m, into);
+        c.judge(on, m, into);
     }
 }
 

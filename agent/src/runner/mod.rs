@@ -19,7 +19,7 @@ use gpuval_crds::reason::Overrides;
 use gpuval_crds::{GpuReport, NodeReport, Verdict};
 
 use crate::backend::{Backend, BackendKind, GpuInfo, Inventory};
-use crate::check::Stage;
+use crate::check::{JudgeNode, Stage};
 use crate::checks::{Measured, Planned};
 use crate::judge::{Code, Judge, Says, error_reason_in};
 use crate::run_control::ProgressSink;
@@ -157,6 +157,10 @@ fn measure_and_judge(
     report: &mut NodeReport,
 ) {
     let platform = stage.backend.platform();
+    let on = JudgeNode {
+        judge,
+        gpus: stage.gpus,
+    };
     let mut checks = Measured::default();
     checks.topology = planned.first_topology(stage);
     let counters_before: Vec<_> = stage
@@ -185,9 +189,9 @@ fn measure_and_judge(
         s.spawn(move || sampler.run(sampled, sampler_stop, started));
         planned.measure(stage, &mut checks);
         topology = checks.topology.take();
-        planned.judge(judge, stage.gpus, checks, report);
+        planned.judge(&on, checks, report);
         if plan.thresholds.remeasure && !stage.stopped() {
-            remeasure(planned, stage, judge, report);
+            remeasure(planned, stage, &on, report);
         }
         sampler_stop.store(true, Ordering::Relaxed);
     });
@@ -200,13 +204,13 @@ fn measure_and_judge(
         t.resamples = sampled.topology_samples;
         t.link_changes = std::mem::take(&mut sampled.link_changes);
     }
-    planned.judge_topology(judge, stage.gpus, topology, report);
+    planned.judge_topology(&on, topology, report);
     add_telemetry(stage, &sampled, &mut report.gpus, counters_before);
 }
 
 /// The second measurement of what fell short on performance alone, on the same GPUs (a
 /// simulated node as a second measurement sees it: its `flaky=` faults gone).
-fn remeasure(planned: &Planned, stage: &Stage<'_>, judge: &Judge<'_>, report: &mut NodeReport) {
+fn remeasure(planned: &Planned, stage: &Stage<'_>, on: &JudgeNode<'_>, report: &mut NodeReport) {
     let second = match stage.backend {
         Backend::Simulated(b) => Some(Backend::Simulated(b.second_measurement())),
         Backend::Cuda(_) => None,
@@ -215,7 +219,7 @@ fn remeasure(planned: &Planned, stage: &Stage<'_>, judge: &Judge<'_>, report: &m
         backend: second.as_ref().unwrap_or(stage.backend),
         ..*stage
     };
-    let again = planned.remeasure(&again_stage, judge, stage.gpus, report);
+    let again = planned.remeasure(&again_stage, on, report);
     if !again.is_empty() {
         (stage.sink)(&format!(
             "[remeasure] measured again: {} (a figure fell short)",

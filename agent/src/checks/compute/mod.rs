@@ -20,8 +20,8 @@ use gpuval_crds::{
 };
 
 use self::power::{PowerOutcome, PulseOutcome, judge_power, judge_pulse};
-use crate::backend::{Backend, BackendError, GpuInfo};
-use crate::check::{GpuCheck, OnGpu};
+use crate::backend::{Backend, GpuInfo};
+use crate::check::{GpuCheck, JudgeGpu, Measurement, OnGpu};
 use crate::config::given;
 use crate::judge::{Code, Judge, Reason, Says, measured, plural, ran, to_i64, verdict_of};
 use crate::profiles::ModelProfile;
@@ -136,7 +136,7 @@ impl GpuCheck for Compute {
     const NAME: &'static str = "compute";
     type Outcome = ComputeOutcome;
 
-    fn measure(&self, on: &OnGpu<'_>) -> Result<ComputeOutcome, BackendError> {
+    fn measure(&self, on: &OnGpu<'_>) -> Measurement<ComputeOutcome> {
         let &OnGpu { backend, gpu, ctl } = on;
         match backend {
             Backend::Cuda(b) => cuda::measure(b, gpu.index, &self.request, ctl),
@@ -146,12 +146,11 @@ impl GpuCheck for Compute {
 
     fn judge(
         &self,
-        judge: &Judge<'_>,
-        gpu: &GpuInfo,
-        measured: Result<ComputeOutcome, BackendError>,
+        on: &JudgeGpu<'_>,
+        measured: Measurement<ComputeOutcome>,
         into: &mut GpuReport,
     ) {
-        into.compute = Some(Judge::judged(measured, |o| judge.compute(gpu, &o)));
+        into.compute = Some(Judge::judged(measured, |o| on.judge.compute(on.gpu, &o)));
     }
 
     /// The relative rule per data type: a GPU far below its peers' TFLOP/s fails.

@@ -17,7 +17,7 @@ use gpuval_crds::{
 
 use self::pcie::PcieOutcome;
 use crate::backend::{Backend, BackendError, GpuInfo, PcieReading};
-use crate::check::{NodeCheck, OnNode};
+use crate::check::{JudgeNode, Measurement, NodeCheck, OnNode};
 use crate::judge::{Code, Judge, Says, plural, round_to, to_i64, verdict_of};
 use crate::text::{columns, dash, indent, span};
 
@@ -116,7 +116,7 @@ impl NodeCheck for Host {
     const NAME: &'static str = "hostTransfer";
     type Outcome = PerGpu;
 
-    fn measure(&self, on: &OnNode<'_>) -> Result<PerGpu, BackendError> {
+    fn measure(&self, on: &OnNode<'_>) -> Measurement<PerGpu> {
         let &OnNode { backend, gpus, ctl } = on;
         let indices: Vec<u32> = gpus.iter().map(|g| g.index).collect();
         Ok(match backend {
@@ -126,13 +126,8 @@ impl NodeCheck for Host {
     }
 
     /// Judges each GPU into its own report, then the relative rule over the pinned rates.
-    fn judge(
-        &self,
-        judge: &Judge<'_>,
-        gpus: &[GpuInfo],
-        measured: Result<PerGpu, BackendError>,
-        into: &mut NodeReport,
-    ) {
+    fn judge(&self, on: &JudgeNode<'_>, measured: Measurement<PerGpu>, into: &mut NodeReport) {
+        let &JudgeNode { judge, gpus } = on;
         let mut per_gpu = measured.unwrap_or_default();
         for (gpu, report) in gpus.iter().zip(into.gpus.iter_mut()) {
             if let Some(r) = per_gpu.remove(&gpu.index) {

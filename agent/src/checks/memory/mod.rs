@@ -18,8 +18,8 @@ crate::check_result!(gpuval_crds::MemoryResult);
 use gpuval_crds::{GpuReport, MemoryCheck, MemoryPattern, Mismatch, NodeReport, RowHealth};
 
 use self::bits::BitTally;
-use crate::backend::{Backend, BackendError, GpuInfo};
-use crate::check::{GpuCheck, OnGpu};
+use crate::backend::Backend;
+use crate::check::{GpuCheck, JudgeGpu, Measurement, OnGpu};
 use crate::config::given;
 use crate::judge::{Code, Judge, ran};
 use crate::text::{columns, dash, indent};
@@ -106,7 +106,7 @@ impl GpuCheck for Memory {
     const NAME: &'static str = "memory";
     type Outcome = MemoryOutcome;
 
-    fn measure(&self, on: &OnGpu<'_>) -> Result<MemoryOutcome, BackendError> {
+    fn measure(&self, on: &OnGpu<'_>) -> Measurement<MemoryOutcome> {
         let &OnGpu { backend, gpu, ctl } = on;
         match backend {
             Backend::Cuda(b) => {
@@ -124,14 +124,8 @@ impl GpuCheck for Memory {
         }
     }
 
-    fn judge(
-        &self,
-        judge: &Judge<'_>,
-        gpu: &GpuInfo,
-        measured: Result<MemoryOutcome, BackendError>,
-        into: &mut GpuReport,
-    ) {
-        into.memory = Some(Judge::judged(measured, |o| judge.memory(gpu, &o)));
+    fn judge(&self, on: &JudgeGpu<'_>, measured: Measurement<MemoryOutcome>, into: &mut GpuReport) {
+        into.memory = Some(Judge::judged(measured, |o| on.judge.memory(on.gpu, &o)));
     }
 
     fn compare(&self, judge: &Judge<'_>, gpus: &mut [GpuReport]) {

@@ -3,6 +3,7 @@
 use gpuval_crds::{Checks, MemoryPattern, MemoryResult, Mismatch, Profile, Verdict};
 
 use super::*;
+use crate::backend::GpuInfo;
 use crate::judge::testing::{assert_fails_with, checks_with, gpu, h200, judge};
 
 /// A memory outcome at `gbps` combined, testing `share` of `free` bytes.

@@ -10,9 +10,8 @@ use super::sim::SimFault;
 use super::{NcclOutcome, nvlink_between_all};
 use crate::backend::sim::{FabricFault, SimBackend, SimCheck};
 use crate::backend::{Backend, BackendError, GpuInfo};
-use crate::check::{NodeCheck, OnNode};
+use crate::check::{JudgeNode, Measurement, NodeCheck, OnNode};
 use crate::checks::topology;
-use crate::judge::Judge;
 use crate::run_control::RunControl;
 
 /// The NCCL check as its spec asks for it.
@@ -51,7 +50,7 @@ impl NodeCheck for Nccl {
         (gpus.len() < 2).then_some((why, NcclMeasured::Skipped(why)))
     }
 
-    fn measure(&self, on: &OnNode<'_>) -> Result<NcclMeasured, BackendError> {
+    fn measure(&self, on: &OnNode<'_>) -> Measurement<NcclMeasured> {
         let &OnNode { backend, gpus, ctl } = on;
         let mut req = NcclRequest::from_spec(&self.spec, gpus);
         req.log_dir = self.log_dir.clone();
@@ -72,14 +71,14 @@ impl NodeCheck for Nccl {
     /// The node's `nccl` result; a GPU that received wrong elements fails too.
     fn judge(
         &self,
-        judge_cx: &Judge<'_>,
-        gpus: &[GpuInfo],
-        measured: Result<NcclMeasured, BackendError>,
+        on: &JudgeNode<'_>,
+        measured: Measurement<NcclMeasured>,
         into: &mut NodeReport,
     ) {
-        let profile = gpus
+        let profile = on
+            .gpus
             .first()
-            .and_then(|g| judge_cx.profile_of(&g.name))
+            .and_then(|g| on.judge.profile_of(&g.name))
             .map(|p| p.name);
         let result = match measured {
             Ok(NcclMeasured::Ran { outcome, nvlink }) => {

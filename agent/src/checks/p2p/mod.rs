@@ -17,8 +17,8 @@ use std::collections::HashMap;
 
 use gpuval_crds::{NodeReport, P2pCheck, P2pResult};
 
-use crate::backend::{Backend, BackendError, GpuInfo};
-use crate::check::{NodeCheck, OnNode};
+use crate::backend::{Backend, GpuInfo};
+use crate::check::{JudgeNode, Measurement, NodeCheck, OnNode};
 use crate::config::given;
 use crate::judge::Judge;
 
@@ -137,7 +137,7 @@ impl NodeCheck for P2p {
         (gpus.len() < 2).then(|| ("fewer than two GPUs", P2pMeasured::default()))
     }
 
-    fn measure(&self, on: &OnNode<'_>) -> Result<P2pMeasured, BackendError> {
+    fn measure(&self, on: &OnNode<'_>) -> Measurement<P2pMeasured> {
         let &OnNode { backend, gpus, ctl } = on;
         let indices: Vec<u32> = gpus.iter().map(|g| g.index).collect();
         let platform = backend.platform();
@@ -158,15 +158,9 @@ impl NodeCheck for P2p {
         Ok(P2pMeasured { pairs, link_errors })
     }
 
-    fn judge(
-        &self,
-        judge: &Judge<'_>,
-        gpus: &[GpuInfo],
-        measured: Result<P2pMeasured, BackendError>,
-        into: &mut NodeReport,
-    ) {
+    fn judge(&self, on: &JudgeNode<'_>, measured: Measurement<P2pMeasured>, into: &mut NodeReport) {
         into.p2p = Some(match measured {
-            Ok(m) => judge.p2p(gpus, &m.pairs, &self.spec, &m.link_errors),
+            Ok(m) => on.judge.p2p(on.gpus, &m.pairs, &self.spec, &m.link_errors),
             Err(e) => P2pResult {
                 buffer_mib: self.spec.buffer_mib,
                 iterations: self.spec.iterations,

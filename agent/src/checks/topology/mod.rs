@@ -13,8 +13,8 @@ pub use matrix::{
 
 use gpuval_crds::{NodeReport, TopologyCheck};
 
-use crate::backend::{BackendError, GpuInfo, TopologySnapshot};
-use crate::check::{NodeCheck, OnNode};
+use crate::backend::TopologySnapshot;
+use crate::check::{JudgeNode, Measurement, NodeCheck, OnNode};
 use crate::judge::Judge;
 
 /// The topology check as its spec asks for it.
@@ -51,7 +51,7 @@ impl NodeCheck for Topology {
     type Outcome = TopologyMeasured;
 
     /// The first reading, taken before any other check loads the GPUs.
-    fn measure(&self, on: &OnNode<'_>) -> Result<TopologyMeasured, BackendError> {
+    fn measure(&self, on: &OnNode<'_>) -> Measurement<TopologyMeasured> {
         Ok(TopologyMeasured {
             snapshot: on.backend.platform().topology()?,
             resamples: 0,
@@ -61,9 +61,8 @@ impl NodeCheck for Topology {
 
     fn judge(
         &self,
-        judge: &Judge<'_>,
-        gpus: &[GpuInfo],
-        measured: Result<TopologyMeasured, BackendError>,
+        on: &JudgeNode<'_>,
+        measured: Measurement<TopologyMeasured>,
         into: &mut NodeReport,
     ) {
         into.topology = Some(match measured {
@@ -71,7 +70,7 @@ impl NodeCheck for Topology {
                 let mut t = derive(&m.snapshot);
                 t.samples = 1 + m.resamples;
                 t.link_changes = m.link_changes;
-                judge.topology(gpus, t)
+                on.judge.topology(on.gpus, t)
             }
             Err(e) => Judge::errored(&e),
         });

@@ -7,7 +7,7 @@ use super::judge::judge;
 use super::outcome::TrainingOutcome;
 use super::request::{Corruption, TrainingRequest};
 use crate::backend::{Backend, BackendError, GpuInfo};
-use crate::check::{NodeCheck, OnNode};
+use crate::check::{JudgeNode, Measurement, NodeCheck, OnNode};
 use crate::judge::{Judge, Says};
 
 /// The training check as its spec asks for it.
@@ -37,7 +37,7 @@ impl NodeCheck for Training {
         (gpus.len() < 2).then_some((why, TrainingMeasured::Skipped(why)))
     }
 
-    fn measure(&self, on: &OnNode<'_>) -> Result<TrainingMeasured, BackendError> {
+    fn measure(&self, on: &OnNode<'_>) -> Measurement<TrainingMeasured> {
         let &OnNode { backend, gpus, ctl } = on;
         let mut req = TrainingRequest::from_spec(&self.spec);
         req.corrupt = Corruption::from_env().map_err(BackendError::Other)?;
@@ -52,14 +52,13 @@ impl NodeCheck for Training {
     /// peers) fails too.
     fn judge(
         &self,
-        judge_cx: &Judge<'_>,
-        _gpus: &[GpuInfo],
-        measured: Result<TrainingMeasured, BackendError>,
+        on: &JudgeNode<'_>,
+        measured: Measurement<TrainingMeasured>,
         into: &mut NodeReport,
     ) {
         let result = match measured {
             Ok(TrainingMeasured::Ran(outcome)) => {
-                let judged = judge(&self.spec, &outcome, judge_cx.tolerance());
+                let judged = judge(&self.spec, &outcome, on.judge.tolerance());
                 for (gpu, why) in judged.gpus {
                     if let Some(g) = into
                         .gpus
