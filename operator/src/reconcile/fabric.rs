@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::clock::RunClock;
 use super::events::PlannedEvent;
 use super::truncate;
-use super::view::{PodPhase, RoundView, World};
+use super::view::{RoundView, World};
 
 /// What the fabric step decided.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -254,9 +254,7 @@ fn candidates(planned: &[&RoundView], nodes: &[NodeStatus], inp: &Inputs<'_>) ->
     }
     let running: BTreeSet<&str> = inp
         .world
-        .pods
-        .iter()
-        .filter(|p| p.generation == inp.generation && p.phase == PodPhase::Running && !p.deleting)
+        .running_of(inp.generation)
         .filter(|p| p.ip.is_some())
         .map(|p| p.node.as_str())
         .collect();
@@ -283,8 +281,7 @@ fn outcomes(
 /// Candidates whose agent is no longer running.
 fn gone(world: &World, generation: i64, candidates: &[String]) -> BTreeSet<String> {
     let running: BTreeSet<&str> = world
-        .pods_of(generation)
-        .filter(|p| p.phase == PodPhase::Running && !p.deleting)
+        .running_of(generation)
         .map(|p| p.node.as_str())
         .collect();
     candidates
@@ -319,9 +316,7 @@ fn round_spec(
 ) -> FabricRoundSpec {
     let ips: BTreeMap<&str, &str> = inp
         .world
-        .pods
-        .iter()
-        .filter(|p| p.generation == inp.generation)
+        .pods_of(inp.generation)
         .filter_map(|p| Some((p.node.as_str(), p.ip.as_deref()?)))
         .collect();
     let groups = round

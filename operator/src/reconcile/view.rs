@@ -142,6 +142,12 @@ impl World {
         self.pods.iter().filter(move |p| p.generation == generation)
     }
 
+    /// The agent pods of the run of `generation` that are running and not being deleted.
+    pub fn running_of(&self, generation: i64) -> impl Iterator<Item = &PodView> {
+        self.pods_of(generation)
+            .filter(|p| p.phase == PodPhase::Running && !p.deleting)
+    }
+
     /// The node results of the run of `generation`.
     pub fn results_of(&self, generation: i64) -> impl Iterator<Item = &ResultView> {
         self.results
