@@ -86,11 +86,11 @@ pub fn grid_for(ctx: &Arc<CudaContext>, blocks_per_sm: u32) -> u32 {
 }
 
 /// Runs `launch` between two timing events and returns its device time in seconds.
-pub fn timed(
+pub fn timed<E: From<cudarc::driver::DriverError>>(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
-    launch: impl FnOnce() -> Result<(), cudarc::driver::DriverError>,
-) -> Result<f64, cudarc::driver::DriverError> {
+    launch: impl FnOnce() -> Result<(), E>,
+) -> Result<f64, E> {
     let start = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
     let end = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
     start.record(stream)?;

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction, DriverError};
+use cudarc::driver::CudaContext;
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
+use super::launch::{Kernel, LaunchError};
 use crate::backend::BackendError;
 
 /// CUDA C source of every gpuval kernel.
@@ -96,6 +97,12 @@ pub fn assert_compiles_with_nvrtc(
                 ptx.contains(&format!(".entry {name}")),
                 "{name} missing from PTX for {cc:?}"
             );
+            // Every launch is checked against these widths (launch.rs): each kernel's
+            // parameter list must be readable from what NVRTC really emits.
+            assert!(
+                super::launch::entry_params(&ptx, name).is_some(),
+                "{name}'s parameters cannot be read from the PTX for {cc:?}"
+            );
         }
         let target = format!(".target sm_{}{}", cc.0, cc.1);
         assert!(ptx.contains(&target), "PTX not built for {target}");
@@ -105,33 +112,33 @@ pub fn assert_compiles_with_nvrtc(
 /// Every kernel, loaded in one context.
 #[derive(Clone)]
 pub struct Kernels {
-    pub fill: CudaFunction,
-    pub verify: CudaFunction,
-    pub corrupt: CudaFunction,
-    pub fill_const: CudaFunction,
-    pub invert: CudaFunction,
-    pub random_fill: CudaFunction,
-    pub random_verify: CudaFunction,
-    pub init_f32: CudaFunction,
-    pub init_f16: CudaFunction,
-    pub init_bf16: CudaFunction,
-    pub compare_f32: CudaFunction,
-    pub compare_f16: CudaFunction,
-    pub compare_bf16: CudaFunction,
-    pub transcendental: CudaFunction,
-    pub spin: CudaFunction,
-    pub chain_init: CudaFunction,
-    pub chase: CudaFunction,
+    pub fill: Kernel,
+    pub verify: Kernel,
+    pub corrupt: Kernel,
+    pub fill_const: Kernel,
+    pub invert: Kernel,
+    pub random_fill: Kernel,
+    pub random_verify: Kernel,
+    pub init_f32: Kernel,
+    pub init_f16: Kernel,
+    pub init_bf16: Kernel,
+    pub compare_f32: Kernel,
+    pub compare_f16: Kernel,
+    pub compare_bf16: Kernel,
+    pub transcendental: Kernel,
+    pub spin: Kernel,
+    pub chain_init: Kernel,
+    pub chase: Kernel,
 }
 
 impl Kernels {
-    pub fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self, DriverError> {
+    pub fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self, LaunchError> {
         let m = ctx.load_module(Ptx::from_src(ptx))?;
         // Each field is the kernel of the same name with the `gv_` prefix.
         macro_rules! load {
             ($($field:ident),+ $(,)?) => {
                 Self {
-                    $($field: m.load_function(concat!("gv_", stringify!($field)))?,)+
+                    $($field: Kernel::load(&m, ptx, concat!("gv_", stringify!($field)))?,)+
                 }
             };
         }
@@ -169,18 +176,39 @@ mod tests {
             &[
                 "gv_fill",
                 "gv_verify",
+                "gv_corrupt",
                 "gv_fill_const",
                 "gv_invert",
                 "gv_random_fill",
                 "gv_random_verify",
+                "gv_init_f32",
+                "gv_init_f16",
+                "gv_init_bf16",
+                "gv_compare_f32",
+                "gv_compare_f16",
                 "gv_compare_bf16",
                 "gv_transcendental",
-                "gv_init_f16",
                 "gv_spin",
                 "gv_chain_init",
                 "gv_chase",
             ],
         );
+    }
+
+    /// The p2p check's verify launch passed seven arguments to the eight-parameter gv_verify
+    /// and failed on every pair of real hosts; read from the real PTX, that launch is refused.
+    #[test]
+    fn gv_verify_from_nvrtc_refuses_the_seven_argument_launch() {
+        if !nvrtc_for_tests() {
+            return;
+        }
+        let ptx = compile(Some((9, 0))).unwrap_or_else(|e| panic!("{e}"));
+        let declared = super::super::launch::entry_params(&ptx, "gv_verify")
+            .unwrap_or_else(|| panic!("gv_verify's parameters not readable"));
+        assert_eq!(declared, [8, 8, 4, 4, 8, 8, 4, 8]);
+        let seven = &declared[..7];
+        assert!(super::super::launch::check_arguments("gv_verify", &declared, seven).is_err());
+        assert!(super::super::launch::check_arguments("gv_verify", &declared, &declared).is_ok());
     }
 
     #[test]

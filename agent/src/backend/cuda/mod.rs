@@ -4,7 +4,9 @@
 
 pub mod buffer;
 pub mod kernels;
+pub mod launch;
 pub mod nvml;
+pub mod tally;
 pub mod timing;
 
 use std::collections::{BTreeMap, HashMap};

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg, sys};
+use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, sys};
 
 use super::kernels::Kernels;
 use crate::backend::BackendError;
@@ -59,7 +59,7 @@ impl Gate {
 
     /// Queues a spin kernel on `stream` that waits for [`Gate::open`].
     pub fn hold(&self, stream: &Arc<CudaStream>, k: &Kernels) -> Result<(), BackendError> {
-        let mut b = stream.launch_builder(&k.spin);
+        let mut b = k.spin.on(stream);
         b.arg(&self.device).arg(&SPIN_LIMIT_NS);
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),

@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys as blas_sys};
 use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError,
-    LaunchConfig, PushKernelArg, ValidAsZeroBits, sys,
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, ValidAsZeroBits, sys,
 };
 use gpuval_crds::Dtype;
 use half::{bf16, f16};
@@ -28,6 +27,7 @@ use crate::backend::BackendError;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::buffer::{grid_for, timed};
 use crate::backend::cuda::kernels::Kernels;
+use crate::backend::cuda::launch::Kernel;
 use crate::run_control::RunControl;
 
 const SLOTS: usize = 4;
@@ -105,18 +105,18 @@ fn tolerance(d: Dtype) -> (f32, f32, f64) {
 
 /// Element types the burn runs on, with their init and compare kernels.
 trait Elem: DeviceRepr + ValidAsZeroBits + FromF32 + Copy + Send + Sync + 'static {
-    fn init(k: &Kernels) -> &CudaFunction;
-    fn compare(k: &Kernels) -> &CudaFunction;
+    fn init(k: &Kernels) -> &Kernel;
+    fn compare(k: &Kernels) -> &Kernel;
     fn to_f64(self) -> f64;
 }
 /// `Elem` for one type: its init and compare kernels, and how it widens to f64.
 macro_rules! elem {
     ($ty:ty, $init:ident, $compare:ident, |$x:ident| $to_f64:expr) => {
         impl Elem for $ty {
-            fn init(k: &Kernels) -> &CudaFunction {
+            fn init(k: &Kernels) -> &Kernel {
                 &k.$init
             }
-            fn compare(k: &Kernels) -> &CudaFunction {
+            fn compare(k: &Kernels) -> &Kernel {
                 &k.$compare
             }
             fn to_f64(self) -> f64 {
@@ -233,7 +233,7 @@ struct Frame<'a> {
 }
 
 impl Frame<'_> {
-    fn err(&self, what: &str) -> impl Fn(DriverError) -> BackendError + '_ {
+    fn err<E: std::fmt::Display>(&self, what: &str) -> impl Fn(E) -> BackendError + '_ {
         let what = what.to_string();
         move |e| BackendError::gpu(self.gpu, what.clone(), e)
     }
@@ -569,7 +569,7 @@ impl Frame<'_> {
     }
 
     fn init<T: Elem>(&self, buf: &mut CudaSlice<T>, n: u64, seed: u32) -> Result<(), BackendError> {
-        let mut b = self.stream.launch_builder(T::init(self.k));
+        let mut b = T::init(self.k).on(&self.stream);
         b.arg(buf).arg(&n).arg(&seed);
         // SAFETY: the init kernel writes n elements of buf.
         unsafe { b.launch(self.cfg()) }
@@ -588,7 +588,7 @@ impl Frame<'_> {
         counters: &mut CudaSlice<u64>,
         maxrel: &mut CudaSlice<u32>,
     ) -> Result<(), BackendError> {
-        let mut b = self.stream.launch_builder(T::compare(self.k));
+        let mut b = T::compare(self.k).on(&self.stream);
         b.arg(reference)
             .arg(other)
             .arg(&n)
@@ -748,7 +748,7 @@ impl FromF32 for f32 {
 
 impl Transcendental {
     fn new(stream: &Arc<CudaStream>, k: &Kernels, gpu: u32) -> Result<Self, BackendError> {
-        let err = |what: &'static str| move |e: DriverError| BackendError::gpu(gpu, what, e);
+        let err = |what: &'static str| move |e| BackendError::gpu(gpu, what, e);
         let mut input =
             unsafe { stream.alloc::<f32>(TRANS_ELEMS as usize) }.map_err(err("allocate"))?;
         let reference = stream
@@ -760,10 +760,11 @@ impl Transcendental {
         let counters = stream.alloc_zeros::<u64>(1).map_err(err("allocate"))?;
         let maxrel = stream.alloc_zeros::<u32>(1).map_err(err("allocate"))?;
         let seed = 99u32;
-        let mut bld = stream.launch_builder(&k.init_f32);
+        let mut bld = k.init_f32.on(stream);
         bld.arg(&mut input).arg(&TRANS_ELEMS).arg(&seed);
         // SAFETY: writes TRANS_ELEMS floats of input.
-        unsafe { bld.launch(LaunchConfig::for_num_elems(1 << 20)) }.map_err(err("initialise"))?;
+        unsafe { bld.launch(LaunchConfig::for_num_elems(1 << 20)) }
+            .map_err(|e| BackendError::gpu(gpu, "initialise", e))?;
         Ok(Self {
             input,
             reference,
@@ -789,7 +790,7 @@ impl Transcendental {
             },
         );
         let secs = timed(f.ctx, stream, || {
-            let mut b = stream.launch_builder(&k.transcendental);
+            let mut b = k.transcendental.on(stream);
             b.arg(input)
                 .arg(target)
                 .arg(&TRANS_ELEMS)

@@ -11,9 +11,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaStream, LaunchConfig};
 use gpuval_crds::{MemoryPattern, Mismatch};
 
 use super::bits::BitTally;
@@ -22,6 +20,8 @@ use crate::backend::BackendError;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::buffer::{DeviceBuffer, grid_for, timed};
 use crate::backend::cuda::kernels::Kernels;
+use crate::backend::cuda::launch::Kernel;
+use crate::backend::cuda::tally::Tally;
 use crate::run_control::RunControl;
 
 const BLOCK: u32 = 512;
@@ -36,13 +36,7 @@ struct Tester<'a> {
     cfg: LaunchConfig,
     ptr: u64,
     nvec: u64,
-    /// counters[0]: wrong words; counters[1]: log slots claimed.
-    counters: CudaSlice<u64>,
-    /// Pairs (word index, expected << 32 | actual).
-    log: CudaSlice<u64>,
-    max_log: u32,
-    /// 64 flip counters (see `bits`).
-    bits: CudaSlice<u64>,
+    tally: Tally,
 }
 
 /// One checked kernel's device time and the wrong words it found.
@@ -59,17 +53,9 @@ impl<'a> Tester<'a> {
         buf: &DeviceBuffer,
         max_log: usize,
     ) -> Result<Self, BackendError> {
-        let err = |what: &'static str| move |e: DriverError| BackendError::gpu(gpu, what, e);
+        let err = |what: &'static str| move |e| BackendError::gpu(gpu, what, e);
         let stream = ctx.new_stream().map_err(err("create a stream"))?;
-        let counters = stream
-            .alloc_zeros::<u64>(2)
-            .map_err(err("allocate counters"))?;
-        let log = stream
-            .alloc_zeros::<u64>(2 * max_log.max(1))
-            .map_err(err("allocate the mismatch log"))?;
-        let bits = stream
-            .alloc_zeros::<u64>(64)
-            .map_err(err("allocate the bit counters"))?;
+        let tally = Tally::new(&stream, max_log).map_err(err("allocate the counters"))?;
         Ok(Self {
             ctx,
             stream,
@@ -82,22 +68,19 @@ impl<'a> Tester<'a> {
             },
             ptr: buf.ptr,
             nvec: buf.bytes / 16,
-            counters,
-            log,
-            max_log: u32::try_from(max_log.max(1)).unwrap_or(u32::MAX),
-            bits,
+            tally,
         })
     }
 
-    fn err(&self, what: &'static str) -> impl Fn(DriverError) -> BackendError + use<> {
+    fn err<E: std::fmt::Display>(&self, what: &'static str) -> impl Fn(E) -> BackendError + use<E> {
         let gpu = self.gpu;
         move |e| BackendError::gpu(gpu, what, e)
     }
 
     /// Runs one writing kernel (`args` after the buffer and its length) and times it.
-    fn write(&self, f: &CudaFunction, args: &[u32]) -> Result<f64, BackendError> {
+    fn write(&self, f: &Kernel, args: &[u32]) -> Result<f64, BackendError> {
         timed(self.ctx, &self.stream, || {
-            let mut b = self.stream.launch_builder(f);
+            let mut b = f.on(&self.stream);
             b.arg(&self.ptr).arg(&self.nvec);
             for a in args {
                 b.arg(a);
@@ -114,27 +97,26 @@ impl<'a> Tester<'a> {
     /// with fresh counters, times it, and reads what it found.
     fn check(
         &mut self,
-        f: &CudaFunction,
+        f: &Kernel,
         args: &[u32],
         out: &mut MemoryOutcome,
         max_logged: usize,
     ) -> Result<Checked, BackendError> {
-        self.stream
-            .memset_zeros(&mut self.counters)
+        self.tally
+            .reset(&self.stream)
             .map_err(self.err("reset counters"))?;
-        let (stream, cfg, ptr, nvec, max_log) =
-            (&self.stream, self.cfg, self.ptr, self.nvec, self.max_log);
-        let (counters, log, bits) = (&mut self.counters, &mut self.log, &mut self.bits);
+        let (stream, cfg, ptr, nvec) = (&self.stream, self.cfg, self.ptr, self.nvec);
+        let tally = &mut self.tally;
         let seconds = timed(self.ctx, stream, || {
-            let mut b = stream.launch_builder(f);
+            let mut b = f.on(stream);
             b.arg(&ptr).arg(&nvec);
             for a in args {
                 b.arg(a);
             }
-            b.arg(counters).arg(log).arg(&max_log).arg(bits);
+            tally.push(&mut b);
             // SAFETY: every checking kernel (gv_verify, gv_invert, gv_random_verify) takes the
-            // buffer, its length in vectors, u32 arguments, then counters[2], log[2 * max_log],
-            // max_log and bits[64], all allocated with those sizes in `new`; it reads (and
+            // buffer, its length in vectors, u32 arguments, then the tally (counters[2],
+            // log[2 * max_log], max_log, bits[64]) as `Tally::new` sized it; it reads (and
             // gv_invert writes) only the nvec vectors.
             unsafe { b.launch(cfg) }.map(|_| ())
         })
@@ -150,16 +132,16 @@ impl<'a> Tester<'a> {
     fn collect(&self, out: &mut MemoryOutcome, max_logged: usize) -> Result<u64, BackendError> {
         let c = self
             .stream
-            .clone_dtoh(&self.counters)
+            .clone_dtoh(&self.tally.counters)
             .map_err(self.err("read counters"))?;
         if c[0] == 0 {
             return Ok(0);
         }
         let l = self
             .stream
-            .clone_dtoh(&self.log)
+            .clone_dtoh(&self.tally.log)
             .map_err(self.err("read the mismatch log"))?;
-        let logged = (c[1] as usize).min(self.max_log as usize);
+        let logged = (c[1] as usize).min(self.tally.max_log as usize);
         for e in l.chunks_exact(2).take(logged) {
             if out.first_mismatches.len() >= max_logged {
                 break;
@@ -176,7 +158,7 @@ impl<'a> Tester<'a> {
     fn bit_tally(&self) -> Result<BitTally, BackendError> {
         let b = self
             .stream
-            .clone_dtoh(&self.bits)
+            .clone_dtoh(&self.tally.bits)
             .map_err(self.err("read the bit counters"))?;
         Ok(BitTally::from_device(&b))
     }
@@ -373,7 +355,7 @@ fn selftest_on(
     let (seed, inv) = (7u32, 0u32);
     t.write(&k.fill, &[seed, inv])?;
     let nwords = buf.bytes / 4;
-    let mut b = t.stream.launch_builder(&k.corrupt);
+    let mut b = k.corrupt.on(&t.stream);
     b.arg(&buf.ptr).arg(&nwords).arg(&count);
     // SAFETY: gv_corrupt touches words < nwords only.
     unsafe { b.launch(LaunchConfig::for_num_elems(count.max(1))) }

@@ -19,15 +19,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, result, sys,
-};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, result, sys};
 
 use super::{P2pOutcome, P2pRequest, PairOutcome, measuring_order};
 use crate::backend::BackendError;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::buffer::{DeviceBuffer, grid_for};
 use crate::backend::cuda::kernels::Kernels;
+use crate::backend::cuda::launch::LaunchError;
+use crate::backend::cuda::tally::Tally;
 use crate::backend::cuda::timing::{self, Gate, median, rate};
 use crate::run_control::RunControl;
 
@@ -254,9 +254,10 @@ impl Peer {
             recv,
             chain,
         };
-        peer.fill_send().map_err(err("fill the send buffer"))?;
+        peer.fill_send()
+            .map_err(|e| BackendError::gpu(gpu, "fill the send buffer", e))?;
         peer.init_chain()
-            .map_err(err("build the pointer-chase chain"))?;
+            .map_err(|e| BackendError::gpu(gpu, "build the pointer-chase chain", e))?;
         peer.stream.synchronize().map_err(err("synchronize"))?;
         Ok(peer)
     }
@@ -269,20 +270,20 @@ impl Peer {
         }
     }
 
-    fn fill_send(&self) -> Result<(), cudarc::driver::DriverError> {
+    fn fill_send(&self) -> Result<(), LaunchError> {
         let nvec = self.send.bytes / 16;
         let inv = 0u32;
-        let mut b = self.stream.launch_builder(&self.k.fill);
+        let mut b = self.k.fill.on(&self.stream);
         b.arg(&self.send.ptr).arg(&nvec).arg(&self.seed).arg(&inv);
         // SAFETY: gv_fill writes nvec 16-byte vectors inside the send buffer.
         unsafe { b.launch(self.cfg()) }.map(|_| ())
     }
 
-    fn init_chain(&self) -> Result<(), cudarc::driver::DriverError> {
+    fn init_chain(&self) -> Result<(), LaunchError> {
         let nodes = CHAIN_BYTES / CHAIN_STRIDE;
         // An odd jump of about a third of the chain: consecutive loads land far apart.
         let step = (nodes / 3) | 1;
-        let mut b = self.stream.launch_builder(&self.k.chain_init);
+        let mut b = self.k.chain_init.on(&self.stream);
         b.arg(&self.chain.ptr)
             .arg(&nodes)
             .arg(&CHAIN_STRIDE)
@@ -472,11 +473,12 @@ fn chase(src: &Peer, dst: &Peer, steps: u32) -> Result<f64, BackendError> {
         .alloc_zeros(2)
         .map_err(err("allocate the chase output"))?;
     for n in [u64::from(steps.min(1000)), u64::from(steps)] {
-        let mut b = dst.stream.launch_builder(&dst.k.chase);
+        let mut b = dst.k.chase.on(&dst.stream);
         b.arg(&src.chain.ptr).arg(&n).arg(&mut chase_out);
         // SAFETY: gv_chase follows pointers that gv_chain_init wrote inside src's chain buffer
         // (peer access is on) and writes two u64 into chase_out.
-        unsafe { b.launch(cfg) }.map_err(err("launch the pointer chase"))?;
+        unsafe { b.launch(cfg) }
+            .map_err(|e| BackendError::gpu(dst.gpu, "launch the pointer chase", e))?;
         out.copy_from_slice(
             &dst.stream
                 .clone_dtoh(&chase_out)
@@ -489,29 +491,19 @@ fn chase(src: &Peer, dst: &Peer, steps: u32) -> Result<f64, BackendError> {
 /// Verifies `dst`'s receive buffer against the pattern of the GPU that sent it.
 fn verify(dst: &Peer, sender_seed: u32) -> Result<u64, BackendError> {
     let err = |what: &'static str| move |e| BackendError::gpu(dst.gpu, what, e);
-    let mut counters: CudaSlice<u64> = dst
-        .stream
-        .alloc_zeros(2)
-        .map_err(err("allocate counters"))?;
-    let mut log: CudaSlice<u64> = dst
-        .stream
-        .alloc_zeros(2)
-        .map_err(err("allocate the mismatch log"))?;
+    let mut tally = Tally::new(&dst.stream, 1).map_err(err("allocate the counters"))?;
     let nvec = dst.recv.bytes / 16;
-    let (inv, max_log) = (0u32, 1u32);
-    let mut b = dst.stream.launch_builder(&dst.k.verify);
-    b.arg(&dst.recv.ptr)
-        .arg(&nvec)
-        .arg(&sender_seed)
-        .arg(&inv)
-        .arg(&mut counters)
-        .arg(&mut log)
-        .arg(&max_log);
-    // SAFETY: reads the receive buffer; writes counters[2] and log[2].
-    unsafe { b.launch(dst.cfg()) }.map_err(err("verify received data"))?;
+    let inv = 0u32;
+    let mut b = dst.k.verify.on(&dst.stream);
+    b.arg(&dst.recv.ptr).arg(&nvec).arg(&sender_seed).arg(&inv);
+    tally.push(&mut b);
+    // SAFETY: reads nvec vectors of the receive buffer; writes only the tally, which
+    // `Tally::new` sized for gv_verify.
+    unsafe { b.launch(dst.cfg()) }
+        .map_err(|e| BackendError::gpu(dst.gpu, "verify received data", e))?;
     let c = dst
         .stream
-        .clone_dtoh(&counters)
+        .clone_dtoh(&tally.counters)
         .map_err(err("read counters"))?;
     Ok(c.first().copied().unwrap_or(0))
 }

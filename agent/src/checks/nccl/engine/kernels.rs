@@ -3,14 +3,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 use gpuval_crds::{Collective, NcclDtype};
 
 use crate::backend::BackendError;
 use crate::backend::cuda::kernels::compile_source;
+use crate::backend::cuda::launch::{Kernel, LaunchError};
 use crate::checks::nccl::verify::value_range;
 
 /// CUDA C source of the check's kernels.
@@ -55,13 +54,13 @@ pub struct CheckArgs {
 
 /// The kernels, loaded in one rank's context.
 pub struct Kernels {
-    fill: CudaFunction,
-    check: CudaFunction,
+    fill: Kernel,
+    check: Kernel,
     grid: u32,
 }
 
 impl Kernels {
-    pub fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self, DriverError> {
+    pub fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self, LaunchError> {
         let m = ctx.load_module(Ptx::from_src(ptx))?;
         let sms = ctx
             .attribute(
@@ -69,8 +68,8 @@ impl Kernels {
             )
             .unwrap_or(80);
         Ok(Self {
-            fill: m.load_function("gv_nccl_fill")?,
-            check: m.load_function("gv_nccl_check")?,
+            fill: Kernel::load(&m, ptx, "gv_nccl_fill")?,
+            check: Kernel::load(&m, ptx, "gv_nccl_check")?,
             grid: u32::try_from(sms.max(1)).unwrap_or(80) * BLOCKS_PER_SM,
         })
     }
@@ -95,12 +94,12 @@ impl Kernels {
         ptr: u64,
         n: u64,
         a: &CheckArgs,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), LaunchError> {
         if n == 0 {
             return Ok(());
         }
         let (dt, range) = (dtype_code(a.dtype), value_range(a.ranks));
-        let mut b = stream.launch_builder(&self.fill);
+        let mut b = self.fill.on(stream);
         b.arg(&ptr)
             .arg(&n)
             .arg(&dt)
@@ -120,7 +119,7 @@ impl Kernels {
         n: u64,
         a: &CheckArgs,
         result: u64,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), LaunchError> {
         if n == 0 {
             return Ok(());
         }
@@ -130,7 +129,7 @@ impl Kernels {
             value_range(a.ranks),
             0u32,
         );
-        let mut b = stream.launch_builder(&self.check);
+        let mut b = self.check.on(stream);
         b.arg(&ptr)
             .arg(&n)
             .arg(&dt)

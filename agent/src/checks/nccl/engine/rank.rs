@@ -146,7 +146,8 @@ impl Rank {
         let ctx = CudaContext::new(r as usize).map_err(err("open the CUDA context"))?;
         ctx.bind_to_thread().map_err(err("bind the context"))?;
         let stream = ctx.new_stream().map_err(err("create a stream"))?;
-        let kernels = Kernels::load(&ctx, s.ptx).map_err(err("load the check kernels"))?;
+        let kernels = Kernels::load(&ctx, s.ptx)
+            .map_err(|e| format!("rank {r}: load the check kernels: {e}"))?;
         let bytes = s.req.buffer_bytes().max(16);
         let send = DeviceBuffer::alloc_exact(&ctx, r, bytes).map_err(|e| e.to_string())?;
         let recv = DeviceBuffer::alloc_exact(&ctx, r, bytes).map_err(|e| e.to_string())?;
@@ -426,7 +427,7 @@ impl Rank {
     }
 }
 
-fn cuda(e: cudarc::driver::DriverError) -> AbortCause {
+fn cuda(e: impl std::fmt::Display) -> AbortCause {
     AbortCause::Cuda {
         message: e.to_string(),
     }

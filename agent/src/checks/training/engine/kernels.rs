@@ -3,14 +3,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 
 use crate::backend::BackendError;
 use crate::backend::cuda::buffer::grid_for;
 use crate::backend::cuda::kernels::compile_source;
+use crate::backend::cuda::launch::{Kernel, LaunchError};
 
 /// CUDA C source of the training kernels.
 pub const SOURCE: &str = include_str!("kernels.cu");
@@ -40,13 +39,13 @@ pub fn compile(cc: Option<(i32, i32)>) -> Result<String, BackendError> {
 
 /// The kernels in one replica's context.
 pub struct Kernels {
-    fill: CudaFunction,
-    gelu: CudaFunction,
-    gelu_back: CudaFunction,
-    loss_grad: CudaFunction,
-    sgd: CudaFunction,
-    checksum: CudaFunction,
-    perturb: CudaFunction,
+    fill: Kernel,
+    gelu: Kernel,
+    gelu_back: Kernel,
+    loss_grad: Kernel,
+    sgd: Kernel,
+    checksum: Kernel,
+    perturb: Kernel,
     grid: u32,
 }
 
@@ -54,9 +53,9 @@ pub struct Kernels {
 pub type Ptr = u64;
 
 impl Kernels {
-    pub fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self, DriverError> {
+    pub fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self, LaunchError> {
         let m = ctx.load_module(Ptx::from_src(ptx))?;
-        let f = |name: &str| m.load_function(name);
+        let f = |name: &str| Kernel::load(&m, ptx, name);
         Ok(Self {
             fill: f(NAMES[0])?,
             gelu: f(NAMES[1])?,
@@ -81,7 +80,7 @@ impl Kernels {
 
     /// `n` elements at `out` set to `scale` × a hash of (index, seed).
     pub fn fill(&self, s: &Arc<CudaStream>, out: Ptr, n: u64, seed: u64, scale: f32) -> Done {
-        let mut b = s.launch_builder(&self.fill);
+        let mut b = self.fill.on(s);
         b.arg(&out).arg(&n).arg(&seed).arg(&scale);
         // SAFETY: writes n bf16 elements at out, inside a buffer the caller sized.
         unsafe { b.launch(self.cfg(n)) }.map(|_| ())
@@ -90,7 +89,7 @@ impl Kernels {
     /// `z = gelu(a)` over `n` elements (a multiple of 8).
     pub fn gelu(&self, s: &Arc<CudaStream>, a: Ptr, z: Ptr, n: u64) -> Done {
         let n8 = n / 8;
-        let mut b = s.launch_builder(&self.gelu);
+        let mut b = self.gelu.on(s);
         b.arg(&a).arg(&z).arg(&n8);
         // SAFETY: reads and writes n elements inside buffers the caller sized.
         unsafe { b.launch(self.cfg(n8)) }.map(|_| ())
@@ -99,7 +98,7 @@ impl Kernels {
     /// `g *= gelu'(a)` over `n` elements (a multiple of 8).
     pub fn gelu_back(&self, s: &Arc<CudaStream>, a: Ptr, g: Ptr, n: u64) -> Done {
         let n8 = n / 8;
-        let mut b = s.launch_builder(&self.gelu_back);
+        let mut b = self.gelu_back.on(s);
         b.arg(&a).arg(&g).arg(&n8);
         // SAFETY: as for gelu.
         unsafe { b.launch(self.cfg(n8)) }.map(|_| ())
@@ -108,7 +107,7 @@ impl Kernels {
     /// `dy = scale × y` over `n` elements (a multiple of 8).
     pub fn loss_grad(&self, s: &Arc<CudaStream>, y: Ptr, dy: Ptr, n: u64, scale: f32) -> Done {
         let n8 = n / 8;
-        let mut b = s.launch_builder(&self.loss_grad);
+        let mut b = self.loss_grad.on(s);
         b.arg(&y).arg(&dy).arg(&n8).arg(&scale);
         // SAFETY: as for gelu.
         unsafe { b.launch(self.cfg(n8)) }.map(|_| ())
@@ -117,7 +116,7 @@ impl Kernels {
     /// `w -= lr × g` over `n` elements (a multiple of 8).
     pub fn sgd(&self, s: &Arc<CudaStream>, w: Ptr, g: Ptr, n: u64, lr: f32) -> Done {
         let n8 = n / 8;
-        let mut b = s.launch_builder(&self.sgd);
+        let mut b = self.sgd.on(s);
         b.arg(&w).arg(&g).arg(&n8).arg(&lr);
         // SAFETY: as for gelu.
         unsafe { b.launch(self.cfg(n8)) }.map(|_| ())
@@ -125,7 +124,7 @@ impl Kernels {
 
     /// Adds the checksum of `n` elements at `w` to the u64 at `out` (zero it first).
     pub fn checksum(&self, s: &Arc<CudaStream>, w: Ptr, n: u64, out: Ptr) -> Done {
-        let mut b = s.launch_builder(&self.checksum);
+        let mut b = self.checksum.on(s);
         b.arg(&w).arg(&n).arg(&out);
         // SAFETY: reads n elements at w and adds to one u64 at out.
         unsafe { b.launch(self.cfg(n)) }.map(|_| ())
@@ -133,7 +132,7 @@ impl Kernels {
 
     /// Flips the lowest bit of element `i` at `w` (the test-only planted corruption).
     pub fn perturb(&self, s: &Arc<CudaStream>, w: Ptr, i: u64) -> Done {
-        let mut b = s.launch_builder(&self.perturb);
+        let mut b = self.perturb.on(s);
         b.arg(&w).arg(&i);
         // SAFETY: the caller passes an index inside the weights.
         unsafe { b.launch(LaunchConfig::for_num_elems(1)) }.map(|_| ())
@@ -141,7 +140,7 @@ impl Kernels {
 }
 
 /// What a launch returns.
-pub type Done = Result<(), DriverError>;
+pub type Done = Result<(), LaunchError>;
 
 #[cfg(test)]
 mod tests {

@@ -88,7 +88,7 @@ pub struct Replica {
     _memory: DeviceBuffer,
 }
 
-fn de(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> String {
+fn de<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
     move |e| format!("{what}: {e}")
 }
 
