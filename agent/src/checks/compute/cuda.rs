@@ -569,7 +569,7 @@ impl Frame<'_> {
     }
 
     fn init<T: Elem>(&self, buf: &mut CudaSlice<T>, n: u64, seed: u32) -> Result<(), BackendError> {
-        let mut b = T::init(self.k).on(&self.stream);
+        let mut b = T::init(self.k).on(self.stream);
         b.arg(buf).arg(&n).arg(&seed);
         // SAFETY: the init kernel writes n elements of buf.
         unsafe { b.launch(self.cfg()) }
@@ -588,7 +588,7 @@ impl Frame<'_> {
         counters: &mut CudaSlice<u64>,
         maxrel: &mut CudaSlice<u32>,
     ) -> Result<(), BackendError> {
-        let mut b = T::compare(self.k).on(&self.stream);
+        let mut b = T::compare(self.k).on(self.stream);
         b.arg(reference)
             .arg(other)
             .arg(&n)
