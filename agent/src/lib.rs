@@ -5,7 +5,7 @@
 //! [`runner`] (inventory, sampler, aggregation) and [`render`] → [`checks`] (one folder per
 //! check; `checks/mod.rs` lists them) → [`check`] (the contract and the shared fan-out) →
 //! [`backend`] (CUDA/NVML and simulated plumbing), [`judge`], [`run_control`], [`text`],
-//! [`profiles`], [`telemetry`], [`report`] → [`pci`].
+//! [`profiles`], [`link_floors`], [`telemetry`], [`report`] → [`pci`].
 
 pub mod api_retry;
 pub mod backend;
@@ -15,6 +15,7 @@ pub mod config;
 pub mod fabric;
 pub mod judge;
 pub mod k8s;
+pub mod link_floors;
 pub mod pci;
 pub mod profiles;
 pub mod render;

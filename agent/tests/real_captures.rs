@@ -5,11 +5,12 @@
 
 use std::path::PathBuf;
 
-use gpuval_agent::backend::TopologySnapshot;
+use gpuval_agent::backend::{PcieReading, TopologySnapshot};
 use gpuval_agent::checks::host::{DirectionRates, HostTransferOutcome};
 use gpuval_agent::checks::p2p::{LinkErrorMoves, P2pOutcome, PairOutcome};
 use gpuval_agent::checks::{compare_gpus, topology};
 use gpuval_agent::judge::Judge;
+use gpuval_agent::link_floors::LinkFacts;
 use gpuval_crds::{
     Checks, ComputeCheck, MemoryCheck, NodeReport, P2pCheck, Thresholds, TopologyCheck, Verdict,
 };
@@ -237,7 +238,13 @@ fn real_links_pass_the_profile_and_the_standard_example() {
         P2pCheck::default(),
         standard.checks.p2p.clone().expect("standard has p2p"),
     ] {
-        let r = judge.p2p(&gpus, &outcome, &spec, &LinkErrorMoves::default());
+        let r = judge.p2p(
+            &gpus,
+            &outcome,
+            &spec,
+            &LinkErrorMoves::default(),
+            &real_link_facts(),
+        );
         assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
         assert_eq!(r.pairs.len(), 12);
     }
@@ -272,6 +279,76 @@ fn real_links_pass_the_profile_and_the_standard_example() {
     }
 }
 
+/// The 4×H200 machine's NVLink readings, with PCIe Gen5 x16 for every GPU.
+fn real_link_facts() -> LinkFacts {
+    let snap: TopologySnapshot =
+        serde_json::from_str(&fixture("h200x4-topo-snapshot.json")).expect("fixture parses");
+    let gen5 = PcieReading {
+        max_gen: Some(5),
+        max_width: Some(16),
+        ..Default::default()
+    };
+    let pcie = snap.gpus.iter().map(|g| (g.index, gen5)).collect();
+    LinkFacts::from_readings(&snap, &pcie)
+}
+
+/// With no model profile in force, the real H200 links are held to floors from what NVML
+/// reports of them (NVLink 4, 18 links through NVSwitch): the healthy node passes, and a pair at
+/// a third of its rate is named with that source.
+#[test]
+fn without_a_profile_real_links_get_floors_from_their_nvlink_readings() {
+    let (gpus, mut outcome, _) = real_links();
+    let checks = Checks::default();
+    let judge = Judge {
+        checks: &checks,
+        thresholds: Thresholds {
+            profile: gpuval_crds::Profile::None,
+            ..Thresholds::default()
+        },
+        overrides: Default::default(),
+    };
+    let facts = real_link_facts();
+    let healthy = judge.p2p(
+        &gpus,
+        &outcome,
+        &P2pCheck::default(),
+        &LinkErrorMoves::default(),
+        &facts,
+    );
+    assert_eq!(healthy.verdict, Verdict::Pass, "{:?}", healthy.reasons);
+    assert_eq!(healthy.floors.len(), 2, "{:?}", healthy.floors);
+    assert_eq!(healthy.floors[0].gbps, 315.0);
+    assert!(
+        healthy.floors[0]
+            .source
+            .contains("NVLink 4 × 18 links through NVSwitch"),
+        "{:?}",
+        healthy.floors
+    );
+    let slow = outcome
+        .pairs
+        .iter_mut()
+        .find(|p| (p.src, p.dst) == (2, 0))
+        .expect("pair 2->0");
+    slow.unidirectional_gbps /= 3.0;
+    let r = judge.p2p(
+        &gpus,
+        &outcome,
+        &P2pCheck::default(),
+        &LinkErrorMoves::default(),
+        &facts,
+    );
+    assert_eq!(r.verdict, Verdict::Fail);
+    assert!(
+        r.reasons
+            .iter()
+            .any(|x| x.starts_with("GPU2->GPU0 unidirectional")
+                && x.contains("< 315 GB/s (0.70 × NVLink 4 × 18 links")),
+        "{:?}",
+        r.reasons
+    );
+}
+
 #[test]
 fn a_real_pair_at_a_third_of_its_rate_is_named() {
     let (gpus, mut outcome, _) = real_links();
@@ -292,6 +369,7 @@ fn a_real_pair_at_a_third_of_its_rate_is_named() {
         &outcome,
         &P2pCheck::default(),
         &LinkErrorMoves::default(),
+        &real_link_facts(),
     );
     assert_eq!(r.verdict, Verdict::Fail);
     assert!(

@@ -205,6 +205,9 @@ pub struct NcclResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     pub seconds: f64,
+    /// The bus bandwidth floors each collective was held to, and where each came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub floors: Vec<crate::report::BandwidthFloor>,
 }
 
 /// One sweep: a curve per collective and the transports NCCL chose.

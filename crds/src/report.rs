@@ -333,6 +333,20 @@ pub struct HostTransferResult {
     /// The GPU's PCIe link under load and its error counters over the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie: Option<crate::depth::PcieResult>,
+    /// The floor the pinned rates were held to, and where it came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub floors: Vec<BandwidthFloor>,
+}
+
+/// A bandwidth floor in force and its source: the spec, a model profile, or what the node is
+/// (`0.70 × NVLink 4 × 18 links through NVSwitch (NVML) (450 GB/s one way)`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BandwidthFloor {
+    /// What the floor applies to (`unidirectional`, `pinned per direction`, `allReduce`).
+    pub what: String,
+    pub gbps: f64,
+    pub source: String,
 }
 
 /// Host-to-device and device-to-host rates, GB/s.
@@ -358,6 +372,9 @@ pub struct P2pResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvlink_errors: Vec<String>,
     pub seconds: f64,
+    /// The floors the pairs were held to, and where each came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub floors: Vec<BandwidthFloor>,
 }
 
 /// One ordered pair: `src` sends, `dst` receives.

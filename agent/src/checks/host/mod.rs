@@ -12,13 +12,15 @@ crate::check_result!(gpuval_crds::HostTransferResult);
 use std::collections::BTreeMap;
 
 use gpuval_crds::{
-    GpuReport, HostTransferCheck, HostTransferResult, NodeReport, TransferRates, Verdict,
+    BandwidthFloor, GpuReport, HostTransferCheck, HostTransferResult, NodeReport, TransferRates,
+    Verdict,
 };
 
 use self::pcie::PcieOutcome;
 use crate::backend::{Backend, BackendError, GpuInfo, PcieReading};
 use crate::check::{JudgeNode, Measurement, NodeCheck, OnNode};
 use crate::judge::{Code, Judge, Says, plural, round_to, to_i64, verdict_of};
+use crate::link_floors::LinkFacts;
 use crate::text::{columns, dash, indent, span};
 
 const MIB: u64 = 1024 * 1024;
@@ -163,14 +165,19 @@ impl Judge<'_> {
             Some(v) => Some((f64::from(v), "spec minPinnedGbps".to_string())),
             None => self
                 .profile_of(&gpu.name)
-                .map(|p| (p.host_pinned_min_gbps, format!("{} profile", p.name))),
+                .map(|p| (p.host_pinned_min_gbps, format!("{} profile", p.name)))
+                .or_else(|| {
+                    let reading = out.pcie.as_ref()?.before?;
+                    let f = LinkFacts::of_pcie(gpu.index, &reading).host_floor(gpu.index)?;
+                    Some((f.gbps, f.source))
+                }),
         };
-        if let (Some(rates), Some((floor, source))) = (out.pinned, floor) {
+        if let (Some(rates), Some((floor, source))) = (out.pinned, floor.as_ref()) {
             for (dir, v) in [
                 ("host→device", rates.h2d_gbps),
                 ("device→host", rates.d2h_gbps),
             ] {
-                if v < floor {
+                if v < *floor {
                     reasons.push(Code::HostTransferSlow.says(format!(
                         "GPU{} {dir} pinned {v:.1} GB/s < {floor:.0} GB/s ({source})",
                         gpu.index
@@ -193,6 +200,14 @@ impl Judge<'_> {
             mismatches: to_i64(out.mismatches),
             seconds: out.seconds,
             pcie,
+            floors: floor
+                .map(|(gbps, source)| BandwidthFloor {
+                    what: "pinned per direction".into(),
+                    gbps,
+                    source,
+                })
+                .into_iter()
+                .collect(),
         }
     }
 
@@ -382,6 +397,57 @@ mod tests {
         assert_eq!(
             j.host_transfer(&h200(5), &clean, &spec).verdict,
             Verdict::Pass
+        );
+    }
+
+    /// A GPU no profile knows (a PCIe L40S, a B200) is held to a floor from its own PCIe link,
+    /// and the report says so.
+    #[test]
+    fn without_a_profile_the_floor_comes_from_the_pcie_link() {
+        use crate::backend::PcieReading;
+        let checks = Checks::default();
+        let j = judge(&checks, Profile::Auto);
+        let gpu = GpuInfo {
+            name: "NVIDIA L40S".into(),
+            ..h200(2)
+        };
+        let gen4 = PcieReading {
+            max_gen: Some(4),
+            max_width: Some(16),
+            ..Default::default()
+        };
+        let out = HostTransferOutcome {
+            pinned: Some(DirectionRates {
+                h2d_gbps: 12.0,
+                d2h_gbps: 25.0,
+            }),
+            pcie: Some(PcieOutcome {
+                before: Some(gen4),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let r = j.host_transfer(&gpu, &out, &HostTransferCheck::default());
+        assert_eq!(r.verdict, Verdict::Fail, "{:?}", r.reasons);
+        assert_eq!(
+            r.reasons.first().map(|x| x.message.as_str()),
+            Some(
+                "GPU2 host→device pinned 12.0 GB/s < 20 GB/s (0.63 × PCIe Gen4 x16 (NVML) (32 GB/s one way))"
+            )
+        );
+        assert_eq!(r.floors.len(), 1);
+        assert_eq!(r.floors[0].gbps, 19.8);
+        assert!(
+            r.floors[0].source.contains("PCIe Gen4 x16"),
+            "{:?}",
+            r.floors
+        );
+        // The same GPU with an H200 profile keeps the profile's measured floor.
+        let r = j.host_transfer(&h200(2), &out, &HostTransferCheck::default());
+        assert!(
+            r.floors[0].source.contains("H200 profile"),
+            "{:?}",
+            r.floors
         );
     }
 

@@ -11,7 +11,9 @@ use super::{NcclOutcome, nvlink_between_all};
 use crate::backend::sim::{FabricFault, SimBackend, SimCheck};
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::{JudgeNode, Measurement, NodeCheck, OnNode};
+use crate::checks::host::Host;
 use crate::checks::topology;
+use crate::link_floors::LinkFacts;
 use crate::run_control::RunControl;
 
 /// The NCCL check as its spec asks for it.
@@ -28,6 +30,8 @@ pub enum NcclMeasured {
         outcome: Box<NcclOutcome>,
         /// The topology showed NVLink between every pair of the GPUs.
         nvlink: bool,
+        /// The check's GPUs' links, for floors no profile covers.
+        facts: LinkFacts,
     },
     Skipped(&'static str),
 }
@@ -54,10 +58,17 @@ impl NodeCheck for Nccl {
         let &OnNode { backend, gpus, ctl } = on;
         let mut req = NcclRequest::from_spec(&self.spec, gpus);
         req.log_dir = self.log_dir.clone();
-        let nvlink = backend
-            .platform()
-            .topology()
-            .is_ok_and(|snap| nvlink_between_all(&topology::derive(&snap)));
+        let snapshot = backend.platform().topology().ok();
+        let nvlink = snapshot
+            .as_ref()
+            .is_some_and(|snap| nvlink_between_all(&topology::derive(snap)));
+        let facts = snapshot
+            .map(|t| {
+                let mut f = LinkFacts::from_readings(&t, &Host::read_baseline(backend, gpus));
+                f.gpus.retain(|g, _| gpus.iter().any(|x| x.index == *g));
+                f
+            })
+            .unwrap_or_default();
         let outcome = match backend {
             Backend::Cuda(_) => super::run(&req, ctl),
             Backend::Simulated(b) => simulated(b, gpus, &req, ctl),
@@ -65,6 +76,7 @@ impl NodeCheck for Nccl {
         Ok(NcclMeasured::Ran {
             outcome: Box::new(outcome),
             nvlink,
+            facts,
         })
     }
 
@@ -81,11 +93,17 @@ impl NodeCheck for Nccl {
             .and_then(|g| on.judge.profile_of(&g.name))
             .map(|p| p.name);
         let result = match measured {
-            Ok(NcclMeasured::Ran { outcome, nvlink }) => {
+            Ok(NcclMeasured::Ran {
+                outcome,
+                nvlink,
+                facts,
+            }) => {
                 let cx = JudgeContext {
                     spec: &self.spec,
                     nvlink,
                     profile,
+                    facts: &facts,
+                    measured_p2p: measured_p2p(into),
                 };
                 judge(&cx, &outcome)
             }
@@ -104,6 +122,23 @@ impl NodeCheck for Nccl {
         }
         into.nccl = Some(result);
     }
+}
+
+/// The node's measured p2p one-way median in this run, where the p2p check passed: the rate
+/// NCCL's bus bandwidth is held to when no profile floor covers the node.
+fn measured_p2p(report: &NodeReport) -> Option<f64> {
+    let p2p = report.p2p.as_ref().filter(|r| r.verdict == Verdict::Pass)?;
+    let mut rates: Vec<f64> = p2p
+        .pairs
+        .iter()
+        .filter(|p| p.error.is_none() && p.unidirectional_gbps > 0.0)
+        .map(|p| p.unidirectional_gbps)
+        .collect();
+    if rates.is_empty() {
+        return None;
+    }
+    rates.sort_by(f64::total_cmp);
+    Some(rates[rates.len() / 2])
 }
 
 /// The check on the simulated node, with the faults its spec plants.

@@ -2,11 +2,13 @@
 //! a wrong element fails the GPU that received it (rank, collective, size, first bad offset);
 //! a communicator that fell back to SHM or the network on a node whose topology shows NVLink
 //! fails; bus bandwidth at the largest size under the floor, or time at the smallest size over
-//! the limit, fails.
+//! the limit, fails. The floor is the spec's, else the measured profile table's, else the
+//! node's own ([`crate::link_floors`]: its measured p2p, or its NVLink or PCIe links), so any
+//! model and GPU count has one; the report lists each floor with its source.
 
 use gpuval_crds::{
-    Collective, NcclCheck, NcclCurve, NcclLink, NcclMismatch, NcclResult, NcclRow, NcclSweep,
-    NcclTransport, Verdict,
+    BandwidthFloor, Collective, NcclCheck, NcclCurve, NcclLink, NcclMismatch, NcclResult, NcclRow,
+    NcclSweep, NcclTransport, Verdict,
 };
 
 use super::bandwidth::{Layout, human_bytes};
@@ -14,6 +16,7 @@ use super::outcome::{Abort, AbortCause, NcclOutcome, SweepOutcome};
 use super::transport::{TransportClass, TransportSummary};
 use crate::backend::BackendError;
 use crate::judge::{Code, Reason, Says, verdict_of};
+use crate::link_floors::LinkFacts;
 
 /// Bus bandwidth floors at the largest size of the default sweep (4 GiB), GB/s, by model
 /// profile, GPU count and collective: set from the 2×H200 measurement
@@ -40,6 +43,10 @@ pub struct JudgeContext<'a> {
     pub nvlink: bool,
     /// The model profile in force (`H200`), for the built-in floors.
     pub profile: Option<&'a str>,
+    /// The node's links and its measured p2p one-way median, where floors come from when no
+    /// profile floor covers this model and GPU count.
+    pub facts: &'a LinkFacts,
+    pub measured_p2p: Option<f64>,
 }
 
 /// The built-in floor for a collective on `ranks` GPUs of a profile.
@@ -62,6 +69,19 @@ pub fn judge(ctx: &JudgeContext<'_>, out: &NcclOutcome) -> NcclResult {
     match &out.sweep {
         Ok(s) => {
             r.nccl_version = version_of(s);
+            r.floors = s
+                .curves
+                .iter()
+                .filter_map(|c| {
+                    let last = c.rows.last()?;
+                    let (gbps, source) = floor_for(ctx, c.collective, gpus.len(), last.bytes)?;
+                    Some(BandwidthFloor {
+                        what: c.collective.to_string(),
+                        gbps,
+                        source,
+                    })
+                })
+                .collect();
             r.sweep = Some(sweep_result(s, &gpus, ctx));
             findings.extend(sweep_findings(ctx, s, &gpus, false));
             if ctx.nvlink {
@@ -321,6 +341,41 @@ pub fn fallback_reason(t: Option<&TransportSummary>, gpus: &[i32]) -> Option<Str
     ))
 }
 
+/// Collectives whose bus bandwidth tracks the links' one-way rate (nccl-tests' bus factor makes
+/// them comparable across GPU counts); broadcast and all-to-all get a floor only from the spec.
+const LINK_BOUND: [Collective; 3] = [
+    Collective::AllReduce,
+    Collective::AllGather,
+    Collective::ReduceScatter,
+];
+
+/// The bus bandwidth floor of a collective whose sweep ended at `bytes`, and its source: the
+/// spec's, else the measured profile table's, else from the node itself (its measured p2p, or
+/// its NVLink or PCIe links); only for a sweep that reaches [`FLOOR_MIN_BYTES`].
+fn floor_for(
+    ctx: &JudgeContext<'_>,
+    c: Collective,
+    ranks: usize,
+    bytes: u64,
+) -> Option<(f64, String)> {
+    if let Some(v) = ctx.spec.min_bus_bandwidth_gbps {
+        return Some((f64::from(v), "spec minBusBandwidthGbps".to_string()));
+    }
+    if bytes < FLOOR_MIN_BYTES || !LINK_BOUND.contains(&c) {
+        return None;
+    }
+    if let Some(f) = ctx
+        .profile
+        .and_then(|p| profile_floor(p, ranks, c).map(|f| (f, format!("{p} profile, {ranks} GPUs"))))
+    {
+        return Some(f);
+    }
+    let gpus: Vec<u32> = ctx.facts.gpus.keys().copied().collect();
+    ctx.facts
+        .nccl_floor(&gpus, ctx.measured_p2p)
+        .map(|f| (f.gbps, f.source))
+}
+
 /// Bus bandwidth at the largest size and time at the smallest, against the spec or profile.
 fn threshold_reasons(ctx: &JudgeContext<'_>, s: &SweepOutcome, gpus: &[i32]) -> Vec<String> {
     let ranks = gpus.len();
@@ -330,17 +385,7 @@ fn threshold_reasons(ctx: &JudgeContext<'_>, s: &SweepOutcome, gpus: &[i32]) -> 
         let (Some(first), Some(last)) = (c.rows.first(), c.rows.last()) else {
             continue;
         };
-        let floor = match ctx.spec.min_bus_bandwidth_gbps {
-            Some(v) => Some((f64::from(v), "spec minBusBandwidthGbps".to_string())),
-            None => ctx
-                .profile
-                .filter(|_| last.bytes >= FLOOR_MIN_BYTES)
-                .and_then(|p| {
-                    profile_floor(p, ranks, c.collective)
-                        .map(|f| (f, format!("{p} profile, {ranks} GPUs")))
-                }),
-        };
-        if let Some((floor, source)) = floor {
+        if let Some((floor, source)) = floor_for(ctx, c.collective, ranks, last.bytes) {
             let busbw =
                 Layout::new(c.collective, last.bytes, elt, ranks as u64).busbw_gbps(last.seconds);
             if busbw < floor {
@@ -439,7 +484,121 @@ mod tests {
             spec,
             nvlink: true,
             profile: Some("H200"),
+            facts: &crate::link_floors::NO_FACTS,
+            measured_p2p: None,
         }
+    }
+
+    /// A sweep over `ranks` GPUs whose largest size (4 GiB) runs at `busbw`.
+    fn sweep_of(ranks: u64, c: Collective, busbw: f64) -> NcclOutcome {
+        let l = Layout::new(c, 4 * GIB, 2, ranks);
+        let factor = super::super::bandwidth::bus_factor(c, ranks);
+        let secs = l.algorithm_bytes() as f64 / 1e9 / (busbw / factor);
+        let row = RowOutcome {
+            bytes: 4 * GIB,
+            count: l.count,
+            seconds: secs,
+            in_place_seconds: Some(secs),
+            wrong: 0,
+        };
+        NcclOutcome {
+            gpus: (0..ranks as u32).collect(),
+            sweep: Ok(SweepOutcome {
+                curves: vec![CurveOutcome {
+                    collective: c,
+                    rows: vec![row],
+                }],
+                transport: Some(p2p_log()),
+                ..Default::default()
+            }),
+            ..outcome(healthy())
+        }
+    }
+
+    /// `ranks` Hopper GPUs, 18 NVLink 4 links each to the NVSwitches, on PCIe Gen5 x16.
+    fn hopper_facts(ranks: u32) -> LinkFacts {
+        use crate::link_floors::{GpuLinks, NvlinkFact};
+        LinkFacts {
+            gpus: (0..ranks)
+                .map(|i| {
+                    let link = NvlinkFact {
+                        generation: Some(4),
+                        to_switch: true,
+                        remote_bus_id: None,
+                    };
+                    let links = GpuLinks {
+                        bus_id: format!("00000000:{:02x}:00.0", 0x18 + i),
+                        nvlinks: vec![link; 18],
+                        pcie: Some((5, 16)),
+                    };
+                    (i, links)
+                })
+                .collect(),
+        }
+    }
+
+    /// No profile table entry covers an H100 with 4 or 8 GPUs: the floor comes from the links
+    /// NVML reports, so collectives at half speed fail and healthy ones pass.
+    #[test]
+    fn an_h100_node_of_4_or_8_gpus_at_half_speed_fails_on_its_link_floor() {
+        let spec = NcclCheck::default();
+        for ranks in [4u32, 8] {
+            let facts = hopper_facts(ranks);
+            let cx = JudgeContext {
+                spec: &spec,
+                nvlink: true,
+                profile: Some("H100"),
+                facts: &facts,
+                measured_p2p: None,
+            };
+            for c in LINK_BOUND {
+                let healthy = judge(&cx, &sweep_of(u64::from(ranks), c, 360.0));
+                assert_eq!(
+                    healthy.verdict,
+                    Verdict::Pass,
+                    "{ranks} {c}: {:?}",
+                    healthy.reasons
+                );
+                assert_eq!(healthy.floors.len(), 1);
+                assert_eq!(healthy.floors[0].gbps, 225.0);
+                assert!(healthy.floors[0].source.contains("NVLink 4 × 18 links"));
+                let half = judge(&cx, &sweep_of(u64::from(ranks), c, 180.0));
+                assert_eq!(half.verdict, Verdict::Fail, "{ranks} {c}");
+                assert!(
+                    half.reasons
+                        .iter()
+                        .any(|r| r.message.contains("< 225 GB/s (0.50 × NVLink 4")),
+                    "{:?}",
+                    half.reasons
+                );
+            }
+        }
+    }
+
+    /// Where the p2p check passed in the same run, the node's own one-way rate sets the floor.
+    #[test]
+    fn the_nodes_measured_p2p_sets_the_floor_when_no_profile_entry_does() {
+        let spec = NcclCheck::default();
+        let facts = hopper_facts(4);
+        let cx = JudgeContext {
+            spec: &spec,
+            nvlink: true,
+            profile: None,
+            facts: &facts,
+            measured_p2p: Some(392.0),
+        };
+        let r = judge(&cx, &sweep_of(4, Collective::AllReduce, 200.0));
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert!(
+            r.floors[0].source.contains("measured p2p"),
+            "{:?}",
+            r.floors
+        );
+        assert_eq!(r.floors[0].gbps, 215.6);
+        // Broadcast and all-to-all are held only to a spec floor.
+        let r = judge(&cx, &sweep_of(4, Collective::AllToAll, 50.0));
+        assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
+        assert!(r.floors.is_empty());
     }
 
     #[test]

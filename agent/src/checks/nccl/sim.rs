@@ -266,6 +266,8 @@ mod tests {
                 spec,
                 nvlink: true,
                 profile: Some("H200"),
+                facts: &crate::link_floors::NO_FACTS,
+                measured_p2p: None,
             },
             &out,
         )

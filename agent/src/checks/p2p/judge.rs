@@ -2,7 +2,7 @@
 //! unidirectional 120 GB/s < 320 GB/s (H200 profile)`), and a pair far below the other pairs
 //! fails even without a profile.
 
-use gpuval_crds::{P2pCheck, P2pPair, P2pResult, Verdict};
+use gpuval_crds::{BandwidthFloor, P2pCheck, P2pPair, P2pResult, Verdict};
 
 use super::{LinkErrorMoves, P2pOutcome, PairOutcome};
 use crate::backend::GpuInfo;
@@ -10,6 +10,7 @@ use crate::judge::{
     Code, Judge, Reason, Says, below_peers_named, outliers, plural, push_unique, round_to,
     verdict_of,
 };
+use crate::link_floors::{Floor, LinkFacts};
 use crate::profiles::ModelProfile;
 
 impl Judge<'_> {
@@ -22,13 +23,21 @@ impl Judge<'_> {
         out: &P2pOutcome,
         spec: &P2pCheck,
         links: &LinkErrorMoves,
+        facts: &LinkFacts,
     ) -> P2pResult {
         let profile = self.link_profile(gpus);
         let mut pairs: Vec<P2pPair> = out.pairs.iter().map(pair_result).collect();
+        let mut floors: Vec<BandwidthFloor> = Vec::new();
         // Each pair's reasons, kept apart until they join the check's, pair by pair.
         let mut pair_reasons: Vec<Vec<Reason>> = Vec::with_capacity(pairs.len());
         for (pair, measured) in pairs.iter_mut().zip(&out.pairs) {
-            let reasons = self.pair_reasons(measured, spec, profile);
+            let pair_floors = pair_floors(measured, spec, profile, facts);
+            for f in &pair_floors {
+                if !floors.contains(f) {
+                    floors.push(f.clone());
+                }
+            }
+            let reasons = self.pair_reasons(measured, spec, profile, &pair_floors);
             pair.verdict = if measured.error.is_some() {
                 Verdict::Error
             } else {
@@ -59,6 +68,7 @@ impl Judge<'_> {
             iterations: spec.iterations,
             seconds: out.seconds,
             nvlink_errors: links.notes.clone(),
+            floors,
             ..Default::default()
         };
         let mut verdict = pairs
@@ -106,6 +116,7 @@ impl Judge<'_> {
         p: &PairOutcome,
         spec: &P2pCheck,
         profile: Option<&ModelProfile>,
+        floors: &[BandwidthFloor],
     ) -> Vec<Reason> {
         if p.error.is_some() && p.unidirectional_gbps <= 0.0 {
             return Vec::new();
@@ -124,34 +135,16 @@ impl Judge<'_> {
                 "{name}: peer access is not available (copies go through host memory)"
             )));
         }
-        let floor = |explicit: Option<i32>, from_profile: Option<f64>| match explicit {
-            Some(v) => Some((f64::from(v), "spec".to_string())),
-            None => from_profile.zip(profile.map(|p| format!("{} profile", p.name))),
-        };
-        let checks = [
-            (
-                "unidirectional",
-                p.unidirectional_gbps,
-                floor(
-                    spec.min_unidirectional_gbps,
-                    profile.map(|p| p.p2p_unidirectional_min_gbps),
-                ),
-            ),
-            (
-                "bidirectional",
-                p.bidirectional_gbps,
-                floor(
-                    spec.min_bidirectional_gbps,
-                    profile.map(|p| p.p2p_bidirectional_min_gbps),
-                ),
-            ),
-        ];
-        for (what, v, floor) in checks {
-            if let Some((floor, source)) = floor
-                && v < floor
-            {
+        for f in floors {
+            let v = if f.what == UNI {
+                p.unidirectional_gbps
+            } else {
+                p.bidirectional_gbps
+            };
+            if v < f.gbps {
                 reasons.push(Code::P2pSlow.says(format!(
-                    "{name} {what} {v:.0} GB/s < {floor:.0} GB/s ({source})"
+                    "{name} {} {v:.0} GB/s < {:.0} GB/s ({})",
+                    f.what, f.gbps, f.source
                 )));
             }
         }
@@ -165,6 +158,51 @@ impl Judge<'_> {
         }
         reasons
     }
+}
+
+const UNI: &str = "unidirectional";
+const BIDI: &str = "bidirectional";
+
+/// The floors a pair is held to, one way and both ways: the spec's, else the model profile's
+/// (where it expects NVLink between peers), else what the node's links are (NVLink generation
+/// and active links, or PCIe generation and width, as NVML reports them).
+fn pair_floors(
+    p: &PairOutcome,
+    spec: &P2pCheck,
+    profile: Option<&ModelProfile>,
+    facts: &LinkFacts,
+) -> Vec<BandwidthFloor> {
+    let from_facts = facts.p2p_floors(p.src, p.dst);
+    let pick = |explicit: Option<i32>,
+                from_profile: Option<f64>,
+                from_facts: Option<&Floor>|
+     -> Option<(f64, String)> {
+        match (explicit, from_profile.zip(profile)) {
+            (Some(v), _) => Some((f64::from(v), "spec".to_string())),
+            (None, Some((v, prof))) => Some((v, format!("{} profile", prof.name))),
+            (None, None) => from_facts.map(|f| (f.gbps, f.source.clone())),
+        }
+    };
+    let uni = pick(
+        spec.min_unidirectional_gbps,
+        profile.map(|p| p.p2p_unidirectional_min_gbps),
+        from_facts.as_ref().map(|f| &f.0),
+    );
+    let bidi = pick(
+        spec.min_bidirectional_gbps,
+        profile.map(|p| p.p2p_bidirectional_min_gbps),
+        from_facts.as_ref().map(|f| &f.1),
+    );
+    [(UNI, uni), (BIDI, bidi)]
+        .into_iter()
+        .filter_map(|(what, f)| {
+            f.map(|(gbps, source)| BandwidthFloor {
+                what: what.into(),
+                gbps,
+                source,
+            })
+        })
+        .collect()
 }
 
 /// A pair's report entry, not yet judged.
@@ -215,7 +253,13 @@ mod tests {
 
     /// The p2p judgement with default settings and no link-error moves.
     fn with_defaults(j: Judge<'_>, gpus: &[GpuInfo], out: &P2pOutcome) -> P2pResult {
-        j.p2p(gpus, out, &P2pCheck::default(), &LinkErrorMoves::default())
+        j.p2p(
+            gpus,
+            out,
+            &P2pCheck::default(),
+            &LinkErrorMoves::default(),
+            &LinkFacts::default(),
+        )
     }
 
     fn gpu(index: u32) -> GpuInfo {
@@ -309,6 +353,7 @@ mod tests {
             &all_pairs(2, |_, _| 392.0),
             &spec,
             &LinkErrorMoves::default(),
+            &LinkFacts::default(),
         );
         assert_eq!(r.verdict, Verdict::Fail);
         assert_names(
@@ -387,7 +432,15 @@ mod tests {
         let gpus: Vec<_> = (0..2).map(gpu).collect();
         let healthy = all_pairs(2, |_, _| 392.0);
         let j = judge(&checks, Profile::Auto);
-        let with_moves = |m: &LinkErrorMoves| j.p2p(&gpus, &healthy, &P2pCheck::default(), m);
+        let with_moves = |m: &LinkErrorMoves| {
+            j.p2p(
+                &gpus,
+                &healthy,
+                &P2pCheck::default(),
+                m,
+                &LinkFacts::default(),
+            )
+        };
         let r = with_moves(&moves);
         assert_eq!(r.verdict, Verdict::Pass);
         assert_eq!(r.nvlink_errors, moves.notes);

@@ -19,8 +19,10 @@ use gpuval_crds::{NodeReport, P2pCheck, P2pResult};
 
 use crate::backend::{Backend, GpuInfo};
 use crate::check::{JudgeNode, Measurement, NodeCheck, OnNode};
+use crate::checks::host::Host;
 use crate::config::given;
 use crate::judge::Judge;
+use crate::link_floors::LinkFacts;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -127,6 +129,8 @@ impl P2p {
 pub struct P2pMeasured {
     pub pairs: P2pOutcome,
     pub link_errors: LinkErrorMoves,
+    /// The node's NVLink and PCIe links, where the floors come from when no profile has them.
+    pub facts: LinkFacts,
 }
 
 impl NodeCheck for P2p {
@@ -155,12 +159,22 @@ impl NodeCheck for P2p {
                 link_errors.add(g, b, &a);
             }
         }
-        Ok(P2pMeasured { pairs, link_errors })
+        let facts = platform
+            .topology()
+            .map(|t| LinkFacts::from_readings(&t, &Host::read_baseline(backend, gpus)))
+            .unwrap_or_default();
+        Ok(P2pMeasured {
+            pairs,
+            link_errors,
+            facts,
+        })
     }
 
     fn judge(&self, on: &JudgeNode<'_>, measured: Measurement<P2pMeasured>, into: &mut NodeReport) {
         into.p2p = Some(match measured {
-            Ok(m) => on.judge.p2p(on.gpus, &m.pairs, &self.spec, &m.link_errors),
+            Ok(m) => on
+                .judge
+                .p2p(on.gpus, &m.pairs, &self.spec, &m.link_errors, &m.facts),
             Err(e) => P2pResult {
                 buffer_mib: self.spec.buffer_mib,
                 iterations: self.spec.iterations,
