@@ -104,6 +104,9 @@ pub struct AgentEnv {
     /// The GPU count the operator found for this node and where it came from
     /// (`GPUVAL_EXPECTED_GPUS`, `GPUVAL_EXPECTED_GPUS_FROM`).
     pub expected_gpus: Option<(i32, CountSource)>,
+    /// `GPUVAL_ALLOW_SHARED_GPUS=true`: the administrator allows processes that are not the
+    /// agent's on the GPUs (a Warn, not a Fail).
+    pub allow_shared_gpus: bool,
 }
 
 impl AgentEnv {
@@ -192,6 +195,8 @@ impl AgentEnv {
         let io_dir = optional(agent_env::IO_DIR).map(PathBuf::from);
         let state_dir = optional(agent_env::STATE_DIR).map(PathBuf::from);
         let pod_uid = optional(agent_env::POD_UID);
+        let allow_shared_gpus = optional(agent_env::ALLOW_SHARED_GPUS)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
 
         let result_jitter = result_jitter(&get)?;
         let expected_gpus = expected_gpus(&get)?;
@@ -209,6 +214,7 @@ impl AgentEnv {
             result_jitter,
             state_dir,
             expected_gpus,
+            allow_shared_gpus,
         })
     }
 }
@@ -731,6 +737,7 @@ fn start_checks(
     plan.expected_gpus = env.expected_gpus;
     plan.node = Some(env.node.clone());
     plan.io_dir = env.io_dir.clone();
+    plan.allow_shared_gpus = env.allow_shared_gpus;
     let choice = env.backend.clone();
     tokio::task::spawn_blocking(move || {
         let backend = match backend::open(&choice) {

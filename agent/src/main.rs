@@ -108,6 +108,10 @@ struct RunArgs {
     /// Only these GPUs (NVML indices, comma-separated).
     #[arg(long, value_delimiter = ',')]
     gpus: Option<Vec<u32>>,
+    /// A process that is not the agent's on a GPU under test is a Warn, not a Fail (the GPUs
+    /// are shared on purpose; the figures may be lower than the GPUs can reach).
+    #[arg(long, env = "GPUVAL_ALLOW_SHARED_GPUS")]
+    allow_shared_gpus: bool,
     /// Write the JSON report here.
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
@@ -262,6 +266,7 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         skip_preflight: a.io_skip_preflight,
     };
     plan.nccl_log_dir = a.overrides.flags.nccl.log_dir.clone();
+    plan.allow_shared_gpus = a.allow_shared_gpus;
     plan.node = std::env::var("NODE_NAME").ok().or_else(hostname);
     let report = runner::run(&be, &plan, &stop, &|line| eprintln!("{line}"));
     let json = serde_json::to_string_pretty(&report)

@@ -259,6 +259,20 @@ pub struct NodeFacts {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_bus_ids: Vec<String>,
     pub versions: Versions,
+    /// GPUs NVML lists that CUDA does not see: not tested, and named here with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden_gpus: Vec<HiddenGpu>,
+}
+
+/// A GPU NVML lists that CUDA cannot see, so no check reached it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HiddenGpu {
+    pub index: i32,
+    pub uuid: String,
+    pub pci_bus_id: String,
+    /// Why CUDA does not see it (`CUDA_VISIBLE_DEVICES=0,1` left it out).
+    pub reason: String,
 }
 
 /// Most nodes listed per component in `status.fleet` as differing from the majority.

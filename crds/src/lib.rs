@@ -176,6 +176,9 @@ pub mod agent_env {
     pub const SIMULATE: &str = "GPUVAL_SIMULATE";
     /// Optional: the directory the io check writes in (the operator's `--io-host-path`, mounted).
     pub const IO_DIR: &str = "GPUVAL_IO_DIR";
+    /// `true`: a process that is not the agent's on a GPU under test is a Warn, not a Fail
+    /// (the administrator allows shared GPUs).
+    pub const ALLOW_SHARED_GPUS: &str = "GPUVAL_ALLOW_SHARED_GPUS";
     /// Optional: the longest random delay, in milliseconds, before the agent writes its result
     /// (the operator's `--agent-result-jitter-seconds`).
     pub const RESULT_JITTER_MS: &str = "GPUVAL_RESULT_JITTER_MS";

@@ -180,6 +180,24 @@ pub struct GpuReport {
     pub host_transfer: Option<HostTransferResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<TelemetrySummary>,
+    /// Processes that were not the agent's on this GPU during the run (NVML's compute and
+    /// graphics processes, read before the checks, sampled during them and read after).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign_processes: Vec<ForeignProcess>,
+}
+
+/// A process that was not the agent's, seen on a GPU under test.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ForeignProcess {
+    pub pid: i64,
+    /// Its name as NVML reports it (`unknown` where NVML cannot).
+    pub name: String,
+    /// The most GPU memory it was seen holding, MiB, where NVML reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_memory_mib: Option<i64>,
+    /// When it was seen: `before` the checks, `during` them (sampled), `after` them.
+    pub seen: Vec<String>,
 }
 
 /// Static health signals and board facts read before the checks.

@@ -106,6 +106,9 @@ pub struct GpuInfo {
 pub struct Inventory {
     pub system: SystemInfo,
     pub gpus: Vec<GpuInfo>,
+    /// GPUs NVML lists that CUDA does not see (left out of `gpus`; the report names them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<HiddenGpu>,
 }
 
 /// One NVLink link of a GPU as NVML reports it.
@@ -213,6 +216,28 @@ pub struct PcieReading {
     pub fatal: Option<u64>,
 }
 
+/// A process NVML lists on a GPU: compute (CUDA) or graphics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuProcess {
+    /// As the driver reports it (the host's pid where the agent runs in a container).
+    pub pid: u32,
+    /// The process's name as NVML reports it, where it can.
+    pub name: Option<String>,
+    /// GPU memory it holds, where NVML reports it.
+    pub used_memory_bytes: Option<u64>,
+    pub graphics: bool,
+}
+
+/// A GPU that NVML lists but CUDA cannot see, so no check can reach it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HiddenGpu {
+    pub index: u32,
+    pub uuid: String,
+    pub pci_bus_id: String,
+}
+
 /// An Xid error reported by the driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct XidEvent {
@@ -237,6 +262,8 @@ pub trait Platform: Send + Sync {
     fn error_counters(&self, gpu: u32) -> Result<ErrorCounters, BackendError>;
     /// Xid events that arrived since the last call, waiting at most `timeout` for the first.
     fn poll_xid(&self, timeout: Duration) -> Vec<XidEvent>;
+    /// The compute and graphics processes on the GPU now (the agent's own included).
+    fn processes(&self, gpu: u32) -> Result<Vec<GpuProcess>, BackendError>;
 }
 
 /// The backend a run uses. A check matches on it to reach its real or simulated

@@ -78,6 +78,9 @@ pub struct Plan {
     pub expected_gpus: Option<(i32, CountSource)>,
     /// `spec.severityOverrides`.
     pub overrides: Vec<SeverityOverride>,
+    /// A process that is not the agent's on a GPU under test is a Warn, not a Fail (the
+    /// administrator allows shared GPUs).
+    pub allow_shared_gpus: bool,
 }
 
 impl Plan {
@@ -95,6 +98,7 @@ impl Plan {
             expect: Expect::default(),
             expected_gpus: None,
             overrides: Vec::new(),
+            allow_shared_gpus: false,
         }
     }
 
@@ -479,6 +483,7 @@ macro_rules! for_each_gpu_result {
             reasons: _,
             health: _,
             telemetry: _,
+            foreign_processes: _,
         } = $g;
         for_each_gpu_result!(@each [memory, compute, host_transfer], $r, $body);
     }};

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use gpuval_crds::facts::{CountSource, Expect, NodeFacts, Versions, canonical_bus_id};
 use gpuval_crds::{GpuHealth, SystemInfo};
 
-use crate::backend::GpuInfo;
+use crate::backend::{GpuInfo, HiddenGpu};
 use crate::checks::Plan;
 use crate::judge::{Code, Reason, Says, plural, verdict_of};
 
@@ -22,8 +22,64 @@ pub struct Judged {
     pub fail_fast: bool,
 }
 
-/// Judges the inventoried GPUs (all of them, before `--gpus` picks any) and the system facts.
-pub fn judge(plan: &Plan, gpus: &[GpuInfo], system: &SystemInfo) -> Judged {
+/// What restricts the GPUs CUDA sees: `CUDA_VISIBLE_DEVICES`'s value, where it is set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CudaDevices {
+    pub visible: Option<String>,
+}
+
+impl CudaDevices {
+    /// From this process's environment.
+    pub fn from_env() -> Self {
+        Self {
+            visible: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+        }
+    }
+}
+
+/// Each GPU NVML lists and CUDA does not see, named with why: a Warn where
+/// `CUDA_VISIBLE_DEVICES` leaves it out on purpose, a Fail where nothing restricts CUDA.
+fn hidden_gpus(
+    hidden: &[HiddenGpu],
+    cuda: &CudaDevices,
+) -> (Vec<gpuval_crds::facts::HiddenGpu>, Vec<Reason>) {
+    let mut listed = Vec::new();
+    let mut reasons = Vec::new();
+    for h in hidden {
+        let (why, code) = match &cuda.visible {
+            Some(v) => (
+                format!("CUDA_VISIBLE_DEVICES={v} leaves it out"),
+                Code::GpuExcludedFromCuda,
+            ),
+            None => (
+                "CUDA cannot see it although CUDA_VISIBLE_DEVICES is not set (driver or device fault?)"
+                    .to_string(),
+                Code::GpuInvisibleToCuda,
+            ),
+        };
+        reasons.push(code.says(format!(
+            "GPU{} ({}, {}) is listed by NVML but not visible to CUDA: {why}; it was not tested",
+            h.index, h.uuid, h.pci_bus_id
+        )));
+        listed.push(gpuval_crds::facts::HiddenGpu {
+            index: i32::try_from(h.index).unwrap_or(i32::MAX),
+            uuid: h.uuid.clone(),
+            pci_bus_id: h.pci_bus_id.clone(),
+            reason: why,
+        });
+    }
+    (listed, reasons)
+}
+
+/// Judges the inventoried GPUs (all of them, before `--gpus` picks any), the GPUs CUDA does not
+/// see, and the system facts.
+pub fn judge(
+    plan: &Plan,
+    gpus: &[GpuInfo],
+    hidden: &[HiddenGpu],
+    cuda: &CudaDevices,
+    system: &SystemInfo,
+) -> Judged {
     let seen: Vec<String> = gpus
         .iter()
         .map(|g| canonical_bus_id(&g.pci_bus_id))
@@ -39,6 +95,8 @@ pub fn judge(plan: &Plan, gpus: &[GpuInfo], system: &SystemInfo) -> Judged {
         reasons.push(bus_id_reason(&plan.expect, &seen, &missing));
     }
     let fail_fast = !reasons.is_empty();
+    let (hidden_gpus, hidden_reasons) = hidden_gpus(hidden, cuda);
+    reasons.extend(hidden_reasons);
     let versions = versions(system, gpus);
     if let Some(mixed) = versions.vbios.as_deref().filter(|v| v.contains('+')) {
         reasons.push(Code::VbiosMixed.says(format!(
@@ -55,6 +113,7 @@ pub fn judge(plan: &Plan, gpus: &[GpuInfo], system: &SystemInfo) -> Judged {
         bus_ids_seen: seen,
         missing_bus_ids: missing,
         versions,
+        hidden_gpus,
     };
     let gpu_reasons = gpus
         .iter()
@@ -202,6 +261,11 @@ fn versions(system: &SystemInfo, gpus: &[GpuInfo]) -> Versions {
 
 #[cfg(test)]
 mod tests {
+    /// The facts of GPUs CUDA all sees.
+    fn judge_seen(plan: &Plan, gpus: &[GpuInfo], system: &SystemInfo) -> Judged {
+        judge(plan, gpus, &[], &CudaDevices::default(), system)
+    }
+
     use gpuval_crds::facts::ModeExpectation;
     use gpuval_crds::{Checks, Severity, Thresholds, Verdict};
 
@@ -224,7 +288,7 @@ mod tests {
     fn a_missing_gpu_fails_fast_naming_the_count_and_the_bus_ids() {
         let gpus: Vec<GpuInfo> = (0..7).map(h200).collect();
         let p = plan(|p| p.expected_gpus = Some((8, CountSource::Capacity)));
-        let j = judge(&p, &gpus, &SystemInfo::default());
+        let j = judge_seen(&p, &gpus, &SystemInfo::default());
         assert!(j.fail_fast);
         assert_eq!(j.facts.verdict, Verdict::Fail);
         let r = &j.facts.reasons[0];
@@ -244,7 +308,7 @@ mod tests {
             p.expect.pci_bus_ids = listed;
         });
         let without_3: Vec<GpuInfo> = (0..8).filter(|i| *i != 3).map(h200).collect();
-        let j = judge(&p, &without_3, &SystemInfo::default());
+        let j = judge_seen(&p, &without_3, &SystemInfo::default());
         assert_eq!(j.facts.missing_bus_ids, ["0000:1b:00.0"]);
         assert!(
             j.facts.reasons[0]
@@ -261,21 +325,21 @@ mod tests {
     #[test]
     fn the_right_count_passes_and_a_moved_gpu_is_named() {
         let gpus: Vec<GpuInfo> = (0..8).map(h200).collect();
-        let j = judge(
+        let j = judge_seen(
             &plan(|p| p.expect.gpu_count = Some(8)),
             &gpus,
             &SystemInfo::default(),
         );
         assert!(!j.fail_fast);
         assert_eq!(j.facts.verdict, Verdict::Pass);
-        let j = judge(&plan(|_| {}), &gpus, &SystemInfo::default());
+        let j = judge_seen(&plan(|_| {}), &gpus, &SystemInfo::default());
         assert!(
             !j.fail_fast && j.facts.expected_gpus.is_none(),
             "no expectation: not judged"
         );
 
         let p = plan(|p| p.expect.pci_bus_ids = vec!["18:00.0".into(), "0000:AA:00.0".into()]);
-        let j = judge(&p, &gpus[..2], &SystemInfo::default());
+        let j = judge_seen(&p, &gpus[..2], &SystemInfo::default());
         assert!(j.fail_fast);
         assert_eq!(j.facts.reasons[0].code, Code::GpuBusIdMismatch);
         assert_eq!(
@@ -299,7 +363,7 @@ mod tests {
             }),
             with_health(2, |_| {}),
         ];
-        let j = judge(&plan(|_| {}), &gpus, &SystemInfo::default());
+        let j = judge_seen(&plan(|_| {}), &gpus, &SystemInfo::default());
         let got: Vec<(u32, Code, Severity, &str)> = j
             .gpu_reasons
             .iter()
@@ -324,7 +388,7 @@ mod tests {
         );
         assert!(!j.fail_fast, "modes fail the GPU, not before the checks");
         let p = plan(|p| p.expect.persistence_mode = ModeExpectation::On);
-        let j = judge(&p, &gpus[..1], &SystemInfo::default());
+        let j = judge_seen(&p, &gpus[..1], &SystemInfo::default());
         assert_eq!(j.gpu_reasons[0].1.code, Code::PersistenceModeUnexpected);
         assert_eq!(j.gpu_reasons[0].1.severity, Severity::Warn);
     }
@@ -342,7 +406,7 @@ mod tests {
             nccl_version: Some("2.28.3".into()),
             ..Default::default()
         };
-        let j = judge(&plan(|_| {}), &gpus, &system);
+        let j = judge_seen(&plan(|_| {}), &gpus, &system);
         let v = &j.facts.versions;
         assert_eq!(v.driver.as_deref(), Some("570.86.15"));
         assert_eq!(v.vbios.as_deref(), Some("96.00.99.00.01+96.00.89.00.01"));
@@ -353,5 +417,43 @@ mod tests {
         assert_eq!(j.facts.verdict, Verdict::Warn);
         assert_eq!(j.facts.reasons[0].code, Code::VbiosMixed);
         assert!(!j.fail_fast);
+    }
+
+    /// A GPU left out by CUDA_VISIBLE_DEVICES is a Warn naming the variable; one CUDA cannot
+    /// see with nothing restricting it is a Fail.
+    #[test]
+    fn gpus_hidden_from_cuda_are_named_with_why() {
+        let hidden = [HiddenGpu {
+            index: 3,
+            uuid: "GPU-3".into(),
+            pci_bus_id: "00000000:1B:00.0".into(),
+        }];
+        let p = Plan::new(Checks::default(), Thresholds::default());
+        let visible = CudaDevices {
+            visible: Some("0,1,2".into()),
+        };
+        let j = judge(&p, &[], &hidden, &visible, &SystemInfo::default());
+        assert_eq!(j.facts.verdict, Verdict::Warn);
+        assert_eq!(j.facts.reasons[0].code, Code::GpuExcludedFromCuda);
+        assert!(
+            j.facts.reasons[0]
+                .message
+                .contains("GPU3 (GPU-3, 00000000:1B:00.0) is listed by NVML but not visible to CUDA: CUDA_VISIBLE_DEVICES=0,1,2 leaves it out"),
+            "{}",
+            j.facts.reasons[0].message
+        );
+        assert_eq!(
+            j.facts.hidden_gpus[0].reason,
+            "CUDA_VISIBLE_DEVICES=0,1,2 leaves it out"
+        );
+        let j = judge(
+            &p,
+            &[],
+            &hidden,
+            &CudaDevices::default(),
+            &SystemInfo::default(),
+        );
+        assert_eq!(j.facts.verdict, Verdict::Fail);
+        assert_eq!(j.facts.reasons[0].code, Code::GpuInvisibleToCuda);
     }
 }

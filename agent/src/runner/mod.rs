@@ -7,6 +7,7 @@ pub mod aggregate;
 pub mod facts;
 #[cfg(test)]
 mod health_tests;
+pub mod processes;
 mod sampler;
 #[cfg(test)]
 pub(crate) mod sim_tests;
@@ -26,6 +27,7 @@ use crate::run_control::ProgressSink;
 use crate::{report, telemetry};
 
 pub use crate::checks::Plan;
+use processes::{Owner, Phase, Sightings};
 use sampler::{Sampled, Sampler};
 
 /// Runs the plan's checks on the backend's GPUs and judges them. Never fails: what could not
@@ -114,7 +116,13 @@ fn node_facts(
             .ok()
             .and_then(|f| f.version);
     }
-    let judged = facts::judge(plan, &inventory.gpus, &system);
+    let judged = facts::judge(
+        plan,
+        &inventory.gpus,
+        &inventory.hidden,
+        &facts::CudaDevices::from_env(),
+        &system,
+    );
     report.system = Some(system);
     report.gpus = inventory
         .gpus
@@ -168,6 +176,9 @@ fn measure_and_judge(
         .iter()
         .map(|g| platform.error_counters(g.index).ok())
         .collect();
+    let owner = Owner::this_process();
+    let mut foreign = Sightings::default();
+    foreign.read(platform, stage.gpus, &owner, Phase::Before);
     let sampled = Mutex::new(Sampled::default());
     let sampler_stop = AtomicBool::new(false);
     let started = Instant::now();
@@ -184,6 +195,7 @@ fn measure_and_judge(
             every: plan.sample_every,
             resample_every: planned.resample_every(),
             first_topology: first.as_ref(),
+            owner: &owner,
         };
         let (sampled, sampler_stop) = (&sampled, &sampler_stop);
         s.spawn(move || sampler.run(sampled, sampler_stop, started));
@@ -206,6 +218,9 @@ fn measure_and_judge(
     }
     planned.judge_topology(&on, topology, report);
     add_telemetry(stage, &sampled, &mut report.gpus, counters_before);
+    foreign.merge(std::mem::take(&mut sampled.processes));
+    foreign.read(platform, stage.gpus, &owner, Phase::After);
+    foreign.judge(plan.allow_shared_gpus, &mut report.gpus);
 }
 
 /// The second measurement of what fell short on performance alone, on the same GPUs (a

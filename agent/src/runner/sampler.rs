@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::processes::{Owner, Phase, Sightings};
 use crate::backend::{GpuInfo, Platform, TelemetrySample, TopologySnapshot};
 use crate::checks::topology;
 
@@ -17,6 +18,8 @@ pub struct Sampled {
     /// Topology re-reads (besides the first reading).
     pub topology_samples: i32,
     pub link_changes: Vec<String>,
+    /// Processes that were not the agent's, seen on a GPU during the checks.
+    pub processes: Sightings,
 }
 
 /// What the sampler reads and how often.
@@ -28,6 +31,8 @@ pub struct Sampler<'a> {
     /// Topology every this long, when there is a first reading to compare with.
     pub resample_every: Duration,
     pub first_topology: Option<&'a TopologySnapshot>,
+    /// Whose processes on the GPUs are the agent's.
+    pub owner: &'a Owner,
 }
 
 impl Sampler<'_> {
@@ -43,6 +48,8 @@ impl Sampler<'_> {
                 .filter_map(|g| self.platform.sample(g.index).ok().map(|s| (g.index, s)))
                 .collect();
             let xids = self.platform.poll_xid(Duration::ZERO);
+            let mut processes = Sightings::default();
+            processes.read(self.platform, self.gpus, self.owner, Phase::During);
             let mut changes = Vec::new();
             let mut resampled = false;
             if let Some(prev) = prev_snap.as_ref()
@@ -64,6 +71,7 @@ impl Sampler<'_> {
                     o.xids.entry(x.gpu).or_default().push(x.xid);
                 }
                 o.link_changes.extend(changes);
+                o.processes.merge(processes);
                 if resampled {
                     o.topology_samples += 1;
                 }

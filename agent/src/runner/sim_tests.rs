@@ -196,3 +196,52 @@ fn nccl_on_one_gpu_is_skipped() {
     assert_eq!(nccl.verdict, Verdict::Skipped);
     assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.failures);
 }
+
+/// A process that is not the agent's on GPU 2 fails GPU 2 alone, naming its pid, name and
+/// memory; the agent's own process on every GPU does not count.
+#[test]
+fn a_foreign_process_fails_the_gpu_it_ran_on() {
+    let report = simulated_report("gpus=4,model=H100,proc=2:4242:python3:10240");
+    let g2 = &report.gpus[2];
+    assert_eq!(g2.verdict, Verdict::Fail, "{:?}", g2.reasons);
+    assert_eq!(g2.foreign_processes.len(), 1);
+    let p = &g2.foreign_processes[0];
+    assert_eq!(
+        (p.pid, p.name.as_str(), p.used_memory_mib),
+        (4242, "python3", Some(10240))
+    );
+    assert_eq!(p.seen, ["before", "during", "after"]);
+    assert_any_starts_with(
+        &g2.reasons,
+        "GPU2: process 4242 (python3, 10240 MiB) is not the agent's",
+    );
+    for i in [0, 1, 3] {
+        assert_eq!(
+            report.gpus[i].verdict,
+            Verdict::Pass,
+            "GPU{i}: {:?}",
+            report.gpus[i].reasons
+        );
+        assert!(report.gpus[i].foreign_processes.is_empty());
+    }
+    assert_eq!(report.verdict, Verdict::Fail);
+}
+
+/// A GPU NVML lists that CUDA does not see is named in the report, never silently left out.
+#[test]
+fn a_gpu_hidden_from_cuda_is_named_not_skipped() {
+    let report = simulated_report("gpus=4,model=H100,hidden=3");
+    assert_eq!(report.gpus.len(), 3, "GPU3 cannot be tested");
+    let facts = report.facts.as_ref().expect("facts");
+    assert_eq!(facts.hidden_gpus.len(), 1);
+    let h = &facts.hidden_gpus[0];
+    assert_eq!(h.index, 3);
+    assert!(h.uuid.starts_with("GPU-"), "{h:?}");
+    assert_any_contains(&facts.reasons, "GPU3 (");
+    assert_any_contains(&facts.reasons, "is listed by NVML but not visible to CUDA");
+    assert_ne!(
+        report.verdict,
+        Verdict::Pass,
+        "the node cannot pass with a GPU untested"
+    );
+}

@@ -18,8 +18,8 @@ use cudarc::driver::CudaContext;
 use self::kernels::Kernels;
 use self::nvml::NvmlHost;
 use super::{
-    BackendError, BackendKind, ErrorCounters, Inventory, LinkErrors, Platform, TelemetrySample,
-    TopologySnapshot, XidEvent,
+    BackendError, BackendKind, ErrorCounters, GpuInfo, GpuProcess, HiddenGpu, Inventory,
+    LinkErrors, Platform, TelemetrySample, TopologySnapshot, XidEvent,
 };
 
 /// The real GPU backend.
@@ -151,7 +151,19 @@ impl Platform for CudaBackend {
     /// two of eight GPUs checks those two, though NVML on the host lists all eight.
     fn inventory(&self) -> Result<Inventory, BackendError> {
         let mut inv = self.nvml.inventory()?;
-        inv.gpus.retain(|g| self.ordinals.contains_key(&g.index));
+        let (seen, hidden): (Vec<GpuInfo>, Vec<GpuInfo>) = inv
+            .gpus
+            .into_iter()
+            .partition(|g| self.ordinals.contains_key(&g.index));
+        inv.gpus = seen;
+        inv.hidden = hidden
+            .into_iter()
+            .map(|g| HiddenGpu {
+                index: g.index,
+                uuid: g.uuid,
+                pci_bus_id: g.pci_bus_id,
+            })
+            .collect();
         Ok(inv)
     }
 
@@ -175,6 +187,10 @@ impl Platform for CudaBackend {
 
     fn poll_xid(&self, timeout: Duration) -> Vec<XidEvent> {
         self.nvml.poll_xid(timeout)
+    }
+
+    fn processes(&self, gpu: u32) -> Result<Vec<GpuProcess>, BackendError> {
+        self.nvml.processes(gpu)
     }
 }
 

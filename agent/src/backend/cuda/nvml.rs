@@ -14,7 +14,7 @@ use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, TemperatureSensor, TopologyLevel,
 };
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
-use nvml_wrapper::enums::device::SampleValue;
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::{NvmlError, nvml_try};
 use nvml_wrapper::struct_wrappers::event::EventData;
@@ -29,8 +29,8 @@ use nvml_wrapper::{Device, EventSet, Nvml, cuda_driver_version_major, cuda_drive
 use tracing::debug;
 
 use crate::backend::{
-    BackendError, ErrorCounters, GpuInfo, Inventory, LinkErrors, LinkReading, PcieReading,
-    PowerReading, TelemetrySample, TopoGpu, TopologySnapshot, XidEvent,
+    BackendError, ErrorCounters, GpuInfo, GpuProcess, Inventory, LinkErrors, LinkReading,
+    PcieReading, PowerReading, TelemetrySample, TopoGpu, TopologySnapshot, XidEvent,
 };
 use crate::pci::{normalize_bus_id, parse_ranges, set_bits};
 
@@ -137,6 +137,7 @@ impl NvmlHost {
         Ok(Inventory {
             system: self.system_info(),
             gpus,
+            hidden: Vec::new(),
         })
     }
 
@@ -334,6 +335,31 @@ impl NvmlHost {
         }
         let bus = bus_id(gpu, &dev).ok()?;
         numa_nodes(gpu, &dev, &bus).first().copied()
+    }
+
+    /// The compute and graphics processes NVML lists on the GPU, named where NVML can.
+    pub fn processes(&self, gpu: u32) -> Result<Vec<GpuProcess>, BackendError> {
+        let dev = self.device(gpu)?;
+        let compute = dev
+            .running_compute_processes()
+            .map_err(|e| BackendError::gpu(gpu, "list compute processes", e))?;
+        // Graphics processes are optional: some GPUs and drivers do not report them.
+        let graphics = dev.running_graphics_processes().unwrap_or_default();
+        let listed = compute
+            .into_iter()
+            .map(|p| (p, false))
+            .chain(graphics.into_iter().map(|p| (p, true)));
+        Ok(listed
+            .map(|(p, graphics)| GpuProcess {
+                pid: p.pid,
+                name: self.nvml.sys_process_name(p.pid, 256).ok(),
+                used_memory_bytes: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(b) => Some(b),
+                    UsedGpuMemory::Unavailable => None,
+                },
+                graphics,
+            })
+            .collect())
     }
 
     /// Error counters of every active NVLink link of the GPU (empty without NVLink).

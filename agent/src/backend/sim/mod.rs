@@ -7,6 +7,9 @@
 //! GPU 6's PCIe replay counter during the run. `flaky=memory@2:0.5` is a `slow` that only the
 //! first measurement sees; `version=driver:535.104.05+vbios:96.00.89.00.01` sets what the node
 //! reports of its versions (`driver`, `vbios`, `cuda`, `nccl`; default `simulated`).
+//! `hidden=3` makes GPU 3 one NVML lists and CUDA does not see (as `CUDA_VISIBLE_DEVICES`
+//! would); `proc=2:4242:python3:10240` puts a process that is not the agent's (pid 4242,
+//! `python3`, 10240 MiB) on GPU 2 for the whole run.
 //!
 //! Every figure is a pure function of the spec, the GPU and the request (telemetry also of how
 //! many samples were taken), so two runs with the same spec give the same report.
@@ -21,13 +24,13 @@ use std::time::Duration;
 use gpuval_crds::{Dtype, GpuHealth, SystemInfo};
 
 use super::{
-    BackendError, BackendKind, ErrorCounters, GpuInfo, Inventory, LinkErrors, LinkReading,
-    Platform, TelemetrySample, TopoGpu, TopologySnapshot, XidEvent,
+    BackendError, BackendKind, ErrorCounters, GpuInfo, GpuProcess, HiddenGpu, Inventory,
+    LinkErrors, LinkReading, Platform, TelemetrySample, TopoGpu, TopologySnapshot, XidEvent,
 };
 use crate::run_control::RunControl;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, throttle, replay, version, timescale, fabric, net, netfault";
+pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, throttle, replay, hidden, proc, version, timescale, fabric, net, netfault";
 /// The throttle reasons `throttle=` may plant (NVML names without prefix).
 pub const THROTTLE_REASONS: [&str; 5] = [
     "SwPowerCap",
@@ -262,6 +265,19 @@ pub struct HealthFaults {
     pub throttle: Vec<(u32, String)>,
     /// `replay=6:40`: GPU 6's PCIe replay counter grows by 40 during the run.
     pub replay: Vec<(u32, u64)>,
+    /// `hidden=3`: NVML lists GPU 3 but CUDA cannot see it.
+    pub hidden: Vec<u32>,
+    /// `proc=2:4242:python3:10240`: a process that is not the agent's on GPU 2.
+    pub procs: Vec<SimProcess>,
+}
+
+/// A process planted on a simulated GPU.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SimProcess {
+    pub gpu: u32,
+    pub pid: u32,
+    pub name: String,
+    pub mib: u64,
 }
 
 /// A fault of the node's GPU fabric as NCCL sees it.
@@ -356,6 +372,11 @@ impl SimSpec {
                 .throttle
                 .extend(parse_list(value, parse_throttle)?),
             "replay" => self.health.replay.extend(parse_list(value, parse_replay)?),
+            "hidden" => self
+                .health
+                .hidden
+                .extend(parse_list(value, |v| parse_num::<u32>(v, "a GPU index"))?),
+            "proc" => self.health.procs.extend(parse_list(value, parse_proc)?),
             "timescale" => self.timescale = parse_timescale(value)?,
             "fabric" => self
                 .fabric
@@ -410,6 +431,18 @@ impl SimSpec {
                     .replay
                     .iter()
                     .map(|(g, n)| (format!("replay={g}:{n}"), *g)),
+            )
+            .chain(
+                self.health
+                    .hidden
+                    .iter()
+                    .map(|g| (format!("hidden={g}"), *g)),
+            )
+            .chain(
+                self.health
+                    .procs
+                    .iter()
+                    .map(|p| (format!("proc={}:{}", p.gpu, p.pid), p.gpu)),
             );
         for (part, gpu) in gpu_refs {
             if gpu >= self.gpus {
@@ -572,6 +605,24 @@ fn parse_throttle(value: &str) -> Result<(u32, String), String> {
 /// `6:40`.
 fn parse_replay(value: &str) -> Result<(u32, u64), String> {
     parse_on_gpu(value, "GPU:COUNT (like 6:40)", "a replay count")
+}
+
+/// `2:4242:python3:10240` (GPU, pid, name, MiB held).
+fn parse_proc(value: &str) -> Result<SimProcess, String> {
+    let usage = || format!("{value:?} is not GPU:PID:NAME:MIB (like 2:4242:python3:10240)");
+    let parts: Vec<&str> = value.split(':').collect();
+    let [gpu, pid, name, mib] = parts.as_slice() else {
+        return Err(usage());
+    };
+    if name.is_empty() {
+        return Err(usage());
+    }
+    Ok(SimProcess {
+        gpu: parse_num(gpu, "a GPU index")?,
+        pid: parse_num(pid, "a pid")?,
+        name: (*name).to_string(),
+        mib: parse_num(mib, "MiB")?,
+    })
 }
 
 fn parse_timescale(value: &str) -> Result<f64, String> {
@@ -775,7 +826,24 @@ impl Platform for SimBackend {
                 hostname: None,
                 nccl_version: Some(self.spec.version(Component::Nccl)),
             },
-            gpus: (0..self.spec.gpus).map(|i| self.gpu_info(i)).collect(),
+            gpus: (0..self.spec.gpus)
+                .filter(|i| !self.spec.health.hidden.contains(i))
+                .map(|i| self.gpu_info(i))
+                .collect(),
+            hidden: self
+                .spec
+                .health
+                .hidden
+                .iter()
+                .map(|&i| {
+                    let g = self.gpu_info(i);
+                    HiddenGpu {
+                        index: g.index,
+                        uuid: g.uuid,
+                        pci_bus_id: g.pci_bus_id,
+                    }
+                })
+                .collect(),
         })
     }
 
@@ -827,6 +895,30 @@ impl Platform for SimBackend {
             thread::sleep(timeout);
         }
         events
+    }
+
+    /// The agent's own process (as NVML lists the agent on a real GPU) and any planted one.
+    fn processes(&self, gpu: u32) -> Result<Vec<GpuProcess>, BackendError> {
+        self.check_gpu(gpu)?;
+        let own = GpuProcess {
+            pid: std::process::id(),
+            name: Some("gpuval-agent".into()),
+            used_memory_bytes: Some(512 << 20),
+            graphics: false,
+        };
+        let planted = self
+            .spec
+            .health
+            .procs
+            .iter()
+            .filter(|p| p.gpu == gpu)
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                name: Some(p.name.clone()),
+                used_memory_bytes: Some(p.mib << 20),
+                graphics: false,
+            });
+        Ok(std::iter::once(own).chain(planted).collect())
     }
 }
 
