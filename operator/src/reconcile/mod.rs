@@ -25,6 +25,7 @@ pub mod fabric;
 pub mod fleet;
 pub mod freshness;
 pub mod kstatus;
+pub mod preflight;
 pub mod record;
 pub mod start;
 pub mod summarize;
