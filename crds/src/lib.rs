@@ -24,6 +24,7 @@ pub mod result;
 pub mod rules;
 pub mod schedule;
 pub mod schema;
+pub mod text;
 pub mod selector;
 pub mod spec;
 pub mod status;
