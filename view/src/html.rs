@@ -112,7 +112,7 @@ fn node_section(s: &mut String, n: &NodeEntry) {
         v = r.verdict
     );
     node_facts(s, n, r);
-    list(s, "reasons", &r.failures);
+    list(s, "reasons", &crate::worst_first(&r.failures));
     gpu_table(s, &id, &r.gpus);
     if let Some(p) = &r.p2p {
         p2p_section(s, &id, r.gpus.len(), p);

@@ -83,7 +83,7 @@ impl Judge<'_> {
             .unwrap_or(Verdict::Pass);
         push_unique(
             &mut report.failures,
-            spread(&sources, |s| s >= Severity::Fail),
+            spread(&sources, |s| s >= Severity::Error),
         );
         report.failures.truncate(MAX_NODE_FAILURES);
         push_unique(
@@ -513,11 +513,10 @@ mod tests {
             ),
         );
         judge(&checks, Profile::Auto).node(&mut report);
-        assert_eq!(report.verdict, Verdict::Error);
+        assert_eq!(report.verdict, Verdict::Fail, "a hardware Fail beats an Error");
         assert_eq!(report.failures.len(), 5);
-        assert_eq!(report.failures[0], "GPU7: memory test: out of memory");
-        assert_eq!(report.failures[1], "GPU0 bf16: slow");
-        assert_eq!(report.failures[4], "GPU3 bf16: slow");
+        assert_eq!(report.failures[0], "GPU0 bf16: slow");
+        assert_eq!(report.failures[4], "GPU4 bf16: slow");
         assert!(report.failures.iter().all(|f| !f.contains("PCIe")));
         assert_eq!(report.gpus[7].verdict, Verdict::Error);
         assert_eq!(report.gpus[7].reasons.len(), 2);
@@ -595,6 +594,33 @@ mod tests {
             assert_eq!(report.failures, vec![reason]);
             assert_eq!(report.gpus[0].verdict, Verdict::Pass);
         }
+    }
+
+    #[test]
+    fn a_node_with_a_hardware_fail_and_an_error_leads_with_the_fail() {
+        let checks = Checks::default();
+        let mut gpus = vec![report_with(0, 4000.0, 780.0), report_with(1, 4000.0, 780.0)];
+        if let Some(m) = gpus[1].memory.as_mut() {
+            m.verdict = Verdict::Fail;
+            m.reasons = vec![fail(Code::MemoryMismatch, "GPU1 memory: 2 mismatched words")];
+        }
+        let io_error = "no directory for the io check: set the Helm value agent.io.hostPath";
+        let mut report = NodeReport {
+            gpus,
+            io: Some(gpuval_crds::IoResult {
+                verdict: Verdict::Error,
+                reasons: vec![fail(Code::IoError, io_error)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        judge(&checks, Profile::Auto).node(&mut report);
+        assert_eq!(report.verdict, Verdict::Fail);
+        assert_eq!(
+            report.failures,
+            vec!["GPU1 memory: 2 mismatched words", io_error]
+        );
+        assert_eq!(report.action, gpuval_crds::reason::Action::ReplaceHardware);
     }
 
     #[test]
