@@ -40,9 +40,8 @@ pub fn check(spec: &GpuValidationSpec, installation: &Installation) -> Option<St
     let mut problems = Vec::new();
     if spec.checks.io.is_some() && !installation.io_dir {
         problems.push(
-            "checks.io needs a host directory for the agents to write in and this installation \
-             has none: set the Helm value agent.io.hostPath (inside agent.io.allowedPaths; the \
-             operator's --io-host-path), or remove checks.io"
+            "checks.io needs a host directory to write in and none is set: set the Helm value \
+             agent.io.hostPath (inside agent.io.allowedPaths), or remove checks.io"
                 .to_string(),
         );
     }
@@ -52,15 +51,15 @@ pub fn check(spec: &GpuValidationSpec, installation: &Installation) -> Option<St
         && !installation.privileged
     {
         problems.push(
-            "spec.fabric.env asks NCCL for InfiniBand (NCCL_NET=IB or NCCL_IB_HCA) but agent pods \
-             get no RDMA device: set the Helm values agent.fabric.resources (e.g. rdma/ib: 1) \
-             and agent.fabric.capabilities [IPC_LOCK], or remove those variables"
+            "spec.fabric.env asks NCCL for InfiniBand but agent pods get no RDMA device: set the \
+             Helm values agent.fabric.resources (rdma/ib: 1) and agent.fabric.capabilities \
+             [IPC_LOCK]"
                 .to_string(),
         );
     }
     (!problems.is_empty()).then(|| {
         format!(
-            "this installation cannot run the validation: {}",
+            "the installation cannot run this validation: {}",
             problems.join("; ")
         )
     })
@@ -96,6 +95,7 @@ mod tests {
         let msg = check(&s, &Installation::default()).expect("refused");
         assert!(msg.contains("agent.io.hostPath"), "{msg}");
         assert!(msg.contains("checks.io"), "{msg}");
+        assert!(msg.len() <= super::super::MAX_MESSAGE, "fits an event whole: {msg}");
         let with_dir = Installation {
             io_dir: true,
             ..Default::default()
