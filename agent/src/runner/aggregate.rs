@@ -17,19 +17,13 @@ use crate::judge::{
 
 /// How many failure (and warning) reasons a node report carries.
 const MAX_NODE_FAILURES: usize = 5;
-/// Throttle reasons that point at hardware or cooling trouble (a Warn).
-const WARN_THROTTLES: [&str; 4] = [
-    "HwSlowdown",
-    "HwThermalSlowdown",
-    "HwPowerBrakeSlowdown",
-    "SwThermalSlowdown",
-];
 
 impl Judge<'_> {
     /// One GPU's verdict: the worst of its checks' results and of every reason it carries
     /// (its checks', its telemetry's and health's, and those node-level checks gave it), with
     /// the overrides applied. Idempotent.
     pub fn gpu(&self, gpu: &mut GpuReport) {
+        burn_power_into_telemetry(gpu);
         let mut found: Vec<Reason> = gpu_results(gpu)
             .into_iter()
             .flat_map(|(_, reasons)| reasons.iter().cloned())
@@ -99,6 +93,25 @@ impl Judge<'_> {
     }
 }
 
+/// One source for a GPU's highest power draw: the compute check's samples (taken during the
+/// burn) are samples of the run too, so the telemetry's range takes their highest where the
+/// run's own sampler saw less (a sampler that missed the burn's peak would otherwise contradict
+/// the burn's figures on the same page). Idempotent.
+fn burn_power_into_telemetry(gpu: &mut GpuReport) {
+    let burn = gpu
+        .compute
+        .as_ref()
+        .and_then(|c| c.power.as_ref())
+        .filter(|p| p.samples > 0)
+        .map(|p| p.max_w);
+    if let (Some(max), Some(stat)) = (
+        burn,
+        gpu.telemetry.as_mut().and_then(|t| t.power_w.as_mut()),
+    ) {
+        stat.max = stat.max.max(max);
+    }
+}
+
 /// The reasons of a GPU's telemetry: uncorrectable ECC errors, every Xid seen (with its
 /// meaning and NVIDIA's resolution: a fatal one fails the GPU, any other warns), and clocks
 /// slowed by hardware or heat.
@@ -128,7 +141,7 @@ fn telemetry_findings(gpu: i32, t: &TelemetrySummary) -> Vec<Reason> {
         .throttle_reasons
         .iter()
         .map(String::as_str)
-        .filter(|r| WARN_THROTTLES.contains(r))
+        .filter(|r| gpuval_crds::depth::is_slowdown(r))
         .collect();
     if !throttles.is_empty() {
         found.push(Code::ClockThrottled.says(format!(
@@ -621,6 +634,34 @@ mod tests {
             vec!["GPU1 memory: 2 mismatched words", io_error]
         );
         assert_eq!(report.action, gpuval_crds::reason::Action::ReplaceHardware);
+    }
+
+    #[test]
+    fn the_runs_highest_power_is_never_below_the_burns() {
+        let mut g = report_with(0, 4000.0, 780.0);
+        g.telemetry = Some(TelemetrySummary {
+            samples: 10,
+            power_w: Some(gpuval_crds::Stat {
+                min: 80.0,
+                mean: 300.0,
+                max: 422.0,
+            }),
+            ..Default::default()
+        });
+        if let Some(c) = g.compute.as_mut() {
+            c.power = Some(gpuval_crds::depth::PowerResult {
+                samples: 40,
+                median_w: 651.0,
+                max_w: 690.0,
+                ..Default::default()
+            });
+        }
+        let checks = Checks::default();
+        let judge = judge(&checks, Profile::Auto);
+        judge.gpu(&mut g);
+        judge.gpu(&mut g);
+        let p = g.telemetry.and_then(|t| t.power_w).expect("power");
+        assert_eq!((p.min, p.mean, p.max), (80.0, 300.0, 690.0));
     }
 
     #[test]
