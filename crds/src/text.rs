@@ -29,11 +29,7 @@ pub fn shorten(s: &str, max: usize) -> String {
         .filter(|i| *i < window.len());
     let tail_start = window_start + clause.unwrap_or(0);
     let head_end = floor_boundary(s, room - (s.len() - tail_start));
-    format!(
-        "{}{ELLIPSIS}{}",
-        s[..head_end].trim_end(),
-        &s[tail_start..]
-    )
+    format!("{}{ELLIPSIS}{}", s[..head_end].trim_end(), &s[tail_start..])
 }
 
 /// The largest character boundary of `s` at or below `i`.

@@ -97,11 +97,8 @@ mod tests {
 
     #[test]
     fn api_errors_read_as_kubectl_writes_them_and_a_closed_pipe_is_quiet() {
-        let status = Status::failure(
-            "gpuvalidations.gpuval.io \"nosuch\" not found",
-            "NotFound",
-        )
-        .with_code(404);
+        let status = Status::failure("gpuvalidations.gpuval.io \"nosuch\" not found", "NotFound")
+            .with_code(404);
         let e = anyhow::Error::new(kube::Error::Api(Box::new(status)))
             .context("reading GpuValidation \"nosuch\"");
         assert_eq!(
@@ -144,7 +141,11 @@ mod tests {
         let one = rerun_of(&old, &["gpu-b".to_string()]);
         assert_eq!(one.spec.node_names, vec![NodeName("gpu-b".into())]);
         assert_eq!(
-            one.metadata.labels.unwrap_or_default().get(RERUN_OF).map(String::as_str),
+            one.metadata
+                .labels
+                .unwrap_or_default()
+                .get(RERUN_OF)
+                .map(String::as_str),
             Some("quick")
         );
     }

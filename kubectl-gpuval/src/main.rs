@@ -17,8 +17,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use gpuval_crds::{GpuNodeResult, GpuValidation, labels};
 use gpuval_view::{Document, Tolerance};
 use kube::api::{Api, ListParams, PostParams};
-use kubectl_gpuval::cli;
 use kube::{Client, ResourceExt};
+use kubectl_gpuval::cli;
 
 #[derive(Parser)]
 #[command(
@@ -166,7 +166,11 @@ async fn run(cli: Cli) -> Result<u8> {
                     .with_context(|| format!("writing {}", path.display()))?,
                 None => out(&text)?,
             }
-            Ok(if exit_code { document_exit(&doc) } else { cli::OK })
+            Ok(if exit_code {
+                document_exit(&doc)
+            } else {
+                cli::OK
+            })
         }
         Command::Diff {
             before,

@@ -592,7 +592,10 @@ async fn a_check_the_installation_cannot_run_refuses_the_run_and_leaves_nodes_al
             let list = events.list(&ListParams::default()).await.ok()?;
             list.items.into_iter().find(|ev| {
                 ev.reason.as_deref() == Some("NotConfigured")
-                    && ev.note.as_deref().is_some_and(|n| n.contains("agent.io.hostPath"))
+                    && ev
+                        .note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("agent.io.hostPath"))
             })
         },
     )

@@ -316,14 +316,21 @@ fn a_thousand_node_report_is_one_small_page_that_opens_at_once() {
         html.len() / 1000
     );
     assert!(html.len() <= 10 << 20, "{} bytes", html.len());
-    assert!(!html.contains("<script") && !html.contains("http"), "self-contained");
+    assert!(
+        !html.contains("<script") && !html.contains("http"),
+        "self-contained"
+    );
     let first = html.find("#node-gpu-0013\"").expect("a failing node's row");
     let passing = html.find("#node-gpu-0000\"").expect("a passing node's row");
     assert!(first < passing, "failing nodes lead the overview");
 
     let Some(chrome) = chromium() else { return };
     let page = out_dir().join("thousand-nodes.html");
-    std::fs::write(&page, html.replacen("<head>", &format!("<head>{TIMING}"), 1)).expect("write");
+    std::fs::write(
+        &page,
+        html.replacen("<head>", &format!("<head>{TIMING}"), 1),
+    )
+    .expect("write");
     let started = std::time::Instant::now();
     let dom = headless(&chrome, &page, &["--dump-dom".into()]);
     let wall = started.elapsed();

@@ -306,10 +306,16 @@ mod tests {
         assert!(d.changes.iter().all(|c| c.relative == 0.0));
         let text = d.text(false);
         assert_eq!(text.lines().count(), 2, "only the counts: {text}");
-        assert!(text.contains("0 regression(s), 0 verdict(s) worse, nothing worse"), "{text}");
+        assert!(
+            text.contains("0 regression(s), 0 verdict(s) worse, nothing worse"),
+            "{text}"
+        );
         let all = d.text(true);
         assert_eq!(all.lines().count(), 2 + d.changes.len(), "{all}");
-        assert!(all.contains("(unchanged)") && !all.contains("-0.0%"), "{all}");
+        assert!(
+            all.contains("(unchanged)") && !all.contains("-0.0%"),
+            "{all}"
+        );
     }
 
     #[test]
@@ -323,8 +329,17 @@ mod tests {
         assert!(d.worse());
         let text = d.text(false);
         let first = text.lines().next().unwrap_or_default();
-        assert!(first.ends_with(": 0 regression(s), 1 verdict(s) worse"), "{text}");
-        assert!(text.contains("GPU1 memory GB/s: 4100 -> 4059 (-1.0%)"), "{text}");
-        assert!(!text.contains("GPU0 memory GB/s"), "unchanged figures are left out: {text}");
+        assert!(
+            first.ends_with(": 0 regression(s), 1 verdict(s) worse"),
+            "{text}"
+        );
+        assert!(
+            text.contains("GPU1 memory GB/s: 4100 -> 4059 (-1.0%)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("GPU0 memory GB/s"),
+            "unchanged figures are left out: {text}"
+        );
     }
 }

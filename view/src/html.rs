@@ -88,7 +88,10 @@ fn worst_first_order(doc: &Document) -> Vec<usize> {
     let mut order: Vec<usize> = (0..doc.nodes.len()).collect();
     order.sort_by_key(|&i| {
         let n = &doc.nodes[i];
-        (passes(n), std::cmp::Reverse(n.report.as_ref().map(|r| r.verdict)))
+        (
+            passes(n),
+            std::cmp::Reverse(n.report.as_ref().map(|r| r.verdict)),
+        )
     });
     order
 }
@@ -717,7 +720,11 @@ mod tests {
         let failing_names: Vec<String> =
             (0..10).map(|k| format!("gpu-{:04}", k * 100 + 7)).collect();
         assert_eq!(first_rows, failing_names, "failing nodes first");
-        assert_eq!(page.matches("\" open>").count(), 10, "only failing nodes open");
+        assert_eq!(
+            page.matches("\" open>").count(),
+            10,
+            "only failing nodes open"
+        );
         let single = html(&Document::single("one", failing.clone()));
         assert_eq!(
             page.matches("<svg").count(),

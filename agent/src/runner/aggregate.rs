@@ -526,7 +526,11 @@ mod tests {
             ),
         );
         judge(&checks, Profile::Auto).node(&mut report);
-        assert_eq!(report.verdict, Verdict::Fail, "a hardware Fail beats an Error");
+        assert_eq!(
+            report.verdict,
+            Verdict::Fail,
+            "a hardware Fail beats an Error"
+        );
         assert_eq!(report.failures.len(), 5);
         assert_eq!(report.failures[0], "GPU0 bf16: slow");
         assert_eq!(report.failures[4], "GPU4 bf16: slow");
@@ -615,7 +619,10 @@ mod tests {
         let mut gpus = vec![report_with(0, 4000.0, 780.0), report_with(1, 4000.0, 780.0)];
         if let Some(m) = gpus[1].memory.as_mut() {
             m.verdict = Verdict::Fail;
-            m.reasons = vec![fail(Code::MemoryMismatch, "GPU1 memory: 2 mismatched words")];
+            m.reasons = vec![fail(
+                Code::MemoryMismatch,
+                "GPU1 memory: 2 mismatched words",
+            )];
         }
         let io_error = "no directory for the io check: set the Helm value agent.io.hostPath";
         let mut report = NodeReport {

@@ -95,7 +95,10 @@ mod tests {
         let msg = check(&s, &Installation::default()).expect("refused");
         assert!(msg.contains("agent.io.hostPath"), "{msg}");
         assert!(msg.contains("checks.io"), "{msg}");
-        assert!(msg.len() <= super::super::MAX_MESSAGE, "fits an event whole: {msg}");
+        assert!(
+            msg.len() <= super::super::MAX_MESSAGE,
+            "fits an event whole: {msg}"
+        );
         let with_dir = Installation {
             io_dir: true,
             ..Default::default()

@@ -265,7 +265,11 @@ mod tests {
     #[test]
     fn every_code_of_a_node_is_counted_the_worst_first() {
         use NodeVerdict::*;
-        let mut mixed = failed("a", Failed, "GPU1 memory: 2 mismatched words; no io directory");
+        let mut mixed = failed(
+            "a",
+            Failed,
+            "GPU1 memory: 2 mismatched words; no io directory",
+        );
         mixed.codes = Some("IoError,MemoryMismatch".into());
         let mut io = failed("b", Error, "no io directory");
         io.codes = Some("IoError".into());
@@ -279,7 +283,10 @@ mod tests {
             .iter()
             .map(|r| (r.reason.as_str(), r.count))
             .collect();
-        assert_eq!(counted, [("Error: IoError", 3), ("Fail: MemoryMismatch", 1)]);
+        assert_eq!(
+            counted,
+            [("Error: IoError", 3), ("Fail: MemoryMismatch", 1)]
+        );
     }
 
     #[test]

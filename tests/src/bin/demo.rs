@@ -201,12 +201,18 @@ fn next_steps(kubeconfig: &Path, kubectl: &Path, plugin_dir: &Path, stays_up: bo
         kubectl_dir.display()
     ));
     for (command, what) in [
-        ("kubectl gpuval status quick", "the tree of nodes and GPUs, worst first"),
+        (
+            "kubectl gpuval status quick",
+            "the tree of nodes and GPUs, worst first",
+        ),
         (
             "kubectl gpuval report quick -o html -f /tmp/quick.html",
             "one self-contained page (open it in a browser)",
         ),
-        ("kubectl get gpuval -o wide", "the first node that did not pass"),
+        (
+            "kubectl get gpuval -o wide",
+            "the first node that did not pass",
+        ),
         (
             "kubectl gpuval rerun quick --node gpu-node-c",
             "run it again on the bad node",
@@ -277,7 +283,9 @@ mod tests {
             .expect("the demo runs the built binaries");
         assert!(build < run, "{recipe:?}");
         assert!(
-            !recipe.iter().any(|l| l.contains("cargo run") || l.contains("$(CARGO) run")),
+            !recipe
+                .iter()
+                .any(|l| l.contains("cargo run") || l.contains("$(CARGO) run")),
             "nothing compiles once the cluster is up: {recipe:?}"
         );
     }
