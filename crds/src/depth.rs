@@ -144,6 +144,22 @@ pub struct PowerResult {
     pub slowdown_fraction: f64,
 }
 
+/// The throttle reasons that mean clocks lost to hardware or thermal limits: worth a look.
+/// Every other reason NVML names (`SwPowerCap`, `ApplicationsClocksSetting`, `GpuIdle`, ...) is
+/// healthy under a burn and is never flagged.
+pub const SLOWDOWN_THROTTLES: [&str; 4] = [
+    "HwSlowdown",
+    "HwThermalSlowdown",
+    "HwPowerBrakeSlowdown",
+    "SwThermalSlowdown",
+];
+
+/// True when throttle reason `reason` (NVML's name without its prefix) is one of
+/// [`SLOWDOWN_THROTTLES`].
+pub fn is_slowdown(reason: &str) -> bool {
+    SLOWDOWN_THROTTLES.contains(&reason)
+}
+
 /// How often one throttle reason was active.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]

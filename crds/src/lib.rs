@@ -27,6 +27,7 @@ pub mod schema;
 pub mod selector;
 pub mod spec;
 pub mod status;
+pub mod text;
 pub mod training;
 pub mod validate;
 pub mod xid;

@@ -39,11 +39,11 @@ pub enum Severity {
     Info,
     /// The verdict is at least Warn (the node still passes).
     Warn,
-    /// The verdict is at least Fail.
+    /// The check could not measure: the verdict is at least Error (not a hardware verdict).
+    Error,
+    /// The verdict is Fail (the worst: a hardware fault leads over a check that could not run).
     #[default]
     Fail,
-    /// The check could not measure: the verdict is Error (not a hardware verdict).
-    Error,
 }
 
 crate::status::api_spelling!(Severity {
@@ -590,7 +590,8 @@ mod tests {
         assert!(o.apply(&mut rs));
         assert_eq!(rs[0].severity, Severity::Fail);
         assert_eq!(rs[1].severity, Severity::Error);
-        assert_eq!(verdict_of(&rs), Verdict::Error);
+        assert_eq!(verdict_of(&rs), Verdict::Fail, "a Fail leads over an Error");
+        assert_eq!(verdict_of(&rs[1..]), Verdict::Error);
         assert!(!o.apply(&mut rs), "applying twice changes nothing");
         assert_eq!(verdict_of(&[]), Verdict::Pass);
         assert_eq!(action_of(&rs), Action::Rerun);

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::reason::Action;
 use crate::spec::Dtype;
 
-/// The outcome of a check, a GPU or a node. Ordered from best to worst so `max` combines.
+/// The outcome of a check, a GPU or a node. Ordered from best to worst so `max` combines: a
+/// measured hardware Fail is worse than an Error (a check that could not measure).
 #[derive(
     JsonSchema,
     Serialize,
@@ -31,10 +32,11 @@ pub enum Verdict {
     Pass,
     /// Passed, with something worth a look (a throttle reason, a figure near its floor).
     Warn,
-    /// Ran, and the hardware fell short.
-    Fail,
     /// Could not run (missing library, allocation refused, internal error): not a hardware verdict.
+    /// Worse than a pass, but a hardware Fail found beside it leads.
     Error,
+    /// Ran, and the hardware fell short: the worst, so a fault found beside an Error leads.
+    Fail,
 }
 
 crate::status::api_spelling!(Verdict {

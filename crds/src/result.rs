@@ -21,6 +21,7 @@ use crate::report::NodeReport;
     printcolumn(name = "Validation", type_ = "string", json_path = ".spec.validation"),
     printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
     printcolumn(name = "Verdict", type_ = "string", json_path = ".status.verdict"),
+    printcolumn(name = "Action", type_ = "string", json_path = ".status.action"),
     printcolumn(name = "Simulated", type_ = "boolean", json_path = ".status.simulated"),
     printcolumn(
         name = "Age",

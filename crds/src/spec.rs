@@ -49,6 +49,20 @@ pub const MAX_EXACT_INTEGER: i64 = (1 << 53) - 1;
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
     ),
     printcolumn(
+        name = "First-Node",
+        type_ = "string",
+        priority = 1,
+        description = "The first node that did not pass (failed nodes are listed first)",
+        json_path = ".status.nodes[0].name"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        priority = 1,
+        description = "Why the first node did not pass",
+        json_path = ".status.nodes[0].message"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

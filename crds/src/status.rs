@@ -230,7 +230,9 @@ pub struct Summary {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ReasonCount {
-    /// The node verdict and the first words of its message, e.g. `Error: agent pod failed`.
+    /// A code of the nodes' findings with its severity (`Fail: MemoryMismatch`; a node counts
+    /// once for each of its codes), or for a node without codes its verdict and the first words
+    /// of its message (`Error: agent pod failed`).
     pub reason: String,
     pub count: i32,
 }

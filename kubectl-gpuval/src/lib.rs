@@ -1,5 +1,8 @@
 //! The pure half of `kubectl gpuval`: a validation and its node results turned into the
-//! [`gpuval_view::Document`] every subcommand renders.
+//! [`gpuval_view::Document`] every subcommand renders, and what the plugin says and returns
+//! ([`cli`]).
+
+pub mod cli;
 
 use std::collections::BTreeMap;
 

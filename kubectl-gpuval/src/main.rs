@@ -1,18 +1,24 @@
 //! `kubectl gpuval` (kubectl finds this binary as a plugin by its name):
 //! `status [NAME]` prints each validation's tree of nodes and GPUs with verdicts and first
 //! reasons; `report NAME -o html|markdown|json` renders one validation's results;
-//! `diff A B` compares two validations' results per node and GPU and flags regressions.
-//! Exit codes: 0 fine, 1 `diff` found a regression or a worse verdict, 2 could not run.
+//! `diff A B` compares two validations' results per node and GPU and flags regressions;
+//! `wait NAME` returns once the run has its verdict; `rerun NAME [--node N]` runs it again.
+//! Exit codes: 0 fine, 1 the run failed (`status`, `wait`, `report --exit-code`) or `diff`
+//! found a regression or a worse verdict, 2 could not run. A closed stdout (`| head`) ends
+//! the command quietly.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use gpuval_crds::{GpuNodeResult, GpuValidation, labels};
 use gpuval_view::{Document, Tolerance};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
+use kubectl_gpuval::cli;
 
 #[derive(Parser)]
 #[command(
@@ -47,6 +53,25 @@ enum Command {
         /// Write here instead of stdout.
         #[arg(long, short = 'f', value_name = "FILE")]
         file: Option<PathBuf>,
+        /// Exit 1 when the run failed (as `git diff --exit-code` does for differences).
+        #[arg(long)]
+        exit_code: bool,
+    },
+    /// Wait until the run of the current spec has its verdict: exit 0 once Passed, 1 once
+    /// Failed (at once when it already is), 2 after --timeout.
+    Wait {
+        name: String,
+        /// How long to wait (seconds).
+        #[arg(long, default_value_t = 1800)]
+        timeout: u64,
+    },
+    /// Run a validation again: a new validation `NAME-xxxxx` with the same spec (so that
+    /// `diff NAME NAME-xxxxx` compares the two), on the named nodes only with --node.
+    Rerun {
+        name: String,
+        /// Only this node (repeat for several).
+        #[arg(long = "node", value_name = "NODE")]
+        nodes: Vec<String>,
     },
     /// Compare validation B with the earlier validation A, node by node and GPU by GPU.
     Diff {
@@ -58,6 +83,9 @@ enum Command {
         /// Print the comparison as JSON.
         #[arg(long)]
         json: bool,
+        /// List every figure compared, unchanged ones too (by default only what changed).
+        #[arg(long)]
+        all: bool,
     },
 }
 
@@ -82,11 +110,24 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
-        }
+        Err(e) => match cli::error_message(&e) {
+            Some(message) => {
+                eprintln!("{message}");
+                ExitCode::from(cli::ERROR)
+            }
+            None => ExitCode::from(cli::OK),
+        },
     }
+}
+
+/// Writes `text` to stdout; a reader that went away (`| head`) is an error the caller ends on
+/// quietly (see [`cli::error_message`]), never a panic.
+fn out(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("writing to stdout")
 }
 
 async fn run(cli: Cli) -> Result<u8> {
@@ -100,12 +141,20 @@ async fn run(cli: Cli) -> Result<u8> {
                 Some(n) => vec![n],
                 None => all_validations(&client).await?,
             };
+            let mut code = cli::OK;
             for n in names {
-                print!("{}", gpuval_view::tree(&load(&client, ns, &n).await?));
+                let doc = load(&client, ns, &n).await?;
+                out(&gpuval_view::tree(&doc))?;
+                code = code.max(document_exit(&doc));
             }
-            Ok(0)
+            Ok(code)
         }
-        Command::Report { name, output, file } => {
+        Command::Report {
+            name,
+            output,
+            file,
+            exit_code,
+        } => {
             let doc = load(&client, ns, &name).await?;
             let text = match output {
                 Format::Html => gpuval_view::html(&doc),
@@ -115,27 +164,85 @@ async fn run(cli: Cli) -> Result<u8> {
             match file {
                 Some(path) => std::fs::write(&path, text)
                     .with_context(|| format!("writing {}", path.display()))?,
-                None => print!("{text}"),
+                None => out(&text)?,
             }
-            Ok(0)
+            Ok(if exit_code {
+                document_exit(&doc)
+            } else {
+                cli::OK
+            })
         }
         Command::Diff {
             before,
             after,
             tolerance,
             json,
+            all,
         } => {
             let a = load(&client, ns, &before).await?;
             let b = load(&client, ns, &after).await?;
             let d = gpuval_view::diff(&a, &b, Tolerance(tolerance / 100.0));
             if json {
-                println!("{}", serde_json::to_string_pretty(&d)?);
+                out(&format!("{}\n", serde_json::to_string_pretty(&d)?))?;
             } else {
-                print!("{}", d.text());
+                out(&d.text(all))?;
             }
-            Ok(u8::from(d.worse()))
+            Ok(if d.worse() { cli::FAILED } else { cli::OK })
         }
+        Command::Wait { name, timeout } => wait(&client, &name, timeout).await,
+        Command::Rerun { name, nodes } => rerun(&client, &name, &nodes).await,
     }
+}
+
+/// The exit code of the run a document shows ([`cli::FAILED`] once it failed).
+fn document_exit(doc: &Document) -> u8 {
+    let failed = doc.validation.as_ref().is_some_and(|v| v.phase == "Failed");
+    if failed { cli::FAILED } else { cli::OK }
+}
+
+/// Watches validation `name` until its current spec's run is Passed (0) or Failed (1).
+async fn wait(client: &Client, name: &str, timeout: u64) -> Result<u8> {
+    let api: Api<GpuValidation> = Api::all(client.clone());
+    let settled = |g: Option<&GpuValidation>| g.and_then(cli::settled).is_some();
+    let watch = kube::runtime::wait::await_condition(api.clone(), name, settled);
+    let gv = match tokio::time::timeout(Duration::from_secs(timeout), watch).await {
+        Ok(Ok(Some(gv))) => gv,
+        Ok(Ok(None)) => {
+            // Gone while waiting (or never there): say so as kubectl would.
+            api.get(name)
+                .await
+                .with_context(|| format!("reading GpuValidation {name:?}"))?
+        }
+        Ok(Err(e)) => return Err(e).with_context(|| format!("watching GpuValidation {name:?}")),
+        Err(_) => anyhow::bail!(
+            "timed out waiting for gpuvalidation/{name} to pass or fail ({timeout}s; --timeout)"
+        ),
+    };
+    let code = cli::settled(&gv).unwrap_or(cli::ERROR);
+    let phase = gv.status.as_ref().and_then(|s| s.phase);
+    out(&format!(
+        "gpuvalidation.gpuval.io/{name} {}\n",
+        phase.map_or("Pending", |p| p.as_str())
+    ))?;
+    Ok(code)
+}
+
+/// Creates a new validation with `name`'s spec (on `nodes` only, where any are named).
+async fn rerun(client: &Client, name: &str, nodes: &[String]) -> Result<u8> {
+    let api: Api<GpuValidation> = Api::all(client.clone());
+    let gv = api
+        .get(name)
+        .await
+        .with_context(|| format!("reading GpuValidation {name:?}"))?;
+    let created = api
+        .create(&PostParams::default(), &cli::rerun_of(&gv, nodes))
+        .await
+        .with_context(|| format!("creating a rerun of {name:?}"))?;
+    out(&format!(
+        "gpuvalidation.gpuval.io/{} created (a rerun of {name}; `kubectl gpuval wait {0}`, then `kubectl gpuval diff {name} {0}`)\n",
+        created.name_any()
+    ))?;
+    Ok(cli::OK)
 }
 
 async fn all_validations(client: &Client) -> Result<Vec<String>> {

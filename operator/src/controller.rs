@@ -85,7 +85,10 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
     let now = Timestamp::now();
     let select = || {
         let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
-        selection::select(&gv.spec, &nodes)
+        let mut s = selection::select(&gv.spec, &nodes);
+        let installation = crate::reconcile::preflight::Installation::of(&ctx.cfg);
+        s.not_configured = crate::reconcile::preflight::check(&gv.spec, &installation);
+        s
     };
     let mut step = if taken.everything {
         let world = observe(&gv, &ctx);

@@ -175,14 +175,7 @@ pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> 
     if !tags.is_empty() {
         message = format!("[{}] {message}", tags.join("; "));
     }
-    if message.len() > MAX_MESSAGE {
-        let mut end = MAX_MESSAGE - 3;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push_str("...");
-    }
+    let message = gpuval_crds::text::shorten(&message, MAX_MESSAGE);
     let mut node_labels = BTreeMap::from([
         (
             labels::NODE_VERDICT.to_string(),

@@ -25,6 +25,9 @@ pub struct Selection {
     pub missing: Vec<String>,
     /// The spec itself cannot be resolved (an invalid selector).
     pub invalid: Option<String>,
+    /// The installation cannot run a check the spec asks for (see
+    /// [`crate::reconcile::preflight`]): the message naming the Helm values to set.
+    pub not_configured: Option<String>,
 }
 
 impl Selection {
@@ -47,6 +50,9 @@ impl Selection {
     pub fn blocker(&self) -> Option<(&'static str, String)> {
         if let Some(e) = &self.invalid {
             return Some(("InvalidSpec", e.clone()));
+        }
+        if let Some(e) = &self.not_configured {
+            return Some((crate::reconcile::preflight::REASON, e.clone()));
         }
         if !self.missing.is_empty() {
             return Some((

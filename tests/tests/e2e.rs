@@ -555,3 +555,73 @@ async fn cordoned_and_gpu_less_nodes_are_not_selected_and_status_says_why() {
     );
     assert!(stalled.message.contains("ghost-node"));
 }
+
+/// A check the installation cannot run (checks.io with no agent.io.hostPath) is the
+/// installation's mistake, not the nodes': the run is refused before any agent starts, with a
+/// Stalled condition and an event naming the Helm value, and no node is tainted or labelled
+/// although the validation asks to taint failing nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_the_installation_cannot_run_refuses_the_run_and_leaves_nodes_alone() {
+    let e = env(&["gpu-a", "gpu-b"]).await;
+    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
+    apply(
+        &e.client,
+        "noio",
+        json!({"checks": {"memory": {}, "io": {}}, "onFailure": {"action": "Taint"}}),
+    )
+    .await;
+    let gv = wait_terminal(&e.client, "noio", 60).await;
+    let s = gv.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(Phase::Failed));
+    let stalled = conditions::find(&s.conditions, STALLED).unwrap();
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", "NotConfigured")
+    );
+    assert!(
+        stalled.message.contains("agent.io.hostPath"),
+        "{}",
+        stalled.message
+    );
+    assert!(pods_of(&e.client, "noio").await.is_empty(), "no agent ran");
+    let events = Api::<k8s_openapi::api::events::v1::Event>::all(e.client.clone());
+    let refused = gpuval_tests::waits::until(
+        "the NotConfigured event",
+        Duration::from_secs(30),
+        || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|ev| {
+                ev.reason.as_deref() == Some("NotConfigured")
+                    && ev
+                        .note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("agent.io.hostPath"))
+            })
+        },
+    )
+    .await;
+    assert!(refused.is_ok(), "{refused:?}");
+    let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(e.client.clone());
+    for node in ["gpu-a", "gpu-b"] {
+        let n = node_api.get(node).await.unwrap();
+        let taints: Vec<String> = n
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| t.key)
+            .collect();
+        assert!(
+            !taints.iter().any(|k| k.starts_with("gpuval.io")),
+            "{node}: {taints:?}"
+        );
+        assert!(
+            !n.metadata
+                .labels
+                .unwrap_or_default()
+                .keys()
+                .any(|k| k.starts_with("gpuval.io/verdict")),
+            "{node} labelled"
+        );
+    }
+}

@@ -180,9 +180,8 @@ async fn a_node_short_of_a_gpu_fails_fast_and_the_fleet_names_the_driver_that_dr
     );
     let reasons = &s.summary.as_ref().expect("summary").reasons;
     assert_eq!(
-        reasons[0].reason,
-        "Failed: 7 GPUs visible, 8 expected (the node's nvidia.com/gpu capacity)",
-        "{reasons:?}"
+        reasons[0].reason, "Fail: GpuCountMismatch",
+        "the summary counts findings by code: {reasons:?}"
     );
     drop(kubelet);
 }

@@ -87,7 +87,7 @@ async fn the_plugin_shows_status_reports_and_the_diff_of_two_runs() {
 
     let status = plugin(kc, &["status", "after"]);
     let tree = stdout(&status);
-    assert!(status.status.success(), "{tree}");
+    assert_eq!(status.status.code(), Some(1), "the run failed: {tree}");
     assert!(
         tree.starts_with("after  Failed  (1 nodes selected, 1 reports)  SIMULATED\n"),
         "{tree}"
@@ -101,6 +101,7 @@ async fn the_plugin_shows_status_reports_and_the_diff_of_two_runs() {
         .find(|l| l.contains("─ GPU5 "))
         .expect("GPU5's line");
     assert!(gpu5.contains("Fail  GPU5 memory: "), "{gpu5}");
+    assert_eq!(plugin(kc, &["status", "before"]).status.code(), Some(0));
     let all = stdout(&plugin(kc, &["status"]));
     assert!(
         all.contains("before  Passed") && all.contains("after  Failed"),
@@ -132,16 +133,37 @@ async fn the_plugin_shows_status_reports_and_the_diff_of_two_runs() {
         text.contains("gpu-a GPU5: verdict Pass -> Fail (worse)"),
         "{text}"
     );
+    let counts = text.lines().next().unwrap_or_default();
     assert!(
-        text.contains("GPU0->GPU1 p2p unidirectional GB/s"),
-        "{text}"
+        counts.contains("verdict(s) worse") && !counts.contains(" 0 verdict(s) worse"),
+        "the counts agree with the exit code: {counts}"
+    );
+    let every = stdout(&plugin(kc, &["diff", "before", "after", "--all"]));
+    assert!(
+        every.contains("GPU0->GPU1 p2p unidirectional GB/s"),
+        "{every}"
+    );
+    assert!(
+        text.lines().count() < every.lines().count() && !every.contains("-0.0%"),
+        "only changes by default:\n{text}\n--all:\n{every}"
     );
     let same = plugin(kc, &["diff", "before", "before"]);
     assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
 
     let missing = plugin(kc, &["report", "nope"]);
     assert_eq!(missing.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("reading GpuValidation \"nope\""));
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr),
+        "Error from server (NotFound): gpuvalidations.gpuval.io \"nope\" not found\n"
+    );
+    assert_eq!(
+        plugin(kc, &["report", "after", "-o", "json", "--exit-code"])
+            .status
+            .code(),
+        Some(1)
+    );
+    closed_pipe_is_quiet(kc);
+    like_kubectl(&cp, &client, kc).await;
 
     // What a node's result costs in etcd: the object as stored (managed fields included).
     let r = Api::<GpuNodeResult>::namespaced(client.clone(), NS)
@@ -158,5 +180,80 @@ async fn the_plugin_shows_status_reports_and_the_diff_of_two_runs() {
     assert!(
         whole < 256 * 1024,
         "a result stays far below etcd's object limit: {whole}"
+    );
+}
+
+/// `kubectl gpuval status | head -1`: the reader goes away before the plugin writes, and the
+/// plugin ends quietly (no panic about a broken pipe).
+fn closed_pipe_is_quiet(kc: &std::path::Path) {
+    let bin = workspace_binary("kubectl-gpuval", "kubectl-gpuval").expect("plugin binary");
+    let mut child = Command::new(bin)
+        .args(["status", "before"])
+        .env("KUBECONFIG", kc)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kubectl-gpuval");
+    drop(child.stdout.take());
+    let done = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(
+        err.is_empty() && done.status.code() == Some(0),
+        "{:?}: {err}",
+        done.status
+    );
+}
+
+/// `wait` returns at once on a verdict, `rerun` starts a new run of the same spec on the named
+/// node, `kubectl get -o wide` names the first failed node and results show their action.
+async fn like_kubectl(cp: &ControlPlane, client: &kube::Client, kc: &std::path::Path) {
+    let waited = plugin(kc, &["wait", "after", "--timeout", "30"]);
+    assert_eq!(waited.status.code(), Some(1), "{}", stdout(&waited));
+    assert_eq!(stdout(&waited), "gpuvalidation.gpuval.io/after Failed\n");
+    assert_eq!(
+        plugin(kc, &["wait", "before", "--timeout", "30"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let rerun = plugin(kc, &["rerun", "after", "--node", "gpu-a"]);
+    let said = stdout(&rerun);
+    assert!(rerun.status.success(), "{said}");
+    let name = said
+        .split_whitespace()
+        .next()
+        .and_then(|w| w.strip_prefix("gpuvalidation.gpuval.io/"))
+        .expect("the new name")
+        .to_string();
+    let api: Api<GpuValidation> = Api::all(client.clone());
+    let new = api.get(&name).await.expect("the rerun");
+    assert_eq!(
+        new.spec.node_names,
+        vec![gpuval_crds::spec::NodeName("gpu-a".into())]
+    );
+    let again = plugin(kc, &["wait", &name, "--timeout", "120"]);
+    assert_eq!(again.status.code(), Some(1), "the fault is still there");
+
+    let wide = cp
+        .kubectl()
+        .expect("kubectl")
+        .args(["get", "gpuvalidation", "after", "-o", "wide"])
+        .output()
+        .expect("kubectl get");
+    let table = String::from_utf8_lossy(&wide.stdout);
+    assert!(
+        table.contains("FIRST-NODE") && table.contains("gpu-a") && table.contains("GPU5 memory"),
+        "{table}"
+    );
+    let results = cp
+        .kubectl()
+        .expect("kubectl")
+        .args(["-n", NS, "get", "gpunoderesults"])
+        .output()
+        .expect("kubectl get");
+    let table = String::from_utf8_lossy(&results.stdout);
+    assert!(
+        table.contains("ACTION") && table.contains("ReplaceHardware"),
+        "{table}"
     );
 }

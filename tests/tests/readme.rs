@@ -292,3 +292,65 @@ fn commands_are_found_in_blocks_and_inline_code() {
         .collect();
     assert_eq!(found, ["kubectl get gpuvalidations", "kubectl get gpuval"]);
 }
+
+/// The chart's install notes for `values` (None: the chart's defaults), rendered by
+/// `helm template` from a copy of the chart in which NOTES.txt is a named template that a
+/// ConfigMap quotes (helm renders NOTES.txt only on a real install).
+fn rendered_notes(values: Option<&Path>) -> String {
+    let dir = tempfile::tempdir().expect("tmp");
+    let chart = dir.path().join("gpuval");
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(gpuval_tests::chart::chart_dir())
+        .arg(&chart)
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let notes = std::fs::read_to_string(chart.join("templates/NOTES.txt")).expect("NOTES.txt");
+    std::fs::write(
+        chart.join("templates/_notes_probe.tpl"),
+        format!("{{{{- define \"probe.notes\" -}}}}\n{notes}\n{{{{- end -}}}}\n"),
+    )
+    .expect("probe template");
+    std::fs::write(
+        chart.join("templates/notes-probe.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-probe\ndata:\n  notes: {{ include \"probe.notes\" . | quote }}\n",
+    )
+    .expect("probe");
+    let mut cmd = gpuval_tests::chart::helm().expect("helm");
+    cmd.args(["template", "gpuval"])
+        .arg(&chart)
+        .args(["-n", NS, &gpuval_tests::chart::kube_version_arg()])
+        .args(["--show-only", "templates/notes-probe.yaml"]);
+    if let Some(v) = values {
+        cmd.arg("--values").arg(v);
+    }
+    let out = gpuval_tests::chart::output(&mut cmd).expect("helm template");
+    let doc: serde_json::Value = serde_saphyr::from_str(&out).expect("the ConfigMap");
+    doc["data"]["notes"].as_str().expect("notes").to_string()
+}
+
+#[test]
+fn the_install_notes_say_how_to_build_and_push_images_nothing_publishes() {
+    let defaults = rendered_notes(None);
+    for want in [
+        "make images",
+        "skopeo copy oci-archive:",
+        "--set agent.image.repository=REGISTRY/gpuval-agent",
+        "kubectl gpuval wait quick",
+    ] {
+        assert!(defaults.contains(want), "{want:?} missing:\n{defaults}");
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let own = dir.path().join("values.yaml");
+    std::fs::write(
+        &own,
+        "operator:\n  image:\n    repository: registry.example/gpuval-operator\nagent:\n  image:\n    repository: registry.example/gpuval-agent\n",
+    )
+    .expect("values");
+    let with_images = rendered_notes(Some(&own));
+    assert!(
+        !with_images.contains("make images"),
+        "no image advice once the values name other images:\n{with_images}"
+    );
+}

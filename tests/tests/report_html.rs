@@ -263,3 +263,84 @@ fn a_simulated_failing_run_shows_the_banner_and_the_failing_gpu() {
     );
     assert!(dom.contains("id=\"p2p-uni-") && dom.contains("class=\"curve\""));
 }
+
+/// Put first in `<head>`: at `load`, forces style and layout and writes the milliseconds since
+/// navigation began into `#load-ms`, which `--dump-dom` then shows.
+const TIMING: &str = r#"<script>window.addEventListener('load',function(){void document.body.offsetHeight;var p=document.createElement('pre');p.id='load-ms';p.textContent=String(Math.round(performance.now()));document.body.appendChild(p);});</script>"#;
+
+/// A 1,000-node run (the real 4×H200 node made an 8-GPU one, 50 nodes failing): one
+/// self-contained page of at most 10 MB, the failing nodes first, that Chromium has parsed,
+/// styled and laid out within 3 s.
+#[test]
+fn a_thousand_node_report_is_one_small_page_that_opens_at_once() {
+    let r = h200_result();
+    let mut node = r.status.clone().expect("the report");
+    let more: Vec<_> = node
+        .gpus
+        .iter()
+        .map(|g| {
+            let mut g = g.clone();
+            g.index += 4;
+            g.uuid = format!("{}-b", g.uuid);
+            g
+        })
+        .collect();
+    node.gpus.extend(more);
+    let mut failing = node.clone();
+    failing.verdict = gpuval_crds::Verdict::Fail;
+    failing.failures = vec![gpuval_crds::Reason::new(
+        gpuval_crds::Code::MemoryMismatch,
+        "GPU5 memory: 2 mismatched words",
+    )];
+    let nodes: Vec<NodeEntry> = (0..1000)
+        .map(|i| NodeEntry {
+            node: format!("gpu-{i:04}"),
+            result: Some(format!("big-gpu-{i:04}")),
+            report: Some(if i % 20 == 13 {
+                failing.clone()
+            } else {
+                node.clone()
+            }),
+            message: None,
+        })
+        .collect();
+    let doc = Document {
+        title: "validation big (1,000 nodes)".into(),
+        validation: None,
+        nodes,
+    };
+    let html = gpuval_view::html(&doc);
+    println!(
+        "1,000-node report: {} bytes ({} a node)",
+        html.len(),
+        html.len() / 1000
+    );
+    assert!(html.len() <= 10 << 20, "{} bytes", html.len());
+    assert!(
+        !html.contains("<script") && !html.contains("http"),
+        "self-contained"
+    );
+    let first = html.find("#node-gpu-0013\"").expect("a failing node's row");
+    let passing = html.find("#node-gpu-0000\"").expect("a passing node's row");
+    assert!(first < passing, "failing nodes lead the overview");
+
+    let Some(chrome) = chromium() else { return };
+    let page = out_dir().join("thousand-nodes.html");
+    std::fs::write(
+        &page,
+        html.replacen("<head>", &format!("<head>{TIMING}"), 1),
+    )
+    .expect("write");
+    let started = std::time::Instant::now();
+    let dom = headless(&chrome, &page, &["--dump-dom".into()]);
+    let wall = started.elapsed();
+    let ms: u64 = dom
+        .split("<pre id=\"load-ms\">")
+        .nth(1)
+        .and_then(|s| s.split("</pre>").next())
+        .and_then(|s| s.parse().ok())
+        .expect("the timing probe ran");
+    println!("Chromium: loaded and laid out in {ms} ms ({wall:?} with its start)");
+    assert!(ms < 3000, "{ms} ms");
+    assert_eq!(count(&dom, "<details id=\"node-"), 1000);
+}

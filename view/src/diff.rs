@@ -52,27 +52,40 @@ pub struct Diff {
     pub only_after: Vec<String>,
 }
 
+/// A figure whose relative change is below this shows as unchanged (it prints as 0.0%).
+const UNCHANGED: f64 = 0.0005;
+
 impl Diff {
     /// The figures that fell by more than the tolerance.
     pub fn regressions(&self) -> impl Iterator<Item = &Change> {
         self.changes.iter().filter(|c| c.regressed)
     }
 
-    /// True when a figure regressed or a verdict got worse.
-    pub fn worse(&self) -> bool {
-        self.regressions().next().is_some() || self.notes.iter().any(|n| n.contains("worse"))
+    /// The verdicts (a node's or a GPU's) that got worse.
+    pub fn worse_verdicts(&self) -> impl Iterator<Item = &String> {
+        self.notes.iter().filter(|n| n.ends_with("(worse)"))
     }
 
-    /// A plain-text account: regressions first, then notes, then the other figures.
-    pub fn text(&self) -> String {
+    /// True when a figure regressed or a verdict got worse (the plugin's exit code 1).
+    pub fn worse(&self) -> bool {
+        self.regressions().next().is_some() || self.worse_verdicts().next().is_some()
+    }
+
+    /// A plain-text account: one line of counts (what makes [`Diff::worse`]), the regressions,
+    /// the notes, the nodes in one run only, then the figures that changed within the
+    /// tolerance; with `all`, every figure compared, unchanged ones too.
+    pub fn text(&self, all: bool) -> String {
+        let regressions: Vec<&Change> = self.regressions().collect();
+        let worse = self.worse_verdicts().count();
         let mut s = format!(
-            "{} -> {} (tolerance {}%)\n",
+            "{} -> {} (tolerance {}%): {} regression(s), {} verdict(s) worse{}\n",
             self.before,
             self.after,
-            num(self.tolerance * 100.0)
+            num(self.tolerance * 100.0),
+            regressions.len(),
+            worse,
+            if self.worse() { "" } else { ", nothing worse" }
         );
-        let regressions: Vec<&Change> = self.regressions().collect();
-        let _ = writeln!(s, "regressions: {}", regressions.len());
         for c in &regressions {
             let _ = writeln!(s, "  REGRESSED {}", line(c));
         }
@@ -87,8 +100,23 @@ impl Diff {
                 let _ = writeln!(s, "  {what}: {}", nodes.join(", "));
             }
         }
-        let _ = writeln!(s, "figures compared: {}", self.changes.len());
-        for c in self.changes.iter().filter(|c| !c.regressed) {
+        let moved: Vec<&Change> = self
+            .changes
+            .iter()
+            .filter(|c| !c.regressed && (all || c.relative.abs() >= UNCHANGED))
+            .collect();
+        let unchanged = self
+            .changes
+            .iter()
+            .filter(|c| c.relative.abs() < UNCHANGED)
+            .count();
+        let _ = writeln!(
+            s,
+            "figures compared: {}, unchanged: {unchanged}{}",
+            self.changes.len(),
+            if all { "" } else { " (--all lists them)" }
+        );
+        for c in moved {
             let _ = writeln!(s, "  {}", line(c));
         }
         s
@@ -96,13 +124,17 @@ impl Diff {
 }
 
 fn line(c: &Change) -> String {
+    let how = if c.relative.abs() < UNCHANGED {
+        "unchanged".to_string()
+    } else {
+        format!("{:+.1}%", c.relative * 100.0)
+    };
     format!(
-        "{} {}: {} -> {} ({:+.1}%)",
+        "{} {}: {} -> {} ({how})",
         c.node,
         c.figure,
         num(c.before),
         num(c.after),
-        c.relative * 100.0
     )
 }
 
@@ -215,15 +247,15 @@ mod tests {
         b.gpus[1].memory.as_mut().expect("memory").gbps = 4100.0 * 0.97;
         let d = diff(&doc("last month", a), &doc("today", b), Tolerance(0.05));
         let r: Vec<&Change> = d.regressions().collect();
-        assert_eq!(r.len(), 1, "{}", d.text());
+        assert_eq!(r.len(), 1, "{}", d.text(false));
         assert_eq!(r[0].figure, "GPU0 memory GB/s");
         assert!((r[0].relative + 0.08).abs() < 1e-9);
         assert!(d.worse());
         assert!(
-            d.text()
+            d.text(false)
                 .contains("REGRESSED gpu-a GPU0 memory GB/s: 4300 -> 3956 (-8.0%)"),
             "{}",
-            d.text()
+            d.text(false)
         );
         let within = d
             .changes
@@ -272,5 +304,42 @@ mod tests {
         assert!(!d.worse());
         assert!(d.notes.is_empty());
         assert!(d.changes.iter().all(|c| c.relative == 0.0));
+        let text = d.text(false);
+        assert_eq!(text.lines().count(), 2, "only the counts: {text}");
+        assert!(
+            text.contains("0 regression(s), 0 verdict(s) worse, nothing worse"),
+            "{text}"
+        );
+        let all = d.text(true);
+        assert_eq!(all.lines().count(), 2 + d.changes.len(), "{all}");
+        assert!(
+            all.contains("(unchanged)") && !all.contains("-0.0%"),
+            "{all}"
+        );
+    }
+
+    #[test]
+    fn the_counts_agree_with_what_makes_the_diff_worse() {
+        let a = crate::sample::report();
+        let mut b = a.clone();
+        b.verdict = Verdict::Fail;
+        b.gpus[0].verdict = Verdict::Fail;
+        b.gpus[1].memory.as_mut().expect("memory").gbps = 4100.0 * 0.99;
+        let d = diff(&doc("a", a), &doc("b", b), Tolerance::default());
+        assert!(d.worse());
+        let text = d.text(false);
+        let first = text.lines().next().unwrap_or_default();
+        assert!(
+            first.ends_with(": 0 regression(s), 1 verdict(s) worse"),
+            "{text}"
+        );
+        assert!(
+            text.contains("GPU1 memory GB/s: 4100 -> 4059 (-1.0%)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("GPU0 memory GB/s"),
+            "unchanged figures are left out: {text}"
+        );
     }
 }

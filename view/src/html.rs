@@ -1,6 +1,13 @@
 //! One self-contained HTML page: inline CSS and SVG, no script, nothing fetched. Per node: the
-//! verdict and its reasons, the per-GPU table, p2p bandwidth and latency heatmaps, host and I/O
-//! figures, NCCL bus bandwidth against message size, telemetry ranges, and the topology.
+//! verdict and its reasons, the per-GPU table (with the burn's power), p2p bandwidth and
+//! latency heatmaps, host and I/O figures, NCCL bus bandwidth against message size, telemetry
+//! ranges, and the topology.
+//!
+//! The nodes that did not pass come first, and each node's detail is a `<details>` element:
+//! open for the first few that did not pass (every node on a small page), collapsed for the
+//! rest. On a page of more than [`CHARTS_UP_TO`] nodes, the nodes that passed keep their GPU
+//! table and leave out the charts, so that a 1,000-node run stays one page of a few MB that a
+//! browser opens at once (the JSON report keeps every figure).
 
 use std::fmt::Write;
 
@@ -19,7 +26,12 @@ th{background:#f4f4f4}td.l,th.l{text-align:left}.v-Pass{color:#137333}.v-Warn{co
 .sim{background:#c5221f;color:#fff;font-size:20px;font-weight:700;padding:12px 16px;margin:12px 0}\
 .reasons li{color:#c5221f}.figs{display:flex;flex-wrap:wrap;gap:24px;align-items:flex-start}\
 svg .t{font-size:13px;font-weight:600}svg .ax{font-size:11px;fill:#444}svg .v{font-size:11px}\
-.note{color:#555}";
+.note{color:#555}details>summary{cursor:pointer}details>summary h2{display:inline-block;margin:16px 0 8px}";
+
+/// Pages with at most this many nodes show every node's charts and open every node.
+pub const CHARTS_UP_TO: usize = 8;
+/// On larger pages, how many of the nodes that did not pass open at once.
+const OPEN_FAILING: usize = 10;
 
 /// The page for `doc`.
 pub fn html(doc: &Document) -> String {
@@ -49,20 +61,56 @@ pub fn html(doc: &Document) -> String {
         );
         list(&mut s, "reasons", &v.reasons);
     }
-    s.push_str(&overview(doc));
-    for n in &doc.nodes {
-        node_section(&mut s, n);
+    let order = worst_first_order(doc);
+    s.push_str(&overview(doc, &order));
+    let small = doc.nodes.len() <= CHARTS_UP_TO;
+    for (rank, &i) in order.iter().enumerate() {
+        let n = &doc.nodes[i];
+        let passed = passes(n);
+        let detail = Detail {
+            open: small || (!passed && rank < OPEN_FAILING),
+            charts: small || !passed,
+        };
+        node_section(&mut s, n, detail);
     }
     s.push_str("</body></html>\n");
     s
 }
 
-/// A table of the nodes with their verdict and first failure.
-fn overview(doc: &Document) -> String {
+/// Whether a node passed (a node without a report did not).
+fn passes(n: &NodeEntry) -> bool {
+    n.report.as_ref().is_some_and(|r| r.verdict.passes())
+}
+
+/// The nodes' positions, those that did not pass first (the worst verdict first), each group in
+/// the document's order.
+fn worst_first_order(doc: &Document) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..doc.nodes.len()).collect();
+    order.sort_by_key(|&i| {
+        let n = &doc.nodes[i];
+        (
+            passes(n),
+            std::cmp::Reverse(n.report.as_ref().map(|r| r.verdict)),
+        )
+    });
+    order
+}
+
+/// How much of a node's section the page shows.
+#[derive(Clone, Copy)]
+struct Detail {
+    /// The `<details>` element starts open.
+    open: bool,
+    /// The SVG charts (heatmaps, curves, ranges, bars) are on the page.
+    charts: bool,
+}
+
+/// A table of the nodes (in `order`) with their verdict and first failure.
+fn overview(doc: &Document, order: &[usize]) -> String {
     let mut s = String::from(
         "<table id=\"nodes\"><tr><th class=\"l\">node</th><th class=\"l\">verdict</th><th>GPUs</th><th class=\"l\">first failure</th></tr>",
     );
-    for n in &doc.nodes {
+    for n in order.iter().map(|&i| &doc.nodes[i]) {
         let (verdict, gpus, first) = n.headline();
         let _ = write!(
             s,
@@ -94,7 +142,7 @@ fn list<T: std::fmt::Display>(s: &mut String, class: &str, items: &[T]) {
     s.push_str("</ul>");
 }
 
-fn node_section(s: &mut String, n: &NodeEntry) {
+fn node_section(s: &mut String, n: &NodeEntry, detail: Detail) {
     let id = anchor(&n.node);
     let Some(r) = &n.report else {
         let _ = write!(
@@ -107,25 +155,34 @@ fn node_section(s: &mut String, n: &NodeEntry) {
     };
     let _ = write!(
         s,
-        "<section id=\"node-{id}\"><h2>{} <span class=\"badge b-{v}\">{v}</span></h2>",
+        "<details id=\"node-{id}\"{}><summary><h2>{} <span class=\"badge b-{v}\">{v}</span></h2></summary>",
+        if detail.open { " open" } else { "" },
         escape(&n.node),
         v = r.verdict
     );
     node_facts(s, n, r);
-    list(s, "reasons", &r.failures);
+    list(s, "reasons", &crate::worst_first(&r.failures));
     gpu_table(s, &id, &r.gpus);
-    if let Some(p) = &r.p2p {
-        p2p_section(s, &id, r.gpus.len(), p);
+    if detail.charts {
+        if let Some(p) = &r.p2p {
+            p2p_section(s, &id, r.gpus.len(), p);
+        }
+        host_section(s, &id, r);
     }
-    host_section(s, &id, r);
-    if let Some(nccl) = &r.nccl {
+    io_section(s, &id, r);
+    if let Some(nccl) = r.nccl.as_ref().filter(|_| detail.charts) {
         nccl_section(s, &id, nccl);
     }
-    telemetry_section(s, &id, &r.gpus);
-    if let Some(t) = &r.topology {
+    if detail.charts {
+        telemetry_section(s, &id, &r.gpus);
+    } else {
+        s.push_str("<p class=\"note\">Charts of nodes that passed are left out of large pages; <code>-o json</code> has every figure.</p>");
+    }
+    throttle_notes(s, &r.gpus);
+    if let Some(t) = r.topology.as_ref().filter(|_| detail.charts) {
         topology_section(s, t);
     }
-    s.push_str("</section>");
+    s.push_str("</details>");
 }
 
 fn node_facts(s: &mut String, n: &NodeEntry, r: &NodeReport) {
@@ -159,6 +216,21 @@ fn dtypes(gpus: &[GpuReport]) -> Vec<gpuval_crds::Dtype> {
         .collect()
 }
 
+/// A GPU's highest power draw in the run: the telemetry's maximum (which the agent keeps at or
+/// above the burn's), else the burn's own.
+fn max_power(g: &GpuReport) -> Option<f64> {
+    let tel = g.telemetry.as_ref().and_then(|t| t.power_w).map(|t| t.max);
+    let burn = g
+        .compute
+        .as_ref()
+        .and_then(|c| c.power.as_ref())
+        .map(|p| p.max_w);
+    match (tel, burn) {
+        (Some(t), Some(b)) => Some(t.max(b)),
+        (t, b) => t.or(b),
+    }
+}
+
 fn opt(v: Option<f64>) -> String {
     v.map(num).unwrap_or_else(|| "–".into())
 }
@@ -175,7 +247,7 @@ fn gpu_table(s: &mut String, id: &str, gpus: &[GpuReport]) {
     for d in &dts {
         let _ = write!(s, "<th>{d} TFLOP/s</th>");
     }
-    s.push_str("<th>host→GPU GB/s</th><th>GPU→host GB/s</th><th>max °C</th><th>max W</th><th class=\"l\">reasons</th></tr>");
+    s.push_str("<th>host→GPU GB/s</th><th>GPU→host GB/s</th><th>max °C</th><th>burn W median</th><th>max W</th><th>of power limit</th><th class=\"l\">reasons</th></tr>");
     for g in gpus {
         let h = g.health.clone().unwrap_or_default();
         let pcie = match (h.pcie_gen, h.pcie_width) {
@@ -201,14 +273,24 @@ fn gpu_table(s: &mut String, id: &str, gpus: &[GpuReport]) {
                 .find(|x| x.dtype == *d);
             let _ = write!(s, "<td>{}</td>", opt(t.map(|t| t.tflops)));
         }
+        let burn = g.compute.as_ref().and_then(|c| c.power.as_ref());
         let _ = write!(
             s,
-            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l reason\">{}</td></tr>",
+            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l reason\">{}</td></tr>",
             opt(pinned.map(|p| p.h2d_gbps)),
             opt(pinned.map(|p| p.d2h_gbps)),
             opt(tel.and_then(|t| t.temperature_c).map(|t| t.max)),
-            opt(tel.and_then(|t| t.power_w).map(|t| t.max)),
-            escape(&gpuval_crds::reason::messages(&g.reasons))
+            opt(burn.map(|p| p.median_w)),
+            opt(max_power(g)),
+            burn.and_then(|p| p.fraction)
+                .map_or_else(|| "–".into(), |f| format!("{:.0}%", f * 100.0)),
+            escape(
+                &crate::worst_first(&g.reasons)
+                    .iter()
+                    .map(|r| r.message.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
         );
     }
     s.push_str("</table>");
@@ -323,22 +405,40 @@ fn host_section(s: &mut String, id: &str, r: &NodeReport) {
             &rows,
         ));
     }
-    if let Some(io) = &r.io {
+}
+
+/// The file I/O check: its figures, or "not run" where it wrote nothing (a check that could
+/// not start has no speeds, not zero ones).
+fn io_section(s: &mut String, id: &str, r: &NodeReport) {
+    let Some(io) = &r.io else {
+        return;
+    };
+    let _ = write!(
+        s,
+        "<h3>File I/O <span class=\"v-{v}\">{v}</span></h3><table id=\"io-{id}\"><tr><th class=\"l\">directory</th><th class=\"l\">fs</th><th>files × MiB</th><th>write MB/s</th><th>read MB/s</th><th class=\"l\">direct I/O</th><th>mismatches</th></tr>",
+        v = io.verdict
+    );
+    if io.bytes > 0 {
         let _ = write!(
             s,
-            "<h3>File I/O <span class=\"v-{v}\">{v}</span></h3><table id=\"io-{id}\"><tr><th class=\"l\">directory</th><th class=\"l\">fs</th><th>files × MiB</th><th>write MB/s</th><th>read MB/s</th><th class=\"l\">direct I/O</th><th>mismatches</th></tr><tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{} × {}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td></tr></table>",
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{} × {}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td></tr></table>",
             escape(&io.dir),
-            escape(io.fs_type.as_deref().unwrap_or("?")),
+            escape(io.fs_type.as_deref().unwrap_or("–")),
             io.files,
             io.file_size_mib,
             num(io.write_mbps),
             num(io.read_mbps),
             if io.direct_io { "yes" } else { "no" },
             io.mismatches,
-            v = io.verdict
         );
-        list(s, "reasons", &io.reasons);
+    } else {
+        let _ = write!(
+            s,
+            "<tr><td class=\"l\">{}</td><td class=\"l not-run\" colspan=\"6\">not run</td></tr></table>",
+            escape(if io.dir.is_empty() { "–" } else { &io.dir }),
+        );
     }
+    list(s, "reasons", &io.reasons);
 }
 
 fn nccl_section(s: &mut String, id: &str, n: &NcclResult) {
@@ -425,13 +525,24 @@ fn telemetry_section(s: &mut String, id: &str, gpus: &[GpuReport]) {
         }
     }
     s.push_str("</div>");
+}
+
+/// What the telemetry saw worth a look: clocks slowed by hardware or heat (the power cap and
+/// other healthy throttle reasons are not flagged) and Xids.
+fn throttle_notes(s: &mut String, gpus: &[GpuReport]) {
     let events: Vec<String> = gpus
         .iter()
         .filter_map(|g| {
             let t = g.telemetry.as_ref()?;
             let mut parts = Vec::new();
-            if !t.throttle_reasons.is_empty() {
-                parts.push(format!("throttled: {}", t.throttle_reasons.join(", ")));
+            let slowed: Vec<&str> = t
+                .throttle_reasons
+                .iter()
+                .map(String::as_str)
+                .filter(|r| gpuval_crds::depth::is_slowdown(r))
+                .collect();
+            if !slowed.is_empty() {
+                parts.push(format!("throttled: {}", slowed.join(", ")));
             }
             if !t.xid_events.is_empty() {
                 parts.push(format!("Xid {:?}", t.xid_events));
@@ -501,6 +612,131 @@ mod tests {
         let page = html(&Document::single("x", r));
         assert!(!page.contains("SIMULATED"));
         assert!(page.contains("&lt;b&gt;odd&lt;/b&gt;"));
+    }
+
+    #[test]
+    fn the_burns_power_is_shown_and_agrees_with_the_runs_maximum() {
+        let mut r = crate::sample::report();
+        r.gpus[0].compute.as_mut().expect("compute").power =
+            Some(gpuval_crds::depth::PowerResult {
+                samples: 100,
+                median_w: 651.0,
+                max_w: 690.0,
+                fraction: Some(0.93),
+                ..Default::default()
+            });
+        r.gpus[0].telemetry = Some(gpuval_crds::TelemetrySummary {
+            samples: 10,
+            power_w: Some(gpuval_crds::Stat {
+                min: 90.0,
+                mean: 300.0,
+                max: 422.0,
+            }),
+            ..Default::default()
+        });
+        let page = html(&Document::single("x", r));
+        assert!(page.contains("<th>burn W median</th>"), "{page}");
+        let row = page
+            .split("<tr><td>0</td>")
+            .nth(1)
+            .and_then(|s| s.split("</tr>").next())
+            .expect("GPU0's row");
+        assert!(
+            row.contains("<td>651</td><td>690</td><td>93%</td>"),
+            "median, the run's maximum (not the sampler's 422) and the share: {row}"
+        );
+    }
+
+    #[test]
+    fn an_io_check_that_did_not_run_says_so_instead_of_zeros() {
+        let mut r = crate::sample::report();
+        r.io = Some(gpuval_crds::IoResult {
+            verdict: gpuval_crds::Verdict::Error,
+            reasons: vec![gpuval_crds::Reason::new(
+                gpuval_crds::Code::IoError,
+                "no directory for the io check",
+            )],
+            ..Default::default()
+        });
+        let page = html(&Document::single("x", r));
+        let io = page
+            .split("<table id=\"io-gpu-a\">")
+            .nth(1)
+            .and_then(|s| s.split("</table>").next())
+            .expect("the io table");
+        assert!(io.contains("not run"), "{io}");
+        assert!(!io.contains("<td>0</td>") && !io.contains(">?<"), "{io}");
+    }
+
+    #[test]
+    fn only_throttle_reasons_that_slow_the_clocks_are_flagged() {
+        let mut r = crate::sample::report();
+        for (g, reasons) in r
+            .gpus
+            .iter_mut()
+            .zip([vec!["SwPowerCap"], vec!["SwPowerCap", "HwSlowdown"]])
+        {
+            g.telemetry = Some(gpuval_crds::TelemetrySummary {
+                samples: 5,
+                throttle_reasons: reasons.into_iter().map(String::from).collect(),
+                ..Default::default()
+            });
+        }
+        let page = html(&Document::single("x", r));
+        assert!(!page.contains("SwPowerCap"), "healthy: not flagged");
+        assert!(page.contains("GPU1: throttled: HwSlowdown"), "{page}");
+    }
+
+    #[test]
+    fn a_thousand_node_page_leads_with_failing_nodes_and_stays_small() {
+        let mut passing = crate::sample::report();
+        passing.verdict = gpuval_crds::Verdict::Pass;
+        passing.failures.clear();
+        let failing = crate::sample::report();
+        let nodes: Vec<NodeEntry> = (0..1000)
+            .map(|i| NodeEntry {
+                node: format!("gpu-{i:04}"),
+                report: Some(if i % 100 == 7 {
+                    failing.clone()
+                } else {
+                    passing.clone()
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let doc = Document {
+            title: "validation big".into(),
+            validation: None,
+            nodes,
+        };
+        let page = html(&doc);
+        assert!(page.len() <= 10 << 20, "{} bytes", page.len());
+        let first_rows: Vec<&str> = page
+            .split("<tr><td class=\"l\"><a href=\"#node-")
+            .skip(1)
+            .take(10)
+            .map(|r| r.split('"').next().unwrap_or_default())
+            .collect();
+        let failing_names: Vec<String> =
+            (0..10).map(|k| format!("gpu-{:04}", k * 100 + 7)).collect();
+        assert_eq!(first_rows, failing_names, "failing nodes first");
+        assert_eq!(
+            page.matches("\" open>").count(),
+            10,
+            "only failing nodes open"
+        );
+        let single = html(&Document::single("one", failing.clone()));
+        assert_eq!(
+            page.matches("<svg").count(),
+            10 * single.matches("<svg").count(),
+            "charts only for the failing nodes"
+        );
+        assert!(
+            page.len() < 1000 * single.len() / 4,
+            "a passing node costs far less than a full one: {} vs {} a node",
+            page.len() / 1000,
+            single.len()
+        );
     }
 
     #[test]

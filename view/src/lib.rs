@@ -19,7 +19,7 @@ pub use html::html;
 pub use markdown::markdown;
 pub use tree::tree;
 
-use gpuval_crds::{NodeReport, Verdict};
+use gpuval_crds::{NodeReport, Reason, Verdict};
 use serde::{Deserialize, Serialize};
 
 /// One run to show: a validation's node reports, or one bare-metal report.
@@ -70,7 +70,7 @@ impl NodeEntry {
             Some(r) => (
                 r.verdict.as_str(),
                 r.gpus.len(),
-                r.failures
+                worst_first(&r.failures)
                     .first()
                     .map(|f| f.message.clone())
                     .unwrap_or_default(),
@@ -117,6 +117,14 @@ impl Document {
             .max()
             .unwrap_or(Verdict::Skipped)
     }
+}
+
+/// `reasons`, the worst first: a hardware Fail before an Error (a check that could not
+/// measure), then warnings; in their own order within a severity. Every view lists findings so.
+pub fn worst_first(reasons: &[Reason]) -> Vec<&Reason> {
+    let mut v: Vec<&Reason> = reasons.iter().collect();
+    v.sort_by_key(|r| std::cmp::Reverse(r.severity));
+    v
 }
 
 /// The document as pretty JSON (the node reports exactly as stored, with the node names).
@@ -182,5 +190,25 @@ mod tests {
         let back: Document = serde_json::from_str(&json(&doc)).expect("the JSON document");
         assert_eq!(back, doc);
         assert_eq!(doc.worst(), Verdict::Fail);
+    }
+
+    #[test]
+    fn a_hardware_fail_leads_every_view_even_when_stored_after_an_error() {
+        use gpuval_crds::reason::Code;
+        let mut r = sample::report();
+        let io = "no directory for the io check: set the Helm value agent.io.hostPath";
+        let mem = "GPU1 memory: 2 mismatched words";
+        r.failures = vec![
+            Reason::new(Code::IoError, io),
+            Reason::new(Code::MemoryMismatch, mem),
+        ];
+        let doc = Document::single("x", r);
+        assert_eq!(doc.nodes[0].headline().2, mem);
+        let page = html(&doc);
+        let (m, i) = (page.find(mem), page.rfind(io));
+        assert!(m.is_some() && i.is_some() && m < i, "memory first: {page}");
+        let md = markdown(&doc);
+        assert!(md.find(mem) < md.find(io), "{md}");
+        assert!(tree(&doc).lines().nth(1).is_some_and(|l| l.ends_with(mem)));
     }
 }

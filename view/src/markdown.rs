@@ -50,7 +50,7 @@ fn node(s: &mut String, name: &str, r: &NodeReport) {
         "{} to {}, backend {}, agent {}\n",
         r.started_at, r.finished_at, r.backend, r.agent_version
     );
-    for f in &r.failures {
+    for f in crate::worst_first(&r.failures) {
         let _ = writeln!(s, "- {f}");
     }
     if !r.gpus.is_empty() {

@@ -40,7 +40,7 @@ pub fn tree(doc: &Document) -> String {
             );
             continue;
         };
-        let first = first_after_gap(&r.failures);
+        let first = first_after_gap(&crate::worst_first(&r.failures));
         let _ = writeln!(
             s,
             "{branch} {}  {}  {} GPUs{first}",
@@ -54,7 +54,7 @@ pub fn tree(doc: &Document) -> String {
         let last_gpu = r.gpus.len().saturating_sub(1);
         for (j, g) in r.gpus.iter().enumerate() {
             let b = if j == last_gpu { "└─" } else { "├─" };
-            let reason = first_after_gap(&g.reasons);
+            let reason = first_after_gap(&crate::worst_first(&g.reasons));
             let _ = writeln!(
                 s,
                 "{stem}{b} GPU{} {}  {}{reason}",

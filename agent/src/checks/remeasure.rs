@@ -16,7 +16,7 @@ pub fn short_on_performance_only<R: CheckResult>(r: &R) -> bool {
     r.verdict() == Verdict::Fail
         && r.reasons()
             .iter()
-            .filter(|x| x.severity >= Severity::Fail)
+            .filter(|x| x.severity >= Severity::Error)
             .all(|x| x.code.is_performance())
 }
 
@@ -32,7 +32,7 @@ pub fn any_gpu_short<R: CheckResult>(gpus: &mut [GpuReport], slot: Slot<R>) -> b
 pub fn note(what: &str, first: &[Reason], second: Verdict) -> Reason {
     let short: Vec<&str> = first
         .iter()
-        .filter(|r| r.code.is_performance() && r.severity >= Severity::Fail)
+        .filter(|r| r.code.is_performance() && r.severity >= Severity::Error)
         .map(|r| r.message.as_str())
         .collect();
     let outcome = match second {

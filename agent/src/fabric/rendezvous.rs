@@ -338,15 +338,7 @@ pub struct JoinFailure {
 }
 
 fn fabric_error(kind: FabricErrorKind, message: String) -> FabricError {
-    let mut message = message;
-    if message.len() > 300 {
-        let mut cut = 297;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-        message.push_str("...");
-    }
+    let message = gpuval_crds::text::shorten(&message, 300);
     FabricError { kind, message }
 }
 

@@ -17,19 +17,13 @@ use crate::judge::{
 
 /// How many failure (and warning) reasons a node report carries.
 const MAX_NODE_FAILURES: usize = 5;
-/// Throttle reasons that point at hardware or cooling trouble (a Warn).
-const WARN_THROTTLES: [&str; 4] = [
-    "HwSlowdown",
-    "HwThermalSlowdown",
-    "HwPowerBrakeSlowdown",
-    "SwThermalSlowdown",
-];
 
 impl Judge<'_> {
     /// One GPU's verdict: the worst of its checks' results and of every reason it carries
     /// (its checks', its telemetry's and health's, and those node-level checks gave it), with
     /// the overrides applied. Idempotent.
     pub fn gpu(&self, gpu: &mut GpuReport) {
+        burn_power_into_telemetry(gpu);
         let mut found: Vec<Reason> = gpu_results(gpu)
             .into_iter()
             .flat_map(|(_, reasons)| reasons.iter().cloned())
@@ -83,7 +77,7 @@ impl Judge<'_> {
             .unwrap_or(Verdict::Pass);
         push_unique(
             &mut report.failures,
-            spread(&sources, |s| s >= Severity::Fail),
+            spread(&sources, |s| s >= Severity::Error),
         );
         report.failures.truncate(MAX_NODE_FAILURES);
         push_unique(
@@ -96,6 +90,25 @@ impl Judge<'_> {
         } else {
             action_of(&report.failures)
         };
+    }
+}
+
+/// One source for a GPU's highest power draw: the compute check's samples (taken during the
+/// burn) are samples of the run too, so the telemetry's range takes their highest where the
+/// run's own sampler saw less (a sampler that missed the burn's peak would otherwise contradict
+/// the burn's figures on the same page). Idempotent.
+fn burn_power_into_telemetry(gpu: &mut GpuReport) {
+    let burn = gpu
+        .compute
+        .as_ref()
+        .and_then(|c| c.power.as_ref())
+        .filter(|p| p.samples > 0)
+        .map(|p| p.max_w);
+    if let (Some(max), Some(stat)) = (
+        burn,
+        gpu.telemetry.as_mut().and_then(|t| t.power_w.as_mut()),
+    ) {
+        stat.max = stat.max.max(max);
     }
 }
 
@@ -128,7 +141,7 @@ fn telemetry_findings(gpu: i32, t: &TelemetrySummary) -> Vec<Reason> {
         .throttle_reasons
         .iter()
         .map(String::as_str)
-        .filter(|r| WARN_THROTTLES.contains(r))
+        .filter(|r| gpuval_crds::depth::is_slowdown(r))
         .collect();
     if !throttles.is_empty() {
         found.push(Code::ClockThrottled.says(format!(
@@ -513,11 +526,14 @@ mod tests {
             ),
         );
         judge(&checks, Profile::Auto).node(&mut report);
-        assert_eq!(report.verdict, Verdict::Error);
+        assert_eq!(
+            report.verdict,
+            Verdict::Fail,
+            "a hardware Fail beats an Error"
+        );
         assert_eq!(report.failures.len(), 5);
-        assert_eq!(report.failures[0], "GPU7: memory test: out of memory");
-        assert_eq!(report.failures[1], "GPU0 bf16: slow");
-        assert_eq!(report.failures[4], "GPU3 bf16: slow");
+        assert_eq!(report.failures[0], "GPU0 bf16: slow");
+        assert_eq!(report.failures[4], "GPU4 bf16: slow");
         assert!(report.failures.iter().all(|f| !f.contains("PCIe")));
         assert_eq!(report.gpus[7].verdict, Verdict::Error);
         assert_eq!(report.gpus[7].reasons.len(), 2);
@@ -595,6 +611,64 @@ mod tests {
             assert_eq!(report.failures, vec![reason]);
             assert_eq!(report.gpus[0].verdict, Verdict::Pass);
         }
+    }
+
+    #[test]
+    fn a_node_with_a_hardware_fail_and_an_error_leads_with_the_fail() {
+        let checks = Checks::default();
+        let mut gpus = vec![report_with(0, 4000.0, 780.0), report_with(1, 4000.0, 780.0)];
+        if let Some(m) = gpus[1].memory.as_mut() {
+            m.verdict = Verdict::Fail;
+            m.reasons = vec![fail(
+                Code::MemoryMismatch,
+                "GPU1 memory: 2 mismatched words",
+            )];
+        }
+        let io_error = "no directory for the io check: set the Helm value agent.io.hostPath";
+        let mut report = NodeReport {
+            gpus,
+            io: Some(gpuval_crds::IoResult {
+                verdict: Verdict::Error,
+                reasons: vec![fail(Code::IoError, io_error)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        judge(&checks, Profile::Auto).node(&mut report);
+        assert_eq!(report.verdict, Verdict::Fail);
+        assert_eq!(
+            report.failures,
+            vec!["GPU1 memory: 2 mismatched words", io_error]
+        );
+        assert_eq!(report.action, gpuval_crds::reason::Action::ReplaceHardware);
+    }
+
+    #[test]
+    fn the_runs_highest_power_is_never_below_the_burns() {
+        let mut g = report_with(0, 4000.0, 780.0);
+        g.telemetry = Some(TelemetrySummary {
+            samples: 10,
+            power_w: Some(gpuval_crds::Stat {
+                min: 80.0,
+                mean: 300.0,
+                max: 422.0,
+            }),
+            ..Default::default()
+        });
+        if let Some(c) = g.compute.as_mut() {
+            c.power = Some(gpuval_crds::depth::PowerResult {
+                samples: 40,
+                median_w: 651.0,
+                max_w: 690.0,
+                ..Default::default()
+            });
+        }
+        let checks = Checks::default();
+        let judge = judge(&checks, Profile::Auto);
+        judge.gpu(&mut g);
+        judge.gpu(&mut g);
+        let p = g.telemetry.and_then(|t| t.power_w).expect("power");
+        assert_eq!((p.min, p.mean, p.max), (80.0, 300.0, 690.0));
     }
 
     #[test]

@@ -75,7 +75,11 @@ fn injected_faults_show_up_in_the_verdict() {
     let report = simulated_report(
         "gpus=8,model=H200,fail=memory@2+compute@5,slow=compute@3:0.5,xid=1:79,linkdown=2:4,error=memory@1",
     );
-    assert_eq!(report.verdict, Verdict::Error);
+    assert_eq!(
+        report.verdict,
+        Verdict::Fail,
+        "hardware faults lead over an error"
+    );
     let v = |i: usize| report.gpus[i].verdict;
     let mem = |i: usize| report.gpus[i].memory.as_ref().map(|m| m.verdict);
     let comp = |i: usize| report.gpus[i].compute.as_ref().map(|c| c.verdict);
@@ -106,8 +110,16 @@ fn injected_faults_show_up_in_the_verdict() {
     assert_any_starts_with(&topo.reasons, "GPU2: 17 of 18 NVLink links active");
     assert_eq!(report.failures.len(), 5);
     assert!(
-        report.failures[0].starts_with("GPU1: memory check"),
-        "{:?}",
+        !report.failures[0].starts_with("GPU1: memory check"),
+        "a Fail leads, not the error: {:?}",
+        report.failures
+    );
+    assert!(
+        report
+            .failures
+            .iter()
+            .all(|f| f.severity == gpuval_crds::reason::Severity::Fail),
+        "five Fail findings leave no room for the error: {:?}",
         report.failures
     );
 }

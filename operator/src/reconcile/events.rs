@@ -127,10 +127,16 @@ mod tests {
     }
 
     #[test]
-    fn long_notes_are_cut() {
-        let e = blocked("InvalidSpec", &"x".repeat(1000));
+    fn long_notes_are_cut_in_the_middle_keeping_what_to_do() {
+        let message = format!("{}; set the Helm value agent.io.hostPath", "x".repeat(1000));
+        let e = blocked("InvalidSpec", &message);
         assert!(e.note.len() <= super::super::MAX_MESSAGE);
-        assert!(e.note.ends_with("..."));
+        assert!(e.note.starts_with("xxx"), "{}", e.note);
+        assert!(
+            e.note.ends_with("set the Helm value agent.io.hostPath"),
+            "{}",
+            e.note
+        );
     }
 
     #[test]

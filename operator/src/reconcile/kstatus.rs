@@ -94,11 +94,16 @@ pub fn set_fabric_failed(
     set_all(conditions, states, "FabricFailed", generation, now);
 }
 
-/// `2 of 8 node(s) failed; gpu-3 Failed: GPU5 memory: ...; gpu-6 Error: ...`
+/// `2 of 8 node(s) failed; gpu-3 Failed: GPU5 memory: ...; gpu-6 Error: ...`: the nodes the
+/// hardware failed named before those that could not be measured (Error) or ran out of time.
 fn failure_message(sum: &Summary, nodes: &[NodeStatus]) -> String {
-    let first: Vec<String> = nodes
+    let mut failed: Vec<&NodeStatus> = nodes
         .iter()
         .filter(|n| n.verdict.is_final() && n.verdict != NodeVerdict::Passed)
+        .collect();
+    failed.sort_by_key(|n| n.verdict != NodeVerdict::Failed);
+    let first: Vec<String> = failed
+        .into_iter()
         .take(NAMED_FAILURES)
         .map(|n| {
             format!(
@@ -229,6 +234,23 @@ mod tests {
         assert_eq!(
             cond(&c, RECONCILING).2,
             "5/5 node(s) done, 1 passed, 4 failed"
+        );
+    }
+
+    #[test]
+    fn hardware_failures_are_named_before_nodes_that_could_not_be_measured() {
+        let nodes = [
+            line("a", NodeVerdict::Error, "no directory for the io check"),
+            line("b", NodeVerdict::Error, "no directory for the io check"),
+            line("c", NodeVerdict::Error, "no directory for the io check"),
+            line("z", NodeVerdict::Failed, "GPU1 memory: 2 mismatched words"),
+        ];
+        let sum = summarize::count(&nodes);
+        let c = conditions(Phase::Failed, &sum, &nodes, 1);
+        let message = cond(&c, STALLED).2;
+        assert!(
+            message.starts_with("4 of 4 node(s) failed; z Failed: GPU1 memory"),
+            "{message}"
         );
     }
 }

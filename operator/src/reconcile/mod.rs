@@ -25,6 +25,7 @@ pub mod fabric;
 pub mod fleet;
 pub mod freshness;
 pub mod kstatus;
+pub mod preflight;
 pub mod record;
 pub mod start;
 pub mod summarize;
@@ -80,16 +81,10 @@ pub struct Step {
     pub requeue_after: Option<Duration>,
 }
 
-/// `s`, cut to [`MAX_MESSAGE`] bytes (with `...`) at a character boundary.
+/// `s` in at most [`MAX_MESSAGE`] bytes, shortened in the middle so that its end (what to
+/// do) stays (see [`gpuval_crds::text::shorten`]).
 fn truncate(s: &str) -> String {
-    if s.len() <= MAX_MESSAGE {
-        return s.to_string();
-    }
-    let mut end = MAX_MESSAGE - 3;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
+    gpuval_crds::text::shorten(s, MAX_MESSAGE)
 }
 
 /// Computes the next step at time `now` from `world`, everything the cluster shows of this

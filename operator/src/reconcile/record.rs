@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpuval_crds::{MAX_LISTED_NODES, MAX_REASONS, NodeStatus, NodeVerdict, Summary};
 
-use super::summarize::{is_failed, reason_of};
+use super::summarize::{is_failed, reasons_of};
 use super::view::PodView;
 
 /// The record of one run (one spec generation).
@@ -20,7 +20,7 @@ pub struct RunNodes {
     /// Sorted by name, one per node.
     lines: Vec<NodeStatus>,
     counts: Counts,
-    /// Nodes that did not pass, by reason (see [`reason_of`]).
+    /// Nodes that did not pass, by reason (see [`reasons_of`]; a node counts once per reason).
     reasons: HashMap<String, i32>,
     /// The same, most frequent first (ties by reason).
     ranked: BTreeSet<(Reverse<i32>, String)>,
@@ -214,7 +214,9 @@ impl RunNodes {
         self.count(verdict, 1);
         if is_failed(verdict) {
             self.failed.insert(pos(i));
-            self.count_reason(reason_of(&self.lines[i]), 1);
+            for r in reasons_of(&self.lines[i]) {
+                self.count_reason(r, 1);
+            }
         } else if !verdict.is_final() {
             self.unfinished.insert(pos(i));
         }
@@ -229,7 +231,9 @@ impl RunNodes {
         self.count(verdict, -1);
         if is_failed(verdict) {
             self.failed.remove(&pos(i));
-            self.count_reason(reason_of(&self.lines[i]), -1);
+            for r in reasons_of(&self.lines[i]) {
+                self.count_reason(r, -1);
+            }
         } else {
             self.unfinished.remove(&pos(i));
         }

@@ -3,7 +3,10 @@
 //! over a run's lines; the run's record ([`super::record`]) keeps the same figures up to date
 //! line by line, and its tests hold it to these definitions.
 
+use std::cmp::Reverse;
 use std::collections::HashMap;
+
+use gpuval_crds::reason::{Code, Severity};
 
 use gpuval_crds::{
     MAX_LISTED_NODES, MAX_REASONS, NodeStatus, NodeVerdict, Phase, ReasonCount, Summary,
@@ -33,27 +36,51 @@ pub fn count(nodes: &[NodeStatus]) -> Summary {
     sum
 }
 
-/// A failed node's reason: its verdict and its message up to the first `:` (the check or the
+/// A failed node's reasons: one per code of its findings (`Fail: MemoryMismatch`,
+/// `Error: IoError`, each with the code's severity, the worst first) so that the summary counts
+/// every kind of finding, not only the first; a node without codes (its pod failed, it ran out
+/// of time) has one: its verdict and its message up to the first `:`, e.g.
+/// `Error: agent pod failed`.
+pub fn reasons_of(line: &NodeStatus) -> Vec<String> {
+    let mut coded: Vec<(Severity, String)> = line
+        .codes
+        .as_deref()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(|c| match c.parse::<Code>() {
+            Ok(code) => (code.severity(), format!("{}: {c}", code.severity())),
+            Err(_) => (Severity::Info, c.to_string()),
+        })
+        .collect();
+    coded.sort_by_key(|(severity, _)| Reverse(*severity));
+    let mut reasons: Vec<String> = Vec::with_capacity(coded.len());
+    for (_, r) in coded {
+        if !reasons.contains(&r) {
+            reasons.push(gpuval_crds::text::shorten(&r, MAX_REASON));
+        }
+    }
+    if reasons.is_empty() {
+        reasons.push(reason_of(line));
+    }
+    reasons
+}
+
+/// A node's reason from its verdict and its message up to the first `:` (the check or the
 /// cause, without the per-GPU detail), e.g. `Error: agent pod failed`.
-pub fn reason_of(line: &NodeStatus) -> String {
+fn reason_of(line: &NodeStatus) -> String {
     let head = line
         .message
         .as_deref()
         .and_then(|m| m.split(':').next())
         .map(str::trim)
         .filter(|h| !h.is_empty());
-    let mut r = match head {
+    let r = match head {
         Some(h) => format!("{}: {h}", line.verdict),
         None => line.verdict.to_string(),
     };
-    if r.len() > MAX_REASON {
-        let mut end = MAX_REASON;
-        while !r.is_char_boundary(end) {
-            end -= 1;
-        }
-        r.truncate(end);
-    }
-    r
+    gpuval_crds::text::shorten(&r, MAX_REASON)
 }
 
 /// The [`MAX_REASONS`] most frequent reasons among nodes with a final verdict other than
@@ -61,7 +88,9 @@ pub fn reason_of(line: &NodeStatus) -> String {
 fn top_reasons(nodes: &[NodeStatus]) -> Vec<ReasonCount> {
     let mut by_reason: HashMap<String, i32> = HashMap::new();
     for n in nodes.iter().filter(|n| is_failed(n.verdict)) {
-        *by_reason.entry(reason_of(n)).or_default() += 1;
+        for r in reasons_of(n) {
+            *by_reason.entry(r).or_default() += 1;
+        }
     }
     let mut reasons: Vec<ReasonCount> = by_reason
         .into_iter()
@@ -228,9 +257,36 @@ mod tests {
             },
             "passing and running nodes have no reason"
         );
-        assert_eq!(reason_of(&nodes[0]), "Failed: GPU3 memory");
+        assert_eq!(reasons_of(&nodes[0]), ["Failed: GPU3 memory"]);
         let long = failed("l", Failed, &"é".repeat(100));
-        assert!(reason_of(&long).len() <= MAX_REASON);
+        assert!(reasons_of(&long)[0].len() <= MAX_REASON);
+    }
+
+    #[test]
+    fn every_code_of_a_node_is_counted_the_worst_first() {
+        use NodeVerdict::*;
+        let mut mixed = failed(
+            "a",
+            Failed,
+            "GPU1 memory: 2 mismatched words; no io directory",
+        );
+        mixed.codes = Some("IoError,MemoryMismatch".into());
+        let mut io = failed("b", Error, "no io directory");
+        io.codes = Some("IoError".into());
+        assert_eq!(
+            reasons_of(&mixed),
+            ["Fail: MemoryMismatch", "Error: IoError"]
+        );
+        let sum = count(&[mixed, io.clone(), io]);
+        let counted: Vec<(&str, i32)> = sum
+            .reasons
+            .iter()
+            .map(|r| (r.reason.as_str(), r.count))
+            .collect();
+        assert_eq!(
+            counted,
+            [("Error: IoError", 3), ("Fail: MemoryMismatch", 1)]
+        );
     }
 
     #[test]

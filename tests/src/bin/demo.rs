@@ -2,13 +2,19 @@
 //! kube-apiserver, kube-controller-manager, kube-scheduler, kwok; built from source), the gpuval
 //! CRDs, three fake GPU nodes with 8 GPUs each, the operator, and the real agent binary run for
 //! each agent pod by a fake kubelet with the SIMULATED GPU backend (one node is given a bad GPU).
-//! Applies deploy/examples/quick.yaml, waits for the verdict, prints what `kubectl` shows, and
-//! keeps the cluster up until Ctrl-C (`--exit` to stop at once).
+//! Applies deploy/examples/quick.yaml, shows the run's progress until its verdict, prints what
+//! `kubectl` shows, ends with the next commands to try (the kubectl plugin, the HTML report)
+//! and keeps the cluster up until Ctrl-C (`--exit` to stop at once). `make demo` builds the
+//! agent, the plugin and this binary before anything starts (GPUVAL_AGENT_BIN and
+//! GPUVAL_PLUGIN_DIR name them), so nothing compiles mid-run.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gpuval_crds::GpuValidation;
+use gpuval_crds::conditions::{self, RECONCILING};
 use gpuval_tests::kubelet::{FakeKubelet, agent_binary};
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::{ControlPlane, Options, crds, nodes};
@@ -106,8 +112,17 @@ async fn run() -> Result<(), String> {
         .await
         .map_err(|e| format!("apply {}: {e}", example.display()))?;
         println!("$ kubectl apply -f {}", example.display());
-        let done = await_condition(api.clone(), &name, |g: Option<&GpuValidation>| {
-            g.and_then(|g| g.status.as_ref())
+        let last = Arc::new(Mutex::new(String::new()));
+        let done = await_condition(api.clone(), &name, move |g: Option<&GpuValidation>| {
+            let status = g.and_then(|g| g.status.as_ref());
+            if let Some(line) = status.and_then(progress) {
+                let mut shown = last.lock().unwrap_or_else(|e| e.into_inner());
+                if *shown != line {
+                    println!("  {line}");
+                    *shown = line;
+                }
+            }
+            status
                 .and_then(|s| s.phase)
                 .is_some_and(|p| p.is_terminal())
         });
@@ -142,19 +157,162 @@ async fn run() -> Result<(), String> {
             println!("  {} {}: {why}", n.name, n.verdict);
         }
     }
+    let kc = std::env::temp_dir().join("gpuval-demo.kubeconfig");
+    std::fs::copy(cp.kubeconfig(), &kc).map_err(|e| format!("copy kubeconfig: {e}"))?;
+    let kubectl = cp.tool("kubectl").map_err(|e| e.to_string())?;
+    let plugin_dir = match std::env::var_os("GPUVAL_PLUGIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => gpuval_tests::binaries::workspace_binary("kubectl-gpuval", "kubectl-gpuval")?
+            .parent()
+            .map(Path::to_path_buf)
+            .ok_or("the plugin binary has no directory")?,
+    };
+    print!("{}", next_steps(&kc, &kubectl, &plugin_dir, !exit_at_once));
     if exit_at_once {
         return Ok(());
     }
-    let kc = std::env::temp_dir().join("gpuval-demo.kubeconfig");
-    std::fs::copy(cp.kubeconfig(), &kc).map_err(|e| format!("copy kubeconfig: {e}"))?;
-    println!(
-        "The cluster stays up until Ctrl-C. Explore it with:\n  export KUBECONFIG={}\n  {} get gpuval -o yaml",
-        kc.display(),
-        cp.tool("kubectl").map_err(|e| e.to_string())?.display()
-    );
     tokio::signal::ctrl_c()
         .await
         .map_err(|e| format!("wait for Ctrl-C: {e}"))?;
     println!("stopping");
     Ok(())
+}
+
+/// The run's progress in one line (the Reconciling condition's message while it runs, the phase
+/// once it is over), for printing each time it changes.
+fn progress(status: &gpuval_crds::GpuValidationStatus) -> Option<String> {
+    let phase = status.phase?;
+    if phase.is_terminal() {
+        return Some(format!("{phase}"));
+    }
+    let c = conditions::find(&status.conditions, RECONCILING)?;
+    Some(format!("{phase}: {}", c.message))
+}
+
+/// What to try next, with this cluster's kubeconfig, its kubectl and the kubectl plugin's
+/// directory (put on PATH so that `kubectl gpuval` finds it).
+fn next_steps(kubeconfig: &Path, kubectl: &Path, plugin_dir: &Path, stays_up: bool) -> String {
+    let kubectl_dir = kubectl.parent().unwrap_or(Path::new("."));
+    let mut s = String::from("\nNext, in another shell:\n");
+    s.push_str(&format!(
+        "  export KUBECONFIG={} PATH={}:{}:$PATH\n",
+        kubeconfig.display(),
+        plugin_dir.display(),
+        kubectl_dir.display()
+    ));
+    for (command, what) in [
+        (
+            "kubectl gpuval status quick",
+            "the tree of nodes and GPUs, worst first",
+        ),
+        (
+            "kubectl gpuval report quick -o html -f /tmp/quick.html",
+            "one self-contained page (open it in a browser)",
+        ),
+        (
+            "kubectl get gpuval -o wide",
+            "the first node that did not pass",
+        ),
+        (
+            "kubectl gpuval rerun quick --node gpu-node-c",
+            "run it again on the bad node",
+        ),
+        (
+            "kubectl gpuval wait quick-xxxxx",
+            "exit 0 once Passed, 1 once Failed (the name rerun printed)",
+        ),
+        (
+            "kubectl gpuval diff quick quick-xxxxx",
+            "what changed between the two runs",
+        ),
+    ] {
+        s.push_str(&format!("  {command:<56} # {what}\n"));
+    }
+    if stays_up {
+        s.push_str("The cluster stays up until Ctrl-C.\n");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_ends_with_the_plugin_and_the_report_on_path() {
+        let s = next_steps(
+            Path::new("/tmp/k.conf"),
+            Path::new("/cache/bin/kubectl"),
+            Path::new("/repo/target/debug"),
+            true,
+        );
+        assert!(
+            s.contains("export KUBECONFIG=/tmp/k.conf PATH=/repo/target/debug:/cache/bin:$PATH"),
+            "{s}"
+        );
+        for want in [
+            "kubectl gpuval status quick",
+            "kubectl gpuval report quick -o html",
+            "kubectl gpuval rerun quick --node gpu-node-c",
+            "Ctrl-C",
+        ] {
+            assert!(s.contains(want), "{want}: {s}");
+        }
+    }
+
+    #[test]
+    fn make_demo_builds_everything_before_the_cluster_starts() {
+        let makefile = std::fs::read_to_string(gpuval_tests::crds::repo_root().join("Makefile"))
+            .expect("Makefile");
+        let recipe: Vec<&str> = makefile
+            .split("\ndemo:")
+            .nth(1)
+            .expect("a demo target")
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with('\t'))
+            .collect();
+        let build = recipe
+            .iter()
+            .position(|l| l.contains("build") && l.contains("kubectl-gpuval"))
+            .expect("the demo builds the plugin");
+        assert!(recipe[build].contains("gpuval-agent") && recipe[build].contains("--bin demo"));
+        let run = recipe
+            .iter()
+            .position(|l| l.contains("GPUVAL_AGENT_BIN") && l.contains("/demo"))
+            .expect("the demo runs the built binaries");
+        assert!(build < run, "{recipe:?}");
+        assert!(
+            !recipe
+                .iter()
+                .any(|l| l.contains("cargo run") || l.contains("$(CARGO) run")),
+            "nothing compiles once the cluster is up: {recipe:?}"
+        );
+    }
+
+    #[test]
+    fn progress_follows_the_reconciling_message_then_the_phase() {
+        let mut status = gpuval_crds::GpuValidationStatus {
+            phase: Some(gpuval_crds::Phase::Running),
+            ..Default::default()
+        };
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        );
+        conditions::set_condition(
+            &mut status.conditions,
+            RECONCILING,
+            true,
+            "Running",
+            "1/3 node(s) done, 1 passed, 0 failed",
+            Some(1),
+            &now,
+        );
+        assert_eq!(
+            progress(&status).as_deref(),
+            Some("Running: 1/3 node(s) done, 1 passed, 0 failed")
+        );
+        status.phase = Some(gpuval_crds::Phase::Failed);
+        assert_eq!(progress(&status).as_deref(), Some("Failed"));
+    }
 }

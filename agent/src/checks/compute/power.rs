@@ -15,12 +15,7 @@ use crate::judge::{Code, Reason, Says, median, plural, round_to, to_i64};
 use crate::profiles::ModelProfile;
 
 /// Throttle reasons that mean clocks lost to hardware or thermal limits (not the power cap).
-pub const SLOWDOWN_REASONS: [&str; 4] = [
-    "HwSlowdown",
-    "HwThermalSlowdown",
-    "HwPowerBrakeSlowdown",
-    "SwThermalSlowdown",
-];
+pub const SLOWDOWN_REASONS: [&str; 4] = gpuval_crds::depth::SLOWDOWN_THROTTLES;
 /// Default of `maxSlowdownFraction`.
 pub const DEFAULT_MAX_SLOWDOWN_FRACTION: f64 = 0.05;
 /// How often power is sampled while the check runs.

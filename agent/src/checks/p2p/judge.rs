@@ -391,7 +391,11 @@ mod tests {
         out.pairs[1].error = Some("copy to GPU0: CUDA_ERROR_LAUNCH_FAILED".into());
         out.pairs[1].unidirectional_gbps = 0.0;
         let r = with_defaults(judge(&checks, Profile::None), &gpus, &out);
-        assert_eq!(r.verdict, Verdict::Error);
+        assert_eq!(
+            r.verdict,
+            Verdict::Fail,
+            "the corruption leads over the error"
+        );
         assert_eq!(r.pairs[0].verdict, Verdict::Fail);
         assert_eq!(r.pairs[1].verdict, Verdict::Error);
         assert_names(&r.reasons, "GPU0->GPU1: 7 words arrived corrupted");
