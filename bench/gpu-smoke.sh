@@ -6,6 +6,7 @@
 # faults caught, an overall pass).
 #
 #   bench/gpu-smoke.sh AGENT OUT_DIR        # on the GPU machine, from the repository root
+#   bench/gpu-smoke.sh packed OUT_DIR       # the agent from .device-carry/e2e (gpu-e2e.sh pack)
 #
 # Steps (each under its own `timeout`, within BUDGET_S; every exit code in raw/steps.tsv):
 #   build         nvbandwidth and nccl-tests from carried sources (NVBANDWIDTH_SRC, NCCL_TESTS_SRC;
@@ -32,10 +33,23 @@ if [ $# -ne 2 ]; then
   echo "usage: $0 AGENT OUT_DIR" >&2
   exit 2
 fi
-AGENT=$(realpath "$1")
 OUT=$(realpath -m "$2")
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/.." || exit 2
+# AGENT `packed`: the agent that bench/gpu-e2e.sh pack put in .device-carry/e2e/gpuval.tar.xz
+# (one copy of it travels), unpacked with xz or, without xz, Python's lzma.
+if [ "$1" = packed ]; then
+  mkdir -p /tmp/gpuval-smoke-bin
+  if command -v xz >/dev/null; then
+    xz -dc .device-carry/e2e/gpuval.tar.xz | tar -x -C /tmp/gpuval-smoke-bin gpuval-agent
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extract("gpuval-agent", sys.argv[2])' \
+      .device-carry/e2e/gpuval.tar.xz /tmp/gpuval-smoke-bin
+  fi || { echo "gpu-smoke.sh: no agent in .device-carry/e2e/gpuval.tar.xz (run bench/gpu-e2e.sh pack)" >&2; exit 2; }
+  AGENT=/tmp/gpuval-smoke-bin/gpuval-agent
+else
+  AGENT=$(realpath "$1")
+fi
 RAW=$OUT/raw
 STEPS=$RAW/steps.tsv
 mkdir -p "$RAW"
@@ -85,10 +99,10 @@ agent() {
   shift 2
   step "$name" "$limit" - "$AGENT" run "$@" -o "$RAW/$name.json"
 }
-# wait_for FILE SECONDS: until a helper process says it is ready.
+# wait_for FILE SECONDS PID: until helper PID says it is ready (false if it died or took too long).
 wait_for() {
-  local file=$1 deadline=$((SECONDS + $2))
-  while [ ! -e "$file" ] && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+  local file=$1 deadline=$((SECONDS + $2)) pid=$3
+  while [ ! -e "$file" ] && [ $SECONDS -lt $deadline ] && kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
   [ -e "$file" ]
 }
 
@@ -219,7 +233,7 @@ rm -f "$RAW/holder.ready"
 CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 python3 bench/gpu_hog.py hold 0.4 "$RAW/holder.ready" \
   >"$RAW/holder.log" 2>&1 &
 holder=$!
-if wait_for "$RAW/holder.ready" 60; then
+if wait_for "$RAW/holder.ready" 60 "$holder"; then
   agent fault-memory 90 --checks memory --memory-fraction "$MEMORY_FRACTION" --gpus 0
 else
   skip fault-memory "the holder never became ready (raw/holder.log)"
@@ -232,7 +246,7 @@ rm -f "$RAW/contend.ready" "$RAW/contend.stop"
 CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 python3 bench/gpu_hog.py burn "$RAW/contend.ready" \
   "$RAW/contend.stop" >"$RAW/contend.log" 2>&1 &
 contender=$!
-if wait_for "$RAW/contend.ready" 60; then
+if wait_for "$RAW/contend.ready" 60 "$contender"; then
   agent fault-compute 90 --checks compute --duration 10s --dtypes bf16 --gpus 0
 else
   skip fault-compute "the contender never became ready (raw/contend.log)"

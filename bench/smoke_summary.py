@@ -8,7 +8,8 @@ count, model, driver), every figure beside its reference with the ratio and the 
 (ratio >= 0.97), each check's verdict, each planted fault and whether it was caught (an expected
 code found in the agent's report), the operator flow, every step's exit code, and `pass`: every
 applicable check Pass (its node Pass or Warn), every ratio at or above its target, every fault
-caught, the operator flow Passed, the commit known. Whatever is missing (a report, a reference,
+caught, the operator flow Passed, the agent's topology matching `nvidia-smi topo -m` cell by
+cell, the commit known. Whatever is missing (a report, a reference,
 a step) is recorded as missing, never as a zero, and keeps `pass` false; `notPassing` says why.
 --into-repo also writes it to bench/results/gpu-smoke/<date>-<gpus>x<model>/summary.json (or
 under --results-dir). Exit 0 when the run passes, 1 when not, 2 on bad arguments.
@@ -378,6 +379,10 @@ def summarize(raw, commit=None):
         why.append("commit unknown: pass --commit or set GPUVAL_COMMIT for the run")
     if not mach["gpus"]:
         why.append("machine unknown: raw/machine.txt lists no GPU")
+    compare = checks["topology"].get("nvidiaSmiCompareExit")
+    if compare != "0":
+        why.append("topology: `gpuval-agent topo --compare` against `nvidia-smi topo -m` "
+                   + ("did not run" if compare is None else f"exit {compare} (raw/topo-compare.log)"))
     for name, c in checks.items():
         if c.get("notApplicable"):
             continue

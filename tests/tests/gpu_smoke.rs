@@ -399,6 +399,26 @@ fn a_failed_operator_flow_or_fabric_scenario_keeps_pass_false() {
 }
 
 #[test]
+fn a_topology_that_differs_from_nvidia_smi_keeps_pass_false() {
+    let (_dir, raw) = raw_run();
+    let steps = std::fs::read_to_string(raw.join("steps.tsv")).expect("steps");
+    std::fs::write(
+        raw.join("steps.tsv"),
+        steps.replace("topo-compare\t0\t", "topo-compare\t1\t"),
+    )
+    .expect("steps");
+    let (code, s) = summarize(&raw, &[]);
+    assert_eq!(s["checks"]["topology"]["nvidiaSmiCompareExit"], "1");
+    assert_eq!(s["pass"], false);
+    assert_eq!(code, 1);
+    let why = not_passing(&s);
+    assert!(
+        why.len() == 1 && why[0].starts_with("topology: `gpuval-agent topo --compare`"),
+        "{why:?}"
+    );
+}
+
+#[test]
 fn the_smoke_script_parses_and_passes_shellcheck_where_installed() {
     let script = repo_root().join("bench/gpu-smoke.sh");
     let out = Command::new("bash")
