@@ -154,7 +154,10 @@ fn a_ratio_under_097_of_its_reference_keeps_pass_false() {
     assert_eq!(code, 1);
     let why = not_passing(&s);
     assert_eq!(why.len(), 1, "{why:?}");
-    assert!(why[0].contains("GPU1 bf16") && why[0].contains("0.95 < 0.97"), "{why:?}");
+    assert!(
+        why[0].contains("GPU1 bf16") && why[0].contains("0.95 < 0.97"),
+        "{why:?}"
+    );
 }
 
 #[test]
@@ -265,11 +268,7 @@ fn a_skipped_reference_tool_and_a_missing_report_say_why() {
 fn nvbandwidth_matrices_are_the_links_reference_when_it_ran() {
     let (_dir, raw) = raw_run();
     std::fs::remove_file(raw.join("torch-links.json")).expect("rm");
-    std::fs::write(
-        raw.join("links-ref.txt"),
-        "nvbandwidth /tmp/nvbandwidth\n",
-    )
-    .expect("links-ref");
+    std::fs::write(raw.join("links-ref.txt"), "nvbandwidth /tmp/nvbandwidth\n").expect("links-ref");
     let files = [
         (
             "host_to_device_memcpy_ce",
