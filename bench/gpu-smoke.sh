@@ -159,7 +159,12 @@ if [ -z "${NCCL_TESTS:-}" ] && [ -d "$NCCL_TESTS_SRC" ]; then
     skip build-nccl-tests "no nvcc on this machine"
   else
     NCCL_TESTS=/tmp/gpuval-nccl-tests
-    step build-nccl-tests "$BUILD_LIMIT_S" - make -C "$NCCL_TESTS_SRC" -j "$(nproc)" MPI=0 \
+    # Headers and libnccl.so where the system has no NCCL development files: PyTorch's NCCL
+    # wheel and the libnccl.so link made above.
+    nccl_inc=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "include"))' 2>/dev/null)
+    step build-nccl-tests "$BUILD_LIMIT_S" - env CPATH="$nccl_inc${CPATH:+:$CPATH}" \
+      LIBRARY_PATH="/tmp/gpuval-nccl-link${LIBRARY_PATH:+:$LIBRARY_PATH}" \
+      make -C "$NCCL_TESTS_SRC" -j "$(nproc)" MPI=0 CUDA_HOME="$(dirname "$(dirname "$NVCC")")" \
       BUILDDIR="$NCCL_TESTS" NVCC_GENCODE="-gencode=arch=compute_$CAP,code=sm_$CAP" \
       ${NCCL_HOME:+NCCL_HOME=$NCCL_HOME} &
     build_pids+=($!)

@@ -418,6 +418,54 @@ fn a_topology_that_differs_from_nvidia_smi_keeps_pass_false() {
 }
 
 #[test]
+fn on_one_gpu_pairs_collectives_and_the_fabric_are_not_asked_for() {
+    let (_dir, raw) = raw_run();
+    let machine = std::fs::read_to_string(raw.join("machine.txt")).expect("machine");
+    let one: Vec<&str> = machine
+        .lines()
+        .filter(|l| !l.starts_with("GPU 1:") && !l.starts_with("1, "))
+        .collect();
+    std::fs::write(raw.join("machine.txt"), one.join("\n")).expect("machine");
+    for gone in ["agent-nccl.json", "nccl-tests-all_reduce.txt"] {
+        std::fs::remove_file(raw.join(gone)).expect("rm");
+    }
+    let log = std::fs::read_to_string(raw.join("e2e/summary.log")).expect("log");
+    let standard_only = &log[..log.find("scenario fabric-fault").expect("fabric lines")];
+    std::fs::write(raw.join("e2e/summary.log"), standard_only).expect("log");
+    let (code, s) = summarize(&raw, &[]);
+    assert_eq!(s["machine"]["gpus"], 1);
+    for check in ["p2p", "nccl"] {
+        assert_eq!(s["checks"][check]["notApplicable"], "one GPU", "{check}");
+    }
+    assert!(
+        s["faults"]
+            .as_array()
+            .expect("faults")
+            .iter()
+            .all(|f| f["name"] != "fabric-fault"),
+        "{:#}",
+        s["faults"]
+    );
+    assert_eq!(s["pass"], true, "{:#}", s["notPassing"]);
+    assert_eq!(code, 0);
+
+    // With two GPUs the same inputs lack the NCCL run and the fabric fault.
+    std::fs::write(raw.join("machine.txt"), machine).expect("machine");
+    let (_, s) = summarize(&raw, &[]);
+    let why = not_passing(&s);
+    assert!(
+        why.iter()
+            .any(|w| w.starts_with("check nccl: raw/agent-nccl.json not found")),
+        "{why:?}"
+    );
+    assert!(
+        why.iter()
+            .any(|w| w.starts_with("fault fabric-fault not caught")),
+        "{why:?}"
+    );
+}
+
+#[test]
 fn the_smoke_script_parses_and_passes_shellcheck_where_installed() {
     let script = repo_root().join("bench/gpu-smoke.sh");
     let out = Command::new("bash")
