@@ -279,7 +279,7 @@ CHECKS = {
     "hostTransfer": ("agent-links", lambda r: [(g.get("hostTransfer") or {}).get("verdict")
                                                for g in r.get("gpus", [])], link_figures, False),
     "nccl": ("agent-nccl", lambda r: [(r.get("nccl") or {}).get("verdict")], nccl_figures, True),
-    "training": ("agent-training", lambda r: [(r.get("training") or {}).get("verdict")], training_figures, False),
+    "training": ("agent-training", lambda r: [(r.get("training") or {}).get("verdict")], training_figures, True),
     "io": ("agent-io", lambda r: [(r.get("io") or {}).get("verdict")], io_figures, False),
 }
 

@@ -434,7 +434,7 @@ fn on_one_gpu_pairs_collectives_and_the_fabric_are_not_asked_for() {
     std::fs::write(raw.join("e2e/summary.log"), standard_only).expect("log");
     let (code, s) = summarize(&raw, &[]);
     assert_eq!(s["machine"]["gpus"], 1);
-    for check in ["p2p", "nccl"] {
+    for check in ["p2p", "nccl", "training"] {
         assert_eq!(s["checks"][check]["notApplicable"], "one GPU", "{check}");
     }
     assert!(
