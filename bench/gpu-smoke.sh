@@ -34,6 +34,7 @@ if [ $# -ne 2 ]; then
   exit 2
 fi
 OUT=$(realpath -m "$2")
+[ "$1" = packed ] || AGENT=$(realpath "$1")
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/.." || exit 2
 # AGENT `packed`: the agent that bench/gpu-e2e.sh pack put in .device-carry/e2e/gpuval.tar.xz
@@ -47,8 +48,6 @@ if [ "$1" = packed ]; then
       .device-carry/e2e/gpuval.tar.xz /tmp/gpuval-smoke-bin
   fi || { echo "gpu-smoke.sh: no agent in .device-carry/e2e/gpuval.tar.xz (run bench/gpu-e2e.sh pack)" >&2; exit 2; }
   AGENT=/tmp/gpuval-smoke-bin/gpuval-agent
-else
-  AGENT=$(realpath "$1")
 fi
 RAW=$OUT/raw
 STEPS=$RAW/steps.tsv
