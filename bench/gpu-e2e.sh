@@ -22,6 +22,7 @@
 # scenario: validation.yaml, results.yaml, summary.txt, run.log, logs/).
 #
 # With SCENARIOS="fabric fabric-fault" it runs instead the fabric test through the operator,
+# (SCENARIOS may also name `standard`, run first: bench/gpu-smoke.sh asks for "standard fabric-fault")
 # this host registered as SPLIT (2) Nodes with its GPUs dealt out (bench/e2e/fabric*.yaml):
 #   fabric             every node passes its checks and the fabric rounds; Passed
 #   fabric-fault       the last node's NCCL is given no network interface; that node, and no
@@ -172,10 +173,13 @@ scenarios() {
         local want
         for want in $SCENARIOS; do
             case "$want" in
-                fabric | fabric-fault) ;;
-                *) die "SCENARIOS: unknown scenario $want (fabric, fabric-fault; unset runs the standard three)" ;;
+                standard | fabric | fabric-fault) ;;
+                *) die "SCENARIOS: unknown scenario $want (standard, fabric, fabric-fault; unset runs the standard three)" ;;
             esac
         done
+        case " $SCENARIOS " in *" standard "*)
+            run_scenario standard 300 --validation bench/e2e/standard.yaml --expect passed --timeout 240 "${sim[@]}" ;;
+        esac
         fabric_scenarios "$backend"
         return
     fi

@@ -93,17 +93,8 @@ wait "$sampler" 2>/dev/null
 
 step "planted: a second process holds 40% of GPU 0's memory during the memory check"
 rm -f "$RAW/holder.ready"
-CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 python3 - "$RAW/holder.ready" >"$RAW/holder.log" 2>&1 <<'EOF' &
-import sys, time, torch
-free, total = torch.cuda.mem_get_info()
-held = torch.empty(int(total * 0.4) // 4, dtype=torch.float32, device="cuda")
-held.fill_(1.0)
-torch.cuda.synchronize()
-print(f"holding {held.numel() * 4 / 2**30:.1f} GiB of {total / 2**30:.1f}", flush=True)
-open(sys.argv[1], "w").close()
-while True:
-    time.sleep(1)
-EOF
+CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 python3 "$here/gpu_hog.py" hold 0.4 "$RAW/holder.ready" \
+  >"$RAW/holder.log" 2>&1 &
 holder=$!
 if wait_for "$RAW/holder.ready" 120; then
   run fault-holder 300 --checks memory --memory-patterns address --gpus 0
@@ -115,23 +106,8 @@ wait "$holder" 2>/dev/null
 
 step "planted: a second process runs bf16 matmuls on GPU 0 during a 30s burn"
 rm -f "$RAW/contend.ready" "$RAW/contend.stop"
-CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 python3 - "$RAW/contend.ready" "$RAW/contend.stop" >"$RAW/contend.log" 2>&1 <<'EOF' &
-import os, sys, time, torch
-a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
-b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
-for _ in range(3):
-    a @ b
-torch.cuda.synchronize()
-open(sys.argv[1], "w").close()
-n, t0 = 0, time.time()
-while not os.path.exists(sys.argv[2]):
-    for _ in range(20):
-        a @ b
-    torch.cuda.synchronize()
-    n += 20
-dt = time.time() - t0
-print(f"contender: {n} products, {2 * 8192**3 * n / dt / 1e12:.0f} TFLOP/s over {dt:.0f}s", flush=True)
-EOF
+CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 python3 "$here/gpu_hog.py" burn "$RAW/contend.ready" \
+  "$RAW/contend.stop" >"$RAW/contend.log" 2>&1 &
 contender=$!
 if wait_for "$RAW/contend.ready" 120; then
   run fault-contend 240 --checks compute --duration 30s --dtypes bf16 --gpus 0

@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# The GPU gate (issue 31): in ONE device call of under 10 minutes, on whatever is lent (1, 2 or 4
+# GPUs), every check of the agent with short settings beside its reference on the same GPUs, the
+# faults that can be planted on real GPUs, and the operator flow from `kubectl apply`; then
+# bench/smoke_summary.py writes OUT_DIR/summary.json (figures, references, ratios, verdicts,
+# faults caught, an overall pass).
+#
+#   bench/gpu-smoke.sh AGENT OUT_DIR        # on the GPU machine, from the repository root
+#   bench/gpu-smoke.sh packed OUT_DIR       # the agent from .device-carry/e2e (gpu-e2e.sh pack)
+#
+# Steps (each under its own `timeout`, within BUDGET_S; every exit code in raw/steps.tsv):
+#   build         nvbandwidth and nccl-tests from carried sources (NVBANDWIDTH_SRC, NCCL_TESTS_SRC;
+#                 default .device-carry/src/{nvbandwidth,nccl-tests}) when their binaries are not
+#                 given and nvcc exists; in the background while the GPU-bound checks run
+#   topology      `gpuval-agent topo --compare` against `nvidia-smi topo -m`, the topology check
+#   memory        memory at MEMORY_FRACTION (0.25) of free; PyTorch device-to-device copy
+#   compute       a 10 s bf16 burn on every GPU at once; PyTorch sustained bf16, 10 s
+#   links         p2p and hostTransfer; nvbandwidth (NVBANDWIDTH=path) else PyTorch link_ref.py
+#   nccl          all-reduce, all-gather, reduce-scatter 1 MiB to 1 GiB (x4, so floors apply);
+#                 nccl-tests (NCCL_TESTS=dir of *_perf) as reference (2+ GPUs)
+#   training      small shapes; PyTorch DDP (training_ref.py) with the same shapes (2+ GPUs)
+#   io            2 files x 512 MiB on a temp dir; dd (io_ref.sh) on the same dir
+#   fault-memory  a second process holds 40% of GPU 0 during the memory check (must fail)
+#   fault-compute a second process burns bf16 on GPU 0 during a 10 s burn (must fail)
+#   e2e           bench/gpu-e2e.sh device: `standard` (kubectl apply to Passed) and, with 2+ GPUs,
+#                 `fabric-fault` (SPLIT=<gpus> nodes, the last one's NCCL without a network);
+#                 needs .device-carry/e2e (bench/gpu-e2e.sh pack), else recorded as skipped
+# Environment: BUDGET_S (570), GPUVAL_COMMIT (written to raw/commit.txt: the device has no git),
+# NVBANDWIDTH, NCCL_TESTS, NVBANDWIDTH_SRC, NCCL_TESTS_SRC, BUILD_LIMIT_S (180), IO_DIR,
+# MEMORY_FRACTION.
+set -uo pipefail
+if [ $# -ne 2 ]; then
+  echo "usage: $0 AGENT OUT_DIR" >&2
+  exit 2
+fi
+OUT=$(realpath -m "$2")
+[ "$1" = packed ] || AGENT=$(realpath "$1")
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/.." || exit 2
+# AGENT `packed`: the agent that bench/gpu-e2e.sh pack put in .device-carry/e2e/gpuval.tar.xz
+# (one copy of it travels), unpacked with xz or, without xz, Python's lzma.
+if [ "$1" = packed ]; then
+  mkdir -p /tmp/gpuval-smoke-bin
+  if command -v xz >/dev/null; then
+    xz -dc .device-carry/e2e/gpuval.tar.xz | tar -x -C /tmp/gpuval-smoke-bin gpuval-agent
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extract("gpuval-agent", sys.argv[2])' \
+      .device-carry/e2e/gpuval.tar.xz /tmp/gpuval-smoke-bin
+  fi || { echo "gpu-smoke.sh: no agent in .device-carry/e2e/gpuval.tar.xz (run bench/gpu-e2e.sh pack)" >&2; exit 2; }
+  AGENT=/tmp/gpuval-smoke-bin/gpuval-agent
+fi
+RAW=$OUT/raw
+STEPS=$RAW/steps.tsv
+mkdir -p "$RAW"
+BUDGET_S=${BUDGET_S:-570}
+BUILD_LIMIT_S=${BUILD_LIMIT_S:-180}
+MEMORY_FRACTION=${MEMORY_FRACTION:-0.25}
+MIN_STEP_S=15
+# NVLink multicast stays off (shared test machines; see the device notes).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# Every tool numbers the GPUs as NVML does (PCI bus order), so GPU i is the same GPU everywhere.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+printf 'step\trc\tseconds\tlimit\tnote\n' >"$STEPS"
+
+say() { printf '[%4ss] %s\n' "$SECONDS" "$*" | tee -a "$RAW/log.txt"; }
+# skip NAME WHY: a step that did not run, and why.
+skip() {
+  printf '%s\tskipped\t0\t0\t%s\n' "$1" "$2" >>"$STEPS"
+  say "$1 SKIPPED: $2"
+}
+# step NAME LIMIT STDOUT CMD...: CMD under `timeout` (LIMIT, cut to the budget left), its stdout
+# in STDOUT ('-': with its stderr in raw/NAME.log), its exit code in raw/steps.tsv.
+step() {
+  local name=$1 limit=$2 stdout=$3
+  shift 3
+  local left=$((BUDGET_S - SECONDS))
+  [ "$limit" -le "$left" ] || limit=$left
+  if [ "$limit" -lt "$MIN_STEP_S" ]; then
+    skip "$name" "only ${left}s of the ${BUDGET_S}s budget left"
+    return 0
+  fi
+  say "$name (limit ${limit}s)"
+  local t0=$SECONDS rc note=""
+  if [ "$stdout" = - ]; then
+    timeout -k 10 "$limit" "$@" >"$RAW/$name.log" 2>&1
+  else
+    timeout -k 10 "$limit" "$@" >"$stdout" 2>"$RAW/$name.log"
+  fi
+  rc=$?
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && note="timed out after ${limit}s"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" "$limit" "$note" >>"$STEPS"
+  tail -n 4 "$RAW/$name.log" | sed 's/^/    /'
+  return 0
+}
+# agent NAME LIMIT ARGS...: `gpuval-agent run ARGS` with its report in raw/NAME.json.
+agent() {
+  local name=$1 limit=$2
+  shift 2
+  step "$name" "$limit" - "$AGENT" run "$@" -o "$RAW/$name.json"
+}
+# wait_for FILE SECONDS PID: until helper PID says it is ready (false if it died or took too long).
+wait_for() {
+  local file=$1 deadline=$((SECONDS + $2)) pid=$3
+  while [ ! -e "$file" ] && [ $SECONDS -lt $deadline ] && kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+  [ -e "$file" ]
+}
+
+# ---- machine, commit
+date -u +%Y-%m-%dT%H:%M:%SZ >"$RAW/started.txt"
+if [ -n "${GPUVAL_COMMIT:-}" ]; then
+  echo "$GPUVAL_COMMIT" >"$RAW/commit.txt"
+elif git rev-parse HEAD >"$RAW/commit.txt" 2>/dev/null; then
+  :
+else
+  rm -f "$RAW/commit.txt"
+  say "no commit: set GPUVAL_COMMIT=\$(git rev-parse HEAD) when starting the call"
+fi
+{
+  nvidia-smi -L
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap --format=csv
+} >"$RAW/machine.txt" 2>&1
+cat "$RAW/machine.txt"
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+CAP=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+if [ "$GPUS" -lt 1 ]; then
+  say "no GPU listed by nvidia-smi -L"
+  python3 bench/smoke_summary.py "$RAW" "$OUT/summary.json"
+  exit 1
+fi
+# The agent loads NCCL as libnccl.so; a runtime-only install has libnccl.so.2 alone.
+if ! ldconfig -p | grep -q 'libnccl\.so '; then
+  lib=$(ldconfig -p | awk '/libnccl\.so\.2 /{print $NF; exit}')
+  if [ -n "$lib" ]; then
+    mkdir -p /tmp/gpuval-nccl-link && ln -sf "$lib" /tmp/gpuval-nccl-link/libnccl.so
+    export LD_LIBRARY_PATH=/tmp/gpuval-nccl-link${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+fi
+
+# ---- build the references from carried sources (background, CPU only)
+NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -n 1)
+[ -n "$NVCC" ] && export PATH=$(dirname "$NVCC"):$PATH
+NVBANDWIDTH_SRC=${NVBANDWIDTH_SRC:-.device-carry/src/nvbandwidth}
+NCCL_TESTS_SRC=${NCCL_TESTS_SRC:-.device-carry/src/nccl-tests}
+build_pids=()
+if [ -z "${NVBANDWIDTH:-}" ] && [ -d "$NVBANDWIDTH_SRC" ]; then
+  if [ -z "$NVCC" ]; then
+    skip build-nvbandwidth "no nvcc on this machine"
+  else
+    NVBANDWIDTH=/tmp/gpuval-nvbandwidth/nvbandwidth
+    step build-nvbandwidth "$BUILD_LIMIT_S" - bash -c 'cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CUDA_ARCHITECTURES="$3" && cmake --build "$2" -j "$(nproc)"' _ \
+      "$NVBANDWIDTH_SRC" /tmp/gpuval-nvbandwidth "$CAP" &
+    build_pids+=($!)
+  fi
+fi
+if [ -z "${NCCL_TESTS:-}" ] && [ -d "$NCCL_TESTS_SRC" ]; then
+  if [ -z "$NVCC" ]; then
+    skip build-nccl-tests "no nvcc on this machine"
+  else
+    NCCL_TESTS=/tmp/gpuval-nccl-tests
+    # Headers and libnccl.so where the system has no NCCL development files: PyTorch's NCCL
+    # wheel and the libnccl.so link made above.
+    nccl_inc=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "include"))' 2>/dev/null)
+    step build-nccl-tests "$BUILD_LIMIT_S" - env CPATH="$nccl_inc${CPATH:+:$CPATH}" \
+      LIBRARY_PATH="/tmp/gpuval-nccl-link${LIBRARY_PATH:+:$LIBRARY_PATH}" \
+      make -C "$NCCL_TESTS_SRC" -j "$(nproc)" MPI=0 CUDA_HOME="$(dirname "$(dirname "$NVCC")")" \
+      BUILDDIR="$NCCL_TESTS" NVCC_GENCODE="-gencode=arch=compute_$CAP,code=sm_$CAP" \
+      ${NCCL_HOME:+NCCL_HOME=$NCCL_HOME} &
+    build_pids+=($!)
+  fi
+fi
+
+# ---- topology
+nvidia-smi topo -m >"$RAW/topo-smi.txt" 2>&1
+step topo-compare 60 - "$AGENT" topo --compare "$RAW/topo-smi.txt"
+agent agent-topology 60 --checks topology
+
+# ---- memory, beside PyTorch's device-to-device copy (and a bf16 burst)
+agent agent-memory 120 --checks memory --memory-fraction "$MEMORY_FRACTION"
+step torch-burst 120 "$RAW/torch-burst.json" python3 bench/torch_ref.py --phase burst --dtypes bf16
+
+# ---- compute: a 10 s bf16 burn, every GPU at once, beside PyTorch sustained for as long
+agent agent-compute 90 --checks compute --duration 10s --dtypes bf16
+step torch-compute 120 "$RAW/torch-compute.json" python3 bench/torch_ref.py --phase sustained --sustained bf16:10
+
+if [ ${#build_pids[@]} -gt 0 ]; then
+  say "waiting for the reference builds"
+  wait "${build_pids[@]}"
+fi
+
+# ---- links: p2p and host transfers, beside nvbandwidth (else PyTorch)
+agent agent-links 150 --checks p2p,hostTransfer
+if [ -n "${NVBANDWIDTH:-}" ] && [ -x "$NVBANDWIDTH" ]; then
+  echo "nvbandwidth $NVBANDWIDTH" >"$RAW/links-ref.txt"
+  tests=(host_to_device_memcpy_ce device_to_host_memcpy_ce)
+  [ "$GPUS" -ge 2 ] && tests+=(device_to_device_memcpy_write_ce device_to_device_bidirectional_memcpy_write_ce)
+  for t in "${tests[@]}"; do
+    step "nvbandwidth-$t" 90 "$RAW/nvbandwidth-$t.txt" "$NVBANDWIDTH" -t "$t"
+  done
+else
+  echo "pytorch bench/link_ref.py (nvbandwidth: ${NVBANDWIDTH:-not given}${NVBANDWIDTH:+, not executable})" >"$RAW/links-ref.txt"
+  step torch-links 150 "$RAW/torch-links.json" python3 bench/link_ref.py
+fi
+
+# ---- NCCL: the three collectives up to 1 GiB, beside nccl-tests
+if [ "$GPUS" -ge 2 ]; then
+  agent agent-nccl 120 --checks nccl --nccl-collectives allReduce,allGather,reduceScatter \
+    --nccl-min-bytes 1M --nccl-max-bytes 1G --nccl-step-factor 4 --nccl-dtype bf16 \
+    --nccl-iterations 20 --nccl-warmup 5
+  if [ -n "${NCCL_TESTS:-}" ] && [ -x "$NCCL_TESTS/all_reduce_perf" ]; then
+    for t in all_reduce all_gather reduce_scatter; do
+      step "nccl-tests-$t" 60 "$RAW/nccl-tests-$t.txt" "$NCCL_TESTS/${t}_perf" -g "$GPUS" \
+        -b 1M -e 1G -f 4 -d bfloat16 -n 20 -w 5
+    done
+  else
+    skip nccl-tests "no nccl-tests binaries (NCCL_TESTS=${NCCL_TESTS:-unset}; carry sources in $NCCL_TESTS_SRC)"
+  fi
+else
+  skip agent-nccl "one GPU: no collective to test"
+fi
+
+# ---- training: small shapes, beside PyTorch DDP with the same shapes (data parallel: 2+ GPUs)
+if [ "$GPUS" -ge 2 ]; then
+  shape=(--hidden 2048 --layers 4 --batch 4 --seq 1024 --steps 20 --warmup 3)
+  agent agent-training 150 --checks training --training-hidden 2048 --training-layers 4 \
+    --training-batch 4 --training-seq 1024 --training-steps 20 --training-warmup 3
+  step torch-training 150 - python3 -m torch.distributed.run --standalone --nproc_per_node "$GPUS" \
+    bench/training_ref.py "${shape[@]}" --out "$RAW/torch-training.json"
+else
+  skip agent-training "one GPU: data-parallel training needs two"
+fi
+
+# ---- io: a temp dir, beside dd on the same dir
+IO_DIR=${IO_DIR:-$(mktemp -d /tmp/gpuval-smoke-io.XXXXXX)}
+mkdir -p "$IO_DIR"
+agent agent-io 90 --checks io --io-dir "$IO_DIR" --io-file-size-mib 512 --io-files 2 --io-concurrency 2
+step dd-io 90 "$RAW/dd-io.json" bash bench/io_ref.sh "$IO_DIR" 512 2 2
+
+# ---- planted: memory held by a second process on GPU 0 during the memory check
+rm -f "$RAW/holder.ready"
+CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 python3 bench/gpu_hog.py hold 0.4 "$RAW/holder.ready" \
+  >"$RAW/holder.log" 2>&1 &
+holder=$!
+if wait_for "$RAW/holder.ready" 60 "$holder"; then
+  agent fault-memory 90 --checks memory --memory-fraction "$MEMORY_FRACTION" --gpus 0
+else
+  skip fault-memory "the holder never became ready (raw/holder.log)"
+fi
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+
+# ---- planted: a second process burning bf16 on GPU 0 during the burn
+rm -f "$RAW/contend.ready" "$RAW/contend.stop"
+CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 python3 bench/gpu_hog.py burn "$RAW/contend.ready" \
+  "$RAW/contend.stop" >"$RAW/contend.log" 2>&1 &
+contender=$!
+if wait_for "$RAW/contend.ready" 60 "$contender"; then
+  agent fault-compute 90 --checks compute --duration 10s --dtypes bf16 --gpus 0
+else
+  skip fault-compute "the contender never became ready (raw/contend.log)"
+fi
+touch "$RAW/contend.stop"
+sleep 2
+kill "$contender" 2>/dev/null
+wait "$contender" 2>/dev/null
+
+# ---- the operator flow from kubectl apply, and the fabric with a bad node (2+ GPUs)
+scenarios=standard
+[ "$GPUS" -ge 2 ] && scenarios="standard fabric-fault"
+if [ ! -f .device-carry/e2e/gpuval.tar.xz ] || [ ! -f .device-carry/e2e/control-plane.tar.xz ]; then
+  skip e2e "no packed binaries in .device-carry/e2e (run bench/gpu-e2e.sh pack here and carry .device-carry)"
+else
+  e2e_limit=$((BUDGET_S - SECONDS - 20))
+  step e2e "$e2e_limit" - env BUDGET_S=$((e2e_limit - 15)) SCENARIOS="$scenarios" SPLIT="$GPUS" \
+    bash bench/gpu-e2e.sh device "$RAW/e2e"
+fi
+rm -rf "$IO_DIR"
+
+say "summary"
+python3 bench/smoke_summary.py "$RAW" "$OUT/summary.json"
+rc=$?
+say "done in ${SECONDS}s (summary exit $rc: 0 pass, 1 not)"
+exit "$rc"

@@ -1,0 +1,456 @@
+#!/usr/bin/env python3
+"""The summary of a bench/gpu-smoke.sh run: summary.json from its raw directory.
+
+    python3 bench/smoke_summary.py RAW_DIR OUT_JSON [--commit SHA] [--into-repo] [--results-dir DIR]
+
+It holds the commit the run was made at (--commit, else RAW_DIR/commit.txt), the machine (GPU
+count, model, driver), every figure beside its reference with the ratio and the target
+(ratio >= 0.97), each check's verdict, each planted fault and whether it was caught (an expected
+code found in the agent's report), the operator flow, every step's exit code, and `pass`: every
+applicable check Pass (its node Pass or Warn), every ratio at or above its target, every fault
+caught, the operator flow Passed, the agent's topology matching `nvidia-smi topo -m` cell by
+cell, the commit known. Whatever is missing (a report, a reference,
+a step) is recorded as missing, never as a zero, and keeps `pass` false; `notPassing` says why.
+--into-repo also writes it to bench/results/gpu-smoke/<date>-<gpus>x<model>/summary.json (or
+under --results-dir). Exit 0 when the run passes, 1 when not, 2 on bad arguments.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jsonfile import load_json  # noqa: E402
+from nccl_table import nccl_tests_rows  # noqa: E402
+
+TARGET = 0.97
+BIG = 256 << 20  # NCCL figures at and above this size (where the floors apply)
+ORDER = ["Skipped", "Pass", "Warn", "Fail", "Error"]
+NCCL_FILES = {"allReduce": "all_reduce", "allGather": "all_gather", "reduceScatter": "reduce_scatter"}
+FAULTS = [
+    # name, agent report, codes any of which catches it, what was planted
+    ("memory-held", "fault-memory", ["MemoryBusy", "ForeignProcess"],
+     "a second process holds 40% of GPU 0's memory during the memory check"),
+    ("compute-contended", "fault-compute", ["ComputeSlow", "ForeignProcess"],
+     "a second process burns bf16 on GPU 0 during a 10 s burn"),
+]
+
+
+def worst(verdicts):
+    known = [v for v in verdicts if v in ORDER]
+    return max(known, key=ORDER.index) if known else None
+
+
+class Run:
+    """What the raw directory holds, read once."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.steps = read_steps(os.path.join(raw, "steps.tsv"))
+
+    def path(self, name):
+        return os.path.join(self.raw, name)
+
+    def json(self, name):
+        return load_json(self.path(name))
+
+    def text(self, name):
+        try:
+            with open(self.path(name)) as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def why_missing(self, name, step):
+        """Why raw/NAME is not there, from its step's line in steps.tsv."""
+        s = self.steps.get(step)
+        if s is None:
+            return f"raw/{name} not found (step {step} did not run)"
+        if s["rc"] == "skipped":
+            return f"raw/{name} not found (step {step} skipped: {s['note']})"
+        return f"raw/{name} not found or not whole JSON (step {step} exit {s['rc']}{'; ' + s['note'] if s['note'] else ''})"
+
+
+def read_steps(path):
+    steps = {}
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return steps
+    for line in lines[1:]:
+        parts = line.split("\t")
+        if len(parts) >= 4:
+            steps[parts[0]] = {"step": parts[0], "rc": parts[1], "seconds": parts[2], "limit": parts[3],
+                               "note": parts[4] if len(parts) > 4 else ""}
+    return steps
+
+
+def machine(run):
+    text = run.text("machine.txt") or ""
+    listed = [l for l in text.splitlines() if re.match(r"^GPU \d+:", l)]
+    rows = [l.split(", ") for l in text.splitlines() if re.match(r"^\d+, ", l)]
+    models = sorted({r[1] for r in rows if len(r) > 1})
+    drivers = sorted({r[2] for r in rows if len(r) > 2})
+    return {
+        "gpus": len(listed) if listed else (len(rows) or None),
+        "model": ", ".join(models) or None,
+        "driver": ", ".join(drivers) or None,
+    }
+
+
+def figure(check, what, value, reference, tool, missing=None):
+    f = {"check": check, "what": what, "value": value, "reference": reference, "referenceTool": tool,
+         "ratio": None, "target": TARGET, "meets": False}
+    if missing is None and value is None:
+        missing = "the agent's figure"
+    if missing is None and reference is None:
+        missing = f"the reference ({tool})"
+    if missing is None and reference <= 0:
+        missing = f"the reference ({tool}) is {reference}"
+    if missing is not None:
+        f["missing"] = missing
+        return f
+    f["ratio"] = round(value / reference, 4)
+    f["meets"] = f["ratio"] >= TARGET
+    return f
+
+
+def gpu_list(ref, key, i):
+    xs = (ref or {}).get(key)
+    return xs[i] if isinstance(xs, list) and i < len(xs) else None
+
+
+def memory_figures(run, report):
+    burst = run.json("torch-burst.json")
+    why = None if burst else run.why_missing("torch-burst.json", "torch-burst")
+    out = []
+    for g in report.get("gpus", []):
+        m = g.get("memory") or {}
+        out.append(figure("memory", f"GPU{g['index']} memory fill+verify GB/s vs device-to-device copy",
+                          m.get("gbps"), gpu_list(burst, "copy_gbps", g["index"]), "pytorch copy_", why))
+    return out
+
+
+def compute_figures(run, report):
+    ref = run.json("torch-compute.json")
+    why = None if ref else run.why_missing("torch-compute.json", "torch-compute")
+    tflops = ((ref or {}).get("matmul_sustained") or {}).get("bf16", {}).get("tflops")
+    out = []
+    for g in report.get("gpus", []):
+        gemm = next((x for x in (g.get("compute") or {}).get("gemms", []) if x.get("dtype") == "bf16"), {})
+        r = tflops[g["index"]] if isinstance(tflops, list) and g["index"] < len(tflops) else None
+        out.append(figure("compute", f"GPU{g['index']} bf16 TFLOP/s, 10 s, every GPU at once",
+                          gemm.get("tflops"), r, "pytorch sustained matmul", why))
+    return out
+
+
+def parse_nvbandwidth(text):
+    """(header, {(row, column): GB/s}) of the matrix in one nvbandwidth test's output."""
+    lines = (text or "").splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("memcpy") and "bandwidth (GB/s)" in line and i + 1 < len(lines):
+            cols = [int(c) for c in lines[i + 1].split() if c.isdigit()]
+            cells = {}
+            for row in lines[i + 2:]:
+                f = row.split()
+                if not f or not f[0].isdigit():
+                    break
+                for c, v in zip(cols, f[1:]):
+                    try:
+                        cells[(int(f[0]), c)] = float(v)
+                    except ValueError:
+                        pass  # N/A on the diagonal
+            return line, cells
+    return None, {}
+
+
+class LinkRef:
+    """The links reference: nvbandwidth's matrices when it ran, else PyTorch's link_ref.py."""
+
+    def __init__(self, run):
+        said = (run.text("links-ref.txt") or "").strip()
+        self.tool = "nvbandwidth" if said.startswith("nvbandwidth") else "pytorch link_ref.py"
+        self.missing = {}
+        if self.tool == "nvbandwidth":
+            self.nvb = {}
+            for t in ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce", "device_to_device_memcpy_write_ce",
+                      "device_to_device_bidirectional_memcpy_write_ce"):
+                header, cells = parse_nvbandwidth(run.text(f"nvbandwidth-{t}.txt"))
+                if not cells:
+                    self.missing[t] = run.why_missing(f"nvbandwidth-{t}.txt", f"nvbandwidth-{t}")
+                self.nvb[t] = (header or "", cells)
+        else:
+            self.torch = run.json("torch-links.json")
+            if not self.torch:
+                why = run.why_missing("torch-links.json", "torch-links")
+                self.missing = {k: why for k in ("host", "p2p")}
+
+    def _cell(self, test, src, dst):
+        """GB/s from src to dst in an nvbandwidth matrix (the header's arrow says which is the row)."""
+        header, cells = self.nvb[test]
+        return cells.get((dst, src) if "<-" in header and "<->" not in header else (src, dst))
+
+    def p2p(self, src, dst):
+        if self.tool == "nvbandwidth":
+            uni = self._cell("device_to_device_memcpy_write_ce", src, dst)
+            a = self._cell("device_to_device_bidirectional_memcpy_write_ce", src, dst)
+            b = self._cell("device_to_device_bidirectional_memcpy_write_ce", dst, src)
+            bidi = a + b if a is not None and b is not None else None
+            return uni, bidi, self.missing.get("device_to_device_memcpy_write_ce"), \
+                self.missing.get("device_to_device_bidirectional_memcpy_write_ce")
+        pair = next((p for p in (self.torch or {}).get("p2p", []) if p["src"] == src and p["dst"] == dst), {})
+        why = self.missing.get("p2p")
+        return pair.get("uni_gbps"), pair.get("bidi_gbps"), why, why
+
+    def host(self, gpu, direction):
+        if self.tool == "nvbandwidth":
+            test = "host_to_device_memcpy_ce" if direction == "h2d" else "device_to_host_memcpy_ce"
+            header, cells = self.nvb[test]
+            return cells.get((0, gpu)), self.missing.get(test)
+        alone = ((self.torch or {}).get("host") or {}).get("alone", {}).get(str(gpu), {})
+        return (alone.get("pinned") or {}).get(direction), self.missing.get("host")
+
+
+def link_figures(run, report):
+    ref = LinkRef(run)
+    out = []
+    for p in ((report.get("p2p") or {}).get("pairs") or []):
+        uni, bidi, why_u, why_b = ref.p2p(p["src"], p["dst"])
+        pair = f"GPU{p['src']}->GPU{p['dst']}"
+        out.append(figure("p2p", f"{pair} unidirectional GB/s", p.get("unidirectionalGbps"), uni, ref.tool, why_u))
+        out.append(figure("p2p", f"{pair} bidirectional GB/s (both ways, summed)", p.get("bidirectionalGbps"), bidi,
+                          ref.tool, why_b))
+    for g in report.get("gpus", []):
+        pinned = (g.get("hostTransfer") or {}).get("pinned") or {}
+        for d, key in (("h2d", "h2dGbps"), ("d2h", "d2hGbps")):
+            r, why = ref.host(g["index"], d)
+            out.append(figure("hostTransfer", f"GPU{g['index']} pinned {d} GB/s", pinned.get(key), r, ref.tool, why))
+    return out
+
+
+def nccl_figures(run, report):
+    out = []
+    curves = {c["collective"]: c["rows"] for c in (((report.get("nccl") or {}).get("sweep") or {}).get("curves") or [])}
+    for coll, file in NCCL_FILES.items():
+        name = f"nccl-tests-{file}.txt"
+        theirs = nccl_tests_rows(run.path(name))
+        why = None if theirs else run.why_missing(name, f"nccl-tests-{file}")
+        if why and "nccl-tests" in run.steps and run.steps["nccl-tests"]["rc"] == "skipped":
+            why = f"raw/{name} not found (nccl-tests skipped: {run.steps['nccl-tests']['note']})"
+        rows = [r for r in curves.get(coll, []) if r["bytes"] >= BIG]
+        if not rows:
+            out.append(figure("nccl", f"{coll} busbw GB/s at >= 256 MiB", None, None, "nccl-tests",
+                              f"no {coll} rows at >= 256 MiB in the agent's report"))
+        for r in rows:
+            t = theirs.get(r["bytes"])
+            out.append(figure("nccl", f"{coll} busbw GB/s at {r['bytes'] >> 20} MiB", r.get("busbwGbps"),
+                              t[2] if t else None, "nccl-tests",
+                              why or (None if t else f"nccl-tests has no row at {r['bytes']} B")))
+    return out
+
+
+def training_figures(run, report):
+    ref = run.json("torch-training.json")
+    why = None if ref else run.why_missing("torch-training.json", "torch-training")
+    figs = ((report.get("training") or {}).get("figures") or {})
+    return [figure("training", "samples/s per GPU", figs.get("samplesPerSecondPerGpu"),
+                   (ref or {}).get("samples_per_s_per_gpu"), "pytorch DDP", why)]
+
+
+def io_figures(run, report):
+    ref = run.json("dd-io.json")
+    why = None if ref else run.why_missing("dd-io.json", "dd-io")
+    io = report.get("io") or {}
+    return [figure("io", "write MB/s", io.get("writeMbps"), (ref or {}).get("dd_write_mbps"), "dd direct", why),
+            figure("io", "read MB/s", io.get("readMbps"), (ref or {}).get("dd_read_mbps"), "dd direct", why)]
+
+
+# check -> (agent step, the check's own verdicts in its report, its figures, needs 2+ GPUs)
+CHECKS = {
+    "topology": ("agent-topology", lambda r: [(r.get("topology") or {}).get("verdict")], None, False),
+    "memory": ("agent-memory", lambda r: [(g.get("memory") or {}).get("verdict") for g in r.get("gpus", [])],
+               memory_figures, False),
+    "compute": ("agent-compute", lambda r: [(g.get("compute") or {}).get("verdict") for g in r.get("gpus", [])],
+                compute_figures, False),
+    "p2p": ("agent-links", lambda r: [(r.get("p2p") or {}).get("verdict")], None, True),
+    "hostTransfer": ("agent-links", lambda r: [(g.get("hostTransfer") or {}).get("verdict")
+                                               for g in r.get("gpus", [])], link_figures, False),
+    "nccl": ("agent-nccl", lambda r: [(r.get("nccl") or {}).get("verdict")], nccl_figures, True),
+    "training": ("agent-training", lambda r: [(r.get("training") or {}).get("verdict")], training_figures, True),
+    "io": ("agent-io", lambda r: [(r.get("io") or {}).get("verdict")], io_figures, False),
+}
+
+
+def codes(report):
+    """Every reason code anywhere in a report."""
+    found = set()
+
+    def walk(x):
+        if isinstance(x, dict):
+            if isinstance(x.get("code"), str) and "message" in x:
+                found.add(x["code"])
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+    walk(report)
+    return sorted(found)
+
+
+def checks_and_figures(run, gpus):
+    checks, figures = {}, []
+    for name, (step, own, figs, pairs) in CHECKS.items():
+        if pairs and gpus == 1:
+            checks[name] = {"verdict": "Skipped", "notApplicable": "one GPU"}
+            continue
+        report = run.json(f"{step}.json")
+        if not report:
+            why = run.why_missing(f"{step}.json", step)
+            checks[name] = {"verdict": None, "missing": why}
+            if figs:
+                figures.append(figure(name, "every figure of the check", None, None, "-", why))
+            continue
+        verdicts = [v for v in own(report) if v is not None]
+        checks[name] = {"verdict": worst(verdicts) if verdicts else None, "nodeVerdict": report.get("verdict"),
+                        "codes": codes(report), "report": f"raw/{step}.json"}
+        if not verdicts:
+            checks[name]["missing"] = f"raw/{step}.json has no {name} result"
+        if figs:
+            figures += figs(run, report)
+    if "topo-compare" in run.steps:
+        checks["topology"]["nvidiaSmiCompareExit"] = run.steps["topo-compare"]["rc"]
+    return checks, figures
+
+
+def faults(run, gpus):
+    out = []
+    for name, step, expect, planted in FAULTS:
+        f = {"name": name, "planted": planted, "expect": expect, "caught": False}
+        report = run.json(f"{step}.json")
+        if report is None:
+            f["missing"] = run.why_missing(f"{step}.json", step)
+        else:
+            found = codes(report)
+            f.update(found=found, verdict=report.get("verdict"), caught=any(c in found for c in expect))
+        out.append(f)
+    if gpus and gpus >= 2:
+        out.append(e2e_scenario(run, "fabric-fault", "the fabric: this host as <gpus> nodes, the last one's NCCL "
+                                "given no network interface; that node and no other must be named"))
+    return out
+
+
+def e2e_scenario(run, scenario, planted=None):
+    """A gpu-e2e.sh scenario's outcome from raw/e2e/summary.log (its runner checks the expected
+    verdict, node, GPU and reason, and exits 0 when they all hold)."""
+    f = {"name": scenario}
+    if planted:
+        f.update(planted=planted, expect=["the named node at fault"], caught=False)
+    log = run.text("e2e/summary.log")
+    m = re.search(rf"^== {re.escape(scenario)}: exit (\d+), wall ([\d.]+)s", log or "", re.M)
+    ok = bool(m) and m.group(1) == "0"
+    if m:
+        f.update(exit=int(m.group(1)), wallSeconds=float(m.group(2)))
+    elif log and re.search(rf"{re.escape(scenario)}: SKIPPED \(([^)]*)\)", log):
+        f["missing"] = "skipped: " + re.search(rf"{re.escape(scenario)}: SKIPPED \(([^)]*)\)", log).group(1)
+    else:
+        f["missing"] = run.why_missing("e2e/summary.log", "e2e") if log is None else \
+            f"raw/e2e/summary.log has no {scenario} outcome"
+    if planted:
+        f["caught"] = ok
+    else:
+        f["passed"] = ok
+    return f
+
+
+def summarize(raw, commit=None):
+    run = Run(raw)
+    mach = machine(run)
+    if commit is None:
+        commit = (run.text("commit.txt") or "").strip() or None
+    checks, figures = checks_and_figures(run, mach["gpus"])
+    planted = faults(run, mach["gpus"])
+    operator = e2e_scenario(run, "standard")
+    why = []
+    if commit is None:
+        why.append("commit unknown: pass --commit or set GPUVAL_COMMIT for the run")
+    if not mach["gpus"]:
+        why.append("machine unknown: raw/machine.txt lists no GPU")
+    compare = checks["topology"].get("nvidiaSmiCompareExit")
+    if compare != "0":
+        why.append("topology: `gpuval-agent topo --compare` against `nvidia-smi topo -m` "
+                   + ("did not run" if compare is None else f"exit {compare} (raw/topo-compare.log)"))
+    for name, c in checks.items():
+        if c.get("notApplicable"):
+            continue
+        if c.get("verdict") != "Pass":
+            why.append(f"check {name}: {c.get('verdict') or c.get('missing')}")
+        elif c.get("nodeVerdict") not in ("Pass", "Warn"):
+            why.append(f"check {name}: the node's verdict is {c.get('nodeVerdict')} ({', '.join(c.get('codes', []))})")
+    for f in figures:
+        if not f["meets"]:
+            why.append(f"{f['check']} {f['what']}: " + (f"missing {f['missing']}" if "missing" in f else
+                                                         f"ratio {f['ratio']} < {f['target']}"))
+    for f in planted:
+        if not f["caught"]:
+            why.append(f"fault {f['name']} not caught: " + (f.get("missing") or f"found {f.get('found', [])}, "
+                                                            f"expected one of {f['expect']}"))
+    if not operator["passed"]:
+        why.append("operator flow (standard): " + (operator.get("missing") or f"exit {operator.get('exit')}"))
+    return {
+        "commit": commit,
+        "started": (run.text("started.txt") or "").strip() or None,
+        "machine": mach,
+        "target": TARGET,
+        "references": {"links": LinkRef(run).tool, "nccl": "nccl-tests", "compute": "pytorch",
+                       "memory": "pytorch", "training": "pytorch DDP", "io": "dd"},
+        "checks": checks,
+        "figures": figures,
+        "faults": planted,
+        "operatorFlow": operator,
+        "steps": list(run.steps.values()),
+        "pass": not why,
+        "notPassing": why,
+    }
+
+
+def repo_dir(summary):
+    """<date>-<gpus>x<model>, e.g. 2026-11-27-4xh100."""
+    date = (summary.get("started") or "")[:10] or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    model = (summary["machine"].get("model") or "unknown").split(", ")[0]
+    model = re.sub(r"^NVIDIA\s+", "", model).split()[0].lower() if model.strip() else "unknown"
+    model = re.sub(r"[^a-z0-9]+", "-", model)
+    return f"{date}-{summary['machine'].get('gpus') or 0}x{model}"
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("raw")
+    ap.add_argument("out")
+    ap.add_argument("--commit")
+    ap.add_argument("--into-repo", action="store_true")
+    ap.add_argument("--results-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                          "results", "gpu-smoke"))
+    a = ap.parse_args(argv)
+    if not os.path.isdir(a.raw):
+        print(f"smoke_summary.py: {a.raw} is not a directory (give the raw/ of a gpu-smoke.sh run)", file=sys.stderr)
+        return 2
+    summary = summarize(a.raw, a.commit)
+    text = json.dumps(summary, indent=1) + "\n"
+    targets = [a.out]
+    if a.into_repo:
+        targets.append(os.path.join(a.results_dir, repo_dir(summary), "summary.json"))
+    for path in targets:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        print(f"wrote {path}")
+    print("PASS" if summary["pass"] else "NOT PASSING:\n  " + "\n  ".join(summary["notPassing"]))
+    return 0 if summary["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
