@@ -174,6 +174,7 @@ codes! {
     GpuInvisibleToCuda => (Fail, RebootNode, false, "NVML lists a GPU that CUDA cannot see although nothing restricts CUDA's devices: it was not tested."),
     ForeignProcess => (Fail, Rerun, false, "A process that is not the agent's ran on a GPU under test (its pid, name and memory are named): the figures may be shared; stop it and rerun."),
     ForeignProcessAllowed => (Warn, None, false, "A process that is not the agent's ran on a GPU under test, where the administrator allows sharing GPUs."),
+    ProcessUnidentified => (Warn, None, false, "A process NVML cannot name ran on a GPU under test (another PID namespace?): if it is not the agent's, stop it and rerun."),
     RunStopped => (Error, Rerun, false, "The run was stopped (SIGTERM) before it finished."),
     CheckCouldNotRun => (Error, Rerun, false, "A check could not run (a GPU operation failed, memory was refused, an internal error)."),
     LibraryMissing => (Error, None, false, "A library the check needs is not installed (the message says which and how to install it)."),

@@ -264,6 +264,11 @@ pub trait Platform: Send + Sync {
     fn poll_xid(&self, timeout: Duration) -> Vec<XidEvent>;
     /// The compute and graphics processes on the GPU now (the agent's own included).
     fn processes(&self, gpu: u32) -> Result<Vec<GpuProcess>, BackendError>;
+    /// The pids NVML reports for the agent's own process, where the backend learned them
+    /// (they differ from `std::process::id()` inside a container).
+    fn own_pids(&self) -> Vec<u32> {
+        Vec::new()
+    }
 }
 
 /// The backend a run uses. A check matches on it to reach its real or simulated

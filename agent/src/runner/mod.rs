@@ -176,7 +176,7 @@ fn measure_and_judge(
         .iter()
         .map(|g| platform.error_counters(g.index).ok())
         .collect();
-    let owner = Owner::this_process();
+    let owner = Owner::this_process(platform);
     let mut foreign = Sightings::default();
     foreign.read(platform, stage.gpus, &owner, Phase::Before);
     let sampled = Mutex::new(Sampled::default());

@@ -4,9 +4,11 @@
 //! figures may have been shared with it), unless the administrator allows sharing GPUs, when
 //! it is a Warn.
 //!
-//! The agent's own processes are those with its pid, and those NVML names as its executable:
-//! the NCCL sweep's child processes are the same executable, and in a container NVML reports
-//! the host's pids, which the agent cannot see as its own.
+//! The agent's own processes are those with its pid (its own view, and the pids NVML gave it
+//! when the backend opened the GPUs: in a container NVML reports the host's pids), and those
+//! NVML names as its executable (the NCCL sweep's child processes are the same executable).
+//! A process NVML cannot name and whose pid is not the agent's may still be an agent child seen
+//! from another PID namespace: it is a Warn (`ProcessUnidentified`), never a Fail.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,25 +38,24 @@ impl Phase {
 /// The agent as NVML lists it: its pid and its executable's file name.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Owner {
-    pub pid: u32,
+    pub pids: BTreeSet<u32>,
     pub exe: Option<String>,
 }
 
 impl Owner {
-    /// This process.
-    pub fn this_process() -> Self {
+    /// This process, with the pids the backend learned NVML gives it.
+    pub fn this_process(platform: &dyn Platform) -> Self {
         let exe = std::env::current_exe()
             .ok()
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-        Self {
-            pid: std::process::id(),
-            exe,
-        }
+        let mut pids: BTreeSet<u32> = platform.own_pids().into_iter().collect();
+        pids.insert(std::process::id());
+        Self { pids, exe }
     }
 
     /// True for the agent's own processes.
     pub fn owns(&self, p: &GpuProcess) -> bool {
-        if p.pid == self.pid {
+        if self.pids.contains(&p.pid) {
             return true;
         }
         let file_name = |n: &str| n.rsplit('/').next().unwrap_or(n).trim().to_string();
@@ -131,18 +132,18 @@ impl Sightings {
             else {
                 continue;
             };
-            let (code, level) = if allow_shared {
-                (Code::ForeignProcessAllowed, Verdict::Warn)
-            } else {
-                (Code::ForeignProcess, Verdict::Fail)
-            };
             let mut reasons = Vec::new();
             for (pid, s) in procs {
                 let found = foreign(*pid, s);
-                reasons.push(code.says(message(g.index, &found, allow_shared)));
+                let (code, level) = match (s.name.is_some(), allow_shared) {
+                    (_, true) => (Code::ForeignProcessAllowed, Verdict::Warn),
+                    (false, false) => (Code::ProcessUnidentified, Verdict::Warn),
+                    (true, false) => (Code::ForeignProcess, Verdict::Fail),
+                };
+                reasons.push(code.says(message(g.index, &found, code)));
                 g.foreign_processes.push(found);
+                g.verdict = g.verdict.max(level);
             }
-            g.verdict = g.verdict.max(level);
             push_unique(&mut g.reasons, reasons);
         }
     }
@@ -161,16 +162,23 @@ fn foreign(pid: u32, s: &Sighting) -> ForeignProcess {
 
 /// `GPU2: process 4242 (python3, 10240 MiB) ran on the GPU during the checks (seen before,
 /// during): stop it and rerun, ...`.
-fn message(gpu: i32, p: &ForeignProcess, allow_shared: bool) -> String {
+fn message(gpu: i32, p: &ForeignProcess, code: Code) -> String {
     let memory = p
         .used_memory_mib
         .map(|m| format!(", {m} MiB"))
         .unwrap_or_default();
-    let what_to_do = if allow_shared {
-        "sharing GPUs is allowed, so the figures may be lower than the GPU can reach"
-    } else {
-        "its work shared the GPU with the checks: stop it and rerun, or allow shared GPUs \
-         (--allow-shared-gpus, Helm agent.allowSharedGpus)"
+    let what_to_do = match code {
+        Code::ForeignProcessAllowed => {
+            "sharing GPUs is allowed, so the figures may be lower than the GPU can reach"
+        }
+        Code::ProcessUnidentified => {
+            "NVML cannot name it from here (another PID namespace?): if it is not the agent's, \
+             stop it and rerun"
+        }
+        _ => {
+            "its work shared the GPU with the checks: stop it and rerun, or allow shared GPUs \
+             (--allow-shared-gpus, Helm agent.allowSharedGpus)"
+        }
     };
     format!(
         "GPU{gpu}: process {} ({}{memory}) is not the agent's (seen {}): {what_to_do}",
@@ -186,7 +194,7 @@ mod tests {
 
     fn owner() -> Owner {
         Owner {
-            pid: 100,
+            pids: BTreeSet::from([100, 31_337]),
             exe: Some("gpuval-agent".into()),
         }
     }
@@ -204,6 +212,8 @@ mod tests {
     fn the_agent_and_its_children_are_its_own() {
         let o = owner();
         assert!(o.owns(&proc(100, "whatever", 1)));
+        // The host pid NVML gave the agent when the backend opened the GPUs.
+        assert!(o.owns(&proc(31_337, "", 1)));
         assert!(o.owns(&proc(7001, "/usr/local/bin/gpuval-agent", 1)));
         assert!(o.owns(&proc(7002, "gpuval-agent", 1)));
         assert!(!o.owns(&proc(4242, "python3", 1)));
@@ -257,6 +267,25 @@ mod tests {
             "{}",
             gpus[1].reasons[0].message
         );
+    }
+
+    #[test]
+    fn a_process_nvml_cannot_name_is_a_warn_not_a_fail() {
+        let mut s = Sightings::default();
+        let unnamed = GpuProcess {
+            name: None,
+            ..proc(5555, "", 300)
+        };
+        s.record(&owner(), 0, Phase::During, &[unnamed]);
+        let mut gpus = vec![GpuReport {
+            index: 0,
+            verdict: Verdict::Pass,
+            ..Default::default()
+        }];
+        s.judge(false, &mut gpus);
+        assert_eq!(gpus[0].verdict, Verdict::Warn);
+        assert_eq!(gpus[0].reasons[0].code, Code::ProcessUnidentified);
+        assert_eq!(gpus[0].foreign_processes[0].name, "unknown");
     }
 
     #[test]

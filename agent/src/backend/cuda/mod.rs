@@ -9,7 +9,7 @@ pub mod nvml;
 pub mod tally;
 pub mod timing;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,6 +30,10 @@ pub struct CudaBackend {
     ordinals: BTreeMap<u32, usize>,
     /// PTX per compute capability, compiled once.
     ptx: Mutex<HashMap<(i32, i32), Arc<String>>>,
+    /// The pids NVML gave the agent's own process: those that appeared on the GPUs while this
+    /// backend opened its CUDA contexts. In a container NVML reports the host's pids, which
+    /// differ from the agent's own view of itself.
+    own_pids: BTreeSet<u32>,
 }
 
 fn driver_missing() -> BackendError {
@@ -60,6 +64,7 @@ impl CudaBackend {
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(driver_missing());
         }
+        let before = listed_pids(&nvml);
         let count = CudaContext::device_count()
             .map_err(|e| BackendError::NoGpu(format!("cuDeviceGetCount: {e}")))?;
         let mut by_uuid = HashMap::new();
@@ -87,10 +92,12 @@ impl CudaBackend {
                 "NVML lists GPUs but CUDA sees none of them (CUDA_VISIBLE_DEVICES?)".into(),
             ));
         }
+        let own_pids = listed_pids(&nvml).difference(&before).copied().collect();
         Ok(Self {
             nvml,
             ordinals,
             ptx: Mutex::new(HashMap::new()),
+            own_pids,
         })
     }
 
@@ -142,6 +149,16 @@ impl CudaBackend {
     }
 }
 
+/// Every pid NVML lists on any GPU now (a GPU it cannot list adds none).
+fn listed_pids(nvml: &NvmlHost) -> BTreeSet<u32> {
+    let count = nvml.device_count().unwrap_or(0);
+    (0..count)
+        .filter_map(|g| nvml.processes(g).ok())
+        .flatten()
+        .map(|p| p.pid)
+        .collect()
+}
+
 impl Platform for CudaBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda
@@ -191,6 +208,10 @@ impl Platform for CudaBackend {
 
     fn processes(&self, gpu: u32) -> Result<Vec<GpuProcess>, BackendError> {
         self.nvml.processes(gpu)
+    }
+
+    fn own_pids(&self) -> Vec<u32> {
+        self.own_pids.iter().copied().collect()
     }
 }
 
