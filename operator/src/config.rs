@@ -38,6 +38,10 @@ pub struct OperatorConfig {
     /// What gives agent pods the fabric for `spec.fabric` (the administrator's, never a
     /// validation's).
     pub fabric: FabricPods,
+    /// Test-only, no flag: results of the simulated backend act on Nodes (labels, the
+    /// `GpuValidated` condition, taints) as real ones would, so that tests on kwok nodes can
+    /// assert node actions. Off, a simulated result is never evidence about a node.
+    pub simulated_acts_on_nodes: bool,
 }
 
 /// Pod settings for validations with `spec.fabric`: host networking (RDMA NICs, no overlay),
@@ -92,7 +96,21 @@ impl Default for OperatorConfig {
             agent_result_jitter: std::time::Duration::ZERO,
             fabric: FabricPods::default(),
             clock: crate::schedule::Clock::system(),
+            simulated_acts_on_nodes: false,
         }
+    }
+}
+
+impl OperatorConfig {
+    /// True when the operator gives every agent the simulated backend (`GPUVAL_SIMULATE`, or
+    /// `GPUVAL_BACKEND=simulated`, in its agent environment): none of their results is
+    /// evidence about a real node.
+    pub fn agents_simulated(&self) -> bool {
+        use gpuval_crds::agent_env::{BACKEND, SIMULATE};
+        self.agent_env.iter().any(|(k, v)| {
+            (k == SIMULATE && !v.trim().is_empty())
+                || (k == BACKEND && v.trim().eq_ignore_ascii_case("simulated"))
+        })
     }
 }
 

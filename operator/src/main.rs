@@ -191,8 +191,15 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
             port: a.fabric_port,
         },
         clock: gpuval_operator::schedule::Clock::system(),
+        // Test-only, never from a flag: simulated results do not act on Nodes here.
+        simulated_acts_on_nodes: false,
     };
     cfg.validate()?;
+    if cfg.agents_simulated() {
+        tracing::warn!(
+            "agents run the SIMULATED GPU backend (GPUVAL_SIMULATE or GPUVAL_BACKEND in --agent-env): their results are not evidence about any node; no node labels, conditions, taint changes or admissions follow from them"
+        );
+    }
     Ok(cfg)
 }
 

@@ -84,8 +84,20 @@ GPUVAL_SIMULATE when agent.simulate is set, tests and demos only). */}}
 {{- join "," $out }}
 {{- end }}
 
+{{/* "true" when agents would run the simulated GPU backend, however it is switched on:
+agent.simulate, or agent.extraEnv GPUVAL_SIMULATE (non-empty) or GPUVAL_BACKEND=simulated. */}}
+{{- define "gpuval.simulated" -}}
+{{- $env := .Values.agent.extraEnv | default dict }}
+{{- $sim := or .Values.agent.simulate (trim (toString (get $env "GPUVAL_SIMULATE"))) }}
+{{- $backend := lower (trim (toString (get $env "GPUVAL_BACKEND"))) }}
+{{- if or $sim (eq $backend "simulated") }}true{{ end }}
+{{- end }}
+
 {{/* Checks across values that a JSON schema cannot express well; fails with a plain message. */}}
 {{- define "gpuval.validate" -}}
+{{- if and (include "gpuval.simulated" .) (not .Values.agent.allowSimulated) }}
+{{- fail "agents would run the SIMULATED GPU backend (agent.simulate, or agent.extraEnv GPUVAL_SIMULATE or GPUVAL_BACKEND=simulated): their results are not measurements of any GPU. On a real cluster remove it; for tests and demos also set agent.allowSimulated=true" }}
+{{- end }}
 {{- with .Values.agent.fabric }}
 {{- if and (or .resources .capabilities) (not .hostNetwork) }}
 {{- fail "agent.fabric.resources or agent.fabric.capabilities are set but agent.fabric.hostNetwork is false: RDMA devices and IPC_LOCK serve the host's NICs; set hostNetwork: true (or clear them)" }}

@@ -9,13 +9,13 @@ pub mod plan;
 use std::collections::BTreeMap;
 
 use gpuval_crds::schedule::Admission;
-use gpuval_crds::{GpuValidation, GpuValidationSpec, NodeVerdict, labels};
+use gpuval_crds::{Code, GpuValidation, GpuValidationSpec, NodeVerdict, labels};
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 use kube::api::{Api, Patch, PatchParams, ResourceExt};
 
 use crate::config::OperatorConfig;
 use crate::controller::Ctx;
-use crate::node_state::result_meta;
+use crate::node_state::{Policy, ResultMeta, result_meta};
 use crate::selection;
 use plan::{AdmissionRun, NodeView, Outcome};
 
@@ -76,26 +76,29 @@ pub fn node_views(
 /// outcome so far (a node result, or a final line without one).
 pub fn run_view(run: &GpuValidation, ctx: &Ctx) -> AdmissionRun {
     let name = run.name_any();
+    let policy = Policy::of(&ctx.cfg);
     let mut outcomes = BTreeMap::new();
     for r in ctx.results.state().iter().filter_map(|r| result_meta(r)) {
         if r.validation != labels::node_value(&name) && r.validation != name {
             continue;
         }
-        let outcome = match r.verdict.as_str() {
-            "Pass" | "Warn" => Outcome::Passed,
-            _ => Outcome::NotPassed(r.summary),
-        };
-        outcomes.insert(r.node, outcome);
+        let node = r.node.clone();
+        outcomes.insert(node, result_outcome(r, policy));
     }
     let status = run.status.as_ref();
     for line in status.iter().flat_map(|s| s.nodes.iter()) {
         if line.verdict.is_final() && line.verdict != NodeVerdict::Passed {
+            let message = line
+                .message
+                .clone()
+                .unwrap_or_else(|| line.verdict.to_string());
+            let configuration = line.codes.as_deref().is_some_and(Code::only_configuration);
             outcomes.entry(line.name.clone()).or_insert_with(|| {
-                Outcome::NotPassed(
-                    line.message
-                        .clone()
-                        .unwrap_or_else(|| line.verdict.to_string()),
-                )
+                if configuration || !policy.counts(false) {
+                    Outcome::NoEvidence(message)
+                } else {
+                    Outcome::NotPassed(message)
+                }
             });
         }
     }
@@ -106,6 +109,21 @@ pub fn run_view(run: &GpuValidation, ctx: &Ctx) -> AdmissionRun {
             .and_then(|s| s.phase)
             .is_some_and(gpuval_crds::Phase::is_terminal),
         outcomes,
+    }
+}
+
+/// What a node result of an admission run says about its node: nothing when `policy` does not
+/// count it (simulated) or its finding is only configuration.
+pub fn result_outcome(r: ResultMeta, policy: Policy) -> Outcome {
+    let passed = matches!(r.verdict.as_str(), "Pass" | "Warn");
+    if !policy.counts(r.simulated) {
+        Outcome::NoEvidence(format!("simulated result ({})", r.verdict))
+    } else if !passed && Code::only_configuration(&r.codes) {
+        Outcome::NoEvidence(r.summary)
+    } else if passed {
+        Outcome::Passed
+    } else {
+        Outcome::NotPassed(r.summary)
     }
 }
 
@@ -181,5 +199,41 @@ mod tests {
             .collect();
         assert_eq!(ours.len(), 1);
         assert_eq!(ours[0].operator.as_deref(), Some("Exists"));
+    }
+
+    #[test]
+    fn simulated_and_configuration_results_are_no_evidence_for_admission() {
+        let meta = |verdict: &str, codes: &str, simulated: bool| ResultMeta {
+            node: "n".into(),
+            validation: "v".into(),
+            verdict: verdict.into(),
+            summary: "io: no host path".into(),
+            created: "2026-11-23T01:00:00Z".parse().unwrap(),
+            action: gpuval_crds::Action::Rerun,
+            codes: codes.into(),
+            simulated,
+        };
+        let p = Policy::default();
+        assert_eq!(result_outcome(meta("Pass", "", false), p), Outcome::Passed);
+        assert!(matches!(
+            result_outcome(meta("Pass", "", true), p),
+            Outcome::NoEvidence(_)
+        ));
+        assert!(matches!(
+            result_outcome(meta("Error", "IoError", false), p),
+            Outcome::NoEvidence(_)
+        ));
+        assert!(matches!(
+            result_outcome(meta("Fail", "MemoryMismatch", false), p),
+            Outcome::NotPassed(_)
+        ));
+        let trusted = Policy {
+            trust_simulated: true,
+            ..p
+        };
+        assert_eq!(
+            result_outcome(meta("Pass", "", true), trusted),
+            Outcome::Passed
+        );
     }
 }

@@ -241,7 +241,21 @@ fn decide(
         &mut step,
     );
 
+    let simulated = [Some(view.world), whole.as_ref()]
+        .into_iter()
+        .flatten()
+        .any(|w| {
+            w.results
+                .iter()
+                .any(|r| r.generation == generation && r.facts.simulated)
+        });
+    if simulated {
+        status.simulated = Some(true);
+    }
     let (phase, summary) = conclude(&mut status, &record, generation, &now_t);
+    if status.simulated == Some(true) {
+        kstatus::mark_simulated(&mut status.conditions);
+    }
     // The fleet's versions: read from every result when the step sees them all (the start,
     // a full look, and once every node has its verdict), so a step on the news stays flat.
     if let Some(w) = whole.as_ref().or(view.news.is_none().then_some(view.world)) {
