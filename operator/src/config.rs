@@ -42,6 +42,10 @@ pub struct OperatorConfig {
     /// `GpuValidated` condition, taints) as real ones would, so that tests on kwok nodes can
     /// assert node actions. Off, a simulated result is never evidence about a node.
     pub simulated_acts_on_nodes: bool,
+    /// Admission taint keys a schedule may name besides gpuval's own (`gpuval.io/...`): gpuval
+    /// removes that taint from nodes that pass, so only the administrator may widen the list
+    /// (Helm values `operator.admission.allowedTaintKeys`).
+    pub admission_taint_keys: Vec<String>,
 }
 
 /// Pod settings for validations with `spec.fabric`: host networking (RDMA NICs, no overlay),
@@ -97,6 +101,7 @@ impl Default for OperatorConfig {
             fabric: FabricPods::default(),
             clock: crate::schedule::Clock::system(),
             simulated_acts_on_nodes: false,
+            admission_taint_keys: Vec::new(),
         }
     }
 }

@@ -656,3 +656,80 @@ async fn a_configuration_error_never_taints_labels_or_fails_a_node() {
     assert!(!node.labels().contains_key("gpuval.io/verdict"));
     assert!(condition(&node).is_none(), "{:?}", condition(&node));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_removes_only_its_own_taint_and_refuses_a_foreign_key() {
+    let e = env(&[]).await;
+    // A taint gpuval does not own: refused, the schedule says why and starts nothing.
+    apply_schedule(
+        &e.client,
+        "foreign",
+        json!({"admission": {"debounce": "1s", "taint": {"key": "nvidia.com/gpu"}},
+            "template": {"checks": {"memory": {}}}}),
+    )
+    .await;
+    let s = wait(
+        Api::<GpuValidationSchedule>::all(e.client.clone()),
+        "foreign",
+        60,
+        "refused",
+        schedule_status(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == "AdmissionRefused")
+        }),
+    )
+    .await;
+    let ready = s.status.unwrap().conditions;
+    let msg = &ready.iter().find(|c| c.type_ == "Ready").unwrap().message;
+    assert!(msg.contains("allowedTaintKeys"), "{msg}");
+    assert!(runs_of(&e.client, "foreign").await.is_empty());
+
+    // gpuval's own key: on a pass only that key with that effect goes.
+    apply_schedule(
+        &e.client,
+        "gate",
+        json!({"admission": {"debounce": "1s"}, "template": {"checks": {"memory": {}}}}),
+    )
+    .await;
+    let mut node = gpuval_tests::nodes::gpu_node("gpu-new", 8, &[]);
+    if let Some(spec) = node.spec.as_mut() {
+        let taints = spec.taints.get_or_insert_with(Vec::new);
+        for effect in ["NoSchedule", "PreferNoSchedule"] {
+            taints.push(Taint {
+                key: UNVALIDATED.into(),
+                effect: effect.into(),
+                ..Default::default()
+            });
+        }
+    }
+    Api::<Node>::all(e.client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node");
+    let admitted = wait(
+        Api::<Node>::all(e.client.clone()),
+        "gpu-new",
+        120,
+        "admitted",
+        |n: Option<&Node>| {
+            n.is_some_and(|n| {
+                !n.spec
+                    .iter()
+                    .flat_map(|s| s.taints.iter().flatten())
+                    .any(|t| t.key == UNVALIDATED && t.effect == "NoSchedule")
+            })
+        },
+    )
+    .await;
+    let left: Vec<(String, String)> = admitted
+        .spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .map(|t| (t.key.clone(), t.effect.clone()))
+        .collect();
+    assert!(
+        left.contains(&(UNVALIDATED.to_string(), "PreferNoSchedule".to_string())),
+        "a taint of the same key with another effect is not gpuval's: {left:?}"
+    );
+}

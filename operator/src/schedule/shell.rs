@@ -236,7 +236,7 @@ async fn apply_admission(
         return Ok(());
     };
     for node in &p.untaint {
-        admission::untaint(ctx, node, &a.taint.key).await?;
+        admission::untaint(ctx, node, &a.taint).await?;
         events.push(PlannedEvent {
             warning: false,
             reason: "NodeAdmitted",
@@ -291,8 +291,16 @@ async fn reconcile(s: Arc<GpuValidationSchedule>, sc: Arc<ScheduleCtx>) -> Resul
         (true, Some(_)) => node_load(&s, ctx, &nodes).await.or_else(forbidden_load)?,
         _ => NodeLoad::default(),
     };
-    let mut p: Plan = plan::plan(&s, &runs, now, || load);
-    let admission = plan_admission(&s, &owned, ctx, &nodes, now);
+    let refused = s
+        .spec
+        .admission
+        .as_ref()
+        .and_then(|a| admission::refuse_taint_key(&a.taint.key, &ctx.cfg.admission_taint_keys));
+    let admission = match refused {
+        Some(_) => AdmissionPlan::default(),
+        None => plan_admission(&s, &owned, ctx, &nodes, now),
+    };
+    let mut p: Plan = plan::plan_with(&s, &runs, now, || load, refused);
     delete(ctx, &p.delete).await?;
     if let Some(NewRun {
         name,
