@@ -81,7 +81,10 @@ mod tests {
             .skip_while(|l| !l.starts_with("release:"))
             .nth(1)
             .unwrap_or_default();
-        assert!(release.contains("cargo") || release.contains("CARGO"), "{release}");
+        assert!(
+            release.contains("cargo") || release.contains("CARGO"),
+            "{release}"
+        );
         assert!(!release.contains("test-hooks") && !release.contains("--all-features"));
         let dockerfile = include_str!("../../Dockerfile");
         assert!(!dockerfile.contains("test-hooks") && !dockerfile.contains("--all-features"));

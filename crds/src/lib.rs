@@ -18,6 +18,7 @@ pub mod fabric;
 pub mod facts;
 pub mod names;
 pub mod nccl;
+pub mod nccl_env;
 pub mod reason;
 pub mod report;
 pub mod result;

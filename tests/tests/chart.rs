@@ -902,3 +902,129 @@ async fn http_get(port: u16, path: &str) -> String {
     .await
     .expect("join")
 }
+
+/// The chart's admission policy on NCCL variables, on a real API server: a validation (or a
+/// schedule's template) naming a variable outside the allowlist is refused with its name, an
+/// allowed one is accepted, and the administrator's additions in Helm values are honoured. The
+/// chart's default list is the API crate's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nccl_environment_is_limited_to_what_the_administrator_allows() {
+    let cp = ControlPlane::start().await.expect("control plane");
+    let client = cp.client().await.expect("client");
+    crds::create_namespace(&client, NS).await;
+    crds::install_crds(&client).await.expect("CRDs");
+    let values = cp.dir().join("nccl-values.yaml");
+    std::fs::write(
+        &values,
+        "agent:\n  fabric:\n    ncclEnvAllowed: [NCCL_LL128_BUFFSIZE]\n",
+    )
+    .unwrap();
+    let rendered = chart::render(RELEASE, NS, &[values.as_path()]).expect("render");
+    let docs = chart::documents(&rendered).unwrap();
+    let policy: Vec<&Value> = docs
+        .iter()
+        .filter(|d| {
+            d["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"))
+                && d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-nccl-env"))
+        })
+        .collect();
+    assert_eq!(policy.len(), 2, "the policy and its binding");
+    let allowed_expr = policy[0]["spec"]["variables"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "allowed"))
+        .and_then(|v| v["expression"].as_str())
+        .expect("the allowed variable");
+    let allowed: Vec<String> = serde_json::from_str(allowed_expr).expect("a JSON list");
+    let mut want: Vec<String> = gpuval_crds::nccl_env::DEFAULT_ALLOWED
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    want.push("NCCL_LL128_BUFFSIZE".into());
+    assert_eq!(allowed, want, "the chart's default list is the API crate's");
+    let manifest = cp.dir().join("nccl-policy.yaml");
+    let text: String = policy
+        .iter()
+        .map(|d| format!("---\n{}\n", serde_json::to_string(d).unwrap()))
+        .collect();
+    std::fs::write(&manifest, text).unwrap();
+    chart::output(cp.kubectl().unwrap().args(["apply", "-f"]).arg(&manifest))
+        .expect("apply the policy");
+
+    let api: Api<GpuValidation> = Api::all(client.clone());
+    let body = |name: &str, var: &str| {
+        json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+            "metadata": {"name": name},
+            "spec": {"checks": {"memory": {}},
+                     "fabric": {"env": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
+                                        {"name": var, "value": "x"}]}}})
+    };
+    // The policy takes effect once the API server has loaded it: retry until it refuses.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let refusal = loop {
+        let created = api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(body("plugin", "NCCL_NET_PLUGIN")).unwrap(),
+            )
+            .await;
+        match created {
+            Err(e) => break e.to_string(),
+            Ok(_) => {
+                api.delete("plugin", &DeleteParams::default())
+                    .await
+                    .unwrap();
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the NCCL policy never refused NCCL_NET_PLUGIN"
+                );
+                // The API server loads policies in the background: ask again shortly.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(
+        refusal.contains("spec.fabric.env: NCCL_NET_PLUGIN may not be set"),
+        "{refusal}"
+    );
+    for refused in [
+        "NCCL_DEBUG_FILE",
+        "NCCL_TUNER_PLUGIN",
+        "NCCL_DEBUG",
+        "NCCL_IB_EXTRA",
+    ] {
+        let e = api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(body("x", refused)).unwrap(),
+            )
+            .await
+            .expect_err(refused);
+        assert!(e.to_string().contains(refused), "{refused}: {e}");
+    }
+    for accepted in ["NCCL_IB_HCA", "NCCL_LL128_BUFFSIZE"] {
+        let name = accepted.to_lowercase().replace('_', "-");
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(body(&name, accepted)).unwrap(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{accepted} is allowed: {e}"));
+    }
+    // A schedule's template is held to the same list.
+    let schedules: Api<gpuval_crds::GpuValidationSchedule> = Api::all(client.clone());
+    let schedule = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidationSchedule",
+        "metadata": {"name": "nightly"},
+        "spec": {"schedule": "0 3 * * *", "template": body("t", "NCCL_NET_PLUGIN")["spec"].clone()}});
+    let e = schedules
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(schedule).unwrap(),
+        )
+        .await
+        .expect_err("a schedule with a plugin");
+    assert!(e.to_string().contains("NCCL_NET_PLUGIN"), "{e}");
+}
