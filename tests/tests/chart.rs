@@ -95,6 +95,36 @@ fn check_invariants(file: &str, docs: &[Value]) {
             "{file}"
         );
     }
+    // Two replicas are never evicted together; one needs no budget.
+    let pdbs = find(docs, "PodDisruptionBudget");
+    assert_eq!(
+        pdbs.len(),
+        usize::from(replicas > 1),
+        "{file}: {:?}",
+        kinds(docs)
+    );
+    if let Some(pdb) = pdbs.first() {
+        assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{file}");
+        assert_eq!(
+            pdb["spec"]["selector"]["matchLabels"],
+            deployments[0]["spec"]["selector"]["matchLabels"],
+            "{file}"
+        );
+    }
+    // Read access for the built-in view role, never more unless asked.
+    let aggregated = |label: &str| {
+        docs.iter()
+            .filter(|d| d["kind"] == "ClusterRole" && d["metadata"]["labels"][label] == "true")
+            .count()
+    };
+    assert_eq!(
+        aggregated("rbac.authorization.k8s.io/aggregate-to-view"),
+        1,
+        "{file}"
+    );
+    for np in find(docs, "NetworkPolicy") {
+        assert_eq!(np["spec"]["policyTypes"], json!(["Ingress"]), "{file}");
+    }
     let operator_sa = pod["serviceAccountName"].as_str().expect("operator SA");
     let agent_sa = env("GPUVAL_AGENT_SERVICE_ACCOUNT").expect("agent SA");
     assert_ne!(operator_sa, agent_sa, "{file}: one identity for both");
@@ -275,7 +305,8 @@ async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
         chart::documents(&chart::render(RELEASE, NS, &[f.as_path()]).unwrap()).unwrap()
     };
     let defaults = chart::documents(&chart::render(RELEASE, NS, &[]).unwrap()).unwrap();
-    assert_eq!(find(&defaults, "ValidatingAdmissionPolicy").len(), 1);
+    // The agent's own-node policy and the NCCL environment policy.
+    assert_eq!(find(&defaults, "ValidatingAdmissionPolicy").len(), 2);
     assert!(find(&defaults, "ServiceMonitor").is_empty());
     let minimal = with("minimal-values.yaml");
     assert!(find(&minimal, "ValidatingAdmissionPolicy").is_empty());
@@ -959,12 +990,13 @@ async fn the_nccl_environment_is_limited_to_what_the_administrator_allows() {
         json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
             "metadata": {"name": name},
             "spec": {"checks": {"memory": {}},
-                     "fabric": {"env": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
+                     "fabric": {"tcp": {}, "env": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
                                         {"name": var, "value": "x"}]}}})
     };
     // The policy takes effect once the API server has loaded it: retry until it refuses.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let refusal = loop {
+        // Only the policy refuses: a refusal without its words is the CRD's, a bug here.
         let created = api
             .create(
                 &PostParams::default(),
