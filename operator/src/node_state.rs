@@ -129,6 +129,34 @@ pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
     })
 }
 
+/// True when result `r` was written by the agent pod the operator makes for `validation` on
+/// `node` (its `gpuval.io/pod` annotation is that pod's name for the result's generation): only
+/// a validation that selected the node has such a pod, and the admission policy binds the
+/// annotation to the writer's token, so another run's agent cannot speak for this one.
+pub fn written_by_its_agent(
+    r: &PartialObjectMeta<GpuNodeResult>,
+    validation: &str,
+    node: &str,
+) -> bool {
+    let generation = r
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::GENERATION))
+        .and_then(|g| g.parse::<i64>().ok());
+    let ann = r.metadata.annotations.as_ref();
+    let pod = ann.and_then(|a| a.get(labels::POD));
+    // The node is the writer's own (the admission policy checks it against the token), and
+    // with the node fixed the pod name determines the validation.
+    let about = ann.and_then(|a| a.get(labels::NODE));
+    match (generation, pod, about) {
+        (Some(g), Some(pod), Some(about)) => {
+            about == node && *pod == crate::pod::pod_name(validation, node, g)
+        }
+        _ => false,
+    }
+}
+
 /// True when a result's labels say the simulated backend wrote it.
 pub fn is_simulated(result_labels: &BTreeMap<String, String>) -> bool {
     result_labels
@@ -347,7 +375,8 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         .iter()
         .filter_map(|v| {
             let key = ObjectRef::new(&result_name(&v.name_any(), &name)).within(&ctx.cfg.namespace);
-            ctx.results.get(&key)
+            let r = ctx.results.get(&key)?;
+            written_by_its_agent(&r, &v.name_any(), &name).then_some(r)
         })
         .filter_map(|r| result_meta(&r))
         .filter(|r| r.node == name)
@@ -498,6 +527,33 @@ mod tests {
             trust_simulated: true,
         };
         assert!(latest("a", &results, &[], trusted).unwrap().passed);
+    }
+
+    #[test]
+    fn only_the_result_of_the_validation_s_own_agent_pod_counts() {
+        let meta = |pod: &str, node: &str, generation: &str| -> PartialObjectMeta<GpuNodeResult> {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
+                "metadata": {"name": "a-b-c", "namespace": "gpuval-system",
+                    "labels": {labels::GENERATION: generation},
+                    "annotations": {labels::POD: pod, labels::NODE: node}},
+            }))
+            .unwrap()
+        };
+        let own = meta("gpuval-a-b-c-g2", "c", "2");
+        assert!(written_by_its_agent(&own, "a-b", "c"));
+        // The same object name, read as validation a's result on node b-c: not its agent's.
+        assert!(!written_by_its_agent(&own, "a", "b-c"));
+        let older = meta("gpuval-a-b-c-g1", "c", "2");
+        assert!(
+            !written_by_its_agent(&older, "a-b", "c"),
+            "another generation's pod"
+        );
+        let intruder = meta("intruder", "c", "2");
+        assert!(!written_by_its_agent(&intruder, "a-b", "c"));
+        let long_node = "n".repeat(80);
+        let long = meta(&crate::pod::pod_name("v", &long_node, 1), &long_node, "1");
+        assert!(written_by_its_agent(&long, "v", &long_node));
     }
 
     #[test]

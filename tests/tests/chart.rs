@@ -450,14 +450,16 @@ fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) -> String 
     }
 }
 
-fn result_body(validation: &str, node: &str, annotated: &str) -> Value {
+/// A result of `validation` for `node`, annotated as `annotated`'s and as written by `pod`.
+fn result_body(validation: &str, node: &str, annotated: &str, pod: &BoundPod) -> Value {
     json!({
         "apiVersion": "gpuval.io/v1alpha1",
         "kind": "GpuNodeResult",
         "metadata": {
             "name": format!("{validation}-{node}"),
             "namespace": NS,
-            "annotations": {"gpuval.io/node": annotated},
+            "annotations": {"gpuval.io/node": annotated, "gpuval.io/pod": pod.name,
+                            "gpuval.io/pod-uid": pod.uid},
             "labels": {"gpuval.io/node": annotated},
         },
         "spec": {"validation": validation, "generation": 1, "nodeName": node},
@@ -718,7 +720,8 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     // --- The agent's identity is confined. A pod of the agent service account on gpu-a (kwok
     // runs it; it is not an agent pod, so the fake kubelet leaves it alone).
     let probe: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "agent-probe", "namespace": NS},
+        // Named as the operator names the agent pod of validation "probe" on gpu-a.
+        "metadata": {"name": "gpuval-probe-gpu-a-g1", "namespace": NS},
         "spec": {
             "nodeName": "gpu-a",
             "serviceAccountName": agent_sa,
@@ -741,24 +744,42 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     let agent = auth::token_client(cp.server(), &agent_token).await.unwrap();
 
     // Allowed: its own node's result.
-    apply_result(&agent, &result_body("probe", "gpu-a", "gpu-a"))
+    apply_result(&agent, &result_body("probe", "gpu-a", "gpu-a", &bound))
         .await
         .expect("an agent writes its own node's result");
     // Refused by the admission policy: another node's result, or its own result dressed up as
     // another node's.
     let m = refused(
         "write gpu-b's result",
-        apply_result(&agent, &result_body("probe", "gpu-b", "gpu-b")).await,
+        apply_result(&agent, &result_body("probe", "gpu-b", "gpu-b", &bound)).await,
     );
     assert!(m.contains("may not write the result of node gpu-b"), "{m}");
     let m = refused(
         "annotate as gpu-b",
-        apply_result(&agent, &result_body("probe2", "gpu-a", "gpu-b")).await,
+        apply_result(&agent, &result_body("probe2", "gpu-a", "gpu-b", &bound)).await,
     );
     assert!(
         m.contains("must annotate its result gpuval.io/node=gpu-a"),
         "{m}"
     );
+    // Refused: a result bound to another run (another validation's name, or another pod).
+    let m = refused(
+        "write another validation's result",
+        apply_result(&agent, &result_body("other", "gpu-a", "gpu-a", &bound)).await,
+    );
+    assert!(
+        m.contains("is not the agent of validation other on node gpu-a"),
+        "{m}"
+    );
+    let stranger = BoundPod {
+        name: bound.name.clone(),
+        uid: "another-pod-uid".into(),
+    };
+    let m = refused(
+        "claim another pod",
+        apply_result(&agent, &result_body("probe", "gpu-a", "gpu-a", &stranger)).await,
+    );
+    assert!(m.contains("must annotate its result gpuval.io/pod="), "{m}");
     let other = all.iter().find(|r| r.spec.node_name == "gpu-b").unwrap();
     let status_patch = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
         "status": {"verdict": "Fail", "failures": [
@@ -827,7 +848,7 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     let unbound = auth::token_client(cp.server(), &unbound).await.unwrap();
     let m = refused(
         "write with an unbound token",
-        apply_result(&unbound, &result_body("probe3", "gpu-a", "gpu-a")).await,
+        apply_result(&unbound, &result_body("probe3", "gpu-a", "gpu-a", &bound)).await,
     );
     assert!(m.contains("names no node"), "{m}");
 
