@@ -27,7 +27,8 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
     }
     if gv.status.as_ref() != Some(&step.status) {
         write_status::<GpuValidation>(&gv.name_any(), ctx, &step.status).await?;
-        ctx.metrics.count_new_verdicts(&step.new_verdicts);
+        ctx.metrics
+            .count_new_verdicts(&step.new_verdicts, step.status.simulated == Some(true));
     }
     publish_events(gv, ctx, &step.events).await;
     let failed: Vec<String> = step

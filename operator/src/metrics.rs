@@ -33,11 +33,15 @@ pub struct ErrorLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
     pub phase: String,
+    /// `true` for validations whose results came from the simulated backend.
+    pub simulated: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerdictLabels {
     pub verdict: String,
+    /// `true` for verdicts of validations whose results came from the simulated backend.
+    pub simulated: String,
 }
 
 /// Every metric the operator exports.
@@ -109,28 +113,36 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Counts final node verdicts just reached (a step's `new_verdicts`, once its status is
-    /// written).
-    pub fn count_new_verdicts(&self, verdicts: &[NodeVerdict]) {
+    /// written), of a validation whose results are `simulated` or not.
+    pub fn count_new_verdicts(&self, verdicts: &[NodeVerdict], simulated: bool) {
         for v in verdicts {
             self.node_verdicts
                 .get_or_create(&VerdictLabels {
                     verdict: v.as_str().to_string(),
+                    simulated: bool_str(simulated).to_string(),
                 })
                 .inc();
         }
     }
 
-    /// Sets the validations-by-phase gauge from every validation's phase (a validation
-    /// without one counts as Pending); every phase is exported, zero included.
-    pub fn set_phases(&self, phases: impl IntoIterator<Item = Option<Phase>>) {
-        let phases: Vec<Phase> = phases.into_iter().map(Option::unwrap_or_default).collect();
-        for phase in Phase::ALL {
-            let n = phases.iter().filter(|p| **p == phase).count();
-            self.validations
-                .get_or_create(&PhaseLabels {
-                    phase: phase.as_str().to_string(),
-                })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
+    /// Sets the validations-by-phase gauge from every validation's (phase, simulated) (a
+    /// validation without a phase counts as Pending); every phase is exported, zero included,
+    /// for real and simulated validations apart.
+    pub fn set_phases(&self, phases: impl IntoIterator<Item = (Option<Phase>, bool)>) {
+        let phases: Vec<(Phase, bool)> = phases
+            .into_iter()
+            .map(|(p, s)| (p.unwrap_or_default(), s))
+            .collect();
+        for simulated in [false, true] {
+            for phase in Phase::ALL {
+                let n = phases.iter().filter(|p| **p == (phase, simulated)).count();
+                self.validations
+                    .get_or_create(&PhaseLabels {
+                        phase: phase.as_str().to_string(),
+                        simulated: bool_str(simulated).to_string(),
+                    })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
         }
     }
 
@@ -497,25 +509,25 @@ mod tests {
     #[test]
     fn metric_labels_use_the_api_names() {
         let m = Metrics::default();
-        m.count_new_verdicts(&[NodeVerdict::DeadlineExceeded, NodeVerdict::Passed]);
-        m.set_phases([Some(Phase::Running), None, Some(Phase::Running)]);
+        m.count_new_verdicts(&[NodeVerdict::DeadlineExceeded, NodeVerdict::Passed], false);
+        m.count_new_verdicts(&[NodeVerdict::Passed], true);
+        m.set_phases([
+            (Some(Phase::Running), false),
+            (None, false),
+            (Some(Phase::Running), false),
+            (Some(Phase::Passed), true),
+        ]);
         let text = m.encode();
-        assert!(
-            text.contains("gpuval_node_verdicts_total{verdict=\"DeadlineExceeded\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("gpuval_validations{phase=\"Running\"} 2"),
-            "{text}"
-        );
-        assert!(
-            text.contains("gpuval_validations{phase=\"Pending\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("gpuval_validations{phase=\"Failed\"} 0"),
-            "{text}"
-        );
+        for want in [
+            r#"gpuval_node_verdicts_total{verdict="DeadlineExceeded",simulated="false"} 1"#,
+            r#"gpuval_node_verdicts_total{verdict="Passed",simulated="true"} 1"#,
+            r#"gpuval_validations{phase="Running",simulated="false"} 2"#,
+            r#"gpuval_validations{phase="Pending",simulated="false"} 1"#,
+            r#"gpuval_validations{phase="Failed",simulated="false"} 0"#,
+            r#"gpuval_validations{phase="Passed",simulated="true"} 1"#,
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
     }
 
     fn report(gbps: f64, verdict: Verdict) -> gpuval_crds::NodeReport {
