@@ -241,17 +241,7 @@ fn decide(
         &mut step,
     );
 
-    let simulated = [Some(view.world), whole.as_ref()]
-        .into_iter()
-        .flatten()
-        .any(|w| {
-            w.results
-                .iter()
-                .any(|r| r.generation == generation && r.facts.simulated)
-        });
-    if simulated {
-        status.simulated = Some(true);
-    }
+    note_simulated(&mut status, [Some(view.world), whole.as_ref()], generation);
     let (phase, summary) = conclude(&mut status, &record, generation, &now_t);
     if status.simulated == Some(true) {
         kstatus::mark_simulated(&mut status.conditions);
@@ -301,6 +291,23 @@ fn fabric_step(
     step.create_round = f.round;
     status.fabric = f.status;
     f.requeue
+}
+
+/// Sets `status.simulated` once a result of `generation` in any of `worlds` came from the
+/// simulated backend (it stays set: the run's verdicts are not about real GPUs).
+fn note_simulated<'a>(
+    status: &mut GpuValidationStatus,
+    worlds: impl IntoIterator<Item = Option<&'a World>>,
+    generation: i64,
+) {
+    let simulated = worlds.into_iter().flatten().any(|w| {
+        w.results
+            .iter()
+            .any(|r| r.generation == generation && r.facts.simulated)
+    });
+    if simulated {
+        status.simulated = Some(true);
+    }
 }
 
 /// Sets the counts, the listed node lines, the phase, the conditions and (once the run is
