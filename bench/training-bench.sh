@@ -7,6 +7,9 @@
 # table.md.
 #
 #   bench/training-bench.sh AGENT OUT_DIR
+#
+# AGENT must be built with the planted-fault hooks: cargo build --release -p gpuval-agent
+# --features test-hooks (`make release` and the images leave them out).
 set -uo pipefail
 if [ $# -ne 2 ]; then
   echo "usage: $0 AGENT OUT_DIR" >&2

@@ -368,11 +368,16 @@ pub fn result_object(env: &AgentEnv, report: &NodeReport) -> GpuNodeResult {
         controller: Some(false),
         block_owner_deletion: Some(false),
     };
+    let mut result_labels = result_labels(env, report.verdict, report.action);
+    if report.simulated {
+        // The operator never takes a simulated result as evidence about the node.
+        result_labels.insert(labels::SIMULATED.to_string(), "true".to_string());
+    }
     GpuNodeResult {
         metadata: ObjectMeta {
             name: Some(result_name(&env.validation, &env.node)),
             namespace: Some(env.namespace.clone()),
-            labels: Some(result_labels(env, report.verdict, report.action)),
+            labels: Some(result_labels),
             annotations: Some(
                 [
                     (labels::SUMMARY, summary(report)),
@@ -1082,6 +1087,7 @@ mod tests {
                     "gpuval.io/validation": "quick",
                     "gpuval.io/verdict": "Fail",
                     "gpuval.io/action": "None",
+                    "gpuval.io/simulated": "true",
                 },
                 "annotations": {
                     "gpuval.io/summary": "GPU3: memory: 12 mismatched words",

@@ -24,4 +24,5 @@ pub mod run_control;
 pub mod runner;
 pub mod saved_result;
 pub mod telemetry;
+pub mod test_hooks;
 pub mod text;

@@ -31,6 +31,16 @@ pub const MAX_ENV: usize = 32;
 /// The first rendezvous port: group `id` of a round meets on `RENDEZVOUS_PORT + 2 * id` (and
 /// its NCCL bootstrap on the port above).
 pub const RENDEZVOUS_PORT: u16 = 29400;
+
+/// The rendezvous port of group `id` from the first port `base`: `base + 2 * id`, wrapping
+/// around within `base..=65534` so that a round of many groups never leaves the port range
+/// (its NCCL bootstrap is the port above). Groups far enough apart to wrap onto one port meet
+/// at different addresses (their first members differ), so they do not collide.
+pub fn group_port(base: u16, id: usize) -> u16 {
+    let slots = (usize::from(u16::MAX - base.min(u16::MAX - 1)) / 2).max(1);
+    let offset = 2 * (id % slots);
+    base.saturating_add(u16::try_from(offset).unwrap_or(0))
+}
 /// The most suspects the validation status lists (the rest are counted).
 pub const MAX_LISTED_SUSPECTS: usize = 20;
 
@@ -343,4 +353,26 @@ pub struct FabricStatus {
     /// What happened, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::*;
+
+    #[test]
+    fn group_ports_stay_in_range_for_any_round() {
+        assert_eq!(group_port(RENDEZVOUS_PORT, 0), 29400);
+        assert_eq!(group_port(RENDEZVOUS_PORT, 3), 29406);
+        for base in [1024, RENDEZVOUS_PORT, 65000, 65533, 65534] {
+            for id in [0, 1, 5_000, 18_067, 18_068, 1_000_000] {
+                let p = group_port(base, id);
+                assert!(p >= base && p < u16::MAX, "base {base} group {id}: {p}");
+            }
+        }
+        // Groups near each other still get ports of their own.
+        assert_ne!(
+            group_port(RENDEZVOUS_PORT, 17_000),
+            group_port(RENDEZVOUS_PORT, 17_001)
+        );
+    }
 }

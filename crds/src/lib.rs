@@ -18,6 +18,7 @@ pub mod fabric;
 pub mod facts;
 pub mod names;
 pub mod nccl;
+pub mod nccl_env;
 pub mod reason;
 pub mod report;
 pub mod result;
@@ -99,6 +100,9 @@ pub mod labels {
     /// Annotation on a node result: the codes of its failures (or warnings), comma-separated,
     /// worst first.
     pub const CODES: &str = "gpuval.io/codes";
+    /// Label on a node result written by the simulated backend (`true`): such a result is never
+    /// evidence about a real node (no node labels, condition, taint change or fleet figures).
+    pub const SIMULATED: &str = "gpuval.io/simulated";
     /// Annotation on a node result: the node's versions (`driver=570.86.15,vbios=...,cuda=12.8`).
     pub const VERSIONS: &str = "gpuval.io/versions";
 

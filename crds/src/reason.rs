@@ -242,6 +242,13 @@ codes! {
     Unclassified => (Fail, None, false, "A reason from a report written before reasons carried codes."),
 }
 
+/// The codes whose cause is the installation's configuration, not the node's hardware (an io
+/// check without a host path the administrator allowed, a library the image lacks). A finding
+/// of only these is the validation's error: it never labels a node Fail, never sets
+/// `GpuValidated=False` and never taints; the operator and the views ask
+/// [`Code::is_configuration`].
+pub const CONFIGURATION_CODES: [Code; 2] = [Code::IoError, Code::LibraryMissing];
+
 impl std::fmt::Display for Code {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -272,6 +279,25 @@ impl Code {
     /// a check could not measure (Error) and the legacy one.
     pub fn is_overridable(self) -> bool {
         self.severity() != Severity::Error && self != Code::Unclassified
+    }
+
+    /// True when this code's cause is configuration, not hardware ([`CONFIGURATION_CODES`]).
+    pub fn is_configuration(self) -> bool {
+        CONFIGURATION_CODES.contains(&self)
+    }
+
+    /// True when `codes` (a result's or node line's comma-separated codes) is not empty and
+    /// every code in it is a configuration code: the finding says nothing about the node. An
+    /// unknown code counts as hardware.
+    pub fn only_configuration(codes: &str) -> bool {
+        let mut any = false;
+        for c in codes.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            match c.parse::<Code>() {
+                Ok(code) if code.is_configuration() => any = true,
+                _ => return false,
+            }
+        }
+        any
     }
 
     /// The codes a validation may override, in table order.
@@ -514,6 +540,22 @@ impl Overrides {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn configuration_codes_are_the_installation_s_error_not_the_node_s() {
+        assert!(Code::IoError.is_configuration() && Code::LibraryMissing.is_configuration());
+        assert!(!Code::MemoryMismatch.is_configuration());
+        assert!(Code::only_configuration("IoError"));
+        assert!(Code::only_configuration("LibraryMissing, IoError"));
+        // A hardware code beside it, an unknown code or nothing at all is not configuration.
+        assert!(!Code::only_configuration("MemoryMismatch,IoError"));
+        assert!(!Code::only_configuration("IoError,NoSuchCode"));
+        assert!(!Code::only_configuration(""));
+        // Every configuration code means a check could not measure: never a hardware verdict.
+        for c in CONFIGURATION_CODES {
+            assert_eq!(c.severity(), Severity::Error, "{c}");
+        }
+    }
 
     #[test]
     fn codes_are_distinct_and_parse_back() {

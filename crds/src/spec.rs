@@ -42,6 +42,7 @@ pub const MAX_EXACT_INTEGER: i64 = (1 << 53) - 1;
         type_ = "integer",
         json_path = ".status.summary.failed"
     ),
+    printcolumn(name = "Simulated", type_ = "boolean", json_path = ".status.simulated"),
     printcolumn(
         name = "Reason",
         type_ = "string",

@@ -205,6 +205,10 @@ pub struct GpuValidationStatus {
     /// the nodes that differ from the majority (a Warn).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<crate::facts::FleetStatus>,
+    /// True once a result of this run came from the simulated GPU backend (tests and demos):
+    /// its verdicts say nothing about real GPUs and never act on Nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<bool>,
 }
 
 fn is_zero(n: &i32) -> bool {

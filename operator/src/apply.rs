@@ -27,11 +27,42 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
     }
     if gv.status.as_ref() != Some(&step.status) {
         write_status::<GpuValidation>(&gv.name_any(), ctx, &step.status).await?;
-        ctx.metrics.count_new_verdicts(&step.new_verdicts);
+        ctx.metrics
+            .count_new_verdicts(&step.new_verdicts, step.status.simulated == Some(true));
     }
     publish_events(gv, ctx, &step.events).await;
-    act_on_failed_nodes(gv, ctx, &step.newly_failed).await;
+    let failed: Vec<String> = step
+        .newly_failed
+        .iter()
+        .filter(|n| may_act_on(ctx, &step.status, n))
+        .cloned()
+        .collect();
+    act_on_failed_nodes(gv, ctx, &failed).await;
     Ok(())
+}
+
+/// True when node `node`'s failure in `status` may act on it: not a finding of only
+/// configuration codes, not a simulated result (see [`crate::node_state::may_act_on`]).
+fn may_act_on(ctx: &Ctx, status: &gpuval_crds::GpuValidationStatus, node: &str) -> bool {
+    let line = status.nodes.iter().find(|l| l.name == node);
+    let result = line
+        .and_then(|l| l.result.as_ref())
+        .and_then(|r| {
+            ctx.results
+                .get(&ObjectRef::new(r).within(&ctx.cfg.namespace))
+        })
+        .and_then(|r| crate::node_state::result_meta(&r));
+    let codes = line.and_then(|l| l.codes.as_deref());
+    let policy = crate::node_state::Policy::of(&ctx.cfg);
+    let acts = crate::node_state::may_act_on(codes, result.as_ref(), policy);
+    if !acts {
+        tracing::info!(
+            node,
+            codes = codes.unwrap_or_default(),
+            "no action on the node: its finding is configuration or simulated, not hardware"
+        );
+    }
+    acts
 }
 
 /// Deletes the named objects of kind `K` in the operator's namespace (gone already is fine).

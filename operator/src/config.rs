@@ -38,6 +38,14 @@ pub struct OperatorConfig {
     /// What gives agent pods the fabric for `spec.fabric` (the administrator's, never a
     /// validation's).
     pub fabric: FabricPods,
+    /// Test-only, no flag: results of the simulated backend act on Nodes (labels, the
+    /// `GpuValidated` condition, taints) as real ones would, so that tests on kwok nodes can
+    /// assert node actions. Off, a simulated result is never evidence about a node.
+    pub simulated_acts_on_nodes: bool,
+    /// Admission taint keys a schedule may name besides gpuval's own (`gpuval.io/...`): gpuval
+    /// removes that taint from nodes that pass, so only the administrator may widen the list
+    /// (Helm values `operator.admission.allowedTaintKeys`).
+    pub admission_taint_keys: Vec<String>,
 }
 
 /// Pod settings for validations with `spec.fabric`: host networking (RDMA NICs, no overlay),
@@ -92,7 +100,22 @@ impl Default for OperatorConfig {
             agent_result_jitter: std::time::Duration::ZERO,
             fabric: FabricPods::default(),
             clock: crate::schedule::Clock::system(),
+            simulated_acts_on_nodes: false,
+            admission_taint_keys: Vec::new(),
         }
+    }
+}
+
+impl OperatorConfig {
+    /// True when the operator gives every agent the simulated backend (`GPUVAL_SIMULATE`, or
+    /// `GPUVAL_BACKEND=simulated`, in its agent environment): none of their results is
+    /// evidence about a real node.
+    pub fn agents_simulated(&self) -> bool {
+        use gpuval_crds::agent_env::{BACKEND, SIMULATE};
+        self.agent_env.iter().any(|(k, v)| {
+            (k == SIMULATE && !v.trim().is_empty())
+                || (k == BACKEND && v.trim().eq_ignore_ascii_case("simulated"))
+        })
     }
 }
 

@@ -118,12 +118,14 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
         let (runs, bytes) = ctx.runs.held();
         tracing::trace!(runs, bytes, "run records held");
     }
-    ctx.metrics.set_phases(
-        ctx.validations
-            .state()
-            .iter()
-            .map(|v| v.status.as_ref().and_then(|s| s.phase)),
-    );
+    ctx.metrics
+        .set_phases(ctx.validations.state().iter().map(|v| {
+            let s = v.status.as_ref();
+            (
+                s.and_then(|s| s.phase),
+                s.and_then(|s| s.simulated) == Some(true),
+            )
+        }));
     Ok(Action::requeue(step.requeue_after.unwrap_or(RESYNC)))
 }
 

@@ -55,6 +55,14 @@ struct Args {
         value_delimiter = ','
     )]
     io_allowed_paths: Vec<PathBuf>,
+    /// An admission taint key a GpuValidationSchedule may name besides gpuval's own
+    /// (gpuval.io/...); repeatable. gpuval removes that taint from nodes that pass.
+    #[arg(
+        long = "admission-taint-key",
+        env = "GPUVAL_ADMISSION_TAINT_KEYS",
+        value_delimiter = ','
+    )]
+    admission_taint_keys: Vec<String>,
     /// Run agent pods privileged (an administrator's opt-in).
     #[arg(long, env = "GPUVAL_AGENT_PRIVILEGED")]
     agent_privileged: bool,
@@ -191,8 +199,18 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
             port: a.fabric_port,
         },
         clock: gpuval_operator::schedule::Clock::system(),
+        // Test-only, never from a flag: simulated results do not act on Nodes here.
+        simulated_acts_on_nodes: false,
+        admission_taint_keys: entries(&a.admission_taint_keys)
+            .map(str::to_string)
+            .collect(),
     };
     cfg.validate()?;
+    if cfg.agents_simulated() {
+        tracing::warn!(
+            "agents run the SIMULATED GPU backend (GPUVAL_SIMULATE or GPUVAL_BACKEND in --agent-env): their results are not evidence about any node; no node labels, conditions, taint changes or admissions follow from them"
+        );
+    }
     Ok(cfg)
 }
 

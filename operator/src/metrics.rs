@@ -33,11 +33,15 @@ pub struct ErrorLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
     pub phase: String,
+    /// `true` for validations whose results came from the simulated backend.
+    pub simulated: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerdictLabels {
     pub verdict: String,
+    /// `true` for verdicts of validations whose results came from the simulated backend.
+    pub simulated: String,
 }
 
 /// Every metric the operator exports.
@@ -109,28 +113,36 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Counts final node verdicts just reached (a step's `new_verdicts`, once its status is
-    /// written).
-    pub fn count_new_verdicts(&self, verdicts: &[NodeVerdict]) {
+    /// written), of a validation whose results are `simulated` or not.
+    pub fn count_new_verdicts(&self, verdicts: &[NodeVerdict], simulated: bool) {
         for v in verdicts {
             self.node_verdicts
                 .get_or_create(&VerdictLabels {
                     verdict: v.as_str().to_string(),
+                    simulated: bool_str(simulated).to_string(),
                 })
                 .inc();
         }
     }
 
-    /// Sets the validations-by-phase gauge from every validation's phase (a validation
-    /// without one counts as Pending); every phase is exported, zero included.
-    pub fn set_phases(&self, phases: impl IntoIterator<Item = Option<Phase>>) {
-        let phases: Vec<Phase> = phases.into_iter().map(Option::unwrap_or_default).collect();
-        for phase in Phase::ALL {
-            let n = phases.iter().filter(|p| **p == phase).count();
-            self.validations
-                .get_or_create(&PhaseLabels {
-                    phase: phase.as_str().to_string(),
-                })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
+    /// Sets the validations-by-phase gauge from every validation's (phase, simulated) (a
+    /// validation without a phase counts as Pending); every phase is exported, zero included,
+    /// for real and simulated validations apart.
+    pub fn set_phases(&self, phases: impl IntoIterator<Item = (Option<Phase>, bool)>) {
+        let phases: Vec<(Phase, bool)> = phases
+            .into_iter()
+            .map(|(p, s)| (p.unwrap_or_default(), s))
+            .collect();
+        for simulated in [false, true] {
+            for phase in Phase::ALL {
+                let n = phases.iter().filter(|p| **p == (phase, simulated)).count();
+                self.validations
+                    .get_or_create(&PhaseLabels {
+                        phase: phase.as_str().to_string(),
+                        simulated: bool_str(simulated).to_string(),
+                    })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
         }
     }
 
@@ -269,13 +281,13 @@ impl Fleet {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keeps `latest` for `node` unless a result created later is already held.
+    /// Keeps `latest` for `node` unless a result created later is already held, or `latest`
+    /// is simulated and a real result is held (a simulated result never hides real figures).
     pub fn update(&self, node: &str, latest: NodeLatest) {
         let mut map = self.lock();
-        if map
-            .get(node)
-            .is_none_or(|held| held.created <= latest.created)
-        {
+        if map.get(node).is_none_or(|held| {
+            held.created <= latest.created && (held.simulated || !latest.simulated)
+        }) {
             map.insert(node.to_string(), latest);
         }
     }
@@ -342,7 +354,11 @@ fn write_family(
 ) -> Result<(), std::fmt::Error> {
     let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
     if name == "fleet_nodes" {
-        return series(&mut family, &[] as &[(&str, &str); 0], nodes.len() as f64);
+        for simulated in [false, true] {
+            let n = nodes.values().filter(|n| n.simulated == simulated).count();
+            series(&mut family, &[("simulated", bool_str(simulated))], n as f64)?;
+        }
+        return Ok(());
     }
     for (node, n) in nodes {
         write_node(&mut family, name, node, n)?;
@@ -350,34 +366,38 @@ fn write_family(
     Ok(())
 }
 
-/// Writes `node`'s series of the family `name`.
+fn bool_str(b: bool) -> &'static str {
+    if b { "true" } else { "false" }
+}
+
+/// Writes `node`'s series of the family `name`; every series carries `simulated` (true when
+/// the figures come from the simulated backend: never about real hardware).
 fn write_node(
     family: &mut prometheus_client::encoding::MetricEncoder<'_>,
     name: &'static str,
     node: &str,
     n: &NodeLatest,
 ) -> Result<(), std::fmt::Error> {
+    let sim = [("simulated", bool_str(n.simulated))];
     match name {
         "node_verdict" => {
-            let simulated = if n.simulated { "true" } else { "false" };
             let labels = [
                 ("node", node),
                 ("validation", n.validation.as_str()),
                 ("verdict", n.verdict.as_str()),
-                ("simulated", simulated),
             ];
-            return series(family, &labels, 1.0);
+            return series(family, &(labels, sim), 1.0);
         }
         "node_last_validated_timestamp_seconds" => {
             return match n.finished {
-                Some(t) => series(family, &[("node", node)], t),
+                Some(t) => series(family, &([("node", node)], sim), t),
                 None => Ok(()),
             };
         }
         "gpu_verdict" => {
             for g in &n.gpus {
                 let labels = gpu_labels(node, n, g.0, [("verdict", g.3.as_str())]);
-                series(family, &labels, 1.0)?;
+                series(family, &(labels, sim), 1.0)?;
             }
             return Ok(());
         }
@@ -385,9 +405,11 @@ fn write_node(
     }
     for f in n.figures.iter().filter(|f| family_of(f) == Some(name)) {
         match f.on {
-            On::Gpu(index) if f.kind == Kind::MemoryGbps => {
-                series(family, &gpu_labels(node, n, index.into(), []), f.value)?
-            }
+            On::Gpu(index) if f.kind == Kind::MemoryGbps => series(
+                family,
+                &(gpu_labels(node, n, index.into(), []), sim),
+                f.value,
+            )?,
             On::Gpu(index) => {
                 let key = if f.kind == Kind::Tflops {
                     "dtype"
@@ -395,15 +417,15 @@ fn write_node(
                     "direction"
                 };
                 let labels = gpu_labels(node, n, index.into(), [(key, f.qualifier())]);
-                series(family, &labels, f.value)?
+                series(family, &(labels, sim), f.value)?
             }
             On::Pair(src, dst) => {
                 let labels = ([("node", node)], [("src", src), ("dst", dst)]);
-                series(family, &labels, f.value)?
+                series(family, &(labels, sim), f.value)?
             }
             On::Node => {
                 let labels = [("node", node), ("collective", f.qualifier())];
-                series(family, &labels, f.value)?
+                series(family, &(labels, sim), f.value)?
             }
         }
     }
@@ -487,25 +509,25 @@ mod tests {
     #[test]
     fn metric_labels_use_the_api_names() {
         let m = Metrics::default();
-        m.count_new_verdicts(&[NodeVerdict::DeadlineExceeded, NodeVerdict::Passed]);
-        m.set_phases([Some(Phase::Running), None, Some(Phase::Running)]);
+        m.count_new_verdicts(&[NodeVerdict::DeadlineExceeded, NodeVerdict::Passed], false);
+        m.count_new_verdicts(&[NodeVerdict::Passed], true);
+        m.set_phases([
+            (Some(Phase::Running), false),
+            (None, false),
+            (Some(Phase::Running), false),
+            (Some(Phase::Passed), true),
+        ]);
         let text = m.encode();
-        assert!(
-            text.contains("gpuval_node_verdicts_total{verdict=\"DeadlineExceeded\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("gpuval_validations{phase=\"Running\"} 2"),
-            "{text}"
-        );
-        assert!(
-            text.contains("gpuval_validations{phase=\"Pending\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("gpuval_validations{phase=\"Failed\"} 0"),
-            "{text}"
-        );
+        for want in [
+            r#"gpuval_node_verdicts_total{verdict="DeadlineExceeded",simulated="false"} 1"#,
+            r#"gpuval_node_verdicts_total{verdict="Passed",simulated="true"} 1"#,
+            r#"gpuval_validations{phase="Running",simulated="false"} 2"#,
+            r#"gpuval_validations{phase="Pending",simulated="false"} 1"#,
+            r#"gpuval_validations{phase="Failed",simulated="false"} 0"#,
+            r#"gpuval_validations{phase="Passed",simulated="true"} 1"#,
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
     }
 
     fn report(gbps: f64, verdict: Verdict) -> gpuval_crds::NodeReport {
@@ -544,17 +566,21 @@ mod tests {
         let text = m.encode();
         let gpu = r#"node="gpu-a",gpu="0",uuid="GPU-a",model="NVIDIA H200""#;
         assert!(
-            text.contains(&format!("gpuval_gpu_memory_gbps{{{gpu}}} 3900.0")),
+            text.contains(&format!(
+                "gpuval_gpu_memory_gbps{{{gpu},simulated=\"true\"}} 3900.0"
+            )),
             "{text}"
         );
         assert!(text.contains(r#"gpuval_node_verdict{node="gpu-a",validation="v2",verdict="Fail",simulated="true"} 1.0"#), "{text}");
         assert!(
-            text.contains(r#"gpuval_p2p_gbps{node="gpu-a",src="0",dst="1"} 390.5"#),
+            text.contains(
+                r#"gpuval_p2p_gbps{node="gpu-a",src="0",dst="1",simulated="true"} 390.5"#
+            ),
             "{text}"
         );
         assert!(
             text.contains(
-                r#"gpuval_node_last_validated_timestamp_seconds{node="gpu-a"} 1795421100.0"#
+                r#"gpuval_node_last_validated_timestamp_seconds{node="gpu-a",simulated="true"} 1795421100.0"#
             ),
             "{text}"
         );
@@ -567,7 +593,50 @@ mod tests {
             !text.contains("gpu-a"),
             "a node that left has no series: {text}"
         );
-        assert!(text.contains("gpuval_fleet_nodes{} 0.0"), "{text}");
+        assert!(
+            text.contains(r#"gpuval_fleet_nodes{simulated="false"} 0.0"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_fleet_series_says_whether_it_is_simulated_and_a_simulated_result_never_hides_a_real_one()
+     {
+        let m = Metrics::default();
+        let mut real = NodeLatest::from_report("real", "u1", 10, &report(4300.0, Verdict::Pass));
+        real.simulated = false;
+        m.fleet.update("gpu-a", real);
+        m.fleet.update(
+            "gpu-a",
+            NodeLatest::from_report("demo", "u2", 20, &report(1.0, Verdict::Fail)),
+        );
+        m.fleet.update(
+            "gpu-b",
+            NodeLatest::from_report("demo", "u3", 20, &report(1.0, Verdict::Pass)),
+        );
+        let text = m.encode();
+        assert!(
+            text.contains(r#"validation="real",verdict="Pass",simulated="false""#),
+            "{text}"
+        );
+        assert!(
+            !text.contains(r#"validation="demo",verdict="Fail""#),
+            "{text}"
+        );
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("gpuval_") && l.contains("node="))
+        {
+            assert!(line.contains("simulated=\""), "{line}");
+        }
+        assert!(
+            text.contains(r#"gpuval_fleet_nodes{simulated="false"} 1.0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"gpuval_fleet_nodes{simulated="true"} 1.0"#),
+            "{text}"
+        );
     }
 
     #[test]

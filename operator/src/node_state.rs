@@ -10,6 +10,12 @@
 //! apply under the operator's field manager (the condition through the status subresource).
 //! When no result or validation speaks of a node any more, the labels and the condition are
 //! removed.
+//!
+//! Only real evidence counts ([`Policy`]): a result of the simulated backend (its
+//! `gpuval.io/simulated` label, or every result when the operator itself gives agents a
+//! simulated backend) and a finding whose codes are all configuration codes
+//! ([`gpuval_crds::Code::only_configuration`]: the installation's error, not the node's) are
+//! not verdicts about a node.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -65,6 +71,34 @@ pub struct ResultMeta {
     pub action: Remedy,
     /// Its `gpuval.io/codes` annotation.
     pub codes: String,
+    /// It carries `gpuval.io/simulated=true`: written by the simulated backend.
+    pub simulated: bool,
+}
+
+/// What counts as evidence about a real node.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Policy {
+    /// The operator gives every agent a simulated backend (`GPUVAL_SIMULATE` or
+    /// `GPUVAL_BACKEND=simulated` in its agent environment): nothing is evidence.
+    pub agents_simulated: bool,
+    /// Test-only: simulated results count as evidence
+    /// ([`crate::config::OperatorConfig::simulated_acts_on_nodes`]).
+    pub trust_simulated: bool,
+}
+
+impl Policy {
+    /// The policy of an operator configured with `cfg`.
+    pub fn of(cfg: &crate::config::OperatorConfig) -> Self {
+        Self {
+            agents_simulated: cfg.agents_simulated(),
+            trust_simulated: cfg.simulated_acts_on_nodes,
+        }
+    }
+
+    /// True when a result (simulated or not) may act on its node.
+    pub fn counts(&self, simulated: bool) -> bool {
+        self.trust_simulated || !(simulated || self.agents_simulated)
+    }
 }
 
 /// The metadata of a node result, when it has the labels the agent sets.
@@ -91,18 +125,61 @@ pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
             .and_then(|a| a.get(labels::CODES))
             .cloned()
             .unwrap_or_default(),
+        simulated: is_simulated(l),
     })
+}
+
+/// True when result `r` was written by the agent pod the operator makes for `validation` on
+/// `node` (its `gpuval.io/pod` annotation is that pod's name for the result's generation): only
+/// a validation that selected the node has such a pod, and the admission policy binds the
+/// annotation to the writer's token, so another run's agent cannot speak for this one.
+pub fn written_by_its_agent(
+    r: &PartialObjectMeta<GpuNodeResult>,
+    validation: &str,
+    node: &str,
+) -> bool {
+    let generation = r
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::GENERATION))
+        .and_then(|g| g.parse::<i64>().ok());
+    let ann = r.metadata.annotations.as_ref();
+    let pod = ann.and_then(|a| a.get(labels::POD));
+    // The node is the writer's own (the admission policy checks it against the token), and
+    // with the node fixed the pod name determines the validation.
+    let about = ann.and_then(|a| a.get(labels::NODE));
+    match (generation, pod, about) {
+        (Some(g), Some(pod), Some(about)) => {
+            about == node && *pod == crate::pod::pod_name(validation, node, g)
+        }
+        _ => false,
+    }
+}
+
+/// True when a result's labels say the simulated backend wrote it.
+pub fn is_simulated(result_labels: &BTreeMap<String, String>) -> bool {
+    result_labels
+        .get(labels::SIMULATED)
+        .is_some_and(|v| v == "true")
 }
 
 /// The newest verdict about `node`: from its node results (Pass and Warn pass) and from the
 /// node lines of finished validations (Error and DeadlineExceeded have no result). On a tie a
-/// failure wins.
+/// failure wins. What `policy` does not count (simulated results) and findings of only
+/// configuration codes are left out: they say nothing about the node.
 pub fn latest(
     node: &str,
     results: &[ResultMeta],
     validations: &[&GpuValidation],
+    policy: Policy,
 ) -> Option<Evidence> {
-    let from_results = results.iter().filter(|r| r.node == node).map(|r| {
+    if !policy.counts(false) {
+        return None;
+    }
+    let from_results = results.iter().filter(|r| r.node == node);
+    let from_results = from_results.filter(|r| policy.counts(r.simulated));
+    let from_results = from_results.map(|r| {
         let passed = matches!(r.verdict.as_str(), "Pass" | "Warn");
         Evidence {
             validation: r.validation.clone(),
@@ -135,7 +212,20 @@ pub fn latest(
     });
     from_results
         .chain(from_lines)
+        .filter(|e| e.passed || !gpuval_crds::Code::only_configuration(&e.codes))
         .max_by_key(|e| (e.at, !e.passed))
+}
+
+/// True when a validation's failed node line (with its result's metadata, if it has one) may
+/// act on the node (`spec.onFailure`, admission's failure taint): never for a finding of only
+/// configuration codes, nor for a result `policy` does not count (simulated).
+pub fn may_act_on(line_codes: Option<&str>, result: Option<&ResultMeta>, policy: Policy) -> bool {
+    let codes = result
+        .map(|r| r.codes.as_str())
+        .or(line_codes)
+        .unwrap_or_default();
+    policy.counts(result.is_some_and(|r| r.simulated))
+        && !gpuval_crds::Code::only_configuration(codes)
 }
 
 /// The labels and condition a node should carry.
@@ -278,14 +368,15 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         .iter()
         .filter_map(|v| {
             let key = ObjectRef::new(&result_name(&v.name_any(), &name)).within(&ctx.cfg.namespace);
-            ctx.results.get(&key)
+            let r = ctx.results.get(&key)?;
+            written_by_its_agent(&r, &v.name_any(), &name).then_some(r)
         })
         .filter_map(|r| result_meta(&r))
         .filter(|r| r.node == name)
         .collect();
     let validations = nc.validations.state();
     let finished: Vec<&GpuValidation> = validations.iter().map(|v| &**v).collect();
-    let evidence = latest(&name, &results, &finished);
+    let evidence = latest(&name, &results, &finished, Policy::of(&ctx.cfg));
     let want = desired(evidence.as_ref(), condition_of(&node));
     if want != current(&node) {
         tracing::info!(node = %name, verdict = ?want.labels.get(labels::NODE_VERDICT), "node state");
@@ -399,7 +490,137 @@ mod tests {
             } else {
                 String::new()
             },
+            simulated: false,
         }
+    }
+
+    #[test]
+    fn a_simulated_result_is_no_evidence_about_a_real_node() {
+        let mut sim = result("a", "demo", "Pass", "2026-11-23T02:00:00Z");
+        sim.simulated = true;
+        let real = result("a", "old", "Fail", "2026-11-23T01:00:00Z");
+        let results = [real, sim];
+        let e = latest("a", &results, &[], Policy::default()).unwrap();
+        assert_eq!(
+            (e.validation.as_str(), e.passed),
+            ("old", false),
+            "the newer simulated pass does not hide the real failure"
+        );
+        assert_eq!(latest("a", &results[1..], &[], Policy::default()), None);
+        // An operator whose agents all simulate has no evidence at all.
+        let simulating = Policy {
+            agents_simulated: true,
+            ..Policy::default()
+        };
+        assert_eq!(latest("a", &results[..1], &[], simulating), None);
+        assert_eq!(desired(None, None).labels, BTreeMap::new());
+        // The test-only opt-in counts them.
+        let trusted = Policy {
+            agents_simulated: true,
+            trust_simulated: true,
+        };
+        assert!(latest("a", &results, &[], trusted).unwrap().passed);
+    }
+
+    #[test]
+    fn only_the_result_of_the_validation_s_own_agent_pod_counts() {
+        let meta = |pod: &str, node: &str, generation: &str| -> PartialObjectMeta<GpuNodeResult> {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
+                "metadata": {"name": "a-b-c", "namespace": "gpuval-system",
+                    "labels": {labels::GENERATION: generation},
+                    "annotations": {labels::POD: pod, labels::NODE: node}},
+            }))
+            .unwrap()
+        };
+        let own = meta("gpuval-a-b-c-g2", "c", "2");
+        assert!(written_by_its_agent(&own, "a-b", "c"));
+        // The same object name, read as validation a's result on node b-c: not its agent's.
+        assert!(!written_by_its_agent(&own, "a", "b-c"));
+        let older = meta("gpuval-a-b-c-g1", "c", "2");
+        assert!(
+            !written_by_its_agent(&older, "a-b", "c"),
+            "another generation's pod"
+        );
+        let intruder = meta("intruder", "c", "2");
+        assert!(!written_by_its_agent(&intruder, "a-b", "c"));
+        let long_node = "n".repeat(80);
+        let long = meta(&crate::pod::pod_name("v", &long_node, 1), &long_node, "1");
+        assert!(written_by_its_agent(&long, "v", &long_node));
+    }
+
+    #[test]
+    fn only_real_hardware_findings_act_on_a_node() {
+        let fail = result("a", "v", "Fail", "2026-11-23T02:00:00Z");
+        let p = Policy::default();
+        assert!(may_act_on(None, Some(&fail), p));
+        assert!(
+            may_act_on(Some("XidFatal"), None, p),
+            "an Error line without result"
+        );
+        assert!(!may_act_on(Some("IoError"), None, p), "configuration");
+        let mut io = fail.clone();
+        io.codes = "IoError,LibraryMissing".into();
+        assert!(!may_act_on(Some("MemoryMismatch"), Some(&io), p));
+        let mut sim = fail.clone();
+        sim.simulated = true;
+        assert!(!may_act_on(None, Some(&sim), p), "simulated");
+        let simulating = Policy {
+            agents_simulated: true,
+            ..p
+        };
+        assert!(!may_act_on(Some("XidFatal"), None, simulating));
+        let trusted = Policy {
+            trust_simulated: true,
+            ..p
+        };
+        assert!(may_act_on(None, Some(&sim), trusted));
+    }
+
+    #[test]
+    fn a_configuration_error_never_labels_a_node_fail() {
+        let mut io = result("a", "new", "Error", "2026-11-23T02:00:00Z");
+        io.codes = "IoError".into();
+        io.action = Remedy::Rerun;
+        let pass = result("a", "old", "Pass", "2026-11-23T01:00:00Z");
+        let e = latest("a", &[pass, io.clone()], &[], Policy::default()).unwrap();
+        assert!(e.passed && e.validation == "old", "the earlier pass stands");
+        assert_eq!(
+            latest("a", std::slice::from_ref(&io), &[], Policy::default()),
+            None
+        );
+        // A hardware code beside it is a real failure.
+        io.codes = "MemoryMismatch,IoError".into();
+        let e = latest("a", std::slice::from_ref(&io), &[], Policy::default()).unwrap();
+        assert!(!e.passed);
+        assert_eq!(desired(Some(&e), None).labels[labels::NODE_VERDICT], "Fail");
+        // A validation's Error line of only configuration codes is no verdict either.
+        let mut gv = failed_validation("a", "io: no io host path configured");
+        if let Some(line) = gv.status.as_mut().and_then(|s| s.nodes.first_mut()) {
+            line.codes = Some("IoError".into());
+        }
+        assert_eq!(latest("a", &[], &[&gv], Policy::default()), None);
+    }
+
+    fn failed_validation(node: &str, message: &str) -> GpuValidation {
+        let mut gv: GpuValidation = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+            "metadata": {"name": "v"}, "spec": {"checks": {"memory": {}}},
+        }))
+        .unwrap();
+        let mut status = gpuval_crds::GpuValidationStatus {
+            phase: Some(Phase::Failed),
+            completion_time: Some(Time(ts("2026-11-23T03:00:00Z"))),
+            ..Default::default()
+        };
+        status.nodes.push(NodeStatus {
+            name: node.into(),
+            verdict: NodeVerdict::Error,
+            message: Some(message.into()),
+            ..Default::default()
+        });
+        gv.status = Some(status);
+        gv
     }
 
     #[test]
@@ -409,9 +630,9 @@ mod tests {
             result("a", "new", "Warn", "2026-11-23T02:00:00Z"),
             result("b", "new", "Fail", "2026-11-23T02:00:00Z"),
         ];
-        let a = latest("a", &results, &[]).unwrap();
+        let a = latest("a", &results, &[], Policy::default()).unwrap();
         assert!(a.passed && a.validation == "new");
-        let failed = desired(latest("b", &results, &[]).as_ref(), None);
+        let failed = desired(latest("b", &results, &[], Policy::default()).as_ref(), None);
         assert_eq!(failed.labels[labels::NODE_VERDICT], "Fail");
         assert_eq!(
             failed.labels[labels::VALIDATED_AT],
@@ -484,7 +705,7 @@ mod tests {
         });
         gv.status = Some(status);
         let results = [result("a", "v0", "Pass", "2026-11-23T01:00:00Z")];
-        let e = latest("a", &results, &[&gv]).unwrap();
+        let e = latest("a", &results, &[&gv], Policy::default()).unwrap();
         assert_eq!((e.passed, e.reason.as_str()), (false, "Error"));
         assert_eq!(e.message, "agent pod failed");
         assert_eq!(

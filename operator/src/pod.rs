@@ -8,8 +8,8 @@ use gpuval_crds::{
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     HostPathVolumeSource, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    ObjectFieldSelector, Pod, PodSpec, ResourceRequirements, SecurityContext, Toleration, Volume,
-    VolumeMount,
+    ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile,
+    SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -289,7 +289,8 @@ fn with_fabric_capabilities(
     sc
 }
 
-/// Least privilege (no capabilities, read-only root) unless the admin opted into privileged.
+/// Least privilege (no capabilities, read-only root, not root, the runtime's seccomp profile:
+/// what Pod Security `restricted` asks) unless the admin opted into privileged.
 fn security_context(privileged: bool) -> SecurityContext {
     SecurityContext {
         privileged: Some(privileged),
@@ -299,8 +300,27 @@ fn security_context(privileged: bool) -> SecurityContext {
             add: None,
         }),
         read_only_root_filesystem: Some(true),
+        run_as_non_root: (!privileged).then_some(true),
+        seccomp_profile: (!privileged).then(runtime_default_seccomp),
         ..Default::default()
     }
+}
+
+fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        localhost_profile: None,
+    }
+}
+
+/// The agent pod's own security context: not root, the runtime's seccomp profile (Pod
+/// Security `restricted`), unless the admin opted into privileged.
+fn pod_security_context(privileged: bool) -> Option<PodSecurityContext> {
+    (!privileged).then(|| PodSecurityContext {
+        run_as_non_root: Some(true),
+        seccomp_profile: Some(runtime_default_seccomp()),
+        ..Default::default()
+    })
 }
 
 /// The agent pod for `node` (with `gpus` allocatable GPUs, all of which it requests).
@@ -346,6 +366,7 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
             affinity: Some(pinned_to(node)),
             tolerations: Some(tolerations(cfg)),
             containers: vec![container],
+            security_context: pod_security_context(cfg.agent_privileged),
             volumes: (!volumes.is_empty()).then_some(volumes),
             host_network: (gv.spec.fabric.is_some() && cfg.fabric.host_network).then_some(true),
             dns_policy: (gv.spec.fabric.is_some() && cfg.fabric.host_network)
@@ -427,6 +448,15 @@ mod tests {
         }
         let sc = c.security_context.as_ref().unwrap();
         assert_eq!(sc.privileged, Some(false));
+        // Pod Security `restricted`: not root, a seccomp profile, no escalation.
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        let psc = spec.security_context.as_ref().unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(
+            psc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+            Some("RuntimeDefault")
+        );
         assert_eq!(
             sc.capabilities.as_ref().unwrap().drop,
             Some(vec!["ALL".to_string()])

@@ -95,6 +95,36 @@ fn check_invariants(file: &str, docs: &[Value]) {
             "{file}"
         );
     }
+    // Two replicas are never evicted together; one needs no budget.
+    let pdbs = find(docs, "PodDisruptionBudget");
+    assert_eq!(
+        pdbs.len(),
+        usize::from(replicas > 1),
+        "{file}: {:?}",
+        kinds(docs)
+    );
+    if let Some(pdb) = pdbs.first() {
+        assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{file}");
+        assert_eq!(
+            pdb["spec"]["selector"]["matchLabels"],
+            deployments[0]["spec"]["selector"]["matchLabels"],
+            "{file}"
+        );
+    }
+    // Read access for the built-in view role, never more unless asked.
+    let aggregated = |label: &str| {
+        docs.iter()
+            .filter(|d| d["kind"] == "ClusterRole" && d["metadata"]["labels"][label] == "true")
+            .count()
+    };
+    assert_eq!(
+        aggregated("rbac.authorization.k8s.io/aggregate-to-view"),
+        1,
+        "{file}"
+    );
+    for np in find(docs, "NetworkPolicy") {
+        assert_eq!(np["spec"]["policyTypes"], json!(["Ingress"]), "{file}");
+    }
     let operator_sa = pod["serviceAccountName"].as_str().expect("operator SA");
     let agent_sa = env("GPUVAL_AGENT_SERVICE_ACCOUNT").expect("agent SA");
     assert_ne!(operator_sa, agent_sa, "{file}: one identity for both");
@@ -275,7 +305,8 @@ async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
         chart::documents(&chart::render(RELEASE, NS, &[f.as_path()]).unwrap()).unwrap()
     };
     let defaults = chart::documents(&chart::render(RELEASE, NS, &[]).unwrap()).unwrap();
-    assert_eq!(find(&defaults, "ValidatingAdmissionPolicy").len(), 1);
+    // The agent's own-node policy and the NCCL environment policy.
+    assert_eq!(find(&defaults, "ValidatingAdmissionPolicy").len(), 2);
     assert!(find(&defaults, "ServiceMonitor").is_empty());
     let minimal = with("minimal-values.yaml");
     assert!(find(&minimal, "ValidatingAdmissionPolicy").is_empty());
@@ -419,14 +450,16 @@ fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) -> String 
     }
 }
 
-fn result_body(validation: &str, node: &str, annotated: &str) -> Value {
+/// A result of `validation` for `node`, annotated as `annotated`'s and as written by `pod`.
+fn result_body(validation: &str, node: &str, annotated: &str, pod: &BoundPod) -> Value {
     json!({
         "apiVersion": "gpuval.io/v1alpha1",
         "kind": "GpuNodeResult",
         "metadata": {
             "name": format!("{validation}-{node}"),
             "namespace": NS,
-            "annotations": {"gpuval.io/node": annotated},
+            "annotations": {"gpuval.io/node": annotated, "gpuval.io/pod": pod.name,
+                            "gpuval.io/pod-uid": pod.uid},
             "labels": {"gpuval.io/node": annotated},
         },
         "spec": {"validation": validation, "generation": 1, "nodeName": node},
@@ -687,7 +720,8 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     // --- The agent's identity is confined. A pod of the agent service account on gpu-a (kwok
     // runs it; it is not an agent pod, so the fake kubelet leaves it alone).
     let probe: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "agent-probe", "namespace": NS},
+        // Named as the operator names the agent pod of validation "probe" on gpu-a.
+        "metadata": {"name": "gpuval-probe-gpu-a-g1", "namespace": NS},
         "spec": {
             "nodeName": "gpu-a",
             "serviceAccountName": agent_sa,
@@ -710,24 +744,42 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     let agent = auth::token_client(cp.server(), &agent_token).await.unwrap();
 
     // Allowed: its own node's result.
-    apply_result(&agent, &result_body("probe", "gpu-a", "gpu-a"))
+    apply_result(&agent, &result_body("probe", "gpu-a", "gpu-a", &bound))
         .await
         .expect("an agent writes its own node's result");
     // Refused by the admission policy: another node's result, or its own result dressed up as
     // another node's.
     let m = refused(
         "write gpu-b's result",
-        apply_result(&agent, &result_body("probe", "gpu-b", "gpu-b")).await,
+        apply_result(&agent, &result_body("probe", "gpu-b", "gpu-b", &bound)).await,
     );
     assert!(m.contains("may not write the result of node gpu-b"), "{m}");
     let m = refused(
         "annotate as gpu-b",
-        apply_result(&agent, &result_body("probe2", "gpu-a", "gpu-b")).await,
+        apply_result(&agent, &result_body("probe2", "gpu-a", "gpu-b", &bound)).await,
     );
     assert!(
         m.contains("must annotate its result gpuval.io/node=gpu-a"),
         "{m}"
     );
+    // Refused: a result bound to another run (another validation's name, or another pod).
+    let m = refused(
+        "write another validation's result",
+        apply_result(&agent, &result_body("other", "gpu-a", "gpu-a", &bound)).await,
+    );
+    assert!(
+        m.contains("is not the agent of validation other on node gpu-a"),
+        "{m}"
+    );
+    let stranger = BoundPod {
+        name: bound.name.clone(),
+        uid: "another-pod-uid".into(),
+    };
+    let m = refused(
+        "claim another pod",
+        apply_result(&agent, &result_body("probe", "gpu-a", "gpu-a", &stranger)).await,
+    );
+    assert!(m.contains("must annotate its result gpuval.io/pod="), "{m}");
     let other = all.iter().find(|r| r.spec.node_name == "gpu-b").unwrap();
     let status_patch = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
         "status": {"verdict": "Fail", "failures": [
@@ -796,7 +848,7 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     let unbound = auth::token_client(cp.server(), &unbound).await.unwrap();
     let m = refused(
         "write with an unbound token",
-        apply_result(&unbound, &result_body("probe3", "gpu-a", "gpu-a")).await,
+        apply_result(&unbound, &result_body("probe3", "gpu-a", "gpu-a", &bound)).await,
     );
     assert!(m.contains("names no node"), "{m}");
 
@@ -901,4 +953,131 @@ async fn http_get(port: u16, path: &str) -> String {
     })
     .await
     .expect("join")
+}
+
+/// The chart's admission policy on NCCL variables, on a real API server: a validation (or a
+/// schedule's template) naming a variable outside the allowlist is refused with its name, an
+/// allowed one is accepted, and the administrator's additions in Helm values are honoured. The
+/// chart's default list is the API crate's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nccl_environment_is_limited_to_what_the_administrator_allows() {
+    let cp = ControlPlane::start().await.expect("control plane");
+    let client = cp.client().await.expect("client");
+    crds::create_namespace(&client, NS).await;
+    crds::install_crds(&client).await.expect("CRDs");
+    let values = cp.dir().join("nccl-values.yaml");
+    std::fs::write(
+        &values,
+        "agent:\n  fabric:\n    ncclEnvAllowed: [NCCL_LL128_BUFFSIZE]\n",
+    )
+    .unwrap();
+    let rendered = chart::render(RELEASE, NS, &[values.as_path()]).expect("render");
+    let docs = chart::documents(&rendered).unwrap();
+    let policy: Vec<&Value> = docs
+        .iter()
+        .filter(|d| {
+            d["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"))
+                && d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-nccl-env"))
+        })
+        .collect();
+    assert_eq!(policy.len(), 2, "the policy and its binding");
+    let allowed_expr = policy[0]["spec"]["variables"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "allowed"))
+        .and_then(|v| v["expression"].as_str())
+        .expect("the allowed variable");
+    let allowed: Vec<String> = serde_json::from_str(allowed_expr).expect("a JSON list");
+    let mut want: Vec<String> = gpuval_crds::nccl_env::DEFAULT_ALLOWED
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    want.push("NCCL_LL128_BUFFSIZE".into());
+    assert_eq!(allowed, want, "the chart's default list is the API crate's");
+    let manifest = cp.dir().join("nccl-policy.yaml");
+    let text: String = policy
+        .iter()
+        .map(|d| format!("---\n{}\n", serde_json::to_string(d).unwrap()))
+        .collect();
+    std::fs::write(&manifest, text).unwrap();
+    chart::output(cp.kubectl().unwrap().args(["apply", "-f"]).arg(&manifest))
+        .expect("apply the policy");
+
+    let api: Api<GpuValidation> = Api::all(client.clone());
+    let body = |name: &str, var: &str| {
+        json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+            "metadata": {"name": name},
+            "spec": {"checks": {"memory": {}},
+                     "fabric": {"tcp": {}, "env": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
+                                        {"name": var, "value": "x"}]}}})
+    };
+    // The policy takes effect once the API server has loaded it: retry until it refuses.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let refusal = loop {
+        // Only the policy refuses: a refusal without its words is the CRD's, a bug here.
+        let created = api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(body("plugin", "NCCL_NET_PLUGIN")).unwrap(),
+            )
+            .await;
+        match created {
+            Err(e) => break e.to_string(),
+            Ok(_) => {
+                api.delete("plugin", &DeleteParams::default())
+                    .await
+                    .unwrap();
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the NCCL policy never refused NCCL_NET_PLUGIN"
+                );
+                // The API server loads policies in the background: ask again shortly.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(
+        refusal.contains("spec.fabric.env: NCCL_NET_PLUGIN may not be set"),
+        "{refusal}"
+    );
+    for refused in [
+        "NCCL_DEBUG_FILE",
+        "NCCL_TUNER_PLUGIN",
+        "NCCL_DEBUG",
+        "NCCL_IB_EXTRA",
+    ] {
+        let e = api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(body("x", refused)).unwrap(),
+            )
+            .await
+            .expect_err(refused);
+        assert!(e.to_string().contains(refused), "{refused}: {e}");
+    }
+    for accepted in ["NCCL_IB_HCA", "NCCL_LL128_BUFFSIZE"] {
+        let name = accepted.to_lowercase().replace('_', "-");
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(body(&name, accepted)).unwrap(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{accepted} is allowed: {e}"));
+    }
+    // A schedule's template is held to the same list.
+    let schedules: Api<gpuval_crds::GpuValidationSchedule> = Api::all(client.clone());
+    let schedule = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidationSchedule",
+        "metadata": {"name": "nightly"},
+        "spec": {"schedule": "0 3 * * *", "template": body("t", "NCCL_NET_PLUGIN")["spec"].clone()}});
+    let e = schedules
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(schedule).unwrap(),
+        )
+        .await
+        .expect_err("a schedule with a plugin");
+    assert!(e.to_string().contains("NCCL_NET_PLUGIN"), "{e}");
 }

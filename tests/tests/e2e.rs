@@ -274,7 +274,11 @@ async fn metrics_match_the_results(client: &Client, op: &OperatorHandle) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(
-        series_value(&text, "gpuval_gpu_memory_gbps", &labels),
+        series_value(
+            &text,
+            "gpuval_gpu_memory_gbps",
+            &format!(r#"{labels},simulated="true""#)
+        ),
         Some(memory),
         "{text}"
     );
@@ -282,7 +286,7 @@ async fn metrics_match_the_results(client: &Client, op: &OperatorHandle) {
         series_value(
             &text,
             "gpuval_gpu_tflops",
-            &format!(r#"{labels},dtype="bf16""#)
+            &format!(r#"{labels},dtype="bf16",simulated="true""#)
         ),
         Some(bf16),
         "{text}"
@@ -291,7 +295,7 @@ async fn metrics_match_the_results(client: &Client, op: &OperatorHandle) {
         series_value(
             &text,
             "gpuval_gpu_verdict",
-            &format!(r#"{labels},verdict="Fail""#)
+            &format!(r#"{labels},verdict="Fail",simulated="true""#)
         ),
         Some(1.0)
     );
@@ -319,7 +323,7 @@ async fn metrics_match_the_results(client: &Client, op: &OperatorHandle) {
         series_value(
             &text,
             "gpuval_node_last_validated_timestamp_seconds",
-            r#"node="gpu-b""#
+            r#"node="gpu-b",simulated="true""#
         ),
         Some(finished.as_millisecond() as f64 / 1000.0)
     );
@@ -328,7 +332,10 @@ async fn metrics_match_the_results(client: &Client, op: &OperatorHandle) {
         16,
         "8 GPUs on each of 2 nodes"
     );
-    assert_eq!(series_value(&text, "gpuval_fleet_nodes", ""), Some(2.0));
+    assert_eq!(
+        series_value(&text, "gpuval_fleet_nodes", r#"simulated="true""#),
+        Some(2.0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,7 +56,11 @@ async fn a_node_short_of_a_gpu_fails_fast_and_the_fleet_names_the_driver_that_dr
     kubelet.set_node_env("gpu-b", "GPUVAL_SIMULATE", &driver("535.104.05"));
     let seven = format!("{},gpus=7", driver("570.86.15"));
     kubelet.set_node_env("gpu-c", "GPUVAL_SIMULATE", &seven);
-    let _op = OperatorHandle::start(client.clone(), test_config(NS, SIM));
+    // The node's condition and labels are asserted: the test-only opt-in lets these simulated
+    // results act on (kwok) nodes.
+    let mut cfg = test_config(NS, SIM);
+    cfg.simulated_acts_on_nodes = true;
+    let _op = OperatorHandle::start(client.clone(), cfg);
 
     // The API server refuses what a severity override may not say, naming the field.
     let bad = apply(

@@ -38,13 +38,20 @@ struct Env {
     _op: OperatorHandle,
 }
 
+/// A cluster whose operator lets the simulated agents' results act on nodes (the test-only
+/// opt-in: these tests are about node actions, on kwok nodes with simulated GPUs).
 async fn env(gpu_nodes: &[&str]) -> Env {
+    env_with(gpu_nodes, true).await
+}
+
+async fn env_with(gpu_nodes: &[&str], simulated_acts_on_nodes: bool) -> Env {
     let names: Vec<String> = gpu_nodes.iter().map(|n| n.to_string()).collect();
     let c = scenario::Cluster::start(NS, &names, 8).await;
     let (cp, client, kubelet) = (c.cp, c.client, c.kubelet);
     let clock = Clock::system();
     let mut cfg = test_config(NS, SIM);
     cfg.clock = clock.clone();
+    cfg.simulated_acts_on_nodes = simulated_acts_on_nodes;
     let op = OperatorHandle::start(client.clone(), cfg);
     Env {
         _cp: cp,
@@ -541,4 +548,188 @@ async fn bad_schedules_are_refused_or_reported_and_the_examples_are_accepted() {
             .await
             .unwrap_or_else(|e| panic!("{name} rejected: {e}"));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simulated_pass_never_admits_labels_or_conditions_a_node() {
+    // The production default: no opt-in, so simulated results are not evidence.
+    let e = env_with(&[], false).await;
+    apply_schedule(
+        &e.client,
+        "gate",
+        json!({"admission": {"debounce": "1s"}, "template": {"checks": {"memory": {}}}}),
+    )
+    .await;
+    create_tainted_node(&e.client, "gpu-new").await;
+    let validations: Api<GpuValidation> = Api::all(e.client.clone());
+    let run = first_run_of(&e.client, "gate", 60).await;
+    let gv = wait(validations, &run, 120, "finished", terminal).await;
+    let status = gv.status.expect("status");
+    assert_eq!(status.phase, Some(Phase::Passed));
+    assert_eq!(status.simulated, Some(true), "the run says it is simulated");
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready");
+    assert!(ready.message.contains("simulated"), "{}", ready.message);
+    // The schedule has seen the finished run (its status names it) before the node is read.
+    let schedules: Api<GpuValidationSchedule> = Api::all(e.client.clone());
+    let r = run.clone();
+    wait(
+        schedules,
+        "gate",
+        60,
+        "saw the run",
+        schedule_status(move |s| s.last_validation.as_deref() == Some(r.as_str())),
+    )
+    .await;
+    let node = Api::<Node>::all(e.client.clone())
+        .get("gpu-new")
+        .await
+        .expect("node");
+    assert!(
+        node_taints(&node).iter().any(|k| k == UNVALIDATED),
+        "still gated: {:?}",
+        node_taints(&node)
+    );
+    assert!(condition(&node).is_none(), "{:?}", condition(&node));
+    assert!(!node.labels().contains_key("gpuval.io/verdict"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_error_never_taints_labels_or_fails_a_node() {
+    let e = env(&["gpu-a", "gpu-b"]).await;
+    // gpu-b also has a real memory fault: a hardware failure beside the configuration error.
+    e.kubelet
+        .set_node_env("gpu-b", "GPUVAL_SIMULATE", &format!("{SIM},fail=memory@3"));
+    // The io check on an installation without an io host path: IoError on every node.
+    let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+        "metadata": {"name": "no-io"},
+        "spec": {"checks": {"memory": {}, "io": {}}, "onFailure": {"action": "Taint"}}});
+    let validations: Api<GpuValidation> = Api::all(e.client.clone());
+    validations
+        .patch(
+            "no-io",
+            &PatchParams::apply("lifecycle"),
+            &Patch::Apply(&body),
+        )
+        .await
+        .expect("apply");
+    let gv = wait(validations, "no-io", 120, "finished", terminal).await;
+    let line = |node: &str| {
+        gv.status
+            .as_ref()
+            .and_then(|s| s.nodes.iter().find(|n| n.name == node))
+            .cloned()
+            .expect("a node line")
+    };
+    assert_eq!(line("gpu-a").codes.as_deref(), Some("IoError"));
+    assert!(
+        line("gpu-b")
+            .codes
+            .unwrap_or_default()
+            .contains("MemoryMismatch")
+    );
+    // The hardware failure acts on gpu-b: wait for that, then gpu-a (the same steps, the
+    // configuration error alone) must be untouched.
+    let nodes_api: Api<Node> = Api::all(e.client.clone());
+    wait(
+        nodes_api.clone(),
+        "gpu-b",
+        60,
+        "gpu-b tainted and labelled Fail",
+        |n: Option<&Node>| {
+            n.is_some_and(|n| {
+                node_taints(n).iter().any(|k| k == "gpuval.io/failed")
+                    && n.labels().get("gpuval.io/verdict").map(String::as_str) == Some("Fail")
+            })
+        },
+    )
+    .await;
+    let node = nodes_api.get("gpu-a").await.expect("node");
+    assert!(
+        !node_taints(&node).iter().any(|k| k == "gpuval.io/failed"),
+        "{:?}",
+        node_taints(&node)
+    );
+    assert!(!node.labels().contains_key("gpuval.io/verdict"));
+    assert!(condition(&node).is_none(), "{:?}", condition(&node));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_removes_only_its_own_taint_and_refuses_a_foreign_key() {
+    let e = env(&[]).await;
+    // A taint gpuval does not own: refused, the schedule says why and starts nothing.
+    apply_schedule(
+        &e.client,
+        "foreign",
+        json!({"admission": {"debounce": "1s", "taint": {"key": "nvidia.com/gpu"}},
+            "template": {"checks": {"memory": {}}}}),
+    )
+    .await;
+    let s = wait(
+        Api::<GpuValidationSchedule>::all(e.client.clone()),
+        "foreign",
+        60,
+        "refused",
+        schedule_status(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == "AdmissionRefused")
+        }),
+    )
+    .await;
+    let ready = s.status.unwrap().conditions;
+    let msg = &ready.iter().find(|c| c.type_ == "Ready").unwrap().message;
+    assert!(msg.contains("allowedTaintKeys"), "{msg}");
+    assert!(runs_of(&e.client, "foreign").await.is_empty());
+
+    // gpuval's own key: on a pass only that key with that effect goes.
+    apply_schedule(
+        &e.client,
+        "gate",
+        json!({"admission": {"debounce": "1s"}, "template": {"checks": {"memory": {}}}}),
+    )
+    .await;
+    let mut node = gpuval_tests::nodes::gpu_node("gpu-new", 8, &[]);
+    if let Some(spec) = node.spec.as_mut() {
+        let taints = spec.taints.get_or_insert_with(Vec::new);
+        for effect in ["NoSchedule", "PreferNoSchedule"] {
+            taints.push(Taint {
+                key: UNVALIDATED.into(),
+                effect: effect.into(),
+                ..Default::default()
+            });
+        }
+    }
+    Api::<Node>::all(e.client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node");
+    let admitted = wait(
+        Api::<Node>::all(e.client.clone()),
+        "gpu-new",
+        120,
+        "admitted",
+        |n: Option<&Node>| {
+            n.is_some_and(|n| {
+                !n.spec
+                    .iter()
+                    .flat_map(|s| s.taints.iter().flatten())
+                    .any(|t| t.key == UNVALIDATED && t.effect == "NoSchedule")
+            })
+        },
+    )
+    .await;
+    let left: Vec<(String, String)> = admitted
+        .spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .map(|t| (t.key.clone(), t.effect.clone()))
+        .collect();
+    assert!(
+        left.contains(&(UNVALIDATED.to_string(), "PreferNoSchedule".to_string())),
+        "a taint of the same key with another effect is not gpuval's: {left:?}"
+    );
 }

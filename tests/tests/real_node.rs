@@ -131,6 +131,7 @@ fn helm_install(node: &RealNode, io_dir: &Path) {
         "agent": {
             "image": {"repository": images.agent.repository(), "tag": images.agent.tag(), "pullPolicy": "Never"},
             "simulate": SIMULATE,
+            "allowSimulated": true,
             "io": {
                 "hostPath": io_dir.display().to_string(),
                 "allowedPaths": [io_dir.parent().expect("parent").display().to_string()],

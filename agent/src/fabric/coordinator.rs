@@ -257,7 +257,7 @@ fn abort_all(ranks: &mut [Rank], why: &str) {
 
 /// Where group `id` meets: its first member's address and a port of its own.
 fn rendezvous(ip: IpAddr, control_port: u16, id: usize) -> String {
-    let port = u32::from(control_port) + 1 + 2 * id as u32;
+    let port = gpuval_crds::fabric::group_port(control_port.saturating_add(1), id);
     match ip {
         IpAddr::V4(v4) => format!("{v4}:{port}"),
         IpAddr::V6(v6) => format!("[{v6}]:{port}"),

@@ -84,8 +84,39 @@ GPUVAL_SIMULATE when agent.simulate is set, tests and demos only). */}}
 {{- join "," $out }}
 {{- end }}
 
+{{/* "true" when agents would run the simulated GPU backend, however it is switched on:
+agent.simulate, or agent.extraEnv GPUVAL_SIMULATE (non-empty) or GPUVAL_BACKEND=simulated. */}}
+{{- define "gpuval.simulated" -}}
+{{- $env := .Values.agent.extraEnv | default dict }}
+{{- $sim := or .Values.agent.simulate (trim (toString (get $env "GPUVAL_SIMULATE"))) }}
+{{- $backend := lower (trim (toString (get $env "GPUVAL_BACKEND"))) }}
+{{- if or $sim (eq $backend "simulated") }}true{{ end }}
+{{- end }}
+
+{{/* The NCCL_* names a validation may set: the default allowlist (the same as
+gpuval_crds::nccl_env::DEFAULT_ALLOWED; a chart test compares them) and
+agent.fabric.ncclEnvAllowed, as a JSON list. */}}
+{{- define "gpuval.ncclEnvAllowed" -}}
+{{- $default := list "NCCL_SOCKET_IFNAME" "NCCL_SOCKET_FAMILY" "NCCL_IB_HCA" "NCCL_IB_GID_INDEX" "NCCL_IB_ROCE_VERSION_NUM" "NCCL_IB_DISABLE" "NCCL_NET" "NCCL_CROSS_NIC" "NCCL_NET_GDR_LEVEL" "NCCL_NET_GDR_READ" "NCCL_P2P_LEVEL" "NCCL_P2P_DISABLE" "NCCL_SHM_DISABLE" "NCCL_NVLS_ENABLE" "NCCL_COLLNET_ENABLE" "NCCL_IB_TC" "NCCL_IB_SL" "NCCL_IB_TIMEOUT" "NCCL_IB_RETRY_CNT" "NCCL_IB_QPS_PER_CONNECTION" "NCCL_IB_SPLIT_DATA_ON_QPS" "NCCL_IB_ADAPTIVE_ROUTING" "NCCL_IB_PCI_RELAXED_ORDERING" "NCCL_ALGO" "NCCL_PROTO" "NCCL_MIN_NCHANNELS" "NCCL_MAX_NCHANNELS" "NCCL_BUFFSIZE" "NCCL_NTHREADS" "NCCL_SOCKET_NTHREADS" "NCCL_NSOCKS_PERTHREAD" }}
+{{- concat $default (.Values.agent.fabric.ncclEnvAllowed | default list) | uniq | toJson }}
+{{- end }}
+
+{{/* A CEL test of an NCCL name `e.name` that no allowlist can allow (gpuval_crds::nccl_env::forbidden):
+it loads code, names a file or is the agent's own setting. */}}
+{{- define "gpuval.ncclForbiddenCel" -}}
+e.name.matches('PLUGIN|FILE|_PATH$|_DIR$|^NCCL_DEBUG') || e.name == 'NCCL_RUNTIME_CONNECT'
+{{- end }}
+
 {{/* Checks across values that a JSON schema cannot express well; fails with a plain message. */}}
 {{- define "gpuval.validate" -}}
+{{- range .Values.agent.fabric.ncclEnvAllowed }}
+{{- if or (regexMatch "PLUGIN|FILE|_PATH$|_DIR$|^NCCL_DEBUG" .) (eq . "NCCL_RUNTIME_CONNECT") }}
+{{- fail (printf "agent.fabric.ncclEnvAllowed lists %s, which no validation may set (it loads code, names a file or is the agent's own setting): remove it" .) }}
+{{- end }}
+{{- end }}
+{{- if and (include "gpuval.simulated" .) (not .Values.agent.allowSimulated) }}
+{{- fail "agents would run the SIMULATED GPU backend (agent.simulate, or agent.extraEnv GPUVAL_SIMULATE or GPUVAL_BACKEND=simulated): their results are not measurements of any GPU. On a real cluster remove it; for tests and demos also set agent.allowSimulated=true" }}
+{{- end }}
 {{- with .Values.agent.fabric }}
 {{- if and (or .resources .capabilities) (not .hostNetwork) }}
 {{- fail "agent.fabric.resources or agent.fabric.capabilities are set but agent.fabric.hostNetwork is false: RDMA devices and IPC_LOCK serve the host's NICs; set hostNetwork: true (or clear them)" }}

@@ -8,41 +8,81 @@ pub mod plan;
 
 use std::collections::BTreeMap;
 
-use gpuval_crds::schedule::Admission;
-use gpuval_crds::{GpuValidation, GpuValidationSpec, NodeVerdict, labels};
+use gpuval_crds::schedule::{Admission, AdmissionTaint};
+use gpuval_crds::{Code, GpuValidation, GpuValidationSpec, NodeVerdict, labels};
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 use kube::api::{Api, Patch, PatchParams, ResourceExt};
 
 use crate::config::OperatorConfig;
 use crate::controller::Ctx;
-use crate::node_state::result_meta;
+use crate::node_state::{Policy, ResultMeta, result_meta};
 use crate::selection;
 use plan::{AdmissionRun, NodeView, Outcome};
 
-/// `cfg` with a toleration of the default admission taint added to agent pods (when it has
-/// none for that key), so that agents can run on the nodes they are to admit. A schedule with
-/// another taint key needs `--agent-toleration` for it.
+/// `cfg` with a toleration of the default admission taint and of every admission taint key
+/// the administrator allows added to agent pods (when it has none for that key), so that
+/// agents can run on the nodes they are to admit.
 pub fn with_agent_tolerations(mut cfg: OperatorConfig) -> OperatorConfig {
-    let key = labels::UNVALIDATED;
-    if !cfg
-        .tolerations
-        .iter()
-        .any(|t| t.key.as_deref() == Some(key))
-    {
-        cfg.tolerations.push(Toleration {
-            key: Some(key.into()),
-            operator: Some("Exists".into()),
-            ..Default::default()
-        });
+    let keys: Vec<String> = std::iter::once(labels::UNVALIDATED.to_string())
+        .chain(cfg.admission_taint_keys.iter().cloned())
+        .collect();
+    for key in keys {
+        if !cfg
+            .tolerations
+            .iter()
+            .any(|t| t.key.as_deref() == Some(key.as_str()))
+        {
+            cfg.tolerations.push(Toleration {
+                key: Some(key),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            });
+        }
     }
     cfg
 }
 
-fn has_taint(node: &Node, key: &str) -> bool {
+/// gpuval's own taint keys: admission may remove these without the administrator's list.
+pub const OWN_TAINT_PREFIX: &str = "gpuval.io/";
+
+/// Why the operator refuses admission taint `key` (None: it may be used): it is neither
+/// gpuval's own (`gpuval.io/...`) nor in the administrator's list `allowed`. Removing it from
+/// every node that passes would otherwise remove a taint someone else relies on.
+pub fn refuse_taint_key(key: &str, allowed: &[String]) -> Option<String> {
+    if key.starts_with(OWN_TAINT_PREFIX) || allowed.iter().any(|k| k == key) {
+        return None;
+    }
+    Some(format!(
+        "spec.admission.taint.key {key} is not gpuval's own ({OWN_TAINT_PREFIX}...) and not in the operator's --admission-taint-key list (Helm values operator.admission.allowedTaintKeys); gpuval removes the admission taint from nodes that pass, so use {} or ask the administrator to list {key}",
+        labels::UNVALIDATED
+    ))
+}
+
+/// True when `t` is the admission taint `taint` (key and effect).
+fn is_admission_taint(t: &Taint, taint: &AdmissionTaint) -> bool {
+    t.key == taint.key && t.effect == taint.effect.as_str()
+}
+
+fn has_taint(node: &Node, taint: &AdmissionTaint) -> bool {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == key))
+        .is_some_and(|ts| ts.iter().any(|t| is_admission_taint(t, taint)))
+}
+
+fn has_failed_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == labels::FAILED_NODE))
+}
+
+/// Removes the admission taint `taint` (its key with its effect) from `taints`; true when one
+/// was there. Taints with that key and another effect are someone else's and stay.
+pub fn remove_admission_taint(taints: &mut Vec<Taint>, taint: &AdmissionTaint) -> bool {
+    let before = taints.len();
+    taints.retain(|t| !is_admission_taint(t, taint));
+    taints.len() != before
 }
 
 /// The cluster's nodes as admission sees them, for a template and an admission section.
@@ -63,8 +103,8 @@ pub fn node_views(
             Some(NodeView {
                 selected: selected.contains(&name),
                 created: n.metadata.creation_timestamp.as_ref()?.0,
-                tainted: has_taint(n, &admission.taint.key),
-                failed: has_taint(n, labels::FAILED_NODE),
+                tainted: has_taint(n, &admission.taint),
+                failed: has_failed_taint(n),
                 has_verdict: n.labels().contains_key(labels::NODE_VERDICT),
                 name,
             })
@@ -76,26 +116,29 @@ pub fn node_views(
 /// outcome so far (a node result, or a final line without one).
 pub fn run_view(run: &GpuValidation, ctx: &Ctx) -> AdmissionRun {
     let name = run.name_any();
+    let policy = Policy::of(&ctx.cfg);
     let mut outcomes = BTreeMap::new();
     for r in ctx.results.state().iter().filter_map(|r| result_meta(r)) {
         if r.validation != labels::node_value(&name) && r.validation != name {
             continue;
         }
-        let outcome = match r.verdict.as_str() {
-            "Pass" | "Warn" => Outcome::Passed,
-            _ => Outcome::NotPassed(r.summary),
-        };
-        outcomes.insert(r.node, outcome);
+        let node = r.node.clone();
+        outcomes.insert(node, result_outcome(r, policy));
     }
     let status = run.status.as_ref();
     for line in status.iter().flat_map(|s| s.nodes.iter()) {
         if line.verdict.is_final() && line.verdict != NodeVerdict::Passed {
+            let message = line
+                .message
+                .clone()
+                .unwrap_or_else(|| line.verdict.to_string());
+            let configuration = line.codes.as_deref().is_some_and(Code::only_configuration);
             outcomes.entry(line.name.clone()).or_insert_with(|| {
-                Outcome::NotPassed(
-                    line.message
-                        .clone()
-                        .unwrap_or_else(|| line.verdict.to_string()),
-                )
+                if configuration || !policy.counts(false) {
+                    Outcome::NoEvidence(message)
+                } else {
+                    Outcome::NotPassed(message)
+                }
             });
         }
     }
@@ -106,6 +149,21 @@ pub fn run_view(run: &GpuValidation, ctx: &Ctx) -> AdmissionRun {
             .and_then(|s| s.phase)
             .is_some_and(gpuval_crds::Phase::is_terminal),
         outcomes,
+    }
+}
+
+/// What a node result of an admission run says about its node: nothing when `policy` does not
+/// count it (simulated) or its finding is only configuration.
+pub fn result_outcome(r: ResultMeta, policy: Policy) -> Outcome {
+    let passed = matches!(r.verdict.as_str(), "Pass" | "Warn");
+    if !policy.counts(r.simulated) {
+        Outcome::NoEvidence(format!("simulated result ({})", r.verdict))
+    } else if !passed && Code::only_configuration(&r.codes) {
+        Outcome::NoEvidence(r.summary)
+    } else if passed {
+        Outcome::Passed
+    } else {
+        Outcome::NotPassed(r.summary)
     }
 }
 
@@ -139,14 +197,9 @@ async fn edit_taints(
     }
 }
 
-/// Removes the admission taint `key` from node `name` (it passed).
-pub async fn untaint(ctx: &Ctx, name: &str, key: &str) -> Result<(), kube::Error> {
-    edit_taints(ctx, name, |ts| {
-        let before = ts.len();
-        ts.retain(|t| t.key != key);
-        ts.len() != before
-    })
-    .await
+/// Removes the admission taint (key and effect) from node `name` (it passed).
+pub async fn untaint(ctx: &Ctx, name: &str, taint: &AdmissionTaint) -> Result<(), kube::Error> {
+    edit_taints(ctx, name, |ts| remove_admission_taint(ts, taint)).await
 }
 
 /// Adds the failure taint `gpuval.io/failed=<run>:NoSchedule` to node `name`.
@@ -181,5 +234,91 @@ mod tests {
             .collect();
         assert_eq!(ours.len(), 1);
         assert_eq!(ours[0].operator.as_deref(), Some("Exists"));
+    }
+
+    #[test]
+    fn only_gpuval_s_own_or_listed_taint_keys_are_used() {
+        assert_eq!(refuse_taint_key("gpuval.io/unvalidated", &[]), None);
+        assert_eq!(refuse_taint_key("gpuval.io/burn-in", &[]), None);
+        let why = refuse_taint_key("nvidia.com/gpu", &[]).unwrap();
+        assert!(
+            why.contains("nvidia.com/gpu") && why.contains("allowedTaintKeys"),
+            "{why}"
+        );
+        let listed = vec!["example.com/new-node".to_string()];
+        assert_eq!(refuse_taint_key("example.com/new-node", &listed), None);
+        assert!(refuse_taint_key("example.com/other", &listed).is_some());
+        let cfg = with_agent_tolerations(OperatorConfig {
+            admission_taint_keys: listed,
+            ..OperatorConfig::default()
+        });
+        assert!(
+            cfg.tolerations
+                .iter()
+                .any(|t| t.key.as_deref() == Some("example.com/new-node"))
+        );
+    }
+
+    #[test]
+    fn only_the_taint_gpuval_added_is_removed() {
+        let t = |key: &str, effect: &str| Taint {
+            key: key.into(),
+            effect: effect.into(),
+            ..Default::default()
+        };
+        let ours = AdmissionTaint::default();
+        let mut taints = vec![
+            t("gpuval.io/unvalidated", "NoSchedule"),
+            t("gpuval.io/unvalidated", "NoExecute"),
+            t("nvidia.com/gpu", "NoSchedule"),
+        ];
+        assert!(remove_admission_taint(&mut taints, &ours));
+        assert_eq!(
+            taints,
+            vec![
+                t("gpuval.io/unvalidated", "NoExecute"),
+                t("nvidia.com/gpu", "NoSchedule")
+            ]
+        );
+        assert!(
+            !remove_admission_taint(&mut taints, &ours),
+            "nothing left of ours"
+        );
+    }
+
+    #[test]
+    fn simulated_and_configuration_results_are_no_evidence_for_admission() {
+        let meta = |verdict: &str, codes: &str, simulated: bool| ResultMeta {
+            node: "n".into(),
+            validation: "v".into(),
+            verdict: verdict.into(),
+            summary: "io: no host path".into(),
+            created: "2026-11-23T01:00:00Z".parse().unwrap(),
+            action: gpuval_crds::Action::Rerun,
+            codes: codes.into(),
+            simulated,
+        };
+        let p = Policy::default();
+        assert_eq!(result_outcome(meta("Pass", "", false), p), Outcome::Passed);
+        assert!(matches!(
+            result_outcome(meta("Pass", "", true), p),
+            Outcome::NoEvidence(_)
+        ));
+        assert!(matches!(
+            result_outcome(meta("Error", "IoError", false), p),
+            Outcome::NoEvidence(_)
+        ));
+        assert!(matches!(
+            result_outcome(meta("Fail", "MemoryMismatch", false), p),
+            Outcome::NotPassed(_)
+        ));
+        let trusted = Policy {
+            trust_simulated: true,
+            ..p
+        };
+        assert_eq!(
+            result_outcome(meta("Pass", "", true), trusted),
+            Outcome::Passed
+        );
     }
 }

@@ -36,6 +36,10 @@ pub enum Outcome {
     Passed,
     /// Failed, Error or DeadlineExceeded, with the message.
     NotPassed(String),
+    /// A verdict that says nothing about the node (a simulated result, a finding of only
+    /// configuration codes), with why: the node is neither untainted nor marked failed, and
+    /// waits for the administrator (fix the installation, then delete the run).
+    NoEvidence(String),
 }
 
 /// An admission run (a GpuValidation the schedule owns, without a scheduled time).
@@ -175,6 +179,26 @@ mod tests {
 
     fn admission() -> Admission {
         serde_json::from_value(serde_json::json!({"debounce": "30s", "maxBatch": 2})).unwrap()
+    }
+
+    #[test]
+    fn no_evidence_neither_untaints_nor_marks_nor_reruns() {
+        let nodes = [node("n1", "2026-11-23T01:00:00Z", true)];
+        let run = AdmissionRun {
+            name: "gate-admit-1".into(),
+            nodes: vec!["n1".into()],
+            finished: true,
+            outcomes: BTreeMap::from([("n1".to_string(), Outcome::NoEvidence("simulated".into()))]),
+        };
+        let p = plan(
+            "gate",
+            &admission(),
+            &nodes,
+            &[run],
+            ts("2026-11-23T02:00:00Z"),
+            false,
+        );
+        assert_eq!(p, AdmissionPlan::default());
     }
 
     #[test]

@@ -329,7 +329,7 @@ fn round_spec(
                 0 => RENDEZVOUS_PORT,
                 p => p,
             };
-            let port = u32::from(base) + 2 * id as u32;
+            let port = gpuval_crds::fabric::group_port(base, id);
             FabricGroup {
                 id: id as i32,
                 kind: g.kind,

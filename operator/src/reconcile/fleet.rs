@@ -30,6 +30,9 @@ pub fn result_facts(
         versions: ann(labels::VERSIONS)
             .map(|v| Versions::parse_annotation(v))
             .unwrap_or_default(),
+        simulated: result_labels
+            .get(labels::SIMULATED)
+            .is_some_and(|v| v == "true"),
     }
 }
 

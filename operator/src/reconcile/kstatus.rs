@@ -10,6 +10,23 @@ use super::{summarize, truncate};
 /// Failed nodes named in the Stalled and Ready messages of a failed run.
 const NAMED_FAILURES: usize = 3;
 
+/// What the Ready condition of a run with simulated results says.
+pub const SIMULATED_NOTE: &str =
+    "simulated: results from the simulated GPU backend say nothing about real GPUs";
+
+/// Adds [`SIMULATED_NOTE`] to the Ready condition's message (once).
+pub fn mark_simulated(conditions: &mut [Condition]) {
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == READY)
+        && !c.message.contains(SIMULATED_NOTE)
+    {
+        c.message = if c.message.is_empty() {
+            SIMULATED_NOTE.to_string()
+        } else {
+            format!("{} ({SIMULATED_NOTE})", c.message)
+        };
+    }
+}
+
 /// Sets the three conditions to the same (status, reason) pattern.
 fn set_all(
     conditions: &mut Vec<Condition>,
@@ -210,6 +227,16 @@ mod tests {
             READY,
             ("True", "Passed", "all 2 node(s) passed", Some(1)),
         );
+    }
+
+    #[test]
+    fn a_simulated_run_says_so_in_its_ready_message_once() {
+        let mut c = conditions(Phase::Passed, &counts(2, 0, 2), &[], 1);
+        mark_simulated(&mut c);
+        mark_simulated(&mut c);
+        let (status, _, message, _) = cond(&c, READY);
+        assert_eq!(status, "True");
+        assert_eq!(message, format!("all 2 node(s) passed ({SIMULATED_NOTE})"));
     }
 
     #[test]

@@ -236,7 +236,11 @@ fn decide(
         &mut step,
     );
 
+    note_simulated(&mut status, [Some(view.world), whole.as_ref()], generation);
     let (phase, summary) = conclude(&mut status, &record, generation, &now_t);
+    if status.simulated == Some(true) {
+        kstatus::mark_simulated(&mut status.conditions);
+    }
     // The fleet's versions: read from every result when the step sees them all (the start,
     // a full look, and once every node has its verdict), so a step on the news stays flat.
     if let Some(w) = whole.as_ref().or(view.news.is_none().then_some(view.world)) {
@@ -282,6 +286,23 @@ fn fabric_step(
     step.create_round = f.round;
     status.fabric = f.status;
     f.requeue
+}
+
+/// Sets `status.simulated` once a result of `generation` in any of `worlds` came from the
+/// simulated backend (it stays set: the run's verdicts are not about real GPUs).
+fn note_simulated<'a>(
+    status: &mut GpuValidationStatus,
+    worlds: impl IntoIterator<Item = Option<&'a World>>,
+    generation: i64,
+) {
+    let simulated = worlds.into_iter().flatten().any(|w| {
+        w.results
+            .iter()
+            .any(|r| r.generation == generation && r.facts.simulated)
+    });
+    if simulated {
+        status.simulated = Some(true);
+    }
 }
 
 /// Sets the counts, the listed node lines, the phase, the conditions and (once the run is

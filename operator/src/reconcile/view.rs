@@ -95,6 +95,8 @@ pub struct ResultFacts {
     pub codes: String,
     pub action: gpuval_crds::Action,
     pub versions: gpuval_crds::facts::Versions,
+    /// It carries `gpuval.io/simulated=true`.
+    pub simulated: bool,
 }
 
 /// One of this validation's fabric rounds.

@@ -186,45 +186,50 @@ pub fn plan(
     now: Timestamp,
     load: impl FnOnce() -> NodeLoad,
 ) -> Plan {
+    plan_with(s, runs, now, load, None)
+}
+
+/// [`plan`], with why the operator refuses the schedule's admission section, if it does (its
+/// taint key is not one gpuval may remove): Ready is then False with reason
+/// `AdmissionRefused` and that message; scheduled runs go on.
+pub fn plan_with(
+    s: &GpuValidationSchedule,
+    runs: &[Run],
+    now: Timestamp,
+    load: impl FnOnce() -> NodeLoad,
+    admission_refused: Option<String>,
+) -> Plan {
     let mut status = s.status.clone().unwrap_or_default();
     status.observed_generation = s.metadata.generation;
     let now_t = Time(now);
     let mut plan = Plan::default();
     let cron = s.spec.schedule.as_deref().map(Cron::parse).transpose();
-    let cron = match cron {
-        Ok(c) => {
-            conditions::set_condition(
-                &mut status.conditions,
-                READY,
-                true,
-                "Valid",
-                "the schedule is valid",
-                s.metadata.generation,
-                &now_t,
-            );
-            c
-        }
-        Err(e) => {
-            let msg = format!("spec.schedule: {e}");
-            let changed = conditions::set_condition(
-                &mut status.conditions,
-                READY,
-                false,
-                "InvalidSchedule",
-                &msg,
-                s.metadata.generation,
-                &now_t,
-            );
-            if changed {
-                plan.events.push(PlannedEvent {
-                    warning: true,
-                    reason: "InvalidSchedule",
-                    note: msg,
-                });
-            }
-            None
-        }
+    let invalid = match (&cron, admission_refused) {
+        (Err(e), _) => Some(("InvalidSchedule", format!("spec.schedule: {e}"))),
+        (Ok(_), Some(why)) => Some(("AdmissionRefused", why)),
+        (Ok(_), None) => None,
     };
+    let (ready, reason, msg) = match &invalid {
+        Some((reason, msg)) => (false, *reason, msg.as_str()),
+        None => (true, "Valid", "the schedule is valid"),
+    };
+    let changed = conditions::set_condition(
+        &mut status.conditions,
+        READY,
+        ready,
+        reason,
+        msg,
+        s.metadata.generation,
+        &now_t,
+    );
+    if let (Some((reason, note)), true) = (invalid, changed) {
+        plan.events.push(PlannedEvent {
+            warning: true,
+            reason,
+            note,
+        });
+    }
+    let cron = cron.ok().flatten();
     let active: Vec<&Run> = runs.iter().filter(|r| !r.finished()).collect();
     if let (Some(cron), false) = (&cron, s.spec.suspend) {
         let created = s.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
@@ -534,6 +539,39 @@ mod tests {
         );
         assert!(ready.message.contains("never fires"), "{}", ready.message);
         assert_eq!(p.events[0].reason, "InvalidSchedule");
+    }
+
+    #[test]
+    fn a_refused_admission_is_not_ready_and_says_why_once() {
+        let why = "spec.admission.taint.key nvidia.com/gpu is not gpuval's own".to_string();
+        let s = schedule(hourly());
+        let at = ts("2026-11-23T05:00:00Z");
+        let p = plan_with(&s, &[], at, NodeLoad::default, Some(why.clone()));
+        let ready = conditions::find(&p.status.conditions, READY).unwrap();
+        assert_eq!(
+            (
+                ready.status.as_str(),
+                ready.reason.as_str(),
+                ready.message.as_str()
+            ),
+            ("False", "AdmissionRefused", why.as_str())
+        );
+        let refusals = |p: &Plan| {
+            p.events
+                .iter()
+                .filter(|e| e.reason == "AdmissionRefused")
+                .count()
+        };
+        assert_eq!(refusals(&p), 1);
+        assert!(
+            p.status.next_schedule_time.is_some(),
+            "scheduled runs go on"
+        );
+        let mut again = s.clone();
+        again.status = Some(p.status.clone());
+        let p2 = plan_with(&again, &[], at, NodeLoad::default, Some(why));
+        assert_eq!(refusals(&p2), 0, "the event is not repeated");
+        assert_eq!(p2.status.conditions, p.status.conditions, "no churn");
     }
 
     #[test]

@@ -82,46 +82,80 @@ fn run_of(v: &GpuValidation) -> Run {
     }
 }
 
+/// Pods an `idleOnly` look lists at once: the cluster's pods come in pages of this many, so the
+/// operator never holds every pod of a large cluster at once.
+pub const POD_PAGE: u32 = 500;
+
+/// The list of page `token` (None: the first) of running pods.
+fn pod_page(token: Option<String>, page: u32) -> ListParams {
+    let lp = ListParams::default()
+        .fields("status.phase!=Succeeded,status.phase!=Failed")
+        .limit(page);
+    match token {
+        Some(t) => lp.continue_token(&t),
+        None => lp,
+    }
+}
+
+/// Why pod `p` makes its node busy: it holds GPUs and is not an agent (None: it does not).
+fn holds_gpus(p: &Pod) -> Option<(String, String)> {
+    let agent =
+        p.labels().get(labels::MANAGED_BY_KEY).map(String::as_str) == Some(labels::MANAGED_BY);
+    let spec = p.spec.as_ref()?;
+    let node = spec.node_name.clone()?;
+    let gpus: i64 = spec
+        .containers
+        .iter()
+        .filter_map(|c| c.resources.as_ref())
+        .filter_map(|r| r.limits.as_ref().or(r.requests.as_ref()))
+        .filter_map(|l| l.get(GPU_RESOURCE))
+        .filter_map(|q| q.0.parse::<i64>().ok())
+        .sum();
+    (gpus > 0 && !agent).then(|| {
+        let why = format!(
+            "busy: pod {}/{} holds {gpus} {GPU_RESOURCE}",
+            p.namespace().unwrap_or_default(),
+            p.name_any()
+        );
+        (node, why)
+    })
+}
+
+/// The busy nodes among `selected`, from every running pod, read `page` pods at a time.
+pub async fn busy_nodes(
+    pods: &Api<Pod>,
+    selected: &[String],
+    page: u32,
+) -> Result<BTreeMap<String, String>, kube::Error> {
+    let mut busy = BTreeMap::new();
+    let mut token = None;
+    loop {
+        let list = pods.list(&pod_page(token, page)).await?;
+        for (node, why) in list.items.iter().filter_map(holds_gpus) {
+            if selected.contains(&node) {
+                busy.entry(node).or_insert(why);
+            }
+        }
+        token = list.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            return Ok(busy);
+        }
+    }
+}
+
 /// The nodes the template selects and which running pods (other than agents) hold their GPUs.
 async fn node_load(
     s: &GpuValidationSchedule,
     ctx: &Ctx,
     nodes: &[Node],
 ) -> Result<NodeLoad, kube::Error> {
-    let selected = crate::selection::select(&s.spec.template, nodes)
+    let selected: Vec<String> = crate::selection::select(&s.spec.template, nodes)
         .selected
         .into_iter()
         .map(|n| n.name)
         .collect();
     let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let lp = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-    let mut busy = BTreeMap::new();
-    for p in pods.list(&lp).await?.items {
-        let agent =
-            p.labels().get(labels::MANAGED_BY_KEY).map(String::as_str) == Some(labels::MANAGED_BY);
-        let Some(spec) = p.spec.as_ref() else {
-            continue;
-        };
-        let Some(node) = spec.node_name.clone() else {
-            continue;
-        };
-        let gpus: i64 = spec
-            .containers
-            .iter()
-            .filter_map(|c| c.resources.as_ref())
-            .filter_map(|r| r.limits.as_ref().or(r.requests.as_ref()))
-            .filter_map(|l| l.get(GPU_RESOURCE))
-            .filter_map(|q| q.0.parse::<i64>().ok())
-            .sum();
-        if gpus > 0 && !agent {
-            let why = format!(
-                "busy: pod {}/{} holds {gpus} {GPU_RESOURCE}",
-                p.namespace().unwrap_or_default(),
-                p.name_any()
-            );
-            busy.entry(node).or_insert(why);
-        }
-    }
+    let busy = busy_nodes(&pods, &selected, POD_PAGE).await?;
     Ok(NodeLoad {
         selected,
         busy,
@@ -236,7 +270,7 @@ async fn apply_admission(
         return Ok(());
     };
     for node in &p.untaint {
-        admission::untaint(ctx, node, &a.taint.key).await?;
+        admission::untaint(ctx, node, &a.taint).await?;
         events.push(PlannedEvent {
             warning: false,
             reason: "NodeAdmitted",
@@ -291,8 +325,16 @@ async fn reconcile(s: Arc<GpuValidationSchedule>, sc: Arc<ScheduleCtx>) -> Resul
         (true, Some(_)) => node_load(&s, ctx, &nodes).await.or_else(forbidden_load)?,
         _ => NodeLoad::default(),
     };
-    let mut p: Plan = plan::plan(&s, &runs, now, || load);
-    let admission = plan_admission(&s, &owned, ctx, &nodes, now);
+    let refused = s
+        .spec
+        .admission
+        .as_ref()
+        .and_then(|a| admission::refuse_taint_key(&a.taint.key, &ctx.cfg.admission_taint_keys));
+    let admission = match refused {
+        Some(_) => AdmissionPlan::default(),
+        None => plan_admission(&s, &owned, ctx, &nodes, now),
+    };
+    let mut p: Plan = plan::plan_with(&s, &runs, now, || load, refused);
     delete(ctx, &p.delete).await?;
     if let Some(NewRun {
         name,

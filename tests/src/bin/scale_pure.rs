@@ -53,6 +53,7 @@ fn result(i: usize) -> ResultView {
                 codes: "MemoryMismatch,ComputeSlow".to_string(),
                 action: Action::ReplaceHardware,
                 versions: Default::default(),
+                simulated: true,
             },
         )
     } else {

@@ -110,6 +110,11 @@ impl NodeCheck for Nccl {
             Ok(NcclMeasured::Skipped(why)) => skipped(&self.spec, why),
             Err(e) => errored(&self.spec, &e),
         };
+        let mut result = result;
+        if let Some(v) = crate::test_hooks::value(super::engine::SKIP_RANK_ENV) {
+            let hook = format!("{}={v}", super::engine::SKIP_RANK_ENV);
+            crate::test_hooks::mark_planted(&mut result.reasons, &hook);
+        }
         for gpu in failed_gpus(&result) {
             if let Some(g) = into.gpus.iter_mut().find(|g| g.index == gpu) {
                 g.verdict = g.verdict.max(Verdict::Fail);

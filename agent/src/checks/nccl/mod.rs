@@ -144,9 +144,25 @@ fn sweep_env(
     if found.needs_link {
         env.push(("LD_LIBRARY_PATH".into(), library::library_path_with(dir)));
     }
-    env.extend(req.env.iter().cloned());
+    env.extend(validation_env(&req.env));
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     env
+}
+
+/// The validation's NCCL variables that may be applied: a forbidden one (it loads code, names
+/// a file or is the agent's own setting: the admission policy refuses those) is dropped with a
+/// warning, so the agent's settings always win.
+fn validation_env(env: &[(String, String)]) -> Vec<(String, String)> {
+    env.iter()
+        .filter(|(k, _)| match gpuval_crds::nccl_env::forbidden(k) {
+            Some(why) => {
+                tracing::warn!(name = %k, why, "NCCL variable from the validation not applied");
+                false
+            }
+            None => true,
+        })
+        .cloned()
+        .collect()
 }
 
 /// An error with NCCL's first logged warning added, where it logged one.
@@ -212,6 +228,19 @@ mod tests {
     use super::*;
     use crate::checks::nccl::request::RankGpu;
     use gpuval_crds::NcclCheck;
+
+    #[test]
+    fn the_agent_s_own_nccl_settings_win_over_the_validation_s() {
+        let env = |k: &str| (k.to_string(), "x".to_string());
+        let given = vec![
+            env("NCCL_SOCKET_IFNAME"),
+            env("NCCL_DEBUG"),
+            env("NCCL_DEBUG_FILE"),
+            env("NCCL_NET_PLUGIN"),
+            env("NCCL_RUNTIME_CONNECT"),
+        ];
+        assert_eq!(validation_env(&given), vec![env("NCCL_SOCKET_IFNAME")]);
+    }
 
     #[test]
     fn the_sweep_process_sees_its_gpus_and_nccl_logging() {

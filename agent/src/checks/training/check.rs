@@ -58,7 +58,15 @@ impl NodeCheck for Training {
     ) {
         let result = match measured {
             Ok(TrainingMeasured::Ran(outcome)) => {
-                let judged = judge(&self.spec, &outcome, on.judge.tolerance());
+                let mut judged = judge(&self.spec, &outcome, on.judge.tolerance());
+                if let Some(v) = crate::test_hooks::value(super::request::CORRUPT_ENV) {
+                    let hook = format!("{}={v}", super::request::CORRUPT_ENV);
+                    crate::test_hooks::mark_planted(&mut judged.result.reasons, &hook);
+                    crate::test_hooks::mark_planted(
+                        judged.gpus.iter_mut().map(|g| &mut g.1),
+                        &hook,
+                    );
+                }
                 for (gpu, why) in judged.gpus {
                     if let Some(g) = into
                         .gpus

@@ -7,7 +7,8 @@ use std::time::Duration;
 use gpuval_crds::TrainingCheck;
 
 /// Test hook, read only by the check: `GPU:STEP` flips one weight bit on the GPU with that
-/// NVML index right after that step's update (steps counted from 1, warm-up included).
+/// NVML index right after that step's update (steps counted from 1, warm-up included). Only in
+/// agents built with the `test-hooks` feature ([`crate::test_hooks`]).
 pub const CORRUPT_ENV: &str = "GPUVAL_TRAINING_TEST_CORRUPT";
 
 /// The planted corruption of a test run.
@@ -35,8 +36,8 @@ impl Corruption {
     /// The corruption the environment plants, if any (a bad value is an error the check
     /// reports).
     pub fn from_env() -> Result<Option<Self>, String> {
-        match std::env::var(CORRUPT_ENV) {
-            Ok(v) if !v.trim().is_empty() => {
+        match crate::test_hooks::value(CORRUPT_ENV) {
+            Some(v) => {
                 let c = Self::parse(&v)?;
                 tracing::warn!(
                     env = CORRUPT_ENV,
@@ -46,7 +47,7 @@ impl Corruption {
                 );
                 Ok(Some(c))
             }
-            _ => Ok(None),
+            None => Ok(None),
         }
     }
 }

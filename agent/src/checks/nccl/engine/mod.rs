@@ -206,7 +206,7 @@ fn stuck_outcome(
 
 /// The test hook's rank, if set.
 fn skip_rank() -> Option<u32> {
-    let v = std::env::var(SKIP_RANK_ENV).ok()?;
+    let v = crate::test_hooks::value(SKIP_RANK_ENV)?;
     let rank = v.trim().parse().ok();
     if rank.is_some() {
         tracing::warn!(
