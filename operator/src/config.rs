@@ -33,6 +33,9 @@ pub struct OperatorConfig {
     /// Longest random delay an agent waits before it writes its result (spreads the writes of
     /// agents that finish together); zero: none.
     pub agent_result_jitter: std::time::Duration,
+    /// A process that is not the agent's on a GPU under test is a Warn, not a Fail (the
+    /// administrator shares GPUs on purpose): `GPUVAL_ALLOW_SHARED_GPUS` in agent pods.
+    pub agent_allow_shared_gpus: bool,
     /// The time schedules and admission decide with: the system clock, or one a test moves.
     pub clock: crate::schedule::Clock,
     /// What gives agent pods the fabric for `spec.fabric` (the administrator's, never a
@@ -98,6 +101,7 @@ impl Default for OperatorConfig {
             api_qps: 0.0,
             api_burst: 100,
             agent_result_jitter: std::time::Duration::ZERO,
+            agent_allow_shared_gpus: false,
             fabric: FabricPods::default(),
             clock: crate::schedule::Clock::system(),
             simulated_acts_on_nodes: false,

@@ -106,6 +106,10 @@ struct Args {
     /// thousands of agents finishing together do not write at once; 0: none.
     #[arg(long, env = "GPUVAL_AGENT_RESULT_JITTER_SECONDS", default_value_t = 0)]
     agent_result_jitter_seconds: u64,
+    /// Agents treat a process that is not theirs on a GPU under test as a Warn, not a Fail
+    /// (GPUs shared on purpose; figures may be lower than the GPUs can reach).
+    #[arg(long, env = "GPUVAL_AGENT_ALLOW_SHARED_GPUS")]
+    agent_allow_shared_gpus: bool,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, env = "GPUVAL_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
@@ -190,6 +194,7 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
         api_qps: a.api_qps.max(0.0),
         api_burst: a.api_burst.max(1),
         agent_result_jitter: std::time::Duration::from_secs(a.agent_result_jitter_seconds),
+        agent_allow_shared_gpus: a.agent_allow_shared_gpus,
         fabric: config::FabricPods {
             host_network: a.fabric_host_network,
             resources: parse_each(&a.fabric_resources, config::parse_resource)?,

@@ -139,6 +139,9 @@ fn container_env(gv: &GpuValidation, cfg: &OperatorConfig) -> Vec<EnvVar> {
         let ms = cfg.agent_result_jitter.as_millis().to_string();
         envs.push(env(agent_env::RESULT_JITTER_MS, ms));
     }
+    if cfg.agent_allow_shared_gpus {
+        envs.push(env(agent_env::ALLOW_SHARED_GPUS, "true"));
+    }
     envs.extend(cfg.agent_env.iter().map(|(k, v)| env(k, v.clone())));
     envs
 }
@@ -531,6 +534,30 @@ mod tests {
         };
         let on = agent_pod(&gv(), "gpu-a", 8, &cfg);
         assert_eq!(jitter(&on).as_deref(), Some("20000"));
+    }
+
+    #[test]
+    fn shared_gpus_reach_the_agent_only_when_the_administrator_allows_them() {
+        let allowed = |p: &Pod| {
+            p.spec.as_ref().unwrap().containers[0]
+                .env
+                .iter()
+                .flatten()
+                .any(|e| {
+                    e.name == agent_env::ALLOW_SHARED_GPUS && e.value.as_deref() == Some("true")
+                })
+        };
+        assert!(!allowed(&agent_pod(
+            &gv(),
+            "gpu-a",
+            8,
+            &OperatorConfig::default()
+        )));
+        let cfg = OperatorConfig {
+            agent_allow_shared_gpus: true,
+            ..Default::default()
+        };
+        assert!(allowed(&agent_pod(&gv(), "gpu-a", 8, &cfg)));
     }
 
     #[test]
