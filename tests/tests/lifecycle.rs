@@ -45,13 +45,32 @@ async fn env(gpu_nodes: &[&str]) -> Env {
 }
 
 async fn env_with(gpu_nodes: &[&str], simulated_acts_on_nodes: bool) -> Env {
+    env_configured(gpu_nodes, |cfg| {
+        cfg.simulated_acts_on_nodes = simulated_acts_on_nodes
+    })
+    .await
+}
+
+/// [`env`] on an installation that names an io host path.
+async fn env_io(gpu_nodes: &[&str]) -> Env {
+    env_configured(gpu_nodes, |cfg| {
+        cfg.simulated_acts_on_nodes = true;
+        cfg.io_host_path = Some("/var/lib/gpuval-io".into());
+    })
+    .await
+}
+
+async fn env_configured(
+    gpu_nodes: &[&str],
+    configure: impl FnOnce(&mut gpuval_operator::config::OperatorConfig),
+) -> Env {
     let names: Vec<String> = gpu_nodes.iter().map(|n| n.to_string()).collect();
     let c = scenario::Cluster::start(NS, &names, 8).await;
     let (cp, client, kubelet) = (c.cp, c.client, c.kubelet);
     let clock = Clock::system();
     let mut cfg = test_config(NS, SIM);
     cfg.clock = clock.clone();
-    cfg.simulated_acts_on_nodes = simulated_acts_on_nodes;
+    configure(&mut cfg);
     let op = OperatorHandle::start(client.clone(), cfg);
     Env {
         _cp: cp,
@@ -599,11 +618,17 @@ async fn a_simulated_pass_never_admits_labels_or_conditions_a_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configuration_error_never_taints_labels_or_fails_a_node() {
-    let e = env(&["gpu-a", "gpu-b"]).await;
+    let e = env_io(&["gpu-a", "gpu-b"]).await;
     // gpu-b also has a real memory fault: a hardware failure beside the configuration error.
     e.kubelet
         .set_node_env("gpu-b", "GPUVAL_SIMULATE", &format!("{SIM},fail=memory@3"));
-    // The io check on an installation without an io host path: IoError on every node.
+    // The installation names an io host path (so the operator's preflight lets the run start),
+    // but on these nodes the directory is missing: the agents' io check reports IoError, a
+    // configuration code, on every node.
+    for node in ["gpu-a", "gpu-b"] {
+        e.kubelet
+            .set_node_env(node, "GPUVAL_IO_DIR", "/nonexistent/gpuval-io-missing");
+    }
     let body = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
         "metadata": {"name": "no-io"},
         "spec": {"checks": {"memory": {}, "io": {}}, "onFailure": {"action": "Taint"}}});
