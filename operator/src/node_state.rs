@@ -75,6 +75,14 @@ pub struct ResultMeta {
     pub simulated: bool,
 }
 
+impl ResultMeta {
+    /// Whether its verdict label passes, as [`Verdict::passes`] says; an unreadable label is no
+    /// pass.
+    pub fn passed(&self) -> bool {
+        self.verdict.parse::<Verdict>().is_ok_and(Verdict::passes)
+    }
+}
+
 /// What counts as evidence about a real node.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Policy {
@@ -180,8 +188,7 @@ pub fn latest(
     let from_results = results.iter().filter(|r| r.node == node);
     let from_results = from_results.filter(|r| policy.counts(r.simulated));
     let from_results = from_results.map(|r| {
-        // An unreadable verdict label is no pass.
-        let passed = r.verdict.parse::<Verdict>().is_ok_and(Verdict::passes);
+        let passed = r.passed();
         Evidence {
             validation: r.validation.clone(),
             at: r.created,
