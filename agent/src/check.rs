@@ -25,6 +25,15 @@ use crate::run_control::{ProgressSink, RunControl, ThrottledProgress};
 /// What a check's measuring produced: its outcome, or the backend error that stopped it.
 pub type Measurement<T> = Result<T, BackendError>;
 
+/// Sets `setting` to a flag's value where the flag was given: how each check's settings take a
+/// command-line override (the checks' flags are resolved here, below the checks, so that no check
+/// imports the entry points' `config`).
+pub fn given<T: Clone>(setting: &mut T, flag: &Option<T>) {
+    if let Some(v) = flag {
+        *setting = v.clone();
+    }
+}
+
 /// A check measured on every GPU at once; its result sits in each GPU's report.
 pub trait GpuCheck: Sync {
     /// The check's name in the spec, `--checks` and progress lines.

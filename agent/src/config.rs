@@ -24,13 +24,6 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// Sets `setting` to a flag's value where the flag was given.
-pub fn given<T: Clone>(setting: &mut T, flag: &Option<T>) {
-    if let Some(v) = flag {
-        *setting = v.clone();
-    }
-}
-
 /// The settings a run takes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSettings {

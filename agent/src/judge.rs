@@ -350,3 +350,15 @@ pub mod testing {
         }
     }
 }
+
+#[cfg(test)]
+mod median_tests {
+    use super::median;
+
+    #[test]
+    fn the_middle_value_of_an_odd_count_the_mean_of_the_middle_two_none_without_values() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
+    }
+}

@@ -267,7 +267,7 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
     };
     plan.nccl_log_dir = a.overrides.flags.nccl.log_dir.clone();
     plan.allow_shared_gpus = a.allow_shared_gpus;
-    plan.node = std::env::var("NODE_NAME").ok().or_else(hostname);
+    plan.node = std::env::var("NODE_NAME").ok().or_else(backend::hostname);
     let report = runner::run(&be, &plan, &stop, &|line| eprintln!("{line}"));
     let json = serde_json::to_string_pretty(&report)
         .map_err(|e| Fail(format!("serialise the report: {e}"), 2))?;
@@ -320,7 +320,7 @@ fn cmd_fabric(a: FabricCmd) -> Result<u8, Fail> {
             .fabric
             .node_name
             .clone()
-            .or_else(hostname)
+            .or_else(backend::hostname)
             .unwrap_or(format!("rank-{}", launch.rank)),
         spec: a.fabric.spec().map_err(|e| Fail(e, 2))?,
         register_timeout: a.fabric.register_timeout(),
@@ -329,13 +329,6 @@ fn cmd_fabric(a: FabricCmd) -> Result<u8, Fail> {
         launch,
     };
     Ok(fabric::coordinator::run(&opts, nccl.as_ref()))
-}
-
-fn hostname() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
 }
 
 fn cmd_topo(a: TopoArgs) -> Result<u8, Fail> {

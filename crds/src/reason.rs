@@ -5,7 +5,7 @@
 //! The codes are one table (the `codes!` invocation below): each code's default severity,
 //! action, whether it is a performance figure measured once more before it fails, and what it
 //! means. A reason cannot be made without a code; adding one is a row here (the exhaustive
-//! matches follow from it) and a row in README's table of codes (a test compares them). A validation may raise or lower the severity of any code that is not an
+//! matches follow from it) and a row in docs/checks-and-reasons.md's table of codes (a test compares them). A validation may raise or lower the severity of any code that is not an
 //! Error ([`SeverityOverride`]): an Error means a check could not measure, never a hardware
 //! verdict, so it is never turned into a pass.
 

@@ -3,9 +3,10 @@
 //!
 //! Series of the fleet's figures, per node of G GPUs that ran every check: per GPU, memory 1,
 //! TFLOP/s one per dtype burned (up to 4), host 2 and verdict 1; per ordered pair, p2p
-//! unidirectional 1 (G·(G−1)); per node, verdict 1, last-validated time 1 and NCCL bus
-//! bandwidth one per collective (up to 5). A node of 8 GPUs: 64 + 56 + 7 = 127 series at most,
-//! so a fleet of 10,000 GPUs (1,250 such nodes) costs about 159,000 series, and nothing grows
+//! unidirectional 1 (G·(G−1)); per node, verdict 1, last-validated time 1, NCCL bus
+//! bandwidth one per collective (up to 5) and training throughput 1. A node of 8 GPUs:
+//! 64 + 56 + 8 = 128 series at most, so a fleet of 10,000 GPUs (1,250 such nodes) costs about
+//! 160,000 series, and nothing grows
 //! with the number of runs: a node keeps only its latest result's series, and a node that
 //! leaves the cluster loses its series. A node's figures are held compactly ([`HeldFigure`]:
 //! 16 bytes each, the GPUs' UUIDs and models once per node), about 2.5 KB for such a node.
@@ -423,6 +424,9 @@ fn write_node(
                 let labels = ([("node", node)], [("src", src), ("dst", dst)]);
                 series(family, &(labels, sim), f.value)?
             }
+            On::Node if f.kind == Kind::TrainingSamplesPerSecond => {
+                series(family, &([("node", node)], sim), f.value)?
+            }
             On::Node => {
                 let labels = [("node", node), ("collective", f.qualifier())];
                 series(family, &(labels, sim), f.value)?
@@ -440,13 +444,14 @@ fn family_of(f: &HeldFigure) -> Option<&'static str> {
         (On::Gpu(_), Kind::HostGbps) => "gpu_host_gbps",
         (On::Pair(..), Kind::P2pGbps) => "p2p_gbps",
         (On::Node, Kind::NcclBusbwGbps) => "node_nccl_busbw_gbps",
+        (On::Node, Kind::TrainingSamplesPerSecond) => "node_training_samples_per_second",
         _ => return None,
     })
 }
 
 /// Each fleet family (without the `gpuval_` prefix) and its help; dashboards and alerts may
 /// name these.
-pub const FLEET_FAMILIES: [(&str, &str); 9] = [
+pub const FLEET_FAMILIES: [(&str, &str); 10] = [
     (
         "node_verdict",
         "Verdict of the node's latest result (1 for its verdict)",
@@ -458,6 +463,10 @@ pub const FLEET_FAMILIES: [(&str, &str); 9] = [
     (
         "node_nccl_busbw_gbps",
         "NCCL bus bandwidth at the largest size, GB/s, by collective",
+    ),
+    (
+        "node_training_samples_per_second",
+        "Training step throughput over every GPU of the node, samples/s",
     ),
     (
         "gpu_verdict",
@@ -545,6 +554,73 @@ mod tests {
                                "copyLatencyMicros": 2.0, "mismatches": 0}]}
         }))
         .expect("a report")
+    }
+
+    #[test]
+    fn every_check_s_figures_are_exported_in_the_families_its_views_name() {
+        let exported: Vec<&str> = FLEET_FAMILIES.iter().map(|(n, _)| *n).collect();
+        for c in gpuval_view::checks::CHECK_VIEWS {
+            for family in c.metric_families {
+                assert!(
+                    exported.contains(family),
+                    "{}: {family} is not exported",
+                    c.section
+                );
+            }
+            for kind in c.figures {
+                let scope = match kind {
+                    Kind::P2pGbps => Scope::Pair { src: 0, dst: 1 },
+                    Kind::NcclBusbwGbps | Kind::TrainingSamplesPerSecond => Scope::Node,
+                    Kind::MemoryGbps | Kind::Tflops | Kind::HostGbps => Scope::Gpu {
+                        index: 0,
+                        uuid: "GPU-a".into(),
+                        model: "NVIDIA H200".into(),
+                    },
+                };
+                let qualifier = match kind {
+                    Kind::P2pGbps => "unidirectional",
+                    Kind::Tflops => "bf16",
+                    Kind::HostGbps => "h2d",
+                    Kind::NcclBusbwGbps => "allReduce",
+                    Kind::MemoryGbps | Kind::TrainingSamplesPerSecond => "",
+                };
+                let figure = Figure {
+                    scope,
+                    kind: *kind,
+                    qualifier: qualifier.into(),
+                    value: 1.0,
+                };
+                let held = HeldFigure::of(&figure).expect("held");
+                let family = family_of(&held).unwrap_or_else(|| panic!("{kind:?} is not exported"));
+                assert!(
+                    c.metric_families.contains(&family),
+                    "{}: {family}",
+                    c.section
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_exports_its_training_throughput() {
+        let m = Metrics::default();
+        let mut r = report(4300.0, Verdict::Pass);
+        r.training = Some(gpuval_crds::TrainingResult {
+            figures: Some(gpuval_crds::TrainingFigures {
+                samples_per_second: 38.5,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        m.fleet
+            .update("gpu-a", NodeLatest::from_report("v1", "u1", 10, &r));
+        let text = m.encode();
+        assert!(
+            text.contains(
+                r#"gpuval_node_training_samples_per_second{node="gpu-a",simulated="true"} 38.5"#
+            ),
+            "{text}"
+        );
     }
 
     #[test]

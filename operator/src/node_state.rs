@@ -24,7 +24,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use gpuval_crds::Action as Remedy;
 use gpuval_crds::result::result_name;
-use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, labels};
+use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Verdict, labels};
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -73,6 +73,14 @@ pub struct ResultMeta {
     pub codes: String,
     /// It carries `gpuval.io/simulated=true`: written by the simulated backend.
     pub simulated: bool,
+}
+
+impl ResultMeta {
+    /// Whether its verdict label passes, as [`Verdict::passes`] says; an unreadable label is no
+    /// pass.
+    pub fn passed(&self) -> bool {
+        self.verdict.parse::<Verdict>().is_ok_and(Verdict::passes)
+    }
 }
 
 /// What counts as evidence about a real node.
@@ -164,7 +172,7 @@ pub fn is_simulated(result_labels: &BTreeMap<String, String>) -> bool {
         .is_some_and(|v| v == "true")
 }
 
-/// The newest verdict about `node`: from its node results (Pass and Warn pass) and from the
+/// The newest verdict about `node`: from its node results (passing as [`Verdict::passes`] says) and from the
 /// node lines of finished validations (Error and DeadlineExceeded have no result). On a tie a
 /// failure wins. What `policy` does not count (simulated results) and findings of only
 /// configuration codes are left out: they say nothing about the node.
@@ -180,7 +188,7 @@ pub fn latest(
     let from_results = results.iter().filter(|r| r.node == node);
     let from_results = from_results.filter(|r| policy.counts(r.simulated));
     let from_results = from_results.map(|r| {
-        let passed = matches!(r.verdict.as_str(), "Pass" | "Warn");
+        let passed = r.passed();
         Evidence {
             validation: r.validation.clone(),
             at: r.created,
@@ -492,6 +500,20 @@ mod tests {
             },
             simulated: false,
         }
+    }
+
+    #[test]
+    fn a_result_passes_as_its_verdict_passes() {
+        let passed = |verdict: &str| {
+            let results = [result("a", "v", verdict, "2026-11-23T01:00:00Z")];
+            latest("a", &results, &[], Policy::default())
+                .expect("a verdict")
+                .passed
+        };
+        for verdict in gpuval_crds::Verdict::ALL {
+            assert_eq!(passed(verdict.as_str()), verdict.passes(), "{verdict}");
+        }
+        assert!(!passed("pass"), "a label not in the API's words is no pass");
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub enum Kind {
     /// NCCL bus bandwidth at the largest size of the default-transport sweep, GB/s;
     /// qualifier: the collective.
     NcclBusbwGbps,
+    /// The training step's samples per second over every GPU of the node (with the all-reduce
+    /// overlapping the backward pass).
+    TrainingSamplesPerSecond,
 }
 
 impl Kind {
@@ -46,13 +49,15 @@ impl Kind {
             Kind::HostGbps => "host_gbps",
             Kind::P2pGbps => "p2p_gbps",
             Kind::NcclBusbwGbps => "nccl_busbw_gbps",
+            Kind::TrainingSamplesPerSecond => "training_samples_per_second",
         }
     }
     /// The unit as a person reads it.
     pub fn unit(self) -> &'static str {
         match self {
             Kind::Tflops => "TFLOP/s",
-            _ => "GB/s",
+            Kind::TrainingSamplesPerSecond => "samples/s",
+            Kind::MemoryGbps | Kind::HostGbps | Kind::P2pGbps | Kind::NcclBusbwGbps => "GB/s",
         }
     }
     /// What it measures, in words.
@@ -63,6 +68,7 @@ impl Kind {
             Kind::HostGbps => "host pinned",
             Kind::P2pGbps => "p2p",
             Kind::NcclBusbwGbps => "NCCL bus bandwidth",
+            Kind::TrainingSamplesPerSecond => "training throughput",
         }
     }
 }
@@ -142,6 +148,14 @@ pub fn node_figures(report: &NodeReport) -> Vec<Figure> {
     }
     if let Some(sweep) = report.nccl.as_ref().and_then(|n| n.sweep.as_ref()) {
         out.extend(nccl_peaks(sweep));
+    }
+    if let Some(f) = report.training.as_ref().and_then(|t| t.figures.as_ref()) {
+        out.push(Figure {
+            scope: Scope::Node,
+            kind: Kind::TrainingSamplesPerSecond,
+            qualifier: String::new(),
+            value: f.samples_per_second,
+        });
     }
     out
 }

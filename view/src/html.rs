@@ -173,6 +173,9 @@ fn node_section(s: &mut String, n: &NodeEntry, detail: Detail) {
     if let Some(nccl) = r.nccl.as_ref().filter(|_| detail.charts) {
         nccl_section(s, &id, nccl);
     }
+    if let Some(t) = &r.training {
+        training_section(s, &id, t);
+    }
     if detail.charts {
         telemetry_section(s, &id, &r.gpus);
     } else {
@@ -439,6 +442,44 @@ fn io_section(s: &mut String, id: &str, r: &NodeReport) {
         );
     }
     list(s, "reasons", &io.reasons);
+}
+
+fn training_section(s: &mut String, id: &str, t: &gpuval_crds::TrainingResult) {
+    let _ = write!(
+        s,
+        "<h3>Training step <span class=\"v-{v}\">{v}</span></h3><table id=\"training-{id}\"><tr><th>GPUs</th><th>timed steps</th><th>step ms</th><th>samples/s</th><th>samples/s per GPU</th><th>TFLOP/s per GPU</th><th>exposed comm</th><th>scaling</th><th class=\"l\">replicas</th></tr>",
+        v = t.verdict
+    );
+    let replicas = if t.replicas.identical {
+        format!("identical at {} comparisons", t.replicas.comparisons)
+    } else {
+        "diverged".to_string()
+    };
+    match &t.figures {
+        Some(f) => {
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}%</td><td>{}%</td><td class=\"l\">{}</td></tr></table>",
+                t.gpus.len(),
+                t.steps,
+                num(f.step_millis),
+                num(f.samples_per_second),
+                num(f.samples_per_second_per_gpu),
+                num(f.tflops_per_gpu),
+                num(f.exposed_comm_fraction * 100.0),
+                num(f.scaling_efficiency * 100.0),
+                escape(&replicas),
+            );
+        }
+        None => {
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td class=\"l not-run\" colspan=\"8\">no step measured</td></tr></table>",
+                t.gpus.len()
+            );
+        }
+    }
+    list(s, "reasons", &t.reasons);
 }
 
 fn nccl_section(s: &mut String, id: &str, n: &NcclResult) {

@@ -6,6 +6,7 @@
 //!
 //! Pure: no I/O. The agent, the kubectl plugin and the operator read and write.
 
+pub mod checks;
 pub mod diff;
 pub mod figures;
 pub mod html;

@@ -108,6 +108,47 @@ fn node(s: &mut String, name: &str, r: &NodeReport) {
             num(f.value)
         );
     }
+    other_checks(s, r);
+}
+
+/// One line each for the node-wide checks the table has no column for.
+fn other_checks(s: &mut String, r: &NodeReport) {
+    if let Some(t) = &r.topology {
+        let _ = writeln!(s, "\nTopology: {} over {} GPUs", t.verdict, t.gpus.len());
+    }
+    if let Some(io) = &r.io {
+        let _ = writeln!(
+            s,
+            "\nFile I/O: {}, write {} MB/s, read {} MB/s in {}",
+            io.verdict,
+            num(io.write_mbps),
+            num(io.read_mbps),
+            if io.dir.is_empty() { "–" } else { &io.dir }
+        );
+    }
+    if let Some(t) = &r.training {
+        match &t.figures {
+            Some(f) => {
+                let _ = writeln!(
+                    s,
+                    "\nTraining step: {}, {} samples/s over {} GPUs ({} per GPU), scaling {}%, replicas {}",
+                    t.verdict,
+                    num(f.samples_per_second),
+                    t.gpus.len(),
+                    num(f.samples_per_second_per_gpu),
+                    num(f.scaling_efficiency * 100.0),
+                    if t.replicas.identical {
+                        "identical"
+                    } else {
+                        "diverged"
+                    }
+                );
+            }
+            None => {
+                let _ = writeln!(s, "\nTraining step: {}, no step measured", t.verdict);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

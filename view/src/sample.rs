@@ -101,6 +101,25 @@ pub fn report() -> NodeReport {
             }),
             ..Default::default()
         }),
+        training: Some(training::TrainingResult {
+            gpus: vec![0, 1],
+            steps: 30,
+            figures: Some(training::TrainingFigures {
+                step_millis: 412.0,
+                samples_per_second_per_gpu: 19.4,
+                samples_per_second: 38.8,
+                exposed_comm_fraction: 0.04,
+                scaling_efficiency: 0.97,
+                tflops_per_gpu: 610.0,
+                ..Default::default()
+            }),
+            replicas: training::TrainingReplicas {
+                comparisons: 4,
+                identical: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

@@ -301,6 +301,16 @@ pub enum BackendChoice {
     Simulated(sim::SimSpec),
 }
 
+/// This host's name: the kernel's (`/proc/sys/kernel/hostname`), else `$HOSTNAME`; None when
+/// neither names one.
+pub fn hostname() -> Option<String> {
+    let from_proc = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+    from_proc
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+}
+
 /// Printed on stderr whenever the simulated backend is opened.
 pub const SIMULATED_NOTE: &str =
     "note: SIMULATED backend: figures are not from real GPUs (tests and demos only)";

@@ -155,7 +155,7 @@ pub fn run_view(run: &GpuValidation, ctx: &Ctx) -> AdmissionRun {
 /// What a node result of an admission run says about its node: nothing when `policy` does not
 /// count it (simulated) or its finding is only configuration.
 pub fn result_outcome(r: ResultMeta, policy: Policy) -> Outcome {
-    let passed = matches!(r.verdict.as_str(), "Pass" | "Warn");
+    let passed = r.passed();
     if !policy.counts(r.simulated) {
         Outcome::NoEvidence(format!("simulated result ({})", r.verdict))
     } else if !passed && Code::only_configuration(&r.codes) {
@@ -320,5 +320,24 @@ mod tests {
             result_outcome(meta("Pass", "", true), trusted),
             Outcome::Passed
         );
+    }
+
+    #[test]
+    fn a_result_admits_its_node_as_its_verdict_passes() {
+        let p = Policy::default();
+        let result = |verdict: &str| ResultMeta {
+            node: "n".into(),
+            validation: "v".into(),
+            verdict: verdict.into(),
+            summary: "why".into(),
+            created: "2026-11-23T01:00:00Z".parse().unwrap(),
+            action: gpuval_crds::Action::None,
+            codes: String::new(),
+            simulated: false,
+        };
+        for verdict in gpuval_crds::Verdict::ALL {
+            let admitted = result_outcome(result(verdict.as_str()), p) == Outcome::Passed;
+            assert_eq!(admitted, verdict.passes(), "{verdict}");
+        }
     }
 }

@@ -39,6 +39,27 @@ pub fn require_nvrtc() -> Result<(), BackendError> {
     )
 }
 
+/// Which cuBLAS libraries a check loads: the GEMM burn also uses cuBLASLt, the training step
+/// cuBLAS alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blas {
+    Only,
+    WithLt,
+}
+
+/// Checks that cuBLAS (and cuBLASLt where `which` says) can be loaded (cudarc panics on a missing
+/// library, so ask first); the error names the first one missing.
+pub fn require_blas(which: Blas) -> Result<(), BackendError> {
+    // SAFETY: only probes dlopen for the libraries; no other state is touched.
+    let blas = unsafe { cudarc::cublas::sys::is_culib_present() };
+    // SAFETY: as above.
+    let lt = which == Blas::Only || unsafe { cudarc::cublaslt::sys::is_culib_present() };
+    const HINT: &str =
+        "install the CUDA runtime libraries (libcublas) or put them on LD_LIBRARY_PATH";
+    BackendError::library_present(blas, "cuBLAS (libcublas.so)", HINT)?;
+    BackendError::library_present(lt, "cublasLt (libcublasLt.so)", HINT)
+}
+
 /// Compiles [`SOURCE`] to PTX for `cc`.
 pub fn compile(cc: Option<(i32, i32)>) -> Result<String, BackendError> {
     compile_source(SOURCE, "gpuval_kernels.cu", "the gpuval kernels", cc)

@@ -423,7 +423,7 @@ impl NvmlHost {
             cuda_driver_version: logged("CUDA driver version", self.nvml.sys_cuda_driver_version())
                 .map(format_cuda_version),
             nvml_version: logged("NVML version", self.nvml.sys_nvml_version()),
-            hostname: hostname(),
+            hostname: crate::backend::hostname(),
             nccl_version: None,
         }
     }
@@ -803,14 +803,6 @@ fn highest_id(path: &str) -> Option<u32> {
     parse_ranges(&std::fs::read_to_string(path).ok()?)?
         .into_iter()
         .max()
-}
-
-fn hostname() -> Option<String> {
-    let from_proc = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
-    from_proc
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
 }
 
 /// `13000` → `"13.0"`.

@@ -142,20 +142,12 @@ pub fn rate(bytes: u64, seconds: f64) -> f64 {
     }
 }
 
-/// The middle sample (the upper middle of an even count); 0 without samples.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn median_and_rate() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![]), 0.0);
+    fn rate_per_second() {
         assert_eq!(rate(2_000_000_000, 2.0), 1.0);
         assert_eq!(rate(5, 0.0), 0.0);
     }

@@ -26,7 +26,7 @@ use super::{ComputeOutcome, ComputeRequest, GemmOutcome, PulseRequest, Transcend
 use crate::backend::BackendError;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::buffer::{grid_for, timed};
-use crate::backend::cuda::kernels::Kernels;
+use crate::backend::cuda::kernels::{Blas, Kernels, require_blas};
 use crate::backend::cuda::launch::Kernel;
 use crate::run_control::RunControl;
 
@@ -65,31 +65,6 @@ pub(super) fn measure(
         };
         out
     })
-}
-
-/// Checks that cuBLAS and cublasLt can be loaded.
-pub fn require_blas() -> Result<(), BackendError> {
-    // SAFETY: only probes dlopen for the libraries.
-    let (blas, lt) = unsafe {
-        (
-            cudarc::cublas::sys::is_culib_present(),
-            cudarc::cublaslt::sys::is_culib_present(),
-        )
-    };
-    if blas && lt {
-        Ok(())
-    } else {
-        Err(BackendError::MissingLibrary {
-            library: if blas {
-                "cublasLt (libcublasLt.so)"
-            } else {
-                "cuBLAS (libcublas.so)"
-            }
-            .into(),
-            hint: "install the CUDA runtime libraries (libcublas) or put them on LD_LIBRARY_PATH"
-                .into(),
-        })
-    }
 }
 
 /// Per-dtype comparison tolerances: (relative, absolute) between result slots, and the unit
@@ -167,7 +142,7 @@ fn run(
     ctl: &RunControl<'_>,
     phase: &PhaseCell,
 ) -> Result<ComputeOutcome, BackendError> {
-    require_blas()?;
+    require_blas(Blas::WithLt)?;
     let started = Instant::now();
     let stream = ctx
         .new_stream()

@@ -21,8 +21,8 @@ use gpuval_crds::{
 
 use self::power::{PowerOutcome, PulseOutcome, judge_power, judge_pulse};
 use crate::backend::{Backend, GpuInfo};
+use crate::check::given;
 use crate::check::{GpuCheck, JudgeGpu, Measurement, OnGpu};
-use crate::config::given;
 use crate::judge::{Code, Judge, Reason, Says, measured, plural, ran, to_i64, verdict_of};
 use crate::profiles::ModelProfile;
 use crate::text::{columns, dash, indent};

@@ -20,8 +20,9 @@ use super::{Baseline, DirectionRates, HostTransferOutcome, HostTransferRequest};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::buffer::DeviceBuffer;
 use crate::backend::cuda::kernels::Kernels;
-use crate::backend::cuda::timing::{self, Gate, median, rate};
+use crate::backend::cuda::timing::{self, Gate, rate};
 use crate::backend::{BackendError, PcieReading};
+use crate::judge::median;
 use crate::run_control::RunControl;
 
 /// Page-locked host memory freed on drop.
@@ -165,7 +166,7 @@ impl HostSide {
                     }
                 }
             }
-            let m = median(rates);
+            let m = median(rates).unwrap_or(0.0);
             match dir {
                 Dir::H2d => r.h2d_gbps = m,
                 Dir::D2h => r.d2h_gbps = m,
@@ -243,7 +244,7 @@ impl HostSide {
                     t.elapsed().as_secs_f64(),
                 ));
             }
-            let m = median(rates);
+            let m = median(rates).unwrap_or(0.0);
             match dir {
                 Dir::H2d => r.h2d_gbps = m,
                 Dir::D2h => r.d2h_gbps = m,

@@ -279,7 +279,7 @@ impl Flags {
             pcie_expect_gen,
             pcie_expect_width,
         } = self;
-        crate::config::given(&mut spec.buffer_mib, host_buffer_mib);
+        crate::check::given(&mut spec.buffer_mib, host_buffer_mib);
         let any = pcie_max_replays.is_some()
             || pcie_max_correctable.is_some()
             || pcie_expect_gen.is_some()

@@ -9,7 +9,7 @@ use gpuval_crds::{IoCheck, IoResult, Verdict};
 
 use super::judge::{self, Context};
 use super::{IoError, IoOutcome, IoRequest, Tuning, human};
-use crate::config::given;
+use crate::check::given;
 use crate::run_control::{ProgressSink, RunControl, ThrottledProgress};
 
 /// The io check as its spec and the node's settings ask for it.

@@ -19,8 +19,8 @@ use gpuval_crds::{GpuReport, MemoryCheck, MemoryPattern, Mismatch, NodeReport, R
 
 use self::bits::BitTally;
 use crate::backend::Backend;
+use crate::check::given;
 use crate::check::{GpuCheck, JudgeGpu, Measurement, OnGpu};
-use crate::config::given;
 use crate::judge::{Code, Judge, ran};
 use crate::text::{columns, dash, indent};
 

@@ -28,7 +28,8 @@ use crate::backend::cuda::buffer::{DeviceBuffer, grid_for};
 use crate::backend::cuda::kernels::Kernels;
 use crate::backend::cuda::launch::LaunchError;
 use crate::backend::cuda::tally::Tally;
-use crate::backend::cuda::timing::{self, Gate, median, rate};
+use crate::backend::cuda::timing::{self, Gate, rate};
+use crate::judge::median;
 use crate::run_control::RunControl;
 
 /// Size of each GPU's pointer-chase chain, and the distance between its slots (one cache line
@@ -408,7 +409,7 @@ fn uni(src: &Peer, dst: &Peer, gate: Option<&Gate>, req: &P2pRequest) -> Result<
         })?;
         rates.push(rate(bytes * u64::from(iterations), secs));
     }
-    Ok(median(rates))
+    Ok(median(rates).unwrap_or(0.0))
 }
 
 /// `src ⇄ dst` at once, GB/s of both directions together: the median of the samples. The
@@ -433,7 +434,7 @@ fn bidi(
         sync(dst)?;
         rates.push(rate(2 * bytes * u64::from(iterations), secs));
     }
-    Ok(median(rates))
+    Ok(median(rates).unwrap_or(0.0))
 }
 
 /// Makes `waiter`'s stream wait for what `first`'s stream has queued so far.

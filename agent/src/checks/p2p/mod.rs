@@ -18,9 +18,9 @@ use std::collections::HashMap;
 use gpuval_crds::{NodeReport, P2pCheck, P2pResult};
 
 use crate::backend::{Backend, GpuInfo};
+use crate::check::given;
 use crate::check::{JudgeNode, Measurement, NodeCheck, OnNode};
 use crate::checks::host::Host;
-use crate::config::given;
 use crate::judge::Judge;
 use crate::link_floors::LinkFacts;
 

@@ -3,7 +3,7 @@
 
 use gpuval_crds::{Duration, TrainingCheck};
 
-use crate::config::given;
+use crate::check::given;
 
 /// Training check flags.
 #[derive(clap::Args, Debug, Clone, Default, PartialEq)]

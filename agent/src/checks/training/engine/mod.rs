@@ -21,6 +21,7 @@ use self::replica::{Mode, Replica};
 use super::outcome::{Comparison, TrainingOutcome};
 use super::request::TrainingRequest;
 use crate::backend::cuda::CudaBackend;
+use crate::backend::cuda::kernels::{Blas, require_blas};
 use crate::backend::{BackendError, GpuInfo};
 use crate::checks::nccl::engine::comm::{self, Comm};
 use crate::checks::nccl::engine::sync::{Interrupted, Shared, WaitError, wait_for};
@@ -72,7 +73,7 @@ pub fn run(
     library::require_loadable()?;
     let version = comm::version();
     library::require_version(version.as_deref())?;
-    require_blas()?;
+    require_blas(Blas::Only)?;
     require_memory(gpus, req)?;
     let cc = gpus.first().and_then(|g| g.compute_capability);
     let ptx = kernels::compile(cc)?;
@@ -113,19 +114,6 @@ pub fn run(
     }
     let error = run.error.into_inner().unwrap_or_else(|p| p.into_inner());
     Ok(assemble(gpus, measured, version, error, started))
-}
-
-fn require_blas() -> Result<(), BackendError> {
-    // SAFETY: only probes dlopen for the library.
-    if unsafe { cudarc::cublas::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(BackendError::MissingLibrary {
-            library: "cuBLAS (libcublas.so)".into(),
-            hint: "install the CUDA runtime libraries (libcublas) or put them on LD_LIBRARY_PATH"
-                .into(),
-        })
-    }
 }
 
 /// Refuses a model that does not fit in every GPU's free memory, saying what to lower.

@@ -1,0 +1,79 @@
+//! The exit codes docs/checks-and-reasons.md states for `gpuval-agent run`, from the agent binary
+//! with the simulated backend: 0 a pass, 1 a failed check or a check that ended in Error (as a
+//! missing NVRTC, cuBLAS or NCCL does), 2 a run that could not start.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const AGENT: &str = env!("CARGO_BIN_EXE_gpuval-agent");
+
+/// `gpuval-agent run` of a quick memory check on two simulated GPUs with `simulate` planted,
+/// and the report it wrote (None where it wrote none).
+fn run(simulate: &str, extra: &[&str]) -> (Output, Option<Value>) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("report.json");
+    let output = Command::new(AGENT)
+        .args([
+            "run",
+            "--simulate",
+            simulate,
+            "--checks",
+            "memory",
+            "--output",
+        ])
+        .arg(&out)
+        .args(extra)
+        .output()
+        .expect("run the agent");
+    let report = std::fs::read_to_string(&out)
+        .ok()
+        .map(|text| serde_json::from_str(&text).expect("the report is JSON"));
+    (output, report)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_passing_node_exits_0() {
+    let (o, report) = run("gpus=2", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(report.expect("a report")["verdict"], "Pass");
+}
+
+#[test]
+fn a_failed_check_exits_1() {
+    let (o, report) = run("gpus=2,fail=memory@1", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(report.expect("a report")["verdict"], "Fail");
+}
+
+#[test]
+fn a_check_that_ended_in_error_exits_1_not_2() {
+    let (o, report) = run("gpus=2,error=memory@0", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let report = report.expect("a report: the run went on");
+    assert_eq!(report["verdict"], "Error");
+}
+
+#[test]
+fn bad_input_exits_2_with_a_one_line_error_and_no_report() {
+    let (o, report) = run("gpus=2,nosuchkey=1", &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("error: --simulate"), "{}", stderr(&o));
+    assert!(report.is_none(), "no run, no report");
+}
+
+#[test]
+fn an_unreadable_settings_file_exits_2() {
+    let (o, report) = run("gpus=2", &["-c", "/nonexistent/gpuval-settings.yaml"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("/nonexistent/gpuval-settings.yaml"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(report.is_none());
+}
