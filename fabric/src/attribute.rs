@@ -9,24 +9,30 @@
 
 use gpuval_crds::fabric::{FabricError, FabricErrorKind};
 
-/// Words that say this node's own side could not start (checked first: they are specific).
+/// Words of this node's own GPU failing: its own whatever else the message says (checked
+/// first).
+const GPU: &[&str] = &[
+    "cuda error",
+    "cudaerror",
+    "xid",
+    "launch timed out",
+    "out of memory",
+    "wrong element",
+    "no gpu",
+    "gpu(s) but the round counts",
+];
+
+/// Words that say this node's own side could not start (checked after the peer words: a
+/// message that quotes a peer's reason is about that peer).
 const LOCAL: &[&str] = &[
     "no ip interface",
     "no socket interface",
     "no interface found",
     "no device found",
-    "no gpu",
     "cannot open shared object",
     "library not found",
     "libnccl",
-    "cuda error",
-    "cudaerror",
     "cuda driver",
-    "xid",
-    "out of memory",
-    "wrong element",
-    "gpu(s) but the round counts",
-    "netfault=local",
 ];
 
 /// Words that say a peer's failure stopped this member.
@@ -55,10 +61,13 @@ const PEER: &[&str] = &[
 /// The kind of failure `message` describes, or `None` when its words do not say.
 pub fn kind_of(message: &str) -> Option<FabricErrorKind> {
     let text = message.to_lowercase();
-    if LOCAL.iter().any(|w| text.contains(w)) {
+    let says = |words: &[&str]| words.iter().any(|w| text.contains(w));
+    if says(GPU) {
         Some(FabricErrorKind::Local)
-    } else if PEER.iter().any(|w| text.contains(w)) {
+    } else if says(PEER) {
         Some(FabricErrorKind::Peer)
+    } else if says(LOCAL) {
+        Some(FabricErrorKind::Local)
     } else {
         None
     }
@@ -93,6 +102,8 @@ mod tests {
             "the collective was aborted: Timeout at rank 3",
             "Bootstrap: connection refused by 10.0.0.2:29401",
             "NCCL WARN Net : Connection reset by peer",
+            // A message quoting the peer's own reason is about the peer.
+            "remote process exited (member n1: NET/Socket : no interface found)",
         ] {
             assert_eq!(kind_of(m), Some(FabricErrorKind::Peer), "{m}");
         }
@@ -106,6 +117,7 @@ mod tests {
             "libnccl.so.2: cannot open shared object file",
             "CUDA error 999 unknown error on GPU 2",
             "3 wrong element(s) received on this node's GPU rank 1",
+            "CUDA error: the launch timed out and was terminated",
         ] {
             assert_eq!(kind_of(m), Some(FabricErrorKind::Local), "{m}");
         }

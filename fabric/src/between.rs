@@ -13,8 +13,8 @@ use std::fmt;
 
 use gpuval_crds::fabric::FabricKind;
 
-use crate::{Group, Purpose};
 use crate::evaluate::{Evaluation, GroupFailure};
+use crate::{Group, Purpose};
 
 /// How many member names a fault lists before counting the rest.
 const LISTED: usize = 4;
@@ -336,6 +336,9 @@ mod tests {
             why: "fabric round 4: 120.0 GB/s below 350".into(),
         };
         let s = f.to_string();
-        assert!(s.contains("[n00, n01, n02, n03 and 2 more] and [m1]"), "{s}");
+        assert!(
+            s.contains("[n00, n01, n02, n03 and 2 more] and [m1]"),
+            "{s}"
+        );
     }
 }

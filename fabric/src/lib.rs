@@ -24,14 +24,14 @@ pub mod evaluate;
 #[cfg(any(test, feature = "model"))]
 pub mod model;
 pub mod plan;
-pub mod settings;
 #[cfg(test)]
 mod property;
+pub mod settings;
 #[cfg(test)]
 mod tests;
 
 pub use between::BetweenFault;
-pub use evaluate::{Evidence, Evaluation, GroupFailure, History, NodeState, Standing};
+pub use evaluate::{Evaluation, Evidence, GroupFailure, History, NodeState, Standing};
 pub use plan::{Conclusion, Decision, NodeFabric, next};
 pub use settings::Settings;
 
@@ -68,8 +68,8 @@ impl Purpose {
             Purpose::Confirm,
             Purpose::Split,
         ]
-            .into_iter()
-            .find(|p| p.as_str() == s)
+        .into_iter()
+        .find(|p| p.as_str() == s)
     }
 }
 

@@ -169,17 +169,29 @@ impl Fabric {
                     } else {
                         peer("could not reach the rendezvous host: connection timed out")
                     };
-                    let missing = if rank == 0 { members[1..].to_vec() } else { vec![] };
+                    let missing = if rank == 0 {
+                        members[1..].to_vec()
+                    } else {
+                        vec![]
+                    };
                     return Some((None, e, missing));
                 }
                 if rank == 0 && !missing.is_empty() {
                     return Some((None, peer("member(s) never joined"), missing.clone()));
                 }
                 if self.never_join.contains(n) {
-                    return Some((None, peer("could not reach the rendezvous host: connection timed out"), vec![]));
+                    return Some((
+                        None,
+                        peer("could not reach the rendezvous host: connection timed out"),
+                        vec![],
+                    ));
                 }
                 if !missing.is_empty() {
-                    return Some((None, peer("the host stopped the group: member(s) never joined"), vec![]));
+                    return Some((
+                        None,
+                        peer("the host stopped the group: member(s) never joined"),
+                        vec![],
+                    ));
                 }
                 if self.local.contains(n) {
                     return Some((None, err(FabricErrorKind::Local, NO_INTERFACE), vec![]));

@@ -101,8 +101,13 @@ fn slow_of(m: &Fabric, nodes: &[String], i: usize) -> Vec<usize> {
     nodes
         .iter()
         .enumerate()
-        .filter(|(j, n)| *j == i || (slow.contains(*n) && !m.local.contains(*n)
-            && !m.never_join.contains(*n) && !m.gone.contains(*n)))
+        .filter(|(j, n)| {
+            *j == i
+                || (slow.contains(*n)
+                    && !m.local.contains(*n)
+                    && !m.never_join.contains(*n)
+                    && !m.gone.contains(*n))
+        })
         .map(|(j, _)| j)
         .collect()
 }
@@ -136,7 +141,10 @@ fn drive(nodes: &[String], m: &Fabric, s: &Settings) -> (Conclusion, usize) {
                     }
                 }
                 rounds.push(r);
-                assert!(rounds.len() <= s.max_rounds as usize, "over the round limit");
+                assert!(
+                    rounds.len() <= s.max_rounds as usize,
+                    "over the round limit"
+                );
             }
             Decision::Wait { awaited } => panic!("waiting for {awaited} with every report in"),
             Decision::Done(c) => return (c, rounds.len()),
@@ -151,7 +159,11 @@ fn cut_off(m: &Fabric, nodes: &[String], node: &String) -> bool {
     nodes
         .iter()
         .filter(|n| *n != node && !faulty.contains(*n))
-        .all(|n| m.between.iter().any(|b| b.crossed_by(&[node.clone(), n.clone()])))
+        .all(|n| {
+            m.between
+                .iter()
+                .any(|b| b.crossed_by(&[node.clone(), n.clone()]))
+        })
 }
 
 /// Runs `seeds` random fault sets on `lo..=hi` nodes; returns the rounds used, by count.

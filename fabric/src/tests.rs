@@ -356,7 +356,10 @@ fn a_bad_link_between_two_healthy_nodes_is_a_link_fault_not_theirs() {
             "{}",
             c.message
         );
-        assert!(c.message.contains("link fault between node-0002 and node-0003"));
+        assert!(
+            c.message
+                .contains("link fault between node-0002 and node-0003")
+        );
         assert!(rounds.len() <= 3, "{} rounds", rounds.len());
     }
 }

@@ -53,6 +53,13 @@ pub fn run_group(a: &Assignment, spec: &FabricSpec, nccl: &dyn NcclGroup) -> Fab
         ..Default::default()
     };
     let start = Instant::now();
+    if nccl.planted_nojoin() {
+        outcome.error = Some(rendezvous::peer(format!(
+            "simulated: could not reach the rendezvous at {} (netfault=nojoin)",
+            a.rendezvous
+        )));
+        return outcome;
+    }
     let mut joined = match rendezvous::join(a, join_deadline(a, spec, start)) {
         Ok(g) => g,
         Err(JoinFailure {

@@ -79,6 +79,10 @@ pub trait NcclGroup: Send + Sync {
     fn planted_vanish(&self) -> bool {
         false
     }
+    /// Test only (the simulator's `netfault=nojoin`): this node never reaches a rendezvous.
+    fn planted_nojoin(&self) -> bool {
+        false
+    }
 }
 
 /// The NCCL runner for the backend in use: the simulator's, or the real engine over the GPUs

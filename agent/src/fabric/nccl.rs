@@ -115,10 +115,9 @@ pub fn run(req: &NcclRequest) -> Result<NcclFigures, FabricError> {
         // this side failed, or a peer never came (the planner tells which from the others).
         Err(e) => {
             let text = e.to_string();
-            if waited_for_peers(&text) {
-                Err(peer_error(text))
-            } else {
-                Err(local_error(text))
+            match gpuval_fabric::attribute::kind_of(&text) {
+                Some(FabricErrorKind::Peer) => Err(peer_error(text)),
+                _ => Err(local_error(text)),
             }
         }
     }
@@ -171,14 +170,6 @@ pub fn is_visible(visible: Option<&str>, index: u32, uuid: &str) -> bool {
     list.split(',').map(str::trim).any(|v| {
         v.parse::<u32>().is_ok_and(|i| i == index) || (!v.is_empty() && uuid.starts_with(v))
     })
-}
-
-/// Whether a sweep that could not run was waiting for the other members (a peer's fault as far
-/// as this node knows) rather than failing on its own.
-fn waited_for_peers(text: &str) -> bool {
-    ["silent", "stuck", "did not return within"]
-        .iter()
-        .any(|w| text.contains(w))
 }
 
 /// The real runner of a node whose checks produced `report`.
@@ -321,13 +312,24 @@ mod tests {
     }
 
     #[test]
-    fn a_setup_that_waited_for_peers_is_theirs() {
-        assert!(waited_for_peers(
-            "rank 0: ncclCommInitRank did not return within 65s; the sweep process ended"
-        ));
-        assert!(!waited_for_peers(
-            "ncclCommInitRank: invalid usage (NET/IB : No IP interface found.)"
-        ));
+    fn a_setup_that_waited_for_peers_or_lost_one_is_theirs() {
+        let kind = |t: &str| gpuval_fabric::attribute::kind_of(t);
+        assert_eq!(
+            kind("rank 0: ncclCommInitRank did not return within 65s; the sweep process ended"),
+            Some(FabricErrorKind::Peer)
+        );
+        // What rank 0 of a healthy node said on real H100s when a peer had no interface.
+        assert_eq!(
+            kind(
+                "ncclCommInitRank: remote process exited or there was a network error \
+                 (NCCL: socketProgress: Connection closed by remote peer)"
+            ),
+            Some(FabricErrorKind::Peer)
+        );
+        assert_eq!(
+            kind("ncclCommInitRank: invalid usage (NET/IB : No IP interface found.)"),
+            Some(FabricErrorKind::Local)
+        );
     }
 
     #[test]

@@ -264,6 +264,9 @@ fn the_spec_string_takes_net_and_netfault() {
     let n = SimNccl::new(s.model, SimSpec::default().net);
     assert_eq!(n.net_gbps, 400.0);
     assert!(!n.planted_vanish());
+    let n: SimSpec = "netfault=nojoin".parse().expect("valid");
+    assert_eq!(n.net.fault, Some(NetFault::NoJoin));
+    assert!(n.to_string().contains("netfault=nojoin"), "{n}");
     let v: SimSpec = "netfault=vanish".parse().expect("valid");
     assert!(SimNccl::new(v.model, v.net).planted_vanish());
     for bad in ["net=0", "net=fast", "netfault=sometimes"] {
@@ -307,4 +310,65 @@ where
         out.push(h.await.expect("a round's task"));
     }
     out
+}
+
+#[test]
+fn a_member_that_never_joins_is_named_missing_by_the_host_and_nobody_else_blames_themselves() {
+    let a = assignments(FabricKind::Nccl, 3, Duration::from_secs(4));
+    let faults = [None, None, Some(NetFault::NoJoin)];
+    let out = run_all(
+        a.into_iter()
+            .zip(faults)
+            .map(|(a, fault)| {
+                (
+                    a,
+                    SimNccl {
+                        net_gbps: 400.0,
+                        fault,
+                    },
+                )
+            })
+            .collect(),
+        &spec(1),
+    );
+    assert_eq!(out[0].missing, vec!["n2".to_string()], "{out:?}");
+    for o in &out {
+        let e = o.error.as_ref().expect("nobody measured");
+        assert_eq!(e.kind, FabricErrorKind::Peer, "{o:?}");
+    }
+    assert!(
+        out[2]
+            .error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("nojoin"))
+    );
+}
+
+#[test]
+fn a_peer_that_could_not_start_reads_as_a_peer_exit_on_the_others() {
+    let a = assignments(FabricKind::Nccl, 3, Duration::from_secs(20));
+    let faults = [None, None, Some(NetFault::Local)];
+    let out = run_all(
+        a.into_iter()
+            .zip(faults)
+            .map(|(a, fault)| {
+                (
+                    a,
+                    SimNccl {
+                        net_gbps: 400.0,
+                        fault,
+                    },
+                )
+            })
+            .collect(),
+        &spec(1),
+    );
+    for o in &out[..2] {
+        let e = o.error.as_ref().expect("aborted");
+        assert!(e.message.contains("remote process exited"), "{e:?}");
+        assert_eq!(
+            gpuval_fabric::attribute::attribute(e),
+            FabricErrorKind::Peer
+        );
+    }
 }
