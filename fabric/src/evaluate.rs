@@ -27,7 +27,9 @@ impl History<'_> {
             .find(|o| i64::from(o.round) == i64::from(round) && i64::from(o.group) == group as i64)
     }
 
-    /// Members of the last round that neither reported nor left.
+    /// Members of the last round that neither reported nor left, in groups whose outcome is
+    /// not known yet (a group is over once a member reported an error: it cannot pass, and
+    /// its other members stop).
     pub fn awaited(&self) -> usize {
         let Some(last) = self.rounds.last() else {
             return 0;
@@ -36,9 +38,19 @@ impl History<'_> {
         last.groups
             .iter()
             .enumerate()
+            .filter(|(id, g)| !self.failed_early(round, *id, g))
             .flat_map(|(id, g)| g.nodes.iter().map(move |n| (id, n)))
             .filter(|(id, n)| !self.gone.contains(*n) && self.outcome(n, round, *id).is_none())
             .count()
+    }
+
+    /// Whether a member of group `id` of `round` reported an error: the group failed, whoever
+    /// has not reported yet.
+    pub fn failed_early(&self, round: u32, id: usize, group: &Group) -> bool {
+        group.nodes.iter().any(|n| {
+            self.outcome(n, round, id)
+                .is_some_and(|o| o.error.is_some())
+        })
     }
 }
 
@@ -161,7 +173,8 @@ fn judge_group(
         .collect();
     let complete = outcomes.iter().all(Option::is_some);
     let is_last = round as usize == history.rounds.len();
-    if !complete && is_last && !history.last_round_expired {
+    let early = history.failed_early(round, id, group);
+    if !complete && is_last && !history.last_round_expired && !early {
         // Still running (members missing only because they have not reported yet) unless
         // their agents are gone.
         if group
@@ -173,7 +186,7 @@ fn judge_group(
             return;
         }
     }
-    let Blame { errors, own } = blame(round, group, &outcomes, history);
+    let Blame { errors, own } = blame(round, group, &outcomes, history, early);
     for (node, why) in &errors {
         if let Some(s) = e.states.get_mut(node) {
             s.error.get_or_insert_with(|| why.clone());
@@ -258,6 +271,7 @@ fn blame(
     group: &Group,
     outcomes: &[Option<&FabricOutcome>],
     history: &History<'_>,
+    early: bool,
 ) -> Blame {
     let host_report = outcomes.first().copied().flatten();
     let missing: &[String] = host_report.map_or(&[], |o| o.missing.as_slice());
@@ -272,6 +286,8 @@ fn blame(
                 node.clone(),
                 format!("its agent left during fabric round {round}"),
             )),
+            // The group failed on another member's error: this one was stopped, not silent.
+            None if early => {}
             None => b.errors.push((
                 node.clone(),
                 format!("no fabric report within round {round}'s timeout"),

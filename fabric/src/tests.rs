@@ -436,3 +436,61 @@ fn a_round_runs_in_waves_that_hold_each_node_once() {
         vec![g("a", "b"), g("c", "d"), g("b", "c"), g("d", "e")]
     );
 }
+
+#[test]
+fn a_group_is_over_at_its_first_error_and_the_next_round_does_not_wait() {
+    let nodes = names(4);
+    let s = settings();
+    let rounds = vec![Round {
+        purpose: Purpose::Screen,
+        groups: vec![crate::Group {
+            kind: FabricKind::Nccl,
+            nodes: nodes.clone(),
+        }],
+    }];
+    let mut m = Model::new(&nodes, &[]);
+    m.local.insert(nodes[3].clone());
+    let mut all = BTreeMap::new();
+    measure(&m, 1, &rounds[0], &mut all);
+    // Only the member whose NCCL could not start has reported; the others are still stopping.
+    let outcomes: BTreeMap<String, Vec<FabricOutcome>> =
+        all.into_iter().filter(|(n, _)| *n == nodes[3]).collect();
+    let gone = BTreeSet::new();
+    let h = History {
+        rounds: &rounds,
+        outcomes: &outcomes,
+        gone: &gone,
+        last_round_expired: false,
+    };
+    assert_eq!(h.awaited(), 0, "the group's outcome is known");
+    let Decision::Plan(r) = next(&nodes, &s, &h) else {
+        panic!("the next round starts without waiting for the timeout");
+    };
+    // Nobody is out for not reporting: the others were stopped, and are measured again.
+    let planned: BTreeSet<&String> = r.groups.iter().flat_map(|g| &g.nodes).collect();
+    assert_eq!(planned.len(), 4, "{r:?}");
+}
+
+#[test]
+fn a_round_still_measuring_is_waited_for() {
+    let nodes = names(3);
+    let rounds = vec![Round {
+        purpose: Purpose::Screen,
+        groups: vec![crate::Group {
+            kind: FabricKind::Nccl,
+            nodes: nodes.clone(),
+        }],
+    }];
+    let mut outcomes = BTreeMap::new();
+    measure(&Model::new(&nodes, &[]), 1, &rounds[0], &mut outcomes);
+    outcomes.remove(&nodes[1]);
+    outcomes.remove(&nodes[2]);
+    let gone = BTreeSet::new();
+    let h = History {
+        rounds: &rounds,
+        outcomes: &outcomes,
+        gone: &gone,
+        last_round_expired: false,
+    };
+    assert_eq!(next(&nodes, &settings(), &h), Decision::Wait { awaited: 2 });
+}

@@ -277,3 +277,31 @@ fn a_local_failure_names_that_node_and_not_the_peer_that_saw_it() {
         "{line:?}"
     );
 }
+
+#[test]
+fn the_next_round_starts_at_the_first_fatal_report_not_at_the_timeout() {
+    let mut c = Cluster::new(4, &[]);
+    c.bw.local.insert("gpu-3".into());
+    let first = c.step();
+    assert!(first.create_round.is_some());
+    c.measure();
+    // Only gpu-3 (no interface) has reported; the others are still stopping.
+    for r in &mut c.world.results {
+        if r.node != "gpu-3" {
+            r.fabric.clear();
+        }
+    }
+    let started = c.now;
+    let s = c.step();
+    let round = s
+        .create_round
+        .expect("round 2 planned on the first fatal report");
+    assert_eq!(round.round, 2);
+    assert!(
+        c.now - started < 5,
+        "decided within a reconcile, not after the 300 s timeout"
+    );
+    c.measure();
+    c.run();
+    assert_eq!(c.fabric().failed_nodes, vec!["gpu-3".to_string()]);
+}
