@@ -21,6 +21,7 @@ pub mod sim;
 pub mod tcp;
 #[cfg(test)]
 mod tests;
+pub mod watch;
 
 use std::time::Instant;
 

@@ -103,11 +103,11 @@ fn peer_error(message: String) -> FabricError {
     }
 }
 
-/// Runs the request in a sweep process and reads this member's bus bandwidth.
-pub fn run(req: &NcclRequest) -> Result<NcclFigures, FabricError> {
-    let stop = AtomicBool::new(false);
+/// Runs the request in a sweep process and reads this member's bus bandwidth; setting `stop`
+/// ends the sweep process (another member of the group failed).
+pub fn run(req: &NcclRequest, stop: &AtomicBool) -> Result<NcclFigures, FabricError> {
     let progress = |_: f64, note: &str| tracing::debug!(note, "fabric NCCL");
-    let ctl = RunControl::new(&stop, &progress);
+    let ctl = RunControl::new(stop, &progress);
     let out = crate::checks::nccl::run(req, &ctl).map_err(|e| local_error(e.to_string()))?;
     match out.sweep {
         Ok(s) => figures(req, &s),
@@ -202,12 +202,13 @@ impl RealNccl {
         settings: &FabricNccl,
         member_gpus: &[u32],
         env: &[(String, String)],
+        stop: &AtomicBool,
     ) -> Result<NcclFigures, FabricError> {
         if self.gpus.is_empty() {
             return Err(local_error("this node has no GPU to take part with".into()));
         }
         let req = request(a, settings, &self.gpus, member_gpus, env)?;
-        run(&req)
+        run(&req, stop)
     }
 }
 
@@ -217,11 +218,13 @@ impl super::NcclGroup for RealNccl {
         a: &Assignment,
         settings: &FabricNccl,
         env: &[(String, String)],
-        _link: &mut super::rendezvous::Link,
+        link: &mut super::rendezvous::Link,
     ) -> Result<NcclFigures, FabricError> {
-        // NCCL's own bootstrap (NCCL_COMM_ID) carries the communicator: the control channel
-        // only had to prove every member there.
-        self.run_group(a, settings, &a.gpus, env)
+        // NCCL's own bootstrap (NCCL_COMM_ID) carries the communicator; the control channel
+        // stops every member as soon as one fails.
+        super::watch::together(a, link, |stop| {
+            self.run_group(a, settings, &a.gpus, env, stop)
+        })
     }
     fn simulated(&self) -> bool {
         false
