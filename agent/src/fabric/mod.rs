@@ -15,6 +15,7 @@ pub mod coordinator;
 pub mod group;
 pub mod launch;
 pub mod nccl;
+pub mod ports;
 pub mod rendezvous;
 pub mod rounds;
 pub mod sim;

@@ -105,6 +105,7 @@ pub async fn take_part(
         .default_backoff()
         .applied_objects()
         .boxed();
+    let ports_before = read_ports_logged();
     let mut seen: BTreeMap<i32, FabricRoundSpec> = BTreeMap::new();
     let mut done = 0;
     let mut outcomes: Vec<FabricOutcome> = Vec::new();
@@ -128,6 +129,7 @@ pub async fn take_part(
             done += 1;
             if r.end {
                 tracing::info!(round = r.round, "the fabric test is over");
+                check_ports(m, &ports_before).await;
                 return Left::Ended;
             }
             let mine = assignments(&r, m.node, Timestamp::now(), deadline);
@@ -144,19 +146,57 @@ pub async fn take_part(
     }
 }
 
+/// This node's RDMA ports now (none when they cannot be read, which is logged).
+fn read_ports_logged() -> Vec<super::ports::PortReading> {
+    super::ports::read_ports(super::ports::sysfs_root()).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "could not read the InfiniBand/RoCE ports");
+        Vec::new()
+    })
+}
+
+/// Reads the ports again after the rounds and writes what changed or is wrong on this node's
+/// result ([`labels::FABRIC_PORTS`]).
+async fn check_ports(m: &Member<'_>, before: &[super::ports::PortReading]) {
+    let after = read_ports_logged();
+    let findings = super::ports::judge(before, &after, None);
+    for f in &findings {
+        tracing::warn!(device = %f.device, port = f.port, severity = ?f.severity, "{}", f.message);
+    }
+    if findings.is_empty() {
+        return;
+    }
+    let Ok(text) = serde_json::to_string(&findings) else {
+        return;
+    };
+    if let Err(e) = write_annotation(m, labels::FABRIC_PORTS, text).await {
+        tracing::error!(error = %e, "could not write the port findings");
+    }
+}
+
 /// Applies the outcomes annotation on this node's result.
 async fn write_outcomes(m: &Member<'_>, outcomes: &[FabricOutcome]) -> Result<(), kube::Error> {
-    let api: Api<GpuNodeResult> = Api::namespaced(m.client.clone(), m.namespace);
     let text = serde_json::to_string(outcomes).map_err(kube::Error::SerdeError)?;
+    write_annotation(m, labels::FABRIC_OUTCOMES, text).await
+}
+
+/// Applies one annotation on this node's result (each under its own field manager, so one
+/// does not remove the other).
+async fn write_annotation(m: &Member<'_>, key: &str, text: String) -> Result<(), kube::Error> {
+    let api: Api<GpuNodeResult> = Api::namespaced(m.client.clone(), m.namespace);
     let body = serde_json::json!({
         "apiVersion": GpuNodeResult::api_version(&()),
         "kind": GpuNodeResult::kind(&()),
         "metadata": {
             "name": m.result,
-            "annotations": { labels::FABRIC_OUTCOMES: text },
+            "annotations": { key: text },
         },
     });
-    let pp = PatchParams::apply(&format!("{}-fabric", m.field_manager));
+    let manager = if key == labels::FABRIC_OUTCOMES {
+        format!("{}-fabric", m.field_manager)
+    } else {
+        format!("{}-fabric-ports", m.field_manager)
+    };
+    let pp = PatchParams::apply(&manager);
     let patch = Patch::Apply(&body);
     crate::k8s::retry("apply the fabric outcomes", || {
         api.patch(&m.result, &pp, &patch)
