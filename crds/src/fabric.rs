@@ -198,7 +198,7 @@ pub struct FabricRoundSpec {
     pub generation: i64,
     /// 1 for the screening round, then 2, 3, ...; `end` rounds carry the next number.
     pub round: i32,
-    /// Why this round: `screen`, `pairs`, `confirm`, or `end`.
+    /// Why this round: `screen`, `pairs`, `confirm`, `split`, or `end`.
     #[schemars(length(max = 16))]
     pub purpose: String,
     /// When the round was planned; members that have not reported by this plus the timeout
