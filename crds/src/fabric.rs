@@ -212,6 +212,23 @@ pub struct FabricRoundSpec {
     /// The groups, measured at the same time.
     #[serde(default)]
     pub groups: Vec<FabricGroup>,
+    /// This object's part of the round, from 0: a round too large for one object is written
+    /// as `shards` objects (see [`crate::fabric_shard`]), each well under etcd's object limit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shard: i32,
+    /// How many objects the round is written as (default 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub shards: i32,
+}
+
+fn is_zero(v: &i32) -> bool {
+    *v == 0
+}
+fn is_one(v: &i32) -> bool {
+    *v == 1
+}
+fn one() -> i32 {
+    1
 }
 
 /// One group of a round.
@@ -228,6 +245,13 @@ pub struct FabricGroup {
     /// Each member's GPU count, in the same order (an NCCL group's ranks are laid out by it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<i32>,
+    /// When this object lists only part of the group: the index in the group of the first
+    /// node listed here.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub first: i32,
+    /// When this object lists only part of the group: the group's size (0: `nodes` is all of it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub size: i32,
 }
 
 /// What one agent measured in one group of one round (one element of the JSON array in its

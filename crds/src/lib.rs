@@ -15,6 +15,7 @@ pub mod cron;
 pub mod depth;
 pub mod duration;
 pub mod fabric;
+pub mod fabric_shard;
 pub mod facts;
 pub mod names;
 pub mod nccl;

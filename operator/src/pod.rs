@@ -66,6 +66,8 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 pub fn fabric_round(gv: &GpuValidation, spec: &FabricRoundSpec) -> GpuFabricRound {
     let suffix = if spec.end {
         format!("g{}-end", spec.generation)
+    } else if spec.shards > 1 {
+        format!("g{}-r{}-p{}", spec.generation, spec.round, spec.shard)
     } else {
         format!("g{}-r{}", spec.generation, spec.round)
     };

@@ -106,7 +106,7 @@ pub async fn take_part(
         .applied_objects()
         .boxed();
     let ports_before = read_ports_logged();
-    let mut seen: BTreeMap<i32, FabricRoundSpec> = BTreeMap::new();
+    let mut parts = Parts::default();
     let mut done = 0;
     let mut outcomes: Vec<FabricOutcome> = Vec::new();
     loop {
@@ -123,9 +123,10 @@ pub async fn take_part(
         if round.validation != m.validation || round.generation != m.generation {
             continue;
         }
-        seen.insert(round.round, round);
-        // Rounds are taken in order; one that arrives early waits for those before it.
-        while let Some(r) = seen.get(&(done + 1)).cloned() {
+        parts.add(round);
+        // Rounds are taken in order, once all their parts are here; one that arrives early
+        // waits for those before it.
+        while let Some(r) = parts.round(done + 1) {
             done += 1;
             if r.end {
                 tracing::info!(round = r.round, "the fabric test is over");
@@ -143,6 +144,31 @@ pub async fn take_part(
                 tracing::error!(error = %e, round = r.round, "could not write the fabric outcomes; the operator will time this node out");
             }
         }
+    }
+}
+
+/// The parts of rounds seen so far (a round too large for one object comes in several).
+#[derive(Debug, Default)]
+pub struct Parts {
+    by_round: BTreeMap<(i32, bool), BTreeMap<i32, FabricRoundSpec>>,
+}
+
+impl Parts {
+    pub fn add(&mut self, part: FabricRoundSpec) {
+        self.by_round
+            .entry((part.round, part.end))
+            .or_default()
+            .insert(part.shard, part);
+    }
+
+    /// Round `number` whole (its end marker first, which has one part), once every part of
+    /// it is here.
+    pub fn round(&self, number: i32) -> Option<FabricRoundSpec> {
+        [true, false].into_iter().find_map(|end| {
+            let parts: Vec<&FabricRoundSpec> =
+                self.by_round.get(&(number, end))?.values().collect();
+            gpuval_crds::fabric_shard::merge(&parts).ok()
+        })
     }
 }
 
@@ -220,6 +246,8 @@ mod tests {
             started: Time(Timestamp::from_second(1_790_000_000).unwrap()),
             timeout_seconds: 300,
             end: false,
+            shard: 0,
+            shards: 1,
             groups: vec![
                 FabricGroup {
                     id: 1,
@@ -227,6 +255,8 @@ mod tests {
                     nodes: vec!["a".into(), "c".into()],
                     rendezvous: "10.0.0.1:29402".into(),
                     gpus: vec![8, 8],
+                    first: 0,
+                    size: 0,
                 },
                 FabricGroup {
                     id: 0,
@@ -234,6 +264,8 @@ mod tests {
                     nodes: vec!["b".into(), "c".into()],
                     rendezvous: "10.0.0.2:29400".into(),
                     gpus: vec![8, 8],
+                    first: 0,
+                    size: 0,
                 },
             ],
         }
@@ -262,6 +294,28 @@ mod tests {
         let now = Timestamp::from_second(1_790_000_000).unwrap();
         let a = assignments(&round(), "a", now, deadline);
         assert_eq!(a[0].deadline, deadline);
+    }
+
+    #[test]
+    fn a_round_in_parts_is_taken_once_every_part_is_here() {
+        let whole = round();
+        let parts = gpuval_crds::fabric_shard::shard(&whole, 150);
+        assert!(parts.len() >= 2, "{parts:?}");
+        let mut seen = Parts::default();
+        for p in parts.iter().skip(1) {
+            seen.add(p.clone());
+        }
+        assert_eq!(seen.round(2), None, "a part is missing");
+        seen.add(parts[0].clone());
+        let got = seen.round(2).expect("whole");
+        assert_eq!(got.groups, whole.groups);
+        let a = assignments(
+            &got,
+            "c",
+            Timestamp::from_second(1_790_000_010).unwrap(),
+            Instant::now() + Duration::from_secs(60),
+        );
+        assert_eq!(a.len(), 2);
     }
 
     #[test]
