@@ -28,8 +28,7 @@ impl History<'_> {
     }
 
     /// Members of the last round that neither reported nor left, in groups whose outcome is
-    /// not known yet (a group is over once a member reported an error: it cannot pass, and
-    /// its other members stop).
+    /// not known yet (see [`History::failed_early`]).
     pub fn awaited(&self) -> usize {
         let Some(last) = self.rounds.last() else {
             return 0;
@@ -44,13 +43,19 @@ impl History<'_> {
             .count()
     }
 
-    /// Whether a member of group `id` of `round` reported an error: the group failed, whoever
-    /// has not reported yet.
+    /// Whether group `id` of `round` is over before all its members reported: a member
+    /// reported an error (the group cannot pass) and its host reported too (or is gone), so
+    /// its rendezvous is over and the members still running are being stopped.
     pub fn failed_early(&self, round: u32, id: usize, group: &Group) -> bool {
-        group.nodes.iter().any(|n| {
-            self.outcome(n, round, id)
-                .is_some_and(|o| o.error.is_some())
-        })
+        let Some(host) = group.nodes.first() else {
+            return false;
+        };
+        let host_done = self.gone.contains(host) || self.outcome(host, round, id).is_some();
+        host_done
+            && group.nodes.iter().any(|n| {
+                self.outcome(n, round, id)
+                    .is_some_and(|o| o.error.is_some())
+            })
     }
 }
 

@@ -452,10 +452,25 @@ fn a_group_is_over_at_its_first_error_and_the_next_round_does_not_wait() {
     m.local.insert(nodes[3].clone());
     let mut all = BTreeMap::new();
     measure(&m, 1, &rounds[0], &mut all);
-    // Only the member whose NCCL could not start has reported; the others are still stopping.
-    let outcomes: BTreeMap<String, Vec<FabricOutcome>> =
-        all.into_iter().filter(|(n, _)| *n == nodes[3]).collect();
+    // Only the member whose NCCL could not start has reported: its host may still be waiting
+    // at the rendezvous, so the round goes on.
+    let only = |keep: &[&String]| -> BTreeMap<String, Vec<FabricOutcome>> {
+        all.iter()
+            .filter(|(n, _)| keep.contains(n))
+            .map(|(n, o)| (n.clone(), o.clone()))
+            .collect()
+    };
     let gone = BTreeSet::new();
+    let early = only(&[&nodes[3]]);
+    let h = History {
+        rounds: &rounds,
+        outcomes: &early,
+        gone: &gone,
+        last_round_expired: false,
+    };
+    assert_eq!(h.awaited(), 3);
+    // Its host has reported too: the rendezvous is over, the others are being stopped.
+    let outcomes = only(&[&nodes[3], &nodes[0]]);
     let h = History {
         rounds: &rounds,
         outcomes: &outcomes,
