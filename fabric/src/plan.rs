@@ -167,11 +167,11 @@ fn localize(ev: &Evaluation, settings: &Settings) -> Round {
             // Open nodes are paired with each other too, the nearest first, a few a round:
             // two healthy nodes cut off from the cleared ones by a bad switch clear each other.
             want.extend(
-                near.open(i)
-                    .into_iter()
-                    .filter(|a| !st.partners.contains(names[*a]))
-                    .take(OPEN_PARTNERS_PER_ROUND)
-                    .map(|a| (a.min(i), a.max(i))),
+                near.open_near(i, OPEN_PARTNERS_PER_ROUND, |a| {
+                    st.partners.contains(names[a])
+                })
+                .into_iter()
+                .map(|a| (a.min(i), a.max(i))),
             );
             for (host, member) in want {
                 let other = if host == i { member } else { host };
@@ -226,25 +226,26 @@ pub fn waves(groups: Vec<Group>) -> Vec<Group> {
 
 /// Who is near whom in name order, for one kind.
 pub(crate) struct Neighbours {
-    /// Indices (in name order) of the nodes still in the test.
-    alive: Vec<usize>,
     cleared: BTreeSet<usize>,
+    /// Nodes still in the test and not cleared.
+    open: BTreeSet<usize>,
 }
 
 impl Neighbours {
     pub(crate) fn new(ev: &Evaluation, kind: FabricKind) -> Self {
-        let mut alive = Vec::new();
+        let mut open = BTreeSet::new();
         let mut cleared = BTreeSet::new();
         for (i, s) in ev.states.values().enumerate() {
             if s.is_out() {
                 continue;
             }
-            alive.push(i);
             if s.standing(kind).is_some_and(|s| s.passed) {
                 cleared.insert(i);
+            } else {
+                open.insert(i);
             }
         }
-        Self { alive, cleared }
+        Self { cleared, open }
     }
 
     /// The cleared nodes `i` is confirmed beside: the nearest below it and the nearest above
@@ -283,16 +284,37 @@ impl Neighbours {
         self.cleared.range(i + 1..).copied().find(|c| *c != not)
     }
 
-    /// The other nodes still in the test and not cleared, nearest to `i` first.
-    fn open(&self, i: usize) -> Vec<usize> {
-        let mut open: Vec<usize> = self
-            .alive
-            .iter()
+    /// Up to `limit` other nodes still in the test and not cleared, nearest to `i` first,
+    /// leaving out those `skip` says (a scan outward, not a sort: thousands of nodes are open
+    /// after a failed screening round).
+    fn open_near(&self, i: usize, limit: usize, skip: impl Fn(usize) -> bool) -> Vec<usize> {
+        let mut below = self
+            .open
+            .range(..i)
+            .rev()
             .copied()
-            .filter(|a| *a != i && !self.cleared.contains(a))
-            .collect();
-        open.sort_by_key(|a| a.abs_diff(i));
-        open
+            .filter(|j| !skip(*j))
+            .peekable();
+        let mut above = self
+            .open
+            .range(i + 1..)
+            .copied()
+            .filter(|j| !skip(*j))
+            .peekable();
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let next = match (below.peek(), above.peek()) {
+                (Some(b), Some(a)) if i - b <= a - i => below.next(),
+                (_, Some(_)) => above.next(),
+                (Some(_), None) => below.next(),
+                (None, None) => None,
+            };
+            match next {
+                Some(j) => out.push(j),
+                None => break,
+            }
+        }
+        out
     }
 }
 
@@ -328,9 +350,8 @@ fn confirmed_by_neighbours(
     !damning.is_empty()
         && cleared.into_iter().all(failed_beside)
         && near
-            .open(i)
-            .into_iter()
-            .all(|a| st.partners.contains(names[a]))
+            .open_near(i, 1, |a| st.partners.contains(names[a]))
+            .is_empty()
 }
 
 fn sorted(mut v: Vec<String>) -> Vec<String> {
@@ -356,12 +377,14 @@ fn named_by(node: &str, st: &crate::Standing, kind: FabricKind, ev: &Evaluation)
         .short
         .iter()
         .filter(|e| {
-            let others: Vec<String> = e.others(node).cloned().collect();
-            others.iter().all(cleared)
-                && (others.len() == 1 || ev.passed.contains(&(kind.as_str(), sorted(others))))
+            e.others(node).all(cleared)
+                && (e.members.len() == 2
+                    || ev
+                        .passed
+                        .contains(&(kind.as_str(), sorted(e.others(node).cloned().collect()))))
         })
         .collect();
-    if !confirmed_by_neighbours(node, st, kind, ev, &damning) {
+    if damning.is_empty() || !confirmed_by_neighbours(node, st, kind, ev, &damning) {
         return None;
     }
     let first = damning.first()?;
