@@ -113,6 +113,32 @@ pub struct FabricNccl {
     /// Lowest acceptable bus bandwidth of a group, GB/s (as nccl-tests reports busbw).
     #[schemars(range(min = 1, max = 100000))]
     pub min_bus_bandwidth_gbps: i32,
+    /// The network transport every rank must use between nodes, read from its NCCL log: a
+    /// rank that used another (an RDMA fabric that fell back to sockets) fails, named with
+    /// what it used. NCCL logs InfiniBand and RoCE alike as `NET/IB`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_transport: Option<NcclTransport>,
+}
+
+/// A network transport NCCL uses between nodes.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NcclTransport {
+    /// InfiniBand verbs (`NET/IB`).
+    IB,
+    /// RoCE, through the same verbs transport (`NET/IB`).
+    RoCE,
+    /// TCP sockets (`NET/Socket`).
+    Socket,
+}
+
+impl NcclTransport {
+    /// The transport name NCCL's channel lines give for it.
+    pub fn nccl_name(self) -> &'static str {
+        match self {
+            NcclTransport::IB | NcclTransport::RoCE => "NET/IB",
+            NcclTransport::Socket => "NET/Socket",
+        }
+    }
 }
 
 fn default_collective() -> Collective {

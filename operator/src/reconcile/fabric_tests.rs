@@ -23,6 +23,7 @@ fn validation(generation: i64) -> GpuValidation {
             bytes: 1 << 30,
             iterations: 20,
             min_bus_bandwidth_gbps: FLOOR,
+            expect_transport: None,
         }),
         ..Default::default()
     });
