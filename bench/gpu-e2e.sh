@@ -26,7 +26,15 @@
 # this host registered as SPLIT (2) Nodes with its GPUs dealt out (bench/e2e/fabric*.yaml):
 #   fabric             every node passes its checks and the fabric rounds; Passed
 #   fabric-fault       the last node's NCCL is given no network interface; that node, and no
-#                      other, is named at fault
+#                      other, is named at fault (its healthy peers see "remote process exited"
+#                      and must not be named: issue 32)
+#   fabric-floor       the last node's NCCL gets one socket and one thread
+#                      (NCCL_SOCKET_NTHREADS=1, NCCL_NSOCKS_PERTHREAD=1; simulated: net=40 GB/s)
+#                      so that only groups holding it miss the bus-bandwidth floor of
+#                      bench/e2e/fabric-floor.yaml; that node, and no other, is named, or the
+#                      report says it could not localize (needs SPLIT of 3 or more: with two
+#                      nodes nothing can be cleared; set FLOOR_GBPS between the healthy and
+#                      the capped figure once measured on the host: unmeasured on GPUs)
 # Environment: BUDGET_S (default 570: the whole device call must stay under 10 minutes),
 # HOLD_GPU (2), HOLD_FRACTION (0.25), PACK_CONTROLLER_MANAGER (1; 0 leaves it out), SCENARIOS,
 # SPLIT.
@@ -173,8 +181,8 @@ scenarios() {
         local want
         for want in $SCENARIOS; do
             case "$want" in
-                standard | fabric | fabric-fault) ;;
-                *) die "SCENARIOS: unknown scenario $want (standard, fabric, fabric-fault; unset runs the standard three)" ;;
+                standard | fabric | fabric-fault | fabric-floor) ;;
+                *) die "SCENARIOS: unknown scenario $want (standard, fabric, fabric-fault, fabric-floor; unset runs the standard three)" ;;
             esac
         done
         case " $SCENARIOS " in *" standard "*)
@@ -201,9 +209,11 @@ fabric_scenarios() {
     local backend=$1 split=${SPLIT:-2} last
     last=$((split - 1))
     local sim=() fault=(--node-env "$last:NCCL_SOCKET_IFNAME=gpuval-no-such-if")
+    local capped=(--node-env "$last:NCCL_SOCKET_NTHREADS=1" --node-env "$last:NCCL_NSOCKS_PERTHREAD=1")
     if [ "$backend" = sim ]; then
         sim=(--backend sim --simulate "gpus=$split,model=H200,timescale=0.01")
         fault=(--node-env "$last:GPUVAL_SIMULATE=gpus=1,model=H200,timescale=0.01,netfault=local")
+        capped=(--node-env "$last:GPUVAL_SIMULATE=gpus=1,model=H200,timescale=0.01,net=40")
     fi
     case " $SCENARIOS " in *" fabric "*)
         run_scenario fabric 280 --validation bench/e2e/fabric.yaml --expect passed --timeout 240 \
@@ -212,6 +222,16 @@ fabric_scenarios() {
     case " $SCENARIOS " in *" fabric-fault "*)
         run_scenario fabric-fault 280 --validation bench/e2e/fabric-fault.yaml --expect failed --timeout 240 \
             --split "$split" --expect-node "$last" "${sim[@]}" "${fault[@]}" ;;
+    esac
+    case " $SCENARIOS " in *" fabric-floor "*)
+        local floor_yaml="$OUT/fabric-floor.yaml"
+        # Simulated: healthy groups give 380 GB/s, those holding the capped node 38.
+        local floor=${FLOOR_GBPS:-2}
+        [ "$backend" = sim ] && floor=${FLOOR_GBPS:-100}
+        sed "s/minBusBandwidthGbps: .*/minBusBandwidthGbps: $floor/" \
+            bench/e2e/fabric-floor.yaml > "$floor_yaml"
+        run_scenario fabric-floor 280 --validation "$floor_yaml" --expect failed --timeout 240 \
+            --split "$split" --expect-node "$last" "${sim[@]}" "${capped[@]}" ;;
     esac
 }
 

@@ -123,6 +123,32 @@ pub struct FabricNccl {
     /// Lowest acceptable bus bandwidth of a group, GB/s (as nccl-tests reports busbw).
     #[schemars(range(min = 1, max = 100000))]
     pub min_bus_bandwidth_gbps: i32,
+    /// The network transport every rank must use between nodes, read from its NCCL log: a
+    /// rank that used another (an RDMA fabric that fell back to sockets) fails, named with
+    /// what it used. NCCL logs InfiniBand and RoCE alike as `NET/IB`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_transport: Option<NcclTransport>,
+}
+
+/// A network transport NCCL uses between nodes.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NcclTransport {
+    /// InfiniBand verbs (`NET/IB`).
+    IB,
+    /// RoCE, through the same verbs transport (`NET/IB`).
+    RoCE,
+    /// TCP sockets (`NET/Socket`).
+    Socket,
+}
+
+impl NcclTransport {
+    /// The transport name NCCL's channel lines give for it.
+    pub fn nccl_name(self) -> &'static str {
+        match self {
+            NcclTransport::IB | NcclTransport::RoCE => "NET/IB",
+            NcclTransport::Socket => "NET/Socket",
+        }
+    }
 }
 
 fn default_collective() -> Collective {
@@ -208,7 +234,7 @@ pub struct FabricRoundSpec {
     pub generation: i64,
     /// 1 for the screening round, then 2, 3, ...; `end` rounds carry the next number.
     pub round: i32,
-    /// Why this round: `screen`, `pairs`, `confirm`, or `end`.
+    /// Why this round: `screen`, `pairs`, `confirm`, `split`, or `end`.
     #[schemars(length(max = 16))]
     pub purpose: String,
     /// When the round was planned; members that have not reported by this plus the timeout
@@ -222,6 +248,23 @@ pub struct FabricRoundSpec {
     /// The groups, measured at the same time.
     #[serde(default)]
     pub groups: Vec<FabricGroup>,
+    /// This object's part of the round, from 0: a round too large for one object is written
+    /// as `shards` objects (see [`crate::fabric_shard`]), each well under etcd's object limit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shard: i32,
+    /// How many objects the round is written as (default 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub shards: i32,
+}
+
+fn is_zero(v: &i32) -> bool {
+    *v == 0
+}
+fn is_one(v: &i32) -> bool {
+    *v == 1
+}
+fn one() -> i32 {
+    1
 }
 
 /// One group of a round.
@@ -238,6 +281,13 @@ pub struct FabricGroup {
     /// Each member's GPU count, in the same order (an NCCL group's ranks are laid out by it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<i32>,
+    /// When this object lists only part of the group: the index in the group of the first
+    /// node listed here.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub first: i32,
+    /// When this object lists only part of the group: the group's size (0: `nodes` is all of it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub size: i32,
 }
 
 /// What one agent measured in one group of one round (one element of the JSON array in its

@@ -15,6 +15,7 @@ pub mod cron;
 pub mod depth;
 pub mod duration;
 pub mod fabric;
+pub mod fabric_shard;
 pub mod facts;
 pub mod names;
 pub mod nccl;
@@ -69,6 +70,9 @@ pub mod labels {
     /// Annotation on a node result: what its agent measured in the fabric test's rounds, a JSON
     /// array of [`FabricOutcome`](crate::fabric::FabricOutcome).
     pub const FABRIC_OUTCOMES: &str = "gpuval.io/fabric";
+    /// Annotation on a node result: its InfiniBand/RoCE ports' findings over the fabric test
+    /// (a JSON array of `{severity, device, port, message}`; absent when every port was well).
+    pub const FABRIC_PORTS: &str = "gpuval.io/fabric-ports";
     /// Annotation on a node result: the name of the agent pod that wrote it.
     pub const POD: &str = "gpuval.io/pod";
     /// Annotation on a node result: the uid of the agent pod that wrote it. The operator counts

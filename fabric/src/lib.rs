@@ -4,25 +4,34 @@
 //!
 //! A fabric test is a sequence of rounds. The first screens everything at once: one NCCL group
 //! over every node, and one TCP pair per node. When a group falls short, its members become
-//! suspects, and later rounds narrow them down: suspects are paired with each other while no
-//! node is proven good, then each is paired with a node that passed a group of the same kind.
-//! A node is named only when it failed beside partners that were all proven good (or when it
-//! failed on its own: its agent vanished, or its own side could not start); a node that passed
-//! a group is never named, so a healthy node is never blamed.
+//! suspects (an error that a peer's failure explains, such as a connection closed by a peer
+//! that exited, makes the group suspect, never the member that saw it: [`attribute`]); a
+//! member whose own side could not start is the only suspect of its group. Later rounds pair
+//! each open node with its neighbours in name order and then with cleared nodes near and far
+//! from it. A node is named only when it failed beside each of those cleared partners and met
+//! every other open node, so that it is the one difference; a node that passed a group is never
+//! named. A group that failed although each member passed elsewhere is a fault between nodes
+//! (a link, or a switch between two groups: [`between`]), found by splitting it, and names no
+//! node.
 //!
 //! [`next`] takes the candidates, the settings and the history (the rounds planned so far and
 //! every member's outcomes) and says what to do: plan a round, wait, or conclude. It keeps no
 //! state, so a restarted operator decides the same from the same history.
 
+pub mod attribute;
+pub mod between;
 pub mod evaluate;
 #[cfg(any(test, feature = "model"))]
 pub mod model;
 pub mod plan;
+#[cfg(test)]
+mod property;
 pub mod settings;
 #[cfg(test)]
 mod tests;
 
-pub use evaluate::{Evidence, History, NodeState, Standing};
+pub use between::BetweenFault;
+pub use evaluate::{Evaluation, Evidence, GroupFailure, History, NodeState, Standing};
 pub use plan::{Conclusion, Decision, NodeFabric, next};
 pub use settings::Settings;
 
@@ -37,6 +46,9 @@ pub enum Purpose {
     Pairs,
     /// Each suspect paired with a node proven good.
     Confirm,
+    /// A group that failed although each member passed elsewhere, split into parts (or its
+    /// parts joined two by two) to find the fault between them.
+    Split,
 }
 
 impl Purpose {
@@ -45,13 +57,19 @@ impl Purpose {
             Purpose::Screen => "screen",
             Purpose::Pairs => "pairs",
             Purpose::Confirm => "confirm",
+            Purpose::Split => "split",
         }
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        [Purpose::Screen, Purpose::Pairs, Purpose::Confirm]
-            .into_iter()
-            .find(|p| p.as_str() == s)
+        [
+            Purpose::Screen,
+            Purpose::Pairs,
+            Purpose::Confirm,
+            Purpose::Split,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == s)
     }
 }
 

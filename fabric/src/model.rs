@@ -1,8 +1,12 @@
 //! A model fabric for the tests of the planner and of the operator's fabric step (behind the
 //! `model` feature; the planner never uses it): every node has an NCCL bus bandwidth, healthy
-//! or slow, and a group measures what its slowest member gives.
+//! or slow, and a group measures what its slowest member gives; [`Fabric`] adds the failures
+//! real hardware showed (errors that reach every peer, members that never join, bad links and
+//! switch uplinks between healthy nodes).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpuval_crds::fabric::{FabricError, FabricErrorKind};
 
 /// A healthy node's bus bandwidth in the model, GB/s (above the tests' 350 GB/s floor).
 pub const GOOD_GBPS: f64 = 380.0;
@@ -11,7 +15,7 @@ pub const SLOW_GBPS: f64 = 120.0;
 
 /// Each node's bus bandwidth, GB/s.
 #[derive(Debug, Clone, Default)]
-pub struct Bandwidths(BTreeMap<String, f64>);
+pub struct Bandwidths(pub BTreeMap<String, f64>);
 
 impl Bandwidths {
     /// `nodes` at [`GOOD_GBPS`], but for those at the indices `slow`, at [`SLOW_GBPS`].
@@ -39,5 +43,169 @@ impl Bandwidths {
             .iter()
             .map(|n| self.0[n])
             .fold(f64::INFINITY, f64::min)
+    }
+}
+
+/// A link or switch fault in the model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Between {
+    /// The link between two healthy nodes: a group holding both fails (`fails`: with errors on
+    /// every member, as a dead link; else slow).
+    Link { a: String, b: String, fails: bool },
+    /// Nodes behind one switch whose uplink is bad: a group with members on both sides of it
+    /// is slow; groups on one side are not.
+    Trunk(BTreeSet<String>),
+}
+
+impl Between {
+    /// Whether a group of `members` crosses this fault.
+    pub fn crossed_by(&self, members: &[String]) -> bool {
+        match self {
+            Between::Link { a, b, .. } => members.contains(a) && members.contains(b),
+            Between::Trunk(side) => {
+                let inside = members.iter().filter(|m| side.contains(*m)).count();
+                inside > 0 && inside < members.len()
+            }
+        }
+    }
+}
+
+/// The words NCCL gives on a rank whose peer went away (seen on real H100s).
+pub const PEER_CLOSED: &str = "ncclCommInitRank: remote process exited or there was a network \
+     error (NCCL: socketProgress: Connection closed by remote peer)";
+/// The words NCCL gives on a node without a usable interface.
+pub const NO_INTERFACE: &str =
+    "ncclCommInitRank: invalid usage (NET/Socket : no socket interface found)";
+
+/// A model fabric with the failures real hardware showed: slow nodes, nodes whose NCCL cannot
+/// start (every peer then reports the connection closed), members that never join, agents that
+/// vanish, bad links between two healthy nodes, and bad switch uplinks shared by a subset.
+#[derive(Debug, Clone, Default)]
+pub struct Fabric {
+    pub bw: Bandwidths,
+    /// Their NCCL cannot start (no interface): a `Local` error.
+    pub local: BTreeSet<String>,
+    /// They never reach their group's rendezvous (and no one reaches theirs).
+    pub never_join: BTreeSet<String>,
+    /// Their agents are gone: no report at all.
+    pub gone: BTreeSet<String>,
+    pub between: Vec<Between>,
+    /// A healthy member of a broken group reports the peer's failure as its own (`Local`), as
+    /// rank 0 did on real hardware.
+    pub mislabel: bool,
+}
+
+/// What one member of a modelled group reports (None: its agent is gone).
+pub type Reported = Option<(Option<f64>, Option<FabricError>, Vec<String>)>;
+
+impl Fabric {
+    pub fn new(nodes: &[String], slow: &[usize]) -> Self {
+        Fabric {
+            bw: Bandwidths::new(nodes, slow),
+            ..Fabric::default()
+        }
+    }
+
+    /// The nodes at fault themselves (a healthy node behind a bad link or switch is not).
+    pub fn faulty(&self) -> BTreeSet<String> {
+        let slow = self
+            .bw
+            .0
+            .iter()
+            .filter(|(_, b)| **b < GOOD_GBPS)
+            .map(|(n, _)| n.clone());
+        slow.chain(self.local.iter().cloned())
+            .chain(self.never_join.iter().cloned())
+            .chain(self.gone.iter().cloned())
+            .collect()
+    }
+
+    /// Each member's report for a group of `members` (rank order): bus bandwidth, error, and
+    /// (on the host) the members that never joined.
+    pub fn group(&self, members: &[String]) -> Vec<Reported> {
+        let host_absent = members
+            .first()
+            .is_some_and(|h| self.never_join.contains(h) || self.gone.contains(h));
+        let missing: Vec<String> = members
+            .iter()
+            .skip(1)
+            .filter(|m| self.never_join.contains(*m) || self.gone.contains(*m))
+            .cloned()
+            .collect();
+        let local = members.iter().any(|m| self.local.contains(m));
+        let dead_link = self
+            .between
+            .iter()
+            .any(|b| matches!(b, Between::Link { fails: true, .. }) && b.crossed_by(members));
+        let slow_between = self
+            .between
+            .iter()
+            .any(|b| !matches!(b, Between::Link { fails: true, .. }) && b.crossed_by(members));
+        let mut mislabelled = !self.mislabel;
+        members
+            .iter()
+            .enumerate()
+            .map(|(rank, n)| {
+                if self.gone.contains(n) {
+                    return None;
+                }
+                let err = |kind, m: &str| {
+                    Some(FabricError {
+                        kind,
+                        message: m.into(),
+                    })
+                };
+                let mut peer = |m: &str| {
+                    if mislabelled {
+                        err(FabricErrorKind::Peer, m)
+                    } else {
+                        mislabelled = true;
+                        err(FabricErrorKind::Local, m)
+                    }
+                };
+                if host_absent {
+                    let e = if rank == 0 {
+                        peer("no member joined the rendezvous: they never came")
+                    } else {
+                        peer("could not reach the rendezvous host: connection timed out")
+                    };
+                    let missing = if rank == 0 {
+                        members[1..].to_vec()
+                    } else {
+                        vec![]
+                    };
+                    return Some((None, e, missing));
+                }
+                if rank == 0 && !missing.is_empty() {
+                    return Some((None, peer("member(s) never joined"), missing.clone()));
+                }
+                if self.never_join.contains(n) {
+                    return Some((
+                        None,
+                        peer("could not reach the rendezvous host: connection timed out"),
+                        vec![],
+                    ));
+                }
+                if !missing.is_empty() {
+                    return Some((
+                        None,
+                        peer("the host stopped the group: member(s) never joined"),
+                        vec![],
+                    ));
+                }
+                if self.local.contains(n) {
+                    return Some((None, err(FabricErrorKind::Local, NO_INTERFACE), vec![]));
+                }
+                if local || dead_link {
+                    return Some((None, peer(PEER_CLOSED), vec![]));
+                }
+                let bus = if slow_between {
+                    SLOW_GBPS
+                } else {
+                    self.bw.group(members)
+                };
+                Some((Some(bus), None, vec![]))
+            })
+            .collect()
     }
 }

@@ -1,10 +1,11 @@
 //! The next step of a fabric test: plan a round, wait for the one running, or conclude.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpuval_crds::fabric::{FabricKind, MAX_LISTED_SUSPECTS};
 
-use crate::evaluate::{History, NodeState, evaluate};
+use crate::between::{self, BetweenFault};
+use crate::evaluate::{Evaluation, History, NodeState, Standing, evaluate};
 use crate::{Group, Purpose, Round, Settings};
 
 /// What to do now.
@@ -44,6 +45,9 @@ pub struct Conclusion {
     pub tcp_min_gbps: Option<f64>,
     /// The member slowest to join the screening round, and its delay in seconds.
     pub slowest_join: Option<(String, f64)>,
+    /// Faults between nodes that each passed elsewhere: a link, or the switching between two
+    /// groups (no node is named for them).
+    pub between: Vec<BetweenFault>,
     pub message: String,
 }
 
@@ -78,15 +82,23 @@ pub fn next(candidates: &[String], settings: &Settings, history: &History<'_>) -
     if awaited > 0 && !history.last_round_expired {
         return Decision::Wait { awaited };
     }
-    let states = evaluate(candidates, settings, history);
+    let ev = evaluate(candidates, settings, history);
     let rounds = history.rounds.len() as u32;
+    let found = between::find(&ev);
     if settings.localize && rounds < settings.max_rounds {
-        let round = localize(&states, settings);
+        let mut round = localize(&ev, settings);
+        let splits: Vec<Group> = found.iter().flat_map(|f| f.next_groups.clone()).collect();
+        if !splits.is_empty() && round.groups.is_empty() {
+            round.purpose = Purpose::Split;
+        }
+        round.groups.extend(splits);
+        round.groups = waves(round.groups);
         if !round.groups.is_empty() {
             return Decision::Plan(round);
         }
     }
-    Decision::Done(conclude(&states, settings, history))
+    let faults = found.into_iter().map(|f| f.fault).collect();
+    Decision::Done(conclude(&ev, faults, settings, history))
 }
 
 /// Round 1: one NCCL group over every candidate, and one TCP pair per candidate (an odd one
@@ -127,40 +139,53 @@ fn pairs(nodes: &[String], kind: FabricKind) -> Vec<Group> {
         .collect()
 }
 
-/// The next localizing round: for each kind, every suspect beside a node proven good (the good
-/// node hosts the rendezvous); suspects for whom no good node is left this round and that were
-/// only ever short in larger groups are paired with each other.
-fn localize(states: &BTreeMap<String, NodeState>, settings: &Settings) -> Round {
+/// The next localizing round. A node whose standing is open (a suspect, or never measured to
+/// an end) is paired, for each kind, with its nearest cleared nodes in name order (one below
+/// and one above, or the two nearest on the one side that has any) and the cleared node
+/// farthest from it (a node never measured needs only one partner), and with other nodes
+/// not cleared either (the nearest first, a few a round, until it met each of them). Name order follows racks
+/// where names do: a neighbour most likely shares the node's switch, so a fault between
+/// switches does not make it look bad. Pairs already measured are not planned again.
+fn localize(ev: &Evaluation, settings: &Settings) -> Round {
+    let names: Vec<&String> = ev.states.keys().collect();
     let mut groups = Vec::new();
     let mut confirm = false;
     for kind in settings.kinds() {
-        let standing = |s: &NodeState| s.standing(kind).cloned().unwrap_or_default();
-        let mut good = states
-            .iter()
-            .filter(|(_, s)| !s.is_out() && standing(s).passed)
-            .map(|(n, _)| n.clone());
-        let suspects: Vec<(&String, bool)> = states
-            .iter()
-            .filter(|(n, s)| {
-                !s.is_out() && (is_suspect(n, s, kind, states) || standing(s).untested())
-            })
-            .map(|(n, s)| (n, standing(s).paired))
-            .collect();
-        let mut unpaired = Vec::new();
-        for (node, paired) in suspects {
-            match good.next() {
-                Some(g) => {
-                    confirm = true;
-                    groups.push(Group {
-                        kind,
-                        nodes: vec![g, node.clone()],
-                    });
+        let near = Neighbours::new(ev, kind);
+        let mut planned = BTreeSet::new();
+        for (i, (name, s)) in ev.states.iter().enumerate() {
+            let st = s.standing(kind).cloned().unwrap_or_default();
+            if s.is_out() || !(is_suspect(name, s, kind, ev) || st.untested()) {
+                continue;
+            }
+            let mut cleared = near.cleared(i);
+            if st.untested() {
+                cleared.truncate(1);
+            }
+            let mut want: Vec<(usize, usize)> = cleared.into_iter().map(|c| (c, i)).collect();
+            confirm |= !want.is_empty();
+            // Open nodes are paired with each other too, the nearest first, a few a round:
+            // two healthy nodes cut off from the cleared ones by a bad switch clear each other.
+            want.extend(
+                near.open_near(i, OPEN_PARTNERS_PER_ROUND, |a| {
+                    st.partners.contains(names[a])
+                })
+                .into_iter()
+                .map(|a| (a.min(i), a.max(i))),
+            );
+            for (host, member) in want {
+                let other = if host == i { member } else { host };
+                if st.partners.contains(names[other])
+                    || !planned.insert((host.min(member), host.max(member)))
+                {
+                    continue;
                 }
-                None if !paired => unpaired.push(node.clone()),
-                None => {}
+                groups.push(Group {
+                    kind,
+                    nodes: vec![names[host].clone(), names[member].clone()],
+                });
             }
         }
-        groups.extend(pairs(&unpaired, kind));
     }
     Round {
         purpose: if confirm {
@@ -168,45 +193,200 @@ fn localize(states: &BTreeMap<String, NodeState>, settings: &Settings) -> Round 
         } else {
             Purpose::Pairs
         },
-        groups,
+        groups: waves(groups),
     }
 }
 
-/// Short in a group of `kind`, never passed one, and not yet named: some group it was short in
-/// had a member not proven good.
-fn is_suspect(
-    node: &str,
-    s: &NodeState,
-    kind: FabricKind,
-    states: &BTreeMap<String, NodeState>,
-) -> bool {
+/// How many other open nodes an open node is paired with in one round.
+const OPEN_PARTNERS_PER_ROUND: usize = 2;
+
+/// `groups` ordered in waves: each wave holds each node at most once, so a node in several
+/// groups of a round (agents run them in order) never holds up a chain of others.
+pub fn waves(groups: Vec<Group>) -> Vec<Group> {
+    let mut busy: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
+    let mut wave_of = Vec::with_capacity(groups.len());
+    for g in &groups {
+        let taken: BTreeSet<usize> = g
+            .nodes
+            .iter()
+            .filter_map(|n| busy.get(n.as_str()))
+            .flatten()
+            .copied()
+            .collect();
+        let w = (0..).find(|w| !taken.contains(w)).unwrap_or(0);
+        for n in &g.nodes {
+            busy.entry(n.as_str()).or_default().insert(w);
+        }
+        wave_of.push(w);
+    }
+    let mut ordered: Vec<(usize, Group)> = wave_of.into_iter().zip(groups).collect();
+    ordered.sort_by_key(|(w, _)| *w);
+    ordered.into_iter().map(|(_, g)| g).collect()
+}
+
+/// Who is near whom in name order, for one kind.
+pub(crate) struct Neighbours {
+    cleared: BTreeSet<usize>,
+    /// Nodes still in the test and not cleared.
+    open: BTreeSet<usize>,
+}
+
+impl Neighbours {
+    pub(crate) fn new(ev: &Evaluation, kind: FabricKind) -> Self {
+        let mut open = BTreeSet::new();
+        let mut cleared = BTreeSet::new();
+        for (i, s) in ev.states.values().enumerate() {
+            if s.is_out() {
+                continue;
+            }
+            if s.standing(kind).is_some_and(|s| s.passed) {
+                cleared.insert(i);
+            } else {
+                open.insert(i);
+            }
+        }
+        Self { cleared, open }
+    }
+
+    /// The cleared nodes `i` is confirmed beside: the nearest below it and the nearest above
+    /// it (or the two nearest on the one side that has any), and the one farthest from it, so
+    /// that a switch boundary next to it cannot decide alone.
+    pub(crate) fn cleared(&self, i: usize) -> Vec<usize> {
+        let mut below = self.cleared.range(..i).rev().copied();
+        let mut above = self.cleared.range(i + 1..).copied();
+        let mut picks: Vec<usize> = match (below.next(), above.next()) {
+            (Some(b), Some(a)) => vec![b, a],
+            (Some(b), None) => [Some(b), below.next()].into_iter().flatten().collect(),
+            (None, Some(a)) => [Some(a), above.next()].into_iter().flatten().collect(),
+            (None, None) => Vec::new(),
+        };
+        let first = self.cleared.first().copied();
+        let last = self.cleared.last().copied();
+        let far = match (first, last) {
+            (Some(f), Some(l)) => Some(if i.abs_diff(f) >= i.abs_diff(l) { f } else { l }),
+            _ => None,
+        };
+        if let Some(f) = far
+            && !picks.contains(&f)
+        {
+            picks.push(f);
+        }
+        picks
+    }
+
+    /// The nearest cleared node below `i`, other than `not`.
+    pub(crate) fn below(&self, i: usize, not: usize) -> Option<usize> {
+        self.cleared.range(..i).rev().copied().find(|c| *c != not)
+    }
+
+    /// The nearest cleared node above `i`, other than `not`.
+    pub(crate) fn above(&self, i: usize, not: usize) -> Option<usize> {
+        self.cleared.range(i + 1..).copied().find(|c| *c != not)
+    }
+
+    /// Up to `limit` other nodes still in the test and not cleared, nearest to `i` first,
+    /// leaving out those `skip` says (a scan outward, not a sort: thousands of nodes are open
+    /// after a failed screening round).
+    fn open_near(&self, i: usize, limit: usize, skip: impl Fn(usize) -> bool) -> Vec<usize> {
+        let mut below = self
+            .open
+            .range(..i)
+            .rev()
+            .copied()
+            .filter(|j| !skip(*j))
+            .peekable();
+        let mut above = self
+            .open
+            .range(i + 1..)
+            .copied()
+            .filter(|j| !skip(*j))
+            .peekable();
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let next = match (below.peek(), above.peek()) {
+                (Some(b), Some(a)) if i - b <= a - i => below.next(),
+                (_, Some(_)) => above.next(),
+                (Some(_), None) => below.next(),
+                (None, None) => None,
+            };
+            match next {
+                Some(j) => out.push(j),
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+/// Short in a group of `kind`, never passed one, and not yet named.
+fn is_suspect(node: &str, s: &NodeState, kind: FabricKind, ev: &Evaluation) -> bool {
     let Some(st) = s.standing(kind) else {
         return false;
     };
-    !st.passed && !st.short.is_empty() && named_by(node, st, kind, states).is_none()
+    !st.passed && !st.short.is_empty() && named_by(node, st, kind, ev).is_none()
+}
+
+/// Whether `node` fell short beside the cleared nodes [`Neighbours::cleared`] picks for it and
+/// was paired with every other node not cleared either: only
+/// then is it the one difference, rather than a fault between its switch and a partner's.
+fn confirmed_by_neighbours(
+    node: &str,
+    st: &Standing,
+    kind: FabricKind,
+    ev: &Evaluation,
+    damning: &[&crate::Evidence],
+) -> bool {
+    let Some(i) = ev.states.keys().position(|n| n == node) else {
+        return false;
+    };
+    let names: Vec<&String> = ev.states.keys().collect();
+    let near = Neighbours::new(ev, kind);
+    let failed_beside = |c: usize| {
+        damning
+            .iter()
+            .any(|e| e.members.len() == 2 && e.members.contains(names[c]))
+    };
+    let cleared = near.cleared(i);
+    !damning.is_empty()
+        && cleared.into_iter().all(failed_beside)
+        && near
+            .open_near(i, 1, |a| st.partners.contains(names[a]))
+            .is_empty()
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
 }
 
 /// The groups that name this node: it fell short beside members that all passed elsewhere.
-fn named_by(
-    node: &str,
-    st: &crate::Standing,
-    kind: FabricKind,
-    states: &BTreeMap<String, NodeState>,
-) -> Option<String> {
+fn named_by(node: &str, st: &crate::Standing, kind: FabricKind, ev: &Evaluation) -> Option<String> {
     if st.passed {
         return None;
     }
     let cleared = |n: &String| {
-        states
+        ev.states
             .get(n)
             .and_then(|s| s.standing(kind))
             .is_some_and(|s| s.passed)
     };
+    // The groups it fell short in where it was the only difference: every other member was
+    // cleared, and they passed as this very group less this node (a pair's partner did, on
+    // its own, elsewhere).
     let damning: Vec<_> = st
         .short
         .iter()
-        .filter(|e| e.others(node).all(cleared))
+        .filter(|e| {
+            e.others(node).all(cleared)
+                && (e.members.len() == 2
+                    || ev
+                        .passed
+                        .contains(&(kind.as_str(), sorted(e.others(node).cloned().collect()))))
+        })
         .collect();
+    if damning.is_empty() || !confirmed_by_neighbours(node, st, kind, ev, &damning) {
+        return None;
+    }
     let first = damning.first()?;
     // Partners from the smallest groups first: a pair partner says the most.
     let mut by_size = damning.clone();
@@ -241,22 +421,14 @@ fn named_by(
     ))
 }
 
-fn verdict_of(
-    node: &str,
-    s: &NodeState,
-    settings: &Settings,
-    states: &BTreeMap<String, NodeState>,
-) -> NodeFabric {
+fn verdict_of(node: &str, s: &NodeState, settings: &Settings, ev: &Evaluation) -> NodeFabric {
     if let Some(e) = &s.error {
         return NodeFabric::Error(e.clone());
-    }
-    if let Some(f) = &s.fault {
-        return NodeFabric::Failed(f.clone());
     }
     let mut suspect = None;
     for kind in settings.kinds() {
         let Some(st) = s.standing(kind) else { continue };
-        if let Some(why) = named_by(node, st, kind, states) {
+        if let Some(why) = named_by(node, st, kind, ev) {
             return NodeFabric::Failed(why);
         }
         if !st.passed
@@ -278,20 +450,24 @@ fn verdict_of(
 }
 
 fn conclude(
-    states: &BTreeMap<String, NodeState>,
+    ev: &Evaluation,
+    between: Vec<BetweenFault>,
     settings: &Settings,
     history: &History<'_>,
 ) -> Conclusion {
+    let states = &ev.states;
     let nodes: BTreeMap<String, NodeFabric> = states
         .iter()
-        .map(|(n, s)| (n.clone(), verdict_of(n, s, settings, states)))
+        .map(|(n, s)| (n.clone(), verdict_of(n, s, settings, ev)))
         .collect();
     let (bus_gbps, slowest_join) = screening_figures(history);
     let mut c = Conclusion {
-        passed: nodes
-            .values()
-            .all(|v| matches!(v, NodeFabric::Passed | NodeFabric::Untested)),
+        passed: between.is_empty()
+            && nodes
+                .values()
+                .all(|v| matches!(v, NodeFabric::Passed | NodeFabric::Untested)),
         nodes,
+        between,
         bus_gbps,
         tcp_min_gbps: tcp_min(history, states),
         slowest_join,
@@ -385,6 +561,9 @@ fn message(c: &Conclusion, rounds: usize) -> String {
             "not localized: {}{extra} fell short beside nodes never cleared",
             suspects.join(", ")
         ));
+    }
+    for f in &c.between {
+        parts.push(f.to_string());
     }
     let untested = c
         .nodes

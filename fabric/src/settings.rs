@@ -67,6 +67,7 @@ mod tests {
                 bytes: 1 << 30,
                 iterations: 20,
                 min_bus_bandwidth_gbps: 350,
+                expect_transport: None,
             }),
             tcp: Some(FabricTcp {
                 streams: 4,

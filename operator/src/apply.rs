@@ -23,7 +23,12 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
     delete_all::<GpuNodeResult>(ctx, &step.delete_results).await?;
     create_pods(gv, ctx, &step.create_pods).await?;
     if let Some(round) = &step.create_round {
-        create_round(gv, ctx, round).await?;
+        // A round too large for one object is written as parts, each under 64 KiB.
+        for part in
+            gpuval_crds::fabric_shard::shard(round, gpuval_crds::fabric_shard::MAX_PART_BYTES)
+        {
+            create_round(gv, ctx, &part).await?;
+        }
     }
     if gv.status.as_ref() != Some(&step.status) {
         write_status::<GpuValidation>(&gv.name_any(), ctx, &step.status).await?;
@@ -141,7 +146,7 @@ async fn create_round(gv: &GpuValidation, ctx: &Ctx, spec: &FabricRoundSpec) -> 
     };
     match api.create(&pp, &round).await {
         Ok(_) => {
-            tracing::info!(validation = %gv.name_any(), round = spec.round, purpose = %spec.purpose, groups = spec.groups.len(), "fabric round planned");
+            tracing::info!(validation = %gv.name_any(), round = spec.round, part = spec.shard, parts = spec.shards, purpose = %spec.purpose, groups = spec.groups.len(), "fabric round planned");
             Ok(())
         }
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),

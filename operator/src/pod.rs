@@ -66,6 +66,8 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 pub fn fabric_round(gv: &GpuValidation, spec: &FabricRoundSpec) -> GpuFabricRound {
     let suffix = if spec.end {
         format!("g{}-end", spec.generation)
+    } else if spec.shards > 1 {
+        format!("g{}-r{}-p{}", spec.generation, spec.round, spec.shard)
     } else {
         format!("g{}-r{}", spec.generation, spec.round)
     };
@@ -187,6 +189,33 @@ fn state_volume() -> (Volume, VolumeMount) {
 /// transport (and the P2P-off sweep) needs more than a container runtime's 64 MiB default.
 /// It needs no privilege; the memory counts against the pod.
 pub const SHM_SIZE: &str = "4Gi";
+
+/// Where the host's `/sys/class` is mounted in fabric agent pods (the agent reads
+/// `infiniband/` under it).
+pub const HOST_SYS_CLASS: &str = "/host/sys/class";
+
+/// The host's device classes, read-only, when the validation runs the fabric test: the agent
+/// reads its InfiniBand/RoCE ports (`infiniband/<dev>/ports/<n>/`) before and after the rounds.
+/// The parent is mounted because `/sys/class/infiniband` exists only where RDMA drivers are
+/// loaded, and a hostPath that is missing keeps the pod from starting.
+fn infiniband_volume(gv: &GpuValidation) -> Option<(Volume, VolumeMount)> {
+    gv.spec.fabric.as_ref()?;
+    let volume = Volume {
+        name: "sys-class".into(),
+        host_path: Some(HostPathVolumeSource {
+            path: "/sys/class".into(),
+            type_: Some("Directory".into()),
+        }),
+        ..Default::default()
+    };
+    let mount = VolumeMount {
+        name: "sys-class".into(),
+        mount_path: HOST_SYS_CLASS.into(),
+        read_only: Some(true),
+        ..Default::default()
+    };
+    Some((volume, mount))
+}
 
 fn shm_volume(gv: &GpuValidation) -> Option<(Volume, VolumeMount)> {
     gv.spec.checks.nccl.as_ref()?;
@@ -334,6 +363,7 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
     let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) = std::iter::once(state_volume())
         .chain(io_volume(cfg))
         .chain(shm_volume(gv))
+        .chain(infiniband_volume(gv))
         .unzip();
     let container = Container {
         name: "agent".into(),
@@ -614,6 +644,22 @@ mod tests {
         let caps = capabilities(c);
         assert_eq!(caps.add.as_deref(), Some(&["IPC_LOCK".to_string()][..]));
         assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+        // The host's RDMA ports, read-only, for the port health before and after the rounds.
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == "sys-class")
+            .expect("the host's /sys/class is mounted");
+        assert_eq!(mount.mount_path, HOST_SYS_CLASS);
+        assert_eq!(mount.read_only, Some(true));
+        let plain_mounts = plain.spec.as_ref().unwrap().containers[0]
+            .volume_mounts
+            .clone();
+        assert!(
+            !plain_mounts.iter().flatten().any(|m| m.name == "sys-class"),
+            "only fabric validations see the host's device classes"
+        );
     }
 
     #[test]

@@ -159,3 +159,26 @@ async fn a_node_that_failed_its_own_checks_is_left_out_of_the_fabric() {
         "gpu-01 is in no group"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_nccl_cannot_start_is_named_and_the_peers_that_saw_it_are_not() {
+    // As on real H100s (issue 32): gpu-03 cannot start NCCL; its peers see the collective
+    // stopped by a peer that exited, which names none of them.
+    let (_c, gv, _op) = run("fabric-local", 4, &[(3, "netfault=local")], 31500).await;
+    let f = fabric(&gv);
+    assert_eq!(f.failed_nodes, vec!["gpu-03".to_string()], "{f:?}");
+    let s = gv.status.as_ref().unwrap();
+    assert_eq!(s.summary.as_ref().unwrap().failed, 1, "{f:?}");
+    let (verdict, msg) = node_line(&gv, "gpu-03").expect("gpu-03 listed");
+    assert_eq!(verdict, NodeVerdict::Failed, "{msg}");
+    assert!(msg.contains("netfault=local"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_never_joins_its_groups_is_named_and_no_other() {
+    let (_c, gv, _op) = run("fabric-nojoin", 4, &[(1, "netfault=nojoin")], 31600).await;
+    let f = fabric(&gv);
+    assert_eq!(f.failed_nodes, vec!["gpu-01".to_string()], "{f:?}");
+    let (_, msg) = node_line(&gv, "gpu-01").expect("gpu-01 listed");
+    assert!(msg.contains("rendezvous"), "{msg}");
+}

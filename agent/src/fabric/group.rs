@@ -53,6 +53,17 @@ pub fn run_group(a: &Assignment, spec: &FabricSpec, nccl: &dyn NcclGroup) -> Fab
         ..Default::default()
     };
     let start = Instant::now();
+    if nccl.planted_nojoin() {
+        // As a node that cannot reach the host: it tries until the join deadline.
+        let by = join_deadline(a, spec, start);
+        std::thread::sleep(by.saturating_duration_since(Instant::now()));
+        outcome.error = Some(rendezvous::peer(format!(
+            "simulated: could not reach the rendezvous at {} (netfault=nojoin)",
+            a.rendezvous
+        )));
+        outcome.join_seconds = start.elapsed().as_secs_f64();
+        return outcome;
+    }
     let mut joined = match rendezvous::join(a, join_deadline(a, spec, start)) {
         Ok(g) => g,
         Err(JoinFailure {

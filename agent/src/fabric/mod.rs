@@ -15,12 +15,14 @@ pub mod coordinator;
 pub mod group;
 pub mod launch;
 pub mod nccl;
+pub mod ports;
 pub mod rendezvous;
 pub mod rounds;
 pub mod sim;
 pub mod tcp;
 #[cfg(test)]
 mod tests;
+pub mod watch;
 
 use std::time::Instant;
 
@@ -77,6 +79,10 @@ pub trait NcclGroup: Send + Sync {
     /// Test only (the simulator's `netfault=vanish`): the agent process exits when it is
     /// assigned its first fabric group, as an agent lost mid-round.
     fn planted_vanish(&self) -> bool {
+        false
+    }
+    /// Test only (the simulator's `netfault=nojoin`): this node never reaches a rendezvous.
+    fn planted_nojoin(&self) -> bool {
         false
     }
 }

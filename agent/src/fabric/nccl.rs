@@ -6,13 +6,14 @@
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use gpuval_crds::fabric::{FabricError, FabricErrorKind, FabricNccl};
+use gpuval_crds::fabric::{FabricError, FabricErrorKind, FabricNccl, NcclTransport};
 use gpuval_crds::{NcclDtype, NodeReport};
 
 use super::{Assignment, NcclFigures};
 use crate::checks::nccl::bandwidth::Layout;
 use crate::checks::nccl::outcome::SweepOutcome;
 use crate::checks::nccl::request::{NcclRequest, RankGpu, SweepRequest, WorldSlot};
+use crate::checks::nccl::transport::{TransportClass, TransportSummary};
 use crate::run_control::RunControl;
 
 /// Untimed collectives before the timed ones.
@@ -103,25 +104,77 @@ fn peer_error(message: String) -> FabricError {
     }
 }
 
-/// Runs the request in a sweep process and reads this member's bus bandwidth.
-pub fn run(req: &NcclRequest) -> Result<NcclFigures, FabricError> {
-    let stop = AtomicBool::new(false);
+/// Runs the request in a sweep process and reads this member's bus bandwidth; setting `stop`
+/// ends the sweep process (another member of the group failed).
+pub fn run(
+    req: &NcclRequest,
+    expect: Option<NcclTransport>,
+    stop: &AtomicBool,
+) -> Result<NcclFigures, FabricError> {
     let progress = |_: f64, note: &str| tracing::debug!(note, "fabric NCCL");
-    let ctl = RunControl::new(&stop, &progress);
+    let ctl = RunControl::new(stop, &progress);
     let out = crate::checks::nccl::run(req, &ctl).map_err(|e| local_error(e.to_string()))?;
     match out.sweep {
-        Ok(s) => figures(req, &s),
+        Ok(s) => {
+            check_transport(expect, s.transport.as_ref())?;
+            figures(req, &s)
+        }
         // The sweep process could not start its communicator or went silent: NCCL's setup on
         // this side failed, or a peer never came (the planner tells which from the others).
         Err(e) => {
             let text = e.to_string();
-            if waited_for_peers(&text) {
-                Err(peer_error(text))
-            } else {
-                Err(local_error(text))
+            match gpuval_fabric::attribute::kind_of(&text) {
+                Some(FabricErrorKind::Peer) => Err(peer_error(text)),
+                _ => Err(local_error(text)),
             }
         }
     }
+}
+
+/// Whether this node's ranks used the transport the validation expects between nodes (read
+/// from NCCL's log of the run): a rank that used another fails this node, named with what it
+/// used. Without a log to read, nothing can be told (a warning).
+pub fn check_transport(
+    expect: Option<NcclTransport>,
+    summary: Option<&TransportSummary>,
+) -> Result<(), FabricError> {
+    let Some(want) = expect else {
+        return Ok(());
+    };
+    let net: Vec<&crate::checks::nccl::transport::Connection> = summary
+        .map(|s| {
+            s.connections
+                .iter()
+                .filter(|c| c.class == TransportClass::Net)
+                .collect()
+        })
+        .unwrap_or_default();
+    if net.is_empty() {
+        tracing::warn!(
+            expected = want.nccl_name(),
+            "fabric NCCL: no network channel in NCCL's log; the transport is not checked"
+        );
+        return Ok(());
+    }
+    let mut other: Vec<(&str, u32)> = net
+        .iter()
+        .filter(|c| !c.via.starts_with(want.nccl_name()))
+        .map(|c| (c.via.as_str(), c.from))
+        .collect();
+    if other.is_empty() {
+        return Ok(());
+    }
+    other.sort_unstable();
+    other.dedup();
+    let used: Vec<String> = other
+        .iter()
+        .map(|(via, rank)| format!("rank {rank} used {via}"))
+        .collect();
+    Err(local_error(format!(
+        "NCCL between nodes: {} where fabric.nccl.expectTransport is {want:?} ({})",
+        used.join(", "),
+        want.nccl_name()
+    )))
 }
 
 /// This member's figures from its sweep: wrong data is this node's fault; an abort (a
@@ -173,14 +226,6 @@ pub fn is_visible(visible: Option<&str>, index: u32, uuid: &str) -> bool {
     })
 }
 
-/// Whether a sweep that could not run was waiting for the other members (a peer's fault as far
-/// as this node knows) rather than failing on its own.
-fn waited_for_peers(text: &str) -> bool {
-    ["silent", "stuck", "did not return within"]
-        .iter()
-        .any(|w| text.contains(w))
-}
-
 /// The real runner of a node whose checks produced `report`.
 pub struct RealNccl {
     gpus: Vec<RankGpu>,
@@ -211,12 +256,13 @@ impl RealNccl {
         settings: &FabricNccl,
         member_gpus: &[u32],
         env: &[(String, String)],
+        stop: &AtomicBool,
     ) -> Result<NcclFigures, FabricError> {
         if self.gpus.is_empty() {
             return Err(local_error("this node has no GPU to take part with".into()));
         }
         let req = request(a, settings, &self.gpus, member_gpus, env)?;
-        run(&req)
+        run(&req, settings.expect_transport, stop)
     }
 }
 
@@ -226,11 +272,13 @@ impl super::NcclGroup for RealNccl {
         a: &Assignment,
         settings: &FabricNccl,
         env: &[(String, String)],
-        _link: &mut super::rendezvous::Link,
+        link: &mut super::rendezvous::Link,
     ) -> Result<NcclFigures, FabricError> {
-        // NCCL's own bootstrap (NCCL_COMM_ID) carries the communicator: the control channel
-        // only had to prove every member there.
-        self.run_group(a, settings, &a.gpus, env)
+        // NCCL's own bootstrap (NCCL_COMM_ID) carries the communicator; the control channel
+        // stops every member as soon as one fails.
+        super::watch::together(a, link, |stop| {
+            self.run_group(a, settings, &a.gpus, env, stop)
+        })
     }
     fn simulated(&self) -> bool {
         false
@@ -271,6 +319,7 @@ mod tests {
             bytes: 1 << 30,
             iterations: 20,
             min_bus_bandwidth_gbps: 350,
+            expect_transport: None,
         }
     }
 
@@ -321,13 +370,57 @@ mod tests {
     }
 
     #[test]
-    fn a_setup_that_waited_for_peers_is_theirs() {
-        assert!(waited_for_peers(
-            "rank 0: ncclCommInitRank did not return within 65s; the sweep process ended"
-        ));
-        assert!(!waited_for_peers(
-            "ncclCommInitRank: invalid usage (NET/IB : No IP interface found.)"
-        ));
+    fn a_setup_that_waited_for_peers_or_lost_one_is_theirs() {
+        let kind = |t: &str| gpuval_fabric::attribute::kind_of(t);
+        assert_eq!(
+            kind("rank 0: ncclCommInitRank did not return within 65s; the sweep process ended"),
+            Some(FabricErrorKind::Peer)
+        );
+        // What rank 0 of a healthy node said on real H100s when a peer had no interface.
+        assert_eq!(
+            kind(
+                "ncclCommInitRank: remote process exited or there was a network error \
+                 (NCCL: socketProgress: Connection closed by remote peer)"
+            ),
+            Some(FabricErrorKind::Peer)
+        );
+        assert_eq!(
+            kind("ncclCommInitRank: invalid usage (NET/IB : No IP interface found.)"),
+            Some(FabricErrorKind::Local)
+        );
+    }
+
+    #[test]
+    fn a_rank_that_fell_back_to_sockets_is_named_with_what_it_used() {
+        let log = "h:1:2 [0] NCCL INFO Channel 00/0 : 3[0] -> 4[0] [send] via NET/Socket/0\n\
+                   h:1:2 [0] NCCL INFO Channel 01/0 : 3[0] -> 4[0] [send] via NET/Socket/0\n\
+                   h:1:2 [1] NCCL INFO Channel 00/0 : 2[1] -> 3[0] via P2P/CUMEM/read\n";
+        let summary = crate::checks::nccl::transport::parse(log);
+        let e = check_transport(Some(NcclTransport::IB), Some(&summary)).unwrap_err();
+        assert_eq!(e.kind, FabricErrorKind::Local);
+        assert!(
+            e.message.contains("rank 3 used NET/Socket"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("expectTransport is IB (NET/IB)"),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            gpuval_fabric::attribute::attribute(&e),
+            FabricErrorKind::Local
+        );
+        // What was expected, or nothing expected, or nothing to read: no failure.
+        assert!(check_transport(Some(NcclTransport::Socket), Some(&summary)).is_ok());
+        assert!(check_transport(None, Some(&summary)).is_ok());
+        assert!(check_transport(Some(NcclTransport::RoCE), None).is_ok());
+        let ib = crate::checks::nccl::transport::parse(
+            "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA\n",
+        );
+        assert!(check_transport(Some(NcclTransport::RoCE), Some(&ib)).is_ok());
+        assert!(check_transport(Some(NcclTransport::Socket), Some(&ib)).is_err());
     }
 
     #[test]

@@ -275,6 +275,44 @@ impl Control {
     pub fn into_parts(self) -> (BufReader<TcpStream>, TcpStream) {
         (self.reader, self.writer)
     }
+
+    /// A second handle on this connection, to send from another thread while this one reads.
+    pub fn sender(&self) -> Result<Sender, NetError> {
+        let stream = self
+            .writer
+            .try_clone()
+            .map_err(|e| NetError::io("clone the connection to", &self.peer, &e))?;
+        Ok(Sender {
+            inner: Control {
+                reader: BufReader::new(
+                    stream
+                        .try_clone()
+                        .map_err(|e| NetError::io("clone the connection to", &self.peer, &e))?,
+                ),
+                writer: stream,
+                peer: self.peer.clone(),
+            },
+        })
+    }
+}
+
+/// The sending side of a [`Control`], for another thread.
+#[derive(Debug)]
+pub struct Sender {
+    inner: Control,
+}
+
+impl Sender {
+    /// Sends one message (one JSON line).
+    pub fn send<T: Serialize>(&mut self, msg: &T, deadline: Instant) -> Result<(), NetError> {
+        self.inner.send(msg, deadline)
+    }
+
+    /// Ends reading on the connection: a thread blocked reading it sees its end at once.
+    pub fn stop_reading(&self) {
+        // Already shut or closed by the peer: nothing left to wake.
+        let _ = self.inner.writer.shutdown(std::net::Shutdown::Read);
+    }
 }
 
 /// The first line a connection to a rendezvous sends.

@@ -105,7 +105,8 @@ pub async fn take_part(
         .default_backoff()
         .applied_objects()
         .boxed();
-    let mut seen: BTreeMap<i32, FabricRoundSpec> = BTreeMap::new();
+    let ports_before = read_ports_logged();
+    let mut parts = Parts::default();
     let mut done = 0;
     let mut outcomes: Vec<FabricOutcome> = Vec::new();
     loop {
@@ -122,12 +123,14 @@ pub async fn take_part(
         if round.validation != m.validation || round.generation != m.generation {
             continue;
         }
-        seen.insert(round.round, round);
-        // Rounds are taken in order; one that arrives early waits for those before it.
-        while let Some(r) = seen.get(&(done + 1)).cloned() {
+        parts.add(round);
+        // Rounds are taken in order, once all their parts are here; one that arrives early
+        // waits for those before it.
+        while let Some(r) = parts.round(done + 1) {
             done += 1;
             if r.end {
                 tracing::info!(round = r.round, "the fabric test is over");
+                check_ports(m, &ports_before).await;
                 return Left::Ended;
             }
             let mine = assignments(&r, m.node, Timestamp::now(), deadline);
@@ -144,19 +147,82 @@ pub async fn take_part(
     }
 }
 
+/// The parts of rounds seen so far (a round too large for one object comes in several).
+#[derive(Debug, Default)]
+pub struct Parts {
+    by_round: BTreeMap<(i32, bool), BTreeMap<i32, FabricRoundSpec>>,
+}
+
+impl Parts {
+    pub fn add(&mut self, part: FabricRoundSpec) {
+        self.by_round
+            .entry((part.round, part.end))
+            .or_default()
+            .insert(part.shard, part);
+    }
+
+    /// Round `number` whole (its end marker first, which has one part), once every part of
+    /// it is here.
+    pub fn round(&self, number: i32) -> Option<FabricRoundSpec> {
+        [true, false].into_iter().find_map(|end| {
+            let parts: Vec<&FabricRoundSpec> =
+                self.by_round.get(&(number, end))?.values().collect();
+            gpuval_crds::fabric_shard::merge(&parts).ok()
+        })
+    }
+}
+
+/// This node's RDMA ports now (none when they cannot be read, which is logged).
+fn read_ports_logged() -> Vec<super::ports::PortReading> {
+    super::ports::read_ports(super::ports::sysfs_root()).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "could not read the InfiniBand/RoCE ports");
+        Vec::new()
+    })
+}
+
+/// Reads the ports again after the rounds and writes what changed or is wrong on this node's
+/// result ([`labels::FABRIC_PORTS`]).
+async fn check_ports(m: &Member<'_>, before: &[super::ports::PortReading]) {
+    let after = read_ports_logged();
+    let findings = super::ports::judge(before, &after, None);
+    for f in &findings {
+        tracing::warn!(device = %f.device, port = f.port, severity = ?f.severity, "{}", f.message);
+    }
+    if findings.is_empty() {
+        return;
+    }
+    let Ok(text) = serde_json::to_string(&findings) else {
+        return;
+    };
+    if let Err(e) = write_annotation(m, labels::FABRIC_PORTS, text).await {
+        tracing::error!(error = %e, "could not write the port findings");
+    }
+}
+
 /// Applies the outcomes annotation on this node's result.
 async fn write_outcomes(m: &Member<'_>, outcomes: &[FabricOutcome]) -> Result<(), kube::Error> {
-    let api: Api<GpuNodeResult> = Api::namespaced(m.client.clone(), m.namespace);
     let text = serde_json::to_string(outcomes).map_err(kube::Error::SerdeError)?;
+    write_annotation(m, labels::FABRIC_OUTCOMES, text).await
+}
+
+/// Applies one annotation on this node's result (each under its own field manager, so one
+/// does not remove the other).
+async fn write_annotation(m: &Member<'_>, key: &str, text: String) -> Result<(), kube::Error> {
+    let api: Api<GpuNodeResult> = Api::namespaced(m.client.clone(), m.namespace);
     let body = serde_json::json!({
         "apiVersion": GpuNodeResult::api_version(&()),
         "kind": GpuNodeResult::kind(&()),
         "metadata": {
             "name": m.result,
-            "annotations": { labels::FABRIC_OUTCOMES: text },
+            "annotations": { key: text },
         },
     });
-    let pp = PatchParams::apply(&format!("{}-fabric", m.field_manager));
+    let manager = if key == labels::FABRIC_OUTCOMES {
+        format!("{}-fabric", m.field_manager)
+    } else {
+        format!("{}-fabric-ports", m.field_manager)
+    };
+    let pp = PatchParams::apply(&manager);
     let patch = Patch::Apply(&body);
     crate::k8s::retry("apply the fabric outcomes", || {
         api.patch(&m.result, &pp, &patch)
@@ -180,6 +246,8 @@ mod tests {
             started: Time(Timestamp::from_second(1_790_000_000).unwrap()),
             timeout_seconds: 300,
             end: false,
+            shard: 0,
+            shards: 1,
             groups: vec![
                 FabricGroup {
                     id: 1,
@@ -187,6 +255,8 @@ mod tests {
                     nodes: vec!["a".into(), "c".into()],
                     rendezvous: "10.0.0.1:29402".into(),
                     gpus: vec![8, 8],
+                    first: 0,
+                    size: 0,
                 },
                 FabricGroup {
                     id: 0,
@@ -194,6 +264,8 @@ mod tests {
                     nodes: vec!["b".into(), "c".into()],
                     rendezvous: "10.0.0.2:29400".into(),
                     gpus: vec![8, 8],
+                    first: 0,
+                    size: 0,
                 },
             ],
         }
@@ -222,6 +294,28 @@ mod tests {
         let now = Timestamp::from_second(1_790_000_000).unwrap();
         let a = assignments(&round(), "a", now, deadline);
         assert_eq!(a[0].deadline, deadline);
+    }
+
+    #[test]
+    fn a_round_in_parts_is_taken_once_every_part_is_here() {
+        let whole = round();
+        let parts = gpuval_crds::fabric_shard::shard(&whole, 150);
+        assert!(parts.len() >= 2, "{parts:?}");
+        let mut seen = Parts::default();
+        for p in parts.iter().skip(1) {
+            seen.add(p.clone());
+        }
+        assert_eq!(seen.round(2), None, "a part is missing");
+        seen.add(parts[0].clone());
+        let got = seen.round(2).expect("whole");
+        assert_eq!(got.groups, whole.groups);
+        let a = assignments(
+            &got,
+            "c",
+            Timestamp::from_second(1_790_000_010).unwrap(),
+            Instant::now() + Duration::from_secs(60),
+        );
+        assert_eq!(a.len(), 2);
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! every member reports that as its bus bandwidth, so one slow node drags its whole group.
 //!
 //! A node's simulated fabric comes from the simulator's spec string: `net=<GB/s>` (default by
-//! model, [`default_net_gbps`]) and `netfault=local` (its NCCL cannot start) or
-//! `netfault=vanish` (test-only: the agent process exits when it is assigned its first fabric
-//! group, to test an agent lost mid-round).
+//! model, [`default_net_gbps`]) and `netfault=local` (its NCCL cannot start; the others then
+//! fail in NCCL's words for a peer that exited), `netfault=nojoin` (it never reaches a
+//! rendezvous) or `netfault=vanish` (test-only: the agent process exits when it is assigned its
+//! first fabric group, to test an agent lost mid-round).
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,9 @@ pub enum NetFault {
     Local,
     /// Test only: the agent exits with [`VANISH_EXIT_CODE`] when assigned its first group.
     Vanish,
+    /// This node never reaches its groups' rendezvous (nor hosts one): the host names it
+    /// missing, the others wait for a rendezvous that never completes.
+    NoJoin,
 }
 
 /// This node's simulated fabric, from the `net=` and `netfault=` keys of the spec string.
@@ -57,7 +61,12 @@ impl SimNet {
                 self.fault = Some(match value {
                     "local" => NetFault::Local,
                     "vanish" => NetFault::Vanish,
-                    _ => return Err(format!("unknown netfault {value:?}: use local or vanish")),
+                    "nojoin" => NetFault::NoJoin,
+                    _ => {
+                        return Err(format!(
+                            "unknown netfault {value:?}: use local, vanish or nojoin"
+                        ));
+                    }
                 });
             }
             _ => return Err(format!("unknown key {key:?}")),
@@ -74,6 +83,7 @@ impl SimNet {
         match self.fault {
             Some(NetFault::Local) => parts.push(",netfault=local".into()),
             Some(NetFault::Vanish) => parts.push(",netfault=vanish".into()),
+            Some(NetFault::NoJoin) => parts.push(",netfault=nojoin".into()),
             None => {}
         }
         parts.concat()
@@ -120,6 +130,18 @@ enum SimMsg {
 
 const LOCAL_FAULT: &str = "simulated: NCCL could not start on this node (netfault=local)";
 
+/// What NCCL says on every surviving rank when a peer's process went away (seen on H100s).
+const PEER_EXITED: &str = "ncclCommInitRank: remote process exited or there was a network error";
+
+/// An error whose kind comes from its words, as the real engine's do (NCCL reports a peer's
+/// exit as a system error: only the words tell it is not this node's).
+fn as_nccl_says(message: String) -> FabricError {
+    match gpuval_fabric::attribute::kind_of(&message) {
+        Some(gpuval_crds::fabric::FabricErrorKind::Local) => local(message),
+        _ => peer(message),
+    }
+}
+
 impl NcclGroup for SimNccl {
     fn run(
         &self,
@@ -149,6 +171,10 @@ impl NcclGroup for SimNccl {
     fn planted_vanish(&self) -> bool {
         self.fault == Some(NetFault::Vanish)
     }
+
+    fn planted_nojoin(&self) -> bool {
+        self.fault == Some(NetFault::NoJoin)
+    }
 }
 
 impl SimNccl {
@@ -163,7 +189,9 @@ impl SimNccl {
             match ctl.recv::<SimMsg>(a.deadline) {
                 Ok(SimMsg::Net { gbps }) => min = min.min(gbps),
                 Ok(SimMsg::Failed { why }) => {
-                    broken.get_or_insert_with(|| peer(format!("member {node}: {why}")));
+                    broken.get_or_insert_with(|| {
+                        as_nccl_says(format!("{PEER_EXITED} (simulated: member {node}: {why})"))
+                    });
                 }
                 Ok(other) => {
                     let e = ctl.protocol(format!("expected a bandwidth, got {other:?}"));
@@ -211,8 +239,8 @@ impl SimNccl {
         .map_err(talk)?;
         match host.recv::<SimMsg>(a.deadline).map_err(talk)? {
             SimMsg::Bus { gbps } => Ok(gbps),
-            SimMsg::Abort { why } => Err(peer(format!(
-                "host {host_name} stopped the collective: {why}"
+            SimMsg::Abort { why } => Err(as_nccl_says(format!(
+                "{PEER_EXITED} (simulated: host {host_name} stopped the collective: {why})"
             ))),
             other => Err(talk(
                 host.protocol(format!("expected the bus bandwidth, got {other:?}")),

@@ -4,7 +4,7 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use gpuval_crds::fabric::{FabricErrorKind, FabricKind, FabricOutcome, FabricSpec};
+use gpuval_crds::fabric::{FabricError, FabricErrorKind, FabricKind, FabricOutcome, FabricSpec};
 
 use super::group::run_group;
 use super::rendezvous::{self, Link};
@@ -264,6 +264,9 @@ fn the_spec_string_takes_net_and_netfault() {
     let n = SimNccl::new(s.model, SimSpec::default().net);
     assert_eq!(n.net_gbps, 400.0);
     assert!(!n.planted_vanish());
+    let n: SimSpec = "netfault=nojoin".parse().expect("valid");
+    assert_eq!(n.net.fault, Some(NetFault::NoJoin));
+    assert!(n.to_string().contains("netfault=nojoin"), "{n}");
     let v: SimSpec = "netfault=vanish".parse().expect("valid");
     assert!(SimNccl::new(v.model, v.net).planted_vanish());
     for bad in ["net=0", "net=fast", "netfault=sometimes"] {
@@ -307,4 +310,142 @@ where
         out.push(h.await.expect("a round's task"));
     }
     out
+}
+
+#[test]
+fn a_member_that_never_joins_is_named_missing_by_the_host_and_nobody_else_blames_themselves() {
+    let a = assignments(FabricKind::Nccl, 3, Duration::from_secs(4));
+    let faults = [None, None, Some(NetFault::NoJoin)];
+    let out = run_all(
+        a.into_iter()
+            .zip(faults)
+            .map(|(a, fault)| {
+                (
+                    a,
+                    SimNccl {
+                        net_gbps: 400.0,
+                        fault,
+                    },
+                )
+            })
+            .collect(),
+        &spec(1),
+    );
+    assert_eq!(out[0].missing, vec!["n2".to_string()], "{out:?}");
+    for o in &out {
+        let e = o.error.as_ref().expect("nobody measured");
+        assert_eq!(e.kind, FabricErrorKind::Peer, "{o:?}");
+    }
+    assert!(
+        out[2]
+            .error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("nojoin"))
+    );
+}
+
+#[test]
+fn a_peer_that_could_not_start_reads_as_a_peer_exit_on_the_others() {
+    let a = assignments(FabricKind::Nccl, 3, Duration::from_secs(20));
+    let faults = [None, None, Some(NetFault::Local)];
+    let out = run_all(
+        a.into_iter()
+            .zip(faults)
+            .map(|(a, fault)| {
+                (
+                    a,
+                    SimNccl {
+                        net_gbps: 400.0,
+                        fault,
+                    },
+                )
+            })
+            .collect(),
+        &spec(1),
+    );
+    for o in &out[..2] {
+        let e = o.error.as_ref().expect("aborted");
+        assert!(e.message.contains("remote process exited"), "{e:?}");
+        assert_eq!(
+            gpuval_fabric::attribute::attribute(e),
+            FabricErrorKind::Peer
+        );
+    }
+}
+
+/// Joins every member of `a` and runs `work(rank, stop)` through [`super::watch::together`].
+fn run_watched(
+    a: Vec<Assignment>,
+    work: impl Fn(usize, &std::sync::atomic::AtomicBool) -> Result<(), FabricError> + Sync,
+) -> Vec<Result<(), FabricError>> {
+    let join_by = Instant::now() + Duration::from_secs(10);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = a
+            .iter()
+            .map(|a| {
+                let work = &work;
+                s.spawn(move || {
+                    let mut g = super::rendezvous::join(a, join_by).expect("joined");
+                    super::watch::together(a, &mut g.link, |stop| work(a.rank, stop))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("member")).collect()
+    })
+}
+
+/// A member's part that runs until it is stopped (or `limit`): Ok when never stopped.
+fn until_stopped(stop: &std::sync::atomic::AtomicBool, limit: Instant) -> Result<(), FabricError> {
+    while Instant::now() < limit {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(super::rendezvous::peer("stopped".into()));
+        }
+        std::thread::yield_now();
+    }
+    Ok(())
+}
+
+#[test]
+fn the_group_stops_at_its_first_failure_instead_of_waiting_out_the_timeout() {
+    let a = assignments(FabricKind::Nccl, 4, Duration::from_secs(60));
+    let started = Instant::now();
+    let limit = started + Duration::from_secs(30);
+    let out = run_watched(a, |rank, stop| {
+        if rank == 3 {
+            Err(super::rendezvous::local(
+                "ncclCommInitRank: invalid usage (NET/Socket : no socket interface found)".into(),
+            ))
+        } else {
+            until_stopped(stop, limit)
+        }
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped together in {:?}",
+        started.elapsed()
+    );
+    let e3 = out[3].as_ref().expect_err("its own failure");
+    assert_eq!(e3.kind, FabricErrorKind::Local);
+    for o in &out[..3] {
+        let e = o.as_ref().expect_err("stopped");
+        assert_eq!(e.kind, FabricErrorKind::Peer, "{e:?}");
+        assert!(e.message.contains("member n3"), "{e:?}");
+        assert_eq!(
+            gpuval_fabric::attribute::attribute(e),
+            FabricErrorKind::Peer
+        );
+    }
+}
+
+#[test]
+fn a_group_that_ends_well_is_not_held_by_its_watch() {
+    let a = assignments(FabricKind::Nccl, 3, Duration::from_secs(60));
+    let started = Instant::now();
+    let out = run_watched(a, |_, _| Ok(()));
+    assert!(out.iter().all(Result::is_ok), "{out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -79,7 +79,7 @@ pub fn advance(inp: &Inputs<'_>, nodes: &mut [NodeStatus]) -> FabricStep {
         step.status = Some(status(FabricPhase::Waiting, 0, 0, None));
         return step;
     }
-    let planned: Vec<&RoundView> = rounds.iter().filter(|r| !r.end).copied().collect();
+    let planned: Vec<&RoundView> = rounds.iter().filter(|r| !r.end).collect();
     let candidates = candidates(&planned, nodes, inp);
     if candidates.len() < 2 {
         let msg = format!(
@@ -228,15 +228,40 @@ fn apply_verdicts(c: &Conclusion, nodes: &mut [NodeStatus], step: &mut FabricSte
     }
 }
 
-/// This generation's rounds, by number.
-fn rounds_of(world: &World, generation: i64) -> Vec<&RoundView> {
-    let mut rounds: Vec<&RoundView> = world
-        .rounds
-        .iter()
-        .filter(|r| r.generation == generation)
-        .collect();
-    rounds.sort_by_key(|r| (r.number, r.end));
-    rounds
+/// This generation's rounds, by number, each put together from its parts (a round whose parts
+/// are not all there yet is left out: planned again, it is created under the same names).
+fn rounds_of(world: &World, generation: i64) -> Vec<RoundView> {
+    let mut parts: BTreeMap<(u32, bool), Vec<&RoundView>> = BTreeMap::new();
+    for r in world.rounds.iter().filter(|r| r.generation == generation) {
+        parts.entry((r.number, r.end)).or_default().push(r);
+    }
+    parts
+        .into_values()
+        .filter_map(|mut ps| {
+            ps.sort_by_key(|p| p.shard);
+            ps.dedup_by_key(|p| p.shard);
+            let head = ps.first()?;
+            if ps.len() != usize::try_from(head.shards.max(1)).unwrap_or(1) {
+                return None;
+            }
+            let groups = gpuval_crds::fabric_shard::merge_groups(
+                i32::try_from(head.number).unwrap_or(i32::MAX),
+                ps.iter().map(|p| p.groups.as_slice()),
+            );
+            match groups {
+                Ok(groups) => Some(RoundView {
+                    groups,
+                    shard: 0,
+                    shards: 1,
+                    ..(*head).clone()
+                }),
+                Err(e) => {
+                    tracing::warn!(error = %e, "fabric round parts do not fit together");
+                    None
+                }
+            }
+        })
+        .collect()
 }
 
 /// The nodes in the test: round 1's members once it exists (so that the set stays what it was
@@ -306,8 +331,9 @@ fn as_round(r: &RoundView) -> Round {
 }
 
 /// The round object for planned round `number`: each group meets at its first member's pod IP,
-/// on a port of its own (`--fabric-port + 2 * id`, so that groups sharing an address in a
-/// test on one host do not collide; the port above is the group's NCCL bootstrap).
+/// on a port of its own among the groups meeting at that address (`--fabric-port + 2 * k` for
+/// the k-th of them, so that groups sharing an address in a test on one host do not collide,
+/// and ports stay in range at any node count; the port above is the group's NCCL bootstrap).
 fn round_spec(
     inp: &Inputs<'_>,
     number: usize,
@@ -319,6 +345,7 @@ fn round_spec(
         .pods_of(inp.generation)
         .filter_map(|p| Some((p.node.as_str(), p.ip.as_deref()?)))
         .collect();
+    let mut at_address: BTreeMap<&str, u32> = BTreeMap::new();
     let groups = round
         .groups
         .iter()
@@ -329,7 +356,10 @@ fn round_spec(
                 0 => RENDEZVOUS_PORT,
                 p => p,
             };
-            let port = gpuval_crds::fabric::group_port(base, id);
+            // Counted per address, then kept inside the port range.
+            let k = at_address.entry(host).or_default();
+            let port = gpuval_crds::fabric::group_port(base, *k as usize);
+            *k += 1;
             FabricGroup {
                 id: id as i32,
                 kind: g.kind,
@@ -340,6 +370,8 @@ fn round_spec(
                     .iter()
                     .map(|n| gpus.get(n).copied().unwrap_or(0))
                     .collect(),
+                first: 0,
+                size: 0,
             }
         })
         .collect();
@@ -367,6 +399,8 @@ fn base_round(inp: &Inputs<'_>, number: usize, purpose: &str) -> FabricRoundSpec
         timeout_seconds: inp.spec.round_timeout_or_default().as_std().as_secs() as i64,
         end: false,
         groups: Vec::new(),
+        shard: 0,
+        shards: 1,
     }
 }
 

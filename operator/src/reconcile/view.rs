@@ -109,6 +109,9 @@ pub struct RoundView {
     pub timeout: std::time::Duration,
     pub end: bool,
     pub groups: Vec<FabricGroup>,
+    /// This object's part of the round, and how many parts the round has.
+    pub shard: i32,
+    pub shards: i32,
 }
 
 impl From<&FabricRoundSpec> for RoundView {
@@ -122,6 +125,8 @@ impl From<&FabricRoundSpec> for RoundView {
             timeout: std::time::Duration::from_secs(u64::try_from(s.timeout_seconds).unwrap_or(0)),
             end: s.end,
             groups: s.groups.clone(),
+            shard: s.shard,
+            shards: s.shards,
         }
     }
 }

@@ -247,7 +247,7 @@ pub struct SimSpec {
     /// `fabric=hang` / `fabric=shm`: the NCCL communicator never completes a collective, or
     /// connects the GPUs through host shared memory instead of NVLink.
     pub fabric: Vec<FabricFault>,
-    /// `net=<GB/s>`, `netfault=local|vanish`: this node's fabric between nodes (see
+    /// `net=<GB/s>`, `netfault=local|nojoin|vanish`: this node's fabric between nodes (see
     /// [`crate::fabric::sim`]).
     pub net: crate::fabric::sim::SimNet,
     /// `flaky=memory@2:0.5`: like `slow`, for the first measurement only (a second

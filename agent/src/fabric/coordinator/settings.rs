@@ -127,6 +127,7 @@ fn default_nccl(min: i32) -> FabricNccl {
         bytes: 1 << 30,
         iterations: 20,
         min_bus_bandwidth_gbps: min,
+        expect_transport: None,
     }
 }
 
