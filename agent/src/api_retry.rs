@@ -5,6 +5,39 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+/// How many times a short API call (fabric outcomes) is tried before the agent gives up on it.
+pub const API_ATTEMPTS: u32 = 5;
+/// The first pause between tries, doubling from there.
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// The longest pause between two tries of a short API call.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(4);
+
+/// A well-spread 64-bit hash of `s` (FNV-1a): a seed for a backoff's or a delay's jitter.
+pub fn seed_of(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Calls `f` until it succeeds, fails for good, or [`API_ATTEMPTS`] tries are spent, doubling
+/// the pause between tries (with jitter seeded by `what` and this process).
+pub async fn retry_short<T, F, Fut>(what: &'static str, f: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let seed = seed_of(what) ^ u64::from(std::process::id());
+    let backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, seed);
+    retry(
+        what,
+        Budget::Attempts(API_ATTEMPTS),
+        backoff,
+        is_transient,
+        f,
+    )
+    .await
+}
+
 /// How long to keep trying.
 #[derive(Debug, Clone, Copy)]
 pub enum Budget {

@@ -38,17 +38,13 @@ use kube::{Api, Client, Resource};
 use tokio::sync::watch;
 
 pub use crate::api_retry::is_transient;
-use crate::api_retry::{Backoff, Budget};
+use crate::api_retry::{Backoff, Budget, FIRST_BACKOFF, seed_of};
 use crate::backend::sim::SimSpec;
 use crate::backend::{self, BackendChoice, BackendError};
 use crate::runner::{self, Plan};
 use crate::saved_result::{self, SavedResult};
 use crate::{render, report};
 
-/// How many times a short API call (fabric outcomes) is tried before the agent gives up on it.
-pub const API_ATTEMPTS: u32 = 5;
-const FIRST_BACKOFF: Duration = Duration::from_millis(250);
-const MAX_BACKOFF: Duration = Duration::from_secs(4);
 /// The longest pause between two tries to store the result (while the API server is away).
 pub const MAX_STORE_BACKOFF: Duration = Duration::from_secs(8);
 /// How long the agent keeps trying to read its validation at start.
@@ -286,13 +282,6 @@ pub fn result_delay(max: Duration, seed: u64) -> Duration {
         return Duration::ZERO;
     }
     Duration::from_millis(mix(seed) % (max_ms + 1))
-}
-
-/// A well-spread 64-bit hash of `s` (FNV-1a), a seed for [`result_delay`].
-pub fn seed_of(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// The splitmix64 finaliser: neighbouring seeds give unrelated values.
@@ -821,25 +810,6 @@ async fn store(client: Client, env: &AgentEnv, report: &NodeReport) -> Result<()
     let status = status_patch(report);
     api.patch_status(&name, &pp, &Patch::Apply(&status)).await?;
     Ok(())
-}
-
-/// Calls `f` until it succeeds, fails for good, or [`API_ATTEMPTS`] tries are spent, doubling
-/// the pause between tries (with jitter).
-pub(crate) async fn retry<T, F, Fut>(what: &'static str, f: F) -> Result<T, kube::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, kube::Error>>,
-{
-    let seed = seed_of(what) ^ u64::from(std::process::id());
-    let backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, seed);
-    crate::api_retry::retry(
-        what,
-        Budget::Attempts(API_ATTEMPTS),
-        backoff,
-        is_transient,
-        f,
-    )
-    .await
 }
 
 #[cfg(test)]

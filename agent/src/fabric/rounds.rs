@@ -224,7 +224,7 @@ async fn write_annotation(m: &Member<'_>, key: &str, text: String) -> Result<(),
     };
     let pp = PatchParams::apply(&manager);
     let patch = Patch::Apply(&body);
-    crate::k8s::retry("apply the fabric outcomes", || {
+    crate::api_retry::retry_short("apply the fabric outcomes", || {
         api.patch(&m.result, &pp, &patch)
     })
     .await

@@ -16,88 +16,13 @@ use serde::{Deserialize, Serialize};
 
 use super::rendezvous::{Control, Link, NetError, local, peer};
 use super::{Assignment, NcclFigures, NcclGroup};
+pub use crate::backend::sim::net::{NetFault, SimNet, default_net_gbps};
 use crate::backend::sim::SimModel;
 
 /// Bus bandwidth of an all-reduce as a fraction of the slowest member's network bandwidth.
 pub const EFFICIENCY: f64 = 0.95;
 /// The exit code of an agent that vanishes on purpose (`netfault=vanish`).
 pub const VANISH_EXIT_CODE: i32 = 86;
-
-/// A planted fault of a node's fabric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NetFault {
-    /// This node's NCCL cannot start: a `Local` error before the collective.
-    Local,
-    /// Test only: the agent exits with [`VANISH_EXIT_CODE`] when assigned its first group.
-    Vanish,
-    /// This node never reaches its groups' rendezvous (nor hosts one): the host names it
-    /// missing, the others wait for a rendezvous that never completes.
-    NoJoin,
-}
-
-/// This node's simulated fabric, from the `net=` and `netfault=` keys of the spec string.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct SimNet {
-    /// `net=<GB/s>`: the node's network bandwidth (None: the model's default).
-    pub gbps: Option<f64>,
-    /// `netfault=local|vanish`.
-    pub fault: Option<NetFault>,
-}
-
-impl SimNet {
-    /// Reads one `net` or `netfault` value.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        match key {
-            "net" => {
-                let v: f64 = value
-                    .parse()
-                    .map_err(|_| format!("{value:?} is not a bandwidth in GB/s"))?;
-                if !(v.is_finite() && v > 0.0 && v <= 100_000.0) {
-                    return Err(format!("net={value}: use a bandwidth above 0, in GB/s"));
-                }
-                self.gbps = Some(v);
-            }
-            "netfault" => {
-                self.fault = Some(match value {
-                    "local" => NetFault::Local,
-                    "vanish" => NetFault::Vanish,
-                    "nojoin" => NetFault::NoJoin,
-                    _ => {
-                        return Err(format!(
-                            "unknown netfault {value:?}: use local, vanish or nojoin"
-                        ));
-                    }
-                });
-            }
-            _ => return Err(format!("unknown key {key:?}")),
-        }
-        Ok(())
-    }
-
-    /// The `net=...,netfault=...` parts of a spec string (empty when nothing is set).
-    pub fn spec_parts(&self) -> String {
-        let mut parts = Vec::new();
-        if let Some(g) = self.gbps {
-            parts.push(format!(",net={g}"));
-        }
-        match self.fault {
-            Some(NetFault::Local) => parts.push(",netfault=local".into()),
-            Some(NetFault::Vanish) => parts.push(",netfault=vanish".into()),
-            Some(NetFault::NoJoin) => parts.push(",netfault=nojoin".into()),
-            None => {}
-        }
-        parts.concat()
-    }
-}
-
-/// A healthy node's network bandwidth, GB/s: eight 400 Gb/s NICs on H100 and H200 nodes, eight
-/// 200 Gb/s ones on A100 nodes.
-pub fn default_net_gbps(model: SimModel) -> f64 {
-    match model {
-        SimModel::A100 => 200.0,
-        SimModel::H100 | SimModel::H200 => 400.0,
-    }
-}
 
 /// The simulated NCCL group of one node.
 #[derive(Debug, Clone)]

@@ -29,6 +29,8 @@ use super::{
 };
 use crate::run_control::RunControl;
 
+pub mod net;
+
 /// The keys a spec string may use.
 pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, throttle, replay, hidden, proc, version, timescale, fabric, net, netfault";
 /// The throttle reasons `throttle=` may plant (NVML names without prefix).
@@ -248,8 +250,8 @@ pub struct SimSpec {
     /// connects the GPUs through host shared memory instead of NVLink.
     pub fabric: Vec<FabricFault>,
     /// `net=<GB/s>`, `netfault=local|nojoin|vanish`: this node's fabric between nodes (see
-    /// [`crate::fabric::sim`]).
-    pub net: crate::fabric::sim::SimNet,
+    /// [`net`]).
+    pub net: net::SimNet,
     /// `flaky=memory@2:0.5`: like `slow`, for the first measurement only (a second
     /// measurement, [`SimBackend::second_measurement`], sees the healthy figure).
     pub flaky: Vec<(SimCheck, u32, f64)>,
