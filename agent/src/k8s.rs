@@ -21,7 +21,6 @@
 //! SIGTERM/SIGINT (checks stopped, GPUs freed, no result).
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

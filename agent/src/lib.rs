@@ -2,13 +2,12 @@
 //! ([`k8s`]) it stores that report as the node's `GpuNodeResult`.
 //!
 //! Layers, each using only its own and those below it: the entry points (`main`, [`k8s`],
-//! [`config`], [`api_retry`], [`saved_result`]) → [`runner`] (inventory, sampler, aggregation),
+//! [`config`], [`saved_result`]) → [`runner`] (inventory, sampler, aggregation),
 //! [`render`] and [`fabric`] → [`checks`] (one folder per check; `checks/mod.rs` lists them) →
 //! [`check`] (the contract, the shared fan-out, flag overrides) → [`backend`] (CUDA/NVML and
-//! simulated plumbing), [`judge`], [`run_control`], [`text`], [`profiles`], [`link_floors`],
-//! [`telemetry`], [`report`], [`test_hooks`] → [`pci`]. The table is kept in
-//! `agent/tests/layers.rs`, whose test fails on an import from a higher layer; its two known
-//! exceptions (`backend/sim` ↔ `fabric/sim`, `fabric/rounds` → `k8s`) are listed there with why.
+//! simulated plumbing), [`api_retry`], [`judge`], [`run_control`], [`text`], [`profiles`],
+//! [`link_floors`], [`telemetry`], [`report`], [`test_hooks`] → [`pci`]. The table is kept in
+//! `agent/tests/layers.rs`, whose test fails on an import from a higher layer (no exceptions).
 
 pub mod api_retry;
 pub mod backend;

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use super::rendezvous::{Control, Link, NetError, local, peer};
 use super::{Assignment, NcclFigures, NcclGroup};
-pub use crate::backend::sim::net::{NetFault, SimNet, default_net_gbps};
 use crate::backend::sim::SimModel;
+pub use crate::backend::sim::net::{NetFault, SimNet, default_net_gbps};
 
 /// Bus bandwidth of an all-reduce as a fraction of the slowest member's network bandwidth.
 pub const EFFICIENCY: f64 = 0.95;

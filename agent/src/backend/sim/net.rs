@@ -79,4 +79,3 @@ pub fn default_net_gbps(model: SimModel) -> f64 {
         SimModel::H100 | SimModel::H200 => 400.0,
     }
 }
-

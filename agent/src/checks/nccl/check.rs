@@ -133,17 +133,13 @@ impl NodeCheck for Nccl {
 /// NCCL's bus bandwidth is held to when no profile floor covers the node.
 fn measured_p2p(report: &NodeReport) -> Option<f64> {
     let p2p = report.p2p.as_ref().filter(|r| r.verdict == Verdict::Pass)?;
-    let mut rates: Vec<f64> = p2p
-        .pairs
-        .iter()
-        .filter(|p| p.error.is_none() && p.unidirectional_gbps > 0.0)
-        .map(|p| p.unidirectional_gbps)
-        .collect();
-    if rates.is_empty() {
-        return None;
-    }
-    rates.sort_by(f64::total_cmp);
-    Some(rates[rates.len() / 2])
+    crate::judge::median(
+        p2p.pairs
+            .iter()
+            .filter(|p| p.error.is_none() && p.unidirectional_gbps > 0.0)
+            .map(|p| p.unidirectional_gbps)
+            .collect(),
+    )
 }
 
 /// The check on the simulated node, with the faults its spec plants.
@@ -179,4 +175,43 @@ fn simulated(
         FabricFault::Shm => SimFault::ShmFallback,
     }));
     super::sim::run(spec.gpus, spec.model.as_str(), &faults, req, ctl)
+}
+
+#[cfg(test)]
+mod tests {
+    use gpuval_crds::{P2pPair, P2pResult};
+
+    use super::*;
+
+    fn with_p2p(verdict: Verdict, rates: &[f64]) -> NodeReport {
+        NodeReport {
+            p2p: Some(P2pResult {
+                verdict,
+                pairs: rates
+                    .iter()
+                    .map(|&r| P2pPair {
+                        unidirectional_gbps: r,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Only a p2p check that passed speaks for the node's links; its median sets the floor.
+    #[test]
+    fn the_floor_source_is_the_median_of_a_passing_p2p_check() {
+        assert_eq!(
+            measured_p2p(&with_p2p(Verdict::Pass, &[390.0, 396.0, 392.0])),
+            Some(392.0)
+        );
+        assert_eq!(
+            measured_p2p(&with_p2p(Verdict::Fail, &[390.0, 396.0, 392.0])),
+            None
+        );
+        assert_eq!(measured_p2p(&with_p2p(Verdict::Pass, &[])), None);
+        assert_eq!(measured_p2p(&NodeReport::default()), None);
+    }
 }
