@@ -194,12 +194,18 @@ pub const SHM_SIZE: &str = "4Gi";
 /// `infiniband/` under it).
 pub const HOST_SYS_CLASS: &str = "/host/sys/class";
 
-/// The host's device classes, read-only, when the validation runs the fabric test: the agent
-/// reads its InfiniBand/RoCE ports (`infiniband/<dev>/ports/<n>/`) before and after the rounds.
-/// The parent is mounted because `/sys/class/infiniband` exists only where RDMA drivers are
-/// loaded, and a hostPath that is missing keeps the pod from starting.
-fn infiniband_volume(gv: &GpuValidation) -> Option<(Volume, VolumeMount)> {
+/// The host's device classes, read-only, when the validation runs the fabric test on pods the
+/// administrator gave the fabric (`agent.fabric`: the host's network or RDMA devices): the
+/// agent reads its InfiniBand/RoCE ports (`infiniband/<dev>/ports/<n>/`) before and after the
+/// rounds. Without that opt-in there are no RDMA ports to read, and the pod stays within Pod
+/// Security `restricted`, which refuses any hostPath. The parent is mounted because
+/// `/sys/class/infiniband` exists only where RDMA drivers are loaded, and a hostPath that is
+/// missing keeps the pod from starting.
+fn infiniband_volume(gv: &GpuValidation, cfg: &OperatorConfig) -> Option<(Volume, VolumeMount)> {
     gv.spec.fabric.as_ref()?;
+    if !cfg.fabric.host_network && cfg.fabric.resources.is_empty() {
+        return None;
+    }
     let volume = Volume {
         name: "sys-class".into(),
         host_path: Some(HostPathVolumeSource {
@@ -363,7 +369,7 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
     let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) = std::iter::once(state_volume())
         .chain(io_volume(cfg))
         .chain(shm_volume(gv))
-        .chain(infiniband_volume(gv))
+        .chain(infiniband_volume(gv, cfg))
         .unzip();
     let container = Container {
         name: "agent".into(),
@@ -659,6 +665,14 @@ mod tests {
         assert!(
             !plain_mounts.iter().flatten().any(|m| m.name == "sys-class"),
             "only fabric validations see the host's device classes"
+        );
+        // A fabric validation on pods the administrator gave no fabric (no host network, no
+        // RDMA devices) has no ports to read, and keeps Pod Security `restricted`: no hostPath.
+        let unprivileged = agent_pod(&g, "gpu-a", 8, &OperatorConfig::default());
+        let spec = unprivileged.spec.as_ref().unwrap();
+        assert!(
+            !spec.volumes.iter().flatten().any(|v| v.name == "sys-class"),
+            "no hostPath without the administrator's fabric opt-in"
         );
     }
 
