@@ -34,7 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 const MACROS: &[(&str, &str)] = &[("check_result", "judge")];
 
 /// Known upward imports, each with why it stays for now (none: the fabric's circles with the
-/// simulated backend and with k8s.rs were cut; a new one must say why here).
+/// simulated backend and with the Kubernetes flow (`k8s/`) were cut; a new one must say why here).
 const KNOWN_EXCEPTIONS: &[(&str, &str, &str)] = &[];
 
 /// The layer of a top-level module (0 = top), or `None` when the table does not place it.

@@ -8,7 +8,7 @@
 //! small-message round trips ([`tcp`]); an NCCL group runs one collective over every member's
 //! GPUs through an [`NcclGroup`] (the real engine, or the simulator, [`sim`]).
 //!
-//! In a pod, the assignments come from the operator's `GpuFabricRound` objects (`k8s.rs`);
+//! In a pod, the assignments come from the operator's `GpuFabricRound` objects (`k8s/`);
 //! outside Kubernetes, from rank 0 of a Slurm or torchrun launch ([`launch`], [`coordinator`]).
 
 pub mod coordinator;
