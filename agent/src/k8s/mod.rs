@@ -4,7 +4,7 @@
 //! [`gpuval_crds::agent_env`]). The agent reads the `GpuValidation`, runs its checks on this
 //! node, and stores the report as a `GpuNodeResult` with server-side apply: first the object
 //! (labels, summary annotation, owner reference, spec), then the status subresource (the whole
-//! [`NodeReport`]). A GPU failure is a verdict, not a crash: the agent exits 0 once the result
+//! [`gpuval_crds::NodeReport`]). A GPU failure is a verdict, not a crash: the agent exits 0 once the result
 //! is stored, whatever it says.
 //!
 //! Once the checks end, the report is kept in memory and in `GPUVAL_STATE_DIR` (see
@@ -20,9 +20,9 @@
 //! (the reason also goes to `/dev/termination-log`); 2 bad environment; 143 stopped by
 //! SIGTERM/SIGINT (checks stopped, GPUs freed, no result).
 //!
-//! By step: the pod's environment ([`env`]), the flow itself here (read the validation, run or
-//! take the saved result, stay for the fabric, store), the steps between ([`steps`]), and the
-//! result object and its storing ([`result`]).
+//! By step: the pod's environment (`env.rs`), the flow itself here (read the validation, run or
+//! take the saved result, stay for the fabric, store), the steps between (`steps.rs`), and the
+//! result object and its storing (`result.rs`).
 
 mod env;
 mod result;
