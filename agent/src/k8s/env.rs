@@ -118,24 +118,7 @@ impl AgentEnv {
         }
         let pod_name = object_name(agent_env::POD_NAME)?;
 
-        let simulate = get(agent_env::SIMULATE).filter(|s| !s.trim().is_empty());
-        let backend_name = get(agent_env::BACKEND).filter(|s| !s.trim().is_empty());
-        let backend = match (backend_name.as_deref().map(str::trim), simulate) {
-            (_, Some(spec)) => {
-                let parsed: SimSpec = spec
-                    .parse()
-                    .map_err(|e| invalid(agent_env::SIMULATE, &spec, &format!("{e}")))?;
-                BackendChoice::Simulated(parsed)
-            }
-            (None, None) => BackendChoice::Cuda,
-            (Some(b), None) if b.eq_ignore_ascii_case("cuda") => BackendChoice::Cuda,
-            (Some(b), None) if b.eq_ignore_ascii_case("simulated") => {
-                BackendChoice::Simulated(SimSpec::default())
-            }
-            (Some(b), None) => {
-                return Err(invalid(agent_env::BACKEND, b, "use cuda or simulated"));
-            }
-        };
+        let backend = backend_choice(&get)?;
 
         let optional = |name: &str| {
             get(name)
@@ -167,6 +150,34 @@ impl AgentEnv {
             allow_shared_gpus,
         })
     }
+}
+
+/// The backend `GPUVAL_SIMULATE` (a simulated spec string, tests and demos only) or
+/// `GPUVAL_BACKEND` (`cuda`, the default, or `simulated`) asks for.
+pub(super) fn backend_choice(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<BackendChoice, EnvError> {
+    let invalid = |name: &'static str, value: &str, why: &str| EnvError::Invalid {
+        name,
+        value: value.to_string(),
+        why: why.to_string(),
+    };
+    let simulate = get(agent_env::SIMULATE).filter(|s| !s.trim().is_empty());
+    let backend_name = get(agent_env::BACKEND).filter(|s| !s.trim().is_empty());
+    Ok(match (backend_name.as_deref().map(str::trim), simulate) {
+        (_, Some(spec)) => {
+            let parsed: SimSpec = spec
+                .parse()
+                .map_err(|e| invalid(agent_env::SIMULATE, &spec, &format!("{e}")))?;
+            BackendChoice::Simulated(parsed)
+        }
+        (None, None) => BackendChoice::Cuda,
+        (Some(b), None) if b.eq_ignore_ascii_case("cuda") => BackendChoice::Cuda,
+        (Some(b), None) if b.eq_ignore_ascii_case("simulated") => {
+            BackendChoice::Simulated(SimSpec::default())
+        }
+        (Some(b), None) => return Err(invalid(agent_env::BACKEND, b, "use cuda or simulated")),
+    })
 }
 
 /// `GPUVAL_EXPECTED_GPUS` (a count from 1) and `GPUVAL_EXPECTED_GPUS_FROM` (`Spec`,

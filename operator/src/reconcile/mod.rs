@@ -186,31 +186,16 @@ fn decide(
         step.status = previous;
         return step;
     }
-    let (mut status, mut record) = if same_run {
-        let record = match record.filter(|r| r.generation() == generation) {
-            Some(r) => r,
-            None => {
-                let lines = start::recover(&previous, world, generation, &select());
-                RunNodes::new(generation, lines)
-            }
-        };
-        (previous, record)
-    } else {
-        match start::start_run(generation, &previous, &select(), &now_t) {
-            start::RunStart::Blocked { status, event } => {
-                step.events.push(event);
-                step.status = status;
-                return step;
-            }
-            start::RunStart::Started {
-                status,
-                nodes,
-                event,
-            } => {
-                step.events.push(event);
-                (status, RunNodes::new(generation, nodes))
-            }
-        }
+    let Some((mut status, mut record)) = this_run(
+        generation,
+        previous,
+        same_run.then_some(record),
+        world,
+        select,
+        &now_t,
+        &mut step,
+    ) else {
+        return step;
     };
 
     let clock = RunClock::new(
@@ -259,6 +244,45 @@ fn decide(
     .map(|r| fabric_requeue.map_or(r, |f| r.min(f)));
     step.status = status;
     step
+}
+
+/// The status and node record of this generation's run: for the same run (`same_run` holds
+/// the record kept in memory, if any) its record, or one recovered from the cluster; else a new
+/// run's. None when a new run is blocked (`step` then holds its status and event).
+fn this_run(
+    generation: i64,
+    previous: GpuValidationStatus,
+    same_run: Option<Option<RunNodes>>,
+    world: &World,
+    select: impl FnOnce() -> Selection,
+    now: &Time,
+    step: &mut Step,
+) -> Option<(GpuValidationStatus, RunNodes)> {
+    if let Some(kept) = same_run {
+        let record = match kept.filter(|r| r.generation() == generation) {
+            Some(r) => r,
+            None => {
+                let lines = start::recover(&previous, world, generation, &select());
+                RunNodes::new(generation, lines)
+            }
+        };
+        return Some((previous, record));
+    }
+    match start::start_run(generation, &previous, &select(), now) {
+        start::RunStart::Blocked { status, event } => {
+            step.events.push(event);
+            step.status = status;
+            None
+        }
+        start::RunStart::Started {
+            status,
+            nodes,
+            event,
+        } => {
+            step.events.push(event);
+            Some((status, RunNodes::new(generation, nodes)))
+        }
+    }
 }
 
 /// The fabric test's part of the step (see [`fabric`]); returns when to look again for it.
