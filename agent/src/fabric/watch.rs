@@ -71,6 +71,9 @@ pub fn together<T>(
             });
         }
         let result = work(&stop);
+        // What was heard before this member's own part ended: news that arrives after it (the
+        // host's own stop, answering this member's failure) must not recast its own error.
+        let heard_before = heard.lock().ok().and_then(|h| h.clone());
         let news = match &result {
             Ok(_) => News::Done,
             Err(_) => News::Failed { node: me.clone() },
@@ -82,9 +85,9 @@ pub fn together<T>(
                 other.stop_reading();
             }
         }
-        result
+        (result, heard_before)
     });
-    let first = heard.into_inner().ok().flatten();
+    let (result, first) = result;
     match (result, first) {
         (Err(_), Some(node)) if node != me => Err(peer(format!(
             "aborted: member {node} of the group failed first, and this member stopped"
