@@ -28,13 +28,13 @@
 #   fabric-fault       the last node's NCCL is given no network interface; that node, and no
 #                      other, is named at fault (its healthy peers see "remote process exited"
 #                      and must not be named: issue 32)
-#   fabric-floor       the last node's NCCL gets one socket and one thread
-#                      (NCCL_SOCKET_NTHREADS=1, NCCL_NSOCKS_PERTHREAD=1; simulated: net=40 GB/s)
+#   fabric-floor       the last node's agent sends on its sockets at THROTTLE_MBPS (400 MB/s,
+#                      bench/e2e/throttle.c preloaded into it alone; simulated: net=40 GB/s)
 #                      so that only groups holding it miss the bus-bandwidth floor of
 #                      bench/e2e/fabric-floor.yaml; that node, and no other, is named, or the
 #                      report says it could not localize (needs SPLIT of 3 or more: with two
-#                      nodes nothing can be cleared; set FLOOR_GBPS between the healthy and
-#                      the capped figure once measured on the host: unmeasured on GPUs)
+#                      nodes nothing can be cleared; FLOOR_GBPS, 1.5, lies between the healthy
+#                      and the throttled figure)
 # Environment: BUDGET_S (default 570: the whole device call must stay under 10 minutes),
 # HOLD_GPU (2), HOLD_FRACTION (0.25), PACK_CONTROLLER_MANAGER (1; 0 leaves it out), SCENARIOS,
 # SPLIT.
@@ -209,7 +209,11 @@ fabric_scenarios() {
     local backend=$1 split=${SPLIT:-2} last
     last=$((split - 1))
     local sim=() fault=(--node-env "$last:NCCL_SOCKET_IFNAME=gpuval-no-such-if")
-    local capped=(--node-env "$last:NCCL_SOCKET_NTHREADS=1" --node-env "$last:NCCL_NSOCKS_PERTHREAD=1")
+    # A slow NIC on the last node: bench/e2e/throttle.c, preloaded into its agent alone, caps
+    # what it sends on its sockets to THROTTLE_MBPS (400 MB/s). (NCCL_SOCKET_NTHREADS=1 and
+    # NCCL_NSOCKS_PERTHREAD=1 are no cap: NCCL's default is the main thread and one socket.)
+    local throttle=/tmp/gpuval-throttle.so
+    local capped=(--node-env "$last:LD_PRELOAD=$throttle" --node-env "$last:GPUVAL_THROTTLE_MBPS=${THROTTLE_MBPS:-400}")
     if [ "$backend" = sim ]; then
         sim=(--backend sim --simulate "gpus=$split,model=H200,timescale=0.01")
         fault=(--node-env "$last:GPUVAL_SIMULATE=gpus=1,model=H200,timescale=0.01,netfault=local")
@@ -225,8 +229,14 @@ fabric_scenarios() {
     esac
     case " $SCENARIOS " in *" fabric-floor "*)
         local floor_yaml="$OUT/fabric-floor.yaml"
-        # Simulated: healthy groups give 380 GB/s, those holding the capped node 38.
-        local floor=${FLOOR_GBPS:-2}
+        if [ "$backend" = cuda ]; then
+            cc -shared -fPIC -O2 -o "$throttle" bench/e2e/throttle.c -ldl -lpthread \
+                || die "building bench/e2e/throttle.c failed"
+        fi
+        # Simulated: healthy groups give 380 GB/s, those holding the capped node 38. On GPUs over
+        # sockets: about 3.6 GB/s healthy (issue 32's 4-node run), the throttled node's groups
+        # under THROTTLE_MBPS.
+        local floor=${FLOOR_GBPS:-1.5}
         [ "$backend" = sim ] && floor=${FLOOR_GBPS:-100}
         sed "s/minBusBandwidthGbps: .*/minBusBandwidthGbps: $floor/" \
             bench/e2e/fabric-floor.yaml > "$floor_yaml"
