@@ -103,8 +103,10 @@ fn a_whole_real_run_passes_with_every_ratio_its_figure_over_its_reference() {
         let reference = f["reference"].as_f64().expect("reference");
         let ratio = f["ratio"].as_f64().expect("ratio");
         assert!((ratio - value / reference).abs() < 1e-4, "{f}");
-        assert_eq!(f["target"], 0.97);
-        assert_eq!(f["meets"], ratio >= 0.97, "{f}");
+        // Storage keeps the bench's own target (0.90 of dd); every GPU figure 0.97.
+        let target = if f["check"] == "io" { 0.90 } else { 0.97 };
+        assert_eq!(f["target"], target, "{f}");
+        assert_eq!(f["meets"], ratio >= target, "{f}");
     }
     // One figure by hand: GPU0's bf16 burn against PyTorch's sustained bf16 on GPU0.
     let gpu0 = figure(&s, "GPU0 bf16 TFLOP/s, 10 s, every GPU at once");
