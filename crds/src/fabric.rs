@@ -76,6 +76,13 @@ pub struct FabricSpec {
     #[schemars(length(max = MAX_ENV))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub env: Vec<NcclEnv>,
+    /// The lowest acceptable rate of each InfiniBand/RoCE port of a fabric node, Gb/s, as sysfs
+    /// gives it (`400 Gb/sec (4X NDR)` is 400): a port under it fails its node, named with its
+    /// device and port. Unset: only ports that are not up, gone, or whose link went down during
+    /// the rounds fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub min_port_rate_gbps: Option<f64>,
 }
 
 impl FabricSpec {
@@ -125,7 +132,8 @@ pub struct FabricNccl {
     pub min_bus_bandwidth_gbps: i32,
     /// The network transport every rank must use between nodes, read from its NCCL log: a
     /// rank that used another (an RDMA fabric that fell back to sockets) fails, named with
-    /// what it used. NCCL logs InfiniBand and RoCE alike as `NET/IB`.
+    /// what it used. InfiniBand and RoCE share NCCL's verbs transport (`NET/IB`); they are told
+    /// apart by the link layer of the devices it opened (its `NET/IB : Using` line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_transport: Option<NcclTransport>,
 }
@@ -135,7 +143,7 @@ pub struct FabricNccl {
 pub enum NcclTransport {
     /// InfiniBand verbs (`NET/IB`).
     IB,
-    /// RoCE, through the same verbs transport (`NET/IB`).
+    /// RoCE, through the same verbs transport (`NET/IB`), on devices of link layer Ethernet.
     RoCE,
     /// TCP sockets (`NET/Socket`).
     Socket,
@@ -400,6 +408,9 @@ pub struct FabricStatus {
     /// Nodes under suspicion that could not be cleared or named (at most 20 listed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suspects: Vec<String>,
+    /// The InfiniBand/RoCE ports of the fabric's nodes (absent when none has any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<crate::fabric_ports::FabricPortsStatus>,
     /// What happened, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

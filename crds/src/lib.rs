@@ -15,6 +15,7 @@ pub mod cron;
 pub mod depth;
 pub mod duration;
 pub mod fabric;
+pub mod fabric_ports;
 pub mod fabric_shard;
 pub mod facts;
 pub mod names;
@@ -70,8 +71,9 @@ pub mod labels {
     /// Annotation on a node result: what its agent measured in the fabric test's rounds, a JSON
     /// array of [`FabricOutcome`](crate::fabric::FabricOutcome).
     pub const FABRIC_OUTCOMES: &str = "gpuval.io/fabric";
-    /// Annotation on a node result: its InfiniBand/RoCE ports' findings over the fabric test
-    /// (a JSON array of `{severity, device, port, message}`; absent when every port was well).
+    /// Annotation on a node result: its InfiniBand/RoCE ports as last read during the fabric
+    /// test and what is wrong with them, a JSON
+    /// [`PortsReport`](crate::fabric_ports::PortsReport) (absent on a node without RDMA ports).
     pub const FABRIC_PORTS: &str = "gpuval.io/fabric-ports";
     /// Annotation on a node result: the name of the agent pod that wrote it.
     pub const POD: &str = "gpuval.io/pod";

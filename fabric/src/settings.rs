@@ -26,6 +26,7 @@ impl Settings {
             round_timeout: _,
             max_rounds: _,
             env: _,
+            min_port_rate_gbps: _,
         } = spec;
         Self {
             nccl_min_bus_gbps: nccl.as_ref().map(|n| f64::from(n.min_bus_bandwidth_gbps)),

@@ -281,7 +281,10 @@ pub async fn run(
     let runs = Arc::new(Runs::default());
     let pods = Arc::new(PodViews::default());
     let pod_stream = pod_stream(Api::namespaced(client.clone(), &ns), &pods, &runs);
-    let figures = Arc::new(FigureFetcher::new(metrics.fleet.clone()));
+    let figures = Arc::new(FigureFetcher::new(
+        metrics.fleet.clone(),
+        metrics.ports.clone(),
+    ));
     let offers = figures.clone();
     let (wakes, woken) = Wakes::new();
     let result_wakes = wakes.clone();

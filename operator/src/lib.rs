@@ -17,6 +17,7 @@ pub mod node_state;
 pub mod observe;
 pub mod pod;
 pub mod pod_views;
+pub mod port_metrics;
 pub mod reconcile;
 pub mod result_figures;
 pub mod runs;

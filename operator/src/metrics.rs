@@ -57,6 +57,8 @@ pub struct Metrics {
     pub heap_bytes: Gauge,
     /// The figures of each node's latest result.
     pub fleet: std::sync::Arc<Fleet>,
+    /// The InfiniBand/RoCE ports of each node's latest fabric test.
+    pub ports: std::sync::Arc<crate::port_metrics::FabricPorts>,
     /// The length of the last scrape's text.
     last_len: AtomicUsize,
 }
@@ -98,8 +100,11 @@ impl Default for Metrics {
         );
         let fleet = std::sync::Arc::new(Fleet::default());
         registry.register_collector(Box::new(fleet.clone()));
+        let ports = std::sync::Arc::new(crate::port_metrics::FabricPorts::default());
+        registry.register_collector(Box::new(ports.clone()));
         Self {
             fleet,
+            ports,
             registry,
             reconciles,
             reconcile_errors,

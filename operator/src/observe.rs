@@ -166,6 +166,9 @@ pub fn result_view(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultView> {
             .and_then(|a| a.get(labels::FABRIC_OUTCOMES))
             .map(|s| fabric_outcomes(&r.name_any(), s))
             .unwrap_or_default(),
+        ports: ann
+            .and_then(|a| a.get(labels::FABRIC_PORTS))
+            .and_then(|s| fabric_ports(&r.name_any(), s)),
         facts: crate::reconcile::fleet::result_facts(labels, ann),
     })
 }
@@ -177,6 +180,13 @@ fn fabric_outcomes(result: &str, annotation: &str) -> Vec<gpuval_crds::fabric::F
         tracing::warn!(result, error = %e, "ignoring the fabric outcomes annotation");
         Vec::new()
     })
+}
+
+/// A result's ports report; an unreadable annotation counts as none (logged).
+fn fabric_ports(result: &str, annotation: &str) -> Option<gpuval_crds::fabric_ports::PortsReport> {
+    gpuval_crds::fabric_ports::parse_ports(annotation)
+        .inspect_err(|e| tracing::warn!(result, error = %e, "ignoring the fabric ports annotation"))
+        .ok()
 }
 
 /// The pod a result names as its writer (`gpuval.io/pod-uid`, `gpuval.io/pod`).

@@ -39,14 +39,16 @@ struct Candidate {
 /// Coalesces result offers per node and reads them in the background.
 pub struct FigureFetcher {
     fleet: Arc<Fleet>,
+    ports: Arc<crate::port_metrics::FabricPorts>,
     pending: Mutex<BTreeMap<String, Candidate>>,
     wake: Notify,
 }
 
 impl FigureFetcher {
-    pub fn new(fleet: Arc<Fleet>) -> Self {
+    pub fn new(fleet: Arc<Fleet>, ports: Arc<crate::port_metrics::FabricPorts>) -> Self {
         Self {
             fleet,
+            ports,
             pending: Mutex::new(BTreeMap::new()),
             wake: Notify::new(),
         }
@@ -68,6 +70,17 @@ impl FigureFetcher {
             .creation_timestamp
             .as_ref()
             .map_or(0, |t| t.0.as_second());
+        // The ports ride on the metadata itself: no read needed.
+        if let Some(ports) = view.ports.clone() {
+            self.ports.update(
+                &view.node,
+                crate::port_metrics::HeldPorts {
+                    created,
+                    simulated: view.facts.simulated,
+                    ports: ports.ports,
+                },
+            );
+        }
         if self.fleet.has_newer_or_same(&view.node, &uid, created) {
             return;
         }
@@ -100,6 +113,7 @@ impl FigureFetcher {
                         nodes.state().iter().map(|n| n.name_any()).collect();
                     if !live.is_empty() {
                         self.fleet.retain_nodes(|n| live.contains(n));
+                        self.ports.retain_nodes(|n| live.contains(n));
                     }
                     continue;
                 }

@@ -162,7 +162,7 @@ pub fn check_transport(
         .map(|c| (c.via.as_str(), c.from))
         .collect();
     if other.is_empty() {
-        return Ok(());
+        return verbs_link_layer(want, summary);
     }
     other.sort_unstable();
     other.dedup();
@@ -174,6 +174,33 @@ pub fn check_transport(
         "NCCL between nodes: {} where fabric.nccl.expectTransport is {want:?} ({})",
         used.join(", "),
         want.nccl_name()
+    )))
+}
+
+/// With IB or RoCE expected and NCCL on its verbs transport: whether the devices it opened
+/// have that link layer (NCCL's channel lines say `NET/IB` for both; its `NET/IB : Using` line
+/// tells them apart). Nothing to tell without that line.
+fn verbs_link_layer(
+    want: NcclTransport,
+    summary: Option<&TransportSummary>,
+) -> Result<(), FabricError> {
+    let layer = match want {
+        NcclTransport::IB => "IB",
+        NcclTransport::RoCE => "RoCE",
+        NcclTransport::Socket => return Ok(()),
+    };
+    let devices = summary.map(|s| s.ib_devices.as_slice()).unwrap_or_default();
+    let other: Vec<String> = devices
+        .iter()
+        .filter(|(_, l)| l != layer)
+        .map(|(d, l)| format!("{d} is {l}"))
+        .collect();
+    if other.is_empty() {
+        return Ok(());
+    }
+    Err(local_error(format!(
+        "NCCL's verbs devices: {} where fabric.nccl.expectTransport is {want:?}",
+        other.join(", ")
     )))
 }
 
@@ -421,6 +448,36 @@ mod tests {
         );
         assert!(check_transport(Some(NcclTransport::RoCE), Some(&ib)).is_ok());
         assert!(check_transport(Some(NcclTransport::Socket), Some(&ib)).is_err());
+    }
+
+    #[test]
+    fn ib_and_roce_are_told_apart_by_the_devices_nccl_opened() {
+        let log = "h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1:0/RoCE [RO]; OOB eth0:10.0.0.1<0>\n\
+                   h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA\n";
+        let summary = crate::checks::nccl::transport::parse(log);
+        assert_eq!(
+            summary.ib_devices,
+            [
+                ("mlx5_0:1".to_string(), "IB".to_string()),
+                ("mlx5_1:1".to_string(), "RoCE".to_string())
+            ]
+        );
+        let e = check_transport(Some(NcclTransport::IB), Some(&summary)).unwrap_err();
+        assert_eq!(e.kind, FabricErrorKind::Local);
+        assert!(
+            e.message
+                .contains("mlx5_1:1 is RoCE where fabric.nccl.expectTransport is IB"),
+            "{}",
+            e.message
+        );
+        let e = check_transport(Some(NcclTransport::RoCE), Some(&summary)).unwrap_err();
+        assert!(e.message.contains("mlx5_0:1 is IB"), "{}", e.message);
+        let ib_only = crate::checks::nccl::transport::parse(
+            "h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n\
+             h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0\n",
+        );
+        assert!(check_transport(Some(NcclTransport::IB), Some(&ib_only)).is_ok());
+        assert!(check_transport(Some(NcclTransport::RoCE), Some(&ib_only)).is_err());
     }
 
     #[test]

@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+pub use gpuval_crds::fabric_ports::{
+    PortFinding, PortReading, PortSeverity as Severity, PortsReport,
+};
 
 /// Where the kernel lists RDMA devices: the host's, as the operator mounts `/sys/class`
 /// read-only into fabric agent pods, else this container's own view.
@@ -51,48 +53,6 @@ pub enum PortsError {
         path: PathBuf,
         source: std::io::Error,
     },
-}
-
-/// One port as sysfs showed it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PortReading {
-    pub device: String,
-    pub port: u32,
-    /// `ACTIVE`, `DOWN`, `INIT`, `ARMED` (the name after the number).
-    pub state: String,
-    /// `LinkUp`, `Polling`, `Disabled`, ...
-    pub phys_state: String,
-    /// The data rate, Gb/s (None: unreadable).
-    pub rate_gbps: Option<f64>,
-    /// `InfiniBand`, or `Ethernet` for RoCE.
-    pub link_layer: String,
-    /// The error counters present (missing ones are left out).
-    pub counters: BTreeMap<String, u64>,
-}
-
-impl PortReading {
-    /// `mlx5_0/1`.
-    pub fn name(&self) -> String {
-        format!("{}/{}", self.device, self.port)
-    }
-}
-
-/// How bad a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Severity {
-    Warn,
-    Fail,
-}
-
-/// One thing wrong with a port.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PortFinding {
-    pub severity: Severity,
-    pub device: String,
-    pub port: u32,
-    pub message: String,
 }
 
 /// Every port of every RDMA device under `root` (none when `root` does not exist: a node

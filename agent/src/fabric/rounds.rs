@@ -130,7 +130,7 @@ pub async fn take_part(
             done += 1;
             if r.end {
                 tracing::info!(round = r.round, "the fabric test is over");
-                check_ports(m, &ports_before).await;
+                write_ports(m, spec, &ports_before, true).await;
                 return Left::Ended;
             }
             let mine = assignments(&r, m.node, Timestamp::now(), deadline);
@@ -140,6 +140,9 @@ pub async fn take_part(
             tracing::info!(round = r.round, purpose = %r.purpose, groups = mine.len(), "fabric round");
             let got = super::group::run_round(mine, spec.clone(), nccl.clone()).await;
             outcomes.extend(got);
+            // The ports first: the operator concludes on outcomes, and finds the ports as they
+            // were after this node's last round.
+            write_ports(m, spec, &ports_before, false).await;
             if let Err(e) = write_outcomes(m, &outcomes).await {
                 tracing::error!(error = %e, round = r.round, "could not write the fabric outcomes; the operator will time this node out");
             }
@@ -180,22 +183,34 @@ fn read_ports_logged() -> Vec<super::ports::PortReading> {
     })
 }
 
-/// Reads the ports again after the rounds and writes what changed or is wrong on this node's
-/// result ([`labels::FABRIC_PORTS`]).
-async fn check_ports(m: &Member<'_>, before: &[super::ports::PortReading]) {
+/// Reads the ports again and writes them, with what is wrong since the fabric test began, on
+/// this node's result ([`labels::FABRIC_PORTS`]); nothing on a node without RDMA ports.
+/// Findings are logged once, at the `end` of the test.
+async fn write_ports(
+    m: &Member<'_>,
+    spec: &FabricSpec,
+    before: &[super::ports::PortReading],
+    end: bool,
+) {
     let after = read_ports_logged();
-    let findings = super::ports::judge(before, &after, None);
-    for f in &findings {
-        tracing::warn!(device = %f.device, port = f.port, severity = ?f.severity, "{}", f.message);
-    }
-    if findings.is_empty() {
+    if before.is_empty() && after.is_empty() {
         return;
     }
-    let Ok(text) = serde_json::to_string(&findings) else {
+    let findings = super::ports::judge(before, &after, spec.min_port_rate_gbps);
+    if end {
+        for f in &findings {
+            tracing::warn!(device = %f.device, port = f.port, severity = ?f.severity, "{}", f.message);
+        }
+    }
+    let report = super::ports::PortsReport {
+        ports: after,
+        findings,
+    };
+    let Ok(text) = serde_json::to_string(&report) else {
         return;
     };
     if let Err(e) = write_annotation(m, labels::FABRIC_PORTS, text).await {
-        tracing::error!(error = %e, "could not write the port findings");
+        tracing::error!(error = %e, "could not write the InfiniBand/RoCE ports");
     }
 }
 

@@ -211,6 +211,7 @@ mod tests {
             verdict: Verdict::Fail,
             summary: "GPU3 memory: 2 mismatched words".into(),
             fabric: Vec::new(),
+            ports: None,
             facts: Default::default(),
         };
         let p = pod(PodPhase::Running);

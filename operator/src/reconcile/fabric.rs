@@ -157,8 +157,12 @@ fn decide(
                 r.timeout.saturating_sub(inp.clock.since(r.started)) + Duration::from_secs(1)
             });
         }
-        Decision::Done(c) => {
-            step.status = Some(concluded(&c, n, planned.len()));
+        Decision::Done(mut c) => {
+            let reports = ports_of(inp.world, inp.generation, candidates);
+            port_failures(&mut c, &reports);
+            let mut concluded = concluded(&c, n, planned.len());
+            concluded.ports = summarize_ports(&reports);
+            step.status = Some(concluded);
             apply_verdicts(&c, nodes, step);
             step.round = Some(end_round(inp, planned.len()));
             step.events.push(PlannedEvent {
@@ -172,6 +176,55 @@ fn decide(
             });
         }
     }
+    if let Some(s) = step.status.as_mut().filter(|s| s.ports.is_none()) {
+        s.ports = summarize_ports(&ports_of(inp.world, inp.generation, candidates));
+    }
+}
+
+/// The ports reports of the fabric's candidates, by node.
+fn ports_of<'w>(
+    world: &'w World,
+    generation: i64,
+    candidates: &[String],
+) -> Vec<(&'w str, &'w gpuval_crds::fabric_ports::PortsReport)> {
+    world
+        .results_of(generation)
+        .filter(|r| candidates.contains(&r.node))
+        .filter_map(|r| Some((r.node.as_str(), r.ports.as_ref()?)))
+        .collect()
+}
+
+fn summarize_ports(
+    reports: &[(&str, &gpuval_crds::fabric_ports::PortsReport)],
+) -> Option<gpuval_crds::fabric_ports::FabricPortsStatus> {
+    gpuval_crds::fabric_ports::summarize(reports.iter().copied())
+}
+
+/// A port that failed on a node is that node's own fault, whatever the rounds found: the node
+/// is named with the port (a node the rounds already named keeps their words, the port added).
+fn port_failures(c: &mut Conclusion, reports: &[(&str, &gpuval_crds::fabric_ports::PortsReport)]) {
+    let mut named = Vec::new();
+    for (node, report) in reports {
+        let words: Vec<&str> = report.failures().map(|f| f.message.as_str()).collect();
+        if words.is_empty() {
+            continue;
+        }
+        let port = format!("port {}", words.join("; port "));
+        let why = match c.nodes.get(*node) {
+            Some(NodeFabric::Failed(why)) => format!("{why}; {port}"),
+            _ => port,
+        };
+        c.nodes.insert((*node).to_string(), NodeFabric::Failed(why));
+        named.push(*node);
+    }
+    if named.is_empty() {
+        return;
+    }
+    c.passed = false;
+    c.message.push_str(&format!(
+        "; InfiniBand/RoCE ports failed on {}",
+        named.join(", ")
+    ));
 }
 
 fn status(
@@ -188,6 +241,7 @@ fn status(
         tcp_min_gbps: None,
         failed_nodes: Vec::new(),
         suspects: Vec::new(),
+        ports: None,
         message: message.map(|m| truncate(&m)),
     }
 }

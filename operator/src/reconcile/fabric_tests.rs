@@ -340,3 +340,96 @@ fn a_round_in_parts_counts_only_once_every_part_is_there() {
     c.run();
     assert_eq!(c.fabric().phase, FabricPhase::Passed, "{:?}", c.fabric());
 }
+
+/// A ports report as an agent writes it: one InfiniBand port per node, `down` ones failing.
+fn ports(
+    device: &str,
+    down: bool,
+    symbol_errors_rose: bool,
+) -> gpuval_crds::fabric_ports::PortsReport {
+    use gpuval_crds::fabric_ports::{PortFinding, PortReading, PortSeverity, PortsReport};
+    let mut findings = Vec::new();
+    if down {
+        findings.push(PortFinding {
+            severity: PortSeverity::Fail,
+            device: device.into(),
+            port: 1,
+            message: format!("{device}/1 (InfiniBand): state DOWN (not ACTIVE)"),
+        });
+    }
+    if symbol_errors_rose {
+        findings.push(PortFinding {
+            severity: PortSeverity::Warn,
+            device: device.into(),
+            port: 1,
+            message: format!(
+                "{device}/1 (InfiniBand): symbol_error rose by 4 during the fabric rounds"
+            ),
+        });
+    }
+    PortsReport {
+        ports: vec![PortReading {
+            device: device.into(),
+            port: 1,
+            state: if down { "DOWN" } else { "ACTIVE" }.into(),
+            phys_state: if down { "Disabled" } else { "LinkUp" }.into(),
+            rate_gbps: Some(400.0),
+            link_layer: "InfiniBand".into(),
+            counters: Default::default(),
+        }],
+        findings,
+    }
+}
+
+#[test]
+fn a_node_whose_port_failed_is_named_with_the_port_though_its_rounds_passed() {
+    let mut c = Cluster::new(4, &[]);
+    for r in &mut c.world.results {
+        let n: usize = r.node.trim_start_matches("gpu-").parse().unwrap();
+        r.ports = Some(ports("mlx5_1", n == 2, n == 1));
+    }
+    c.run();
+    let status = c.gv.status.clone().unwrap();
+    assert_eq!(status.phase, Some(Phase::Failed));
+    let fabric = c.fabric();
+    assert_eq!(fabric.phase, FabricPhase::Failed);
+    assert_eq!(fabric.failed_nodes, vec!["gpu-2".to_string()]);
+    let line = status.nodes.iter().find(|l| l.name == "gpu-2").unwrap();
+    assert_eq!(line.verdict, NodeVerdict::Failed);
+    assert_eq!(
+        line.message.as_deref(),
+        Some("fabric: port mlx5_1/1 (InfiniBand): state DOWN (not ACTIVE)")
+    );
+    // Rising error counters warn: the node is listed, not failed.
+    let p = fabric.ports.expect("the ports line");
+    assert_eq!((p.nodes, p.ports, p.infiniband, p.roce), (4, 4, 4, 0));
+    assert_eq!(
+        p.failing,
+        ["gpu-2: mlx5_1/1 (InfiniBand): state DOWN (not ACTIVE)"]
+    );
+    assert_eq!(p.warning_count, 1);
+    assert!(
+        p.warnings[0].starts_with("gpu-1: mlx5_1/1"),
+        "{:?}",
+        p.warnings
+    );
+    assert_eq!(p.min_rate_gbps, Some(400.0));
+    assert_eq!(status.summary.unwrap().failed, 1, "no other node is blamed");
+    assert!(fabric.message.unwrap().contains("ports failed on gpu-2"));
+}
+
+#[test]
+fn nodes_without_rdma_ports_have_no_ports_line_and_healthy_ports_pass() {
+    let mut c = Cluster::new(3, &[]);
+    c.run();
+    assert_eq!(c.fabric().phase, FabricPhase::Passed);
+    assert!(c.fabric().ports.is_none());
+    let mut c = Cluster::new(3, &[]);
+    for r in &mut c.world.results {
+        r.ports = Some(ports("mlx5_0", false, false));
+    }
+    c.run();
+    assert_eq!(c.fabric().phase, FabricPhase::Passed);
+    let p = c.fabric().ports.unwrap();
+    assert_eq!((p.nodes, p.failing_count, p.warning_count), (3, 0, 0));
+}

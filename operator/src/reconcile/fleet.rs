@@ -167,6 +167,7 @@ mod tests {
             verdict: Verdict::Pass,
             summary: String::new(),
             fabric: Vec::new(),
+            ports: None,
             facts: ResultFacts {
                 versions: Versions {
                     driver: Some(driver.into()),

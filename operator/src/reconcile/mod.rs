@@ -512,6 +512,7 @@ mod tests {
             verdict: v,
             summary: summary.into(),
             fabric: Vec::new(),
+            ports: None,
             facts: Default::default(),
         }
     }
@@ -817,6 +818,7 @@ mod tests {
                     verdict: v,
                     summary: format!("GPU{} memory: {} mismatched words", i % 8, i),
                     fabric: Vec::new(),
+                    ports: None,
                     facts: Default::default(),
                 }
             })

@@ -137,6 +137,7 @@ impl Cluster {
             verdict,
             summary: summary.into(),
             fabric: Vec::new(),
+            ports: None,
             facts: Default::default(),
         };
         self.results.insert(name, r);

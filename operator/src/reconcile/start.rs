@@ -207,6 +207,7 @@ mod tests {
             verdict: Verdict::Pass,
             summary: String::new(),
             fabric: Vec::new(),
+            ports: None,
             facts: Default::default(),
         };
         let world = World {
@@ -332,6 +333,7 @@ mod tests {
                 verdict: Verdict::Pass,
                 summary: String::new(),
                 fabric: Vec::new(),
+                ports: None,
                 facts: Default::default(),
             }],
             ..Default::default()

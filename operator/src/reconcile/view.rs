@@ -67,6 +67,9 @@ pub struct ResultView {
     pub summary: String,
     /// What the node's agent measured in the fabric test's rounds so far.
     pub fabric: Vec<FabricOutcome>,
+    /// Its InfiniBand/RoCE ports as its agent last read them in the fabric test (None: no
+    /// RDMA ports, or not read yet).
+    pub ports: Option<gpuval_crds::fabric_ports::PortsReport>,
     /// Its failures' codes, the recommended action and the node's versions.
     pub facts: ResultFacts,
 }
@@ -82,6 +85,7 @@ impl ResultView {
             verdict: Verdict::Pass,
             summary: String::new(),
             fabric: Vec::new(),
+            ports: None,
             facts: ResultFacts::default(),
         }
     }

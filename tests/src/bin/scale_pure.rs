@@ -66,6 +66,7 @@ fn result(i: usize) -> ResultView {
         verdict,
         summary,
         fabric: Vec::new(),
+        ports: None,
         facts,
     }
 }

@@ -229,6 +229,7 @@ fn transport(ranks: u32, channels: u32, shm: bool) -> TransportSummary {
         channels: Some(channels),
         connections,
         warnings: Vec::new(),
+        ib_devices: Vec::new(),
     }
 }
 

@@ -7,6 +7,9 @@
 //! - `24 coll channels, 24 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer`
 //! - `Channel 03/0 : 0[0] -> 1[1] via P2P/CUMEM/read` (also `P2P/IPC`, `P2P/direct pointer`,
 //!   `SHM/direct/direct`, and `[send] via NET/IB/0/GDRDMA` for the network)
+//! - `NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>`: the verbs
+//!   devices NCCL opened and each one's link layer (`IB` or `RoCE`; a rail or plane number may
+//!   sit between the port and the `/`), which the channel lines do not tell apart
 
 use std::collections::BTreeMap;
 
@@ -48,6 +51,10 @@ pub struct TransportSummary {
     pub connections: Vec<Connection>,
     /// NCCL warnings (`NCCL WARN`), the first few.
     pub warnings: Vec<String>,
+    /// The verbs devices NCCL's IB transport opened, as `(device:port, link layer)` with the
+    /// link layer `IB` or `RoCE` (from its `NET/IB : Using` line).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ib_devices: Vec<(String, String)>,
 }
 
 const MAX_WARNINGS: usize = 8;
@@ -95,6 +102,12 @@ pub fn parse(log: &str) -> TransportSummary {
             }
         } else if let Some(n) = coll_channels(msg) {
             s.channels = Some(s.channels.map_or(n, |c| c.max(n)));
+        } else if let Some(devices) = msg.strip_prefix("NET/IB : Using") {
+            for d in ib_devices(devices) {
+                if !s.ib_devices.contains(&d) {
+                    s.ib_devices.push(d);
+                }
+            }
         } else if let Some(c) = connection(msg) {
             highest_channel = Some(highest_channel.map_or(c.channel, |h| h.max(c.channel)));
             s.connections.push(c);
@@ -104,6 +117,21 @@ pub fn parse(log: &str) -> TransportSummary {
         s.channels = highest_channel.map(|h| h + 1);
     }
     s
+}
+
+/// ` [0]mlx5_0:1/IB [1]mlx5_1:1:0/RoCE [RO]; OOB ...` → `[("mlx5_0:1", "IB"), ("mlx5_1:1", "RoCE")]`.
+fn ib_devices(list: &str) -> Vec<(String, String)> {
+    let list = list.split_once(';').map_or(list, |(devices, _)| devices);
+    list.split_whitespace()
+        .filter_map(|token| {
+            let (_, rest) = token.strip_prefix('[')?.split_once(']')?;
+            let (name, layer) = rest.rsplit_once('/')?;
+            let mut parts = name.split(':');
+            let device = parts.next().filter(|d| !d.is_empty())?;
+            let port = parts.next()?;
+            Some((format!("{device}:{port}"), layer.to_string()))
+        })
+        .collect()
 }
 
 /// `2.28.3+cuda13.0` → `2.28.3`.
