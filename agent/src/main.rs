@@ -312,7 +312,7 @@ fn cmd_fabric(a: FabricCmd) -> Result<u8, Fail> {
         false => None,
     };
     let nccl: Box<dyn fabric::NcclGroup> = match &sim {
-        Some(s) => Box::new(fabric::sim::SimNccl::new(s.model, s.net)),
+        Some(s) => Box::new(fabric::sim::SimNccl::new(s.model, s.net.clone())),
         None => fabric::real_nccl().map_err(|e| Fail(e, 2))?,
     };
     let opts = fabric::coordinator::Options {

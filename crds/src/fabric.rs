@@ -136,6 +136,30 @@ pub struct FabricNccl {
     /// apart by the link layer of the devices it opened (its `NET/IB : Using` line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_transport: Option<NcclTransport>,
+    /// Test rail by rail: the HCAs (`mlx5_0`, or `mlx5_0:1` for one port) that every node has
+    /// under the same name, one per rail. Each rail is a fabric test of its own: its groups run
+    /// with `NCCL_IB_HCA` set to that HCA alone, so a bad NIC, cable or leaf switch is named
+    /// with its rail (`rail mlx5_3: fabric: in 3 of 4 NCCL groups ...`). Empty: NCCL uses every
+    /// HCA at once, as a training job does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_RAILS), inner(length(max = 64), regex(pattern = RAIL_PATTERN)))]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub rails: Vec<Rail>,
+}
+
+/// The most rails a validation may test one by one.
+pub const MAX_RAILS: usize = 16;
+
+/// An HCA's name, with an optional `:port`.
+pub const RAIL_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(:[0-9]+)?$";
+
+/// One HCA (`mlx5_0`) or one port of it (`mlx5_0:1`), as `NCCL_IB_HCA` names it.
+pub type Rail = String;
+
+/// The `NCCL_IB_HCA` value that makes NCCL use `rail` alone (`=` asks for the exact name, so
+/// `mlx5_1` does not also take `mlx5_10`).
+pub fn rail_hca(rail: &str) -> String {
+    format!("={rail}")
 }
 
 /// A network transport NCCL uses between nodes.
@@ -289,6 +313,10 @@ pub struct FabricGroup {
     /// Each member's GPU count, in the same order (an NCCL group's ranks are laid out by it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<i32>,
+    /// The rail an NCCL group tests (`spec.fabric.nccl.rails`): its members run with
+    /// `NCCL_IB_HCA` set to it alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail: Option<Rail>,
     /// When this object lists only part of the group: the index in the group of the first
     /// node listed here.
     #[serde(default, skip_serializing_if = "is_zero")]

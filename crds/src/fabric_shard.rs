@@ -197,6 +197,7 @@ mod tests {
             gpus: vec![8; nodes],
             first: 0,
             size: 0,
+            rail: None,
         }];
         for (i, pair) in names.chunks(2).enumerate() {
             groups.push(FabricGroup {
@@ -207,6 +208,7 @@ mod tests {
                 gpus: vec![8; pair.len()],
                 first: 0,
                 size: 0,
+                rail: None,
             });
         }
         FabricRoundSpec {

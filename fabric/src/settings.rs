@@ -69,6 +69,7 @@ mod tests {
                 iterations: 20,
                 min_bus_bandwidth_gbps: 350,
                 expect_transport: None,
+                rails: Vec::new(),
             }),
             tcp: Some(FabricTcp {
                 streams: 4,

@@ -296,6 +296,7 @@ fn assignments(round: i32, groups: Vec<WireGroup>, deadline: Instant) -> Vec<Ass
             rendezvous: g.rendezvous,
             gpus: Vec::new(),
             deadline,
+            rail: None,
         })
         .collect()
 }

@@ -13,7 +13,7 @@ use gpuval_crds::fabric::{FabricKind, FabricOutcome, FabricSpec};
 
 use super::rendezvous::{self, JoinFailure, local};
 use super::sim::VANISH_EXIT_CODE;
-use super::{Assignment, NcclGroup, spec_env, tcp};
+use super::{Assignment, NcclGroup, group_env, tcp};
 
 /// The longest a host waits for its members, and members try to reach it.
 pub const MAX_JOIN: Duration = Duration::from_secs(60);
@@ -81,7 +81,7 @@ pub fn run_group(a: &Assignment, spec: &FabricSpec, nccl: &dyn NcclGroup) -> Fab
     let measured = Instant::now();
     match (a.kind, &spec.nccl, &spec.tcp) {
         (FabricKind::Nccl, Some(settings), _) => {
-            match nccl.run(a, settings, &spec_env(spec), &mut joined.link) {
+            match nccl.run(a, settings, &group_env(spec, a), &mut joined.link) {
                 Ok(f) => {
                     outcome.bus_gbps = Some(f.bus_gbps);
                     outcome.seconds = f.seconds;

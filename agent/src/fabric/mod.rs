@@ -45,6 +45,8 @@ pub struct Assignment {
     pub gpus: Vec<u32>,
     /// When the round runs out: nothing may block past it.
     pub deadline: Instant,
+    /// The rail an NCCL group tests: NCCL runs with `NCCL_IB_HCA` set to it alone.
+    pub rail: Option<String>,
 }
 
 /// The members that joined a group's rendezvous, in rank order, and how long joining took.
@@ -95,7 +97,7 @@ pub fn group_runner(
 ) -> std::sync::Arc<dyn NcclGroup> {
     match choice {
         crate::backend::BackendChoice::Simulated(spec) => {
-            std::sync::Arc::new(sim::SimNccl::new(spec.model, spec.net))
+            std::sync::Arc::new(sim::SimNccl::new(spec.model, spec.net.clone()))
         }
         crate::backend::BackendChoice::Cuda => {
             std::sync::Arc::new(nccl::RealNccl::from_report(report))
@@ -136,4 +138,15 @@ pub fn spec_env(spec: &FabricSpec) -> Vec<(String, String)> {
         .iter()
         .map(|e| (e.name.clone(), e.value.clone()))
         .collect()
+}
+
+/// The `NCCL_*` environment of assignment `a`'s NCCL group: the spec's, and on a rail
+/// `NCCL_IB_HCA` naming that rail alone (in place of any the spec sets).
+pub fn group_env(spec: &FabricSpec, a: &Assignment) -> Vec<(String, String)> {
+    let mut env = spec_env(spec);
+    if let Some(rail) = &a.rail {
+        env.retain(|(name, _)| name != "NCCL_IB_HCA");
+        env.push(("NCCL_IB_HCA".into(), gpuval_crds::fabric::rail_hca(rail)));
+    }
+    env
 }

@@ -328,6 +328,7 @@ mod tests {
             rendezvous: "10.1.2.3:29400".into(),
             gpus: Vec::new(),
             deadline: Instant::now() + Duration::from_secs(600),
+            rail: None,
         }
     }
 
@@ -347,6 +348,7 @@ mod tests {
             iterations: 20,
             min_bus_bandwidth_gbps: 350,
             expect_transport: None,
+            rails: Vec::new(),
         }
     }
 

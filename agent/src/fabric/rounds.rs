@@ -77,6 +77,7 @@ pub fn assignments(
                 .map(|n| u32::try_from(*n).unwrap_or(0))
                 .collect(),
             deadline: ends.min(deadline),
+            rail: g.rail.clone(),
         })
         .collect()
 }
@@ -272,6 +273,7 @@ mod tests {
                     gpus: vec![8, 8],
                     first: 0,
                     size: 0,
+                    rail: None,
                 },
                 FabricGroup {
                     id: 0,
@@ -281,6 +283,7 @@ mod tests {
                     gpus: vec![8, 8],
                     first: 0,
                     size: 0,
+                    rail: None,
                 },
             ],
         }

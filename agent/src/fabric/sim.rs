@@ -29,6 +29,8 @@ pub const VANISH_EXIT_CODE: i32 = 86;
 pub struct SimNccl {
     pub net_gbps: f64,
     pub fault: Option<NetFault>,
+    /// The node's fabric as its spec string set it (its rail, if one is bad).
+    pub net: SimNet,
 }
 
 impl SimNccl {
@@ -36,7 +38,17 @@ impl SimNccl {
         Self {
             net_gbps: net.gbps.unwrap_or_else(|| default_net_gbps(model)),
             fault: net.fault,
+            net,
         }
+    }
+
+    /// This node's bandwidth for a group run with `env` (its `NCCL_IB_HCA`, a rail).
+    fn gbps_with(&self, env: &[(String, String)]) -> f64 {
+        let hca = env
+            .iter()
+            .find(|(name, _)| name == "NCCL_IB_HCA")
+            .map(|(_, v)| v.as_str());
+        self.net.gbps_on(hca, self.net_gbps)
     }
 }
 
@@ -72,13 +84,13 @@ impl NcclGroup for SimNccl {
         &self,
         a: &Assignment,
         _settings: &FabricNccl,
-        _env: &[(String, String)],
+        env: &[(String, String)],
         link: &mut Link,
     ) -> Result<NcclFigures, FabricError> {
         let start = Instant::now();
         let bus = match link {
-            Link::Host { members, .. } => self.host(a, members),
-            Link::Member { host } => self.member(a, host),
+            Link::Host { members, .. } => self.host(a, members, self.gbps_with(env)),
+            Link::Member { host } => self.member(a, host, self.gbps_with(env)),
         }?;
         Ok(NcclFigures {
             bus_gbps: bus,
@@ -103,8 +115,8 @@ impl NcclGroup for SimNccl {
 }
 
 impl SimNccl {
-    fn host(&self, a: &Assignment, members: &mut [Control]) -> Result<f64, FabricError> {
-        let mut min = self.net_gbps;
+    fn host(&self, a: &Assignment, members: &mut [Control], gbps: f64) -> Result<f64, FabricError> {
+        let mut min = gbps;
         let mut broken: Option<FabricError> = None;
         if self.fault == Some(NetFault::Local) {
             broken = Some(local(LOCAL_FAULT.into()));
@@ -146,7 +158,7 @@ impl SimNccl {
         }
     }
 
-    fn member(&self, a: &Assignment, host: &mut Control) -> Result<f64, FabricError> {
+    fn member(&self, a: &Assignment, host: &mut Control, gbps: f64) -> Result<f64, FabricError> {
         let host_name = a.nodes.first().map_or("?", String::as_str);
         let talk = |e: NetError| peer(format!("simulated NCCL with host {host_name}: {e}"));
         if self.fault == Some(NetFault::Local) {
@@ -155,13 +167,7 @@ impl SimNccl {
             let _ = host.send(&SimMsg::Failed { why: why.clone() }, a.deadline);
             return Err(local(why));
         }
-        host.send(
-            &SimMsg::Net {
-                gbps: self.net_gbps,
-            },
-            a.deadline,
-        )
-        .map_err(talk)?;
+        host.send(&SimMsg::Net { gbps }, a.deadline).map_err(talk)?;
         match host.recv::<SimMsg>(a.deadline).map_err(talk)? {
             SimMsg::Bus { gbps } => Ok(gbps),
             SimMsg::Abort { why } => Err(as_nccl_says(format!(

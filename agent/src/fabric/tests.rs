@@ -31,6 +31,7 @@ fn assignments(kind: FabricKind, n: usize, deadline: Duration) -> Vec<Assignment
             rendezvous: format!("127.0.0.1:{port}"),
             gpus: Vec::new(),
             deadline,
+            rail: None,
         })
         .collect()
 }
@@ -62,6 +63,7 @@ fn healthy() -> SimNccl {
     SimNccl {
         net_gbps: 400.0,
         fault: None,
+        net: Default::default(),
     }
 }
 
@@ -190,6 +192,7 @@ fn simulated_nccl_reports_the_group_minimum_so_a_slow_node_drags_the_group() {
                     SimNccl {
                         net_gbps,
                         fault: None,
+                        net: Default::default(),
                     },
                 )
             })
@@ -223,6 +226,7 @@ fn a_member_whose_nccl_cannot_start_fails_local_and_the_others_peer() {
                     SimNccl {
                         net_gbps: 400.0,
                         fault,
+                        net: Default::default(),
                     },
                 )
             })
@@ -325,6 +329,7 @@ fn a_member_that_never_joins_is_named_missing_by_the_host_and_nobody_else_blames
                     SimNccl {
                         net_gbps: 400.0,
                         fault,
+                        net: Default::default(),
                     },
                 )
             })
@@ -357,6 +362,7 @@ fn a_peer_that_could_not_start_reads_as_a_peer_exit_on_the_others() {
                     SimNccl {
                         net_gbps: 400.0,
                         fault,
+                        net: Default::default(),
                     },
                 )
             })
@@ -448,4 +454,56 @@ fn a_group_that_ends_well_is_not_held_by_its_watch() {
         "{:?}",
         started.elapsed()
     );
+}
+
+#[test]
+fn a_group_on_a_rail_runs_with_that_hca_alone_and_only_that_rail_is_slow() {
+    let mut bad = super::sim::SimNet::default();
+    bad.set("railnet", "mlx5_1@40").expect("a railnet value");
+    let node = |net: &super::sim::SimNet| SimNccl {
+        net_gbps: 400.0,
+        fault: None,
+        net: net.clone(),
+    };
+    let bus_on = |rail: Option<&str>| {
+        let a = assignments(FabricKind::Nccl, 3, Duration::from_secs(20));
+        let nets = [
+            super::sim::SimNet::default(),
+            super::sim::SimNet::default(),
+            bad.clone(),
+        ];
+        let out = run_all(
+            a.into_iter()
+                .zip(&nets)
+                .map(|(mut a, net)| {
+                    a.rail = rail.map(str::to_string);
+                    (a, node(net))
+                })
+                .collect(),
+            &spec(1),
+        );
+        out.iter().map(|o| o.bus_gbps).collect::<Vec<_>>()
+    };
+    let slow = Some(40.0 * super::sim::EFFICIENCY);
+    let fast = Some(400.0 * super::sim::EFFICIENCY);
+    assert_eq!(bus_on(Some("mlx5_1")), [slow; 3]);
+    assert_eq!(bus_on(Some("mlx5_0")), [fast; 3]);
+    assert_eq!(bus_on(None), [fast; 3]);
+    // The rail replaces any NCCL_IB_HCA the spec sets, and asks for the exact name.
+    let mut s = spec(1);
+    s.env.push(gpuval_crds::fabric::NcclEnv {
+        name: "NCCL_IB_HCA".into(),
+        value: "mlx5".into(),
+    });
+    let mut a = assignments(FabricKind::Nccl, 1, Duration::from_secs(1)).remove(0);
+    a.rail = Some("mlx5_1:1".into());
+    let env = super::group_env(&s, &a);
+    let hca: Vec<&str> = env
+        .iter()
+        .filter(|(n, _)| n == "NCCL_IB_HCA")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(hca, ["=mlx5_1:1"]);
+    assert!(bad.set("railnet", "mlx5_1").is_err());
+    assert_eq!(bad.spec_parts(), ",railnet=mlx5_1@40");
 }

@@ -12,11 +12,12 @@ use gpuval_crds::fabric::{
     FabricGroup, FabricPhase, FabricRoundSpec, FabricSpec, FabricStatus, RENDEZVOUS_PORT,
 };
 use gpuval_crds::{NodeStatus, NodeVerdict};
-use gpuval_fabric::{Conclusion, Decision, Group, History, NodeFabric, Purpose, Round, Settings};
+use gpuval_fabric::{Conclusion, History, NodeFabric, Round};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::clock::RunClock;
 use super::events::PlannedEvent;
+use super::fabric_rails::{self, Joint, RailRound};
 use super::truncate;
 use super::view::{RoundView, World};
 
@@ -118,26 +119,35 @@ fn decide(
     nodes: &mut [NodeStatus],
     step: &mut FabricStep,
 ) {
-    let settings = Settings::from_spec(inp.spec);
-    let history_rounds: Vec<Round> = planned.iter().map(|r| as_round(r)).collect();
     let outcomes = outcomes(inp.world, inp.generation);
     let gone = gone(inp.world, inp.generation, candidates);
     let expired = planned
         .last()
         .is_some_and(|r| inp.clock.since(r.started) >= r.timeout);
-    let history = History {
-        rounds: &history_rounds,
-        outcomes: &outcomes,
-        gone: &gone,
-        last_round_expired: expired,
-    };
+    let streams = fabric_rails::streams(inp.spec);
+    let decisions = streams
+        .iter()
+        .map(|stream| {
+            let h = fabric_rails::history(stream, planned, &outcomes);
+            let history = History {
+                rounds: &h.rounds,
+                outcomes: &h.outcomes,
+                gone: &gone,
+                last_round_expired: !h.last_is_latest || expired,
+            };
+            (
+                stream,
+                gpuval_fabric::next(candidates, &stream.settings, &history),
+            )
+        })
+        .collect();
     let n = candidates.len();
-    match gpuval_fabric::next(candidates, &settings, &history) {
-        Decision::Plan(round) => {
+    match fabric_rails::combine(decisions) {
+        Joint::Plan(RailRound { round, rails }) => {
             let number = planned.len() + 1;
             let msg = format!("round {number} ({}) of {n} nodes", round.purpose.as_str());
             step.status = Some(status(FabricPhase::Running, n, number, Some(msg)));
-            step.round = Some(round_spec(inp, number, &round, gpus));
+            step.round = Some(round_spec(inp, number, &round, &rails, gpus));
             step.events.push(PlannedEvent {
                 warning: false,
                 reason: "FabricRound",
@@ -149,7 +159,7 @@ fn decide(
             });
             step.requeue = Some(inp.spec.round_timeout_or_default().as_std());
         }
-        Decision::Wait { awaited } => {
+        Joint::Wait { awaited } => {
             let number = planned.len();
             let msg = format!("round {number}: waiting for {awaited} member(s)");
             step.status = Some(status(FabricPhase::Running, n, number, Some(msg)));
@@ -157,7 +167,7 @@ fn decide(
                 r.timeout.saturating_sub(inp.clock.since(r.started)) + Duration::from_secs(1)
             });
         }
-        Decision::Done(mut c) => {
+        Joint::Done(mut c) => {
             let reports = ports_of(inp.world, inp.generation, candidates);
             port_failures(&mut c, &reports);
             let mut concluded = concluded(&c, n, planned.len());
@@ -370,20 +380,6 @@ fn gone(world: &World, generation: i64, candidates: &[String]) -> BTreeSet<Strin
         .collect()
 }
 
-fn as_round(r: &RoundView) -> Round {
-    Round {
-        purpose: Purpose::parse(&r.purpose).unwrap_or(Purpose::Confirm),
-        groups: r
-            .groups
-            .iter()
-            .map(|g| Group {
-                kind: g.kind,
-                nodes: g.nodes.clone(),
-            })
-            .collect(),
-    }
-}
-
 /// The round object for planned round `number`: each group meets at its first member's pod IP,
 /// on a port of its own among the groups meeting at that address (`--fabric-port + 2 * k` for
 /// the k-th of them, so that groups sharing an address in a test on one host do not collide,
@@ -392,6 +388,7 @@ fn round_spec(
     inp: &Inputs<'_>,
     number: usize,
     round: &Round,
+    rails: &[Option<String>],
     gpus: &BTreeMap<String, i32>,
 ) -> FabricRoundSpec {
     let ips: BTreeMap<&str, &str> = inp
@@ -426,6 +423,7 @@ fn round_spec(
                     .collect(),
                 first: 0,
                 size: 0,
+                rail: rails.get(id).cloned().flatten(),
             }
         })
         .collect();

@@ -24,6 +24,7 @@ fn validation(generation: i64) -> GpuValidation {
             iterations: 20,
             min_bus_bandwidth_gbps: FLOOR,
             expect_transport: None,
+            rails: Vec::new(),
         }),
         ..Default::default()
     });
@@ -41,6 +42,8 @@ struct Cluster {
     gv: GpuValidation,
     world: World,
     bw: Fabric,
+    /// The fabric of a rail's groups, where it differs from `bw`.
+    rail_bw: std::collections::BTreeMap<String, Fabric>,
     record: Option<RunNodes>,
     now: i64,
 }
@@ -73,6 +76,7 @@ impl Cluster {
             gv: validation(1),
             world,
             bw: Fabric::new(&names, slow),
+            rail_bw: Default::default(),
             record: None,
             now: 0,
         }
@@ -112,7 +116,12 @@ impl Cluster {
             return;
         };
         for g in &round.groups {
-            for (n, rep) in g.nodes.iter().zip(self.bw.group(&g.nodes)) {
+            let bw = g
+                .rail
+                .as_ref()
+                .and_then(|r| self.rail_bw.get(r))
+                .unwrap_or(&self.bw);
+            for (n, rep) in g.nodes.iter().zip(bw.group(&g.nodes)) {
                 let Some((bus_gbps, error, missing)) = rep else {
                     continue;
                 };
@@ -432,4 +441,75 @@ fn nodes_without_rdma_ports_have_no_ports_line_and_healthy_ports_pass() {
     assert_eq!(c.fabric().phase, FabricPhase::Passed);
     let p = c.fabric().ports.unwrap();
     assert_eq!((p.nodes, p.failing_count, p.warning_count), (3, 0, 0));
+}
+
+/// A cluster tested rail by rail, with `slow` nodes slow on `rail` alone.
+fn railed(n: usize, rails: &[&str], rail: &str, slow: &[usize]) -> Cluster {
+    let mut c = Cluster::new(n, &[]);
+    let names: Vec<String> = (0..n).map(|i| format!("gpu-{i}")).collect();
+    c.rail_bw
+        .insert(rail.to_string(), Fabric::new(&names, slow));
+    if let Some(nccl) = c.gv.spec.fabric.as_mut().and_then(|f| f.nccl.as_mut()) {
+        nccl.rails = rails.iter().map(|r| r.to_string()).collect();
+    }
+    c
+}
+
+#[test]
+fn rails_are_screened_at_once_each_group_on_its_own_hca() {
+    let mut c = railed(4, &["mlx5_0", "mlx5_1"], "mlx5_1", &[]);
+    let first = c.step();
+    let round = first.create_round.expect("round 1");
+    let rails: Vec<Option<&str>> = round.groups.iter().map(|g| g.rail.as_deref()).collect();
+    assert_eq!(rails, [Some("mlx5_0"), Some("mlx5_1")]);
+    assert!(round.groups.iter().all(|g| g.nodes.len() == 4));
+    // The two groups meet at the same host on ports of their own.
+    assert_ne!(round.groups[0].rendezvous, round.groups[1].rendezvous);
+    c.measure();
+    c.run();
+    assert_eq!(c.fabric().phase, FabricPhase::Passed);
+    assert_eq!(c.fabric().rounds, 1);
+}
+
+#[test]
+fn a_node_slow_on_one_rail_is_named_with_that_rail_and_no_other_node_is() {
+    let mut c = railed(8, &["mlx5_0", "mlx5_1", "mlx5_2"], "mlx5_2", &[5]);
+    let mut planned_rails = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let s = c.step();
+        if let Some(r) = &s.create_round {
+            planned_rails.extend(r.groups.iter().filter_map(|g| g.rail.clone()));
+        }
+        if s.status.phase.is_some_and(Phase::is_terminal) {
+            break;
+        }
+        c.measure();
+    }
+    let status = c.gv.status.clone().unwrap();
+    assert_eq!(status.phase, Some(Phase::Failed));
+    assert_eq!(c.fabric().failed_nodes, vec!["gpu-5".to_string()]);
+    let line = status.nodes.iter().find(|l| l.name == "gpu-5").unwrap();
+    let msg = line.message.as_deref().unwrap();
+    assert!(msg.starts_with("fabric: rail mlx5_2: in "), "{msg}");
+    assert_eq!(status.summary.unwrap().failed, 1, "no other node is blamed");
+    // Localizing rounds ran on the bad rail; the others were done after screening.
+    assert!(planned_rails.contains("mlx5_2"));
+    let later: Vec<_> = c
+        .world
+        .rounds
+        .iter()
+        .filter(|r| r.number > 1 && !r.end)
+        .flat_map(|r| r.groups.iter().map(|g| g.rail.clone()))
+        .collect();
+    assert!(!later.is_empty());
+    assert!(
+        later.iter().all(|r| r.as_deref() == Some("mlx5_2")),
+        "{later:?}"
+    );
+    let message = c.fabric().message.unwrap();
+    assert!(
+        message.starts_with("rail mlx5_2: 1 node(s) at fault after 3 round(s): gpu-5"),
+        "{message}"
+    );
+    assert!(message.contains("passed: mlx5_0, mlx5_1"), "{message}");
 }

@@ -22,6 +22,7 @@ pub mod advance;
 pub mod clock;
 pub mod events;
 pub mod fabric;
+pub mod fabric_rails;
 pub mod fleet;
 pub mod freshness;
 pub mod kstatus;

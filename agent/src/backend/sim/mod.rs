@@ -32,7 +32,7 @@ use crate::run_control::RunControl;
 pub mod net;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, throttle, replay, hidden, proc, version, timescale, fabric, net, netfault";
+pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, throttle, replay, hidden, proc, version, timescale, fabric, net, netfault, railnet";
 /// The throttle reasons `throttle=` may plant (NVML names without prefix).
 pub const THROTTLE_REASONS: [&str; 5] = [
     "SwPowerCap",
@@ -383,7 +383,7 @@ impl SimSpec {
             "fabric" => self
                 .fabric
                 .extend(parse_list(value, |v| v.parse::<FabricFault>())?),
-            "net" | "netfault" => self.net.set(key, value)?,
+            "net" | "netfault" | "railnet" => self.net.set(key, value)?,
             _ => return Err(format!("unknown key {key:?}")),
         }
         Ok(())

@@ -128,6 +128,7 @@ fn default_nccl(min: i32) -> FabricNccl {
         iterations: 20,
         min_bus_bandwidth_gbps: min,
         expect_transport: None,
+        rails: Vec::new(),
     }
 }
 
