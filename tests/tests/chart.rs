@@ -456,7 +456,7 @@ fn result_body(validation: &str, node: &str, annotated: &str, pod: &BoundPod) ->
         "apiVersion": "gpuval.io/v1alpha1",
         "kind": "GpuNodeResult",
         "metadata": {
-            "name": format!("{validation}-{node}"),
+            "name": gpuval_crds::result::result_name(validation, node),
             "namespace": NS,
             "annotations": {"gpuval.io/node": annotated, "gpuval.io/pod": pod.name,
                             "gpuval.io/pod-uid": pod.uid},
@@ -721,7 +721,7 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     // runs it; it is not an agent pod, so the fake kubelet leaves it alone).
     let probe: Pod = serde_json::from_value(json!({
         // Named as the operator names the agent pod of validation "probe" on gpu-a.
-        "metadata": {"name": "gpuval-probe-gpu-a-g1", "namespace": NS},
+        "metadata": {"name": gpuval_crds::result::agent_pod_name("probe", "gpu-a", 1), "namespace": NS},
         "spec": {
             "nodeName": "gpu-a",
             "serviceAccountName": agent_sa,
@@ -769,6 +769,18 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     );
     assert!(
         m.contains("is not the agent of validation other on node gpu-a"),
+        "{m}"
+    );
+    // Refused: its own result under another name (the name another validation's result of
+    // this node may need: joined with '-' alone, "probe-gpu" on "a" also read "probe-gpu-a").
+    let mut renamed = result_body("probe", "gpu-a", "gpu-a", &bound);
+    renamed["metadata"]["name"] = json!("probe-gpu-a");
+    let m = refused(
+        "write its result under another name",
+        apply_result(&agent, &renamed).await,
+    );
+    assert!(
+        m.contains("must be named probe-gpu-a-5, not probe-gpu-a"),
         "{m}"
     );
     let stranger = BoundPod {
