@@ -16,6 +16,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 
+use super::member_key::{Auth, KeyError};
 use super::{Assignment, NcclGroup};
 
 /// Why the agent left the fabric test.
@@ -92,11 +93,13 @@ pub fn selector(validation: &str, generation: i64) -> String {
     )
 }
 
-/// Takes part until the end round, the `deadline`, or the watch failing for good.
+/// Takes part until the end round, the `deadline`, or the watch failing for good. Groups are
+/// joined with `auth`'s key; without a usable key (its error), each group assigned to this
+/// node ends at once with that error (a `Local` one: this node's), so the operator reads why.
 pub async fn take_part(
     m: &Member<'_>,
     spec: &FabricSpec,
-    nccl: std::sync::Arc<dyn NcclGroup>,
+    (nccl, auth): (std::sync::Arc<dyn NcclGroup>, Result<Auth, KeyError>),
     deadline: Instant,
 ) -> Left {
     let api: Api<GpuFabricRound> = Api::namespaced(m.client.clone(), m.namespace);
@@ -138,13 +141,31 @@ pub async fn take_part(
                 continue;
             }
             tracing::info!(round = r.round, purpose = %r.purpose, groups = mine.len(), "fabric round");
-            let got = super::group::run_round(mine, spec.clone(), nccl.clone()).await;
+            let got = match &auth {
+                Ok(auth) => {
+                    super::group::run_round(mine, spec.clone(), nccl.clone(), auth.clone()).await
+                }
+                Err(e) => without_key(&mine, e),
+            };
             outcomes.extend(got);
             if let Err(e) = write_outcomes(m, &outcomes).await {
                 tracing::error!(error = %e, round = r.round, "could not write the fabric outcomes; the operator will time this node out");
             }
         }
     }
+}
+
+/// The outcomes of groups this node cannot join for want of a key: each names the key's error.
+fn without_key(mine: &[Assignment], e: &KeyError) -> Vec<FabricOutcome> {
+    tracing::error!(error = %e, groups = mine.len(), "fabric groups not joined: no rendezvous key");
+    mine.iter()
+        .map(|a| FabricOutcome {
+            round: a.round,
+            group: a.group,
+            error: Some(super::rendezvous::local(e.to_string())),
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// The parts of rounds seen so far (a round too large for one object comes in several).
