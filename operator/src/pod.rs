@@ -383,7 +383,7 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
         volume_mounts: (!mounts.is_empty()).then_some(mounts),
         ..Default::default()
     };
-    Pod {
+    let mut pod = Pod {
         metadata: ObjectMeta {
             name: Some(pod_name(&name, node, generation)),
             namespace: Some(cfg.namespace.clone()),
@@ -410,7 +410,9 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
             ..Default::default()
         }),
         status: None,
-    }
+    };
+    crate::fabric_key::add_to_pod(&mut pod, gv);
+    pod
 }
 
 #[cfg(test)]

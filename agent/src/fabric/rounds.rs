@@ -310,6 +310,23 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_without_a_key_ends_each_of_its_groups_as_its_own_error_naming_the_key() {
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        let now = Timestamp::from_second(1_790_000_010).unwrap();
+        let mine = assignments(&round(), "c", now, deadline);
+        let out = without_key(&mine, &KeyError::NotGiven);
+        assert_eq!(
+            out.iter().map(|o| (o.round, o.group)).collect::<Vec<_>>(),
+            vec![(2, 0), (2, 1)]
+        );
+        for o in &out {
+            let e = o.error.as_ref().expect("an error");
+            assert_eq!(e.kind, gpuval_crds::fabric::FabricErrorKind::Local, "{e:?}");
+            assert!(e.message.contains("GPUVAL_FABRIC_KEY_FILE"), "{e:?}");
+        }
+    }
+
+    #[test]
     fn the_run_deadline_caps_a_round() {
         let deadline = Instant::now() + Duration::from_secs(5);
         let now = Timestamp::from_second(1_790_000_000).unwrap();
