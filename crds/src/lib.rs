@@ -198,6 +198,10 @@ pub mod agent_env {
     pub const EXPECTED_GPUS: &str = "GPUVAL_EXPECTED_GPUS";
     /// Optional: where [`EXPECTED_GPUS`] came from (`Spec`, `Capacity`, `Label`).
     pub const EXPECTED_GPUS_FROM: &str = "GPUVAL_EXPECTED_GPUS_FROM";
+    /// The file of the validation's fabric rendezvous key (its Secret, mounted read-only), set
+    /// on the agent pods of a validation that runs the fabric. A fabric agent in a pod without
+    /// it refuses the fabric; outside Kubernetes it is optional (a launcher's shared key).
+    pub const FABRIC_KEY_FILE: &str = "GPUVAL_FABRIC_KEY_FILE";
 }
 
 /// The extended resource that GPU nodes advertise (NVIDIA device plugin).

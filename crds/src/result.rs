@@ -42,19 +42,45 @@ pub struct GpuNodeResultSpec {
     pub node_name: String,
 }
 
-/// The deterministic name of a node's result object for a validation: `<validation>-<node>`, or
-/// when that passes 253 characters, its head and 16 hex digits of a hash of the whole, the head
-/// cut back to an alphanumeric so the name stays a DNS-1123 subdomain (a cut that ended on `.`
-/// or `-` would leave `.-` or `--` before the hash).
+/// The part of a name that says which validation and which node:
+/// `<validation>-<node>-<length of validation>`. The length makes it one-to-one: `a-b` on node
+/// `c` gives `a-b-c-3`, `a` on node `b-c` gives `a-b-c-1` (read from the end, the length says
+/// where the validation stops). Both names are DNS subdomains, so the length is the only
+/// separator that cannot occur in them. The admission policy computes the same string in CEL
+/// (`charts/gpuval/templates/admission-policy.yaml`).
+pub fn run_node_key(validation: &str, node: &str) -> String {
+    format!("{validation}-{node}-{}", validation.len())
+}
+
+/// The deterministic name of a node's result object for a validation: [`run_node_key`], or when
+/// that passes 253 characters, its [`shortened`] form.
 pub fn result_name(validation: &str, node: &str) -> String {
-    const MAX: usize = crate::names::DNS1123_SUBDOMAIN_MAX;
+    shortened(
+        run_node_key(validation, node),
+        crate::names::DNS1123_SUBDOMAIN_MAX,
+    )
+}
+
+/// The deterministic name of the agent pod of a validation's generation on a node:
+/// `gpuval-<run_node_key>-g<generation>`, or when that passes 63 characters (a pod's name
+/// becomes its hostname), its [`shortened`] form.
+pub fn agent_pod_name(validation: &str, node: &str, generation: i64) -> String {
+    shortened(
+        format!("gpuval-{}-g{generation}", run_node_key(validation, node)),
+        crate::names::DNS1123_LABEL_MAX,
+    )
+}
+
+/// `name` when it has at most `max` characters, otherwise its head and 16 hex digits of a hash
+/// of the whole, the head cut back to an alphanumeric so the name stays a DNS-1123 subdomain (a
+/// cut that ended on `.` or `-` would leave `.-` or `--` before the hash).
+pub fn shortened(name: String, max: usize) -> String {
     const HASH_HEX: usize = 16;
-    let name = format!("{validation}-{node}");
-    if name.len() <= MAX {
+    if name.len() <= max {
         return name;
     }
     let hash = fnv1a(name.as_bytes());
-    let keep = MAX - HASH_HEX - 1;
+    let keep = max.saturating_sub(HASH_HEX + 1);
     // Names are ASCII; a cut inside a multi-byte character moves back to its start.
     let cut = (0..=keep)
         .rev()
@@ -77,12 +103,26 @@ mod tests {
 
     #[test]
     fn result_names_are_deterministic_and_bounded() {
-        assert_eq!(result_name("quick", "gpu-0"), "quick-gpu-0");
+        assert_eq!(result_name("quick", "gpu-0"), "quick-gpu-0-5");
         let long_node = "n".repeat(250);
         let a = result_name("quick", &long_node);
         assert!(a.len() <= 253);
         assert_eq!(a, result_name("quick", &long_node));
         assert_ne!(a, result_name("quick2", &long_node));
+    }
+
+    #[test]
+    fn names_of_validations_and_nodes_that_read_alike_stay_apart() {
+        // Joined with '-' alone, both pairs read `a-b-c`.
+        assert_ne!(result_name("a-b", "c"), result_name("a", "b-c"));
+        assert_ne!(agent_pod_name("a-b", "c", 1), agent_pod_name("a", "b-c", 1));
+        assert_eq!(agent_pod_name("a-b", "c", 1), "gpuval-a-b-c-3-g1");
+        // The length cannot be mistaken for a node's trailing number either.
+        assert_ne!(result_name("a", "b-1"), result_name("a-b", "1"));
+        let long = "n".repeat(80);
+        let p = agent_pod_name("v", &long, 7);
+        assert!(p.len() <= 63 && crate::names::is_dns1123_label(&p), "{p}");
+        assert_ne!(p, agent_pod_name("v", &long, 8));
     }
 
     #[test]

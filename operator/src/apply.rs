@@ -5,7 +5,7 @@ use futures::StreamExt;
 use gpuval_crds::{
     FabricRoundSpec, GpuFabricRound, GpuNodeResult, GpuValidation, NodeAction, labels,
 };
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret, Taint};
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, ResourceExt};
 use kube::runtime::events::{Event, EventType};
@@ -13,7 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::controller::{Ctx, Error, FIELD_MANAGER};
 use crate::reconcile::{PlannedEvent, Step};
-use crate::{expected, pod};
+use crate::{expected, fabric_key, pod};
 
 /// Applies `step` for validation `gv`: deletes first, then creates, then writes the status
 /// (only when it changed), then tells (events) and acts on failed nodes. Events and node
@@ -95,6 +95,9 @@ where
 /// (each within the API write rate limit); a pod that exists
 /// already is fine.
 async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> Result<(), Error> {
+    if gv.spec.fabric.is_some() && !nodes.is_empty() {
+        ensure_fabric_key(gv, ctx).await?;
+    }
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -132,6 +135,43 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
         }
     }
     Ok(())
+}
+
+/// Creates the validation's fabric key Secret before its fabric pods, which mount it. One that
+/// exists is kept when it is this validation's; an earlier validation's of the same name (still
+/// being deleted with it) is deleted, and the step fails to be tried again.
+async fn ensure_fabric_key(gv: &GpuValidation, ctx: &Ctx) -> Result<(), Error> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let key = fabric_key::new_key().map_err(Error::FabricKey)?;
+    let secret = fabric_key::secret(gv, &ctx.cfg.namespace, key);
+    let name = secret.name_any();
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    ctx.throttle.acquire().await;
+    match api.create(&pp, &secret).await {
+        Ok(_) => {
+            tracing::info!(validation = %gv.name_any(), secret = %name, "fabric rendezvous key created");
+            return Ok(());
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    ctx.throttle.acquire().await;
+    if fabric_key::belongs_to(&api.get(&name).await?, gv) {
+        return Ok(());
+    }
+    ctx.throttle.acquire().await;
+    ignore_not_found(
+        api.delete(&name, &DeleteParams::background())
+            .await
+            .map(|_| ()),
+    )?;
+    Err(Error::FabricKey(format!(
+        "the Secret {name} belongs to an earlier validation of the same name; it was deleted \
+         and is made again on the next try"
+    )))
 }
 
 /// Creates a fabric round (before the status that announces it; one that exists already is

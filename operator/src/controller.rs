@@ -46,6 +46,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("serialising status: {0}")]
     Serde(#[from] serde_json::Error),
+    #[error("the fabric rendezvous key: {0}")]
+    FabricKey(String),
 }
 
 impl Error {
@@ -55,6 +57,7 @@ impl Error {
             Error::Kube(kube::Error::Api(_)) => "api",
             Error::Kube(_) => "client",
             Error::Serde(_) => "serde",
+            Error::FabricKey(_) => "fabric_key",
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod apply;
 pub mod config;
 pub mod controller;
 pub mod expected;
+pub mod fabric_key;
 pub mod heap;
 pub mod leader;
 pub mod metrics;

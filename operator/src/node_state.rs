@@ -555,11 +555,11 @@ mod tests {
             }))
             .unwrap()
         };
-        let own = meta("gpuval-a-b-c-g2", "c", "2");
+        let own = meta("gpuval-a-b-c-3-g2", "c", "2");
         assert!(written_by_its_agent(&own, "a-b", "c"));
-        // The same object name, read as validation a's result on node b-c: not its agent's.
+        // Read as validation a's result on node b-c (whose pod was once named alike): not its agent's.
         assert!(!written_by_its_agent(&own, "a", "b-c"));
-        let older = meta("gpuval-a-b-c-g1", "c", "2");
+        let older = meta("gpuval-a-b-c-3-g1", "c", "2");
         assert!(
             !written_by_its_agent(&older, "a-b", "c"),
             "another generation's pod"

@@ -26,16 +26,10 @@ pub const STATE_SIZE: &str = "16Mi";
 /// The `app.kubernetes.io/name` of agent pods.
 pub const APP_LABEL: &str = labels::AGENT_APP;
 
-/// Deterministic pod name: `gpuval-<validation>-<node>-g<generation>`, shortened with a hash
-/// when it would exceed 63 characters (pod names become hostnames).
+/// Deterministic pod name: [`gpuval_crds::result::agent_pod_name`] (one-to-one in validation
+/// and node, at most 63 characters: pod names become hostnames).
 pub fn pod_name(validation: &str, node: &str, generation: i64) -> String {
-    let full = format!("gpuval-{validation}-{node}-g{generation}");
-    if full.len() <= 63 {
-        return full;
-    }
-    let h = gpuval_crds::result::fnv1a(full.as_bytes());
-    let head: String = full.chars().take(44).collect();
-    format!("{}-{h:016x}", head.trim_end_matches(['-', '.']))
+    gpuval_crds::result::agent_pod_name(validation, node, generation)
 }
 
 fn env(name: &str, value: impl Into<String>) -> EnvVar {
@@ -71,7 +65,10 @@ pub fn fabric_round(gv: &GpuValidation, spec: &FabricRoundSpec) -> GpuFabricRoun
     } else {
         format!("g{}-r{}", spec.generation, spec.round)
     };
-    let name = gpuval_crds::result::result_name(&spec.validation, &suffix);
+    let name = gpuval_crds::result::shortened(
+        format!("{}-{suffix}", spec.validation),
+        gpuval_crds::names::DNS1123_SUBDOMAIN_MAX,
+    );
     let mut labels = BTreeMap::from([
         (
             labels::MANAGED_BY_KEY.to_string(),
@@ -386,7 +383,7 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
         volume_mounts: (!mounts.is_empty()).then_some(mounts),
         ..Default::default()
     };
-    Pod {
+    let mut pod = Pod {
         metadata: ObjectMeta {
             name: Some(pod_name(&name, node, generation)),
             namespace: Some(cfg.namespace.clone()),
@@ -413,7 +410,9 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
             ..Default::default()
         }),
         status: None,
-    }
+    };
+    crate::fabric_key::add_to_pod(&mut pod, gv);
+    pod
 }
 
 #[cfg(test)]
@@ -443,7 +442,7 @@ mod tests {
         let p = agent_pod(&gv(), "gpu-a", 8, &cfg);
         assert_eq!(
             p.metadata.name.as_deref(),
-            Some("gpuval-acceptance-gpu-a-g3")
+            Some("gpuval-acceptance-gpu-a-10-g3")
         );
         assert_eq!(p.metadata.namespace.as_deref(), Some("gpuval-system"));
         let owner = &p.metadata.owner_references.as_ref().unwrap()[0];

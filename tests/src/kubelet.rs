@@ -9,6 +9,11 @@
 //! file per pod. The pod becomes Running; when the process exits it becomes Succeeded (exit 0)
 //! or Failed (with the exit code in `containerStatuses[0].state.terminated`).
 //!
+//! Secret volumes are mounted as a kubelet would, in the pod's own directory: each Secret's
+//! keys become files there, and an environment value that names a file under the volume's mount
+//! path is pointed at that directory (a process cannot see the pod's paths); a Secret that
+//! cannot be read fails the pod.
+//!
 //! Deleting a pod whose process runs sends the process SIGTERM, SIGKILL after the pod's grace
 //! period, and then removes the pod object (delete with grace 0), as a kubelet does.
 //! kwok leaves these pods alone (see `kwok-stages.yaml`); should anything else overwrite the
@@ -404,7 +409,7 @@ fn on_pod(shared: &Arc<Shared>, pod: &Pod) {
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default();
     let node_env = st.node_env.get(&node).cloned().unwrap_or_default();
-    if shared.options.pod_tokens {
+    if shared.options.pod_tokens || has_secret_volumes(pod) {
         // The token is minted first (an API call); the entry stands in until the process starts.
         st.by_name.insert(name.clone(), uid.clone());
         st.pods.insert(uid.clone(), new_entry(&name, pod, false));
@@ -491,7 +496,15 @@ async fn start_with_pod_token(
     uid: String,
     node_env: Vec<(String, String)>,
 ) {
-    let minted = pod_kubeconfig(&shared, &pod, &name, &uid).await;
+    let minted = if shared.options.pod_tokens {
+        pod_kubeconfig(&shared, &pod, &name, &uid).await
+    } else {
+        Ok(shared.kubeconfig.clone())
+    };
+    let minted = match (minted, mount_secrets(&shared, &pod, &name, &uid).await) {
+        (Ok(kubeconfig), Ok(paths)) => Ok((kubeconfig, paths)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
     let mut st = shared.state();
     if st
         .pods
@@ -501,14 +514,18 @@ async fn start_with_pod_token(
         return;
     }
     let entry = match minted {
-        Ok(kubeconfig) => {
-            shared
-                .tokens_minted
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            start_pod(&shared, &pod, &name, &uid, node_env, &kubeconfig)
+        Ok((kubeconfig, mounted)) => {
+            if shared.options.pod_tokens {
+                shared
+                    .tokens_minted
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            // The mounted files first: a node's own environment still wins.
+            let env = mounted.into_iter().chain(node_env).collect();
+            start_pod(&shared, &pod, &name, &uid, env, &kubeconfig)
         }
         Err(e) => {
-            tracing::warn!(pod = %name, error = %e, "fake kubelet: no service-account token for the pod");
+            tracing::warn!(pod = %name, error = %e, "fake kubelet: the pod's token or volumes could not be set up");
             let mut entry = new_entry(&name, &pod, false);
             let t = Terminated {
                 exit_code: 128,
@@ -526,6 +543,68 @@ async fn start_with_pod_token(
         st.started.push(name);
     }
     st.pods.insert(uid, entry);
+}
+
+fn has_secret_volumes(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .any(|v| v.secret.is_some())
+}
+
+/// Writes the keys of the pod's secret volumes as files under the pod's directory; the agent
+/// container's environment values that name a path under such a volume's mount path, pointed at
+/// those files.
+async fn mount_secrets(
+    shared: &Shared,
+    pod: &Pod,
+    name: &str,
+    uid: &str,
+) -> Result<Vec<(String, String)>, String> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(Vec::new());
+    };
+    let Some(container) = agent_container(pod) else {
+        return Ok(Vec::new());
+    };
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(shared.client.clone(), &shared.namespace);
+    let mut out = Vec::new();
+    for volume in spec.volumes.iter().flatten() {
+        let Some(secret_name) = volume.secret.as_ref().and_then(|s| s.secret_name.clone()) else {
+            continue;
+        };
+        let secret = secrets
+            .get(&secret_name)
+            .await
+            .map_err(|e| format!("mount Secret {secret_name}: {e}"))?;
+        let dir = shared
+            .log_dir
+            .as_ref()
+            .map_err(|e| format!("no directory for the pod's volumes: {e}"))?
+            .path()
+            .join(format!(
+                "{name}-{}",
+                uid.chars().take(8).collect::<String>()
+            ))
+            .join(&volume.name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        for (key, bytes) in secret.data.iter().flatten() {
+            let path = dir.join(key);
+            std::fs::write(&path, &bytes.0)
+                .map_err(|e| format!("write {}: {e}", path.display()))?;
+        }
+        let mounts = container.volume_mounts.iter().flatten();
+        for mount in mounts.filter(|m| m.name == volume.name) {
+            let prefix = format!("{}/", mount.mount_path.trim_end_matches('/'));
+            for (var, value) in container_env(pod, container) {
+                if let Some(rest) = value.strip_prefix(&prefix) {
+                    out.push((var, dir.join(rest).display().to_string()));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A kubeconfig file holding a token for the pod's service account, bound to the pod.

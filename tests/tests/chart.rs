@@ -137,8 +137,10 @@ fn check_invariants(file: &str, docs: &[Value]) {
         "{file}: {sas:?}"
     );
 
-    // No wildcards and no secrets anywhere; cluster-wide roles never write pods (they may list
-    // them: idleOnly schedules look for pods that hold GPUs).
+    // No wildcards; secrets only for the operator in its own namespace (the fabric key Secrets
+    // it makes: created, read back by name, deleted; never listed or watched); cluster-wide
+    // roles never write pods (they may list them: idleOnly schedules look for pods that hold
+    // GPUs).
     for role in docs
         .iter()
         .filter(|d| matches!(d["kind"].as_str(), Some("Role" | "ClusterRole")))
@@ -153,7 +155,21 @@ fn check_invariants(file: &str, docs: &[Value]) {
                 );
             }
             let resources = rule["resources"].as_array().cloned().unwrap_or_default();
-            assert!(!resources.contains(&json!("secrets")), "{file}: {rule}");
+            if resources.contains(&json!("secrets")) {
+                assert_eq!(resources, vec![json!("secrets")], "{file}: {rule}");
+                assert_eq!(role["kind"], "Role", "{file}: {rule}");
+                assert!(
+                    role["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with("-operator")),
+                    "{file}: only the operator's Role may touch secrets: {rule}"
+                );
+                assert_eq!(
+                    rule["verbs"],
+                    json!(["create", "get", "delete"]),
+                    "{file}: {rule}"
+                );
+            }
             if role["kind"] == "ClusterRole" && resources.contains(&json!("pods")) {
                 assert_eq!(rule["verbs"], json!(["list"]), "{file}: {rule}");
             }
@@ -456,7 +472,7 @@ fn result_body(validation: &str, node: &str, annotated: &str, pod: &BoundPod) ->
         "apiVersion": "gpuval.io/v1alpha1",
         "kind": "GpuNodeResult",
         "metadata": {
-            "name": format!("{validation}-{node}"),
+            "name": gpuval_crds::result::result_name(validation, node),
             "namespace": NS,
             "annotations": {"gpuval.io/node": annotated, "gpuval.io/pod": pod.name,
                             "gpuval.io/pod-uid": pod.uid},
@@ -721,7 +737,7 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     // runs it; it is not an agent pod, so the fake kubelet leaves it alone).
     let probe: Pod = serde_json::from_value(json!({
         // Named as the operator names the agent pod of validation "probe" on gpu-a.
-        "metadata": {"name": "gpuval-probe-gpu-a-g1", "namespace": NS},
+        "metadata": {"name": gpuval_crds::result::agent_pod_name("probe", "gpu-a", 1), "namespace": NS},
         "spec": {
             "nodeName": "gpu-a",
             "serviceAccountName": agent_sa,
@@ -769,6 +785,18 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     );
     assert!(
         m.contains("is not the agent of validation other on node gpu-a"),
+        "{m}"
+    );
+    // Refused: its own result under another name (the name another validation's result of
+    // this node may need: joined with '-' alone, "probe-gpu" on "a" also read "probe-gpu-a").
+    let mut renamed = result_body("probe", "gpu-a", "gpu-a", &bound);
+    renamed["metadata"]["name"] = json!("probe-gpu-a");
+    let m = refused(
+        "write its result under another name",
+        apply_result(&agent, &renamed).await,
+    );
+    assert!(
+        m.contains("must be named probe-gpu-a-5, not probe-gpu-a"),
         "{m}"
     );
     let stranger = BoundPod {
@@ -841,6 +869,14 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
             .delete(&other.name_any(), &DeleteParams::default())
             .await,
     );
+    // No Secret is readable with the agent's token: the fabric key reaches only the pods that
+    // mount it.
+    refused(
+        "an agent reads a secret",
+        Api::<Secret>::namespaced(agent.clone(), NS)
+            .get(&gpuval_operator::fabric_key::secret_name("chart"))
+            .await,
+    );
     // A token of the agent service account that is not bound to a scheduled pod names no node.
     let unbound = auth::request_token(&admin, NS, &agent_sa, None)
         .await
@@ -860,6 +896,31 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
         "operator lists secrets",
         Api::<Secret>::namespaced(op.clone(), NS)
             .list(&ListParams::default())
+            .await,
+    );
+    // What it may do with Secrets is what a fabric key needs: create, read back, delete.
+    let op_secrets = Api::<Secret>::namespaced(op.clone(), NS);
+    let key: Secret = serde_json::from_value(json!({
+        "metadata": {"name": gpuval_operator::fabric_key::secret_name("probe")},
+        "data": {"key": "a2V5"},
+    }))
+    .unwrap();
+    op_secrets
+        .create(&PostParams::default(), &key)
+        .await
+        .expect("the operator creates a fabric key Secret");
+    op_secrets
+        .get(&key.name_any())
+        .await
+        .expect("and reads it back by name");
+    op_secrets
+        .delete(&key.name_any(), &DeleteParams::default())
+        .await
+        .expect("and deletes it");
+    refused(
+        "operator reads a secret outside its namespace",
+        Api::<Secret>::namespaced(op.clone(), "default")
+            .get("any")
             .await,
     );
     refused(

@@ -249,7 +249,10 @@ fn series_value(text: &str, name: &str, labels: &str) -> Option<f64> {
 /// and TFLOP/s equal to the report's, GPU5 of gpu-b failed, node verdicts, last-validated times.
 async fn metrics_match_the_results(client: &Client, op: &OperatorHandle) {
     let api: Api<GpuNodeResult> = Api::namespaced(client.clone(), NS);
-    let b = api.get("bad-gpu-gpu-b").await.expect("gpu-b's result");
+    let b = api
+        .get(&gpuval_crds::result::result_name("bad-gpu", "gpu-b"))
+        .await
+        .expect("gpu-b's result");
     let report = b.status.expect("gpu-b's report");
     let gpu5 = report.gpus.iter().find(|g| g.index == 5).expect("GPU5");
     let labels = format!(

@@ -182,3 +182,96 @@ async fn a_node_that_never_joins_its_groups_is_named_and_no_other() {
     let (_, msg) = node_line(&gv, "gpu-01").expect("gpu-01 listed");
     assert!(msg.contains("rendezvous"), "{msg}");
 }
+
+/// The operator gives a fabric validation a key Secret of its own (owned by it), mounts it into
+/// that validation's agent pods alone, and the agents, which refuse the fabric without it,
+/// prove it to each other at every rendezvous; the Secret goes with the validation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fabric_key_is_the_validation_s_own_mounted_only_in_its_pods_and_goes_with_it() {
+    use k8s_openapi::api::core::v1::{Pod, Secret};
+    use kube::ResourceExt;
+    use kube::api::DeleteParams;
+    use kube::runtime::wait::{await_condition, conditions};
+
+    let nodes = names(3);
+    let c = Cluster::start(NS, &nodes, 2).await;
+    let mut cfg = test_config(NS, SIM);
+    cfg.fabric.port = 31700;
+    let _op = OperatorHandle::start(c.client.clone(), cfg);
+    let mut keyed = spec();
+    keyed["nodeNames"] = json!([nodes[0], nodes[1]]);
+    c.apply("fabric-keyed", keyed).await;
+    c.apply(
+        "plain",
+        json!({"nodeNames": [nodes[2]], "checks": {"memory": {"fraction": 0.1}}}),
+    )
+    .await;
+    let gv = c.wait_terminal("fabric-keyed", 240).await;
+    let s = gv.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(Phase::Passed), "{s:?}");
+    assert_eq!(
+        fabric(&gv).phase,
+        FabricPhase::Passed,
+        "the members proved the key"
+    );
+    c.wait_terminal("plain", 240).await;
+
+    let secrets: Api<Secret> = Api::namespaced(c.client.clone(), NS);
+    let name = gpuval_operator::fabric_key::secret_name("fabric-keyed");
+    let secret = secrets
+        .get(&name)
+        .await
+        .expect("the validation's key Secret");
+    let owner = &secret.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("GpuValidation", gv.uid().unwrap().as_str(), Some(true))
+    );
+    let key = &secret.data.as_ref().expect("data")[gpuval_operator::fabric_key::FILE];
+    assert_eq!(key.0.len(), gpuval_operator::fabric_key::KEY_BYTES);
+    assert!(
+        secrets
+            .get_opt(&gpuval_operator::fabric_key::secret_name("plain"))
+            .await
+            .expect("read")
+            .is_none(),
+        "a validation without the fabric has no key"
+    );
+    let mounting: Vec<String> = Api::<Pod>::namespaced(c.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .expect("pods")
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.spec
+                .iter()
+                .flat_map(|s| s.volumes.iter().flatten())
+                .any(|v| {
+                    v.secret
+                        .as_ref()
+                        .is_some_and(|s| s.secret_name.as_deref() == Some(name.as_str()))
+                })
+        })
+        .map(|p| p.name_any())
+        .collect();
+    let mut want: Vec<String> = nodes[..2]
+        .iter()
+        .map(|n| gpuval_operator::pod::pod_name("fabric-keyed", n, 1))
+        .collect();
+    want.sort();
+    let mut got = mounting;
+    got.sort();
+    assert_eq!(got, want, "only the fabric validation's pods mount its key");
+
+    Api::<GpuValidation>::all(c.client.clone())
+        .delete("fabric-keyed", &DeleteParams::foreground())
+        .await
+        .expect("delete the validation");
+    let uid = secret.uid().expect("uid");
+    let gone = await_condition(secrets, &name, conditions::is_deleted(&uid));
+    tokio::time::timeout(std::time::Duration::from_secs(60), gone)
+        .await
+        .expect("the key Secret goes with its validation within 60 s")
+        .expect("watch");
+}

@@ -129,7 +129,10 @@ async fn a_node_short_of_a_gpu_fails_fast_and_the_fleet_names_the_driver_that_dr
     );
     // It failed before the long checks: its result has no memory or compute figures.
     let results: Api<GpuNodeResult> = Api::namespaced(client.clone(), NS);
-    let rc = results.get("fleet-gpu-c").await.expect("gpu-c's result");
+    let rc = results
+        .get(&gpuval_crds::result::result_name("fleet", "gpu-c"))
+        .await
+        .expect("gpu-c's result");
     let report = rc.status.expect("report");
     assert_eq!(report.verdict, Verdict::Fail);
     assert!(

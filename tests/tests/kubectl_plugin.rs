@@ -124,7 +124,10 @@ async fn the_plugin_shows_status_reports_and_the_diff_of_two_runs() {
         serde_json::from_str(&stdout(&plugin(kc, &["report", "before", "-o", "json"])))
             .expect("JSON document");
     assert_eq!(doc.nodes.len(), 1);
-    assert_eq!(doc.nodes[0].result.as_deref(), Some("before-gpu-a"));
+    assert_eq!(
+        doc.nodes[0].result.as_deref(),
+        Some(gpuval_crds::result::result_name("before", "gpu-a").as_str())
+    );
 
     let diff = plugin(kc, &["diff", "before", "after"]);
     let text = stdout(&diff);
@@ -167,7 +170,7 @@ async fn the_plugin_shows_status_reports_and_the_diff_of_two_runs() {
 
     // What a node's result costs in etcd: the object as stored (managed fields included).
     let r = Api::<GpuNodeResult>::namespaced(client.clone(), NS)
-        .get("after-gpu-a")
+        .get(&gpuval_crds::result::result_name("after", "gpu-a"))
         .await
         .expect("result");
     let whole = serde_json::to_vec(&r).expect("json").len();

@@ -760,3 +760,48 @@ async fn admission_removes_only_its_own_taint_and_refuses_a_foreign_key() {
         "a taint of the same key with another effect is not gpuval's: {left:?}"
     );
 }
+
+/// Validation `a-b` on node `c` and validation `a` on node `b-c`: joined with '-' alone, their
+/// agent pods (`gpuval-a-b-c-g1`) and results (`a-b-c`) had one name, so one of them could
+/// never run or store its result. Each gets its own pod and result, and both pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validations_whose_names_read_alike_with_a_node_get_their_own_pods_and_results() {
+    let e = env(&["c", "b-c"]).await;
+    let pairs = [("a-b", "c"), ("a", "b-c")];
+    for (validation, node) in pairs {
+        scenario::apply_validation(
+            &e.client,
+            "test",
+            validation,
+            json!({"nodeNames": [node], "checks": {"memory": {}}}),
+        )
+        .await;
+    }
+    let validations: Api<GpuValidation> = Api::all(e.client.clone());
+    let results: Api<gpuval_crds::GpuNodeResult> = Api::namespaced(e.client.clone(), NS);
+    for (validation, node) in pairs {
+        let gv = wait(validations.clone(), validation, 120, "finished", terminal).await;
+        let status = gv.status.expect("status");
+        assert_eq!(
+            status.phase,
+            Some(Phase::Passed),
+            "{validation}: {status:?}"
+        );
+        let result = results
+            .get(&gpuval_crds::result::result_name(validation, node))
+            .await
+            .unwrap_or_else(|err| panic!("{validation} on {node}: its result: {err}"));
+        assert_eq!(
+            (
+                result.spec.validation.as_str(),
+                result.spec.node_name.as_str()
+            ),
+            (validation, node)
+        );
+        let pod = gpuval_operator::pod::pod_name(validation, node, 1);
+        Api::<Pod>::namespaced(e.client.clone(), NS)
+            .get(&pod)
+            .await
+            .unwrap_or_else(|err| panic!("{validation} on {node}: its agent pod {pod}: {err}"));
+    }
+}

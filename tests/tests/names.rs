@@ -76,7 +76,7 @@ fn result_names_are_always_dns_subdomains() {
             "case {case}: result_name({validation:?}, {node:?}) = {name:?} is not a DNS-1123 subdomain"
         );
         assert_eq!(name, result_name(&validation, &node), "stable");
-        if name != format!("{validation}-{node}") {
+        if name != gpuval_crds::result::run_node_key(&validation, &node) {
             shortened += 1;
         }
     }
@@ -102,7 +102,8 @@ fn label_values_of_names_are_always_valid() {
     }
 }
 
-/// Pod names are the operator's (`gpuval_operator::pod::pod_name`); they must be DNS-1123
+/// Pod names are the operator's (`gpuval_operator::pod::pod_name`, the API crate's
+/// `agent_pod_name`); they must be DNS-1123
 /// subdomains (the API server's rule for pod names) of at most 63 characters (the function's
 /// promise: a pod name becomes the pod's hostname).
 #[test]

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::group::run_round_blocking;
 use super::launch::Launch;
+use super::member_key::Auth;
 use super::rendezvous::{Control, NetError, accept_until, connect_until};
 use super::{Assignment, NcclGroup};
 
@@ -99,10 +100,14 @@ pub enum CoordinatorError {
 
 /// Runs this rank's part; the exit code.
 pub fn run(opts: &Options, nccl: &dyn NcclGroup) -> u8 {
-    let result = if opts.launch.rank == 0 {
-        coordinate(opts, nccl)
-    } else {
-        follow(opts, nccl)
+    // Outside Kubernetes a launcher may give every rank the same key file; without one the
+    // rendezvous is open (the host logs it).
+    let key_file = std::env::var_os(gpuval_crds::agent_env::FABRIC_KEY_FILE);
+    let key_file = key_file.as_deref().map(std::path::Path::new);
+    let result = match super::member_key::from_env(key_file, false) {
+        Err(e) => Err(CoordinatorError::Setup(e.to_string())),
+        Ok(auth) if opts.launch.rank == 0 => coordinate(opts, nccl, &auth),
+        Ok(auth) => follow(opts, nccl, &auth),
     };
     match result {
         Ok(code) => code,
@@ -126,7 +131,7 @@ fn round_timeout(spec: &FabricSpec) -> Duration {
 }
 
 /// Rank 0: registration, the rounds, the verdict.
-fn coordinate(opts: &Options, nccl: &dyn NcclGroup) -> Result<u8, CoordinatorError> {
+fn coordinate(opts: &Options, nccl: &dyn NcclGroup, auth: &Auth) -> Result<u8, CoordinatorError> {
     let port = opts.launch.port;
     let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| {
         CoordinatorError::Setup(format!(
@@ -159,7 +164,7 @@ fn coordinate(opts: &Options, nccl: &dyn NcclGroup) -> Result<u8, CoordinatorErr
                 );
                 expired = run_round(
                     opts,
-                    nccl,
+                    (nccl, auth),
                     &mut ranks,
                     number,
                     plan,
@@ -305,7 +310,7 @@ fn assignments(round: i32, groups: Vec<WireGroup>, deadline: Instant) -> Vec<Ass
 /// rank still present did not report in time.
 fn run_round(
     opts: &Options,
-    nccl: &dyn NcclGroup,
+    (nccl, auth): (&dyn NcclGroup, &Auth),
     ranks: &mut [Rank],
     number: i32,
     plan: &Round,
@@ -339,7 +344,7 @@ fn run_round(
     }
     let own_assignments = assignments(number, own, deadline);
     let mine = std::thread::scope(|s| {
-        let worker = s.spawn(|| run_round_blocking(own_assignments, &opts.spec, nccl));
+        let worker = s.spawn(|| run_round_blocking(own_assignments, &opts.spec, nccl, auth));
         collect(ranks, number, deadline + GRACE, outcomes, gone);
         worker.join().unwrap_or_default()
     });
@@ -427,7 +432,7 @@ fn finish(
 }
 
 /// Every other rank: register, then run the rounds rank 0 sends until it says the test is over.
-fn follow(opts: &Options, nccl: &dyn NcclGroup) -> Result<u8, CoordinatorError> {
+fn follow(opts: &Options, nccl: &dyn NcclGroup, auth: &Auth) -> Result<u8, CoordinatorError> {
     let addr = opts.launch.coordinator_addr();
     let stream = connect_until(
         &addr,
@@ -452,8 +457,12 @@ fn follow(opts: &Options, nccl: &dyn NcclGroup) -> Result<u8, CoordinatorError> 
                 let timeout = Duration::try_from_secs_f64(timeout_seconds)
                     .unwrap_or_else(|_| round_timeout(&opts.spec));
                 let deadline = Instant::now() + timeout;
-                let outcomes =
-                    run_round_blocking(assignments(round, groups, deadline), &opts.spec, nccl);
+                let outcomes = run_round_blocking(
+                    assignments(round, groups, deadline),
+                    &opts.spec,
+                    nccl,
+                    auth,
+                );
                 let msg = ToCoordinator::Outcomes { round, outcomes };
                 ctl.send(&msg, deadline + GRACE)?;
             }

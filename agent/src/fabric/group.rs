@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use gpuval_crds::fabric::{FabricKind, FabricOutcome, FabricSpec};
 
+use super::member_key::Auth;
 use super::rendezvous::{self, JoinFailure, local};
 use super::sim::VANISH_EXIT_CODE;
 use super::{Assignment, NcclGroup, group_env, tcp};
@@ -34,9 +35,15 @@ pub fn join_deadline(a: &Assignment, spec: &FabricSpec, now: Instant) -> Instant
     by_budget.min(now + MAX_JOIN)
 }
 
-/// Runs one group from this member's side (blocking). When `nccl` carries the simulator's
-/// `netfault=vanish`, the process exits here with [`VANISH_EXIT_CODE`] (test only).
-pub fn run_group(a: &Assignment, spec: &FabricSpec, nccl: &dyn NcclGroup) -> FabricOutcome {
+/// Runs one group from this member's side (blocking); members prove `auth`'s key at the
+/// rendezvous. When `nccl` carries the simulator's `netfault=vanish`, the process exits here
+/// with [`VANISH_EXIT_CODE`] (test only).
+pub fn run_group(
+    a: &Assignment,
+    spec: &FabricSpec,
+    nccl: &dyn NcclGroup,
+    auth: &Auth,
+) -> FabricOutcome {
     if nccl.planted_vanish() {
         tracing::error!(
             round = a.round,
@@ -64,7 +71,7 @@ pub fn run_group(a: &Assignment, spec: &FabricSpec, nccl: &dyn NcclGroup) -> Fab
         outcome.join_seconds = start.elapsed().as_secs_f64();
         return outcome;
     }
-    let mut joined = match rendezvous::join(a, join_deadline(a, spec, start)) {
+    let mut joined = match rendezvous::join(a, auth, join_deadline(a, spec, start)) {
         Ok(g) => g,
         Err(JoinFailure {
             error,
@@ -117,11 +124,12 @@ pub fn run_round_blocking(
     mut assignments: Vec<Assignment>,
     spec: &FabricSpec,
     nccl: &dyn NcclGroup,
+    auth: &Auth,
 ) -> Vec<FabricOutcome> {
     assignments.sort_by_key(|a| (a.round, a.group));
     assignments
         .iter()
-        .map(|a| run_group(a, spec, nccl))
+        .map(|a| run_group(a, spec, nccl, auth))
         .collect()
 }
 
@@ -131,10 +139,12 @@ pub async fn run_round(
     assignments: Vec<Assignment>,
     spec: FabricSpec,
     nccl: Arc<dyn NcclGroup>,
+    auth: Auth,
 ) -> Vec<FabricOutcome> {
     let ids: Vec<(i32, i32)> = assignments.iter().map(|a| (a.round, a.group)).collect();
-    let task =
-        tokio::task::spawn_blocking(move || run_round_blocking(assignments, &spec, nccl.as_ref()));
+    let task = tokio::task::spawn_blocking(move || {
+        run_round_blocking(assignments, &spec, nccl.as_ref(), &auth)
+    });
     match task.await {
         Ok(outcomes) => outcomes,
         Err(e) => ids

@@ -14,6 +14,7 @@
 pub mod coordinator;
 pub mod group;
 pub mod launch;
+pub mod member_key;
 pub mod nccl;
 pub mod ports;
 pub mod rendezvous;

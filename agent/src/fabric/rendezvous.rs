@@ -1,14 +1,24 @@
 //! The group join. The group's first node (the host) listens on the rendezvous port on every
 //! address and accepts; the other members connect (retrying with backoff: the host may still be
-//! busy with an earlier group), say hello in one JSON line, and wait for the host's answer: `go`
-//! once every member has joined, or `abort` at the join deadline naming the members that never
-//! came. After `go` the connections stay open as the group's control channel ([`Control`]).
+//! busy with an earlier group), read the host's [`Challenge`], say hello in one JSON line with
+//! a MAC over the challenge and the hello under the validation's key ([`member_key`]), and wait
+//! for the host's answer: `go` once every member has joined, or `abort` at the join deadline
+//! naming the members that never came. After `go` the connections stay open as the group's
+//! control channel ([`Control`]).
+//!
+//! The host greets each connection on a thread of its own with its own short deadline
+//! ([`HELLO_WAIT`]): a stranger that connects and says nothing, or says something wrong, is
+//! refused (and logged) without holding up the members.
 //!
 //! Everything here is blocking with deadlines: no call waits past the deadline it is given.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use gpuval_crds::fabric::{FabricError, FabricErrorKind};
@@ -16,11 +26,14 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::Assignment;
+use super::member_key::{self, Auth, HelloId};
 
 /// The longest a control message line may be (a hello, a figure, a 64-byte ping).
 const MAX_LINE: usize = 64 * 1024;
-/// The longest a host waits for an accepted connection's first line.
-const HELLO_WAIT: Duration = Duration::from_secs(5);
+/// The longest a host waits for an accepted connection's hello (each connection on its own).
+pub const HELLO_WAIT: Duration = Duration::from_secs(5);
+/// The most connections a host greets at once: more (a flood) are closed unread.
+const MAX_GREETING: usize = 64;
 /// Backoff between connection attempts of a member: first and largest.
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);
@@ -325,6 +338,10 @@ pub enum Greeting {
         rank: usize,
         round: i32,
         group: i32,
+        /// HMAC-SHA256 (hex), under the validation's key, of the host's challenge and the
+        /// fields above ([`member_key`]); absent where the member has no key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mac: Option<String>,
     },
     /// A data connection of a measurement (TCP streams), numbered from 0.
     Data {
@@ -335,6 +352,14 @@ pub enum Greeting {
     },
 }
 
+/// The first line the host sends on every connection of its rendezvous: fresh random bytes
+/// (hex) the member's MAC must cover, so that a MAC seen once is worthless on the next one.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Challenge {
+    pub challenge: String,
+}
+
 /// The host's answer to a hello.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -343,7 +368,8 @@ pub enum Answer {
     Go,
     /// The join deadline passed: these members never came.
     Abort { missing: Vec<String> },
-    /// The hello was not for this group (another round or group, or a wrong rank).
+    /// The hello was not for this group (another round or group, or a wrong rank), or did not
+    /// prove the validation's key.
     Reject { why: String },
 }
 
@@ -390,8 +416,9 @@ pub fn peer(message: String) -> FabricError {
 }
 
 /// Joins `a`'s group: hosts it (rank 0) or connects to its host, until `join_deadline`
-/// (members wait for the host's answer until `a.deadline`).
-pub fn join(a: &Assignment, join_deadline: Instant) -> Result<Group, JoinFailure> {
+/// (members wait for the host's answer until `a.deadline`). Members prove they hold `auth`'s
+/// key; the host admits only those who do.
+pub fn join(a: &Assignment, auth: &Auth, join_deadline: Instant) -> Result<Group, JoinFailure> {
     let start = Instant::now();
     let fail = |error: FabricError, missing: Vec<String>| JoinFailure {
         error,
@@ -403,9 +430,9 @@ pub fn join(a: &Assignment, join_deadline: Instant) -> Result<Group, JoinFailure
         return Err(fail(local(why), Vec::new()));
     }
     let link = if a.rank == 0 {
-        host(a, join_deadline).map_err(|(e, missing)| fail(e, missing))?
+        host(a, auth, join_deadline).map_err(|(e, missing)| fail(e, missing))?
     } else {
-        member(a, join_deadline).map_err(|e| fail(e, Vec::new()))?
+        member(a, auth, join_deadline).map_err(|e| fail(e, Vec::new()))?
     };
     Ok(Group {
         joined: super::Joined {
@@ -415,42 +442,28 @@ pub fn join(a: &Assignment, join_deadline: Instant) -> Result<Group, JoinFailure
     })
 }
 
-fn host(a: &Assignment, join_deadline: Instant) -> Result<Link, (FabricError, Vec<String>)> {
-    let listener = listen_on(&a.rendezvous).map_err(|e| {
+fn host(
+    a: &Assignment,
+    auth: &Auth,
+    join_deadline: Instant,
+) -> Result<Link, (FabricError, Vec<String>)> {
+    let hosting = |e: String| {
         let why = format!(
             "host the rendezvous of round {} group {}: {e}",
             a.round, a.group
         );
         (local(why), Vec::new())
-    })?;
-    let mut joined: Vec<Option<Control>> = (0..a.nodes.len()).map(|_| None).collect();
-    while joined.iter().skip(1).any(Option::is_none) {
-        let Some((stream, addr)) = accept_until(&listener, join_deadline) else {
-            break;
-        };
-        let Ok(mut ctl) = Control::new(stream, addr.to_string()) else {
-            continue;
-        };
-        let hello_deadline = (Instant::now() + HELLO_WAIT).min(a.deadline);
-        match ctl.recv::<Greeting>(hello_deadline) {
-            Ok(Greeting::Hello {
-                node,
-                rank,
-                round,
-                group,
-            }) => {
-                let why = check_hello(a, &node, rank, round, group);
-                if let Some(why) = why {
-                    tracing::warn!(peer = %addr, %why, "rendezvous: hello refused");
-                    let _ = ctl.send(&Answer::Reject { why }, hello_deadline);
-                    continue;
-                }
-                joined[rank] = Some(ctl);
-            }
-            Ok(other) => tracing::warn!(peer = %addr, ?other, "rendezvous: not a hello, closed"),
-            Err(e) => tracing::warn!(peer = %addr, error = %e, "rendezvous: no hello, closed"),
-        }
+    };
+    let listener = listen_on(&a.rendezvous).map_err(|e| hosting(e.to_string()))?;
+    if let Auth::Open { why } = auth {
+        tracing::warn!(
+            round = a.round,
+            group = a.group,
+            %why,
+            "rendezvous: members are not authenticated (no key): anyone who reaches the port may join"
+        );
     }
+    let joined = gather(&listener, a, auth, join_deadline).map_err(hosting)?;
     let missing: Vec<String> = joined
         .iter()
         .enumerate()
@@ -484,6 +497,181 @@ fn host(a: &Assignment, join_deadline: Instant) -> Result<Link, (FabricError, Ve
     Ok(Link::Host { listener, members })
 }
 
+/// What wakes the host's accept loop.
+enum Event {
+    /// A connection waits to be accepted.
+    Acceptable,
+    /// A greeting thread has a member for the loop.
+    Woken,
+    /// The join deadline passed.
+    Deadline,
+}
+
+/// Waits until `listener` has a connection, `waker` has bytes, or `deadline`.
+fn wait_event(listener: &TcpListener, waker: &UnixStream, deadline: Instant) -> Event {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Event::Deadline;
+        }
+        let mut fds = [listener.as_raw_fd(), waker.as_raw_fd()].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: `fds` is an array of two valid pollfds that outlives the call, and the count
+        // passed is its length.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n > 0 {
+            return if fds[1].revents != 0 {
+                Event::Woken
+            } else {
+                Event::Acceptable
+            };
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return Event::Deadline;
+        }
+    }
+}
+
+/// Accepts connections until every member has joined or `join_deadline`. Each connection is
+/// greeted on a thread of its own ([`greet`]), which hands a member that proved itself to this
+/// loop and wakes it; a connection that says nothing holds up only its own thread, which gives
+/// up at its own deadline. The joined members' connections by rank (rank 0, the host, None).
+fn gather(
+    listener: &TcpListener,
+    a: &Assignment,
+    auth: &Auth,
+    join_deadline: Instant,
+) -> Result<Vec<Option<Control>>, String> {
+    let (tx, rx) = mpsc::channel::<(usize, Control)>();
+    let (mut wake_rx, wake_tx) =
+        UnixStream::pair().map_err(|e| format!("make the greeting threads' waker: {e}"))?;
+    wake_rx
+        .set_nonblocking(true)
+        .and_then(|()| wake_tx.set_nonblocking(true))
+        .map_err(|e| format!("make the greeting threads' waker non-blocking: {e}"))?;
+    let assignment = Arc::new(a.clone());
+    let greeting = Arc::new(AtomicUsize::new(0));
+    let mut joined: Vec<Option<Control>> = (0..a.nodes.len()).map(|_| None).collect();
+    loop {
+        for (rank, ctl) in rx.try_iter() {
+            // A member that connected again replaces its earlier connection.
+            joined[rank] = Some(ctl);
+        }
+        if joined.iter().skip(1).all(Option::is_some) {
+            break;
+        }
+        match wait_event(listener, &wake_rx, join_deadline) {
+            Event::Deadline => break,
+            Event::Woken => {
+                // Only the wake-up matters, not its bytes.
+                let _ = wake_rx.read(&mut [0u8; 64]);
+            }
+            Event::Acceptable => {
+                let Ok((stream, addr)) = listener.accept() else {
+                    continue;
+                };
+                if greeting.load(Ordering::SeqCst) >= MAX_GREETING {
+                    tracing::warn!(peer = %addr, "rendezvous: too many connections at once, closed unread");
+                    continue;
+                }
+                let Ok(waker) = wake_tx.try_clone() else {
+                    continue;
+                };
+                let (a, auth, tx) = (assignment.clone(), auth.clone(), tx.clone());
+                let count = greeting.clone();
+                count.fetch_add(1, Ordering::SeqCst);
+                let spawned = std::thread::Builder::new()
+                    .name("rendezvous-hello".into())
+                    .spawn(move || {
+                        if let Some(member) = greet(stream, addr, &a, &auth) {
+                            // The loop may be over (deadline): the connection then closes.
+                            if tx.send(member).is_ok() {
+                                let _ = (&waker).write(&[1]);
+                            }
+                        }
+                        count.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if let Err(e) = spawned {
+                    greeting.fetch_sub(1, Ordering::SeqCst);
+                    tracing::warn!(peer = %addr, error = %e, "rendezvous: no thread to greet a connection, closed");
+                }
+            }
+        }
+    }
+    for (rank, ctl) in rx.try_iter() {
+        joined[rank] = Some(ctl);
+    }
+    Ok(joined)
+}
+
+/// One connection of the rendezvous, on a thread of its own: a fresh challenge, the hello (by
+/// [`HELLO_WAIT`]), its MAC and its place in the group. The member's rank and connection when
+/// all hold; otherwise None, the reason logged (and, for a refused hello, sent back).
+fn greet(
+    stream: TcpStream,
+    addr: SocketAddr,
+    a: &Assignment,
+    auth: &Auth,
+) -> Option<(usize, Control)> {
+    let deadline = (Instant::now() + HELLO_WAIT).min(a.deadline);
+    let mut ctl = Control::new(stream, addr.to_string()).ok()?;
+    let challenge = match member_key::challenge() {
+        Ok(c) => c,
+        Err(why) => {
+            tracing::warn!(peer = %addr, %why, "rendezvous: no challenge, closed");
+            return None;
+        }
+    };
+    let sent = ctl.send(
+        &Challenge {
+            challenge: challenge.clone(),
+        },
+        deadline,
+    );
+    if let Err(e) = sent {
+        tracing::warn!(peer = %addr, error = %e, "rendezvous: challenge not sent, closed");
+        return None;
+    }
+    let (node, rank, round, group, mac) = match ctl.recv::<Greeting>(deadline) {
+        Ok(Greeting::Hello {
+            node,
+            rank,
+            round,
+            group,
+            mac,
+        }) => (node, rank, round, group, mac),
+        Ok(other) => {
+            tracing::warn!(peer = %addr, ?other, "rendezvous: not a hello, closed");
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(peer = %addr, error = %e, "rendezvous: no hello, closed");
+            return None;
+        }
+    };
+    let id = HelloId {
+        node: &node,
+        rank,
+        round,
+        group,
+    };
+    // The key first: a stranger learns nothing about the group.
+    let refused = auth
+        .verify(&challenge, id, mac.as_deref())
+        .err()
+        .or_else(|| check_hello(a, &node, rank, round, group));
+    if let Some(why) = refused {
+        tracing::warn!(peer = %addr, %node, rank, %why, "rendezvous: hello refused");
+        let _ = ctl.send(&Answer::Reject { why }, deadline);
+        return None;
+    }
+    Some((rank, ctl))
+}
+
 fn check_hello(a: &Assignment, node: &str, rank: usize, round: i32, group: i32) -> Option<String> {
     if round != a.round || group != a.group {
         return Some(format!(
@@ -497,19 +685,28 @@ fn check_hello(a: &Assignment, node: &str, rank: usize, round: i32, group: i32) 
     None
 }
 
-fn member(a: &Assignment, join_deadline: Instant) -> Result<Link, FabricError> {
+fn member(a: &Assignment, auth: &Auth, join_deadline: Instant) -> Result<Link, FabricError> {
     let host_name = &a.nodes[0];
     let stream = connect_until(&a.rendezvous, "connect to the rendezvous", join_deadline)
         .map_err(|e| peer(format!("host {host_name}: {e}")))?;
     let mut ctl = Control::new(stream, a.rendezvous.clone())
         .map_err(|e| local(format!("rendezvous with {host_name}: {e}")))?;
-    let hello = Greeting::Hello {
-        node: a.nodes[a.rank].clone(),
+    let talk = |e: NetError| peer(format!("rendezvous with host {host_name}: {e}"));
+    let Challenge { challenge } = ctl.recv(a.deadline).map_err(talk)?;
+    let node = &a.nodes[a.rank];
+    let id = HelloId {
+        node,
         rank: a.rank,
         round: a.round,
         group: a.group,
     };
-    let talk = |e: NetError| peer(format!("rendezvous with host {host_name}: {e}"));
+    let hello = Greeting::Hello {
+        node: node.clone(),
+        rank: a.rank,
+        round: a.round,
+        group: a.group,
+        mac: auth.mac(&challenge, id),
+    };
     ctl.send(&hello, a.deadline).map_err(talk)?;
     match ctl.recv::<Answer>(a.deadline).map_err(talk)? {
         Answer::Go => Ok(Link::Member { host: ctl }),

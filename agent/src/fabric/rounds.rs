@@ -16,6 +16,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 
+use super::member_key::{Auth, KeyError};
 use super::{Assignment, NcclGroup};
 
 /// Why the agent left the fabric test.
@@ -93,11 +94,13 @@ pub fn selector(validation: &str, generation: i64) -> String {
     )
 }
 
-/// Takes part until the end round, the `deadline`, or the watch failing for good.
+/// Takes part until the end round, the `deadline`, or the watch failing for good. Groups are
+/// joined with `auth`'s key; without a usable key (its error), each group assigned to this
+/// node ends at once with that error (a `Local` one: this node's), so the operator reads why.
 pub async fn take_part(
     m: &Member<'_>,
     spec: &FabricSpec,
-    nccl: std::sync::Arc<dyn NcclGroup>,
+    (nccl, auth): (std::sync::Arc<dyn NcclGroup>, Result<Auth, KeyError>),
     deadline: Instant,
 ) -> Left {
     let api: Api<GpuFabricRound> = Api::namespaced(m.client.clone(), m.namespace);
@@ -139,7 +142,12 @@ pub async fn take_part(
                 continue;
             }
             tracing::info!(round = r.round, purpose = %r.purpose, groups = mine.len(), "fabric round");
-            let got = super::group::run_round(mine, spec.clone(), nccl.clone()).await;
+            let got = match &auth {
+                Ok(auth) => {
+                    super::group::run_round(mine, spec.clone(), nccl.clone(), auth.clone()).await
+                }
+                Err(e) => without_key(&mine, e),
+            };
             outcomes.extend(got);
             // The ports first: the operator concludes on outcomes, and finds the ports as they
             // were after this node's last round.
@@ -149,6 +157,19 @@ pub async fn take_part(
             }
         }
     }
+}
+
+/// The outcomes of groups this node cannot join for want of a key: each names the key's error.
+fn without_key(mine: &[Assignment], e: &KeyError) -> Vec<FabricOutcome> {
+    tracing::error!(error = %e, groups = mine.len(), "fabric groups not joined: no rendezvous key");
+    mine.iter()
+        .map(|a| FabricOutcome {
+            round: a.round,
+            group: a.group,
+            error: Some(super::rendezvous::local(e.to_string())),
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// The parts of rounds seen so far (a round too large for one object comes in several).
@@ -304,6 +325,23 @@ mod tests {
             "{left:?}"
         );
         assert!(assignments(&round(), "z", now, deadline).is_empty());
+    }
+
+    #[test]
+    fn a_pod_without_a_key_ends_each_of_its_groups_as_its_own_error_naming_the_key() {
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        let now = Timestamp::from_second(1_790_000_010).unwrap();
+        let mine = assignments(&round(), "c", now, deadline);
+        let out = without_key(&mine, &KeyError::NotGiven);
+        assert_eq!(
+            out.iter().map(|o| (o.round, o.group)).collect::<Vec<_>>(),
+            vec![(2, 0), (2, 1)]
+        );
+        for o in &out {
+            let e = o.error.as_ref().expect("an error");
+            assert_eq!(e.kind, gpuval_crds::fabric::FabricErrorKind::Local, "{e:?}");
+            assert!(e.message.contains("GPUVAL_FABRIC_KEY_FILE"), "{e:?}");
+        }
     }
 
     #[test]

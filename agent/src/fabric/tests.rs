@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use gpuval_crds::fabric::{FabricError, FabricErrorKind, FabricKind, FabricOutcome, FabricSpec};
 
 use super::group::run_group;
+use super::member_key::{Auth, HelloId};
 use super::rendezvous::{self, Link};
 use super::sim::{NetFault, SimNccl};
 use super::{Assignment, NcclGroup};
@@ -36,6 +37,11 @@ fn assignments(kind: FabricKind, n: usize, deadline: Duration) -> Vec<Assignment
         .collect()
 }
 
+/// The validation's key, as every member of these tests holds it.
+fn key() -> Auth {
+    Auth::from_bytes(&[42; super::member_key::KEY_BYTES])
+}
+
 fn spec(tcp_secs: u64) -> FabricSpec {
     // As a validation would carry it, the API's defaults filled in.
     let value = serde_json::json!({
@@ -50,7 +56,7 @@ fn run_all(assigned: Vec<(Assignment, SimNccl)>, spec: &FabricSpec) -> Vec<Fabri
     std::thread::scope(|s| {
         let handles: Vec<_> = assigned
             .iter()
-            .map(|(a, n)| s.spawn(move || run_group(a, spec, n as &dyn NcclGroup)))
+            .map(|(a, n)| s.spawn(move || run_group(a, spec, n as &dyn NcclGroup, &key())))
             .collect();
         handles
             .into_iter()
@@ -74,7 +80,7 @@ fn every_member_joins_and_the_host_says_go() {
     let groups: Vec<_> = std::thread::scope(|s| {
         let hs: Vec<_> = a
             .iter()
-            .map(|a| s.spawn(move || rendezvous::join(a, join_by)))
+            .map(|a| s.spawn(move || rendezvous::join(a, &key(), join_by)))
             .collect();
         hs.into_iter().map(|h| h.join().expect("thread")).collect()
     });
@@ -96,8 +102,8 @@ fn a_member_that_never_joins_is_named_by_the_host_within_the_join_deadline() {
     let join_by = started + Duration::from_millis(1500);
     // n2 never comes.
     let (host, member) = std::thread::scope(|s| {
-        let h = s.spawn(|| rendezvous::join(&a[0], join_by));
-        let m = s.spawn(|| rendezvous::join(&a[1], join_by));
+        let h = s.spawn(|| rendezvous::join(&a[0], &key(), join_by));
+        let m = s.spawn(|| rendezvous::join(&a[1], &key(), join_by));
         (h.join().expect("host"), m.join().expect("member"))
     });
     let host = host.expect_err("the host cannot go");
@@ -121,8 +127,8 @@ fn a_member_that_never_joins_is_named_by_the_host_within_the_join_deadline() {
 fn a_member_whose_host_never_listens_fails_as_peer_by_its_join_deadline() {
     let a = assignments(FabricKind::Tcp, 2, Duration::from_secs(20));
     let started = Instant::now();
-    let e =
-        rendezvous::join(&a[1], started + Duration::from_millis(800)).expect_err("nobody listens");
+    let e = rendezvous::join(&a[1], &key(), started + Duration::from_millis(800))
+        .expect_err("nobody listens");
     assert_eq!(e.error.kind, FabricErrorKind::Peer);
     assert!(e.error.message.contains(&a[1].rendezvous), "{:?}", e.error);
     assert!(started.elapsed() < Duration::from_secs(4));
@@ -135,13 +141,119 @@ fn a_hello_for_another_round_is_refused() {
     stale.round = 0;
     let join_by = Instant::now() + Duration::from_millis(1500);
     let (host, member) = std::thread::scope(|s| {
-        let h = s.spawn(|| rendezvous::join(&a[0], join_by));
-        let m = s.spawn(|| rendezvous::join(&stale, join_by));
+        let h = s.spawn(|| rendezvous::join(&a[0], &key(), join_by));
+        let m = s.spawn(|| rendezvous::join(&stale, &key(), join_by));
         (h.join().expect("host"), m.join().expect("member"))
     });
     let m = member.expect_err("refused");
     assert!(m.error.message.contains("refused"), "{:?}", m.error);
     assert_eq!(host.expect_err("n1 never joined").missing, vec!["n1"]);
+}
+
+/// A connection to `a`'s rendezvous as a stranger (or a replaying eavesdropper) would make:
+/// connected, greeted, and the host's challenge read.
+fn greeted(a: &Assignment) -> (rendezvous::Control, String) {
+    let by = Instant::now() + Duration::from_secs(10);
+    let s = rendezvous::connect_until(&a.rendezvous, "connect to", by).expect("the host listens");
+    let mut ctl = rendezvous::Control::new(s, a.rendezvous.clone()).expect("a connection");
+    let rendezvous::Challenge { challenge } = ctl.recv(by).expect("the host's challenge");
+    (ctl, challenge)
+}
+
+fn hello(a: &Assignment, mac: Option<String>) -> rendezvous::Greeting {
+    rendezvous::Greeting::Hello {
+        node: a.nodes[a.rank].clone(),
+        rank: a.rank,
+        round: a.round,
+        group: a.group,
+        mac,
+    }
+}
+
+fn id(a: &Assignment) -> HelloId<'_> {
+    HelloId {
+        node: &a.nodes[a.rank],
+        rank: a.rank,
+        round: a.round,
+        group: a.group,
+    }
+}
+
+#[test]
+fn a_member_with_the_key_joins_and_one_without_it_or_with_another_is_refused() {
+    for (member_auth, why) in [
+        (Auth::from_bytes(&[7; 32]), "MAC is wrong"),
+        (Auth::open("a stranger"), "no MAC"),
+    ] {
+        let a = assignments(FabricKind::Tcp, 2, Duration::from_secs(10));
+        let join_by = Instant::now() + Duration::from_millis(1500);
+        let (host, member) = std::thread::scope(|s| {
+            let h = s.spawn(|| rendezvous::join(&a[0], &key(), join_by));
+            let m = s.spawn(|| rendezvous::join(&a[1], &member_auth, join_by));
+            (h.join().expect("host"), m.join().expect("member"))
+        });
+        let m = member.expect_err("refused");
+        assert!(
+            m.error.message.contains("refused") && m.error.message.contains(why),
+            "{why}: {:?}",
+            m.error
+        );
+        assert_eq!(
+            host.expect_err("n1 never proved itself").missing,
+            vec!["n1"]
+        );
+    }
+}
+
+#[test]
+fn a_mac_replayed_from_another_challenge_is_refused() {
+    let a = assignments(FabricKind::Tcp, 2, Duration::from_secs(10));
+    let join_by = Instant::now() + Duration::from_secs(8);
+    std::thread::scope(|s| {
+        let host = s.spawn(|| rendezvous::join(&a[0], &key(), join_by));
+        // An eavesdropper saw n1's MAC for one challenge and offers it on its own connection.
+        let (_seen, first) = greeted(&a[1]);
+        let seen_mac = key().mac(&first, id(&a[1]));
+        let (mut replay, second) = greeted(&a[1]);
+        assert_ne!(first, second, "every connection gets a fresh challenge");
+        replay.send(&hello(&a[1], seen_mac), join_by).expect("sent");
+        match replay
+            .recv::<rendezvous::Answer>(join_by)
+            .expect("an answer")
+        {
+            rendezvous::Answer::Reject { why } => assert!(why.contains("MAC is wrong"), "{why}"),
+            other => panic!("a replayed MAC was answered {other:?}"),
+        }
+        // The real n1 still joins.
+        let member = rendezvous::join(&a[1], &key(), join_by).expect("n1 joins");
+        assert!(matches!(member.link, Link::Member { .. }));
+        host.join().expect("host").expect("the group goes");
+    });
+}
+
+#[test]
+fn a_silent_stranger_does_not_hold_up_the_group() {
+    let a = assignments(FabricKind::Nccl, 3, Duration::from_secs(30));
+    let join_by = Instant::now() + Duration::from_secs(20);
+    std::thread::scope(|s| {
+        let host = s.spawn(|| rendezvous::join(&a[0], &key(), join_by));
+        // Greeted first, it never says hello: the host must not wait out its hello deadline
+        // before it reads the members.
+        let (_stranger, _) = greeted(&a[1]);
+        let members: Vec<_> = a[1..]
+            .iter()
+            .map(|m| s.spawn(move || rendezvous::join(m, &key(), join_by)))
+            .collect();
+        let host = host.join().expect("host").expect("the group goes");
+        assert!(
+            host.joined.join_seconds < rendezvous::HELLO_WAIT.as_secs_f64(),
+            "the host waited {} s: the stranger held it up",
+            host.joined.join_seconds
+        );
+        for m in members {
+            m.join().expect("member").expect("joined");
+        }
+    });
 }
 
 #[test]
@@ -172,7 +284,7 @@ fn tcp_pair_measures_both_directions_and_the_round_trip_on_loopback() {
 fn tcp_host_whose_partner_never_comes_reports_it_missing_before_the_deadline() {
     let a = assignments(FabricKind::Tcp, 2, Duration::from_secs(3));
     let deadline = a[0].deadline;
-    let o = run_group(&a[0], &spec(1), &healthy());
+    let o = run_group(&a[0], &spec(1), &healthy(), &key());
     assert!(Instant::now() <= deadline + Duration::from_millis(200));
     assert_eq!(o.missing, vec!["n1".to_string()]);
     assert_eq!(o.error.map(|e| e.kind), Some(FabricErrorKind::Peer));
@@ -291,7 +403,7 @@ async fn a_round_runs_each_nodes_groups_in_id_order() {
     let rounds = (0..2).map(|rank| {
         let mine = vec![tcp[rank].clone(), nccl[rank].clone()];
         let nccl: std::sync::Arc<dyn NcclGroup> = std::sync::Arc::new(healthy());
-        super::group::run_round(mine, spec.clone(), nccl)
+        super::group::run_round(mine, spec.clone(), nccl, key())
     });
     let all: Vec<Vec<FabricOutcome>> = futures_join(rounds.collect()).await;
     for outcomes in &all {
@@ -391,7 +503,7 @@ fn run_watched(
             .map(|a| {
                 let work = &work;
                 s.spawn(move || {
-                    let mut g = super::rendezvous::join(a, join_by).expect("joined");
+                    let mut g = super::rendezvous::join(a, &key(), join_by).expect("joined");
                     super::watch::together(a, &mut g.link, |stop| work(a.rank, stop))
                 })
             })

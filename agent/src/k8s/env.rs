@@ -57,6 +57,9 @@ pub struct AgentEnv {
     /// `GPUVAL_ALLOW_SHARED_GPUS=true`: the administrator allows processes that are not the
     /// agent's on the GPUs (a Warn, not a Fail).
     pub allow_shared_gpus: bool,
+    /// The validation's fabric rendezvous key (`GPUVAL_FABRIC_KEY_FILE`: the operator mounts
+    /// its Secret there in fabric agent pods); None when the pod names none.
+    pub fabric_key_file: Option<PathBuf>,
 }
 
 impl AgentEnv {
@@ -128,6 +131,7 @@ impl AgentEnv {
         let io_dir = optional(agent_env::IO_DIR).map(PathBuf::from);
         let state_dir = optional(agent_env::STATE_DIR).map(PathBuf::from);
         let pod_uid = optional(agent_env::POD_UID);
+        let fabric_key_file = optional(agent_env::FABRIC_KEY_FILE).map(PathBuf::from);
         let allow_shared_gpus = optional(agent_env::ALLOW_SHARED_GPUS)
             .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
 
@@ -148,6 +152,7 @@ impl AgentEnv {
             state_dir,
             expected_gpus,
             allow_shared_gpus,
+            fabric_key_file,
         })
     }
 }

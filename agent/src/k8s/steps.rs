@@ -140,8 +140,11 @@ pub(super) async fn stay_for_fabric(
         field_manager: field_manager(&env.node),
     };
     let nccl = crate::fabric::group_runner(&env.backend, report);
+    // In a pod the rendezvous needs the validation's key: without it, no group is joined.
+    let auth = crate::fabric::member_key::from_env(env.fabric_key_file.as_deref(), true);
     let left =
-        crate::fabric::rounds::take_part(&member, spec, nccl, run_deadline(validation)).await;
+        crate::fabric::rounds::take_part(&member, spec, (nccl, auth), run_deadline(validation))
+            .await;
     tracing::info!(?left, "left the fabric test");
 }
 

@@ -240,7 +240,7 @@ fn result_object_json_shape() {
         "apiVersion": "gpuval.io/v1alpha1",
         "kind": "GpuNodeResult",
         "metadata": {
-            "name": "quick-gpu-node-1",
+            "name": "quick-gpu-node-1-5",
             "namespace": "gpuval-system",
             "labels": {
                 "app.kubernetes.io/managed-by": "gpuval-operator",
