@@ -56,6 +56,17 @@ async fn run(
     faults: &[(usize, &str)],
     port: u16,
 ) -> (Cluster, GpuValidation, OperatorHandle) {
+    run_spec(name, n, faults, port, spec()).await
+}
+
+/// As [`run`], with the validation's spec given.
+async fn run_spec(
+    name: &str,
+    n: usize,
+    faults: &[(usize, &str)],
+    port: u16,
+    spec: Value,
+) -> (Cluster, GpuValidation, OperatorHandle) {
     let nodes = names(n);
     let c = Cluster::start(NS, &nodes, 2).await;
     for (i, fault) in faults {
@@ -65,7 +76,7 @@ async fn run(
     let mut cfg = test_config(NS, SIM);
     cfg.fabric.port = port;
     let op = OperatorHandle::start(c.client.clone(), cfg);
-    c.apply(name, spec()).await;
+    c.apply(name, spec).await;
     let gv = c.wait_terminal(name, 240).await;
     (c, gv, op)
 }
@@ -274,4 +285,36 @@ async fn the_fabric_key_is_the_validation_s_own_mounted_only_in_its_pods_and_goe
         .await
         .expect("the key Secret goes with its validation within 60 s")
         .expect("watch");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_slow_on_one_rail_is_named_with_that_rail_and_no_other() {
+    let mut railed = spec();
+    railed["fabric"]["nccl"]["rails"] = json!(["mlx5_0", "mlx5_1"]);
+    let faults = [(2, "railnet=mlx5_1@120")];
+    let (c, gv, _op) = run_spec("fabric-rails", 6, &faults, 31800, railed).await;
+    let s = gv.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(Phase::Failed), "{s:?}");
+    assert_eq!(fabric(&gv).failed_nodes, vec!["gpu-02".to_string()]);
+    let (verdict, msg) = node_line(&gv, "gpu-02").expect("gpu-02 listed");
+    assert_eq!(verdict, NodeVerdict::Failed);
+    assert!(msg.starts_with("fabric: rail mlx5_1: in "), "{msg}");
+    assert_eq!(
+        s.summary.as_ref().unwrap().failed,
+        1,
+        "no other node blamed"
+    );
+    // Round 1 screened both rails at once; the agents ran each group on its rail.
+    let r = rounds(&c).await;
+    let first: Vec<Option<String>> = r[0]
+        .spec
+        .groups
+        .iter()
+        .filter(|g| g.kind == gpuval_crds::fabric::FabricKind::Nccl)
+        .map(|g| g.rail.clone())
+        .collect();
+    assert_eq!(
+        first,
+        [Some("mlx5_0".to_string()), Some("mlx5_1".to_string())]
+    );
 }
