@@ -2,7 +2,6 @@
 //! abort fails and records events on every buffer; the sweep uses raw device pointers).
 
 use std::ffi::CStr;
-use std::time::{Duration, Instant};
 
 use cudarc::nccl::sys;
 use gpuval_crds::{Collective, NcclDtype};
@@ -72,95 +71,10 @@ pub fn unique_id() -> Result<sys::ncclUniqueId, NcclCallError> {
 
 /// `ncclGetVersion` as `2.28.3`.
 pub fn version() -> Option<String> {
-    version_code().map(format_version)
-}
-
-/// `ncclGetVersion`'s code (`22803` for 2.28.3).
-fn version_code() -> Option<i32> {
     let mut code = 0;
     // SAFETY: writes one int.
     let r = unsafe { sys::ncclGetVersion(&mut code) };
-    (r == sys::ncclResult_t::ncclSuccess).then_some(code)
-}
-
-/// `NCCL_CONFIG_UNDEF_INT`: a field NCCL fills with its default.
-const UNDEF_INT: i32 = i32::MIN;
-/// `NCCL_CONFIG_INITIALIZER`'s magic.
-const CONFIG_MAGIC: u32 = 0xcafe_beef;
-/// The longest pause between two polls of a non-blocking communicator.
-const READY_POLL: Duration = Duration::from_millis(10);
-
-/// `NCCL_CONFIG_INITIALIZER` as the loaded library (`version`, its `ncclGetVersion` code)
-/// would write it, with `blocking = 0`: every other field unset, so NCCL keeps its defaults.
-fn nonblocking_config(version: i32) -> sys::ncclConfig_t {
-    sys::ncclConfig_t {
-        size: std::mem::size_of::<sys::ncclConfig_t>(),
-        magic: CONFIG_MAGIC,
-        version: u32::try_from(version).unwrap_or(0),
-        blocking: 0,
-        cgaClusterSize: UNDEF_INT,
-        minCTAs: UNDEF_INT,
-        maxCTAs: UNDEF_INT,
-        netName: std::ptr::null(),
-        splitShare: UNDEF_INT,
-        trafficClass: UNDEF_INT,
-        commName: std::ptr::null(),
-        collnetEnable: UNDEF_INT,
-        CTAPolicy: UNDEF_INT,
-        shrinkShare: UNDEF_INT,
-        nvlsCTAs: UNDEF_INT,
-        nChannelsPerNetPeer: UNDEF_INT,
-        nvlinkCentricSched: UNDEF_INT,
-        graphUsageMode: UNDEF_INT,
-        numRmaCtx: UNDEF_INT,
-        maxP2pPeers: UNDEF_INT,
-    }
-}
-
-/// What one look at a non-blocking communicator found.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Readiness {
-    Ready,
-    InProgress,
-    Failed(String),
-}
-
-/// How waiting for a non-blocking communicator ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Waited {
-    Ready,
-    Failed(String),
-    /// Not ready by the deadline.
-    TimedOut,
-    /// `interrupted` said to give up (another rank failed, the run was stopped).
-    Interrupted,
-}
-
-/// Looks at `look` until the communicator is ready or failed, `interrupted` says to give up,
-/// or `now` reaches `deadline`; `pause` waits between looks, never past the deadline. The
-/// clock and the pause are parameters, so that the deadline logic is tested without waiting.
-pub fn wait_ready(
-    deadline: Instant,
-    mut look: impl FnMut() -> Readiness,
-    mut interrupted: impl FnMut() -> bool,
-    now: impl Fn() -> Instant,
-    mut pause: impl FnMut(Duration),
-) -> Waited {
-    loop {
-        match look() {
-            Readiness::Ready => return Waited::Ready,
-            Readiness::Failed(e) => return Waited::Failed(e),
-            Readiness::InProgress => {}
-        }
-        if interrupted() {
-            return Waited::Interrupted;
-        }
-        let left = deadline.saturating_duration_since(now());
-        if left.is_zero() {
-            return Waited::TimedOut;
-        }
-        pause(left.min(READY_POLL));
-    }
+    (r == sys::ncclResult_t::ncclSuccess).then(|| format_version(code))
 }
 
 /// NCCL's version code as text: `major×10000 + minor×100 + patch` from 2.9 on, `major×1000
@@ -184,9 +98,6 @@ fn data_type(d: NcclDtype) -> sys::ncclDataType_t {
 pub struct Comm {
     raw: sys::ncclComm_t,
     rank: u32,
-    /// Made non-blocking ([`Comm::init_within`]): a call may answer `ncclInProgress`, and the
-    /// next waits (at most this long) until the communicator is ready again.
-    settle: Option<Duration>,
 }
 
 // SAFETY: an NCCL communicator may be used from any one thread at a time; each rank's thread
@@ -215,108 +126,7 @@ impl Comm {
             "ncclCommInitRank",
             std::ptr::null_mut(),
         )?;
-        Ok(Self {
-            raw,
-            rank,
-            settle: None,
-        })
-    }
-
-    /// [`Comm::init`] that gives up after `timeout`: a non-blocking `ncclCommInitRankConfig`,
-    /// then `ncclCommGetAsyncError` until the communicator is ready, it fails, `interrupted`
-    /// says to give up, or the timeout passes; a communicator not ready then is aborted. Later
-    /// calls on it that answer `ncclInProgress` wait for it up to `timeout` again.
-    pub fn init_within(
-        ranks: u32,
-        id: sys::ncclUniqueId,
-        rank: u32,
-        timeout: Duration,
-        interrupted: impl FnMut() -> bool,
-    ) -> Result<Self, NcclCallError> {
-        const CALL: &str = "ncclCommInitRankConfig";
-        let deadline = Instant::now() + timeout;
-        let mut config = nonblocking_config(version_code().unwrap_or(0));
-        let mut raw: sys::ncclComm_t = std::ptr::null_mut();
-        let (n, r) = (
-            i32::try_from(ranks).unwrap_or(i32::MAX),
-            i32::try_from(rank).unwrap_or(0),
-        );
-        // SAFETY: raw receives the new communicator; id is the shared unique id; config is a
-        // valid ncclConfig_t that outlives the call.
-        let started = unsafe { sys::ncclCommInitRankConfig(&mut raw, n, id, r, &mut config) };
-        // Owned from here: dropped (aborted) on every error path.
-        let comm = Self {
-            raw,
-            rank,
-            settle: Some(timeout),
-        };
-        if started != sys::ncclResult_t::ncclInProgress {
-            check(started, CALL, raw)?;
-        }
-        let waited = wait_ready(
-            deadline,
-            || comm.readiness(),
-            interrupted,
-            Instant::now,
-            std::thread::sleep,
-        );
-        let message = match waited {
-            Waited::Ready => return Ok(comm),
-            Waited::Failed(e) => e,
-            Waited::TimedOut => format!(
-                "the communicator of {ranks} ranks was not ready within {:.0}s (a rank that \
-                 never joined, or a network that does not connect); it was aborted",
-                timeout.as_secs_f64()
-            ),
-            Waited::Interrupted => {
-                "another rank failed before the communicator was ready; it was aborted".into()
-            }
-        };
-        Err(NcclCallError {
-            call: CALL,
-            message,
-        })
-    }
-
-    fn readiness(&self) -> Readiness {
-        let mut state = sys::ncclResult_t::ncclSuccess;
-        // SAFETY: queries the live communicator.
-        let r = unsafe { sys::ncclCommGetAsyncError(self.raw, &mut state) };
-        match (r, state) {
-            (sys::ncclResult_t::ncclSuccess, sys::ncclResult_t::ncclSuccess) => Readiness::Ready,
-            (sys::ncclResult_t::ncclSuccess, sys::ncclResult_t::ncclInProgress) => {
-                Readiness::InProgress
-            }
-            (sys::ncclResult_t::ncclSuccess, bad) | (bad, _) => {
-                Readiness::Failed(error_text(bad, self.raw))
-            }
-        }
-    }
-
-    /// [`check`] for a call on this communicator: on a non-blocking one, `ncclInProgress`
-    /// waits until the communicator is ready again (NCCL asks that before the next call).
-    fn settled(&self, r: sys::ncclResult_t, call: &'static str) -> Result<(), NcclCallError> {
-        let Some(limit) = self
-            .settle
-            .filter(|_| r == sys::ncclResult_t::ncclInProgress)
-        else {
-            return check(r, call, self.raw);
-        };
-        let waited = wait_ready(
-            Instant::now() + limit,
-            || self.readiness(),
-            || false,
-            Instant::now,
-            std::thread::sleep,
-        );
-        let message = match waited {
-            Waited::Ready => return Ok(()),
-            Waited::Failed(e) => e,
-            Waited::TimedOut | Waited::Interrupted => {
-                format!("still in progress after {:.0}s", limit.as_secs_f64())
-            }
-        };
-        Err(NcclCallError { call, message })
+        Ok(Self { raw, rank })
     }
 
     /// An error NCCL found while collectives ran (a peer failed, a network error), if any.
@@ -380,7 +190,7 @@ impl Comm {
             ),
             Collective::AllToAll => return self.all_to_all(layout, send, recv, dt, stream),
         };
-        self.settled(r, call)
+        check(r, call, self.raw)
     }
 
     /// All-to-all as grouped sends and receives, one pair per peer (as nccl-tests does).
@@ -415,18 +225,19 @@ impl Comm {
             queued = queued.and(sent).and(got);
         }
         // SAFETY: closes the group opened above, on every path.
-        let ended = self.settled(unsafe { sys::ncclGroupEnd() }, "ncclGroupEnd");
+        let ended = check(unsafe { sys::ncclGroupEnd() }, "ncclGroupEnd", self.raw);
         queued.and(ended)
     }
 
     /// Finalizes and destroys the communicator (after its work is done).
     pub fn destroy(mut self) -> Result<(), NcclCallError> {
-        // SAFETY: the communicator is live and owned; a non-blocking one is waited for.
-        let finalized = self.settled(
-            unsafe { sys::ncclCommFinalize(self.raw) },
-            "ncclCommFinalize",
-        );
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
+        // SAFETY: raw is live and owned; it is not used again.
+        let finalized = check(
+            unsafe { sys::ncclCommFinalize(raw) },
+            "ncclCommFinalize",
+            raw,
+        );
         // SAFETY: as above; destroy frees it whether or not finalize succeeded.
         let destroyed = check(
             unsafe { sys::ncclCommDestroy(raw) },
@@ -463,95 +274,6 @@ impl Drop for Comm {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A clock that moves only when the code under test pauses.
-    struct FakeClock {
-        now: std::cell::Cell<Instant>,
-        pauses: std::cell::Cell<u32>,
-    }
-
-    impl FakeClock {
-        fn new() -> Self {
-            Self {
-                now: std::cell::Cell::new(Instant::now()),
-                pauses: std::cell::Cell::new(0),
-            }
-        }
-        fn pause(&self, d: Duration) {
-            self.now.set(self.now.get() + d);
-            self.pauses.set(self.pauses.get() + 1);
-        }
-    }
-
-    #[test]
-    fn a_communicator_that_never_gets_ready_times_out_at_its_deadline_and_not_before() {
-        let clock = FakeClock::new();
-        let deadline = clock.now.get() + Duration::from_secs(120);
-        let waited = wait_ready(
-            deadline,
-            || Readiness::InProgress,
-            || false,
-            || clock.now.get(),
-            |d| clock.pause(d),
-        );
-        assert_eq!(waited, Waited::TimedOut);
-        assert_eq!(clock.now.get(), deadline, "no pause runs past the deadline");
-        assert_eq!(
-            clock.pauses.get(),
-            12_000,
-            "120 s in pauses of {READY_POLL:?}"
-        );
-    }
-
-    #[test]
-    fn a_ready_failed_or_interrupted_communicator_ends_the_wait_at_once() {
-        let clock = FakeClock::new();
-        let start = clock.now.get();
-        let deadline = start + Duration::from_secs(120);
-        let looks = std::cell::Cell::new(0);
-        let ready_on_third = || {
-            looks.set(looks.get() + 1);
-            if looks.get() < 3 {
-                Readiness::InProgress
-            } else {
-                Readiness::Ready
-            }
-        };
-        let now = || clock.now.get();
-        let waited = wait_ready(deadline, ready_on_third, || false, now, |d| clock.pause(d));
-        assert_eq!(waited, Waited::Ready);
-        assert_eq!(clock.now.get() - start, READY_POLL * 2);
-        let failed = wait_ready(
-            deadline,
-            || Readiness::Failed("remote process exited".into()),
-            || false,
-            now,
-            |d| clock.pause(d),
-        );
-        assert_eq!(failed, Waited::Failed("remote process exited".into()));
-        let before = clock.now.get();
-        let stopped = wait_ready(
-            deadline,
-            || Readiness::InProgress,
-            || true,
-            now,
-            |d| clock.pause(d),
-        );
-        assert_eq!(stopped, Waited::Interrupted);
-        assert_eq!(clock.now.get(), before, "no pause once interrupted");
-    }
-
-    #[test]
-    fn the_config_is_nccl_s_initializer_for_the_loaded_version_with_blocking_off() {
-        let c = nonblocking_config(22803);
-        assert_eq!(c.size, std::mem::size_of::<sys::ncclConfig_t>());
-        assert_eq!((c.magic, c.version, c.blocking), (0xcafe_beef, 22803, 0));
-        assert_eq!(
-            (c.cgaClusterSize, c.minCTAs, c.maxCTAs),
-            (i32::MIN, i32::MIN, i32::MIN)
-        );
-        assert!(c.netName.is_null() && c.commName.is_null());
-    }
 
     #[test]
     fn version_codes_read_like_nccl_prints_them() {

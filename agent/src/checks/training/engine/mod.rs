@@ -8,9 +8,7 @@
 //!
 //! Each step is timed between two events on the replica's compute stream; the host waits for
 //! it with a deadline (the spec's timeout), and a step that misses it aborts the communicator
-//! of every replica. Joining the communicator has the same bound: it is made non-blocking
-//! ([`Comm::init_within`]) and aborted when it is not ready in time, so a rank that never joins
-//! fails the check (naming the rank and the timeout) instead of hanging the agent.
+//! of every replica.
 
 pub mod kernels;
 pub mod replica;
@@ -203,9 +201,7 @@ fn replica_thread(
     if run.shared.barrier().is_err() {
         return out;
     }
-    // Bounded like a step: a rank that never joins fails the check instead of hanging it.
-    let interrupted = || run.shared.interrupted().is_some();
-    match Comm::init_within(ranks, run.id, rank, run.req.timeout, interrupted) {
+    match Comm::init(ranks, run.id, rank) {
         Ok(c) => rep.comm = Some(c),
         Err(e) => {
             run.fail(rank, e.to_string());
