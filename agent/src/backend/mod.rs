@@ -7,6 +7,7 @@
 //! GPUs are named by their NVML index (the `GPU<n>` of `nvidia-smi`) everywhere; a backend maps
 //! that to whatever it needs internally (the CUDA ordinal, by UUID).
 
+pub mod children;
 pub mod cuda;
 pub mod sim;
 

@@ -55,7 +55,7 @@ impl Owner {
 
     /// True for the agent's own processes.
     pub fn owns(&self, p: &GpuProcess) -> bool {
-        if self.pids.contains(&p.pid) {
+        if self.pids.contains(&p.pid) || crate::backend::children::is_own(p.pid) {
             return true;
         }
         let file_name = |n: &str| n.rsplit('/').next().unwrap_or(n).trim().to_string();
@@ -206,6 +206,20 @@ mod tests {
             used_memory_bytes: Some(mib << 20),
             graphics: false,
         }
+    }
+
+    #[test]
+    fn a_child_the_agent_started_is_its_own_though_nvml_cannot_name_it() {
+        let o = owner();
+        let unnamed = GpuProcess {
+            pid: 4_100_000_007,
+            name: None,
+            used_memory_bytes: Some(898 << 20),
+            graphics: false,
+        };
+        assert!(!o.owns(&unnamed), "an unnamed stranger is not the agent's");
+        crate::backend::children::adopt(unnamed.pid);
+        assert!(o.owns(&unnamed));
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub fn run_child(
                 launch.exe.display()
             ))
         })?;
+    crate::backend::children::adopt(child.id());
     if let Some(mut stdin) = child.stdin.take()
         && let Err(e) = stdin.write_all(input.as_bytes())
     {
