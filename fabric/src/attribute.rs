@@ -49,6 +49,10 @@ const PEER: &[&str] = &[
     "did not return within",
     "silent",
     "stuck",
+    // The agent's watchdog killed a sweep that made no progress: a group that stalls (a peer
+    // too slow or hung) stalls every member, and whose watchdog fires first is chance (4x
+    // H200: a healthy member's, beside a throttled node).
+    "reported nothing for",
     "never joined",
     "never came",
     "waiting for",

@@ -93,7 +93,16 @@ pub struct Fabric {
     /// A healthy member of a broken group reports the peer's failure as its own (`Local`), as
     /// rank 0 did on real hardware.
     pub mislabel: bool,
+    /// So slow that a group holding them stalls: the first healthy member's watchdog kills its
+    /// own NCCL sweep and reports that as its own failure ([`SWEEP_STALLED`], `Local`), the
+    /// others (the slow node too) that the group was aborted after that member failed, as on
+    /// 4x H200 with one node's sockets throttled to 400 MB/s.
+    pub stall: BTreeSet<String>,
 }
+
+/// The words a healthy member's agent gave when its sweep stalled in a group holding a node
+/// throttled to 400 MB/s (4x H200, 91c60b5).
+pub const SWEEP_STALLED: &str = "the NCCL sweep process was killed: it reported nothing for 90s";
 
 /// What one member of a modelled group reports (None: its agent is gone).
 pub type Reported = Option<(Option<f64>, Option<FabricError>, Vec<String>)>;
@@ -115,6 +124,7 @@ impl Fabric {
             .filter(|(_, b)| **b < GOOD_GBPS)
             .map(|(n, _)| n.clone());
         slow.chain(self.local.iter().cloned())
+            .chain(self.stall.iter().cloned())
             .chain(self.never_join.iter().cloned())
             .chain(self.gone.iter().cloned())
             .collect()
@@ -142,6 +152,18 @@ impl Fabric {
             .iter()
             .any(|b| !matches!(b, Between::Link { fails: true, .. }) && b.crossed_by(members));
         let mut mislabelled = !self.mislabel;
+        // A stalled group: its first member that is not itself stalled is the one whose
+        // watchdog fires (every member stalled: the first of them).
+        let stalled_by: Option<&String> = members
+            .iter()
+            .any(|m| self.stall.contains(m))
+            .then(|| {
+                members
+                    .iter()
+                    .find(|m| !self.stall.contains(*m))
+                    .or(members.first())
+            })
+            .flatten();
         members
             .iter()
             .enumerate()
@@ -198,6 +220,15 @@ impl Fabric {
                 }
                 if local || dead_link {
                     return Some((None, peer(PEER_CLOSED), vec![]));
+                }
+                if let Some(first) = stalled_by.as_ref() {
+                    if n == *first {
+                        return Some((None, err(FabricErrorKind::Local, SWEEP_STALLED), vec![]));
+                    }
+                    let m = format!(
+                        "aborted: member {first} of the group failed first, and this member stopped"
+                    );
+                    return Some((None, err(FabricErrorKind::Peer, &m), vec![]));
                 }
                 let bus = if slow_between {
                     SLOW_GBPS

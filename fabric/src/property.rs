@@ -45,6 +45,9 @@ fn settings() -> Settings {
 fn plant(nodes: &[String], rng: &mut Rng) -> Fabric {
     let n = nodes.len();
     let mut m = Fabric::new(nodes, &[]);
+    // Stalls come from a stream of their own, so the fault sets of the other kinds stay those
+    // the test has always drawn.
+    let mut stalls = Rng(rng.0 ^ 0x57a1_1ed0_0000_0001);
     m.mislabel = rng.chance(50);
     let mut used = BTreeSet::new();
     let faults = rng.below(4.min(n / 2) + 1);
@@ -92,6 +95,12 @@ fn plant(nodes: &[String], rng: &mut Rng) -> Fabric {
             }
         }
     }
+    if stalls.chance(25) {
+        let i = stalls.below(n);
+        if used.insert(i) {
+            m.stall.insert(nodes[i].clone());
+        }
+    }
     m
 }
 
@@ -106,6 +115,7 @@ fn slow_of(m: &Fabric, nodes: &[String], i: usize) -> Vec<usize> {
                 || (slow.contains(*n)
                     && !m.local.contains(*n)
                     && !m.never_join.contains(*n)
+                    && !m.stall.contains(*n)
                     && !m.gone.contains(*n))
         })
         .map(|(j, _)| j)
