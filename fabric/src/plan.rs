@@ -260,16 +260,19 @@ impl Neighbours {
             (None, Some(a)) => [Some(a), above.next()].into_iter().flatten().collect(),
             (None, None) => Vec::new(),
         };
-        let first = self.cleared.first().copied();
-        let last = self.cleared.last().copied();
-        let far = match (first, last) {
-            (Some(f), Some(l)) => Some(if i.abs_diff(f) >= i.abs_diff(l) { f } else { l }),
-            _ => None,
+        // Both ends of the cleared nodes, the farther first: a fault between two switches and
+        // another on a link near the node can together cover its neighbours and one far end,
+        // never both ends as well (two coincident faults between nodes once named a healthy
+        // node beside the neighbours and the one far end it was confirmed with).
+        let ends: Vec<usize> = match (self.cleared.first(), self.cleared.last()) {
+            (Some(&f), Some(&l)) if i.abs_diff(f) >= i.abs_diff(l) => vec![f, l],
+            (Some(&f), Some(&l)) => vec![l, f],
+            _ => Vec::new(),
         };
-        if let Some(f) = far
-            && !picks.contains(&f)
-        {
-            picks.push(f);
+        for end in ends {
+            if !picks.contains(&end) {
+                picks.push(end);
+            }
         }
         picks
     }
