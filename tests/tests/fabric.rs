@@ -67,11 +67,26 @@ async fn run_spec(
     port: u16,
     spec: Value,
 ) -> (Cluster, GpuValidation, OperatorHandle) {
+    run_with(name, n, faults, &[], port, spec).await
+}
+
+/// As [`run_spec`], with environment variables set on the named nodes' agents too.
+async fn run_with(
+    name: &str,
+    n: usize,
+    faults: &[(usize, &str)],
+    env: &[(usize, &str, String)],
+    port: u16,
+    spec: Value,
+) -> (Cluster, GpuValidation, OperatorHandle) {
     let nodes = names(n);
     let c = Cluster::start(NS, &nodes, 2).await;
     for (i, fault) in faults {
         c.kubelet
             .set_node_env(&nodes[*i], "GPUVAL_SIMULATE", &format!("{SIM},{fault}"));
+    }
+    for (i, key, value) in env {
+        c.kubelet.set_node_env(&nodes[*i], key, value);
     }
     let mut cfg = test_config(NS, SIM);
     cfg.fabric.port = port;
@@ -316,5 +331,62 @@ async fn a_node_slow_on_one_rail_is_named_with_that_rail_and_no_other() {
     assert_eq!(
         first,
         [Some("mlx5_0".to_string()), Some("mlx5_1".to_string())]
+    );
+}
+
+/// One node's InfiniBand ports as the kernel's sysfs ABI lays them out, under `root`.
+fn ib_port(root: &std::path::Path, dev: &str, state: &str, phys: &str, symbol_errors: u64) {
+    let dir = root.join(dev).join("ports").join("1");
+    std::fs::create_dir_all(dir.join("counters")).expect("port dir");
+    for (file, text) in [
+        ("state", state),
+        ("phys_state", phys),
+        ("rate", "400 Gb/sec (4X NDR)"),
+        ("link_layer", "InfiniBand"),
+    ] {
+        std::fs::write(dir.join(file), format!("{text}\n")).expect("port file");
+    }
+    std::fs::write(
+        dir.join("counters").join("symbol_error"),
+        format!("{symbol_errors}\n"),
+    )
+    .expect("counter");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_infiniband_port_is_down_is_named_with_the_port_and_the_status_counts_them() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let env: Vec<(usize, &str, String)> = (0..4)
+        .map(|i| {
+            let root = tmp.path().join(format!("node-{i}"));
+            ib_port(&root, "mlx5_0", "4: ACTIVE", "5: LinkUp", 0);
+            if i == 1 {
+                ib_port(&root, "mlx5_1", "1: DOWN", "3: Disabled", 0);
+            } else {
+                ib_port(&root, "mlx5_1", "4: ACTIVE", "5: LinkUp", 0);
+            }
+            (i, "GPUVAL_INFINIBAND_SYSFS", root.display().to_string())
+        })
+        .collect();
+    let (_c, gv, _op) = run_with("fabric-ports", 4, &[], &env, 31900, spec()).await;
+    let s = gv.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(Phase::Failed), "{s:?}");
+    let f = fabric(&gv);
+    assert_eq!(f.failed_nodes, vec!["gpu-01".to_string()]);
+    let (verdict, msg) = node_line(&gv, "gpu-01").expect("gpu-01 listed");
+    assert_eq!(verdict, NodeVerdict::Failed);
+    assert!(
+        msg.contains("port mlx5_1/1 (InfiniBand): state DOWN"),
+        "{msg}"
+    );
+    let p = f.ports.expect("the ports line");
+    assert_eq!((p.nodes, p.ports, p.infiniband, p.roce), (4, 8, 8, 0));
+    assert_eq!(p.failing_count, 2, "state and physical state: {p:?}");
+    assert!(p.failing.iter().all(|l| l.starts_with("gpu-01: ")), "{p:?}");
+    assert_eq!(p.min_rate_gbps, Some(400.0));
+    assert_eq!(
+        s.summary.as_ref().unwrap().failed,
+        1,
+        "no other node blamed"
     );
 }

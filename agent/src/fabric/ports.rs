@@ -17,10 +17,18 @@ pub use gpuval_crds::fabric_ports::{
 /// read-only into fabric agent pods, else this container's own view.
 pub const SYSFS_ROOTS: &[&str] = &["/host/sys/class/infiniband", "/sys/class/infiniband"];
 
-/// The first of [`SYSFS_ROOTS`] that exists (the last one when none does).
-pub fn sysfs_root() -> &'static Path {
+/// Where to read the ports instead (a tree laid out as the ABI lays it out): for tests and for
+/// hosts that mount the host's sysfs elsewhere.
+pub const SYSFS_ROOT_ENV: &str = "GPUVAL_INFINIBAND_SYSFS";
+
+/// [`SYSFS_ROOT_ENV`] where it is set, else the first of [`SYSFS_ROOTS`] that exists (the last
+/// one when none does).
+pub fn sysfs_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os(SYSFS_ROOT_ENV).filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
     let found = SYSFS_ROOTS.iter().find(|r| Path::new(r).exists());
-    Path::new(
+    PathBuf::from(
         found
             .or(SYSFS_ROOTS.last())
             .copied()

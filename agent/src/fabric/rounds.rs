@@ -199,7 +199,7 @@ impl Parts {
 
 /// This node's RDMA ports now (none when they cannot be read, which is logged).
 fn read_ports_logged() -> Vec<super::ports::PortReading> {
-    super::ports::read_ports(super::ports::sysfs_root()).unwrap_or_else(|e| {
+    super::ports::read_ports(&super::ports::sysfs_root()).unwrap_or_else(|e| {
         tracing::warn!(error = %e, "could not read the InfiniBand/RoCE ports");
         Vec::new()
     })
