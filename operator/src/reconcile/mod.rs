@@ -19,6 +19,7 @@
 //! the cluster into a [`World`] or [`News`] and applies the [`Step`].
 
 pub mod advance;
+pub mod allocation;
 pub mod clock;
 pub mod events;
 pub mod fabric;
