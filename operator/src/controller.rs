@@ -183,7 +183,7 @@ pub fn dra_inventory(ctx: &Ctx) -> DraInventory {
 }
 
 /// Selects `spec`'s nodes, each counted with the GPUs its allocation mode offers.
-fn select_nodes(
+pub fn select_nodes(
     spec: &gpuval_crds::GpuValidationSpec,
     nodes: &[Node],
     ctx: &Ctx,
