@@ -9,13 +9,14 @@ use gpuval_crds::facts::CountSource;
 use gpuval_crds::{GPU_RESOURCE, GpuValidation, agent_env, labels};
 use k8s_openapi::api::core::v1::{EnvVar, Pod, PodResourceClaim, ResourceClaim};
 use k8s_openapi::api::resource::v1::{
-    CELDeviceSelector, DeviceClaim, DeviceRequest, DeviceSelector, ExactDeviceRequest,
-    ResourceClaimSpec, ResourceClaimTemplate, ResourceClaimTemplateSpec,
+    CELDeviceSelector, DeviceClaim, DeviceRequest, DeviceSelector, DeviceToleration,
+    ExactDeviceRequest, ResourceClaimSpec, ResourceClaimTemplate, ResourceClaimTemplateSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
 use crate::reconcile::allocation::{Allocation, DraGpu};
+use crate::reconcile::device_taints;
 
 /// The name of the claim in the agent pod (`pod.spec.resourceClaims[].name`).
 pub const POD_CLAIM: &str = "gpus";
@@ -76,6 +77,13 @@ pub fn claim_template(
                             device_class_name: allocation.device_class.clone(),
                             allocation_mode: Some("All".into()),
                             selectors,
+                            tolerations: Some(vec![DeviceToleration {
+                                key: Some(device_taints::TAINT_KEY.into()),
+                                operator: Some("Exists".into()),
+                                effect: Some(device_taints::EFFECT.into()),
+                                toleration_seconds: None,
+                                value: None,
+                            }]),
                             ..Default::default()
                         }),
                         first_available: None,
@@ -189,6 +197,9 @@ mod tests {
         let exact = req.exactly.as_ref().unwrap();
         assert_eq!(exact.device_class_name, "gpu.nvidia.com");
         assert_eq!(exact.allocation_mode.as_deref(), Some("All"));
+        // A GPU gpuval tainted is validated again (and untainted when it passes).
+        let tol = &exact.tolerations.as_ref().unwrap()[0];
+        assert_eq!(tol.key.as_deref(), Some(device_taints::TAINT_KEY));
         assert_eq!(
             exact.selectors.as_ref().unwrap()[0]
                 .cel

@@ -182,6 +182,8 @@ fn check_invariants(file: &str, docs: &[Value]) {
                 );
                 let (kind, verbs) = if resources == vec![json!("resourceslices")] {
                     ("ClusterRole", json!(["get", "list", "watch"]))
+                } else if resources == vec![json!("devicetaintrules")] {
+                    ("ClusterRole", json!(["list", "create", "patch", "delete"]))
                 } else {
                     assert_eq!(resources, vec![json!("resourceclaimtemplates")], "{file}");
                     ("Role", json!(["create"]))
@@ -203,7 +205,7 @@ fn check_invariants(file: &str, docs: &[Value]) {
     let want = if dra.as_deref() == Some("extendedResource") {
         0
     } else {
-        2
+        3
     };
     assert_eq!(dra_rules, want, "{file}: DRA rules under mode {dra:?}");
 

@@ -9,10 +9,12 @@ use std::time::Duration;
 use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Phase, labels};
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::scenario::{self, node_line, terminal_for_generation};
-use gpuval_tests::{dra, nodes};
+use gpuval_tests::{ControlPlane, Options, dra, nodes, waits};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::discovery::{ApiResource, Discovery};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -249,4 +251,138 @@ async fn a_cel_selector_narrows_the_claim_to_the_matching_gpus() {
     assert_eq!(r.status.as_ref().unwrap().gpus.len(), 2);
     let facts = r.status.as_ref().unwrap().facts.clone().unwrap();
     assert_eq!(facts.expected_gpus, None, "a selector may claim fewer");
+}
+
+/// A simulated spec whose GPU 1 fails the memory check.
+const SIM_GPU1_BAD: &str = "gpus=8,model=H200,timescale=0.002,fail=memory@1";
+
+/// Operator settings whose simulated results act on nodes (labels, taints), as real ones do.
+fn acting_config() -> gpuval_operator::config::OperatorConfig {
+    gpuval_operator::config::OperatorConfig {
+        simulated_acts_on_nodes: true,
+        ..test_config(NS, SIM)
+    }
+}
+
+/// The DeviceTaintRule resource the API server serves, if any.
+async fn served_rule(client: &Client) -> Option<ApiResource> {
+    let d = Discovery::new(client.clone())
+        .filter(&["resource.k8s.io"])
+        .run()
+        .await
+        .expect("discovery");
+    d.get("resource.k8s.io")?
+        .resources_by_stability()
+        .into_iter()
+        .map(|(ar, _)| ar)
+        .find(|ar| ar.kind == "DeviceTaintRule")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_dra_gpu_gets_a_device_taint_removed_when_it_passes_again() {
+    let cp = ControlPlane::start_with(Options {
+        device_taint_rules: true,
+        ..Options::all()
+    })
+    .await
+    .expect("control plane");
+    let c = cp.client().await.expect("client");
+    scenario::install(&c, NS).await;
+    dra::publish_class(&c).await.expect("device class");
+    dra_nodes(&c, &[("dra-a", (0..2).map(dra::sim_uuid).collect())]).await;
+    let kubelet = scenario::start_kubelet(&c, cp.kubeconfig().to_path_buf(), NS);
+    kubelet.set_node_env("dra-a", "GPUVAL_SIMULATE", SIM_GPU1_BAD);
+    let rule = served_rule(&c).await.expect("DeviceTaintRule served");
+    let _op = OperatorHandle::start(c.clone(), acting_config());
+
+    scenario::apply_validation(&c, "e2e", "first", json!({"checks": {"memory": {}}})).await;
+    let rules: Api<DynamicObject> = Api::all_with(c.clone(), &rule);
+    let tainted = waits::until("the device taint", Duration::from_secs(120), || async {
+        rules.get_opt("gpuval-dra-a-gpu-1").await.ok().flatten()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let spec = &tainted.data["spec"];
+    assert_eq!(
+        spec["deviceSelector"],
+        json!({"driver": dra::DRIVER, "pool": "dra-a", "device": "gpu-1"}),
+        "{tainted:?}"
+    );
+    let taint = &spec["taint"];
+    assert_eq!(
+        (&taint["key"], &taint["value"], &taint["effect"]),
+        (
+            &json!("gpuval.io/gpu-failed"),
+            &json!("MemoryMismatch"),
+            &json!("NoSchedule")
+        ),
+        "{tainted:?}"
+    );
+    assert_eq!(
+        tainted.labels().get(labels::VALIDATION).map(String::as_str),
+        Some("first")
+    );
+    let names: Vec<String> = rules
+        .list(&ListParams::default())
+        .await
+        .expect("list rules")
+        .items
+        .iter()
+        .map(|r| r.name_any())
+        .collect();
+    assert_eq!(names, ["gpuval-dra-a-gpu-1"], "only the failed GPU");
+
+    // The GPU is repaired; a new validation passes it (its claim tolerates the taint), and the
+    // taint goes.
+    kubelet.set_node_env("dra-a", "GPUVAL_SIMULATE", SIM);
+    scenario::apply_validation(&c, "e2e", "second", json!({"checks": {"memory": {}}})).await;
+    waits::until(
+        "the device taint removed",
+        Duration::from_secs(120),
+        || async {
+            rules
+                .get_opt("gpuval-dra-a-gpu-1")
+                .await
+                .ok()
+                .and_then(|r| r.is_none().then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let second = scenario::wait_validation(
+        &c,
+        "second",
+        Duration::from_secs(30),
+        "Passed",
+        terminal_for_generation,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(second.status.unwrap().phase, Some(Phase::Passed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_device_taint_rules_a_failed_dra_gpu_taints_its_node_as_before() {
+    let e = scenario::Cluster::start_labelled(NS, &[], 8, &[POOL]).await;
+    let c = &e.client;
+    assert!(served_rule(c).await.is_none(), "off by default in 1.36");
+    dra::publish_class(c).await.expect("device class");
+    dra_nodes(c, &[("dra-a", (0..2).map(dra::sim_uuid).collect())]).await;
+    e.kubelet
+        .set_node_env("dra-a", "GPUVAL_SIMULATE", SIM_GPU1_BAD);
+    let _op = OperatorHandle::start(c.clone(), acting_config());
+    e.apply(
+        "fallback",
+        json!({"checks": {"memory": {}}, "onFailure": {"action": "Taint"}}),
+    )
+    .await;
+    let gv = e.wait_for("fallback", 120, terminal_for_generation).await;
+    assert_eq!(gv.status.as_ref().unwrap().phase, Some(Phase::Failed));
+    let nodes: Api<Node> = Api::all(c.clone());
+    let node = scenario::wait(nodes, "dra-a", 60, "tainted", |n: Option<&Node>| {
+        n.and_then(|n| n.spec.as_ref()?.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == labels::FAILED_NODE))
+    })
+    .await;
+    assert!(node.spec.is_some());
 }

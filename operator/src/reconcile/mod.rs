@@ -21,6 +21,7 @@
 pub mod advance;
 pub mod allocation;
 pub mod clock;
+pub mod device_taints;
 pub mod events;
 pub mod fabric;
 pub mod fabric_rails;
