@@ -58,17 +58,22 @@ pub async fn sync_node(
     let Some(evidence) = evidence.filter(|_| !published.is_empty()) else {
         return Ok(());
     };
-    let failed = if evidence.passed {
-        Vec::new()
+    // A failed verdict: the GPUs its report failed get rules, those it passed lose theirs. A
+    // verdict without a report (Error, DeadlineExceeded) changes nothing.
+    let (failed, passed) = if evidence.passed {
+        (Vec::new(), None)
     } else {
         let results: Api<GpuNodeResult> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
         ctx.throttle.acquire().await;
-        results
+        let report = results
             .get_opt(&result_name(&evidence.validation, node))
             .await?
-            .and_then(|r| r.status)
-            .map(|report| device_taints::failed_gpus(&report))
-            .unwrap_or_default()
+            .and_then(|r| r.status);
+        let Some(report) = report else {
+            return Ok(());
+        };
+        let passed = device_taints::passed_rules(&report, published);
+        (device_taints::failed_gpus(&report), Some(passed))
     };
     let want = device_taints::desired(
         &rule.api_version,
@@ -104,7 +109,7 @@ pub async fn sync_node(
         .await?;
         tracing::info!(node, rule = name, validation = %evidence.validation, "device taint written");
     }
-    for name in device_taints::stale(&existing, &want) {
+    for name in device_taints::stale(&existing, &want, passed.as_ref()) {
         ctx.throttle.acquire().await;
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => tracing::info!(node, rule = %name, "device taint removed: the GPU passed"),

@@ -109,8 +109,29 @@ pub fn desired(
         .collect()
 }
 
-/// The names among `existing` (the node's rules) that `want` no longer has.
-pub fn stale(existing: &[String], want: &[Value]) -> Vec<String> {
+/// The rule names of the GPUs `report` passed (a GPU that could not be tested, verdict Error
+/// or Skipped, has not passed again).
+pub fn passed_rules(report: &NodeReport, published: &[DraGpu]) -> BTreeSet<String> {
+    report
+        .gpus
+        .iter()
+        .filter(|g| matches!(g.verdict, Verdict::Pass | Verdict::Warn))
+        .filter_map(|g| {
+            let gpu = published
+                .iter()
+                .find(|p| p.uuid.as_deref() == Some(&g.uuid))?;
+            Some(rule_name(&gpu.pool, &gpu.device))
+        })
+        .collect()
+}
+
+/// The names among `existing` (the node's rules) to delete: those `want` no longer has whose
+/// GPU passed (`passed`; None: the whole node passed).
+pub fn stale(
+    existing: &[String],
+    want: &[Value],
+    passed: Option<&BTreeSet<String>>,
+) -> Vec<String> {
     let keep: BTreeSet<&str> = want
         .iter()
         .filter_map(|w| w["metadata"]["name"].as_str())
@@ -118,6 +139,7 @@ pub fn stale(existing: &[String], want: &[Value]) -> Vec<String> {
     existing
         .iter()
         .filter(|n| !keep.contains(n.as_str()))
+        .filter(|n| passed.is_none_or(|p| p.contains(*n)))
         .cloned()
         .collect()
 }
@@ -214,8 +236,22 @@ mod tests {
             message: String::new(),
         }];
         let want = desired("v", "d", "v", "node-a", &failed, &published(3));
-        assert_eq!(stale(&existing, &want), ["gpuval-node-a-gpu-1"]);
-        assert_eq!(stale(&existing, &[]), existing, "a node that passed");
+        assert_eq!(stale(&existing, &want, None), ["gpuval-node-a-gpu-1"]);
+        assert_eq!(stale(&existing, &[], None), existing, "a node that passed");
+        // GPU 1 could not be tested this time: its rule stays.
+        let r = report(vec![
+            gpu(0, Verdict::Pass, vec![]),
+            gpu(1, Verdict::Error, vec![]),
+        ]);
+        let passed = passed_rules(&r, &published(3));
+        assert_eq!(passed.len(), 1);
+        assert!(stale(&existing, &[], Some(&passed)).is_empty());
+        let r = report(vec![gpu(1, Verdict::Warn, vec![])]);
+        let passed = passed_rules(&r, &published(3));
+        assert_eq!(
+            stale(&existing, &[], Some(&passed)),
+            ["gpuval-node-a-gpu-1"]
+        );
     }
 
     #[test]
