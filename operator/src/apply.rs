@@ -166,7 +166,8 @@ fn agent_pod(gv: &GpuValidation, ctx: &Ctx, node: &str, gpus: i32, how: &NodeAll
 
 /// Creates the claim template of the validation's generation before its DRA pods, which name
 /// it (one that exists already is fine). The API server compiles `spec.dra.selector` here: a
-/// refusal fails the step, which the validation's events and the operator's log name.
+/// refusal is a Warning event on the validation (`ClaimTemplateRefused`, with the server's
+/// message) and fails the step, which is tried again.
 async fn ensure_claim_template(gv: &GpuValidation, ctx: &Ctx) -> Result<(), Error> {
     let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     let template = dra_claim::claim_template(gv, &ctx.cfg.allocation, &ctx.cfg.namespace);
@@ -181,11 +182,20 @@ async fn ensure_claim_template(gv: &GpuValidation, ctx: &Ctx) -> Result<(), Erro
             Ok(())
         }
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 422 => Err(Error::ClaimTemplate(format!(
-            "the API server refused the ResourceClaimTemplate {} (check spec.dra.selector): {}",
-            template.name_any(),
-            s.message
-        ))),
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            let note = format!(
+                "the API server refused the ResourceClaimTemplate {} (check spec.dra.selector): {}",
+                template.name_any(),
+                s.message
+            );
+            let refused = PlannedEvent {
+                warning: true,
+                reason: "ClaimTemplateRefused",
+                note: note.clone(),
+            };
+            publish_events(gv, ctx, std::slice::from_ref(&refused)).await;
+            Err(Error::ClaimTemplate(note))
+        }
         Err(e) => Err(e.into()),
     }
 }

@@ -251,6 +251,33 @@ async fn a_cel_selector_narrows_the_claim_to_the_matching_gpus() {
     assert_eq!(r.status.as_ref().unwrap().gpus.len(), 2);
     let facts = r.status.as_ref().unwrap().facts.clone().unwrap();
     assert_eq!(facts.expected_gpus, None, "a selector may claim fewer");
+
+    // A selector the API server cannot compile is named in a Warning event on the validation.
+    e.apply(
+        "bad-cel",
+        json!({"nodeNames": ["dra-a"], "checks": {"memory": {}},
+            "dra": {"selector": "device.attributes["}}),
+    )
+    .await;
+    let events = Api::<k8s_openapi::api::events::v1::Event>::all(c.clone());
+    let refused = waits::until(
+        "the ClaimTemplateRefused event",
+        Duration::from_secs(60),
+        || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|ev| {
+                ev.reason.as_deref() == Some("ClaimTemplateRefused")
+                    && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad-cel")
+            })
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let note = refused.note.unwrap_or_default();
+    assert!(
+        note.contains("spec.dra.selector") && note.contains("gpuval-bad-cel-g1-gpus"),
+        "{note}"
+    );
 }
 
 /// A simulated spec whose GPU 1 fails the memory check.
