@@ -535,6 +535,40 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     #[test]
+    fn a_trimmed_slice_keeps_what_the_allocation_decision_reads() {
+        use crate::reconcile::allocation::{DEFAULT_DRIVER, DraInventory, tests as dra};
+        use k8s_openapi::api::resource::v1::{DeviceAttribute, DeviceCapacity};
+        let mut d = dra::device("gpu-0", Some("GPU-0"), Some("gpu"));
+        let attrs = d.attributes.as_mut().unwrap();
+        attrs.insert(
+            "productName".into(),
+            DeviceAttribute {
+                string: Some("NVIDIA H200".into()),
+                ..Default::default()
+            },
+        );
+        d.capacity = Some(
+            [(
+                "memory".to_string(),
+                DeviceCapacity {
+                    value: Quantity("141Gi".into()),
+                    request_policy: None,
+                },
+            )]
+            .into(),
+        );
+        let mut slice = dra::slice(DEFAULT_DRIVER, "node-a", "node-a", 1, vec![d]);
+        slice.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
+        let before = DraInventory::from_slices(DEFAULT_DRIVER, [&slice]);
+        trim_slice(&mut slice);
+        assert_eq!(DraInventory::from_slices(DEFAULT_DRIVER, [&slice]), before);
+        let kept = &slice.spec.devices.as_ref().unwrap()[0];
+        assert!(kept.capacity.is_none() && slice.metadata.labels.is_none());
+        let names: Vec<&String> = kept.attributes.as_ref().unwrap().keys().collect();
+        assert_eq!(names, ["type", "uuid"]);
+    }
+
+    #[test]
     fn a_trimmed_node_selects_as_before() {
         let mut nodes = vec![
             crate::selection::tests::node("gpu-a", 8, &[("nvidia.com/gpu.present", "true")], false),
