@@ -121,12 +121,16 @@ pub enum CountSource {
     Capacity,
     /// The node's `nvidia.com/gpu.count` label (GPU Feature Discovery).
     Label,
+    /// The GPUs a Dynamic Resource Allocation driver published for the node in its
+    /// ResourceSlices.
+    ResourceSlice,
 }
 
 crate::status::api_spelling!(CountSource {
     Spec => "Spec",
     Capacity => "Capacity",
     Label => "Label",
+    ResourceSlice => "ResourceSlice",
 });
 
 impl CountSource {
@@ -136,6 +140,7 @@ impl CountSource {
             CountSource::Spec => "spec.expect.gpuCount",
             CountSource::Capacity => "the node's nvidia.com/gpu capacity",
             CountSource::Label => "the node's nvidia.com/gpu.count label",
+            CountSource::ResourceSlice => "the node's GPUs in the DRA driver's ResourceSlices",
         }
     }
 

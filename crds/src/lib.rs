@@ -13,6 +13,7 @@
 pub mod conditions;
 pub mod cron;
 pub mod depth;
+pub mod dra;
 pub mod duration;
 pub mod fabric;
 pub mod fabric_ports;
@@ -198,6 +199,10 @@ pub mod agent_env {
     pub const EXPECTED_GPUS: &str = "GPUVAL_EXPECTED_GPUS";
     /// Optional: where [`EXPECTED_GPUS`] came from (`Spec`, `Capacity`, `Label`).
     pub const EXPECTED_GPUS_FROM: &str = "GPUVAL_EXPECTED_GPUS_FROM";
+    /// Optional: on a node whose GPUs come through Dynamic Resource Allocation, the UUIDs of
+    /// the GPUs the agent's claim asks for (comma-separated, from the driver's ResourceSlices):
+    /// the agent fails the node when NVML shows it other GPUs.
+    pub const DRA_GPU_UUIDS: &str = "GPUVAL_DRA_GPU_UUIDS";
     /// The file of the validation's fabric rendezvous key (its Secret, mounted read-only), set
     /// on the agent pods of a validation that runs the fabric. A fabric agent in a pod without
     /// it refuses the fabric; outside Kubernetes it is optional (a launcher's shared key).

@@ -163,6 +163,7 @@ macro_rules! codes {
 codes! {
     // ---- the node as a whole: inventory, expectations, versions, the run ----
     GpuCountMismatch => (Fail, RebootNode, false, "NVML sees a different number of GPUs than the node should have (spec.expect.gpuCount, the node's nvidia.com/gpu capacity, or its nvidia.com/gpu.count label); the checks were not run."),
+    DraAllocationMismatch => (Fail, Rerun, false, "The GPUs NVML shows the agent are not the ones its Dynamic Resource Allocation claim was given (both lists are named); the checks were not run."),
     GpuBusIdMismatch => (Fail, RebootNode, false, "A PCI bus id listed in spec.expect.pciBusIds has no GPU (or a GPU sits at one not listed); the checks were not run."),
     NoGpus => (Error, RebootNode, false, "The driver reports no GPU at all."),
     InventoryFailed => (Error, Rerun, false, "The GPUs could not be inventoried (NVML refused)."),

@@ -114,6 +114,11 @@ pub struct GpuValidationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<crate::facts::Expect>,
 
+    /// On nodes whose GPUs come through Dynamic Resource Allocation: which of them the agent
+    /// claims (a CEL selector). Absent: all of the node's GPUs of the operator's device class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra: Option<crate::dra::DraSpec>,
+
     /// Raise or lower the severity of reasons by their code (`{code: RowsRemapped, severity:
     /// Fail}`); each code at most once. Codes that mean a check could not measure cannot be
     /// overridden.

@@ -96,6 +96,7 @@ pub fn check_settings(checks: &Checks, thresholds: &Thresholds) -> Result<(), Sp
         on_failure: None,
         fabric: None,
         expect: None,
+        dra: None,
         severity_overrides: Vec::new(),
     };
     let value = serde_json::to_value(&spec).map_err(|e| SpecError::Schema(e.to_string()))?;
@@ -568,6 +569,7 @@ mod tests {
                 ..Default::default()
             }),
             expect: None,
+            dra: None,
             severity_overrides: Vec::new(),
         };
         let json = serde_json::to_value(&spec).unwrap();
@@ -724,6 +726,10 @@ mod tests {
             (
                 json!({"checks": {"memory": {}}, "expect": {"eccMode": "Yes"}}),
                 "expect.eccMode: unsupported value \"Yes\"",
+            ),
+            (
+                json!({"checks": {"memory": {}}, "dra": {"selector": ""}}),
+                "dra.selector: ",
             ),
         ];
         for (spec, want) in cases {

@@ -6,14 +6,16 @@ use gpuval_crds::{
     FabricRoundSpec, GpuFabricRound, GpuNodeResult, GpuValidation, NodeAction, labels,
 };
 use k8s_openapi::api::core::v1::{Node, Pod, Secret, Taint};
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, ResourceExt};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 
 use crate::controller::{Ctx, Error, FIELD_MANAGER};
+use crate::reconcile::allocation::{self, NodeAllocation};
 use crate::reconcile::{PlannedEvent, Step};
-use crate::{expected, fabric_key, pod};
+use crate::{dra_claim, expected, fabric_key, pod};
 
 /// Applies `step` for validation `gv`: deletes first, then creates, then writes the status
 /// (only when it changed), then tells (events) and acts on failed nodes. Events and node
@@ -103,17 +105,21 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
+    let inventory = crate::controller::dra_inventory(ctx);
+    let allocations: Vec<NodeAllocation> = nodes
+        .iter()
+        .map(|(node, _)| allocation::decide(&ctx.cfg.allocation, node, &inventory))
+        .collect();
+    if allocations
+        .iter()
+        .any(|a| matches!(a, NodeAllocation::Dra(_)))
+    {
+        ensure_claim_template(gv, ctx).await?;
+    }
     let pods: Vec<Pod> = nodes
         .iter()
-        .map(|(node, gpus)| {
-            let mut pod = pod::agent_pod(gv, node, *gpus, &ctx.cfg);
-            let known = ctx.nodes.get(&ObjectRef::new(node));
-            expected::add_to_pod(
-                &mut pod,
-                expected::expected_gpus(&gv.spec, known.as_deref()),
-            );
-            pod
-        })
+        .zip(&allocations)
+        .map(|((node, gpus), how)| agent_pod(gv, ctx, node, *gpus, how))
         .collect();
     let created = futures::stream::iter(pods.into_iter().map(|pod| {
         let (api, pp) = (api.clone(), pp.clone());
@@ -135,6 +141,63 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
         }
     }
     Ok(())
+}
+
+/// The agent pod of `node`, taking its GPUs the way `how` says, with the GPU count it should
+/// show.
+fn agent_pod(gv: &GpuValidation, ctx: &Ctx, node: &str, gpus: i32, how: &NodeAllocation) -> Pod {
+    let mut pod = pod::agent_pod(gv, node, gpus, &ctx.cfg);
+    let expectation = match how {
+        NodeAllocation::ExtendedResource => {
+            let known = ctx.nodes.get(&ObjectRef::new(node));
+            expected::expected_gpus(&gv.spec, known.as_deref())
+        }
+        NodeAllocation::Dra(published) => {
+            let name = gv.metadata.name.as_deref().unwrap_or_default();
+            let template = dra_claim::template_name(name, gv.metadata.generation.unwrap_or(0));
+            let selector = gv.spec.dra.as_ref().is_some_and(|d| d.selector.is_some());
+            dra_claim::use_claim(&mut pod, &template, published, selector);
+            dra_claim::expected_gpus(&gv.spec, published)
+        }
+    };
+    expected::add_to_pod(&mut pod, expectation);
+    pod
+}
+
+/// Creates the claim template of the validation's generation before its DRA pods, which name
+/// it (one that exists already is fine). The API server compiles `spec.dra.selector` here: a
+/// refusal is a Warning event on the validation (`ClaimTemplateRefused`, with the server's
+/// message) and fails the step, which is tried again.
+async fn ensure_claim_template(gv: &GpuValidation, ctx: &Ctx) -> Result<(), Error> {
+    let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let template = dra_claim::claim_template(gv, &ctx.cfg.allocation, &ctx.cfg.namespace);
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    ctx.throttle.acquire().await;
+    match api.create(&pp, &template).await {
+        Ok(_) => {
+            tracing::info!(validation = %gv.name_any(), template = %template.name_any(), class = %ctx.cfg.allocation.device_class, "DRA claim template created");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            let note = format!(
+                "the API server refused the ResourceClaimTemplate {} (check spec.dra.selector): {}",
+                template.name_any(),
+                s.message
+            );
+            let refused = PlannedEvent {
+                warning: true,
+                reason: "ClaimTemplateRefused",
+                note: note.clone(),
+            };
+            publish_events(gv, ctx, std::slice::from_ref(&refused)).await;
+            Err(Error::ClaimTemplate(note))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Creates the validation's fabric key Secret before its fabric pods, which mount it. One that

@@ -49,6 +49,9 @@ pub struct OperatorConfig {
     /// removes that taint from nodes that pass, so only the administrator may widen the list
     /// (Helm values `operator.admission.allowedTaintKeys`).
     pub admission_taint_keys: Vec<String>,
+    /// How agent pods get their GPUs: the device plugin's extended resource, Dynamic Resource
+    /// Allocation, or per node whichever it offers (`--gpu-allocation`).
+    pub allocation: crate::reconcile::allocation::Allocation,
 }
 
 /// Pod settings for validations with `spec.fabric`: host networking (RDMA NICs, no overlay),
@@ -106,6 +109,7 @@ impl Default for OperatorConfig {
             clock: crate::schedule::Clock::system(),
             simulated_acts_on_nodes: false,
             admission_taint_keys: Vec::new(),
+            allocation: crate::reconcile::allocation::Allocation::default(),
         }
     }
 }
@@ -146,6 +150,10 @@ pub enum ConfigError {
         "--fabric-capability {0} is not allowed: only IPC_LOCK and NET_RAW (use --agent-privileged where more is needed)"
     )]
     FabricCapability(String),
+    #[error(
+        "{flag} {value:?} is not a DNS subdomain (lowercase alphanumerics, '-' and '.', e.g. gpu.nvidia.com): name the DRA driver's device class and driver as its DeviceClass and ResourceSlices spell them"
+    )]
+    DraName { flag: &'static str, value: String },
 }
 
 impl OperatorConfig {
@@ -160,6 +168,18 @@ impl OperatorConfig {
             .find(|c| !FABRIC_CAPABILITIES.contains(&c.as_str()))
         {
             return Err(ConfigError::FabricCapability(c.clone()));
+        }
+        let dra = &self.allocation;
+        for (flag, value) in [
+            ("--dra-device-class", &dra.device_class),
+            ("--dra-driver", &dra.driver),
+        ] {
+            if !gpuval_crds::names::is_dns1123_subdomain(value) {
+                return Err(ConfigError::DraName {
+                    flag,
+                    value: value.clone(),
+                });
+            }
         }
         if let Some(p) = &self.io_host_path {
             if !p.is_absolute()
@@ -225,6 +245,23 @@ pub fn path_allowed(path: &Path, allowed: &[PathBuf]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dra_names_must_be_dns_subdomains() {
+        let mut c = OperatorConfig::default();
+        assert!(c.validate().is_ok());
+        c.allocation.device_class = "GPU Class".into();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("--dra-device-class \"GPU Class\""), "{e}");
+        c.allocation.device_class = "gpu.nvidia.com".into();
+        c.allocation.driver = String::new();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--dra-driver")
+        );
+    }
 
     #[test]
     fn io_path_must_be_in_the_allowlist() {

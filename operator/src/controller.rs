@@ -11,6 +11,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt, TryStreamExt};
 use gpuval_crds::{GpuFabricRound, GpuNodeResult, GpuValidation, Phase, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PartialObjectMeta, ResourceExt};
 use kube::runtime::controller::{self, Action, Config as ControllerConfig, Controller};
@@ -24,6 +25,7 @@ use crate::config::OperatorConfig;
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::observe::{node_of, observe, owner_ref_of};
 use crate::pod_views::PodViews;
+use crate::reconcile::allocation::{self, DraInventory};
 use crate::result_figures::FigureFetcher;
 use crate::runs::{Owned, Runs};
 use crate::throttle::Throttle;
@@ -48,6 +50,8 @@ pub enum Error {
     Serde(#[from] serde_json::Error),
     #[error("the fabric rendezvous key: {0}")]
     FabricKey(String),
+    #[error("the DRA claim template: {0}")]
+    ClaimTemplate(String),
 }
 
 impl Error {
@@ -58,6 +62,7 @@ impl Error {
             Error::Kube(_) => "client",
             Error::Serde(_) => "serde",
             Error::FabricKey(_) => "fabric_key",
+            Error::ClaimTemplate(_) => "claim_template",
         }
     }
 }
@@ -69,6 +74,12 @@ pub struct Ctx {
     pub pods: Arc<PodViews>,
     pub results: Store<PartialObjectMeta<GpuNodeResult>>,
     pub nodes: Store<Node>,
+    /// The ResourceSlices of the DRA driver (`--dra-driver`), trimmed to their GPUs' names and
+    /// UUIDs; empty when `--gpu-allocation extendedResource`.
+    pub slices: Store<ResourceSlice>,
+    /// True once the slices are known (listed, or given up on: see [`settle_slices`]); no
+    /// node set is resolved before, so a DRA node is not left out for want of its slices.
+    pub slices_settled: Arc<AtomicBool>,
     pub rounds: Store<GpuFabricRound>,
     pub validations: Store<GpuValidation>,
     pub recorder: Recorder,
@@ -82,13 +93,16 @@ pub struct Ctx {
 async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
     let uid = gv.metadata.uid.clone().unwrap_or_default();
+    if !ctx.slices_settled.load(Ordering::Relaxed) {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     let taken = ctx.runs.take(&uid, std::time::Instant::now());
     let recovering = taken.record.is_none();
     let changed_nodes = taken.changed.nodes.len();
     let now = Timestamp::now();
     let select = || {
         let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
-        let mut s = selection::select(&gv.spec, &nodes);
+        let mut s = select_nodes(&gv.spec, &nodes, &ctx);
         let installation = crate::reconcile::preflight::Installation::of(&ctx.cfg);
         s.not_configured = crate::reconcile::preflight::check(&gv.spec, &installation);
         s
@@ -160,6 +174,58 @@ fn error_policy(gv: Arc<GpuValidation>, err: &Error, ctx: Arc<Ctx>) -> Action {
         .inc();
     tracing::warn!(validation = %gv.name_any(), error = %err, "reconcile failed; retrying");
     Action::requeue(RETRY)
+}
+
+/// The GPUs of the DRA driver per node, from the slices the operator holds.
+pub fn dra_inventory(ctx: &Ctx) -> DraInventory {
+    let slices = ctx.slices.state();
+    DraInventory::from_slices(&ctx.cfg.allocation.driver, slices.iter().map(|s| &**s))
+}
+
+/// Selects `spec`'s nodes, each counted with the GPUs its allocation mode offers.
+pub fn select_nodes(
+    spec: &gpuval_crds::GpuValidationSpec,
+    nodes: &[Node],
+    ctx: &Ctx,
+) -> selection::Selection {
+    let allocation = &ctx.cfg.allocation;
+    let inventory = dra_inventory(ctx);
+    let gpus_of = |n: &Node| {
+        let name = n.metadata.name.as_deref().unwrap_or_default();
+        allocation::decide(allocation, name, &inventory).gpus(n)
+    };
+    selection::select_with(
+        spec,
+        nodes,
+        &gpus_of,
+        &allocation::no_gpus_reason(allocation),
+    )
+}
+
+/// Keeps of a ResourceSlice what the allocation decision reads: its driver, node, pool and
+/// each device's name, node and `uuid`/`type` attributes (capacities, counters, taints and
+/// other attributes can be large and are never read).
+pub fn trim_slice(s: &mut ResourceSlice) {
+    trim_meta(s);
+    s.metadata.annotations = None;
+    s.metadata.labels = None;
+    s.spec.shared_counters = None;
+    s.spec.node_selector = None;
+    for d in s.spec.devices.iter_mut().flatten() {
+        let kept = d.attributes.take().map(|mut a| {
+            a.retain(|k, _| {
+                let name = k.rsplit('/').next().unwrap_or(k);
+                name == "uuid" || name == "type"
+            });
+            a
+        });
+        *d = k8s_openapi::api::resource::v1::Device {
+            name: std::mem::take(&mut d.name),
+            node_name: d.node_name.take(),
+            attributes: kept,
+            ..Default::default()
+        };
+    }
 }
 
 /// Watches `api` into `writer`'s store, trimming each object with `trim` first (what the
@@ -245,6 +311,34 @@ fn unfinished(validations: &Store<GpuValidation>) -> Vec<ObjectRef<GpuValidation
         .collect()
 }
 
+/// How long `--gpu-allocation auto` waits for the first list of ResourceSlices before it
+/// resolves node sets without them (an API server that does not serve `resource.k8s.io/v1`).
+const SLICES_WAIT: Duration = Duration::from_secs(30);
+
+/// Sets `settled` once the ResourceSlices are listed: at once when they are never read, after
+/// the list with `dra`, after the list or [`SLICES_WAIT`] with `auto`.
+async fn settle_slices(ctx: Arc<Ctx>) {
+    let mode = ctx.cfg.allocation.mode;
+    match mode {
+        allocation::Mode::ExtendedResource => {}
+        allocation::Mode::Dra => {
+            let _ = ctx.slices.wait_until_ready().await;
+        }
+        allocation::Mode::Auto => {
+            if tokio::time::timeout(SLICES_WAIT, ctx.slices.wait_until_ready())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    driver = %ctx.cfg.allocation.driver,
+                    "ResourceSlices could not be listed (is resource.k8s.io/v1 served, and may the operator list resourceslices?); nodes use the nvidia.com/gpu extended resource until they are"
+                );
+            }
+        }
+    }
+    ctx.slices_settled.store(true, Ordering::Relaxed);
+}
+
 /// Sets `ready` once every store has been filled, then tells `filled`.
 ///
 /// This is the only task that waits for the stores to fill: a kube `Store` wakes only the last
@@ -281,6 +375,7 @@ pub async fn run(
     let (results, result_writer) = reflector::store();
     let (nodes, node_writer) = reflector::store();
     let (rounds, round_writer) = reflector::store();
+    let (slices, slice_writer) = reflector::store();
     let runs = Arc::new(Runs::default());
     let pods = Arc::new(PodViews::default());
     let pod_stream = pod_stream(Api::namespaced(client.clone(), &ns), &pods, &runs);
@@ -324,6 +419,7 @@ pub async fn run(
             wakes.node_touched(&name);
         }
     });
+    let slice_stream = slice_stream(&client, &cfg, slice_writer);
     let gv_api: Api<GpuValidation> = Api::all(client.clone());
     let controller = Controller::new(gv_api, watcher::Config::default().any_semantic());
     let validations = controller.store();
@@ -334,6 +430,8 @@ pub async fn run(
         pods,
         results,
         nodes,
+        slices,
+        slices_settled: Arc::new(AtomicBool::new(false)),
         rounds,
         validations: validations.clone(),
         metrics,
@@ -342,6 +440,7 @@ pub async fn run(
     });
     let (filled, when_filled) = tokio::sync::oneshot::channel();
     tokio::spawn(mark_ready_when_filled(ctx.clone(), ready, filled));
+    tokio::spawn(settle_slices(ctx.clone()));
     tokio::spawn(figures.run(Api::namespaced(ctx.client.clone(), &ns), ctx.nodes.clone()));
     // Schedules, admission and node state: their own controllers over the same stores.
     let schedules = crate::schedule::shell::run(ctx.clone(), woken.nodes_changed);
@@ -356,12 +455,38 @@ pub async fn run(
             owner_ref_of(&r.metadata)
         })
         .watches_stream(round_stream, |r: GpuFabricRound| owner_ref_of(&r.metadata))
-        .watches_stream(node_stream, move |_n: Node| unfinished(&validations))
+        .watches_stream(node_stream, {
+            let validations = validations.clone();
+            move |_n: Node| unfinished(&validations)
+        })
+        .watches_stream(slice_stream, move |_s: ResourceSlice| {
+            unfinished(&validations)
+        })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(log_outcome)
         .await;
     lifecycle.iter().for_each(tokio::task::JoinHandle::abort);
+}
+
+/// The DRA driver's ResourceSlices (only its own, through the `spec.driver` field selector),
+/// trimmed, into `writer`'s store; no stream when the operator never uses DRA.
+fn slice_stream(
+    client: &Client,
+    cfg: &OperatorConfig,
+    writer: Writer<ResourceSlice>,
+) -> futures::stream::BoxStream<'static, Result<ResourceSlice, watcher::Error>> {
+    if !cfg.allocation.reads_slices() {
+        return futures::stream::empty().boxed();
+    }
+    let selector = format!("spec.driver={}", cfg.allocation.driver);
+    reflected(
+        Api::all(client.clone()),
+        watcher::Config::default().fields(&selector),
+        writer,
+        trim_slice,
+    )
+    .boxed()
 }
 
 /// The agent pods' watch: each event kept in `pods` as a view (the pods a relist found gone
@@ -408,6 +533,40 @@ async fn log_outcome(
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    #[test]
+    fn a_trimmed_slice_keeps_what_the_allocation_decision_reads() {
+        use crate::reconcile::allocation::{DEFAULT_DRIVER, DraInventory, tests as dra};
+        use k8s_openapi::api::resource::v1::{DeviceAttribute, DeviceCapacity};
+        let mut d = dra::device("gpu-0", Some("GPU-0"), Some("gpu"));
+        let attrs = d.attributes.as_mut().unwrap();
+        attrs.insert(
+            "productName".into(),
+            DeviceAttribute {
+                string: Some("NVIDIA H200".into()),
+                ..Default::default()
+            },
+        );
+        d.capacity = Some(
+            [(
+                "memory".to_string(),
+                DeviceCapacity {
+                    value: Quantity("141Gi".into()),
+                    request_policy: None,
+                },
+            )]
+            .into(),
+        );
+        let mut slice = dra::slice(DEFAULT_DRIVER, "node-a", "node-a", 1, vec![d]);
+        slice.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
+        let before = DraInventory::from_slices(DEFAULT_DRIVER, [&slice]);
+        trim_slice(&mut slice);
+        assert_eq!(DraInventory::from_slices(DEFAULT_DRIVER, [&slice]), before);
+        let kept = &slice.spec.devices.as_ref().unwrap()[0];
+        assert!(kept.capacity.is_none() && slice.metadata.labels.is_none());
+        let names: Vec<&String> = kept.attributes.as_ref().unwrap().keys().collect();
+        assert_eq!(names, ["type", "uuid"]);
+    }
 
     #[test]
     fn a_trimmed_node_selects_as_before() {

@@ -9,6 +9,8 @@ pub mod admission;
 pub mod apply;
 pub mod config;
 pub mod controller;
+pub mod device_taints;
+pub mod dra_claim;
 pub mod expected;
 pub mod fabric_key;
 pub mod heap;

@@ -12,6 +12,7 @@ use axum::{Router, extract::State, http::StatusCode, routing::get};
 use clap::Parser;
 use gpuval_operator::config::{self, OperatorConfig};
 use gpuval_operator::leader::{self, Election, Fence, FenceLayer, Timing};
+use gpuval_operator::reconcile::allocation;
 use gpuval_operator::{controller, heap, metrics::Metrics};
 
 /// Counts the heap in use for `/metrics` (`gpuval_operator_heap_bytes`).
@@ -110,6 +111,17 @@ struct Args {
     /// (GPUs shared on purpose; figures may be lower than the GPUs can reach).
     #[arg(long, env = "GPUVAL_AGENT_ALLOW_SHARED_GPUS")]
     agent_allow_shared_gpus: bool,
+    /// How agent pods get their GPUs: auto (Dynamic Resource Allocation on nodes whose GPUs
+    /// the DRA driver publishes in ResourceSlices, nvidia.com/gpu elsewhere),
+    /// extendedResource, or dra.
+    #[arg(long, env = "GPUVAL_GPU_ALLOCATION", default_value = "auto")]
+    gpu_allocation: String,
+    /// The DeviceClass agent claims ask for on DRA nodes.
+    #[arg(long, env = "GPUVAL_DRA_DEVICE_CLASS", default_value = allocation::DEFAULT_DEVICE_CLASS)]
+    dra_device_class: String,
+    /// The DRA driver whose ResourceSlices list the nodes' GPUs.
+    #[arg(long, env = "GPUVAL_DRA_DRIVER", default_value = allocation::DEFAULT_DRIVER)]
+    dra_driver: String,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, env = "GPUVAL_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
@@ -209,6 +221,11 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
         admission_taint_keys: entries(&a.admission_taint_keys)
             .map(str::to_string)
             .collect(),
+        allocation: allocation::Allocation {
+            mode: allocation::Mode::parse(&a.gpu_allocation).map_err(anyhow::Error::msg)?,
+            device_class: a.dra_device_class.trim().to_string(),
+            driver: a.dra_driver.trim().to_string(),
+        },
     };
     cfg.validate()?;
     if cfg.agents_simulated() {

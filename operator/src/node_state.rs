@@ -363,6 +363,9 @@ const OUR_LABELS: [&str; 3] = [labels::NODE_VERDICT, labels::VALIDATED_AT, label
 pub struct NodeStateCtx {
     ctx: Arc<Ctx>,
     validations: Store<GpuValidation>,
+    /// The served `DeviceTaintRule` resource, when the operator uses DRA and the API server
+    /// serves it ([`crate::device_taints`]).
+    device_taints: Option<kube::discovery::ApiResource>,
 }
 
 async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Error> {
@@ -392,6 +395,9 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             other => other?,
         }
+    }
+    if let Some(rule) = &nc.device_taints {
+        crate::device_taints::sync_node(ctx, rule, &name, evidence.as_ref()).await?;
     }
     Ok(Action::await_change())
 }
@@ -431,7 +437,15 @@ pub async fn run(
         };
         futures::future::ready(node.map(|n| ObjectRef::new(&n)))
     });
-    let nc = Arc::new(NodeStateCtx { ctx, validations });
+    let device_taints = match ctx.cfg.allocation.reads_slices() {
+        true => crate::device_taints::discover(&ctx.client).await,
+        false => None,
+    };
+    let nc = Arc::new(NodeStateCtx {
+        ctx,
+        validations,
+        device_taints,
+    });
     Controller::for_stream(futures::stream::pending(), nc.ctx.nodes.clone())
         .reconcile_on(woken)
         .watches_stream(validation_events, |v: GpuValidation| {

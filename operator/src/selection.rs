@@ -116,6 +116,19 @@ fn is_cordoned(node: &Node) -> bool {
 /// allocatable `nvidia.com/gpu`. With neither field set, every node advertising GPUs is a
 /// candidate and nodes without GPUs are not listed as excluded.
 pub fn select(spec: &GpuValidationSpec, nodes: &[Node]) -> Selection {
+    let none = format!("no allocatable {GPU_RESOURCE}");
+    select_with(spec, nodes, &allocatable_gpus, &none)
+}
+
+/// [`select`] with the GPUs each node offers counted by `gpus_of` (the extended resource, or
+/// the GPUs of its Dynamic Resource Allocation slices), `no_gpus` saying why a node offering
+/// none is not selected.
+pub fn select_with(
+    spec: &GpuValidationSpec,
+    nodes: &[Node],
+    gpus_of: &dyn Fn(&Node) -> i32,
+    no_gpus: &str,
+) -> Selection {
     let mut out = Selection::default();
     let selector = match spec
         .node_selector
@@ -150,11 +163,10 @@ pub fn select(spec: &GpuValidationSpec, nodes: &[Node]) -> Selection {
         if !is_candidate(node, name, selector.as_ref(), &names) {
             continue;
         }
-        let gpus = allocatable_gpus(node);
+        let gpus = gpus_of(node);
         if gpus <= 0 {
             if targeted {
-                out.excluded
-                    .push((name.to_string(), format!("no allocatable {GPU_RESOURCE}")));
+                out.excluded.push((name.to_string(), no_gpus.to_string()));
             }
             continue;
         }
@@ -168,7 +180,7 @@ pub fn select(spec: &GpuValidationSpec, nodes: &[Node]) -> Selection {
         });
     }
     if !targeted {
-        out.excluded.extend(without_gpus(nodes));
+        out.excluded.extend(without_gpus(nodes, gpus_of, no_gpus));
     }
     out
 }
@@ -187,14 +199,13 @@ fn is_candidate(
 
 /// Why GPU-less nodes are absent, in aggregate (to keep status small): none when every node
 /// has GPUs.
-fn without_gpus(nodes: &[Node]) -> Option<(String, String)> {
-    let without = nodes.iter().filter(|n| allocatable_gpus(n) <= 0).count();
-    (without > 0).then(|| {
-        (
-            format!("{without} node(s)"),
-            format!("no allocatable {GPU_RESOURCE}"),
-        )
-    })
+fn without_gpus(
+    nodes: &[Node],
+    gpus_of: &dyn Fn(&Node) -> i32,
+    no_gpus: &str,
+) -> Option<(String, String)> {
+    let without = nodes.iter().filter(|n| gpus_of(n) <= 0).count();
+    (without > 0).then(|| (format!("{without} node(s)"), no_gpus.to_string()))
 }
 
 #[cfg(test)]
@@ -242,6 +253,7 @@ pub(crate) mod tests {
             on_failure: None,
             fabric: None,
             expect: None,
+            dra: None,
             severity_overrides: Vec::new(),
         }
     }
@@ -267,6 +279,32 @@ pub(crate) mod tests {
         assert!(s.excluded.contains(&("gpu-c".into(), "cordoned".into())));
         assert!(s.describe().contains("gpu-c (cordoned)"));
         assert!(s.blocker().is_none());
+    }
+
+    #[test]
+    fn a_node_with_gpus_only_in_dra_slices_is_selected_with_their_count() {
+        use crate::reconcile::allocation::{self, Allocation, DraInventory, tests as dra};
+        let slices = [dra::slice(
+            allocation::DEFAULT_DRIVER,
+            "cpu-0",
+            "cpu-0",
+            1,
+            vec![dra::device("gpu-0", Some("GPU-0"), Some("gpu"))],
+        )];
+        let inv = DraInventory::from_slices(allocation::DEFAULT_DRIVER, &slices);
+        let a = Allocation::default();
+        let gpus_of = |n: &Node| {
+            allocation::decide(&a, n.metadata.name.as_deref().unwrap_or(""), &inv).gpus(n)
+        };
+        let s = select_with(
+            &spec(),
+            &cluster(),
+            &gpus_of,
+            &allocation::no_gpus_reason(&a),
+        );
+        assert_eq!(names(&s), ["cpu-0", "gpu-a", "gpu-b"]);
+        assert_eq!((s.selected[0].gpus, s.selected[1].gpus), (1, 8));
+        assert_eq!(names(&select(&spec(), &cluster())), ["gpu-a", "gpu-b"]);
     }
 
     #[test]

@@ -81,6 +81,9 @@ pub struct Options {
     pub audit_log: bool,
     /// Serve pods on a real node (see [`crate::real_node`]) instead of loopback only.
     pub in_cluster: Option<InClusterApi>,
+    /// The API server serves `DeviceTaintRule` (KEP-5055): `resource.k8s.io/v1beta2` with the
+    /// `DRADeviceTaintRules` feature gate, both off by default in Kubernetes 1.36.
+    pub device_taint_rules: bool,
 }
 
 impl Options {
@@ -91,6 +94,7 @@ impl Options {
             kwok: true,
             audit_log: false,
             in_cluster: None,
+            device_taint_rules: false,
         }
     }
 }
@@ -225,21 +229,26 @@ impl ControlPlane {
         .map_err(io("write tokens.csv"))?;
         let serving = Serving::new(opts.in_cluster.as_ref(), &pki)?;
         cp.server = format!("https://{}:{}", serving.address, serving.port);
-        let mut audit = Vec::new();
+        // Audit logging and optional APIs.
+        let mut extra = Vec::new();
         if opts.audit_log {
             let policy = cp.dir.path().join("audit-policy.yaml");
             std::fs::write(&policy, AUDIT_POLICY).map_err(io("write the audit policy"))?;
-            audit.push(format!("--audit-policy-file={}", policy.display()));
-            audit.push(format!(
+            extra.push(format!("--audit-policy-file={}", policy.display()));
+            extra.push(format!(
                 "--audit-log-path={}",
                 cp.dir.path().join("audit.log").display()
             ));
-            audit.push("--audit-log-mode=blocking".into());
+            extra.push("--audit-log-mode=blocking".into());
+        }
+        if opts.device_taint_rules {
+            extra.push("--feature-gates=DRADeviceTaintRules=true".into());
+            extra.push("--runtime-config=resource.k8s.io/v1beta2=true".into());
         }
         cp.spawn(
             "kube-apiserver",
             Command::new(cp.tools.path("kube-apiserver"))
-                .args(&audit)
+                .args(&extra)
                 .arg(format!("--etcd-servers={etcd_url}"))
                 .arg(format!("--cert-dir={}", pki.display()))
                 .arg(format!("--secure-port={}", serving.port))

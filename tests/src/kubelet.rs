@@ -14,6 +14,11 @@
 //! path is pointed at that directory (a process cannot see the pod's paths); a Secret that
 //! cannot be read fails the pod.
 //!
+//! A pod with Dynamic Resource Allocation claims is started as a DRA kubelet plugin would
+//! start it: with the devices its claims were allocated ([`crate::dra::allocated_uuids`]) as
+//! its GPUs (`NVIDIA_VISIBLE_DEVICES`, and as many simulated GPUs); a claim that cannot be
+//! read fails the pod.
+//!
 //! Deleting a pod whose process runs sends the process SIGTERM, SIGKILL after the pod's grace
 //! period, and then removes the pod object (delete with grace 0), as a kubelet does.
 //! kwok leaves these pods alone (see `kwok-stages.yaml`); should anything else overwrite the
@@ -409,7 +414,7 @@ fn on_pod(shared: &Arc<Shared>, pod: &Pod) {
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default();
     let node_env = st.node_env.get(&node).cloned().unwrap_or_default();
-    if shared.options.pod_tokens || has_secret_volumes(pod) {
+    if shared.options.pod_tokens || has_secret_volumes(pod) || has_claims(pod) {
         // The token is minted first (an API call); the entry stands in until the process starts.
         st.by_name.insert(name.clone(), uid.clone());
         st.pods.insert(uid.clone(), new_entry(&name, pod, false));
@@ -501,9 +506,14 @@ async fn start_with_pod_token(
     } else {
         Ok(shared.kubeconfig.clone())
     };
-    let minted = match (minted, mount_secrets(&shared, &pod, &name, &uid).await) {
-        (Ok(kubeconfig), Ok(paths)) => Ok((kubeconfig, paths)),
-        (Err(e), _) | (_, Err(e)) => Err(e),
+    let claimed = claim_env(&shared, &pod, &node_env).await;
+    let minted = match (
+        minted,
+        mount_secrets(&shared, &pod, &name, &uid).await,
+        claimed,
+    ) {
+        (Ok(kubeconfig), Ok(paths), Ok(devices)) => Ok((kubeconfig, paths, devices)),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(e),
     };
     let mut st = shared.state();
     if st
@@ -514,14 +524,17 @@ async fn start_with_pod_token(
         return;
     }
     let entry = match minted {
-        Ok((kubeconfig, mounted)) => {
+        Ok((kubeconfig, mounted, devices)) => {
             if shared.options.pod_tokens {
                 shared
                     .tokens_minted
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
             // The mounted files first: a node's own environment still wins.
-            let env = mounted.into_iter().chain(node_env).collect();
+            // The claim's devices replace the node's simulated GPU count.
+            let replaced: Vec<String> = devices.iter().map(|(k, _)| k.clone()).collect();
+            let node_env = node_env.into_iter().filter(|(k, _)| !replaced.contains(k));
+            let env = mounted.into_iter().chain(devices).chain(node_env).collect();
             start_pod(&shared, &pod, &name, &uid, env, &kubeconfig)
         }
         Err(e) => {
@@ -543,6 +556,41 @@ async fn start_with_pod_token(
         st.started.push(name);
     }
     st.pods.insert(uid, entry);
+}
+
+fn has_claims(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|c| !c.is_empty())
+}
+
+/// The environment a DRA kubelet plugin gives the container of a pod with claims: its
+/// allocated GPUs' UUIDs, and (simulated backend) as many GPUs; nothing for a pod without.
+/// The node's own simulated spec, where it has one, gets the claim's GPU count too.
+async fn claim_env(
+    shared: &Shared,
+    pod: &Pod,
+    node_env: &[(String, String)],
+) -> Result<Vec<(String, String)>, String> {
+    let Some(uuids) = crate::dra::allocated_uuids(&shared.client, pod).await? else {
+        return Ok(Vec::new());
+    };
+    let sim = gpuval_crds::agent_env::SIMULATE;
+    let own = agent_container(pod).map(|c| container_env(pod, c));
+    let spec = node_env
+        .iter()
+        .chain(own.iter().flatten())
+        .find(|(k, _)| k == sim)
+        .map(|(_, v)| v.clone());
+    let mut env = vec![("NVIDIA_VISIBLE_DEVICES".to_string(), uuids.join(","))];
+    if let Some(spec) = spec {
+        env.push((
+            sim.to_string(),
+            crate::dra::with_sim_gpus(&spec, uuids.len()),
+        ));
+    }
+    Ok(env)
 }
 
 fn has_secret_volumes(pod: &Pod) -> bool {

@@ -25,6 +25,7 @@ pub mod bench;
 pub mod binaries;
 pub mod chart;
 pub mod crds;
+pub mod dra;
 pub mod kubelet;
 pub mod nodes;
 pub mod operator;

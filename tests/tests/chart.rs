@@ -137,6 +137,7 @@ fn check_invariants(file: &str, docs: &[Value]) {
         "{file}: {sas:?}"
     );
 
+    let mut dra_rules = 0;
     // No wildcards; secrets only for the operator in its own namespace (the fabric key Secrets
     // it makes: created, read back by name, deleted; never listed or watched); cluster-wide
     // roles never write pods (they may list them: idleOnly schedules look for pods that hold
@@ -170,11 +171,43 @@ fn check_invariants(file: &str, docs: &[Value]) {
                     "{file}: {rule}"
                 );
             }
+            // DRA: slices are only read (cluster-wide), claim templates only created (in the
+            // operator's namespace); no rule at all when the chart never uses DRA.
+            if rule["apiGroups"] == json!(["resource.k8s.io"]) {
+                let dra_mode = env("GPUVAL_GPU_ALLOCATION");
+                assert_ne!(
+                    dra_mode.as_deref(),
+                    Some("extendedResource"),
+                    "{file}: {rule}"
+                );
+                let (kind, verbs) = if resources == vec![json!("resourceslices")] {
+                    ("ClusterRole", json!(["get", "list", "watch"]))
+                } else if resources == vec![json!("devicetaintrules")] {
+                    ("ClusterRole", json!(["list", "create", "patch", "delete"]))
+                } else {
+                    assert_eq!(resources, vec![json!("resourceclaimtemplates")], "{file}");
+                    ("Role", json!(["create"]))
+                };
+                assert_eq!(
+                    (&role["kind"], &rule["verbs"]),
+                    (&json!(kind), &verbs),
+                    "{file}"
+                );
+                dra_rules += 1;
+            }
             if role["kind"] == "ClusterRole" && resources.contains(&json!("pods")) {
                 assert_eq!(rule["verbs"], json!(["list"]), "{file}: {rule}");
             }
         }
     }
+
+    let dra = env("GPUVAL_GPU_ALLOCATION");
+    let want = if dra.as_deref() == Some("extendedResource") {
+        0
+    } else {
+        3
+    };
+    assert_eq!(dra_rules, want, "{file}: DRA rules under mode {dra:?}");
 
     // Every rule bound to the agent: no pods, no spec writes, results only.
     let agent_roles: Vec<&str> = docs

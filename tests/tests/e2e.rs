@@ -546,7 +546,10 @@ async fn cordoned_and_gpu_less_nodes_are_not_selected_and_status_says_why() {
     );
     let why = s.selection.as_deref().unwrap();
     assert!(
-        why.contains("gpu-c (cordoned)") && why.contains("cpu-0 (no allocatable nvidia.com/gpu)"),
+        why.contains("gpu-c (cordoned)")
+            && why.contains(
+                "cpu-0 (no allocatable nvidia.com/gpu and no GPU in ResourceSlices of driver gpu.nvidia.com)"
+            ),
         "{why}"
     );
 

@@ -76,6 +76,9 @@ pub struct Plan {
     /// The GPU count the operator found for this node (`spec.expect.gpuCount`, else the
     /// node's capacity, else its GPU Feature Discovery label), and where it came from.
     pub expected_gpus: Option<(i32, CountSource)>,
+    /// On a node whose GPUs come through Dynamic Resource Allocation: the UUIDs of the GPUs
+    /// the agent's claim should give it (`GPUVAL_DRA_GPU_UUIDS`); NVML must show exactly these.
+    pub dra_gpu_uuids: Option<Vec<String>>,
     /// `spec.severityOverrides`.
     pub overrides: Vec<SeverityOverride>,
     /// A process that is not the agent's on a GPU under test is a Warn, not a Fail (the
@@ -97,6 +100,7 @@ impl Plan {
             nccl_log_dir: None,
             expect: Expect::default(),
             expected_gpus: None,
+            dra_gpu_uuids: None,
             overrides: Vec::new(),
             allow_shared_gpus: false,
         }

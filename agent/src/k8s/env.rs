@@ -54,6 +54,8 @@ pub struct AgentEnv {
     /// The GPU count the operator found for this node and where it came from
     /// (`GPUVAL_EXPECTED_GPUS`, `GPUVAL_EXPECTED_GPUS_FROM`).
     pub expected_gpus: Option<(i32, CountSource)>,
+    /// The GPUs the pod's DRA claim should give it (`GPUVAL_DRA_GPU_UUIDS`); None off DRA.
+    pub dra_gpu_uuids: Option<Vec<String>>,
     /// `GPUVAL_ALLOW_SHARED_GPUS=true`: the administrator allows processes that are not the
     /// agent's on the GPUs (a Warn, not a Fail).
     pub allow_shared_gpus: bool,
@@ -137,6 +139,7 @@ impl AgentEnv {
 
         let result_jitter = result_jitter(&get)?;
         let expected_gpus = expected_gpus(&get)?;
+        let dra_gpu_uuids = dra_gpu_uuids(&get);
 
         Ok(Self {
             validation,
@@ -151,6 +154,7 @@ impl AgentEnv {
             result_jitter,
             state_dir,
             expected_gpus,
+            dra_gpu_uuids,
             allow_shared_gpus,
             fabric_key_file,
         })
@@ -220,6 +224,18 @@ pub(super) fn expected_gpus(
         })?,
     };
     Ok(Some((count, from)))
+}
+
+/// `GPUVAL_DRA_GPU_UUIDS`: comma-separated GPU UUIDs (blanks dropped); None when unset or
+/// empty.
+pub(super) fn dra_gpu_uuids(get: impl Fn(&str) -> Option<String>) -> Option<Vec<String>> {
+    let list: Vec<String> = get(agent_env::DRA_GPU_UUIDS)?
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
+        .collect();
+    (!list.is_empty()).then_some(list)
 }
 
 /// `GPUVAL_RESULT_JITTER_MS` (milliseconds, optional): the longest delay before the result

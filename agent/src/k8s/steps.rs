@@ -200,6 +200,7 @@ pub(super) fn start_checks(
 ) -> tokio::task::JoinHandle<NodeReport> {
     let mut plan = Plan::from_spec(&validation.spec);
     plan.expected_gpus = env.expected_gpus;
+    plan.dra_gpu_uuids = env.dra_gpu_uuids.clone();
     plan.node = Some(env.node.clone());
     plan.io_dir = env.io_dir.clone();
     plan.allow_shared_gpus = env.allow_shared_gpus;

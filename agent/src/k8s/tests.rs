@@ -62,6 +62,19 @@ fn io_dir_comes_from_the_environment() {
 }
 
 #[test]
+fn the_dra_claims_gpu_uuids_are_read_as_a_list() {
+    let mut vars = base_env();
+    assert_eq!(parse(&vars).unwrap().dra_gpu_uuids, None);
+    vars.insert(agent_env::DRA_GPU_UUIDS, " GPU-a, ,GPU-b ".to_string());
+    assert_eq!(
+        parse(&vars).unwrap().dra_gpu_uuids,
+        Some(vec!["GPU-a".to_string(), "GPU-b".to_string()])
+    );
+    vars.insert(agent_env::DRA_GPU_UUIDS, " , ".to_string());
+    assert_eq!(parse(&vars).unwrap().dra_gpu_uuids, None);
+}
+
+#[test]
 fn the_result_jitter_is_optional_and_a_bad_one_is_named() {
     let mut vars = base_env();
     assert_eq!(parse(&vars).unwrap().result_jitter, Duration::ZERO);

@@ -94,6 +94,9 @@ pub fn judge(
     } else if !missing.is_empty() {
         reasons.push(bus_id_reason(&plan.expect, &seen, &missing));
     }
+    if let Some(claimed) = &plan.dra_gpu_uuids {
+        reasons.extend(dra_reason(claimed, gpus));
+    }
     let fail_fast = !reasons.is_empty();
     let (hidden_gpus, hidden_reasons) = hidden_gpus(hidden, cuda);
     reasons.extend(hidden_reasons);
@@ -163,6 +166,29 @@ fn count_reason(want: i32, from: CountSource, seen: &[String], missing: &[String
     }
     m.push_str("; the checks were not run");
     Code::GpuCountMismatch.says(m)
+}
+
+/// `the GPUs NVML shows (GPU-a, GPU-c) are not the ones the DRA claim was given (GPU-a,
+/// GPU-b)`, when they differ (in any order); None when they are the same.
+fn dra_reason(claimed: &[String], gpus: &[GpuInfo]) -> Option<Reason> {
+    let mut want: Vec<&str> = claimed.iter().map(String::as_str).collect();
+    let mut seen: Vec<&str> = gpus.iter().map(|g| g.uuid.as_str()).collect();
+    want.sort_unstable();
+    seen.sort_unstable();
+    (want != seen).then(|| {
+        let list = |l: &[&str]| {
+            if l.is_empty() {
+                "none".to_string()
+            } else {
+                l.join(", ")
+            }
+        };
+        Code::DraAllocationMismatch.says(format!(
+            "the GPUs NVML shows the agent are not those its DRA claim was given: NVML shows {}; the claim has {}; the checks were not run",
+            list(&seen),
+            list(&want)
+        ))
+    })
 }
 
 fn bus_id_reason(expect: &Expect, seen: &[String], missing: &[String]) -> Reason {
@@ -282,6 +308,32 @@ mod tests {
         let mut g = h200(index);
         set(&mut g.health);
         g
+    }
+
+    #[test]
+    fn gpus_other_than_the_dra_claims_fail_fast_naming_both_lists() {
+        let gpus: Vec<GpuInfo> = (0..2).map(h200).collect();
+        let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+        // The same GPUs in another order: nothing to say.
+        let same = plan(|p| p.dra_gpu_uuids = Some(uuids.iter().rev().cloned().collect()));
+        let j = judge_seen(&same, &gpus, &SystemInfo::default());
+        assert!(!j.fail_fast, "{:?}", j.facts.reasons);
+        let other = plan(|p| p.dra_gpu_uuids = Some(vec![uuids[0].clone(), "GPU-claimed".into()]));
+        let j = judge_seen(&other, &gpus, &SystemInfo::default());
+        assert!(j.fail_fast);
+        assert_eq!(j.facts.verdict, Verdict::Fail);
+        let r = &j.facts.reasons[0];
+        assert_eq!(r.code, Code::DraAllocationMismatch);
+        let shown = format!("NVML shows {}, {}", uuids[0], uuids[1]);
+        assert!(r.message.contains(&shown), "{}", r.message);
+        assert!(
+            r.message
+                .contains(&format!("the claim has {}, GPU-claimed", uuids[0]))
+                || r.message
+                    .contains(&format!("the claim has GPU-claimed, {}", uuids[0])),
+            "{}",
+            r.message
+        );
     }
 
     #[test]

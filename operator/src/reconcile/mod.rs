@@ -19,7 +19,9 @@
 //! the cluster into a [`World`] or [`News`] and applies the [`Step`].
 
 pub mod advance;
+pub mod allocation;
 pub mod clock;
+pub mod device_taints;
 pub mod events;
 pub mod fabric;
 pub mod fabric_rails;

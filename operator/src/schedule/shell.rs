@@ -149,7 +149,7 @@ async fn node_load(
     ctx: &Ctx,
     nodes: &[Node],
 ) -> Result<NodeLoad, kube::Error> {
-    let selected: Vec<String> = crate::selection::select(&s.spec.template, nodes)
+    let selected: Vec<String> = crate::controller::select_nodes(&s.spec.template, nodes, ctx)
         .selected
         .into_iter()
         .map(|n| n.name)

@@ -1,6 +1,7 @@
 //! `make demo`: the whole flow on this machine, no GPU needed. A local control plane (etcd,
 //! kube-apiserver, kube-controller-manager, kube-scheduler, kwok; built from source), the gpuval
-//! CRDs, three fake GPU nodes with 8 GPUs each, the operator, and the real agent binary run for
+//! CRDs, three fake GPU nodes with 8 GPUs each and one whose 8 GPUs a fake DRA driver publishes
+//! (claimed through Dynamic Resource Allocation), the operator, and the real agent binary run for
 //! each agent pod by a fake kubelet with the SIMULATED GPU backend (one node is given a bad GPU).
 //! Applies deploy/examples/quick.yaml, shows the run's progress until its verdict, prints what
 //! `kubectl` shows, ends with the next commands to try (the kubectl plugin, the HTML report)
@@ -17,7 +18,7 @@ use gpuval_crds::GpuValidation;
 use gpuval_crds::conditions::{self, RECONCILING};
 use gpuval_tests::kubelet::{FakeKubelet, agent_binary};
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::{ControlPlane, Options, crds, nodes};
+use gpuval_tests::{ControlPlane, Options, crds, dra, nodes};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
@@ -76,6 +77,23 @@ async fn run() -> Result<(), String> {
         nodes::wait_node_ready(&client, n, Duration::from_secs(60)).await?;
     }
     println!("3 fake GPU nodes (kwok) with 8 GPUs each are Ready");
+    // A fourth node without nvidia.com/gpu whose 8 GPUs a fake DRA driver publishes: its agent
+    // claims them through Dynamic Resource Allocation (docs/dra.md).
+    let dra_node = "gpu-node-dra";
+    dra::publish_class(&client)
+        .await
+        .map_err(|e| format!("create the DeviceClass: {e}"))?;
+    nodes::create_gpu_node(&client, dra_node, 0, &[("nvidia.com/gpu.present", "true")])
+        .await
+        .map_err(|e| format!("create node {dra_node}: {e}"))?;
+    let uuids: Vec<String> = (0..8).map(dra::sim_uuid).collect();
+    dra::publish_gpus(&client, dra_node, &uuids)
+        .await
+        .map_err(|e| format!("publish the GPUs of {dra_node}: {e}"))?;
+    nodes::wait_node_ready(&client, dra_node, Duration::from_secs(60)).await?;
+    println!(
+        "{dra_node} is Ready: its 8 GPUs are claimed through DRA (ResourceSlices of gpu.nvidia.com)"
+    );
 
     let agent = agent_binary()?;
     let kubelet = FakeKubelet::start(

@@ -373,6 +373,7 @@ async fn run(args: Args) -> Result<bool, String> {
         kwok: false,
         audit_log: false,
         in_cluster: None,
+        device_taint_rules: false,
     })
     .await
     .map_err(|e| {

@@ -176,6 +176,7 @@ impl RealNode {
                 key_pem: tls.serving_key_pem,
                 ca_pem: tls.ca_pem,
             }),
+            device_taint_rules: false,
         })
         .await?;
         self.cp = Some(cp);
