@@ -15,6 +15,7 @@ pub mod check;
 pub mod checks;
 pub mod config;
 pub mod fabric;
+pub mod host_identity;
 pub mod judge;
 pub mod k8s;
 pub mod link_floors;

@@ -10,6 +10,7 @@
 // kube-derive printcolumn(...) repeats `type_ = "integer"` etc.; that is data, not a mistake.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod certificate;
 pub mod conditions;
 pub mod cron;
 pub mod depth;
@@ -21,12 +22,14 @@ pub mod facts;
 pub mod names;
 pub mod nccl;
 pub mod nccl_env;
+pub mod pem;
 pub mod reason;
 pub mod report;
 pub mod result;
 pub mod rules;
 pub mod schedule;
 pub mod schema;
+pub mod seal;
 pub mod selector;
 pub mod spec;
 pub mod status;
