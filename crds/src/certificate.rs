@@ -100,7 +100,7 @@ pub struct Settings {
 /// The fabric test's outcome for one node.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct FabricOutcome {
+pub struct NodeFabric {
     /// The fabric phase of the validation (`Passed`, `Failed`, ...).
     pub phase: String,
     /// The nodes this one was tested with.
@@ -109,6 +109,9 @@ pub struct FabricOutcome {
     pub named: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bus_bandwidth_gbps: Option<f64>,
+    /// What this node's agent measured, round by round.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured: Vec<crate::fabric::FabricOutcome>,
 }
 
 /// The SHA-256 of a raw report's canonical JSON.
@@ -136,7 +139,7 @@ pub struct NodeCertificate {
     /// Every figure and verdict: the node's report as the agent wrote it.
     pub results: NodeReport,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fabric: Option<FabricOutcome>,
+    pub fabric: Option<NodeFabric>,
     pub report: ReportDigest,
 }
 
@@ -173,7 +176,7 @@ pub struct NodeInputs {
     pub subject: Subject,
     pub settings: Settings,
     pub image: Option<String>,
-    pub fabric: Option<FabricOutcome>,
+    pub fabric: Option<NodeFabric>,
     /// SHA-256 (hex) of the report's canonical JSON ([`crate::seal::sha256_hex`]).
     pub report_sha256: String,
 }

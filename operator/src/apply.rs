@@ -30,6 +30,10 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
             create_round(gv, ctx, &part).await?;
         }
     }
+    // Before the status that ends the run: a failed write is tried again with the same step.
+    if crate::certificates::due(gv.status.as_ref(), &step.status) {
+        crate::certificate_store::write(gv, ctx, &step.status).await?;
+    }
     if gv.status.as_ref() != Some(&step.status) {
         write_status::<GpuValidation>(&gv.name_any(), ctx, &step.status).await?;
         ctx.metrics

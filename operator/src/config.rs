@@ -49,6 +49,27 @@ pub struct OperatorConfig {
     /// removes that taint from nodes that pass, so only the administrator may widen the list
     /// (Helm values `operator.admission.allowedTaintKeys`).
     pub admission_taint_keys: Vec<String>,
+    /// Acceptance certificates written when a run ends.
+    pub certificates: CertificateSettings,
+}
+
+/// Where the certificate signing key is and how many certificates are kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CertificateSettings {
+    /// The Secret (in the operator namespace) holding the ed25519 key under `private.pem`:
+    /// the administrator's, or generated on first use when absent.
+    pub key_secret: String,
+    /// Certificates kept per node (and per validation name), newest first; None: none written.
+    pub retention: Option<usize>,
+}
+
+impl Default for CertificateSettings {
+    fn default() -> Self {
+        Self {
+            key_secret: "gpuval-certificate-key".into(),
+            retention: Some(20),
+        }
+    }
 }
 
 /// Pod settings for validations with `spec.fabric`: host networking (RDMA NICs, no overlay),
@@ -106,6 +127,7 @@ impl Default for OperatorConfig {
             clock: crate::schedule::Clock::system(),
             simulated_acts_on_nodes: false,
             admission_taint_keys: Vec::new(),
+            certificates: CertificateSettings::default(),
         }
     }
 }

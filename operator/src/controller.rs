@@ -48,6 +48,8 @@ pub enum Error {
     Serde(#[from] serde_json::Error),
     #[error("the fabric rendezvous key: {0}")]
     FabricKey(String),
+    #[error("certificates: {0}")]
+    Certificate(String),
 }
 
 impl Error {
@@ -58,6 +60,7 @@ impl Error {
             Error::Kube(_) => "client",
             Error::Serde(_) => "serde",
             Error::FabricKey(_) => "fabric_key",
+            Error::Certificate(_) => "certificate",
         }
     }
 }

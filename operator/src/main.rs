@@ -132,6 +132,18 @@ struct Args {
     /// Seconds between reads of the Lease (and the leader's renewals).
     #[arg(long, env = "GPUVAL_LEASE_RETRY_PERIOD_SECONDS", default_value_t = 2)]
     lease_retry_period: u64,
+    /// The Secret (operator namespace) with the certificate signing key under `private.pem`
+    /// (ed25519 PKCS#8 PEM); generated there on first use when absent.
+    #[arg(
+        long,
+        env = "GPUVAL_CERTIFICATE_KEY_SECRET",
+        default_value = "gpuval-certificate-key"
+    )]
+    certificate_key_secret: String,
+    /// Acceptance certificates kept per node (and per validation name), newest first; 0: none
+    /// written.
+    #[arg(long, env = "GPUVAL_CERTIFICATE_RETENTION", default_value_t = 20)]
+    certificate_retention: usize,
     /// json (default) or text.
     #[arg(long, env = "GPUVAL_LOG_FORMAT", default_value = "json")]
     log_format: String,
@@ -209,6 +221,10 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
         admission_taint_keys: entries(&a.admission_taint_keys)
             .map(str::to_string)
             .collect(),
+        certificates: config::CertificateSettings {
+            key_secret: a.certificate_key_secret.clone(),
+            retention: (a.certificate_retention > 0).then_some(a.certificate_retention),
+        },
     };
     cfg.validate()?;
     if cfg.agents_simulated() {
