@@ -57,6 +57,19 @@ enum Command {
     /// Render a JSON report (this agent's --output, or a GpuNodeResult) as one self-contained
     /// HTML page, Markdown or JSON, chosen by the output file's extension.
     Report(ReportArgs),
+    /// Verify a signed certificate offline (exported with `kubectl gpuval certificate`, or
+    /// written by `run --certificate-key`): exit 0 valid, 1 not valid (naming what is wrong),
+    /// 2 could not read the files.
+    Verify(VerifyArgs),
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// The certificate (JSON).
+    certificate: PathBuf,
+    /// The issuer's public key (PEM: `PUBLIC KEY`).
+    #[arg(long, value_name = "PEM")]
+    key: PathBuf,
 }
 
 #[derive(Args)]
@@ -177,6 +190,24 @@ fn cmd_report(a: &ReportArgs) -> Result<u8, Fail> {
     Ok(0)
 }
 
+/// `verify`: checks a certificate file against a public key file.
+fn cmd_verify(a: &VerifyArgs) -> Result<u8, Fail> {
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).map_err(|e| Fail(format!("reading {}: {e}", p.display()), 2))
+    };
+    let (cert, key) = (read(&a.certificate)?, read(&a.key)?);
+    match gpuval_crds::seal::verify_text(&cert, &key) {
+        Ok(signed) => {
+            println!("{}", gpuval_crds::seal::describe(&signed));
+            Ok(0)
+        }
+        Err(e) => Err(Fail(
+            format!("{} does not verify: {e}", a.certificate.display()),
+            1,
+        )),
+    }
+}
+
 /// A failure that ends the command: message and exit code.
 struct Fail(String, u8);
 
@@ -198,6 +229,7 @@ fn main() -> ExitCode {
         Command::Fabric(a) => cmd_fabric(*a),
         Command::NcclSweep => return nccl::child_main(),
         Command::Report(a) => cmd_report(&a),
+        Command::Verify(a) => cmd_verify(&a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -63,6 +63,44 @@ pub enum VerifyError {
     Algorithm(String),
     #[error("the key is not usable: {0}")]
     Key(String),
+    #[error("not a signed gpuval certificate: {0}")]
+    Format(String),
+}
+
+/// Reads a signed certificate (JSON, as exported) and verifies it with the public key in
+/// `key_pem`; gives the certificate back when it holds.
+pub fn verify_text(certificate_json: &str, key_pem: &str) -> Result<Signed, VerifyError> {
+    let signed: Signed = serde_json::from_str(certificate_json)
+        .map_err(|e| VerifyError::Format(format!("{e} (expected document, seal and signature)")))?;
+    let key = public_key_from_pem(key_pem)?;
+    verify(&signed, &key)?;
+    Ok(signed)
+}
+
+/// One line that says what a verified certificate certifies.
+pub fn describe(signed: &Signed) -> String {
+    let d = &signed.document;
+    let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    let s = &d["subject"];
+    let what = match s["node"].as_str() {
+        Some(node) => format!(
+            "node {node}: {} with {} GPU(s)",
+            text(&d["verdict"]),
+            d["hardware"]["gpus"].as_array().map_or(0, Vec::len)
+        ),
+        None => format!(
+            "validation: {} with {} node(s)",
+            text(&d["phase"]),
+            d["nodes"].as_array().map_or(0, Vec::len)
+        ),
+    };
+    format!(
+        "valid: {what}; validation {} generation {}, finished {}; signed by key {}",
+        text(&s["validation"]),
+        s["generation"],
+        text(&s["finishedAt"]),
+        signed.seal.key_id
+    )
 }
 
 /// The bytes of `value` as canonical JSON: object keys sorted, no whitespace, numbers and
@@ -428,6 +466,31 @@ mod tests {
         assert!(matches!(
             verify(&resigned, &buyer),
             Err(VerifyError::WrongKey { .. })
+        ));
+    }
+
+    #[test]
+    fn a_certificate_file_verifies_and_junk_is_named() {
+        let k = key(7);
+        let signed = sign(
+            &json!({"subject": {"validation": "v", "generation": 1, "node": "n1", "finishedAt": "t"}, "verdict": "Pass", "hardware": {"gpus": [{}]}}),
+            &k,
+        )
+        .expect("sign");
+        let text = serde_json::to_string(&signed).expect("json");
+        let public_pem = pem::encode(
+            "PUBLIC KEY",
+            &pem::ed25519_spki(&public_key_of(&k).expect("public")),
+        );
+        let back = verify_text(&text, &public_pem).expect("verifies");
+        let line = describe(&back);
+        assert!(
+            line.starts_with("valid: node n1: Pass with 1 GPU(s); validation v generation 1"),
+            "{line}"
+        );
+        assert!(matches!(
+            verify_text("{}", &public_pem),
+            Err(VerifyError::Format(_))
         ));
     }
 
