@@ -107,7 +107,7 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    let pods: Vec<Pod> = nodes
+    let pods: Vec<(String, Pod)> = nodes
         .iter()
         .map(|(node, gpus)| {
             let mut pod = pod::agent_pod(gv, node, *gpus, &ctx.cfg);
@@ -116,12 +116,20 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
                 &mut pod,
                 expected::expected_gpus(&gv.spec, known.as_deref()),
             );
-            pod
+            (node.clone(), pod)
         })
         .collect();
-    let created = futures::stream::iter(pods.into_iter().map(|pod| {
+    let created = futures::stream::iter(pods.into_iter().map(|(node, mut pod)| {
         let (api, pp) = (api.clone(), pp.clone());
         async move {
+            // Without its history a GPU is judged by its floors alone: a failed read is logged,
+            // not a reason to hold the pod back.
+            match crate::certificate_store::baselines_for(ctx, &node).await {
+                Ok(b) => expected::add_baselines(&mut pod, b),
+                Err(e) => {
+                    tracing::warn!(node = %node, error = %e, "GPU baselines not read; the run is judged by its floors alone");
+                }
+            }
             ctx.throttle.acquire().await;
             match api.create(&pp, &pod).await {
                 Ok(_) => Ok(true),

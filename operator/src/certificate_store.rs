@@ -145,7 +145,7 @@ pub async fn write(
         ..Default::default()
     };
     for i in &signed {
-        let cm = certificates::config_map(gv, ns, i.node.as_deref(), &i.gpu_uuids, &i.signed)?;
+        let cm = certificates::config_map(gv, ns, i)?;
         ctx.throttle.acquire().await;
         match api.create(&pp, &cm).await {
             Ok(_) => {}
@@ -155,6 +155,31 @@ pub async fn write(
     }
     tracing::info!(validation = %gv.name_any(), certificates = signed.len(), "certificates written");
     prune(ctx, keep).await
+}
+
+/// The `GPUVAL_BASELINES` value for `node`'s agent: its GPUs' baselines from the runs its
+/// certificates record (metadata only); None without history or with certificates off.
+pub async fn baselines_for(ctx: &Ctx, node: &str) -> Result<Option<String>, Error> {
+    let settings = &ctx.cfg.certificates;
+    if settings.retention.is_none() || settings.baseline_runs == 0 {
+        return Ok(None);
+    }
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let selector = format!(
+        "{}=node,{}={}",
+        certificates::KIND_LABEL,
+        labels::NODE,
+        labels::node_value(node)
+    );
+    let metas = api
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await?;
+    let metas: Vec<ObjectMeta> = metas.items.into_iter().map(|m| m.metadata).collect();
+    Ok(certificates::baselines_env(
+        &certificates::runs_of(&metas),
+        settings.baseline_runs,
+        settings.baseline_tolerance,
+    ))
 }
 
 async fn prune(ctx: &Ctx, keep: usize) -> Result<(), Error> {

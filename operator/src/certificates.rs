@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use gpuval_crds::baseline::{Baselines, GpuRun};
 use gpuval_crds::certificate::{
     self, NodeCertificate, NodeFabric, NodeInputs, NodeLine, Settings, Subject,
     ValidationCertificate,
@@ -19,6 +20,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub const KIND_LABEL: &str = "gpuval.io/certificate";
 /// Label key prefix of a certificate's GPUs: `gpu.gpuval.io/<GPU UUID>=true`.
 pub const GPU_LABEL_PREFIX: &str = "gpu.gpuval.io/";
+/// Annotation on a node certificate's ConfigMap: its GPUs' runs (JSON
+/// [`gpuval_crds::baseline::GpuRun`]s), so that a GPU's history is read from metadata alone.
+pub const RUNS_ANNOTATION: &str = "gpuval.io/gpu-runs";
 /// The ConfigMap's data key holding the signed certificate (JSON).
 pub const DATA_KEY: &str = "certificate.json";
 /// The ConfigMap that publishes the public key.
@@ -42,6 +46,8 @@ pub struct Issued {
     /// The node (None: the validation's certificate).
     pub node: Option<String>,
     pub gpu_uuids: Vec<String>,
+    /// Its GPUs' runs, for their baselines (empty on the validation's certificate).
+    pub runs: Vec<GpuRun>,
     pub signed: Signed,
 }
 
@@ -74,9 +80,16 @@ pub fn sign_run(
             certificate_sha256: seal::digest_of(&c).map_err(doc_error)?,
             report_sha256: c.report.sha256.clone(),
         });
+        let finished = c.subject.finished_at.clone();
         out.push(Issued {
             node: Some(r.spec.node_name.clone()),
             gpu_uuids: uuids,
+            runs: c
+                .results
+                .gpus
+                .iter()
+                .map(|g| gpuval_crds::baseline::gpu_run(g, &finished))
+                .collect(),
             signed: seal::sign(&c, pkcs8)?,
         });
     }
@@ -94,6 +107,7 @@ pub fn sign_run(
     out.push(Issued {
         node: None,
         gpu_uuids: Vec::new(),
+        runs: Vec::new(),
         signed: seal::sign(&summary, pkcs8)?,
     });
     Ok(out)
@@ -185,10 +199,15 @@ pub fn name(validation: &str, uid: &str, node: Option<&str>) -> String {
 pub fn config_map(
     gv: &GpuValidation,
     namespace: &str,
-    node: Option<&str>,
-    gpu_uuids: &[String],
-    signed: &Signed,
+    i: &Issued,
 ) -> Result<ConfigMap, serde_json::Error> {
+    let Issued {
+        node,
+        gpu_uuids,
+        runs,
+        signed,
+    } = i;
+    let node = node.as_deref();
     let validation = gv.metadata.name.clone().unwrap_or_default();
     let uid = gv.metadata.uid.clone().unwrap_or_default();
     let mut l = BTreeMap::from([
@@ -216,6 +235,10 @@ pub fn config_map(
             name: Some(name(&validation, &uid, node)),
             namespace: Some(namespace.to_string()),
             labels: Some(l),
+            annotations: (!runs.is_empty())
+                .then(|| serde_json::to_string(runs))
+                .transpose()?
+                .map(|r| BTreeMap::from([(RUNS_ANNOTATION.to_string(), r)])),
             ..Default::default()
         },
         data: Some(BTreeMap::from([(
@@ -245,6 +268,26 @@ pub fn gpu_label(uuid: &str) -> String {
             gpuval_crds::result::fnv1a(uuid.as_bytes())
         )
     }
+}
+
+/// The GPU runs recorded on certificate ConfigMaps (their [`RUNS_ANNOTATION`]); an annotation
+/// that does not parse is skipped.
+pub fn runs_of(metas: &[ObjectMeta]) -> Vec<GpuRun> {
+    metas
+        .iter()
+        .filter_map(|m| m.annotations.as_ref()?.get(RUNS_ANNOTATION))
+        .filter_map(|s| serde_json::from_str::<Vec<GpuRun>>(s).ok())
+        .flatten()
+        .collect()
+}
+
+/// The `GPUVAL_BASELINES` value for a node with `history`: None when no GPU has a passing run.
+pub fn baselines_env(history: &[GpuRun], runs: usize, tolerance: f64) -> Option<String> {
+    let b: Baselines = gpuval_crds::baseline::baselines(history, runs, tolerance);
+    if b.gpus.is_empty() {
+        return None;
+    }
+    serde_json::to_string(&b).ok()
 }
 
 /// The certificate ConfigMaps beyond the newest `keep` of each node (node certificates) and of
@@ -364,8 +407,12 @@ mod tests {
         let nodes: Vec<&str> = summary.nodes.iter().map(|l| l.node.as_str()).collect();
         assert_eq!(nodes, ["a", "b"]);
         assert_eq!(summary.phase, "Passed");
-        let first = &signed[0];
-        let cm = config_map(&gv(), "ns", Some("a"), &first.gpu_uuids, &first.signed).expect("cm");
+        let cm = config_map(&gv(), "ns", &signed[0]).expect("cm");
+        let runs = runs_of(std::slice::from_ref(&cm.metadata));
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].uuid, "GPU-a");
+        let env = baselines_env(&runs, 5, 0.1).expect("a passing run gives a baseline");
+        assert!(env.contains("\"GPU-a\""), "{env}");
         let l = cm.metadata.labels.expect("labels");
         assert_eq!(
             l.get("gpu.gpuval.io/GPU-a").map(String::as_str),

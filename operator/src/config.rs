@@ -61,6 +61,10 @@ pub struct CertificateSettings {
     pub key_secret: String,
     /// Certificates kept per node (and per validation name), newest first; None: none written.
     pub retention: Option<usize>,
+    /// Passing runs of a GPU its baseline is the median of (0: no baselines).
+    pub baseline_runs: usize,
+    /// How far below its own baseline a GPU's figure may fall before it is a Warn (fraction).
+    pub baseline_tolerance: f64,
 }
 
 impl Default for CertificateSettings {
@@ -68,6 +72,8 @@ impl Default for CertificateSettings {
         Self {
             key_secret: "gpuval-certificate-key".into(),
             retention: Some(20),
+            baseline_runs: gpuval_crds::baseline::DEFAULT_RUNS,
+            baseline_tolerance: gpuval_crds::baseline::DEFAULT_TOLERANCE,
         }
     }
 }

@@ -227,3 +227,79 @@ async fn a_certificate_outlives_its_validation_verifies_and_each_tampering_is_na
         Some("not by the key given"),
     );
 }
+
+/// The node's result of validation `name`.
+async fn result_of(client: &kube::Client, name: &str) -> gpuval_crds::NodeReport {
+    let api: Api<gpuval_crds::GpuNodeResult> = Api::namespaced(client.clone(), NS);
+    api.get(&gpuval_crds::result::result_name(name, "gpu-a"))
+        .await
+        .expect("result")
+        .status
+        .expect("report")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_twelve_percent_below_its_own_past_warns_while_its_floor_still_passes() {
+    let e = scenario::Cluster::start(NS, &["gpu-a".to_string()], 2).await;
+    let spec = json!({"checks": {"memory": {"fraction": 0.1}}});
+    let op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
+    e.apply("before", spec.clone()).await;
+    let gv = e.wait_terminal("before", 120).await;
+    assert_eq!(
+        gv.status.as_ref().and_then(|s| s.phase),
+        Some(Phase::Passed)
+    );
+    let first = result_of(&e.client, "before").await;
+    assert!(
+        first.gpus.iter().all(|g| g.reasons.is_empty()),
+        "no history yet: {:?}",
+        first.gpus
+    );
+    op.stop().await;
+
+    // The same GPUs, now 12% slower on memory: still above the H100 floor (2450 GB/s), and
+    // alike, so no GPU is below its peers; only their own past tells.
+    let slower = format!("{SIM},slow=memory@0:0.88+memory@1:0.88");
+    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, &slower));
+    e.apply("after", spec).await;
+    let gv = e.wait_terminal("after", 120).await;
+    assert_eq!(
+        gv.status.as_ref().and_then(|s| s.phase),
+        Some(Phase::Passed),
+        "a Warn still passes"
+    );
+    let second = result_of(&e.client, "after").await;
+    assert_eq!(second.verdict, gpuval_crds::Verdict::Warn);
+    for (was, now) in first.gpus.iter().zip(&second.gpus) {
+        let memory = now.memory.as_ref().expect("memory result");
+        assert_eq!(
+            memory.verdict,
+            gpuval_crds::Verdict::Pass,
+            "the floor passes"
+        );
+        assert_eq!(now.verdict, gpuval_crds::Verdict::Warn);
+        let before = was.memory.as_ref().expect("memory").gbps;
+        let r = now
+            .reasons
+            .iter()
+            .find(|r| r.code == gpuval_crds::Code::BelowOwnBaseline)
+            .unwrap_or_else(|| {
+                panic!(
+                    "GPU{} has no BelowOwnBaseline: {:?}",
+                    now.index, now.reasons
+                )
+            });
+        assert!(
+            r.message
+                .contains(&format!("memory.gbps: {:.1}", memory.gbps))
+                && r.message.contains(&format!("baseline {before:.1}")),
+            "names the figure and both values: {}",
+            r.message
+        );
+    }
+    assert!(
+        second.codes().contains("BelowOwnBaseline"),
+        "{}",
+        second.codes()
+    );
+}
