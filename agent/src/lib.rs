@@ -11,6 +11,7 @@
 
 pub mod api_retry;
 pub mod backend;
+pub mod bare_certificate;
 pub mod check;
 pub mod checks;
 pub mod config;

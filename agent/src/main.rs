@@ -131,6 +131,10 @@ struct RunArgs {
     /// Print the JSON report on stdout instead of the table.
     #[arg(long)]
     json: bool,
+    /// Sign the run's certificate with this ed25519 PKCS#8 PEM key and write it beside the
+    /// --output report (`NAME.cert.json`); needs --output.
+    #[arg(long, value_name = "PEM", requires = "output")]
+    certificate_key: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -286,6 +290,16 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         None => RunSettings::default(),
     };
     let settings = a.overrides.clone().apply(base).map_err(|e| Fail(e, 2))?;
+    // Read before the run: a key that cannot be read stops it before the GPUs are busy.
+    let certificate_key = a
+        .certificate_key
+        .as_ref()
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .map_err(|e| Fail(format!("reading --certificate-key {}: {e}", p.display()), 2))
+        })
+        .transpose()?;
+    let certified = settings.clone();
     let be = backend(&a.backend)?;
     let stop = stop_flag();
     let mut plan = Plan::new(settings.checks, settings.thresholds);
@@ -307,6 +321,22 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         std::fs::write(path, &json)
             .map_err(|e| Fail(format!("write {}: {e}", path.display()), 2))?;
         eprintln!("report written to {}", path.display());
+        if let Some(key) = &certificate_key {
+            let source = a
+                .config
+                .as_ref()
+                .map_or("the defaults and flags".to_string(), |p| {
+                    format!("settings file {}", p.display())
+                });
+            let signed = gpuval_agent::bare_certificate::sign(&report, &certified, &source, key)
+                .map_err(|e| Fail(format!("--certificate-key: {e}"), 2))?;
+            let at = gpuval_agent::bare_certificate::path_beside(path);
+            let text = serde_json::to_string_pretty(&signed)
+                .map_err(|e| Fail(format!("serialise the certificate: {e}"), 2))?;
+            std::fs::write(&at, text)
+                .map_err(|e| Fail(format!("write {}: {e}", at.display()), 2))?;
+            eprintln!("certificate written to {}", at.display());
+        }
     }
     if a.json {
         println!("{json}");

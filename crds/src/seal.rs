@@ -369,6 +369,20 @@ mod tests {
     }
 
     #[test]
+    fn figures_read_back_from_text_verify_to_the_last_bit() {
+        // Measured rates have full-precision fractions; each must parse back to the bits that
+        // were signed (serde_json's float_roundtrip).
+        let figures: Vec<f64> = (1..2000)
+            .map(|i| f64::from(i) * 1234.567_891 / 7.0)
+            .collect();
+        let k = key(5);
+        let signed = sign(&json!({ "figures": figures }), &k).expect("sign");
+        let back: Signed =
+            serde_json::from_str(&serde_json::to_string(&signed).expect("json")).expect("parse");
+        assert_eq!(verify(&back, &public_key_of(&k).expect("public")), Ok(()));
+    }
+
+    #[test]
     fn a_changed_figure_is_named() {
         let r = tampered(|d| d["results"]["gpus"][0]["memory"]["gbps"] = json!(3100.0));
         assert_eq!(

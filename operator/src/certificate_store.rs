@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, R
 use ring::rand::SystemRandom;
 use ring::signature::Ed25519KeyPair;
 
-use crate::certificates::{self, PRIVATE_KEY_DATA, PUBLIC_KEY_CONFIGMAP, PUBLIC_KEY_DATA};
+use crate::certificates::{self, PRIVATE_KEY_DATA, PUBLIC_KEY_CONFIGMAP};
 use crate::controller::{Ctx, Error, FIELD_MANAGER};
 
 /// The signing key (PKCS#8 DER) from Secret `secret` in `namespace`; generated and stored there
@@ -85,23 +85,7 @@ async fn create_key_secret(
 
 async fn publish_public_key(client: &Client, namespace: &str, pkcs8: &[u8]) -> Result<(), Error> {
     let public = seal::public_key_of(pkcs8).map_err(|e| Error::Certificate(e.to_string()))?;
-    let pem = gpuval_crds::pem::encode("PUBLIC KEY", &gpuval_crds::pem::ed25519_spki(&public));
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(PUBLIC_KEY_CONFIGMAP.into()),
-            namespace: Some(namespace.to_string()),
-            labels: Some(BTreeMap::from([(
-                labels::MANAGED_BY_KEY.to_string(),
-                labels::MANAGED_BY.to_string(),
-            )])),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([
-            (PUBLIC_KEY_DATA.to_string(), pem),
-            ("keyId".to_string(), seal::key_id(&public)),
-        ])),
-        ..Default::default()
-    };
+    let cm = certificates::public_key_map(namespace, &public);
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let mut value = serde_json::to_value(&cm)?;
     value["apiVersion"] = "v1".into();

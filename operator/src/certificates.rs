@@ -270,6 +270,27 @@ pub fn gpu_label(uuid: &str) -> String {
     }
 }
 
+/// The ConfigMap that publishes the public key (`public.pem`, and its `keyId`).
+pub fn public_key_map(namespace: &str, public: &[u8]) -> ConfigMap {
+    let pem = gpuval_crds::pem::encode("PUBLIC KEY", &gpuval_crds::pem::ed25519_spki(public));
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(PUBLIC_KEY_CONFIGMAP.into()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(BTreeMap::from([(
+                labels::MANAGED_BY_KEY.to_string(),
+                labels::MANAGED_BY.to_string(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            (PUBLIC_KEY_DATA.to_string(), pem),
+            ("keyId".to_string(), seal::key_id(public)),
+        ])),
+        ..Default::default()
+    }
+}
+
 /// The GPU runs recorded on certificate ConfigMaps (their [`RUNS_ANNOTATION`]); an annotation
 /// that does not parse is skipped.
 pub fn runs_of(metas: &[ObjectMeta]) -> Vec<GpuRun> {
