@@ -373,7 +373,7 @@ mod tests {
         // Measured rates have full-precision fractions; each must parse back to the bits that
         // were signed (serde_json's float_roundtrip).
         let figures: Vec<f64> = (1..2000)
-            .map(|i| f64::from(i) * 1234.567_891 / 7.0)
+            .map(|i| f64::from(i) * 1_234.567_891 / 7.0)
             .collect();
         let k = key(5);
         let signed = sign(&json!({ "figures": figures }), &k).expect("sign");
