@@ -30,9 +30,22 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
             create_round(gv, ctx, &part).await?;
         }
     }
-    // Before the status that ends the run: a failed write is tried again with the same step.
+    // Before the status that ends the run: an API error is tried again with the same step; a
+    // key that cannot sign is told (event and log), and the run's verdict is not held back.
     if crate::certificates::due(gv.status.as_ref(), &step.status) {
-        crate::certificate_store::write(gv, ctx, &step.status).await?;
+        match crate::certificate_store::write(gv, ctx, &step.status).await {
+            Ok(()) => {}
+            Err(Error::Certificate(why)) => {
+                tracing::warn!(validation = %gv.name_any(), error = %why, "no certificates written");
+                let told = crate::reconcile::PlannedEvent {
+                    warning: true,
+                    reason: "CertificateNotWritten",
+                    note: crate::reconcile::events::certificate_not_written(&why),
+                };
+                publish_events(gv, ctx, &[told]).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
     if gv.status.as_ref() != Some(&step.status) {
         write_status::<GpuValidation>(&gv.name_any(), ctx, &step.status).await?;

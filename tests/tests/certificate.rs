@@ -303,3 +303,50 @@ async fn a_gpu_twelve_percent_below_its_own_past_warns_while_its_floor_still_pas
         second.codes()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_cannot_sign_is_told_and_does_not_hold_back_the_verdict() {
+    let e = scenario::Cluster::start(NS, &["gpu-a".to_string()], 2).await;
+    // The administrator's Secret holds no usable key.
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "gpuval-certificate-key", "namespace": NS},
+        "stringData": {"private.pem": "not a key"},
+    }))
+    .expect("secret");
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(e.client.clone(), NS)
+        .create(&Default::default(), &secret)
+        .await
+        .expect("create secret");
+    let _op = OperatorHandle::start(e.client.clone(), test_config(NS, SIM));
+    e.apply("unsigned", json!({"checks": {"memory": {"fraction": 0.1}}}))
+        .await;
+    let gv = e.wait_terminal("unsigned", 120).await;
+    assert_eq!(
+        gv.status.as_ref().and_then(|s| s.phase),
+        Some(Phase::Passed)
+    );
+    let events = Api::<k8s_openapi::api::events::v1::Event>::all(e.client.clone());
+    let told = waits::until(
+        "the CertificateNotWritten event",
+        Duration::from_secs(30),
+        || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .find(|ev| ev.reason.as_deref() == Some("CertificateNotWritten"))
+        },
+    )
+    .await
+    .expect("event");
+    let note = told.note.unwrap_or_default();
+    assert!(
+        note.contains("gpuval-certificate-key") && note.contains("PEM"),
+        "names the Secret and what is wrong: {note}"
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(e.client.clone(), NS);
+    let certs = maps
+        .list(&ListParams::default().labels("gpuval.io/certificate"))
+        .await
+        .expect("list");
+    assert!(certs.items.is_empty(), "nothing signed: {:?}", certs.items);
+}
