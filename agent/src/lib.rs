@@ -11,10 +11,12 @@
 
 pub mod api_retry;
 pub mod backend;
+pub mod bare_certificate;
 pub mod check;
 pub mod checks;
 pub mod config;
 pub mod fabric;
+pub mod host_identity;
 pub mod judge;
 pub mod k8s;
 pub mod link_floors;

@@ -57,6 +57,19 @@ enum Command {
     /// Render a JSON report (this agent's --output, or a GpuNodeResult) as one self-contained
     /// HTML page, Markdown or JSON, chosen by the output file's extension.
     Report(ReportArgs),
+    /// Verify a signed certificate offline (exported with `kubectl gpuval certificate`, or
+    /// written by `run --certificate-key`): exit 0 valid, 1 not valid (naming what is wrong),
+    /// 2 could not read the files.
+    Verify(VerifyArgs),
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// The certificate (JSON).
+    certificate: PathBuf,
+    /// The issuer's public key (PEM: `PUBLIC KEY`).
+    #[arg(long, value_name = "PEM")]
+    key: PathBuf,
 }
 
 #[derive(Args)]
@@ -118,6 +131,10 @@ struct RunArgs {
     /// Print the JSON report on stdout instead of the table.
     #[arg(long)]
     json: bool,
+    /// Sign the run's certificate with this ed25519 PKCS#8 PEM key and write it beside the
+    /// --output report (`NAME.cert.json`); needs --output.
+    #[arg(long, value_name = "PEM", requires = "output")]
+    certificate_key: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -177,6 +194,24 @@ fn cmd_report(a: &ReportArgs) -> Result<u8, Fail> {
     Ok(0)
 }
 
+/// `verify`: checks a certificate file against a public key file.
+fn cmd_verify(a: &VerifyArgs) -> Result<u8, Fail> {
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).map_err(|e| Fail(format!("reading {}: {e}", p.display()), 2))
+    };
+    let (cert, key) = (read(&a.certificate)?, read(&a.key)?);
+    match gpuval_crds::seal::verify_text(&cert, &key) {
+        Ok(signed) => {
+            println!("{}", gpuval_crds::seal::describe(&signed));
+            Ok(0)
+        }
+        Err(e) => Err(Fail(
+            format!("{} does not verify: {e}", a.certificate.display()),
+            1,
+        )),
+    }
+}
+
 /// A failure that ends the command: message and exit code.
 struct Fail(String, u8);
 
@@ -198,6 +233,7 @@ fn main() -> ExitCode {
         Command::Fabric(a) => cmd_fabric(*a),
         Command::NcclSweep => return nccl::child_main(),
         Command::Report(a) => cmd_report(&a),
+        Command::Verify(a) => cmd_verify(&a),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -254,6 +290,16 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         None => RunSettings::default(),
     };
     let settings = a.overrides.clone().apply(base).map_err(|e| Fail(e, 2))?;
+    // Read before the run: a key that cannot be read stops it before the GPUs are busy.
+    let certificate_key = a
+        .certificate_key
+        .as_ref()
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .map_err(|e| Fail(format!("reading --certificate-key {}: {e}", p.display()), 2))
+        })
+        .transpose()?;
+    let certified = settings.clone();
     let be = backend(&a.backend)?;
     let stop = stop_flag();
     let mut plan = Plan::new(settings.checks, settings.thresholds);
@@ -275,6 +321,22 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         std::fs::write(path, &json)
             .map_err(|e| Fail(format!("write {}: {e}", path.display()), 2))?;
         eprintln!("report written to {}", path.display());
+        if let Some(key) = &certificate_key {
+            let source = a
+                .config
+                .as_ref()
+                .map_or("the defaults and flags".to_string(), |p| {
+                    format!("settings file {}", p.display())
+                });
+            let signed = gpuval_agent::bare_certificate::sign(&report, &certified, &source, key)
+                .map_err(|e| Fail(format!("--certificate-key: {e}"), 2))?;
+            let at = gpuval_agent::bare_certificate::path_beside(path);
+            let text = serde_json::to_string_pretty(&signed)
+                .map_err(|e| Fail(format!("serialise the certificate: {e}"), 2))?;
+            std::fs::write(&at, text)
+                .map_err(|e| Fail(format!("write {}: {e}", at.display()), 2))?;
+            eprintln!("certificate written to {}", at.display());
+        }
     }
     if a.json {
         println!("{json}");

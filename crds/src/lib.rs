@@ -10,6 +10,8 @@
 // kube-derive printcolumn(...) repeats `type_ = "integer"` etc.; that is data, not a mistake.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod baseline;
+pub mod certificate;
 pub mod conditions;
 pub mod cron;
 pub mod depth;
@@ -22,12 +24,14 @@ pub mod facts;
 pub mod names;
 pub mod nccl;
 pub mod nccl_env;
+pub mod pem;
 pub mod reason;
 pub mod report;
 pub mod result;
 pub mod rules;
 pub mod schedule;
 pub mod schema;
+pub mod seal;
 pub mod selector;
 pub mod spec;
 pub mod status;
@@ -194,6 +198,10 @@ pub mod agent_env {
     /// Optional: the longest random delay, in milliseconds, before the agent writes its result
     /// (the operator's `--agent-result-jitter-seconds`).
     pub const RESULT_JITTER_MS: &str = "GPUVAL_RESULT_JITTER_MS";
+    /// Optional: each GPU's baseline from its own earlier runs and the tolerance, JSON
+    /// ([`Baselines`](crate::baseline::Baselines)), as the operator computed it from the
+    /// node's certificates.
+    pub const BASELINES: &str = "GPUVAL_BASELINES";
     /// Optional: the GPUs the node should show (`spec.expect.gpuCount`, else the node's
     /// `nvidia.com/gpu` capacity, else its `nvidia.com/gpu.count` label), as the operator found.
     pub const EXPECTED_GPUS: &str = "GPUVAL_EXPECTED_GPUS";

@@ -187,6 +187,7 @@ codes! {
     XidUnknown => (Warn, None, false, "The driver reported an Xid that is not in gpuval's catalogue: look it up in NVIDIA's Xid catalogue."),
     EccUncorrectable => (Fail, ResetGpu, false, "Uncorrectable ECC errors during the run."),
     ClockThrottled => (Warn, None, false, "Clocks were slowed by hardware slowdown or thermal limits (a power cap is not counted)."),
+    BelowOwnBaseline => (Warn, Rerun, false, "A GPU's figure fell more than the tolerance below its own baseline (the median of its last passing runs on this node) while still clearing the model's floor: measure again, and if it stays, plan to replace the GPU before it fails."),
     RowRemapFailure => (Fail, ReplaceHardware, false, "Row remapping failed: the GPU's memory has no spare rows left."),
     RowRemapPending => (Fail, ResetGpu, false, "A row remapping is pending; a GPU reset applies it."),
     RowsRemapped => (Warn, None, false, "Rows were remapped after uncorrectable errors (the GPU copes; watch the count)."),

@@ -156,6 +156,36 @@ pub struct SystemInfo {
     /// The NCCL library the agent found (`2.28.3`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_version: Option<String>,
+    /// The host's DMI identity, where readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostIdentity>,
+    /// The host's RDMA adapters and their firmware, where readable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<NicIdentity>,
+}
+
+/// The host's identity from DMI (`/sys/class/dmi/id`), each where readable.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HostIdentity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+}
+
+/// A network adapter (`/sys/class/infiniband/<name>`) and its firmware.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NicIdentity {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<String>,
+    /// The node GUID, where readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_guid: Option<String>,
 }
 
 /// One GPU as the agent saw it, with its check results.
@@ -231,6 +261,15 @@ pub struct GpuHealth {
     pub mig_mode: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vbios_version: Option<String>,
+    /// The board's serial number (NVML), where the board reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    /// The board's part number (NVML), where the board reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub board_part_number: Option<String>,
+    /// The InfoROM image version (NVML), where the board reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inforom_version: Option<String>,
 }
 
 /// Memory check result of one GPU.

@@ -2,6 +2,7 @@
 //! [`gpuval_view::Document`] every subcommand renders, and what the plugin says and returns
 //! ([`cli`]).
 
+pub mod certificates;
 pub mod cli;
 
 use std::collections::BTreeMap;

@@ -16,6 +16,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use gpuval_crds::{GpuNodeResult, GpuValidation, labels};
 use gpuval_view::{Document, Tolerance};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubectl_gpuval::cli;
@@ -87,6 +88,27 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// Export a signed certificate: NAME is a certificate ConfigMap, or a validation (its
+    /// summary certificate, or with --node that node's).
+    Certificate {
+        name: String,
+        /// The certificate of this node of validation NAME.
+        #[arg(long)]
+        node: Option<String>,
+        /// Write here instead of stdout.
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Verify an exported certificate offline against the issuer's public key (the ConfigMap
+    /// gpuval-certificate-public-key): exit 0 valid, 1 not valid, naming what is wrong.
+    Verify {
+        certificate: PathBuf,
+        /// The public key (PEM).
+        #[arg(long, value_name = "PEM")]
+        key: PathBuf,
+    },
+    /// A GPU's figures over time, from its certificates.
+    History { gpu_uuid: String },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -131,6 +153,10 @@ fn out(text: &str) -> Result<()> {
 }
 
 async fn run(cli: Cli) -> Result<u8> {
+    // Offline: no cluster needed.
+    if let Command::Verify { certificate, key } = &cli.command {
+        return verify(certificate, key);
+    }
     let client = Client::try_default()
         .await
         .context("no Kubernetes client: set KUBECONFIG or run inside a cluster")?;
@@ -191,7 +217,80 @@ async fn run(cli: Cli) -> Result<u8> {
         }
         Command::Wait { name, timeout } => wait(&client, &name, timeout).await,
         Command::Rerun { name, nodes } => rerun(&client, &name, &nodes).await,
+        Command::Certificate { name, node, output } => {
+            let text = certificate(&client, ns, &name, node.as_deref()).await?;
+            match output {
+                Some(path) => std::fs::write(&path, text)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None => out(&text)?,
+            }
+            Ok(cli::OK)
+        }
+        Command::History { gpu_uuid } => {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+            let selector = kubectl_gpuval::certificates::gpu_selector(&gpu_uuid);
+            let list = api
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .with_context(|| {
+                    format!(
+                        "listing the certificates of {gpu_uuid} in namespace {ns:?} (--namespace)"
+                    )
+                })?;
+            out(&kubectl_gpuval::certificates::history(
+                &gpu_uuid,
+                &list.items,
+            ))?;
+            Ok(cli::OK)
+        }
+        Command::Verify { certificate, key } => verify(&certificate, &key),
     }
+}
+
+/// Checks the certificate file against the public key file.
+fn verify(certificate: &std::path::Path, key: &std::path::Path) -> Result<u8> {
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+    };
+    match gpuval_crds::seal::verify_text(&read(certificate)?, &read(key)?) {
+        Ok(signed) => {
+            out(&format!("{}\n", gpuval_crds::seal::describe(&signed)))?;
+            Ok(cli::OK)
+        }
+        Err(e) => {
+            eprintln!("{} does not verify: {e}", certificate.display());
+            Ok(cli::FAILED)
+        }
+    }
+}
+
+/// The certificate text `name` means: a certificate ConfigMap of that name, else validation
+/// `name`'s (of `node` when given).
+async fn certificate(client: &Client, ns: &str, name: &str, node: Option<&str>) -> Result<String> {
+    use kubectl_gpuval::certificates as c;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    if node.is_none()
+        && let Some(cm) = api
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading ConfigMap {name:?} in namespace {ns:?}"))?
+    {
+        return Ok(c::text(&cm).map_err(anyhow::Error::msg)?.to_string());
+    }
+    let selector = format!(
+        "{},{}={}",
+        c::KIND_LABEL,
+        labels::VALIDATION,
+        labels::node_value(name)
+    );
+    let list = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .with_context(|| {
+            format!("listing the certificates of {name:?} in namespace {ns:?} (--namespace)")
+        })?;
+    let cm = c::pick(&list.items, name, node).map_err(anyhow::Error::msg)?;
+    Ok(c::text(cm).map_err(anyhow::Error::msg)?.to_string())
 }
 
 /// The exit code of the run a document shows ([`cli::FAILED`] once it failed).

@@ -32,6 +32,23 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
             create_round(gv, ctx, &part).await?;
         }
     }
+    // Before the status that ends the run: an API error is tried again with the same step; a
+    // key that cannot sign is told (event and log), and the run's verdict is not held back.
+    if crate::certificates::due(gv.status.as_ref(), &step.status) {
+        match crate::certificate_store::write(gv, ctx, &step.status).await {
+            Ok(()) => {}
+            Err(Error::Certificate(why)) => {
+                tracing::warn!(validation = %gv.name_any(), error = %why, "no certificates written");
+                let told = crate::reconcile::PlannedEvent {
+                    warning: true,
+                    reason: "CertificateNotWritten",
+                    note: crate::reconcile::events::certificate_not_written(&why),
+                };
+                publish_events(gv, ctx, &[told]).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
     if gv.status.as_ref() != Some(&step.status) {
         write_status::<GpuValidation>(&gv.name_any(), ctx, &step.status).await?;
         ctx.metrics
@@ -116,14 +133,22 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
     {
         ensure_claim_template(gv, ctx).await?;
     }
-    let pods: Vec<Pod> = nodes
+    let pods: Vec<(String, Pod)> = nodes
         .iter()
         .zip(&allocations)
-        .map(|((node, gpus), how)| agent_pod(gv, ctx, node, *gpus, how))
+        .map(|((node, gpus), how)| (node.clone(), agent_pod(gv, ctx, node, *gpus, how)))
         .collect();
-    let created = futures::stream::iter(pods.into_iter().map(|pod| {
+    let created = futures::stream::iter(pods.into_iter().map(|(node, mut pod)| {
         let (api, pp) = (api.clone(), pp.clone());
         async move {
+            // Without its history a GPU is judged by its floors alone: a failed read is logged,
+            // not a reason to hold the pod back.
+            match crate::certificate_store::baselines_for(ctx, &node).await {
+                Ok(b) => expected::add_baselines(&mut pod, b),
+                Err(e) => {
+                    tracing::warn!(node = %node, error = %e, "GPU baselines not read; the run is judged by its floors alone");
+                }
+            }
             ctx.throttle.acquire().await;
             match api.create(&pp, &pod).await {
                 Ok(_) => Ok(true),

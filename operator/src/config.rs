@@ -52,6 +52,33 @@ pub struct OperatorConfig {
     /// How agent pods get their GPUs: the device plugin's extended resource, Dynamic Resource
     /// Allocation, or per node whichever it offers (`--gpu-allocation`).
     pub allocation: crate::reconcile::allocation::Allocation,
+    /// Acceptance certificates written when a run ends.
+    pub certificates: CertificateSettings,
+}
+
+/// Where the certificate signing key is and how many certificates are kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CertificateSettings {
+    /// The Secret (in the operator namespace) holding the ed25519 key under `private.pem`:
+    /// the administrator's, or generated on first use when absent.
+    pub key_secret: String,
+    /// Certificates kept per node (and per validation name), newest first; None: none written.
+    pub retention: Option<usize>,
+    /// Passing runs of a GPU its baseline is the median of (0: no baselines).
+    pub baseline_runs: usize,
+    /// How far below its own baseline a GPU's figure may fall before it is a Warn (fraction).
+    pub baseline_tolerance: f64,
+}
+
+impl Default for CertificateSettings {
+    fn default() -> Self {
+        Self {
+            key_secret: "gpuval-certificate-key".into(),
+            retention: Some(20),
+            baseline_runs: gpuval_crds::baseline::DEFAULT_RUNS,
+            baseline_tolerance: gpuval_crds::baseline::DEFAULT_TOLERANCE,
+        }
+    }
 }
 
 /// Pod settings for validations with `spec.fabric`: host networking (RDMA NICs, no overlay),
@@ -110,6 +137,7 @@ impl Default for OperatorConfig {
             simulated_acts_on_nodes: false,
             admission_taint_keys: Vec::new(),
             allocation: crate::reconcile::allocation::Allocation::default(),
+            certificates: CertificateSettings::default(),
         }
     }
 }

@@ -52,6 +52,8 @@ pub enum Error {
     FabricKey(String),
     #[error("the DRA claim template: {0}")]
     ClaimTemplate(String),
+    #[error("certificates: {0}")]
+    Certificate(String),
 }
 
 impl Error {
@@ -63,6 +65,7 @@ impl Error {
             Error::Serde(_) => "serde",
             Error::FabricKey(_) => "fabric_key",
             Error::ClaimTemplate(_) => "claim_template",
+            Error::Certificate(_) => "certificate",
         }
     }
 }

@@ -54,6 +54,22 @@ pub fn add_to_pod(pod: &mut Pod, expected: Option<(i32, CountSource)>) {
     }
 }
 
+/// Hands the agent its GPUs' baselines (`GPUVAL_BASELINES`, from
+/// [`crate::certificates::baselines_env`]), where there are any.
+pub fn add_baselines(pod: &mut Pod, baselines: Option<String>) {
+    let Some(value) = baselines else {
+        return;
+    };
+    let Some(c) = pod.spec.as_mut().and_then(|s| s.containers.first_mut()) else {
+        return;
+    };
+    c.env.get_or_insert_with(Vec::new).push(EnvVar {
+        name: agent_env::BASELINES.into(),
+        value: Some(value),
+        value_from: None,
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

@@ -7,6 +7,8 @@
 
 pub mod admission;
 pub mod apply;
+pub mod certificate_store;
+pub mod certificates;
 pub mod config;
 pub mod controller;
 pub mod device_taints;

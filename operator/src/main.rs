@@ -144,6 +144,30 @@ struct Args {
     /// Seconds between reads of the Lease (and the leader's renewals).
     #[arg(long, env = "GPUVAL_LEASE_RETRY_PERIOD_SECONDS", default_value_t = 2)]
     lease_retry_period: u64,
+    /// The Secret (operator namespace) with the certificate signing key under `private.pem`
+    /// (ed25519 PKCS#8 PEM); generated there on first use when absent.
+    #[arg(
+        long,
+        env = "GPUVAL_CERTIFICATE_KEY_SECRET",
+        default_value = "gpuval-certificate-key"
+    )]
+    certificate_key_secret: String,
+    /// Acceptance certificates kept per node (and per validation name), newest first; 0: none
+    /// written.
+    #[arg(long, env = "GPUVAL_CERTIFICATE_RETENTION", default_value_t = 20)]
+    certificate_retention: usize,
+    /// Passing runs of a GPU (from its certificates) its baseline is the median of; 0: no
+    /// baselines.
+    #[arg(long, env = "GPUVAL_BASELINE_RUNS", default_value_t = gpuval_crds::baseline::DEFAULT_RUNS)]
+    baseline_runs: usize,
+    /// A GPU figure more than this many percent below its own baseline is a Warn
+    /// (BelowOwnBaseline).
+    #[arg(
+        long,
+        env = "GPUVAL_BASELINE_TOLERANCE_PERCENT",
+        default_value_t = 10.0
+    )]
+    baseline_tolerance_percent: f64,
     /// json (default) or text.
     #[arg(long, env = "GPUVAL_LOG_FORMAT", default_value = "json")]
     log_format: String,
@@ -225,6 +249,12 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
             mode: allocation::Mode::parse(&a.gpu_allocation).map_err(anyhow::Error::msg)?,
             device_class: a.dra_device_class.trim().to_string(),
             driver: a.dra_driver.trim().to_string(),
+        },
+        certificates: config::CertificateSettings {
+            key_secret: a.certificate_key_secret.clone(),
+            retention: (a.certificate_retention > 0).then_some(a.certificate_retention),
+            baseline_runs: a.baseline_runs,
+            baseline_tolerance: (a.baseline_tolerance_percent / 100.0).clamp(0.0, 1.0),
         },
     };
     cfg.validate()?;

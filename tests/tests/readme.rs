@@ -227,6 +227,63 @@ async fn write_results(client: &Client) {
         )
         .await
         .expect("status");
+    write_certificate(client).await;
+}
+
+/// The GPU whose history docs/certificate.md shows.
+const GPU: &str = "GPU-8f2c1e5a-5b7d-4c1e-9a3f-2d6b7e9c0a14";
+
+/// The certificate of `quick` on NODE and the public key, as the operator would have written
+/// them when the run ended (signed with a fixed test key).
+async fn write_certificate(client: &Client) {
+    use gpuval_operator::certificates;
+    let gv = Api::<GpuValidation>::all(client.clone())
+        .get("quick")
+        .await
+        .expect("quick");
+    let mut result = gpuval_crds::GpuNodeResult::new(
+        &result_name("quick", NODE),
+        gpuval_crds::GpuNodeResultSpec {
+            validation: "quick".into(),
+            generation: gv.metadata.generation.unwrap_or(1),
+            node_name: NODE.into(),
+        },
+    );
+    result.status = Some(gpuval_crds::NodeReport {
+        node: Some(NODE.into()),
+        finished_at: "2026-01-01T00:00:00Z".into(),
+        gpus: vec![gpuval_crds::GpuReport {
+            uuid: GPU.into(),
+            memory: Some(gpuval_crds::MemoryResult {
+                gbps: 3012.5,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let mut pkcs8 = vec![
+        0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
+        0x20,
+    ];
+    pkcs8.extend([2u8; 32]);
+    let status = gv.status.clone().unwrap_or_default();
+    let issued =
+        certificates::sign_run(&gv, &status, &[result], "gpuval-agent:test", &pkcs8).expect("sign");
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NS);
+    for i in &issued {
+        let cm = certificates::config_map(&gv, NS, i).expect("certificate map");
+        maps.create(&PostParams::default(), &cm)
+            .await
+            .expect("certificate");
+    }
+    let public = gpuval_crds::seal::public_key_of(&pkcs8).expect("public key");
+    maps.create(
+        &PostParams::default(),
+        &certificates::public_key_map(NS, &public),
+    )
+    .await
+    .expect("public key");
 }
 
 #[tokio::test]
@@ -293,6 +350,8 @@ fn check_output(command: &str, out: &str) -> Result<(), String> {
         c if c.contains("get gpunoderesults -l") => &[NODE],
         c if c.contains("get gpunoderesult ") => &["kind: GpuNodeResult", NODE],
         "kubectl gpuval status quick" => &["quick  Passed"],
+        c if c.starts_with("kubectl gpuval verify") => &["valid: node"],
+        c if c.starts_with("kubectl gpuval history") => &["1 certificate(s)", "3012.5"],
         _ => &[],
     };
     match want.iter().find(|w| !out.contains(**w)) {

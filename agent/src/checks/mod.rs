@@ -84,6 +84,8 @@ pub struct Plan {
     /// A process that is not the agent's on a GPU under test is a Warn, not a Fail (the
     /// administrator allows shared GPUs).
     pub allow_shared_gpus: bool,
+    /// Each GPU's baseline from its own past: a figure too far below it is a Warn.
+    pub baselines: Option<gpuval_crds::baseline::Baselines>,
 }
 
 impl Plan {
@@ -103,6 +105,7 @@ impl Plan {
             dra_gpu_uuids: None,
             overrides: Vec::new(),
             allow_shared_gpus: false,
+            baselines: None,
         }
     }
 

@@ -62,6 +62,9 @@ pub struct AgentEnv {
     /// The validation's fabric rendezvous key (`GPUVAL_FABRIC_KEY_FILE`: the operator mounts
     /// its Secret there in fabric agent pods); None when the pod names none.
     pub fabric_key_file: Option<PathBuf>,
+    /// Each GPU's baseline from its own earlier runs (`GPUVAL_BASELINES`, JSON); None when
+    /// the pod names none.
+    pub baselines: Option<gpuval_crds::baseline::Baselines>,
 }
 
 impl AgentEnv {
@@ -137,6 +140,15 @@ impl AgentEnv {
         let allow_shared_gpus = optional(agent_env::ALLOW_SHARED_GPUS)
             .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
 
+        let baselines = optional(agent_env::BASELINES)
+            .map(|v| {
+                serde_json::from_str(&v).map_err(|e| EnvError::Invalid {
+                    name: agent_env::BASELINES,
+                    value: v.clone(),
+                    why: format!("not the operator's baselines JSON: {e}"),
+                })
+            })
+            .transpose()?;
         let result_jitter = result_jitter(&get)?;
         let expected_gpus = expected_gpus(&get)?;
         let dra_gpu_uuids = dra_gpu_uuids(&get);
@@ -157,6 +169,7 @@ impl AgentEnv {
             dra_gpu_uuids,
             allow_shared_gpus,
             fabric_key_file,
+            baselines,
         })
     }
 }

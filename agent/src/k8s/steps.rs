@@ -204,6 +204,7 @@ pub(super) fn start_checks(
     plan.node = Some(env.node.clone());
     plan.io_dir = env.io_dir.clone();
     plan.allow_shared_gpus = env.allow_shared_gpus;
+    plan.baselines = env.baselines.clone();
     let choice = env.backend.clone();
     tokio::task::spawn_blocking(move || {
         let backend = match backend::open(&choice) {

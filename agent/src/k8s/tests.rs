@@ -336,3 +336,20 @@ fn transient_errors() {
     assert!(!is_transient(&status(422)));
     assert!(!is_transient(&status(403)));
 }
+
+#[test]
+fn baselines_parse_from_the_environment_and_bad_json_names_the_variable() {
+    let mut vars = base_env();
+    assert_eq!(env().baselines, None);
+    vars.insert(
+        agent_env::BASELINES,
+        r#"{"tolerance":0.1,"gpus":[{"uuid":"GPU-a","runs":2,"figures":{"memory.gbps":3000.0}}]}"#
+            .to_string(),
+    );
+    let b = parse(&vars).expect("parses").baselines.expect("baselines");
+    assert_eq!(b.gpus[0].uuid, "GPU-a");
+    assert_eq!(b.gpus[0].figures.get("memory.gbps"), Some(&3000.0));
+    vars.insert(agent_env::BASELINES, "{not json".to_string());
+    let e = parse(&vars).expect_err("bad JSON");
+    assert_eq!(e.variable(), agent_env::BASELINES);
+}

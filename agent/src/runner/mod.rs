@@ -89,6 +89,12 @@ pub fn run(
     if !stop.load(Ordering::Relaxed) {
         planned.require_results(&mut report);
     }
+    if let Some(b) = &plan.baselines {
+        for g in &mut report.gpus {
+            let below = gpuval_crds::baseline::judge(g, b);
+            crate::judge::push_unique(&mut g.reasons, below);
+        }
+    }
     judge.node(&mut report);
     if stop.load(Ordering::Relaxed) {
         report.verdict = Verdict::Error;

@@ -21,6 +21,17 @@ pub struct PlannedEvent {
     pub note: String,
 }
 
+/// The note of a run whose certificates could not be signed: why, and what to do.
+pub fn certificate_not_written(why: &str) -> String {
+    // An event's note holds at most 1 KiB.
+    gpuval_crds::text::shorten(
+        &format!(
+            "no certificate was written for this run: {why}; fix the key Secret (--certificate-key-secret) and rerun to get one"
+        ),
+        1000,
+    )
+}
+
 /// A run started on `nodes` nodes for spec generation `generation`.
 pub fn started(nodes: usize, generation: i64) -> PlannedEvent {
     PlannedEvent {

@@ -425,6 +425,8 @@ impl NvmlHost {
             nvml_version: logged("NVML version", self.nvml.sys_nvml_version()),
             hostname: crate::backend::hostname(),
             nccl_version: None,
+            host: crate::host_identity::host(std::path::Path::new("/sys")),
+            nics: crate::host_identity::nics(std::path::Path::new("/sys")),
         }
     }
 
@@ -717,6 +719,10 @@ fn health(gpu: u32, dev: &Device<'static>) -> Result<GpuHealth, BackendError> {
         persistence_mode: optional(gpu, "read persistence mode", dev.is_in_persistent_mode())?,
         mig_mode: optional(gpu, "read MIG mode", dev.mig_mode())?.map(|m| m.current != 0),
         vbios_version: optional(gpu, "read VBIOS version", dev.vbios_version())?,
+        // Identity for the certificate: informational, so a board that cannot say is no error.
+        serial: logged("the board serial", dev.serial()),
+        board_part_number: logged("the board part number", dev.board_part_number()),
+        inforom_version: logged("the InfoROM image version", dev.info_rom_image_version()),
     })
 }
 

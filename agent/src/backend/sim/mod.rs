@@ -737,6 +737,9 @@ impl SimBackend {
                 persistence_mode: Some(true),
                 mig_mode: Some(false),
                 vbios_version: Some(self.spec.version(gpuval_crds::facts::Component::Vbios)),
+                serial: Some(format!("sim-serial-{index}")),
+                board_part_number: Some("sim-board".into()),
+                inforom_version: Some("sim-inforom".into()),
             },
         }
     }
@@ -827,6 +830,12 @@ impl Platform for SimBackend {
                 nvml_version: Some("simulated".to_string()),
                 hostname: None,
                 nccl_version: Some(self.spec.version(Component::Nccl)),
+                host: Some(gpuval_crds::report::HostIdentity {
+                    vendor: Some("gpuval".into()),
+                    product: Some("simulated node".into()),
+                    serial: Some("sim-host".into()),
+                }),
+                nics: Vec::new(),
             },
             gpus: (0..self.spec.gpus)
                 .filter(|i| !self.spec.health.hidden.contains(i))

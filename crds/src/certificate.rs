@@ -1,0 +1,348 @@
+//! The acceptance certificate: what was tested, on which hardware, with which software and
+//! settings, and what came of it, in a form another party can check ([`crate::seal`] signs and
+//! verifies it). One per node ([`NodeCertificate`]) and one per validation
+//! ([`ValidationCertificate`]) summarizing the nodes'. Built here from the report and the
+//! validation, with no I/O: the operator (or the agent on bare metal) reads what it needs and
+//! hands it in.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::{NodeReport, Verdict};
+
+/// The `format` of a node certificate.
+pub const NODE_FORMAT: &str = "gpuval.io/node-certificate/v1";
+/// The `format` of a validation certificate.
+pub const VALIDATION_FORMAT: &str = "gpuval.io/validation-certificate/v1";
+
+/// What a certificate is about: which run of which validation, and when it ended.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Subject {
+    /// The GpuValidation's name (or `bare-metal` for an agent run on its own).
+    pub validation: String,
+    /// The validation's uid, where there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    pub generation: i64,
+    /// The node (a certificate per validation has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// RFC 3339: when the run ended (the report's end for a node).
+    pub finished_at: String,
+}
+
+/// One GPU's identity.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuIdentity {
+    pub index: i32,
+    pub uuid: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub board_part_number: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vbios: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inforom: Option<String>,
+    pub memory_total_mib: i64,
+}
+
+/// The node's hardware: its GPUs, its host (DMI) and its network adapters, as far as readable.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Hardware {
+    pub gpus: Vec<GpuIdentity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::report::HostIdentity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<crate::report::NicIdentity>,
+}
+
+/// The software the figures were measured with.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Software {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<String>,
+    pub agent_version: String,
+    /// `cuda` or `simulated`.
+    pub backend: String,
+    pub simulated: bool,
+    /// The agent image (as configured; a digest where the reference has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+/// The settings in force and where they came from.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Settings {
+    /// Where `spec` came from (`GpuValidation default/quick generation 3`, a settings file).
+    pub source: String,
+    /// The validation's spec as the API server held it (every threshold and setting).
+    pub spec: serde_json::Value,
+    /// Each floor the report judged against and its source (floors read from the hardware or
+    /// a profile rather than from the spec).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub floors: Vec<crate::report::BandwidthFloor>,
+}
+
+/// The fabric test's outcome for one node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFabric {
+    /// The fabric phase of the validation (`Passed`, `Failed`, ...).
+    pub phase: String,
+    /// The nodes this one was tested with.
+    pub partners: Vec<String>,
+    /// True when the fabric test named this node as failed or suspect.
+    pub named: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus_bandwidth_gbps: Option<f64>,
+    /// What this node's agent measured, round by round.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured: Vec<crate::fabric::FabricOutcome>,
+}
+
+/// The SHA-256 of a raw report's canonical JSON.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportDigest {
+    pub node: String,
+    pub sha256: String,
+}
+
+/// One node's certificate.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCertificate {
+    /// [`NODE_FORMAT`].
+    pub format: String,
+    pub subject: Subject,
+    pub hardware: Hardware,
+    pub software: Software,
+    pub settings: Settings,
+    pub verdict: Verdict,
+    /// The node's failure (or warning) codes, worst first, comma-separated.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub codes: String,
+    /// Every figure and verdict: the node's report as the agent wrote it.
+    pub results: NodeReport,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<NodeFabric>,
+    pub report: ReportDigest,
+}
+
+/// One node's line in a validation certificate.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeLine {
+    pub node: String,
+    pub verdict: Verdict,
+    pub gpu_uuids: Vec<String>,
+    /// The node certificate's digest (SHA-256 of its canonical JSON).
+    pub certificate_sha256: String,
+    pub report_sha256: String,
+}
+
+/// A validation's certificate: its settings and each node's line.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidationCertificate {
+    /// [`VALIDATION_FORMAT`].
+    pub format: String,
+    pub subject: Subject,
+    /// The validation's phase when the run ended.
+    pub phase: String,
+    pub settings: Settings,
+    pub nodes: Vec<NodeLine>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<serde_json::Value>,
+}
+
+/// What a node certificate is made from, beside the report.
+#[derive(Clone, Debug, Default)]
+pub struct NodeInputs {
+    pub subject: Subject,
+    pub settings: Settings,
+    pub image: Option<String>,
+    pub fabric: Option<NodeFabric>,
+    /// SHA-256 (hex) of the report's canonical JSON ([`crate::seal::sha256_hex`]).
+    pub report_sha256: String,
+}
+
+/// The certificate of the node that wrote `report`.
+pub fn node_certificate(report: &NodeReport, inputs: NodeInputs) -> NodeCertificate {
+    let NodeInputs {
+        subject,
+        settings,
+        image,
+        fabric,
+        report_sha256,
+    } = inputs;
+    let versions = report.versions();
+    let system = report.system.clone().unwrap_or_default();
+    let mut settings = settings;
+    settings.floors = report
+        .gpus
+        .iter()
+        .filter_map(|g| g.host_transfer.as_ref())
+        .flat_map(|h| h.floors.iter().cloned())
+        .collect();
+    settings.floors.dedup();
+    NodeCertificate {
+        format: NODE_FORMAT.into(),
+        hardware: Hardware {
+            gpus: report.gpus.iter().map(gpu_identity).collect(),
+            host: system.host.clone(),
+            nics: system.nics.clone(),
+        },
+        software: Software {
+            driver: versions.driver,
+            cuda: versions.cuda,
+            nccl: versions.nccl,
+            agent_version: report.agent_version.clone(),
+            backend: report.backend.clone(),
+            simulated: report.simulated,
+            image,
+        },
+        settings,
+        verdict: report.verdict,
+        codes: report.codes(),
+        results: report.clone(),
+        fabric,
+        report: ReportDigest {
+            node: subject.node.clone().unwrap_or_default(),
+            sha256: report_sha256,
+        },
+        subject,
+    }
+}
+
+fn gpu_identity(g: &crate::report::GpuReport) -> GpuIdentity {
+    let h = g.health.clone().unwrap_or_default();
+    GpuIdentity {
+        index: g.index,
+        uuid: g.uuid.clone(),
+        name: g.name.clone(),
+        pci_bus_id: g.pci_bus_id.clone(),
+        serial: h.serial,
+        board_part_number: h.board_part_number,
+        vbios: h.vbios_version,
+        inforom: h.inforom_version,
+        memory_total_mib: g.memory_total_mib,
+    }
+}
+
+/// Each GPU's figures in a report, by name (`memory.gbps`, `compute.bf16.tflops`, ...): what
+/// a GPU's history compares run by run.
+pub fn gpu_figures(g: &crate::report::GpuReport) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    if let Some(m) = &g.memory {
+        out.insert("memory.gbps".to_string(), m.gbps);
+    }
+    if let Some(c) = &g.compute {
+        for gemm in &c.gemms {
+            out.insert(format!("compute.{}.tflops", gemm.dtype), gemm.tflops);
+        }
+    }
+    if let Some(p) = g.host_transfer.as_ref().and_then(|h| h.pinned.as_ref()) {
+        out.insert("hostTransfer.pinned.h2dGbps".to_string(), p.h2d_gbps);
+        out.insert("hostTransfer.pinned.d2hGbps".to_string(), p.d2h_gbps);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{GpuHealth, GpuReport, MemoryResult, SystemInfo};
+
+    fn report() -> NodeReport {
+        NodeReport {
+            agent_version: "0.1.0".into(),
+            backend: "cuda".into(),
+            node: Some("n1".into()),
+            finished_at: "2026-01-01T00:00:00Z".into(),
+            system: Some(SystemInfo {
+                driver_version: Some("570.1".into()),
+                host: Some(crate::report::HostIdentity {
+                    serial: Some("HOST1".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            gpus: vec![GpuReport {
+                index: 0,
+                uuid: "GPU-a".into(),
+                health: Some(GpuHealth {
+                    serial: Some("S1".into()),
+                    board_part_number: Some("699-1".into()),
+                    vbios_version: Some("96.00".into()),
+                    inforom_version: Some("G520".into()),
+                    ..Default::default()
+                }),
+                memory: Some(MemoryResult {
+                    gbps: 3000.0,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_node_certificate_carries_identity_software_and_the_report() {
+        let r = report();
+        let c = node_certificate(
+            &r,
+            NodeInputs {
+                subject: Subject {
+                    validation: "v".into(),
+                    node: Some("n1".into()),
+                    ..Default::default()
+                },
+                report_sha256: "abc".into(),
+                ..Default::default()
+            },
+        );
+        assert_eq!(c.format, NODE_FORMAT);
+        let g = &c.hardware.gpus[0];
+        assert_eq!(
+            (
+                g.uuid.as_str(),
+                g.serial.as_deref(),
+                g.board_part_number.as_deref(),
+                g.vbios.as_deref(),
+                g.inforom.as_deref()
+            ),
+            (
+                "GPU-a",
+                Some("S1"),
+                Some("699-1"),
+                Some("96.00"),
+                Some("G520")
+            )
+        );
+        assert_eq!(
+            c.hardware.host.and_then(|h| h.serial).as_deref(),
+            Some("HOST1")
+        );
+        assert_eq!(c.software.driver.as_deref(), Some("570.1"));
+        assert_eq!(c.results, r);
+        assert_eq!(c.report.node, "n1");
+        assert_eq!(c.report.sha256, "abc");
+        assert_eq!(gpu_figures(&r.gpus[0]).get("memory.gbps"), Some(&3000.0));
+    }
+}

@@ -1,0 +1,494 @@
+//! Acceptance certificates, decided here without I/O: when a run's certificates are due (the
+//! step that ends it), what they say (one per node from its result, one per validation
+//! summarizing them, signed), the ConfigMaps that hold them (not owned by the validation, so
+//! they outlive it) and which older ones the retention setting prunes. The shell
+//! ([`crate::certificate_store`]) reads the results and the key, and writes.
+
+use std::collections::BTreeMap;
+
+use gpuval_crds::baseline::{Baselines, GpuRun};
+use gpuval_crds::certificate::{
+    self, NodeCertificate, NodeFabric, NodeInputs, NodeLine, Settings, Subject,
+    ValidationCertificate,
+};
+use gpuval_crds::seal::{self, Signed, VerifyError};
+use gpuval_crds::{GpuNodeResult, GpuValidation, GpuValidationStatus, labels};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// Label on a certificate ConfigMap: `node` or `validation`.
+pub const KIND_LABEL: &str = "gpuval.io/certificate";
+/// Label key prefix of a certificate's GPUs: `gpu.gpuval.io/<GPU UUID>=true`.
+pub const GPU_LABEL_PREFIX: &str = "gpu.gpuval.io/";
+/// Annotation on a node certificate's ConfigMap: its GPUs' runs (JSON
+/// [`gpuval_crds::baseline::GpuRun`]s), so that a GPU's history is read from metadata alone.
+pub const RUNS_ANNOTATION: &str = "gpuval.io/gpu-runs";
+/// The ConfigMap's data key holding the signed certificate (JSON).
+pub const DATA_KEY: &str = "certificate.json";
+/// The ConfigMap that publishes the public key.
+pub const PUBLIC_KEY_CONFIGMAP: &str = "gpuval-certificate-public-key";
+/// Its data key holding the public key (PEM).
+pub const PUBLIC_KEY_DATA: &str = "public.pem";
+/// The Secret data key holding the private key (PKCS#8 PEM).
+pub const PRIVATE_KEY_DATA: &str = "private.pem";
+
+/// True when `after` ends the run that `before` had not ended: this step's status is the
+/// first terminal one of its generation.
+pub fn due(before: Option<&GpuValidationStatus>, after: &GpuValidationStatus) -> bool {
+    let ended = |s: &GpuValidationStatus| s.phase.is_some_and(|p| p.is_terminal());
+    let same_run = before.is_some_and(|b| b.observed_generation == after.observed_generation);
+    ended(after) && !(same_run && before.is_some_and(ended))
+}
+
+/// One signed certificate and what its ConfigMap is labelled with.
+#[derive(Debug, Clone)]
+pub struct Issued {
+    /// The node (None: the validation's certificate).
+    pub node: Option<String>,
+    pub gpu_uuids: Vec<String>,
+    /// Its GPUs' runs, for their baselines (empty on the validation's certificate).
+    pub runs: Vec<GpuRun>,
+    pub signed: Signed,
+}
+
+/// The certificates of `gv`'s run that `status` ends, from its `results` (only those of the
+/// run's generation count), signed with `pkcs8`: each node's, then the validation's.
+pub fn sign_run(
+    gv: &GpuValidation,
+    status: &GpuValidationStatus,
+    results: &[GpuNodeResult],
+    image: &str,
+    pkcs8: &[u8],
+) -> Result<Vec<Issued>, VerifyError> {
+    let generation = gv.metadata.generation.unwrap_or(0);
+    let mut run: Vec<&GpuNodeResult> = results
+        .iter()
+        .filter(|r| r.spec.generation == generation && r.status.is_some())
+        .collect();
+    run.sort_by(|a, b| a.spec.node_name.cmp(&b.spec.node_name));
+    let nodes: Vec<String> = run.iter().map(|r| r.spec.node_name.clone()).collect();
+    let settings = settings_of(gv);
+    let mut out = Vec::new();
+    let mut lines = Vec::new();
+    for r in run {
+        let c = node_certificate(gv, status, r, &nodes, &settings, image);
+        let uuids: Vec<String> = c.hardware.gpus.iter().map(|g| g.uuid.clone()).collect();
+        lines.push(NodeLine {
+            node: r.spec.node_name.clone(),
+            verdict: c.verdict,
+            gpu_uuids: uuids.clone(),
+            certificate_sha256: seal::digest_of(&c).map_err(doc_error)?,
+            report_sha256: c.report.sha256.clone(),
+        });
+        let finished = c.subject.finished_at.clone();
+        out.push(Issued {
+            node: Some(r.spec.node_name.clone()),
+            gpu_uuids: uuids,
+            runs: c
+                .results
+                .gpus
+                .iter()
+                .map(|g| gpuval_crds::baseline::gpu_run(g, &finished))
+                .collect(),
+            signed: seal::sign(&c, pkcs8)?,
+        });
+    }
+    let summary = ValidationCertificate {
+        format: certificate::VALIDATION_FORMAT.into(),
+        subject: subject(gv, None, status_time(status)),
+        phase: status.phase.map(|p| p.to_string()).unwrap_or_default(),
+        settings,
+        nodes: lines,
+        fabric: status
+            .fabric
+            .as_ref()
+            .and_then(|f| serde_json::to_value(f).ok()),
+    };
+    out.push(Issued {
+        node: None,
+        gpu_uuids: Vec::new(),
+        runs: Vec::new(),
+        signed: seal::sign(&summary, pkcs8)?,
+    });
+    Ok(out)
+}
+
+fn doc_error(e: serde_json::Error) -> VerifyError {
+    VerifyError::Key(format!("the certificate does not serialize: {e}"))
+}
+
+fn status_time(status: &GpuValidationStatus) -> String {
+    status
+        .completion_time
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default()
+}
+
+fn subject(gv: &GpuValidation, node: Option<String>, finished_at: String) -> Subject {
+    Subject {
+        validation: gv.metadata.name.clone().unwrap_or_default(),
+        uid: gv.metadata.uid.clone(),
+        generation: gv.metadata.generation.unwrap_or(0),
+        node,
+        finished_at,
+    }
+}
+
+fn settings_of(gv: &GpuValidation) -> Settings {
+    Settings {
+        source: format!(
+            "GpuValidation {}/{} generation {}",
+            gv.metadata.namespace.as_deref().unwrap_or(""),
+            gv.metadata.name.as_deref().unwrap_or(""),
+            gv.metadata.generation.unwrap_or(0)
+        ),
+        spec: serde_json::to_value(&gv.spec).unwrap_or_default(),
+        floors: Vec::new(),
+    }
+}
+
+fn node_certificate(
+    gv: &GpuValidation,
+    status: &GpuValidationStatus,
+    r: &GpuNodeResult,
+    nodes: &[String],
+    settings: &Settings,
+    image: &str,
+) -> NodeCertificate {
+    let report = r.status.clone().unwrap_or_default();
+    let node = r.spec.node_name.clone();
+    let fabric = status.fabric.as_ref().map(|f| NodeFabric {
+        phase: f.phase.to_string(),
+        partners: nodes.iter().filter(|n| **n != node).cloned().collect(),
+        named: f.failed_nodes.contains(&node) || f.suspects.contains(&node),
+        bus_bandwidth_gbps: f.bus_bandwidth_gbps,
+        measured: r
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::FABRIC_OUTCOMES))
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default(),
+    });
+    let report_sha256 = seal::digest_of(&report).unwrap_or_default();
+    certificate::node_certificate(
+        &report,
+        NodeInputs {
+            subject: subject(gv, Some(node), report.finished_at.clone()),
+            settings: settings.clone(),
+            image: Some(image.to_string()),
+            fabric,
+            report_sha256,
+        },
+    )
+}
+
+/// The ConfigMap name of a certificate: one per validation uid and node (or per validation).
+pub fn name(validation: &str, uid: &str, node: Option<&str>) -> String {
+    let short_uid: String = uid.chars().filter(|c| *c != '-').take(8).collect();
+    let base = match node {
+        Some(n) => format!("gpuval-cert-{validation}-{short_uid}-{n}"),
+        None => format!("gpuval-cert-{validation}-{short_uid}"),
+    };
+    gpuval_crds::result::shortened(base, gpuval_crds::names::DNS1123_SUBDOMAIN_MAX)
+}
+
+/// The ConfigMap holding `signed`, labelled with its validation, node and GPUs; no owner, so
+/// it outlives the validation.
+pub fn config_map(
+    gv: &GpuValidation,
+    namespace: &str,
+    i: &Issued,
+) -> Result<ConfigMap, serde_json::Error> {
+    let Issued {
+        node,
+        gpu_uuids,
+        runs,
+        signed,
+    } = i;
+    let node = node.as_deref();
+    let validation = gv.metadata.name.clone().unwrap_or_default();
+    let uid = gv.metadata.uid.clone().unwrap_or_default();
+    let mut l = BTreeMap::from([
+        (
+            labels::MANAGED_BY_KEY.to_string(),
+            labels::MANAGED_BY.to_string(),
+        ),
+        (
+            labels::VALIDATION.to_string(),
+            labels::node_value(&validation),
+        ),
+        (
+            KIND_LABEL.to_string(),
+            if node.is_some() { "node" } else { "validation" }.to_string(),
+        ),
+    ]);
+    if let Some(n) = node {
+        l.insert(labels::NODE.to_string(), labels::node_value(n));
+    }
+    for u in gpu_uuids {
+        l.insert(gpu_label(u), "true".to_string());
+    }
+    Ok(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name(&validation, &uid, node)),
+            namespace: Some(namespace.to_string()),
+            labels: Some(l),
+            annotations: (!runs.is_empty())
+                .then(|| serde_json::to_string(runs))
+                .transpose()?
+                .map(|r| BTreeMap::from([(RUNS_ANNOTATION.to_string(), r)])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            DATA_KEY.to_string(),
+            serde_json::to_string_pretty(signed)?,
+        )])),
+        immutable: Some(true),
+        ..Default::default()
+    })
+}
+
+/// The label key naming GPU `uuid` (`gpu.gpuval.io/GPU-...`): the UUID itself where it is a
+/// valid label name, else a hash of it.
+pub fn gpu_label(uuid: &str) -> String {
+    let valid = !uuid.is_empty()
+        && uuid.len() <= 63
+        && uuid
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && uuid.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && uuid.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid {
+        format!("{GPU_LABEL_PREFIX}{uuid}")
+    } else {
+        format!(
+            "{GPU_LABEL_PREFIX}h{:016x}",
+            gpuval_crds::result::fnv1a(uuid.as_bytes())
+        )
+    }
+}
+
+/// The ConfigMap that publishes the public key (`public.pem`, and its `keyId`).
+pub fn public_key_map(namespace: &str, public: &[u8]) -> ConfigMap {
+    let pem = gpuval_crds::pem::encode("PUBLIC KEY", &gpuval_crds::pem::ed25519_spki(public));
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(PUBLIC_KEY_CONFIGMAP.into()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(BTreeMap::from([(
+                labels::MANAGED_BY_KEY.to_string(),
+                labels::MANAGED_BY.to_string(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            (PUBLIC_KEY_DATA.to_string(), pem),
+            ("keyId".to_string(), seal::key_id(public)),
+        ])),
+        ..Default::default()
+    }
+}
+
+/// The GPU runs recorded on certificate ConfigMaps (their [`RUNS_ANNOTATION`]); an annotation
+/// that does not parse is skipped.
+pub fn runs_of(metas: &[ObjectMeta]) -> Vec<GpuRun> {
+    metas
+        .iter()
+        .filter_map(|m| m.annotations.as_ref()?.get(RUNS_ANNOTATION))
+        .filter_map(|s| serde_json::from_str::<Vec<GpuRun>>(s).ok())
+        .flatten()
+        .collect()
+}
+
+/// The `GPUVAL_BASELINES` value for a node with `history`: None when no GPU has a passing run.
+pub fn baselines_env(history: &[GpuRun], runs: usize, tolerance: f64) -> Option<String> {
+    let b: Baselines = gpuval_crds::baseline::baselines(history, runs, tolerance);
+    if b.gpus.is_empty() {
+        return None;
+    }
+    serde_json::to_string(&b).ok()
+}
+
+/// The certificate ConfigMaps beyond the newest `keep` of each node (node certificates) and of
+/// each validation name (validation certificates), oldest first by creation time then name.
+pub fn to_prune(existing: &[ConfigMap], keep: usize) -> Vec<String> {
+    let mut groups: BTreeMap<(String, String), Vec<(String, String)>> = BTreeMap::new();
+    for cm in existing {
+        let l = cm.metadata.labels.clone().unwrap_or_default();
+        let Some(kind) = l.get(KIND_LABEL) else {
+            continue;
+        };
+        let owner = if kind == "node" {
+            l.get(labels::NODE)
+        } else {
+            l.get(labels::VALIDATION)
+        };
+        let created = cm
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default();
+        groups
+            .entry((kind.clone(), owner.cloned().unwrap_or_default()))
+            .or_default()
+            .push((created, cm.metadata.name.clone().unwrap_or_default()));
+    }
+    let mut out = Vec::new();
+    for (_, mut items) in groups {
+        items.sort();
+        let extra = items.len().saturating_sub(keep);
+        out.extend(items.into_iter().take(extra).map(|(_, n)| n));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuval_crds::{GpuNodeResultSpec, NodeReport, Phase};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn status(phase: Phase, generation: i64) -> GpuValidationStatus {
+        GpuValidationStatus {
+            phase: Some(phase),
+            observed_generation: Some(generation),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn due_once_when_a_run_ends() {
+        let running = status(Phase::Running, 1);
+        let passed = status(Phase::Passed, 1);
+        assert!(due(Some(&running), &passed));
+        assert!(due(None, &passed));
+        assert!(!due(Some(&passed), &passed));
+        assert!(!due(Some(&running), &running));
+        // A new generation that ends is a new run.
+        assert!(due(Some(&passed), &status(Phase::Failed, 2)));
+    }
+
+    fn gv() -> GpuValidation {
+        let mut gv = GpuValidation::new("quick", crate::selection::tests::spec());
+        gv.metadata.uid = Some("0123abcd-ef".into());
+        gv.metadata.generation = Some(2);
+        gv
+    }
+
+    fn result(node: &str, generation: i64, uuid: &str) -> GpuNodeResult {
+        let mut r = GpuNodeResult::new(
+            node,
+            GpuNodeResultSpec {
+                validation: "quick".into(),
+                generation,
+                node_name: node.into(),
+            },
+        );
+        r.status = Some(NodeReport {
+            node: Some(node.into()),
+            gpus: vec![gpuval_crds::GpuReport {
+                uuid: uuid.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        r
+    }
+
+    fn key() -> Vec<u8> {
+        let mut der = vec![
+            0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22,
+            0x04, 0x20,
+        ];
+        der.extend([1u8; 32]);
+        der
+    }
+
+    #[test]
+    fn a_run_gives_a_verified_certificate_per_node_and_one_summary() {
+        let results = [
+            result("b", 2, "GPU-b"),
+            result("a", 2, "GPU-a"),
+            result("old", 1, "GPU-o"),
+        ];
+        let signed =
+            sign_run(&gv(), &status(Phase::Passed, 2), &results, "img", &key()).expect("sign");
+        assert_eq!(signed.len(), 3, "two nodes of generation 2 and the summary");
+        let public = seal::public_key_of(&key()).expect("public");
+        for i in &signed {
+            assert_eq!(seal::verify(&i.signed, &public), Ok(()));
+        }
+        assert_eq!(signed[0].node.as_deref(), Some("a"));
+        assert_eq!(signed[0].gpu_uuids, vec!["GPU-a".to_string()]);
+        let summary: ValidationCertificate =
+            serde_json::from_value(signed[2].signed.document.clone()).expect("summary");
+        let nodes: Vec<&str> = summary.nodes.iter().map(|l| l.node.as_str()).collect();
+        assert_eq!(nodes, ["a", "b"]);
+        assert_eq!(summary.phase, "Passed");
+        let cm = config_map(&gv(), "ns", &signed[0]).expect("cm");
+        let runs = runs_of(std::slice::from_ref(&cm.metadata));
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].uuid, "GPU-a");
+        let env = baselines_env(&runs, 5, 0.1).expect("a passing run gives a baseline");
+        assert!(env.contains("\"GPU-a\""), "{env}");
+        let l = cm.metadata.labels.expect("labels");
+        assert_eq!(
+            l.get("gpu.gpuval.io/GPU-a").map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(l.get(KIND_LABEL).map(String::as_str), Some("node"));
+        assert!(cm.metadata.owner_references.is_none());
+        assert_eq!(
+            cm.metadata.name.as_deref(),
+            Some("gpuval-cert-quick-0123abcd-a")
+        );
+    }
+
+    #[test]
+    fn gpu_labels_are_label_safe() {
+        assert_eq!(gpu_label("GPU-1a2b"), "gpu.gpuval.io/GPU-1a2b");
+        let odd = gpu_label("GPU/with spaces");
+        assert!(
+            odd.starts_with("gpu.gpuval.io/h") && odd.len() == 14 + 17,
+            "{odd}"
+        );
+    }
+
+    #[test]
+    fn retention_keeps_the_newest_of_each_node_and_validation() {
+        let cm = |name: &str, kind: &str, owner: &str, secs: i64| {
+            let key = if kind == "node" {
+                labels::NODE
+            } else {
+                labels::VALIDATION
+            };
+            ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    labels: Some(BTreeMap::from([
+                        (KIND_LABEL.to_string(), kind.to_string()),
+                        (key.to_string(), owner.to_string()),
+                    ])),
+                    creation_timestamp: Some(Time(
+                        k8s_openapi::jiff::Timestamp::from_second(secs).expect("time"),
+                    )),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }
+        };
+        let all = [
+            cm("a3", "node", "a", 30),
+            cm("a1", "node", "a", 10),
+            cm("a2", "node", "a", 20),
+            cm("b1", "node", "b", 5),
+            cm("v1", "validation", "quick", 1),
+            cm("v2", "validation", "quick", 2),
+        ];
+        assert_eq!(to_prune(&all, 2), ["a1"]);
+        assert_eq!(to_prune(&all, 1), ["a1", "a2", "v1"]);
+    }
+}
