@@ -130,6 +130,18 @@ impl Fabric {
             .collect()
     }
 
+    /// In a group that stalls, the member whose watchdog fires: the first that is not itself
+    /// stalled (every member stalled: the first of them). None: the group does not stall.
+    fn stalled_by<'m>(&self, members: &'m [String]) -> Option<&'m String> {
+        if !members.iter().any(|m| self.stall.contains(m)) {
+            return None;
+        }
+        members
+            .iter()
+            .find(|m| !self.stall.contains(*m))
+            .or(members.first())
+    }
+
     /// Each member's report for a group of `members` (rank order): bus bandwidth, error, and
     /// (on the host) the members that never joined.
     pub fn group(&self, members: &[String]) -> Vec<Reported> {
@@ -152,18 +164,7 @@ impl Fabric {
             .iter()
             .any(|b| !matches!(b, Between::Link { fails: true, .. }) && b.crossed_by(members));
         let mut mislabelled = !self.mislabel;
-        // A stalled group: its first member that is not itself stalled is the one whose
-        // watchdog fires (every member stalled: the first of them).
-        let stalled_by: Option<&String> = members
-            .iter()
-            .any(|m| self.stall.contains(m))
-            .then(|| {
-                members
-                    .iter()
-                    .find(|m| !self.stall.contains(*m))
-                    .or(members.first())
-            })
-            .flatten();
+        let stalled_by = self.stalled_by(members);
         members
             .iter()
             .enumerate()

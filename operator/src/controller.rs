@@ -408,20 +408,7 @@ pub async fn run(
         round_writer,
         trim_meta,
     );
-    let touched = runs.clone();
-    let node_stream = reflected(
-        Api::all(client.clone()),
-        Default::default(),
-        node_writer,
-        trim_node,
-    )
-    .inspect(move |n| {
-        if let Ok(n) = n {
-            let name = n.name_any();
-            touched.touch_node(&name);
-            wakes.node_touched(&name);
-        }
-    });
+    let node_stream = node_stream(&client, node_writer, runs.clone(), wakes);
     let slice_stream = slice_stream(&client, &cfg, slice_writer);
     let gv_api: Api<GpuValidation> = Api::all(client.clone());
     let controller = Controller::new(gv_api, watcher::Config::default().any_semantic());
@@ -474,6 +461,29 @@ pub async fn run(
 
 /// The DRA driver's ResourceSlices (only its own, through the `spec.driver` field selector),
 /// trimmed, into `writer`'s store; no stream when the operator never uses DRA.
+/// The nodes, trimmed into their store; each change touches the runs that hold the node and
+/// wakes its schedules and state.
+fn node_stream(
+    client: &Client,
+    writer: Writer<Node>,
+    runs: Arc<Runs>,
+    wakes: Wakes,
+) -> impl Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
+    reflected(
+        Api::all(client.clone()),
+        Default::default(),
+        writer,
+        trim_node,
+    )
+    .inspect(move |n| {
+        if let Ok(n) = n {
+            let name = n.name_any();
+            runs.touch_node(&name);
+            wakes.node_touched(&name);
+        }
+    })
+}
+
 fn slice_stream(
     client: &Client,
     cfg: &OperatorConfig,
