@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 
 /// The agent's layers, top first. A module may use its own layer and those below it.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("entry points", &["main", "k8s", "config", "saved_result"]),
+    (
+        "entry points",
+        &["main", "k8s", "config", "saved_result", "bare_certificate"],
+    ),
     ("flows", &["runner", "render", "fabric"]),
     ("checks", &["checks"]),
     ("check contract", &["check"]),
@@ -27,7 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "test_hooks",
         ],
     ),
-    ("hardware names", &["pci"]),
+    ("hardware names", &["pci", "host_identity"]),
 ];
 
 /// `#[macro_export]` macros, named `crate::NAME!` from anywhere, and the module defining each.
