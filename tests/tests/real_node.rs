@@ -337,7 +337,7 @@ async fn killed_agent_gives_error(node: &RealNode, client: &Client) {
     fault["spec"]["deadline"] = json!("2h");
     kubectl_apply(node, "fault", &fault);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod_name = format!("gpuval-fault-{}-g1", node.name());
+    let pod_name = gpuval_crds::result::agent_pod_name("fault", node.name(), 1);
     let pod = wait(
         node,
         pods,
