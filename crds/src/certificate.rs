@@ -16,6 +16,33 @@ pub const NODE_FORMAT: &str = "gpuval.io/node-certificate/v1";
 /// The `format` of a validation certificate.
 pub const VALIDATION_FORMAT: &str = "gpuval.io/validation-certificate/v1";
 
+/// Where certificates are kept: the ConfigMap data key of a certificate.
+pub const DATA_KEY: &str = "certificate.json";
+/// The label that marks certificate ConfigMaps (`node` or `validation`).
+pub const KIND_LABEL: &str = "gpuval.io/certificate";
+/// The label key prefix of a certificate's GPUs (`gpu.gpuval.io/GPU-...`).
+pub const GPU_LABEL_PREFIX: &str = "gpu.gpuval.io/";
+
+/// The label key naming GPU `uuid` on its certificates: the UUID itself where it is a valid
+/// label name, else a hash of it (the operator labels with it, the plugin selects by it).
+pub fn gpu_label(uuid: &str) -> String {
+    let valid = !uuid.is_empty()
+        && uuid.len() <= 63
+        && uuid
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && uuid.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && uuid.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid {
+        format!("{GPU_LABEL_PREFIX}{uuid}")
+    } else {
+        format!(
+            "{GPU_LABEL_PREFIX}h{:016x}",
+            crate::result::fnv1a(uuid.as_bytes())
+        )
+    }
+}
+
 /// What a certificate is about: which run of which validation, and when it ended.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -7,12 +7,7 @@ use gpuval_crds::certificate::{NodeCertificate, gpu_figures};
 use gpuval_crds::seal::Signed;
 use k8s_openapi::api::core::v1::ConfigMap;
 
-/// The ConfigMap data key of a certificate (as the operator writes it).
-pub const DATA_KEY: &str = "certificate.json";
-/// The label that marks certificate ConfigMaps (`node` or `validation`).
-pub const KIND_LABEL: &str = "gpuval.io/certificate";
-/// The label key prefix of a certificate's GPUs.
-pub const GPU_LABEL_PREFIX: &str = "gpu.gpuval.io/";
+pub use gpuval_crds::certificate::{DATA_KEY, GPU_LABEL_PREFIX, KIND_LABEL};
 
 /// The certificate text of `cm`.
 pub fn text(cm: &ConfigMap) -> Result<&str, String> {
@@ -60,21 +55,7 @@ pub fn pick<'a>(
 
 /// The label selector of GPU `uuid`'s certificates (the operator's label, or its hash form).
 pub fn gpu_selector(uuid: &str) -> String {
-    let valid = !uuid.is_empty()
-        && uuid.len() <= 63
-        && uuid
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && uuid.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && uuid.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if valid {
-        format!("{GPU_LABEL_PREFIX}{uuid}")
-    } else {
-        format!(
-            "{GPU_LABEL_PREFIX}h{:016x}",
-            gpuval_crds::result::fnv1a(uuid.as_bytes())
-        )
-    }
+    gpuval_crds::certificate::gpu_label(uuid)
 }
 
 /// GPU `uuid`'s figures over time, oldest first, one row per certificate: when, validation,

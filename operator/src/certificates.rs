@@ -16,15 +16,11 @@ use gpuval_crds::{GpuNodeResult, GpuValidation, GpuValidationStatus, labels};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-/// Label on a certificate ConfigMap: `node` or `validation`.
-pub const KIND_LABEL: &str = "gpuval.io/certificate";
-/// Label key prefix of a certificate's GPUs: `gpu.gpuval.io/<GPU UUID>=true`.
-pub const GPU_LABEL_PREFIX: &str = "gpu.gpuval.io/";
+pub use gpuval_crds::certificate::{DATA_KEY, GPU_LABEL_PREFIX, KIND_LABEL, gpu_label};
+
 /// Annotation on a node certificate's ConfigMap: its GPUs' runs (JSON
 /// [`gpuval_crds::baseline::GpuRun`]s), so that a GPU's history is read from metadata alone.
 pub const RUNS_ANNOTATION: &str = "gpuval.io/gpu-runs";
-/// The ConfigMap's data key holding the signed certificate (JSON).
-pub const DATA_KEY: &str = "certificate.json";
 /// The ConfigMap that publishes the public key.
 pub const PUBLIC_KEY_CONFIGMAP: &str = "gpuval-certificate-public-key";
 /// Its data key holding the public key (PEM).
@@ -248,26 +244,6 @@ pub fn config_map(
         immutable: Some(true),
         ..Default::default()
     })
-}
-
-/// The label key naming GPU `uuid` (`gpu.gpuval.io/GPU-...`): the UUID itself where it is a
-/// valid label name, else a hash of it.
-pub fn gpu_label(uuid: &str) -> String {
-    let valid = !uuid.is_empty()
-        && uuid.len() <= 63
-        && uuid
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && uuid.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && uuid.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if valid {
-        format!("{GPU_LABEL_PREFIX}{uuid}")
-    } else {
-        format!(
-            "{GPU_LABEL_PREFIX}h{:016x}",
-            gpuval_crds::result::fnv1a(uuid.as_bytes())
-        )
-    }
 }
 
 /// The ConfigMap that publishes the public key (`public.pem`, and its `keyId`).
