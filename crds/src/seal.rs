@@ -293,11 +293,13 @@ fn seal_bytes(seal: &Seal) -> Vec<u8> {
     canonical(&serde_json::to_value(seal).unwrap_or(Value::Null))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
+/// The bytes of hex text `s` (None: odd length or not hex).
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }

@@ -6,8 +6,9 @@ fn mismatch(m: &str) -> Reason {
     Reason::new(Code::MemoryMismatch, m)
 }
 
-pub fn report() -> NodeReport {
-    let gpu = |index: i32, gbps: f64, verdict: Verdict, reasons: Vec<Reason>| GpuReport {
+/// One H200 of the sample: `gbps` memory throughput, `verdict` and `reasons` on its memory check.
+fn gpu(index: i32, gbps: f64, verdict: Verdict, reasons: Vec<Reason>) -> GpuReport {
+    GpuReport {
         index,
         uuid: format!("GPU-{index}"),
         name: "NVIDIA H200".into(),
@@ -49,7 +50,10 @@ pub fn report() -> NodeReport {
             ..Default::default()
         }),
         ..Default::default()
-    };
+    }
+}
+
+pub fn report() -> NodeReport {
     let pair = |src, dst| P2pPair {
         src,
         dst,
@@ -101,25 +105,30 @@ pub fn report() -> NodeReport {
             }),
             ..Default::default()
         }),
-        training: Some(training::TrainingResult {
-            gpus: vec![0, 1],
-            steps: 30,
-            figures: Some(training::TrainingFigures {
-                step_millis: 412.0,
-                samples_per_second_per_gpu: 19.4,
-                samples_per_second: 38.8,
-                exposed_comm_fraction: 0.04,
-                scaling_efficiency: 0.97,
-                tflops_per_gpu: 610.0,
-                ..Default::default()
-            }),
-            replicas: training::TrainingReplicas {
-                comparisons: 4,
-                identical: true,
-                ..Default::default()
-            },
-            ..Default::default()
-        }),
+        training: training(),
         ..Default::default()
     }
+}
+
+/// Its training figures: two GPUs, replicas identical.
+fn training() -> Option<training::TrainingResult> {
+    Some(training::TrainingResult {
+        gpus: vec![0, 1],
+        steps: 30,
+        figures: Some(training::TrainingFigures {
+            step_millis: 412.0,
+            samples_per_second_per_gpu: 19.4,
+            samples_per_second: 38.8,
+            exposed_comm_fraction: 0.04,
+            scaling_efficiency: 0.97,
+            tflops_per_gpu: 610.0,
+            ..Default::default()
+        }),
+        replicas: training::TrainingReplicas {
+            comparisons: 4,
+            identical: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
 }

@@ -10,6 +10,7 @@
 
 use std::path::Path;
 
+use gpuval_crds::seal::{hex, unhex};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
@@ -171,20 +172,6 @@ fn message(challenge: &str, hello: HelloId<'_>) -> Vec<u8> {
         m.extend_from_slice(part.as_bytes());
     }
     m
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

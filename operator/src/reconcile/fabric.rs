@@ -142,6 +142,7 @@ fn decide(
         })
         .collect();
     let n = candidates.len();
+    let reports = ports_of(inp.world, inp.generation, candidates);
     match fabric_rails::combine(decisions) {
         Joint::Plan(RailRound { round, rails }) => {
             let number = planned.len() + 1;
@@ -168,11 +169,8 @@ fn decide(
             });
         }
         Joint::Done(mut c) => {
-            let reports = ports_of(inp.world, inp.generation, candidates);
             port_failures(&mut c, &reports);
-            let mut concluded = concluded(&c, n, planned.len());
-            concluded.ports = summarize_ports(&reports);
-            step.status = Some(concluded);
+            step.status = Some(concluded(&c, n, planned.len()));
             apply_verdicts(&c, nodes, step);
             step.round = Some(end_round(inp, planned.len()));
             step.events.push(PlannedEvent {
@@ -186,8 +184,8 @@ fn decide(
             });
         }
     }
-    if let Some(s) = step.status.as_mut().filter(|s| s.ports.is_none()) {
-        s.ports = summarize_ports(&ports_of(inp.world, inp.generation, candidates));
+    if let Some(s) = step.status.as_mut() {
+        s.ports = summarize_ports(&reports);
     }
 }
 
