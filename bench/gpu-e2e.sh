@@ -56,17 +56,22 @@ mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
 
 pack() {
     local target=${CARGO_TARGET_DIR:-target}
+    local stage
+    stage=$(mktemp -d)
+    # The agent with planted-fault hooks, for the GPU gate's fault steps alone (the images and
+    # `make release` leave them out); built first, since the plain build below takes its place.
+    say "cargo build --release --features test-hooks (gpuval-agent-hooks)"
+    cargo build --release -p gpuval-agent --features test-hooks --bin gpuval-agent || die "cargo build (hooks) failed"
+    strip -o "$stage/gpuval-agent-hooks" "$target/release/gpuval-agent" || die "strip gpuval-agent-hooks failed"
     say "cargo build --release (gpuval-agent, gpuval-operator, gpu-e2e)"
     cargo build --release -p gpuval-agent -p gpuval-operator -p gpuval-tests \
         --bin gpuval-agent --bin gpuval-operator --bin gpu-e2e || die "cargo build failed"
     mkdir -p "$CARRY"
-    local stage
-    stage=$(mktemp -d)
     for b in gpuval-agent gpuval-operator gpu-e2e; do
         strip -o "$stage/$b" "$target/release/$b" || die "strip $b failed"
     done
     say "compressing our binaries"
-    tar -C "$stage" -c gpuval-agent gpuval-operator gpu-e2e |
+    tar -C "$stage" -c gpuval-agent gpuval-agent-hooks gpuval-operator gpu-e2e |
         xz -T0 --lzma2=preset=9e,dict=64MiB > "$CARRY/gpuval.tar.xz" || die "xz failed"
 
     local cp=(etcd kube-apiserver)
@@ -92,7 +97,7 @@ pack() {
     echo
     printf '%-28s %12s %12s\n' "file" "unpacked" "packed"
     local total_raw=0 f raw
-    for f in gpuval-agent gpuval-operator gpu-e2e; do
+    for f in gpuval-agent gpuval-agent-hooks gpuval-operator gpu-e2e; do
         raw=$(size "$stage/$f"); total_raw=$((total_raw + raw))
         printf '  %-26s %12s\n' "$f" "$(mib "$raw")"
     done

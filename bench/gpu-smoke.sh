@@ -22,10 +22,14 @@
 #   io            2 files x 512 MiB on a temp dir; dd (io_ref.sh) on the same dir
 #   fault-memory  a second process holds 40% of GPU 0 during the memory check (must fail)
 #   fault-compute a second process burns bf16 on GPU 0 during a 10 s burn (must fail)
+#   fault-training  rank 1's replica never joins the training communicator (the hooks agent,
+#                 GPUVAL_TRAINING_TEST_HANG_INIT=1); the check must end in Error naming it, within
+#                 its 10 s timeout, the 5 s grace and setup (2+ GPUs)
 #   e2e           bench/gpu-e2e.sh device: `standard` (kubectl apply to Passed) and, with 2+ GPUs,
 #                 `fabric-fault` (SPLIT=<gpus> nodes, the last one's NCCL without a network);
 #                 needs .device-carry/e2e (bench/gpu-e2e.sh pack), else recorded as skipped
-# Environment: BUDGET_S (570), GPUVAL_COMMIT (written to raw/commit.txt: the device has no git),
+# Environment: BUDGET_S (570), HOOKS_AGENT (the agent built with --features test-hooks; packed:
+# gpuval-agent-hooks), GPUVAL_COMMIT (written to raw/commit.txt: the device has no git),
 # NVBANDWIDTH, NCCL_TESTS, NVBANDWIDTH_SRC, NCCL_TESTS_SRC, BUILD_LIMIT_S (180), IO_DIR,
 # MEMORY_FRACTION.
 set -uo pipefail
@@ -41,14 +45,19 @@ cd "$here/.." || exit 2
 # (one copy of it travels), unpacked with xz or, without xz, Python's lzma.
 if [ "$1" = packed ]; then
   mkdir -p /tmp/gpuval-smoke-bin
-  if command -v xz >/dev/null; then
-    xz -dc .device-carry/e2e/gpuval.tar.xz | tar -x -C /tmp/gpuval-smoke-bin gpuval-agent
-  else
-    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extract("gpuval-agent", sys.argv[2])' \
-      .device-carry/e2e/gpuval.tar.xz /tmp/gpuval-smoke-bin
-  fi || { echo "gpu-smoke.sh: no agent in .device-carry/e2e/gpuval.tar.xz (run bench/gpu-e2e.sh pack)" >&2; exit 2; }
+  for bin in gpuval-agent gpuval-agent-hooks; do
+    if command -v xz >/dev/null; then
+      xz -dc .device-carry/e2e/gpuval.tar.xz | tar -x -C /tmp/gpuval-smoke-bin "$bin"
+    else
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extract(sys.argv[3], sys.argv[2])' \
+        .device-carry/e2e/gpuval.tar.xz /tmp/gpuval-smoke-bin "$bin"
+    fi || { echo "gpu-smoke.sh: no $bin in .device-carry/e2e/gpuval.tar.xz (run bench/gpu-e2e.sh pack)" >&2; exit 2; }
+  done
   AGENT=/tmp/gpuval-smoke-bin/gpuval-agent
+  HOOKS_AGENT=/tmp/gpuval-smoke-bin/gpuval-agent-hooks
 fi
+# The agent with planted-fault hooks (cargo feature test-hooks): HOOKS_AGENT, or packed.
+HOOKS_AGENT=${HOOKS_AGENT:-}
 RAW=$OUT/raw
 STEPS=$RAW/steps.tsv
 mkdir -p "$RAW"
@@ -230,6 +239,19 @@ if [ "$GPUS" -ge 2 ]; then
     bench/training_ref.py "${shape[@]}" --out "$RAW/torch-training.json"
 else
   skip agent-training "one GPU: data-parallel training needs two"
+fi
+
+# ---- planted: a replica that never joins the training communicator (rank 1 skips
+# ncclCommInitRank, through the hooks agent); the others wait inside it until the watchdog ends
+# the training process, 10 s + 5 s grace after they entered it; the check must end in Error
+# naming rank 1 as the one that never joined, marked planted, well inside its limit.
+if [ "$GPUS" -lt 2 ]; then
+  skip fault-training "one GPU: data-parallel training needs two"
+elif [ -z "$HOOKS_AGENT" ] || [ ! -x "$HOOKS_AGENT" ]; then
+  skip fault-training "no agent with planted-fault hooks (HOOKS_AGENT, or gpuval-agent-hooks from bench/gpu-e2e.sh pack)"
+else
+  step fault-training 90 - env GPUVAL_TRAINING_TEST_HANG_INIT=1 "$HOOKS_AGENT" run --checks training \
+    --training-steps 5 --training-warmup 1 --training-timeout 10s -o "$RAW/fault-training.json"
 fi
 
 # ---- io: a temp dir, beside dd on the same dir

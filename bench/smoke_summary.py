@@ -344,9 +344,45 @@ def faults(run, gpus):
             f.update(found=found, verdict=report.get("verdict"), caught=any(c in found for c in expect))
         out.append(f)
     if gpus and gpus >= 2:
+        out.append(training_never_joined(run))
         out.append(e2e_scenario(run, "fabric-fault", "the fabric: this host as <gpus> nodes, the last one's NCCL "
                                 "given no network interface; that node and no other must be named"))
     return out
+
+
+# The fault-training step: its step timeout (--training-timeout), the watchdog's grace, and what
+# process start, kernel compilation, cuBLAS and the weights may add before the replicas meet.
+TRAINING_HANG_TIMEOUT_S, TRAINING_HANG_GRACE_S, TRAINING_HANG_SETUP_S = 10, 5, 45
+
+
+def training_never_joined(run):
+    """Rank 1 never joins the training communicator: caught when the training result is Error,
+    names rank 1 as the one that never joined, says the fault was planted, and the step ended
+    within the timeout, the grace and setup (the watchdog ended it, not the step's limit)."""
+    f = {"name": "training-never-joined", "caught": False,
+         "planted": "rank 1's replica never calls ncclCommInitRank (GPUVAL_TRAINING_TEST_HANG_INIT=1, "
+                    "the hooks agent)",
+         "expect": ["training Error", "rank 1 ... never joined", "PLANTED FAULT",
+                    f"ended within {TRAINING_HANG_TIMEOUT_S + TRAINING_HANG_GRACE_S + TRAINING_HANG_SETUP_S}s"]}
+    report = run.json("fault-training.json")
+    if report is None:
+        f["missing"] = run.why_missing("fault-training.json", "fault-training")
+        return f
+    training = report.get("training") or {}
+    messages = [r.get("message", "") for r in training.get("reasons") or []]
+    step = run.steps.get("fault-training") or {}
+    try:
+        seconds = float(step.get("seconds"))
+    except (TypeError, ValueError):
+        seconds = None
+    bound = TRAINING_HANG_TIMEOUT_S + TRAINING_HANG_GRACE_S + TRAINING_HANG_SETUP_S
+    named = any(re.search(r"rank 1 \(GPU \d+\) never joined", m) for m in messages)
+    planted = any(m.startswith("PLANTED FAULT") for m in messages)
+    f.update(verdict=training.get("verdict"), found=codes(report), messages=messages[:3],
+             stepSeconds=seconds, boundSeconds=bound)
+    f["caught"] = (training.get("verdict") == "Error" and named and planted
+                   and seconds is not None and seconds <= bound)
+    return f
 
 
 def e2e_scenario(run, scenario, planted=None):

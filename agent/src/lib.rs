@@ -30,3 +30,4 @@ pub mod saved_result;
 pub mod telemetry;
 pub mod test_hooks;
 pub mod text;
+pub mod worker;

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gpuval_agent::backend::{self, Backend, BackendChoice, BackendError, sim::SimSpec};
-use gpuval_agent::checks::{io, memory, nccl, topology};
+use gpuval_agent::checks::{io, memory, nccl, topology, training};
 use gpuval_agent::config::{self, Overrides, RunSettings};
 use gpuval_agent::runner::{self, Plan};
 use gpuval_agent::{fabric, k8s, render};
@@ -54,6 +54,9 @@ enum Command {
     /// stdin, progress on stderr, the outcome as JSON on stdout.
     #[command(name = "nccl-sweep", hide = true)]
     NcclSweep,
+    /// The training check's process, which the agent starts itself (as `nccl-sweep`).
+    #[command(name = "training-run", hide = true)]
+    TrainingRun,
     /// Render a JSON report (this agent's --output, or a GpuNodeResult) as one self-contained
     /// HTML page, Markdown or JSON, chosen by the output file's extension.
     Report(ReportArgs),
@@ -232,6 +235,7 @@ fn main() -> ExitCode {
         Command::K8s => cmd_k8s(),
         Command::Fabric(a) => cmd_fabric(*a),
         Command::NcclSweep => return nccl::child_main(),
+        Command::TrainingRun => return training::child::child_main(),
         Command::Report(a) => cmd_report(&a),
         Command::Verify(a) => cmd_verify(&a),
     };

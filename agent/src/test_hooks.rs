@@ -1,6 +1,7 @@
 //! Planted faults: environment hooks that make a check fail on purpose, so that tests and the
 //! GPU gate's benches can prove a fault is caught (`GPUVAL_TRAINING_TEST_CORRUPT` flips a weight
-//! bit, `GPUVAL_NCCL_TEST_SKIP_RANK` keeps a rank out of every collective).
+//! bit, `GPUVAL_TRAINING_TEST_HANG_INIT` keeps a replica out of the communicator's setup,
+//! `GPUVAL_NCCL_TEST_SKIP_RANK` keeps a rank out of every collective).
 //!
 //! They exist only in agents built with the cargo feature `test-hooks`, which `make release`
 //! and the images leave off: there a set hook is ignored with a warning. Where a hook did
@@ -42,7 +43,8 @@ pub fn value_from(
 /// message begins with [`PLANTED`] and the hook, and recommends no action.
 pub fn mark_planted<'a>(reasons: impl IntoIterator<Item = &'a mut Reason>, hook: &str) {
     for r in reasons {
-        if r.severity < Severity::Fail {
+        // Error sorts below Fail (a hardware fault leads), so the two are named.
+        if !matches!(r.severity, Severity::Fail | Severity::Error) {
             continue;
         }
         if !r.message.starts_with(PLANTED) {
@@ -102,6 +104,10 @@ mod tests {
         let mut reasons = vec![
             Reason::new(Code::TrainingDiverged, "GPU1: weights diverged at step 5"),
             Reason::new(Code::ClockThrottled, "GPU0: thermal slowdown"),
+            Reason::new(
+                Code::CheckCouldNotRun,
+                "ncclCommInitRank did not return within 15s on rank 0 (GPU 0)",
+            ),
         ];
         assert_eq!(reasons[0].action, Action::ReplaceHardware);
         mark_planted(&mut reasons, "GPUVAL_TRAINING_TEST_CORRUPT=1:5");
@@ -114,6 +120,11 @@ mod tests {
         assert_eq!(
             reasons[1].message, "GPU0: thermal slowdown",
             "a warning is left"
+        );
+        assert!(
+            reasons[2].message.starts_with(PLANTED),
+            "an error the hook caused says so too: {}",
+            reasons[2].message
         );
     }
 }

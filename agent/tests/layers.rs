@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "telemetry",
             "report",
             "test_hooks",
+            "worker",
         ],
     ),
     ("hardware names", &["pci", "host_identity"]),

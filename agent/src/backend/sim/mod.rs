@@ -32,7 +32,7 @@ use crate::run_control::RunControl;
 pub mod net;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, throttle, replay, hidden, proc, version, timescale, fabric, net, netfault, railnet";
+pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, hang, throttle, replay, hidden, proc, version, timescale, fabric, net, netfault, railnet";
 /// The throttle reasons `throttle=` may plant (NVML names without prefix).
 pub const THROTTLE_REASONS: [&str; 5] = [
     "SwPowerCap",
@@ -241,6 +241,9 @@ pub struct SimSpec {
     pub linkdown: Vec<(u32, u32)>,
     /// `error=memory@1`: that check cannot run on that GPU (a backend error).
     pub error: Vec<(SimCheck, u32)>,
+    /// `hang=training@1`: that GPU never joins the check's communicator, so the others wait in
+    /// its setup until the watchdog ends the run (training only).
+    pub hang: Vec<(SimCheck, u32)>,
     /// `throttle=` and `replay=` (boxed: the spec travels inside `BackendChoice`, which
     /// stays small).
     pub health: Box<HealthFaults>,
@@ -319,6 +322,7 @@ impl Default for SimSpec {
             xid: Vec::new(),
             linkdown: Vec::new(),
             error: Vec::new(),
+            hang: Vec::new(),
             health: Box::default(),
             timescale: 0.0,
             fabric: Vec::new(),
@@ -369,6 +373,7 @@ impl SimSpec {
             "xid" => self.xid.extend(parse_list(value, parse_xid)?),
             "linkdown" => self.linkdown.extend(parse_list(value, parse_linkdown)?),
             "error" => self.error.extend(parse_list(value, parse_check_at)?),
+            "hang" => self.hang.extend(parse_list(value, parse_check_at)?),
             "throttle" => self
                 .health
                 .throttle
@@ -406,6 +411,7 @@ impl SimSpec {
                     .iter()
                     .map(|(c, g)| (format!("error={c}@{g}"), *g)),
             )
+            .chain(self.hang.iter().map(|(c, g)| (format!("hang={c}@{g}"), *g)))
             .chain(
                 self.slow
                     .iter()
@@ -451,6 +457,10 @@ impl SimSpec {
                 let why = format!("GPU{gpu} does not exist (gpus={})", self.gpus);
                 return Err(invalid(part, why));
             }
+        }
+        if let Some((c, g)) = self.hang.iter().find(|(c, _)| *c != SimCheck::Training) {
+            let why = "only the training check has a communicator to hang in".to_string();
+            return Err(invalid(format!("hang={c}@{g}"), why));
         }
         let links = self.model.nvlinks();
         if let Some((g, l)) = self.linkdown.iter().find(|(_, l)| *l >= links) {
@@ -504,6 +514,7 @@ impl fmt::Display for SimSpec {
         let linkdown = self.linkdown.iter().map(|(g, l)| format!("{g}:{l}"));
         list("linkdown", linkdown.collect())?;
         list("error", self.error.iter().map(at).collect())?;
+        list("hang", self.hang.iter().map(at).collect())?;
         let throttle = self.health.throttle.iter().map(|(g, r)| format!("{g}:{r}"));
         list("throttle", throttle.collect())?;
         let replay = self.health.replay.iter().map(|(g, n)| format!("{g}:{n}"));
@@ -1009,7 +1020,7 @@ mod tests {
 
     #[test]
     fn parses_the_full_example() {
-        let s: SimSpec = "gpus=8,model=H200,fail=memory@2+compute@5,slow=compute@3:0.5,xid=1:79,linkdown=2:4,error=memory@1,throttle=4:hwslowdown,replay=6:40,timescale=0.01"
+        let s: SimSpec = "gpus=8,model=H200,fail=memory@2+compute@5,slow=compute@3:0.5,xid=1:79,linkdown=2:4,error=memory@1,hang=training@6,throttle=4:hwslowdown,replay=6:40,timescale=0.01"
             .parse()
             .expect("valid");
         assert_eq!(s.health.throttle, vec![(4, "HwSlowdown".to_string())]);
@@ -1021,8 +1032,21 @@ mod tests {
         assert_eq!(s.xid, vec![(1, 79)]);
         assert_eq!(s.linkdown, vec![(2, 4)]);
         assert_eq!(s.error, vec![(SimCheck::Memory, 1)]);
+        assert_eq!(s.hang, vec![(SimCheck::Training, 6)]);
         assert_eq!(s.timescale, 0.01);
         assert_eq!(s.to_string().parse::<SimSpec>().expect("round trip"), s);
+    }
+
+    #[test]
+    fn only_training_can_hang_and_only_on_a_gpu_that_exists() {
+        let e = "gpus=2,hang=memory@1"
+            .parse::<SimSpec>()
+            .expect_err("memory has no communicator");
+        assert!(e.to_string().contains("hang=memory@1"), "{e}");
+        let e = "gpus=2,hang=training@2"
+            .parse::<SimSpec>()
+            .expect_err("no GPU2");
+        assert!(e.to_string().contains("GPU2 does not exist"), "{e}");
     }
 
     #[test]

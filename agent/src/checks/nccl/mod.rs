@@ -6,9 +6,9 @@
 //!
 //! How the pieces fit:
 //! - [`NcclRequest::from_spec`] builds the request from the spec and the node's GPUs;
-//! - [`run`] (real GPUs) runs each sweep in a child process of the agent ([`child`]), which
-//!   runs [`engine::run`]; the child's side is [`child_main`], behind the hidden subcommand
-//!   [`child::SUBCOMMAND`]; [`sim::run`] is the simulated node;
+//! - [`run`] (real GPUs) runs each sweep in a child process of the agent ([`crate::worker`]),
+//!   which runs [`engine::run`]; the child's side is [`child_main`], behind the hidden
+//!   subcommand [`child::SUBCOMMAND`]; [`sim::run`] is the simulated node;
 //! - [`judge::judge`] turns the outcome into the report's [`gpuval_crds::NcclResult`];
 //! - [`render::section`] and [`render::headline`] print it; [`args::NcclArgs`] are its flags;
 //!   [`Nccl`] is the check as the runner runs it.
@@ -27,7 +27,7 @@ pub mod sim;
 pub mod transport;
 pub mod verify;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gpuval_crds::TopologyReport;
 use std::time::{Duration, Instant};
@@ -53,10 +53,11 @@ pub use child::child_main;
 pub use outcome::NcclOutcome;
 pub use request::NcclRequest;
 
-use self::child::Launch;
 use self::outcome::SweepOutcome;
 use crate::backend::BackendError;
 use crate::run_control::RunControl;
+use crate::worker::run_dir::RunDir;
+use crate::worker::supervise::{self, Launch};
 
 /// Time a sweep process may stay silent beyond the collective timeout (process start, kernel
 /// compilation, communicator setup, buffer allocation) before it is killed.
@@ -79,7 +80,7 @@ pub fn run_with(
 ) -> Result<NcclOutcome, BackendError> {
     let started = Instant::now();
     let found = library::locate()?;
-    let dir = RunDir::create()?;
+    let dir = RunDir::create("gpuval-nccl")?;
     if found.needs_link {
         library::make_link(&found, dir.path())?;
     }
@@ -88,11 +89,13 @@ pub fn run_with(
         let log = dir.path().join(format!("nccl-{label}.log"));
         let launch = Launch {
             exe: exe.to_path_buf(),
+            subcommand: child::SUBCOMMAND,
+            what: child::WHAT,
             env: sweep_env(req, &found, dir.path(), &log, extra),
             silence_limit: req.sweep.timeout() + req.setup_allowance.unwrap_or(SETUP_ALLOWANCE),
             stop_grace: STOP_GRACE,
         };
-        let result = child::run_child(&launch, &req.sweep, ctl);
+        let result: Result<SweepOutcome, _> = supervise::run(&launch, &req.sweep, ctl);
         let summary = std::fs::read_to_string(&log)
             .ok()
             .map(|text| transport::parse(&text));
@@ -185,35 +188,6 @@ fn keep_log(dir: Option<&Path>, log: &Path) {
     }
 }
 
-/// A private directory for one run's logs and library link, removed afterwards.
-struct RunDir(PathBuf);
-
-impl RunDir {
-    fn create() -> Result<Self, BackendError> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let path =
-            std::env::temp_dir().join(format!("gpuval-nccl-{}-{nanos:08x}", std::process::id()));
-        std::fs::create_dir_all(&path)
-            .map_err(|e| BackendError::Other(format!("create {}: {e}", path.display())))?;
-        Ok(Self(path))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
-            tracing::debug!(dir = %self.0.display(), error = %e, "removing the NCCL run directory failed");
-        }
-    }
-}
-
 /// True when every pair of GPUs in the topology is connected by NVLink (`NV#`).
 pub fn nvlink_between_all(t: &TopologyReport) -> bool {
     let n = t.matrix.len();
@@ -281,15 +255,6 @@ mod tests {
         assert_eq!(get("NCCL_DEBUG_FILE"), Some("/run/d/nccl-p2p-off.log"));
         assert_eq!(get("NCCL_P2P_DISABLE"), Some("1"));
         assert!(get("LD_LIBRARY_PATH").is_some_and(|p| p.starts_with("/run/d")));
-    }
-
-    #[test]
-    fn run_directories_are_private_and_removed() {
-        let d = RunDir::create().expect("a run dir");
-        let p = d.path().to_path_buf();
-        assert!(p.is_dir());
-        drop(d);
-        assert!(!p.exists());
     }
 
     #[test]

@@ -42,7 +42,7 @@ impl NodeCheck for Training {
         let mut req = TrainingRequest::from_spec(&self.spec);
         req.corrupt = Corruption::from_env().map_err(BackendError::Other)?;
         let outcome = match backend {
-            Backend::Cuda(b) => super::engine::run(b, gpus, &req, ctl),
+            Backend::Cuda(_) => super::child::run(gpus, &req, ctl),
             Backend::Simulated(b) => super::sim::run(b, gpus, &req),
         }?;
         Ok(TrainingMeasured::Ran(Box::new(outcome)))
@@ -56,16 +56,13 @@ impl NodeCheck for Training {
         measured: Measurement<TrainingMeasured>,
         into: &mut NodeReport,
     ) {
+        let hooks = planted_hooks();
         let result = match measured {
             Ok(TrainingMeasured::Ran(outcome)) => {
                 let mut judged = judge(&self.spec, &outcome, on.judge.tolerance());
-                if let Some(v) = crate::test_hooks::value(super::request::CORRUPT_ENV) {
-                    let hook = format!("{}={v}", super::request::CORRUPT_ENV);
-                    crate::test_hooks::mark_planted(&mut judged.result.reasons, &hook);
-                    crate::test_hooks::mark_planted(
-                        judged.gpus.iter_mut().map(|g| &mut g.1),
-                        &hook,
-                    );
+                for hook in &hooks {
+                    crate::test_hooks::mark_planted(&mut judged.result.reasons, hook);
+                    crate::test_hooks::mark_planted(judged.gpus.iter_mut().map(|g| &mut g.1), hook);
                 }
                 for (gpu, why) in judged.gpus {
                     if let Some(g) = into
@@ -84,8 +81,22 @@ impl NodeCheck for Training {
                 reasons: vec![crate::judge::Code::NotApplicable.says(why)],
                 ..Default::default()
             },
-            Err(e) => Judge::errored(&e),
+            Err(e) => {
+                let mut result: TrainingResult = Judge::errored(&e);
+                for hook in &hooks {
+                    crate::test_hooks::mark_planted(&mut result.reasons, hook);
+                }
+                result
+            }
         };
         into.training = Some(result);
     }
+}
+
+/// `NAME=VALUE` of each planted-fault hook of this check that is set (built in and not blank).
+fn planted_hooks() -> Vec<String> {
+    [super::request::CORRUPT_ENV, super::engine::HANG_INIT_ENV]
+        .into_iter()
+        .filter_map(|name| crate::test_hooks::value(name).map(|v| format!("{name}={v}")))
+        .collect()
 }

@@ -10,8 +10,9 @@
 //!
 //! How the pieces fit:
 //! - [`request::TrainingRequest`] is the step the spec asks for (shapes, buckets, FLOPs);
-//! - [`engine::run`] runs it on real GPUs (in the agent's process, one thread per GPU, the NCCL
-//!   check's communicator code); [`sim::run`] is the simulated node;
+//! - [`child::run`] runs it on real GPUs in a child process of the agent, which runs
+//!   [`engine::run`] (one thread per GPU, the NCCL check's communicator code, a watchdog over
+//!   its host NCCL calls); [`sim::run`] is the simulated node;
 //! - [`replicas::compare`] is the divergence detector, [`judge::judge`] the verdict;
 //! - [`render`] prints it, [`args::Flags`] are its flags, [`Training`] is the check.
 //!
@@ -20,6 +21,7 @@
 
 pub mod args;
 mod check;
+pub mod child;
 pub mod engine;
 pub mod judge;
 pub mod outcome;
@@ -27,6 +29,7 @@ pub mod render;
 pub mod replicas;
 pub mod request;
 pub mod sim;
+pub mod stuck;
 
 pub use args::Flags;
 pub use check::{Training, TrainingMeasured};

@@ -1,8 +1,11 @@
 //! What a run of the training step measured, on real GPUs or on the simulated node, before
 //! judging.
 
+use serde::{Deserialize, Serialize};
+
 /// The replicas' weight checksums after one step, in rank order.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Comparison {
     /// Steps completed (from 1, warm-up included).
     pub step: u32,
@@ -10,7 +13,8 @@ pub struct Comparison {
 }
 
 /// The three phases' step times and the replicas' checksums.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TrainingOutcome {
     /// NVML index of each rank's GPU, in rank order.
     pub gpus: Vec<u32>,

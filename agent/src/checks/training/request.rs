@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use gpuval_crds::TrainingCheck;
+use serde::{Deserialize, Serialize};
 
 /// Test hook, read only by the check: `GPU:STEP` flips one weight bit on the GPU with that
 /// NVML index right after that step's update (steps counted from 1, warm-up included). Only in
@@ -12,7 +13,8 @@ use gpuval_crds::TrainingCheck;
 pub const CORRUPT_ENV: &str = "GPUVAL_TRAINING_TEST_CORRUPT";
 
 /// The planted corruption of a test run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Corruption {
     /// NVML index of the GPU whose weights are changed.
     pub gpu: u32,
@@ -53,7 +55,8 @@ impl Corruption {
 }
 
 /// The training step as run.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TrainingRequest {
     pub hidden: u64,
     pub ffn_multiplier: u64,

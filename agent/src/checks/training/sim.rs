@@ -2,7 +2,9 @@
 //! model's GEMM rate and NVLink bandwidth, checksums that agree unless a corruption is
 //! planted, and the faults the simulator's spec plants: `fail=training@G` (GPU G's weights
 //! change in the middle of the run), `slow=training@G:F` (the all-reduce runs at F of its
-//! speed, so the backward pass no longer hides it), `error=training@G`, `fabric=hang`.
+//! speed, so the backward pass no longer hides it), `error=training@G`, `fabric=hang`, and
+//! `hang=training@G` (GPU G's replica never joins the communicator: the others wait in its
+//! setup until the watchdog ends the run, with the words the real engine's watchdog uses).
 
 use super::outcome::{Comparison, TrainingOutcome};
 use super::request::{Corruption, ELEMENT, TrainingRequest};
@@ -28,6 +30,9 @@ pub fn run(
         b.begin(SimCheck::Training, g.index)?;
     }
     let spec = b.spec();
+    if let Some(e) = never_joined(&spec.hang, gpus, req) {
+        return Err(e);
+    }
     let mut req = req.clone();
     if req.corrupt.is_none() {
         req.corrupt = gpus
@@ -53,6 +58,28 @@ pub fn run(
         ));
     }
     Ok(out)
+}
+
+/// `hang=training@G` for a GPU of the run: the error the real watchdog ends the run with, after
+/// the step timeout and its grace.
+fn never_joined(
+    hang: &[(SimCheck, u32)],
+    gpus: &[GpuInfo],
+    req: &TrainingRequest,
+) -> Option<BackendError> {
+    let ranks: Vec<(u32, u32)> = gpus.iter().zip(0u32..).map(|(g, r)| (r, g.index)).collect();
+    let hung = |g: u32| listed(hang, SimCheck::Training, g);
+    let (absent, inside): (Vec<_>, Vec<_>) = ranks.into_iter().partition(|(_, g)| hung(*g));
+    if absent.is_empty() {
+        return None;
+    }
+    let seconds = (req.timeout + super::engine::STUCK_GRACE).as_secs_f64();
+    Some(BackendError::Other(super::stuck::message(
+        super::stuck::INIT_CALL,
+        seconds,
+        &inside,
+        &absent,
+    )))
 }
 
 /// The figures of a node of `gpus` reaching `tflops` per GPU and `bus_gbps` in the all-reduce.

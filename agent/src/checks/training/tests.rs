@@ -68,3 +68,16 @@ fn a_hang_is_an_error_and_one_gpu_is_skipped() {
     let t = report("gpus=1").training.expect("a training result");
     assert_eq!(t.verdict, Verdict::Skipped);
 }
+
+#[test]
+fn a_replica_that_never_joins_ends_the_run_naming_it_beside_those_left_waiting() {
+    let r = report("gpus=4,hang=training@2");
+    let t = r.training.as_ref().expect("a training result");
+    assert_eq!(t.verdict, Verdict::Error, "{:?}", t.reasons);
+    // The words of the real engine's watchdog: the step timeout (1s) and its grace.
+    assert_any_contains(
+        &t.reasons,
+        "ncclCommInitRank did not return within 6s on rank 0 (GPU 0), rank 1 (GPU 1), rank 3 (GPU 3); rank 2 (GPU 2) never joined",
+    );
+    assert_ne!(r.verdict, Verdict::Pass, "a run that could not train is no pass");
+}

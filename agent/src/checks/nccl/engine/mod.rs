@@ -31,12 +31,12 @@ use crate::backend::BackendError;
 pub const SKIP_RANK_ENV: &str = "GPUVAL_NCCL_TEST_SKIP_RANK";
 
 /// Progress reports: share done (0..=1) and a note.
-pub type Progress<'a> = &'a (dyn Fn(f64, &str) + Sync);
+pub type Progress<'a> = crate::worker::serve::Progress<'a>;
 
 /// What the sweep process does when a rank is stuck inside a host NCCL call (NCCL blocks the
 /// host while it connects to a peer, and such a call cannot be aborted from its own thread):
 /// report what is known and end the process, which frees the GPUs. Called at most once.
-pub type Bail<'a> = &'a (dyn Fn(Result<SweepOutcome, BackendError>) + Sync);
+pub type Bail<'a> = crate::worker::serve::Bail<'a, SweepOutcome>;
 
 /// How much longer than the collective timeout a host call may block before the bail.
 const STUCK_GRACE: Duration = Duration::from_secs(5);

@@ -85,6 +85,14 @@ impl<'a> Shared<'a> {
         }
     }
 
+    /// What each rank is inside now, in rank order.
+    pub fn calls(&self) -> Vec<Option<InCall>> {
+        self.calls
+            .iter()
+            .map(|slot| slot.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .collect()
+    }
+
     /// A rank that has been inside one host NCCL call for longer than `limit`: NCCL blocks the
     /// host while it connects to a peer, so a peer that never comes holds the call forever.
     pub fn stuck(&self, limit: Duration) -> Option<(u32, InCall)> {

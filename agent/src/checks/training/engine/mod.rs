@@ -1,6 +1,6 @@
-//! The training step on real GPUs, in the agent's process: one thread per replica, one NCCL
-//! communicator over every GPU (the NCCL check's communicator code), three phases run in
-//! turn so that every figure of the run is measured in the same run:
+//! The training step on real GPUs, in a child process of the agent (`super::child`): one
+//! thread per replica, one NCCL communicator over every GPU (the NCCL check's communicator
+//! code), three phases run in turn so that every figure of the run is measured in the same run:
 //! 1. the compute-only step on the first GPU alone (the one-GPU throughput);
 //! 2. the compute-only step on every GPU at once (what the step costs without communication);
 //! 3. the step with the all-reduce overlapping the backward pass and the SGD update, the
@@ -8,7 +8,10 @@
 //!
 //! Each step is timed between two events on the replica's compute stream; the host waits for
 //! it with a deadline (the spec's timeout), and a step that misses it aborts the communicator
-//! of every replica.
+//! of every replica. A replica stuck inside a host NCCL call (`ncclCommInitRank` waiting for a
+//! replica that never joins) cannot be aborted from its thread: when such a call outlives the
+//! timeout, the watchdog answers with the ranks inside it and those that never came, and ends
+//! the process, which frees the GPUs.
 
 pub mod kernels;
 pub mod replica;
@@ -17,18 +20,32 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use cudarc::driver::CudaContext;
+
 use self::replica::{Mode, Replica};
+use super::child::Job;
 use super::outcome::{Comparison, TrainingOutcome};
 use super::request::TrainingRequest;
-use crate::backend::cuda::CudaBackend;
+use super::stuck::{self, INIT_CALL};
 use crate::backend::cuda::kernels::{Blas, require_blas};
 use crate::backend::{BackendError, GpuInfo};
 use crate::checks::nccl::engine::comm::{self, Comm};
-use crate::checks::nccl::engine::sync::{Interrupted, Shared, WaitError, wait_for};
+use crate::checks::nccl::engine::sync::{InCall, Interrupted, Shared, WaitError, wait_for};
 use crate::checks::nccl::library;
 use crate::run_control::RunControl;
+use crate::worker::serve::Bail;
 
 const WATCH_TICK: Duration = Duration::from_millis(20);
+/// How much longer than the step timeout a host NCCL call may block before the watchdog ends
+/// the process.
+pub const STUCK_GRACE: Duration = Duration::from_secs(5);
+/// After a stop request, how long a host NCCL call may block before the watchdog ends it.
+const STUCK_AFTER_STOP: Duration = Duration::from_secs(1);
+
+/// Test hook, read only here: the replica of this rank never calls `ncclCommInitRank`, as a
+/// GPU that never joins would, so the others wait inside it until the watchdog ends the
+/// process. Only in agents built with the `test-hooks` feature ([`crate::test_hooks`]).
+pub const HANG_INIT_ENV: &str = "GPUVAL_TRAINING_TEST_HANG_INIT";
 
 /// What one replica measured.
 #[derive(Debug, Default)]
@@ -46,6 +63,8 @@ struct Run<'a> {
     id: cudarc::nccl::sys::ncclUniqueId,
     shared: &'a Shared<'a>,
     ctl: &'a RunControl<'a>,
+    /// The rank that plays a GPU that never joins (test hook).
+    hang_init: Option<u32>,
     /// The first error of any replica.
     error: Mutex<Option<String>>,
 }
@@ -61,20 +80,20 @@ impl Run<'_> {
     }
 }
 
-/// Runs the three phases over `gpus` (rank order).
+/// Runs the three phases over the job's GPUs (rank order; rank r is CUDA device r of this
+/// process).
 pub fn run(
-    backend: &CudaBackend,
-    gpus: &[GpuInfo],
-    req: &TrainingRequest,
+    job: &Job,
     ctl: &RunControl<'_>,
+    bail: Bail<'_, TrainingOutcome>,
 ) -> Result<TrainingOutcome, BackendError> {
     let started = Instant::now();
+    let Job { req, gpus } = job;
     library::require_driver()?;
     library::require_loadable()?;
     let version = comm::version();
     library::require_version(version.as_deref())?;
     require_blas(Blas::Only)?;
-    require_memory(gpus, req)?;
     let cc = gpus.first().and_then(|g| g.compute_capability);
     let ptx = kernels::compile(cc)?;
     let id = comm::unique_id().map_err(|e| BackendError::Other(e.to_string()))?;
@@ -86,6 +105,7 @@ pub fn run(
         id,
         shared: &shared,
         ctl,
+        hang_init: hang_init_rank(),
         error: Mutex::new(None),
     };
     let ranks = u32::try_from(gpus.len()).unwrap_or(u32::MAX);
@@ -95,12 +115,22 @@ pub fn run(
             .zip(0u32..)
             .map(|(g, rank)| {
                 let run = &run;
-                s.spawn(move || replica_thread(run, backend, g, (rank, ranks)))
+                s.spawn(move || replica_thread(run, g, (rank, ranks)))
             })
             .collect();
+        let mut bailed = false;
         while !handles.iter().all(|h| h.is_finished()) {
             if ctl.stopped() {
                 stop.store(true, Ordering::Relaxed);
+            }
+            let limit = if ctl.stopped() {
+                STUCK_AFTER_STOP
+            } else {
+                req.timeout + STUCK_GRACE
+            };
+            if !bailed && let Some(e) = stuck_error(&shared, limit, gpus) {
+                bailed = true;
+                bail(Err(e));
             }
             std::thread::sleep(WATCH_TICK);
         }
@@ -116,8 +146,53 @@ pub fn run(
     Ok(assemble(gpus, measured, version, error, started))
 }
 
+/// The rank [`HANG_INIT_ENV`] names, when the hook is built in and set.
+fn hang_init_rank() -> Option<u32> {
+    let v = crate::test_hooks::value(HANG_INIT_ENV)?;
+    match v.trim().parse() {
+        Ok(rank) => {
+            tracing::warn!(
+                env = HANG_INIT_ENV,
+                rank,
+                "test hook: a replica will never join"
+            );
+            Some(rank)
+        }
+        Err(_) => {
+            tracing::warn!(env = HANG_INIT_ENV, value = %v, "test hook ignored: expected a rank");
+            None
+        }
+    }
+}
+
+/// The error that ends the run when a replica has been inside one host NCCL call for longer
+/// than `limit` ([`stuck::message`]).
+fn stuck_error(shared: &Shared<'_>, limit: Duration, gpus: &[GpuInfo]) -> Option<BackendError> {
+    let (rank, call) = shared.stuck(limit)?;
+    let calls = shared.calls();
+    let ranks = |keep: &dyn Fn(&Option<InCall>) -> bool| -> Vec<(u32, u32)> {
+        calls
+            .iter()
+            .zip(0u32..)
+            .filter(|(c, _)| keep(c))
+            .map(|(_, r)| (r, gpus.get(r as usize).map_or(r, |g| g.index)))
+            .collect()
+    };
+    let inside = ranks(&|c| c.as_ref().is_some_and(|c| c.what == call.what));
+    let absent = ranks(&|c| c.is_none());
+    tracing::error!(
+        rank,
+        call = call.what,
+        "a replica is stuck in a host NCCL call"
+    );
+    let secs = call.since.elapsed().as_secs_f64();
+    Some(BackendError::Other(stuck::message(
+        call.what, secs, &inside, &absent,
+    )))
+}
+
 /// Refuses a model that does not fit in every GPU's free memory, saying what to lower.
-fn require_memory(gpus: &[GpuInfo], req: &TrainingRequest) -> Result<(), BackendError> {
+pub fn require_memory(gpus: &[GpuInfo], req: &TrainingRequest) -> Result<(), BackendError> {
     let need = req.bytes_per_gpu();
     match gpus.iter().find(|g| g.memory_free_bytes < need + (1 << 30)) {
         Some(g) => Err(BackendError::gpu(
@@ -180,16 +255,10 @@ fn assemble(
 
 /// One replica's thread: opens it, joins the communicator, runs the phases, and ends with
 /// the communicator destroyed (or aborted on any failure).
-fn replica_thread(
-    run: &Run<'_>,
-    backend: &CudaBackend,
-    g: &GpuInfo,
-    (rank, ranks): (u32, u32),
-) -> Measured {
+fn replica_thread(run: &Run<'_>, g: &GpuInfo, (rank, ranks): (u32, u32)) -> Measured {
     let mut out = Measured::default();
-    let opened = backend
-        .context(g.index)
-        .map_err(|e| e.to_string())
+    let opened = CudaContext::new(rank as usize)
+        .map_err(|e| format!("open a CUDA context on GPU {}: {e}", g.index))
         .and_then(|ctx| Replica::open((rank, ranks), g.index, ctx, run.ptx, run.req));
     let mut rep = match opened.and_then(|r| r.init_weights().map(|_| r)) {
         Ok(r) => r,
@@ -201,7 +270,15 @@ fn replica_thread(
     if run.shared.barrier().is_err() {
         return out;
     }
-    match Comm::init(ranks, run.id, rank) {
+    if run.hang_init == Some(rank) {
+        // Plays a GPU that never joins: the others wait in ncclCommInitRank for it.
+        while run.shared.interrupted().is_none() {
+            std::thread::sleep(WATCH_TICK);
+        }
+        return out;
+    }
+    let joined = in_call(run, rank, INIT_CALL, || Comm::init(ranks, run.id, rank));
+    match joined {
         Ok(c) => rep.comm = Some(c),
         Err(e) => {
             run.fail(rank, e.to_string());
@@ -212,18 +289,34 @@ fn replica_thread(
     if let Some(c) = rep.comm.take() {
         match ended {
             Ok(()) => {
-                if let Err(e) = c.destroy() {
+                if let Err(e) = in_call(run, rank, "ncclCommDestroy", || c.destroy()) {
                     tracing::warn!(rank, error = %e, "destroying the training communicator failed");
                 }
             }
             Err(Stop::Failed(e)) => {
                 run.fail(rank, e);
-                c.abort();
+                in_call(run, rank, "ncclCommAbort", || c.abort());
             }
-            Err(Stop::Interrupted) => c.abort(),
+            Err(Stop::Interrupted) => in_call(run, rank, "ncclCommAbort", || c.abort()),
         }
     }
     out
+}
+
+/// Runs `f`, a host NCCL call, with the rank marked as inside `what` for the watchdog.
+fn in_call<T>(run: &Run<'_>, rank: u32, what: &'static str, f: impl FnOnce() -> T) -> T {
+    let since = Instant::now();
+    run.shared.in_call(
+        rank,
+        Some(InCall {
+            what,
+            since,
+            step: None,
+        }),
+    );
+    let r = f();
+    run.shared.in_call(rank, None);
+    r
 }
 
 /// Why a replica stopped before the end.
@@ -300,7 +393,12 @@ fn progress(run: &Run<'_>, rep: &Replica, done: f64, phase: &str, seconds: f64) 
 /// Queues one step, waits for it with the deadline, and returns its device time.
 fn step(run: &Run<'_>, rep: &Replica, mode: Mode, s: u32) -> Result<f64, Stop> {
     let seed = (u64::from(s) << 16) ^ (u64::from(rep.rank) << 40) ^ mode_salt(mode);
-    rep.queue_step(mode, seed)?;
+    match mode {
+        Mode::Overlapped => in_call(run, rep.rank, "ncclAllReduce", || {
+            rep.queue_step(mode, seed)
+        })?,
+        Mode::ComputeOnly => rep.queue_step(mode, seed)?,
+    }
     let deadline = Instant::now() + run.req.timeout;
     let done = || rep.end.try_is_complete().map_err(|e| e.to_string());
     let failed = || rep.comm.as_ref().and_then(Comm::async_error);
@@ -329,5 +427,76 @@ fn mode_name(mode: Mode) -> &'static str {
     match mode {
         Mode::ComputeOnly => "compute only",
         Mode::Overlapped => "with all-reduce",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32) -> GpuInfo {
+        crate::judge::testing::h200(index)
+    }
+
+    fn inside(shared: &Shared<'_>, rank: u32, what: &'static str, ago: Duration) {
+        let since = Instant::now().checked_sub(ago).expect("a past instant");
+        shared.in_call(
+            rank,
+            Some(InCall {
+                what,
+                since,
+                step: None,
+            }),
+        );
+    }
+
+    #[test]
+    fn a_replica_that_never_joins_is_named_beside_those_left_waiting() {
+        let stop = AtomicBool::new(false);
+        let shared = Shared::new(3, &stop);
+        let gpus = [gpu(4), gpu(5), gpu(6)];
+        let limit = Duration::from_secs(2);
+        inside(&shared, 0, INIT_CALL, Duration::from_secs(1));
+        assert!(
+            stuck_error(&shared, limit, &gpus).is_none(),
+            "within the limit"
+        );
+        inside(&shared, 0, INIT_CALL, Duration::from_secs(3));
+        inside(&shared, 2, INIT_CALL, Duration::from_secs(3));
+        let msg = stuck_error(&shared, limit, &gpus)
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            msg.contains(
+                "ncclCommInitRank did not return within 3s on rank 0 (GPU 4), rank 2 (GPU 6)"
+            ),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("rank 1 (GPU 5) never joined"),
+            "the replica that never came is the one named to look at: {msg}"
+        );
+        assert!(
+            msg.ends_with("the training process ended to free the GPUs"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_step_stuck_on_the_host_is_named_with_its_call() {
+        let stop = AtomicBool::new(false);
+        let shared = Shared::new(2, &stop);
+        inside(&shared, 1, "ncclAllReduce", Duration::from_secs(3));
+        let msg = stuck_error(&shared, Duration::from_secs(2), &[gpu(0), gpu(1)])
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            msg.starts_with("ncclAllReduce did not return within 3s on rank 1 (GPU 1)"),
+            "{msg}"
+        );
+        assert!(
+            !msg.contains("never joined"),
+            "only setup has absentees: {msg}"
+        );
     }
 }

@@ -1,0 +1,191 @@
+//! The training step runs in a child process of the agent ([`crate::worker`]), as the nccl
+//! check's sweep does. A replica stuck in `ncclCommInitRank` (a GPU or peer that never joins)
+//! cannot be aborted from its own thread and holds the process: the child's watchdog answers
+//! and ends the process when a host NCCL call outlives the step timeout, and the agent kills a
+//! child that falls silent. [`run`] is the agent's side, [`child_main`] the child's.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::engine;
+use super::outcome::TrainingOutcome;
+use super::request::TrainingRequest;
+use crate::backend::{BackendError, GpuInfo};
+use crate::checks::nccl::{library, transport};
+use crate::run_control::RunControl;
+use crate::worker::run_dir::RunDir;
+use crate::worker::supervise::{self, Launch};
+
+/// The hidden subcommand that runs one training step's three phases.
+pub const SUBCOMMAND: &str = "training-run";
+/// The work, as errors name it ("the training process was killed").
+const WHAT: &str = "training";
+/// Time the process may stay silent beyond the step timeout (process start, kernel
+/// compilation, cuBLAS, the weights, communicator setup) before it is killed.
+pub const SETUP_ALLOWANCE: Duration = Duration::from_secs(120);
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// What the child runs: the step, and its GPUs in rank order (the child sees exactly these,
+/// rank r as CUDA device r).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    pub req: TrainingRequest,
+    pub gpus: Vec<GpuInfo>,
+}
+
+/// Runs the step on `gpus` in a child process of this executable.
+pub fn run(
+    gpus: &[GpuInfo],
+    req: &TrainingRequest,
+    ctl: &RunControl<'_>,
+) -> Result<TrainingOutcome, BackendError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| BackendError::Other(format!("find the agent's own executable: {e}")))?;
+    engine::require_memory(gpus, req)?;
+    let found = library::locate()?;
+    let dir = RunDir::create("gpuval-training")?;
+    if found.needs_link {
+        library::make_link(&found, dir.path())?;
+    }
+    let log = dir.path().join("nccl-training.log");
+    let mut env = child_env(gpus, &log);
+    if found.needs_link {
+        env.push((
+            "LD_LIBRARY_PATH".into(),
+            library::library_path_with(dir.path()),
+        ));
+    }
+    let launch = Launch {
+        exe,
+        subcommand: SUBCOMMAND,
+        what: WHAT,
+        env,
+        silence_limit: req.timeout + SETUP_ALLOWANCE,
+        stop_grace: STOP_GRACE,
+    };
+    let job = Job {
+        req: req.clone(),
+        gpus: gpus.to_vec(),
+    };
+    let result = supervise::run(&launch, &job, ctl);
+    with_nccl_warning(result, &log)
+}
+
+/// The child's environment: its GPUs in rank order, NCCL's warnings to a file of this run, and
+/// every channel connected while the communicator is set up (so that a step's enqueue never
+/// blocks the host on a missing peer: a hang is then in setup, which the watchdog bounds, or on
+/// the GPU, where the step's deadline aborts it).
+fn child_env(gpus: &[GpuInfo], log: &Path) -> Vec<(String, String)> {
+    let uuids: Vec<&str> = gpus.iter().map(|g| g.uuid.as_str()).collect();
+    let mut env = vec![
+        ("CUDA_VISIBLE_DEVICES".to_string(), uuids.join(",")),
+        ("NCCL_DEBUG".to_string(), "WARN".to_string()),
+        ("NCCL_DEBUG_FILE".to_string(), log.display().to_string()),
+    ];
+    if std::env::var_os("NCCL_RUNTIME_CONNECT").is_none() {
+        env.push(("NCCL_RUNTIME_CONNECT".into(), "0".into()));
+    }
+    env
+}
+
+/// The outcome with NCCL's first logged warning added to its error, where it logged one.
+fn with_nccl_warning(
+    result: Result<TrainingOutcome, BackendError>,
+    log: &Path,
+) -> Result<TrainingOutcome, BackendError> {
+    let Some(w) = std::fs::read_to_string(log)
+        .ok()
+        .and_then(|t| transport::parse(&t).warnings.into_iter().next())
+    else {
+        return result;
+    };
+    match result {
+        Err(BackendError::Other(m)) => Err(BackendError::Other(format!("{m} (NCCL: {w})"))),
+        Ok(mut o) => {
+            if let Some(e) = o.error.as_mut() {
+                e.push_str(&format!(" (NCCL: {w})"));
+            }
+            Ok(o)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The child's side: reads the job from stdin, runs it, prints the outcome.
+pub fn child_main() -> ExitCode {
+    crate::worker::serve::main(WHAT, |job: Job, stop, progress, bail| {
+        let ctl = RunControl::new(stop, progress);
+        engine::run(&job, &ctl, bail)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_child_sees_its_gpus_in_rank_order_and_connects_while_setting_up() {
+        let mut a = crate::judge::testing::h200(3);
+        a.uuid = "GPU-c".into();
+        let mut b = a.clone();
+        b.uuid = "GPU-a".into();
+        let env = child_env(&[a, b], Path::new("/run/d/nccl-training.log"));
+        let get = |k: &str| {
+            env.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("GPU-c,GPU-a"));
+        assert_eq!(get("NCCL_DEBUG_FILE"), Some("/run/d/nccl-training.log"));
+        if std::env::var_os("NCCL_RUNTIME_CONNECT").is_none() {
+            assert_eq!(get("NCCL_RUNTIME_CONNECT"), Some("0"));
+        }
+    }
+
+    #[test]
+    fn nccl_s_first_warning_goes_with_the_error() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = dir.path().join("nccl.log");
+        std::fs::write(
+            &log,
+            "host:1:2 [1] NCCL WARN Cuda failure 'out of memory'\nhost:1:2 [1] NCCL WARN second\n",
+        )
+        .expect("write the log");
+        let e = with_nccl_warning(Err(BackendError::Other("it failed".into())), &log);
+        assert_eq!(
+            e.err().map(|e| e.to_string()).as_deref(),
+            Some("it failed (NCCL: Cuda failure 'out of memory')")
+        );
+        let o = TrainingOutcome {
+            error: Some("step 3: unhandled cuda error".into()),
+            ..Default::default()
+        };
+        let o = with_nccl_warning(Ok(o), &log).expect("an outcome");
+        assert_eq!(
+            o.error.as_deref(),
+            Some("step 3: unhandled cuda error (NCCL: Cuda failure 'out of memory')")
+        );
+        let clean = with_nccl_warning(Ok(TrainingOutcome::default()), &log).expect("an outcome");
+        assert_eq!(clean.error, None, "no error, nothing added");
+        let none = with_nccl_warning(Err(BackendError::Stopped), &dir.path().join("absent"));
+        assert!(matches!(none, Err(BackendError::Stopped)));
+    }
+
+    #[test]
+    fn the_job_crosses_the_process_boundary_whole() {
+        let mut req = TrainingRequest::from_spec(&gpuval_crds::TrainingCheck::default());
+        req.corrupt = Some(super::super::request::Corruption { gpu: 1, step: 5 });
+        let job = Job {
+            req,
+            gpus: vec![crate::judge::testing::h200(1)],
+        };
+        let text = serde_json::to_string(&job).expect("json");
+        let back: Job = serde_json::from_str(&text).expect("parse");
+        assert_eq!(back.req, job.req);
+        assert_eq!(back.gpus, job.gpus);
+    }
+}
