@@ -194,6 +194,69 @@ fn a_planted_fault_the_agent_did_not_name_keeps_pass_false() {
     );
 }
 
+/// The training-never-joined fault of a summary.
+fn never_joined(s: &Value) -> &Value {
+    s["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .find(|f| f["name"] == "training-never-joined")
+        .expect("training-never-joined")
+}
+
+#[test]
+fn a_training_hang_is_caught_only_when_the_watchdog_named_the_absent_rank_in_time() {
+    let (_dir, raw) = raw_run();
+    let (_, s) = summarize(&raw, &[]);
+    let f = never_joined(&s);
+    assert_eq!(f["caught"], true, "{f:#}");
+    assert_eq!(f["verdict"], "Error");
+    // The real run's words, as the fixture holds them.
+    let first = f["messages"][0].as_str().expect("a message");
+    assert!(first.starts_with("PLANTED FAULT"), "{first}");
+
+    // The step ran to its limit: the harness ended it, not the watchdog.
+    let steps = std::fs::read_to_string(raw.join("steps.tsv")).expect("steps");
+    let slow: String = steps
+        .lines()
+        .map(|l| match l.strip_prefix("fault-training\t") {
+            Some(rest) => {
+                let rest: Vec<&str> = rest.split('\t').collect();
+                format!("fault-training\t{}\t90\t{}\t", rest[0], rest[2])
+            }
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(raw.join("steps.tsv"), slow + "\n").expect("steps");
+    let (code, s) = summarize(&raw, &[]);
+    assert_eq!(never_joined(&s)["caught"], false);
+    assert_eq!((s["pass"].clone(), code), (Value::from(false), 1));
+
+    // An Error that names nobody is not the fault caught.
+    let (_dir, raw) = raw_run();
+    let path = raw.join("fault-training.json");
+    let mut report = read_json(&path);
+    for r in report["training"]["reasons"]
+        .as_array_mut()
+        .expect("reasons")
+    {
+        let m = r["message"].as_str().unwrap_or_default().replace("never joined", "failed");
+        r["message"] = Value::from(m);
+    }
+    write_json(&path, &report);
+    let (_, s) = summarize(&raw, &[]);
+    assert_eq!(never_joined(&s)["caught"], false);
+
+    // No report at all: missing, with the step's exit code.
+    let (_dir, raw) = raw_run();
+    std::fs::remove_file(raw.join("fault-training.json")).expect("remove");
+    let (_, s) = summarize(&raw, &[]);
+    let f = never_joined(&s);
+    assert_eq!(f["caught"], false);
+    assert!(f["missing"].as_str().is_some_and(|m| m.contains("fault-training")), "{f:#}");
+}
+
 fn strip_reasons(v: &mut Value) {
     match v {
         Value::Object(map) => {
