@@ -19,7 +19,8 @@
 #   nccl          all-reduce, all-gather, reduce-scatter 1 MiB to 1 GiB (x4, so floors apply);
 #                 nccl-tests (NCCL_TESTS=dir of *_perf) as reference (2+ GPUs)
 #   training      the default shapes, 20 steps; PyTorch DDP (training_ref.py), same shapes (2+ GPUs)
-#   io            2 files x 512 MiB on a temp dir; dd (io_ref.sh) on the same dir
+#   io            2 files x 1 GiB on a temp dir; dd (io_ref.sh) on the same dir; the two in turn,
+#                 twice (the summary takes each side's best)
 #   fault-memory  a second process holds 40% of GPU 0 during the memory check (must fail)
 #   fault-compute a second process burns bf16 on GPU 0 during a 10 s burn (must fail)
 #   fault-training  rank 1's replica never joins the training communicator (the hooks agent,
@@ -257,8 +258,12 @@ fi
 # ---- io: a temp dir, beside dd on the same dir
 IO_DIR=${IO_DIR:-$(mktemp -d /tmp/gpuval-smoke-io.XXXXXX)}
 mkdir -p "$IO_DIR"
-agent agent-io 90 --checks io --io-dir "$IO_DIR" --io-file-size-mib 512 --io-files 2 --io-concurrency 2
-step dd-io 90 "$RAW/dd-io.json" bash bench/io_ref.sh "$IO_DIR" 512 2 2
+# In turn, twice (agent-io, dd-io, agent-io-2, dd-io-2): the summary takes each side's best.
+for round in 1 2; do
+  sfx=${round/#1/}; sfx=${sfx:+-$sfx}
+  agent "agent-io$sfx" 90 --checks io --io-dir "$IO_DIR" --io-file-size-mib 1024 --io-files 2 --io-concurrency 2
+  step "dd-io$sfx" 90 "$RAW/dd-io$sfx.json" bash bench/io_ref.sh "$IO_DIR" 1024 2 2
+done
 
 # ---- planted: memory held by a second process on GPU 0 during the memory check
 rm -f "$RAW/holder.ready"

@@ -194,6 +194,35 @@ fn a_planted_fault_the_agent_did_not_name_keeps_pass_false() {
     );
 }
 
+#[test]
+fn io_takes_each_side_at_its_best_of_the_rounds_run_in_turn() {
+    let (_dir, raw) = raw_run();
+    let (_, one) = summarize(&raw, &[]);
+    let write = |s: &Value| figure(s, "write MB/s").clone();
+    let single = write(&one);
+    let (agent, dd) = (
+        single["value"].as_f64().expect("agent"),
+        single["reference"].as_f64().expect("dd"),
+    );
+    // A second round: the agent faster than its first, dd slower than its first.
+    let mut report = read_json(&raw.join("agent-io.json"));
+    report["io"]["writeMbps"] = Value::from(agent * 1.1);
+    write_json(&raw.join("agent-io-2.json"), &report);
+    let mut reference = read_json(&raw.join("dd-io.json"));
+    reference["dd_write_mbps"] = Value::from(dd * 0.5);
+    write_json(&raw.join("dd-io-2.json"), &reference);
+    let (_, two) = summarize(&raw, &[]);
+    let f = write(&two);
+    assert_eq!(f["value"].as_f64(), Some(agent * 1.1), "{f:#}");
+    assert_eq!(
+        f["reference"].as_f64(),
+        Some(dd),
+        "the reference's best, not its last: {f:#}"
+    );
+    assert_eq!(f["rounds"]["agent"].as_array().map(Vec::len), Some(2));
+    assert_eq!(f["rounds"]["reference"].as_array().map(Vec::len), Some(2));
+}
+
 /// The training-never-joined fault of a summary.
 fn never_joined(s: &Value) -> &Value {
     s["faults"]
@@ -241,7 +270,10 @@ fn a_training_hang_is_caught_only_when_the_watchdog_named_the_absent_rank_in_tim
         .as_array_mut()
         .expect("reasons")
     {
-        let m = r["message"].as_str().unwrap_or_default().replace("never joined", "failed");
+        let m = r["message"]
+            .as_str()
+            .unwrap_or_default()
+            .replace("never joined", "failed");
         r["message"] = Value::from(m);
     }
     write_json(&path, &report);
@@ -254,7 +286,12 @@ fn a_training_hang_is_caught_only_when_the_watchdog_named_the_absent_rank_in_tim
     let (_, s) = summarize(&raw, &[]);
     let f = never_joined(&s);
     assert_eq!(f["caught"], false);
-    assert!(f["missing"].as_str().is_some_and(|m| m.contains("fault-training")), "{f:#}");
+    assert!(
+        f["missing"]
+            .as_str()
+            .is_some_and(|m| m.contains("fault-training")),
+        "{f:#}"
+    );
 }
 
 fn strip_reasons(v: &mut Value) {

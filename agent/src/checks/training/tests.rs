@@ -79,5 +79,9 @@ fn a_replica_that_never_joins_ends_the_run_naming_it_beside_those_left_waiting()
         &t.reasons,
         "ncclCommInitRank did not return within 6s on rank 0 (GPU 0), rank 1 (GPU 1), rank 3 (GPU 3); rank 2 (GPU 2) never joined",
     );
-    assert_ne!(r.verdict, Verdict::Pass, "a run that could not train is no pass");
+    assert_ne!(
+        r.verdict,
+        Verdict::Pass,
+        "a run that could not train is no pass"
+    );
 }
