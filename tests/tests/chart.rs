@@ -171,8 +171,9 @@ fn check_invariants(file: &str, docs: &[Value]) {
                     "{file}: {rule}"
                 );
             }
-            // DRA: slices are only read (cluster-wide), claim templates only created (in the
-            // operator's namespace); no rule at all when the chart never uses DRA.
+            // DRA: slices are only read and claims only listed (cluster-wide), claim templates
+            // only created (in the operator's namespace); no rule at all when the chart never
+            // uses DRA.
             if rule["apiGroups"] == json!(["resource.k8s.io"]) {
                 let dra_mode = env("GPUVAL_GPU_ALLOCATION");
                 assert_ne!(
@@ -184,6 +185,9 @@ fn check_invariants(file: &str, docs: &[Value]) {
                     ("ClusterRole", json!(["get", "list", "watch"]))
                 } else if resources == vec![json!("devicetaintrules")] {
                     ("ClusterRole", json!(["list", "create", "patch", "delete"]))
+                } else if resources == vec![json!("resourceclaims")] {
+                    // idleOnly: the claims that hold GPUs, listed with the pods.
+                    ("ClusterRole", json!(["list"]))
                 } else {
                     assert_eq!(resources, vec![json!("resourceclaimtemplates")], "{file}");
                     ("Role", json!(["create"]))
@@ -205,7 +209,7 @@ fn check_invariants(file: &str, docs: &[Value]) {
     let want = if dra.as_deref() == Some("extendedResource") {
         0
     } else {
-        3
+        4
     };
     assert_eq!(dra_rules, want, "{file}: DRA rules under mode {dra:?}");
 

@@ -160,6 +160,33 @@ async fn extended_resource_and_dra_nodes_pass_together_and_a_busy_dra_node_waits
         assert_eq!(verdict, Some(gpuval_crds::Verdict::Pass), "{node}");
     }
 
+    // idleOnly: the node whose GPU another pod holds through its claim is busy, named with the
+    // claim; the agents' own claims make no node busy, and without the claims nothing would.
+    let claims: Api<ResourceClaim> = Api::all(c.clone());
+    let held = gpuval_operator::schedule::shell::gpu_claims(&claims, dra::DRIVER, 1)
+        .await
+        .expect("claims in pages");
+    let pods: Api<Pod> = Api::all(c.clone());
+    let selected: Vec<String> = ["gpu-er", "dra-a", "dra-bad", "dra-busy"]
+        .map(String::from)
+        .to_vec();
+    let busy = gpuval_operator::schedule::shell::busy_nodes(&pods, &held, &selected, 2)
+        .await
+        .expect("pods in pages");
+    assert_eq!(busy.keys().collect::<Vec<_>>(), ["dra-busy"], "{busy:?}");
+    assert_eq!(
+        busy["dra-busy"],
+        "busy: pod default/hog holds GPUs through ResourceClaim default/hog"
+    );
+    let blind =
+        gpuval_operator::schedule::shell::busy_nodes(&pods, &Default::default(), &selected, 2)
+            .await
+            .expect("pods in pages");
+    assert!(
+        blind.is_empty(),
+        "the pods alone show no busy node: {blind:?}"
+    );
+
     // The DRA node's pod took a claim, not nvidia.com/gpu; the extended-resource node's did not.
     let pod = agent_pod(c, "mixed", "dra-a").await;
     let spec = pod.spec.as_ref().unwrap();

@@ -46,7 +46,9 @@ async fn busy_nodes_are_found_across_pages() {
     }
     let all: Api<Pod> = Api::all(client.clone());
     let selected = vec!["gpu-a".to_string(), "gpu-b".to_string()];
-    let busy = busy_nodes(&all, &selected, 2).await.expect("pages");
+    let busy = busy_nodes(&all, &Default::default(), &selected, 2)
+        .await
+        .expect("pages");
     assert_eq!(busy.keys().collect::<Vec<_>>(), ["gpu-b"], "{busy:?}");
     assert!(busy["gpu-b"].contains("work/d-train holds 4"), "{busy:?}");
 }

@@ -1,9 +1,11 @@
 //! `GpuValidationSchedule`: runs on a cron schedule, and the admission of new nodes.
 //!
-//! [`plan`] is the pure decision (the time is a parameter), [`clock`] the time it is given,
+//! [`plan`] is the pure decision (the time is a parameter), [`busy`] which pods keep a node's
+//! GPUs busy for `idleOnly`, [`clock`] the time it is given,
 //! [`shell`] the controller that observes the schedules, their runs and the nodes, and applies
 //! the plan and the admission plan (`crate::admission`).
 
+pub mod busy;
 pub mod clock;
 pub mod plan;
 pub mod shell;

@@ -4,13 +4,14 @@
 //! [`admission::plan::plan`]) and applies (deletes, creates, node taints, status, events).
 //! Every tick of the [`Clock`](super::Clock) re-plans every schedule.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use gpuval_crds::{GPU_RESOURCE, GpuValidation, GpuValidationSchedule, NodeName, labels};
+use gpuval_crds::{GpuValidation, GpuValidationSchedule, NodeName, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -18,6 +19,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Resource, ResourceExt};
 
+use super::busy::{self, ClaimKey};
 use super::plan::{self, NewRun, NodeLoad, Plan, Run};
 use crate::admission::{self, plan::AdmissionPlan};
 use crate::controller::{Ctx, Error, FIELD_MANAGER};
@@ -97,33 +99,43 @@ fn pod_page(token: Option<String>, page: u32) -> ListParams {
     }
 }
 
-/// Why pod `p` makes its node busy: it holds GPUs and is not an agent (None: it does not).
-fn holds_gpus(p: &Pod) -> Option<(String, String)> {
-    let agent =
-        p.labels().get(labels::MANAGED_BY_KEY).map(String::as_str) == Some(labels::MANAGED_BY);
-    let spec = p.spec.as_ref()?;
-    let node = spec.node_name.clone()?;
-    let gpus: i64 = spec
-        .containers
-        .iter()
-        .filter_map(|c| c.resources.as_ref())
-        .filter_map(|r| r.limits.as_ref().or(r.requests.as_ref()))
-        .filter_map(|l| l.get(GPU_RESOURCE))
-        .filter_map(|q| q.0.parse::<i64>().ok())
-        .sum();
-    (gpus > 0 && !agent).then(|| {
-        let why = format!(
-            "busy: pod {}/{} holds {gpus} {GPU_RESOURCE}",
-            p.namespace().unwrap_or_default(),
-            p.name_any()
-        );
-        (node, why)
-    })
+/// The list of page `token` (None: the first) of every ResourceClaim.
+fn claim_page(token: Option<String>, page: u32) -> ListParams {
+    let lp = ListParams::default().limit(page);
+    match token {
+        Some(t) => lp.continue_token(&t),
+        None => lp,
+    }
 }
 
-/// The busy nodes among `selected`, from every running pod, read `page` pods at a time.
+/// Where DRA may be in use: the claims holding `driver`'s devices, read `page` at a time. A
+/// cluster that does not serve ResourceClaims has none.
+pub async fn gpu_claims(
+    claims: &Api<ResourceClaim>,
+    driver: &str,
+    page: u32,
+) -> Result<BTreeSet<ClaimKey>, kube::Error> {
+    let mut held = BTreeSet::new();
+    let mut token = None;
+    loop {
+        let list = match claims.list(&claim_page(token, page)).await {
+            Ok(l) => l,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(held),
+            Err(e) => return Err(e),
+        };
+        held.extend(busy::gpu_claims(&list.items, driver));
+        token = list.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            return Ok(held);
+        }
+    }
+}
+
+/// The busy nodes among `selected`, from every running pod, read `page` pods at a time;
+/// `gpu_claims` are the claims that hold the GPU driver's devices ([`gpu_claims`]).
 pub async fn busy_nodes(
     pods: &Api<Pod>,
+    gpu_claims: &BTreeSet<ClaimKey>,
     selected: &[String],
     page: u32,
 ) -> Result<BTreeMap<String, String>, kube::Error> {
@@ -131,7 +143,11 @@ pub async fn busy_nodes(
     let mut token = None;
     loop {
         let list = pods.list(&pod_page(token, page)).await?;
-        for (node, why) in list.items.iter().filter_map(holds_gpus) {
+        for (node, why) in list
+            .items
+            .iter()
+            .filter_map(|p| busy::holds_gpus(p, gpu_claims))
+        {
             if selected.contains(&node) {
                 busy.entry(node).or_insert(why);
             }
@@ -154,8 +170,15 @@ async fn node_load(
         .into_iter()
         .map(|n| n.name)
         .collect();
+    let allocation = &ctx.cfg.allocation;
+    let claims = if allocation.reads_slices() {
+        let api: Api<ResourceClaim> = Api::all(ctx.client.clone());
+        gpu_claims(&api, &allocation.driver, POD_PAGE).await?
+    } else {
+        BTreeSet::new()
+    };
     let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let busy = busy_nodes(&pods, &selected, POD_PAGE).await?;
+    let busy = busy_nodes(&pods, &claims, &selected, POD_PAGE).await?;
     Ok(NodeLoad {
         selected,
         busy,
@@ -169,7 +192,7 @@ fn forbidden_load(e: kube::Error) -> Result<NodeLoad, kube::Error> {
     match e {
         kube::Error::Api(s) if s.code == 403 => Ok(NodeLoad {
             unknown: Some(format!(
-                "idleOnly: cannot list pods to find busy GPUs ({}); grant the operator `list` on pods in every namespace (the chart does)",
+                "idleOnly: cannot list pods (or ResourceClaims) to find busy GPUs ({}); grant the operator `list` on pods and resourceclaims in every namespace (the chart does)",
                 s.message
             )),
             ..NodeLoad::default()
