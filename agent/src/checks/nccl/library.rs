@@ -137,6 +137,28 @@ pub fn make_link(found: &Found, dir: &Path) -> Result<(), BackendError> {
         .map_err(|e| missing(format!("{} (linking it failed: {e})", link_hint(target))))
 }
 
+/// The environment every NCCL child process of the agent starts with: its GPUs in rank order
+/// (by UUID, so rank r is CUDA device r), NCCL's log at `debug` into `log`, and every channel
+/// connected while the communicator is set up (unless NCCL_RUNTIME_CONNECT is set), so that a
+/// collective's enqueue never blocks the host on a missing peer: a hang is then in setup,
+/// which the child's watchdog bounds, or on the GPU, where a deadline aborts it.
+pub fn child_env<'a>(
+    uuids: impl IntoIterator<Item = &'a str>,
+    debug: &str,
+    log: &Path,
+) -> Vec<(String, String)> {
+    let uuids: Vec<&str> = uuids.into_iter().collect();
+    let mut env = vec![
+        ("CUDA_VISIBLE_DEVICES".to_string(), uuids.join(",")),
+        ("NCCL_DEBUG".to_string(), debug.to_string()),
+        ("NCCL_DEBUG_FILE".to_string(), log.display().to_string()),
+    ];
+    if std::env::var_os("NCCL_RUNTIME_CONNECT").is_none() {
+        env.push(("NCCL_RUNTIME_CONNECT".into(), "0".into()));
+    }
+    env
+}
+
 /// LD_LIBRARY_PATH with `dir` first.
 pub fn library_path_with(dir: &Path) -> String {
     match std::env::var("LD_LIBRARY_PATH") {
@@ -187,6 +209,22 @@ pub fn require_version(version: Option<&str>) -> Result<(), BackendError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_child_sees_its_gpus_in_rank_order_and_connects_while_setting_up() {
+        let env = child_env(["GPU-c", "GPU-a"], "WARN", Path::new("/run/d/t.log"));
+        let get = |k: &str| {
+            env.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("GPU-c,GPU-a"));
+        assert_eq!(get("NCCL_DEBUG"), Some("WARN"));
+        assert_eq!(get("NCCL_DEBUG_FILE"), Some("/run/d/t.log"));
+        if std::env::var_os("NCCL_RUNTIME_CONNECT").is_none() {
+            assert_eq!(get("NCCL_RUNTIME_CONNECT"), Some("0"));
+        }
+    }
 
     #[test]
     fn hints_say_exactly_what_to_do() {

@@ -130,17 +130,7 @@ fn sweep_env(
     log: &Path,
     extra: &[(&str, &str)],
 ) -> Vec<(String, String)> {
-    let uuids: Vec<&str> = req.gpus.iter().map(|g| g.uuid.as_str()).collect();
-    let mut env = vec![
-        ("CUDA_VISIBLE_DEVICES".to_string(), uuids.join(",")),
-        ("NCCL_DEBUG".to_string(), "INFO".to_string()),
-        ("NCCL_DEBUG_FILE".to_string(), log.display().to_string()),
-    ];
-    // Connect every channel while the communicator is set up, so a collective's enqueue never
-    // blocks the host on a missing peer (a hang is then on the GPU, where it can be aborted).
-    if std::env::var_os("NCCL_RUNTIME_CONNECT").is_none() {
-        env.push(("NCCL_RUNTIME_CONNECT".into(), "0".into()));
-    }
+    let mut env = library::child_env(req.gpus.iter().map(|g| g.uuid.as_str()), "INFO", log);
     if std::env::var_os("NCCL_DEBUG_SUBSYS").is_none() {
         env.push(("NCCL_DEBUG_SUBSYS".into(), "INIT,ENV".into()));
     }

@@ -52,7 +52,8 @@ pub fn run(
         library::make_link(&found, dir.path())?;
     }
     let log = dir.path().join("nccl-training.log");
-    let mut env = child_env(gpus, &log);
+    // NCCL's warnings only: the training step reads no transport from its log.
+    let mut env = library::child_env(gpus.iter().map(|g| g.uuid.as_str()), "WARN", &log);
     if found.needs_link {
         env.push((
             "LD_LIBRARY_PATH".into(),
@@ -73,23 +74,6 @@ pub fn run(
     };
     let result = supervise::run(&launch, &job, ctl);
     with_nccl_warning(result, &log)
-}
-
-/// The child's environment: its GPUs in rank order, NCCL's warnings to a file of this run, and
-/// every channel connected while the communicator is set up (so that a step's enqueue never
-/// blocks the host on a missing peer: a hang is then in setup, which the watchdog bounds, or on
-/// the GPU, where the step's deadline aborts it).
-fn child_env(gpus: &[GpuInfo], log: &Path) -> Vec<(String, String)> {
-    let uuids: Vec<&str> = gpus.iter().map(|g| g.uuid.as_str()).collect();
-    let mut env = vec![
-        ("CUDA_VISIBLE_DEVICES".to_string(), uuids.join(",")),
-        ("NCCL_DEBUG".to_string(), "WARN".to_string()),
-        ("NCCL_DEBUG_FILE".to_string(), log.display().to_string()),
-    ];
-    if std::env::var_os("NCCL_RUNTIME_CONNECT").is_none() {
-        env.push(("NCCL_RUNTIME_CONNECT".into(), "0".into()));
-    }
-    env
 }
 
 /// The outcome with NCCL's first logged warning added to its error, where it logged one.
@@ -126,25 +110,6 @@ pub fn child_main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_child_sees_its_gpus_in_rank_order_and_connects_while_setting_up() {
-        let mut a = crate::judge::testing::h200(3);
-        a.uuid = "GPU-c".into();
-        let mut b = a.clone();
-        b.uuid = "GPU-a".into();
-        let env = child_env(&[a, b], Path::new("/run/d/nccl-training.log"));
-        let get = |k: &str| {
-            env.iter()
-                .find(|(key, _)| key == k)
-                .map(|(_, v)| v.as_str())
-        };
-        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("GPU-c,GPU-a"));
-        assert_eq!(get("NCCL_DEBUG_FILE"), Some("/run/d/nccl-training.log"));
-        if std::env::var_os("NCCL_RUNTIME_CONNECT").is_none() {
-            assert_eq!(get("NCCL_RUNTIME_CONNECT"), Some("0"));
-        }
-    }
 
     #[test]
     fn nccl_s_first_warning_goes_with_the_error() {
