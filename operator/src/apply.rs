@@ -138,17 +138,12 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
         .zip(&allocations)
         .map(|((node, gpus), how)| (node.clone(), agent_pod(gv, ctx, node, *gpus, how)))
         .collect();
+    let names: Vec<String> = nodes.iter().map(|(n, _)| n.clone()).collect();
+    let mut baselines = crate::certificate_store::baselines_for(ctx, &names).await;
     let created = futures::stream::iter(pods.into_iter().map(|(node, mut pod)| {
         let (api, pp) = (api.clone(), pp.clone());
+        expected::add_baselines(&mut pod, baselines.remove(&node));
         async move {
-            // Without its history a GPU is judged by its floors alone: a failed read is logged,
-            // not a reason to hold the pod back.
-            match crate::certificate_store::baselines_for(ctx, &node).await {
-                Ok(b) => expected::add_baselines(&mut pod, b),
-                Err(e) => {
-                    tracing::warn!(node = %node, error = %e, "GPU baselines not read; the run is judged by its floors alone");
-                }
-            }
             ctx.throttle.acquire().await;
             match api.create(&pp, &pod).await {
                 Ok(_) => Ok(true),

@@ -141,29 +141,40 @@ pub async fn write(
     prune(ctx, keep).await
 }
 
-/// The `GPUVAL_BASELINES` value for `node`'s agent: its GPUs' baselines from the runs its
-/// certificates record (metadata only); None without history or with certificates off.
-pub async fn baselines_for(ctx: &Ctx, node: &str) -> Result<Option<String>, Error> {
+/// The `GPUVAL_BASELINES` value for each of `nodes`' agents: its GPUs' baselines from the runs
+/// its certificates record (metadata only, one list per [`certificates::NODES_PER_LIST`] nodes);
+/// a node without history, or every node with certificates off, is left out. A list that
+/// fails leaves its nodes out, logged: without its history a GPU is judged by its floors alone.
+pub async fn baselines_for(ctx: &Ctx, nodes: &[String]) -> BTreeMap<String, String> {
     let settings = &ctx.cfg.certificates;
-    if settings.retention.is_none() || settings.baseline_runs == 0 {
-        return Ok(None);
+    if settings.retention.is_none() || settings.baseline_runs == 0 || nodes.is_empty() {
+        return BTreeMap::new();
     }
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
-    let selector = format!(
-        "{}=node,{}={}",
-        certificates::KIND_LABEL,
-        labels::NODE,
-        labels::node_value(node)
-    );
-    let metas = api
-        .list_metadata(&ListParams::default().labels(&selector))
-        .await?;
-    let metas: Vec<ObjectMeta> = metas.items.into_iter().map(|m| m.metadata).collect();
-    Ok(certificates::baselines_env(
-        &certificates::runs_of(&metas),
-        settings.baseline_runs,
-        settings.baseline_tolerance,
-    ))
+    let mut metas: Vec<ObjectMeta> = Vec::new();
+    for selector in certificates::node_selectors(nodes) {
+        ctx.throttle.acquire().await;
+        match api
+            .list_metadata(&ListParams::default().labels(&selector))
+            .await
+        {
+            Ok(list) => metas.extend(list.items.into_iter().map(|m| m.metadata)),
+            Err(e) => {
+                tracing::warn!(error = %e, selector = %selector, "GPU baselines not read; these nodes are judged by their floors alone");
+            }
+        }
+    }
+    certificates::by_node(nodes, metas)
+        .into_iter()
+        .filter_map(|(node, metas)| {
+            let env = certificates::baselines_env(
+                &certificates::runs_of(&metas),
+                settings.baseline_runs,
+                settings.baseline_tolerance,
+            )?;
+            Some((node, env))
+        })
+        .collect()
 }
 
 async fn prune(ctx: &Ctx, keep: usize) -> Result<(), Error> {

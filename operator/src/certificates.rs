@@ -278,6 +278,45 @@ pub fn runs_of(metas: &[ObjectMeta]) -> Vec<GpuRun> {
         .collect()
 }
 
+/// Node names per list of certificate metadata: a set-based selector of this many values stays
+/// a few kilobytes of URL.
+pub const NODES_PER_LIST: usize = 100;
+
+/// The label selectors that list the node certificates of `nodes`, [`NODES_PER_LIST`] nodes
+/// each: `gpuval.io/certificate=node,gpuval.io/node in (a,b,...)`.
+pub fn node_selectors(nodes: &[String]) -> Vec<String> {
+    nodes
+        .chunks(NODES_PER_LIST)
+        .map(|chunk| {
+            let values: Vec<String> = chunk.iter().map(|n| labels::node_value(n)).collect();
+            format!(
+                "{KIND_LABEL}=node,{} in ({})",
+                labels::NODE,
+                values.join(",")
+            )
+        })
+        .collect()
+}
+
+/// The certificate metadata `metas` grouped by the node each was written for, keyed by the
+/// node's names among `nodes` (its label value may be a hash of a long name).
+pub fn by_node(nodes: &[String], metas: Vec<ObjectMeta>) -> BTreeMap<String, Vec<ObjectMeta>> {
+    let names: BTreeMap<String, &String> =
+        nodes.iter().map(|n| (labels::node_value(n), n)).collect();
+    let mut out: BTreeMap<String, Vec<ObjectMeta>> = BTreeMap::new();
+    for m in metas {
+        let node = m
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODE))
+            .and_then(|v| names.get(v));
+        if let Some(node) = node {
+            out.entry((*node).clone()).or_default().push(m);
+        }
+    }
+    out
+}
+
 /// The `GPUVAL_BASELINES` value for a node with `history`: None when no GPU has a passing run.
 pub fn baselines_env(history: &[GpuRun], runs: usize, tolerance: f64) -> Option<String> {
     let b: Baselines = gpuval_crds::baseline::baselines(history, runs, tolerance);
@@ -326,6 +365,48 @@ mod tests {
     use super::*;
     use gpuval_crds::{GpuNodeResultSpec, NodeReport, Phase};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    #[test]
+    fn node_certificates_are_listed_a_hundred_nodes_at_a_time() {
+        let nodes: Vec<String> = (0..250).map(|i| format!("gpu-{i:03}")).collect();
+        let selectors = node_selectors(&nodes);
+        assert_eq!(selectors.len(), 3);
+        assert!(
+            selectors[0].starts_with(&format!(
+                "{KIND_LABEL}=node,{} in (gpu-000,gpu-001,",
+                labels::NODE
+            )),
+            "{}",
+            selectors[0]
+        );
+        assert!(selectors[2].ends_with("gpu-249)"), "{}", selectors[2]);
+        assert!(node_selectors(&[]).is_empty());
+    }
+
+    #[test]
+    fn metadata_goes_to_the_node_it_was_written_for_long_names_included() {
+        let long = format!("node-{}", "x".repeat(80));
+        let nodes = vec!["a".to_string(), long.clone()];
+        let meta = |node: &str, name: &str| ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([(labels::NODE.to_string(), labels::node_value(node))].into()),
+            ..Default::default()
+        };
+        let grouped = by_node(
+            &nodes,
+            vec![
+                meta("a", "c1"),
+                meta(&long, "c2"),
+                meta("elsewhere", "c3"),
+                meta("a", "c4"),
+            ],
+        );
+        let names =
+            |n: &str| -> Vec<String> { grouped[n].iter().filter_map(|m| m.name.clone()).collect() };
+        assert_eq!(names("a"), ["c1", "c4"]);
+        assert_eq!(names(&long), ["c2"]);
+        assert_eq!(grouped.len(), 2, "a node not asked for is left out");
+    }
 
     fn status(phase: Phase, generation: i64) -> GpuValidationStatus {
         GpuValidationStatus {
