@@ -8,11 +8,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use super::engine;
 use super::outcome::TrainingOutcome;
-use super::request::TrainingRequest;
+use super::request::{Job, TrainingRequest};
 use crate::backend::{BackendError, GpuInfo};
 use crate::checks::nccl::{library, transport};
 use crate::run_control::RunControl;
@@ -27,15 +25,6 @@ const WHAT: &str = "training";
 /// compilation, cuBLAS, the weights, communicator setup) before it is killed.
 pub const SETUP_ALLOWANCE: Duration = Duration::from_secs(120);
 const STOP_GRACE: Duration = Duration::from_secs(15);
-
-/// What the child runs: the step, and its GPUs in rank order (the child sees exactly these,
-/// rank r as CUDA device r).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Job {
-    pub req: TrainingRequest,
-    pub gpus: Vec<GpuInfo>,
-}
 
 /// Runs the step on `gpus` in a child process of this executable.
 pub fn run(

@@ -7,6 +7,8 @@ use std::time::Duration;
 use gpuval_crds::TrainingCheck;
 use serde::{Deserialize, Serialize};
 
+use crate::backend::GpuInfo;
+
 /// Test hook, read only by the check: `GPU:STEP` flips one weight bit on the GPU with that
 /// NVML index right after that step's update (steps counted from 1, warm-up included). Only in
 /// agents built with the `test-hooks` feature ([`crate::test_hooks`]).
@@ -52,6 +54,15 @@ impl Corruption {
             None => Ok(None),
         }
     }
+}
+
+/// What the child runs: the step, and its GPUs in rank order (the child sees exactly these,
+/// rank r as CUDA device r).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    pub req: TrainingRequest,
+    pub gpus: Vec<GpuInfo>,
 }
 
 /// The training step as run.

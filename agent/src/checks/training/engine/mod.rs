@@ -23,9 +23,8 @@ use std::time::{Duration, Instant};
 use cudarc::driver::CudaContext;
 
 use self::replica::{Mode, Replica};
-use super::child::Job;
 use super::outcome::{Comparison, TrainingOutcome};
-use super::request::TrainingRequest;
+use super::request::{Job, TrainingRequest};
 use super::stuck::{self, INIT_CALL};
 use crate::backend::cuda::kernels::{Blas, require_blas};
 use crate::backend::{BackendError, GpuInfo};
