@@ -16,6 +16,18 @@ pub fn workspace_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
         .clone()
 }
 
+/// `kubectl-gpuval ARGS` against the cluster of `kubeconfig`, run to its end (the plugin built
+/// on first use); panics when it cannot be built or started.
+pub fn run_plugin(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    let bin = workspace_binary("kubectl-gpuval", "kubectl-gpuval")
+        .unwrap_or_else(|e| panic!("the kubectl-gpuval binary: {e}"));
+    std::process::Command::new(bin)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap_or_else(|e| panic!("run kubectl-gpuval: {e}"))
+}
+
 /// The operator binary (`GPUVAL_OPERATOR_BIN` names a binary to use as it is instead).
 pub fn operator_binary() -> Result<PathBuf, String> {
     given_or_built("GPUVAL_OPERATOR_BIN", "gpuval-operator", "gpuval-operator")

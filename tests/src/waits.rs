@@ -26,6 +26,22 @@ where
     }
 }
 
+/// Waits until the object `name` of `api` is gone (a failed read counts as not yet).
+pub async fn until_gone<K>(api: &kube::Api<K>, name: &str, limit: Duration) -> Result<(), String>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    until(&format!("{name} gone"), limit, || async {
+        api.get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use gpuval_crds::{GpuValidation, Phase};
-use gpuval_tests::binaries::workspace_binary;
+use gpuval_tests::binaries::run_plugin as plugin;
 use gpuval_tests::kubelet::agent_binary;
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::scenario;
@@ -20,15 +20,6 @@ use serde_json::{Value, json};
 
 const NS: &str = "gpuval-system";
 const SIM: &str = "gpus=2,model=H100,timescale=0.002";
-
-fn plugin(kubeconfig: &Path, args: &[&str]) -> Output {
-    let bin = workspace_binary("kubectl-gpuval", "kubectl-gpuval").expect("plugin binary");
-    Command::new(bin)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .expect("run kubectl-gpuval")
-}
 
 fn agent_verify(cert: &Path, key: &Path) -> Output {
     Command::new(agent_binary().expect("agent binary"))
@@ -97,17 +88,9 @@ async fn a_certificate_outlives_its_validation_verifies_and_each_tampering_is_na
         .delete("accept", &DeleteParams::foreground())
         .await
         .expect("delete");
-    waits::until("the validation gone", Duration::from_secs(60), || async {
-        validations
-            .get_opt("accept")
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
-    .await
-    .expect("deleted");
+    waits::until_gone(&validations, "accept", Duration::from_secs(60))
+        .await
+        .expect("deleted");
     op.stop().await;
     let maps: Api<ConfigMap> = Api::namespaced(e.client.clone(), NS);
     let certs = maps

@@ -723,21 +723,9 @@ async fn stale_results_from_an_older_run_or_another_pod_do_not_change_the_verdic
         .as_str()
         .expect("name")
         .to_string();
-    waits::until(
-        "the operator to delete the older run's result",
-        MEDIUM,
-        || async {
-            results_api
-                .get_opt(&b_name)
-                .await
-                .ok()
-                .flatten()
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await
-    .unwrap_or_else(|err| panic!("{err}"));
+    waits::until_gone(&results_api, &b_name, MEDIUM)
+        .await
+        .unwrap_or_else(|err| panic!("{err}"));
     let now = Api::<GpuValidation>::all(e.client.clone())
         .get("stale")
         .await

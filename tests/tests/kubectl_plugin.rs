@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use gpuval_crds::{GpuNodeResult, GpuValidation, Phase};
-use gpuval_tests::binaries::workspace_binary;
+use gpuval_tests::binaries::{run_plugin as plugin, workspace_binary};
 use gpuval_tests::kubelet::{FakeKubelet, agent_binary};
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::{ControlPlane, Options, crds, nodes};
@@ -38,15 +38,6 @@ async fn run_to_verdict(client: &kube::Client, name: &str) -> GpuValidation {
         .unwrap_or_else(|_| panic!("{name} reached no verdict in 120s"))
         .expect("watch")
         .expect("validation")
-}
-
-fn plugin(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
-    let bin = workspace_binary("kubectl-gpuval", "kubectl-gpuval").expect("plugin binary");
-    Command::new(bin)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .expect("run kubectl-gpuval")
 }
 
 fn stdout(o: &Output) -> String {

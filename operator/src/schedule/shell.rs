@@ -88,23 +88,23 @@ fn run_of(v: &GpuValidation) -> Run {
 /// operator never holds every pod of a large cluster at once.
 pub const POD_PAGE: u32 = 500;
 
-/// The list of page `token` (None: the first) of running pods.
-fn pod_page(token: Option<String>, page: u32) -> ListParams {
-    let lp = ListParams::default()
-        .fields("status.phase!=Succeeded,status.phase!=Failed")
-        .limit(page);
-    match token {
-        Some(t) => lp.continue_token(&t),
-        None => lp,
-    }
-}
-
-/// The list of page `token` (None: the first) of every ResourceClaim.
-fn claim_page(token: Option<String>, page: u32) -> ListParams {
-    let lp = ListParams::default().limit(page);
-    match token {
-        Some(t) => lp.continue_token(&t),
-        None => lp,
+/// Lists `api` with `lp`, `lp`'s limit at a time, handing each page's items to `each`: a large
+/// cluster's objects are never all held at once.
+async fn each_page<K>(
+    api: &Api<K>,
+    mut lp: ListParams,
+    mut each: impl FnMut(Vec<K>),
+) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    loop {
+        let list = api.list(&lp).await?;
+        each(list.items);
+        match list.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(token) => lp = lp.continue_token(&token),
+            None => return Ok(()),
+        }
     }
 }
 
@@ -116,18 +116,14 @@ pub async fn gpu_claims(
     page: u32,
 ) -> Result<BTreeSet<ClaimKey>, kube::Error> {
     let mut held = BTreeSet::new();
-    let mut token = None;
-    loop {
-        let list = match claims.list(&claim_page(token, page)).await {
-            Ok(l) => l,
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(held),
-            Err(e) => return Err(e),
-        };
-        held.extend(busy::gpu_claims(&list.items, driver));
-        token = list.metadata.continue_.filter(|t| !t.is_empty());
-        if token.is_none() {
-            return Ok(held);
-        }
+    let listed = each_page(claims, ListParams::default().limit(page), |items| {
+        held.extend(busy::gpu_claims(&items, driver));
+    })
+    .await;
+    match listed {
+        Ok(()) => Ok(held),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(BTreeSet::new()),
+        Err(e) => Err(e),
     }
 }
 
@@ -139,24 +135,20 @@ pub async fn busy_nodes(
     selected: &[String],
     page: u32,
 ) -> Result<BTreeMap<String, String>, kube::Error> {
+    let selected: BTreeSet<&str> = selected.iter().map(String::as_str).collect();
+    let running = ListParams::default()
+        .fields("status.phase!=Succeeded,status.phase!=Failed")
+        .limit(page);
     let mut busy = BTreeMap::new();
-    let mut token = None;
-    loop {
-        let list = pods.list(&pod_page(token, page)).await?;
-        for (node, why) in list
-            .items
-            .iter()
-            .filter_map(|p| busy::holds_gpus(p, gpu_claims))
-        {
-            if selected.contains(&node) {
+    each_page(pods, running, |items| {
+        for (node, why) in items.iter().filter_map(|p| busy::holds_gpus(p, gpu_claims)) {
+            if selected.contains(node.as_str()) {
                 busy.entry(node).or_insert(why);
             }
         }
-        token = list.metadata.continue_.filter(|t| !t.is_empty());
-        if token.is_none() {
-            return Ok(busy);
-        }
-    }
+    })
+    .await?;
+    Ok(busy)
 }
 
 /// The nodes the template selects and which running pods (other than agents) hold their GPUs.
