@@ -9,9 +9,14 @@
 #   bench/gpu-smoke.sh packed OUT_DIR       # the agent from .device-carry/e2e (gpu-e2e.sh pack)
 #
 # Steps (each under its own `timeout`, within BUDGET_S; every exit code in raw/steps.tsv):
-#   build         nvbandwidth and nccl-tests from carried sources (NVBANDWIDTH_SRC, NCCL_TESTS_SRC;
-#                 default .device-carry/src/{nvbandwidth,nccl-tests}) when their binaries are not
-#                 given and nvcc exists; in the background while the GPU-bound checks run
+#   build         nvbandwidth, nccl-tests and fio from carried sources (NVBANDWIDTH_SRC,
+#                 NCCL_TESTS_SRC, FIO_SRC; default .device-carry/src/{nvbandwidth,nccl-tests,
+#                 fio-*.tar.gz}; nvbandwidth's Boost from the Debian packages in .device-carry/deb)
+#                 when their binaries are not given; in the background while the GPU checks run
+# Every agent step runs twice (ways.txt: `host pod`): as a host process (agent-NAME), and as the
+# chart's pod runs it (pod-agent-NAME, through bench/podlike.sh: its own PID and mount
+# namespace, only its GPUs' device nodes, uid/gid 65532, no capabilities, no_new_privs), against
+# the same references; PODLIKE=0 runs the host way alone.
 #   topology      `gpuval-agent topo --compare` against `nvidia-smi topo -m`, the topology check
 #   memory        memory at MEMORY_FRACTION (0.25) of free; PyTorch device-to-device copy
 #   compute       a 10 s bf16 burn on every GPU at once; PyTorch sustained bf16, 10 s
@@ -19,17 +24,25 @@
 #   nccl          all-reduce, all-gather, reduce-scatter 1 MiB to 1 GiB (x4, so floors apply);
 #                 nccl-tests (NCCL_TESTS=dir of *_perf) as reference (2+ GPUs)
 #   training      the default shapes, 20 steps; PyTorch DDP (training_ref.py), same shapes (2+ GPUs)
-#   io            2 files x 1 GiB on a temp dir; dd (io_ref.sh) on the same dir; the two in turn,
-#                 twice (the summary takes each side's best)
+#   io            2 files x 1 GiB on a temp dir; fio (fio_ref.sh: the agent's block size, direct
+#                 I/O, one request in flight per job) on the same dir, else dd (io_ref.sh); the
+#                 host agent, the reference and the pod-like agent in turn, twice (the summary
+#                 takes each side's best)
 #   fault-memory  a second process holds 40% of GPU 0 during the memory check (must fail)
-#   fault-compute a second process burns bf16 on GPU 0 during a 10 s burn (must fail)
+#   fault-compute a second process burns bf16 on GPU 0 during a 10 s burn (must be named, with no
+#                 hardware action)
+#   pod-fault-before  pod-like: a process burning bf16 on GPU 0, started before the agent's memory
+#                 and compute checks; NVML lists it not: it must be caught as busy (GpuBusy), with
+#                 no hardware action
+#   pod-fault-during  pod-like: the burn starts 3 s into a 20 s compute burn; the same
 #   fault-training  rank 1's replica never joins the training communicator (the hooks agent,
 #                 GPUVAL_TRAINING_TEST_HANG_INIT=1); the check must end in Error naming it, within
 #                 its 10 s timeout, the 5 s grace and setup (2+ GPUs)
 #   e2e           bench/gpu-e2e.sh device: `standard` (kubectl apply to Passed) and, with 2+ GPUs,
 #                 `fabric-fault` (SPLIT=<gpus> nodes, the last one's NCCL without a network);
 #                 needs .device-carry/e2e (bench/gpu-e2e.sh pack), else recorded as skipped
-# Environment: BUDGET_S (570), HOOKS_AGENT (the agent built with --features test-hooks; packed:
+# Environment: BUDGET_S (570), PODLIKE (1), E2E (1; 0 skips the operator flow, said in
+# steps.tsv), E2E_SCENARIOS (standard, and fabric-fault on 2+ GPUs), HOOKS_AGENT (the agent built with --features test-hooks; packed:
 # gpuval-agent-hooks), GPUVAL_COMMIT (written to raw/commit.txt: the device has no git),
 # NVBANDWIDTH, NCCL_TESTS, NVBANDWIDTH_SRC, NCCL_TESTS_SRC, BUILD_LIMIT_S (180), IO_DIR,
 # MEMORY_FRACTION.
@@ -65,6 +78,8 @@ mkdir -p "$RAW"
 BUDGET_S=${BUDGET_S:-570}
 BUILD_LIMIT_S=${BUILD_LIMIT_S:-180}
 MEMORY_FRACTION=${MEMORY_FRACTION:-0.25}
+PODLIKE=${PODLIKE:-1}
+E2E=${E2E:-1}
 MIN_STEP_S=15
 # NVLink multicast stays off (shared test machines; see the device notes).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -107,6 +122,42 @@ agent() {
   local name=$1 limit=$2
   shift 2
   step "$name" "$limit" - "$AGENT" run "$@" -o "$RAW/$name.json"
+}
+# The pod-like way: the agent copied where uid 65532 can run it, its reports written to a
+# folder that uid owns, then moved into raw/.
+POD_OUT=/tmp/gpuval-pod-out
+POD_BIN=/tmp/gpuval-pod-bin/gpuval-agent
+ways=host
+if [ "$PODLIKE" = 1 ]; then
+  if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && command -v setpriv >/dev/null; then
+    mkdir -p "$(dirname "$POD_BIN")" "$POD_OUT"
+    install -m 0755 "$AGENT" "$POD_BIN"
+    chmod 0755 "$(dirname "$POD_BIN")"
+    chown 65532:65532 "$POD_OUT"
+    ways="host pod"
+  else
+    echo "pod-like runs need root, unshare and setpriv: host way only" >>"$RAW/log.txt"
+  fi
+fi
+echo "$ways" >"$RAW/ways.txt"
+# pod_agent NAME LIMIT ARGS...: `gpuval-agent run ARGS` the pod's way on every GPU, its report in
+# raw/NAME.json.
+pod_agent() {
+  local name=$1 limit=$2
+  shift 2
+  [[ $ways == *pod* ]] || return 0
+  rm -f "$POD_OUT/$name.json"
+  step "$name" "$limit" - bash bench/podlike.sh all "$POD_BIN" run "$@" -o "$POD_OUT/$name.json"
+  [ -f "$POD_OUT/$name.json" ] && cp "$POD_OUT/$name.json" "$RAW/$name.json"
+  return 0
+}
+# both NAME LIMIT ARGS...: the agent step the host's way (agent-NAME), then the pod's
+# (pod-agent-NAME).
+both() {
+  local name=$1 limit=$2
+  shift 2
+  agent "agent-$name" "$limit" "$@"
+  pod_agent "pod-agent-$name" "$limit" "$@"
 }
 # wait_for FILE SECONDS PID: until helper PID says it is ready (false if it died or took too long).
 wait_for() {
@@ -152,16 +203,30 @@ NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -n 1)
 NVBANDWIDTH_SRC=${NVBANDWIDTH_SRC:-.device-carry/src/nvbandwidth}
 NCCL_TESTS_SRC=${NCCL_TESTS_SRC:-.device-carry/src/nccl-tests}
 build_pids=()
+# Debian packages carried for the builds (nvbandwidth's Boost program_options), unpacked aside.
+DEBS=/tmp/gpuval-debs
+if ls .device-carry/deb/*.deb >/dev/null 2>&1; then
+  mkdir -p "$DEBS"
+  for deb in .device-carry/deb/*.deb; do dpkg -x "$deb" "$DEBS"; done
+  export LD_LIBRARY_PATH=$DEBS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 if [ -z "${NVBANDWIDTH:-}" ] && [ -d "$NVBANDWIDTH_SRC" ]; then
   if [ -z "$NVCC" ]; then
     skip build-nvbandwidth "no nvcc on this machine"
   else
     NVBANDWIDTH=/tmp/gpuval-nvbandwidth/nvbandwidth
     step build-nvbandwidth "$BUILD_LIMIT_S" - bash -c 'cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_CUDA_ARCHITECTURES="$3" && cmake --build "$2" -j "$(nproc)"' _ \
-      "$NVBANDWIDTH_SRC" /tmp/gpuval-nvbandwidth "$CAP" &
+      -DCMAKE_CUDA_ARCHITECTURES="$3" -DCMAKE_PREFIX_PATH="$4/usr" && cmake --build "$2" -j "$(nproc)"' _ \
+      "$NVBANDWIDTH_SRC" /tmp/gpuval-nvbandwidth "$CAP" "$DEBS" &
     build_pids+=($!)
   fi
+fi
+FIO_SRC=${FIO_SRC:-$(ls .device-carry/src/fio-*.tar.gz .device-carry/src/fio_*.orig.tar.gz 2>/dev/null | head -n 1)}
+if [ -z "${FIO:-}" ] && [ -n "$FIO_SRC" ] && [ -f "$FIO_SRC" ]; then
+  FIO=/tmp/gpuval-fio/fio
+  step build-fio "$BUILD_LIMIT_S" - bash -c 'mkdir -p "$2" && tar -xzf "$1" -C "$2" --strip-components=1 \
+    && cd "$2" && ./configure --disable-native && make -j "$(nproc)"' _ "$FIO_SRC" /tmp/gpuval-fio &
+  build_pids+=($!)
 fi
 if [ -z "${NCCL_TESTS:-}" ] && [ -d "$NCCL_TESTS_SRC" ]; then
   if [ -z "$NVCC" ]; then
@@ -183,14 +248,14 @@ fi
 # ---- topology
 nvidia-smi topo -m >"$RAW/topo-smi.txt" 2>&1
 step topo-compare 60 - "$AGENT" topo --compare "$RAW/topo-smi.txt"
-agent agent-topology 60 --checks topology
+both topology 60 --checks topology
 
 # ---- memory, beside PyTorch's device-to-device copy (and a bf16 burst)
-agent agent-memory 120 --checks memory --memory-fraction "$MEMORY_FRACTION"
+both memory 120 --checks memory --memory-fraction "$MEMORY_FRACTION"
 step torch-burst 120 "$RAW/torch-burst.json" python3 bench/torch_ref.py --phase burst --dtypes bf16
 
 # ---- compute: a 10 s bf16 burn, every GPU at once, beside PyTorch sustained for as long
-agent agent-compute 90 --checks compute --duration 10s --dtypes bf16
+both compute 90 --checks compute --duration 10s --dtypes bf16
 step torch-compute 120 "$RAW/torch-compute.json" python3 bench/torch_ref.py --phase sustained --sustained bf16:10
 
 if [ ${#build_pids[@]} -gt 0 ]; then
@@ -199,7 +264,7 @@ if [ ${#build_pids[@]} -gt 0 ]; then
 fi
 
 # ---- links: p2p and host transfers, beside nvbandwidth (else PyTorch)
-agent agent-links 150 --checks p2p,hostTransfer
+both links 150 --checks p2p,hostTransfer
 if [ -n "${NVBANDWIDTH:-}" ] && [ -x "$NVBANDWIDTH" ]; then
   echo "nvbandwidth $NVBANDWIDTH" >"$RAW/links-ref.txt"
   tests=(host_to_device_memcpy_ce device_to_host_memcpy_ce)
@@ -214,7 +279,7 @@ fi
 
 # ---- NCCL: the three collectives up to 1 GiB, beside nccl-tests
 if [ "$GPUS" -ge 2 ]; then
-  agent agent-nccl 120 --checks nccl --nccl-collectives allReduce,allGather,reduceScatter \
+  both nccl 120 --checks nccl --nccl-collectives allReduce,allGather,reduceScatter \
     --nccl-min-bytes 1M --nccl-max-bytes 1G --nccl-step-factor 4 --nccl-dtype bf16 \
     --nccl-iterations 20 --nccl-warmup 5
   if [ -n "${NCCL_TESTS:-}" ] && [ -x "$NCCL_TESTS/all_reduce_perf" ]; then
@@ -235,7 +300,7 @@ fi
 # first smoke, 4x H200 at 1cac93f: efficiency 0.81 for the agent, 0.83 for PyTorch DDP).
 if [ "$GPUS" -ge 2 ]; then
   shape=(--steps 20 --warmup 3)
-  agent agent-training 150 --checks training --training-steps 20 --training-warmup 3
+  both training 150 --checks training --training-steps 20 --training-warmup 3
   step torch-training 150 - python3 -m torch.distributed.run --standalone --nproc_per_node "$GPUS" \
     bench/training_ref.py "${shape[@]}" --out "$RAW/torch-training.json"
 else
@@ -255,14 +320,23 @@ else
     --training-steps 5 --training-warmup 1 --training-timeout 10s -o "$RAW/fault-training.json"
 fi
 
-# ---- io: a temp dir, beside dd on the same dir
+# ---- io: a temp dir (uid 65532 may write in it: the pod-like agent uses it too), beside fio
+# (else dd) on the same dir
 IO_DIR=${IO_DIR:-$(mktemp -d /tmp/gpuval-smoke-io.XXXXXX)}
 mkdir -p "$IO_DIR"
-# In turn, twice (agent-io, dd-io, agent-io-2, dd-io-2): the summary takes each side's best.
+chmod 1777 "$IO_DIR"
+# In turn, twice (agent-io, fio-io, pod-agent-io, agent-io-2, ...): the summary takes each
+# side's best.
+io_args=(--checks io --io-dir "$IO_DIR" --io-file-size-mib 1024 --io-files 2 --io-concurrency 2)
 for round in 1 2; do
   sfx=${round/#1/}; sfx=${sfx:+-$sfx}
-  agent "agent-io$sfx" 90 --checks io --io-dir "$IO_DIR" --io-file-size-mib 1024 --io-files 2 --io-concurrency 2
-  step "dd-io$sfx" 90 "$RAW/dd-io$sfx.json" bash bench/io_ref.sh "$IO_DIR" 1024 2 2
+  agent "agent-io$sfx" 90 "${io_args[@]}"
+  if [ -n "${FIO:-}" ] && [ -x "$FIO" ]; then
+    step "fio-io$sfx" 90 "$RAW/fio-io$sfx.json" bash bench/fio_ref.sh "$FIO" "$IO_DIR" 1024 2 2 8192
+  else
+    step "dd-io$sfx" 90 "$RAW/dd-io$sfx.json" bash bench/io_ref.sh "$IO_DIR" 1024 2 2
+  fi
+  pod_agent "pod-agent-io$sfx" 90 "${io_args[@]}"
 done
 
 # ---- planted: memory held by a second process on GPU 0 during the memory check
@@ -293,10 +367,60 @@ sleep 2
 kill "$contender" 2>/dev/null
 wait "$contender" 2>/dev/null
 
+# ---- planted, the pod's way: NVML in the agent's PID namespace lists no other process.
+# start_burn TAG: a bf16 burn on GPU 0 (a host process, outside the agent's namespace); false
+# when it never became ready.
+start_burn() {
+  rm -f "$RAW/$1.ready" "$RAW/$1.stop"
+  CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 python3 bench/gpu_hog.py burn "$RAW/$1.ready" \
+    "$RAW/$1.stop" >"$RAW/$1.log" 2>&1 &
+  burner=$!
+  wait_for "$RAW/$1.ready" 60 "$burner"
+}
+stop_burn() {
+  touch "$RAW/$1.stop"
+  sleep 2
+  kill "$burner" 2>/dev/null
+  wait "$burner" 2>/dev/null
+}
+if [[ $ways != *pod* ]]; then
+  skip pod-fault-before "no pod-like way on this machine (raw/log.txt)"
+  skip pod-fault-during "no pod-like way on this machine (raw/log.txt)"
+else
+  # A neighbour started before the agent.
+  if start_burn neighbour-before; then
+    pod_agent pod-fault-before 90 --checks memory,compute --duration 10s --dtypes bf16 \
+      --memory-fraction "$MEMORY_FRACTION"
+  else
+    skip pod-fault-before "the neighbour never became ready (raw/neighbour-before.log)"
+  fi
+  stop_burn neighbour-before
+  # A neighbour that starts 3 s into the agent's 20 s burn.
+  rm -f "$POD_OUT/pod-fault-during.json"
+  say "pod-fault-during (limit 90s)"
+  t0=$SECONDS
+  timeout -k 10 90 bash bench/podlike.sh all "$POD_BIN" run --checks compute --duration 20s \
+    --dtypes bf16 -o "$POD_OUT/pod-fault-during.json" >"$RAW/pod-fault-during.log" 2>&1 &
+  during=$!
+  deadline=$((SECONDS + 60))
+  while ! grep -q '^\[compute\] starting' "$RAW/pod-fault-during.log" 2>/dev/null \
+    && [ $SECONDS -lt $deadline ] && kill -0 "$during" 2>/dev/null; do sleep 0.2; done
+  sleep 3
+  start_burn neighbour-during || say "the mid-burn neighbour never became ready"
+  wait "$during"
+  rc=$?
+  stop_burn neighbour-during
+  printf '%s\t%s\t%s\t%s\t%s\n' pod-fault-during "$rc" "$((SECONDS - t0))" 90 "" >>"$STEPS"
+  [ -f "$POD_OUT/pod-fault-during.json" ] && cp "$POD_OUT/pod-fault-during.json" "$RAW/"
+fi
+
 # ---- the operator flow from kubectl apply, and the fabric with a bad node (2+ GPUs)
 scenarios=standard
 [ "$GPUS" -ge 2 ] && scenarios="standard fabric-fault"
-if [ ! -f .device-carry/e2e/gpuval.tar.xz ] || [ ! -f .device-carry/e2e/control-plane.tar.xz ]; then
+scenarios=${E2E_SCENARIOS:-$scenarios}
+if [ "$E2E" = 0 ]; then
+  skip e2e "E2E=0: the operator flow was not part of this run"
+elif [ ! -f .device-carry/e2e/gpuval.tar.xz ] || [ ! -f .device-carry/e2e/control-plane.tar.xz ]; then
   skip e2e "no packed binaries in .device-carry/e2e (run bench/gpu-e2e.sh pack here and carry .device-carry)"
 else
   e2e_limit=$((BUDGET_S - SECONDS - 20))

@@ -4,13 +4,26 @@
     python3 bench/smoke_summary.py RAW_DIR OUT_JSON [--commit SHA] [--into-repo] [--results-dir DIR]
 
 It holds the commit the run was made at (--commit, else RAW_DIR/commit.txt), the machine (GPU
-count, model, driver), every figure beside its reference with the ratio and the target
-(ratio >= 0.97; io >= 0.90), each check's verdict, each planted fault and whether it was caught (an expected
-code found in the agent's report), the operator flow, every step's exit code, and `pass`: every
-applicable check Pass (its node Pass or Warn), every ratio at or above its target, every fault
-caught, the operator flow Passed, the agent's topology matching `nvidia-smi topo -m` cell by
-cell, the commit known. Whatever is missing (a report, a reference,
-a step) is recorded as missing, never as a zero, and keeps `pass` false; `notPassing` says why.
+count, model, driver), the ways the agent ran (`ways`, from RAW_DIR/ways.txt: `host`, the agent
+run on the host, always; `pod`, the agent run the way a Kubernetes pod runs it, when ways.txt
+names it), every figure beside its reference with the ratio, the target (ratio >= 0.97; io >=
+0.97 of fio, or 0.90 of dd in runs without fio) and the way it ran, each check's verdict per way
+(`checks` the host way's, `podChecks` the pod way's against the same references), each planted
+fault and whether it was caught, the operator flow, every step's exit code, and `pass`: every
+applicable check Pass (its node Pass or Warn) and every ratio at or above its target in every
+way that ran, every fault caught, the operator flow Passed, the agent's topology matching
+`nvidia-smi topo -m` cell by cell, the commit known.
+
+A fault is caught when an expected code is found in the agent's report; a neighbour on a GPU
+(another process holding its memory or burning on it, on the host or beside the pod-like agent)
+only when, besides, the agent recommended no hardware action (the report's action None or Rerun,
+and no reason anywhere recommending ResetGpu, RebootNode or ReplaceHardware): other work on a
+GPU is not a hardware fault.
+
+Whatever is missing (a report, a reference, a step) is recorded as missing, never as a zero, and
+keeps `pass` false; `notPassing` says why. The operator flow's step (e2e) skipped on purpose
+(its steps.tsv line `skipped` with a note) does not keep `pass` false: `notRun` names it, and
+the scenarios it would have run.
 --into-repo also writes it to bench/results/gpu-smoke/<date>-<gpus>x<model>/summary.json (or
 under --results-dir). Exit 0 when the run passes, 1 when not, 2 on bad arguments.
 """
@@ -26,20 +39,30 @@ from jsonfile import load_json  # noqa: E402
 from nccl_table import nccl_tests_rows  # noqa: E402
 
 TARGET = 0.97
-# Storage through a VM's virtual disk varies more from run to run than a GPU does (the first 4x H200
-# smoke: read 0.93 of dd, where bench/README.md's runs gave 1.04-1.40): io keeps the bench's own
-# target, 0.90 of dd.
-IO_TARGET = 0.90
+# Against dd, storage through a VM's virtual disk varied more from run to run than a GPU does (the
+# first 4x H200 smoke: read 0.93 of dd, where bench/README.md's runs gave 1.04-1.40): runs whose io
+# reference is dd keep the bench's own target, 0.90 of dd. fio, with the agent's block size, jobs
+# and direct I/O, measures like for like: against it io has the GPU figures' target.
+IO_TARGET_DD = 0.90
+# The ways the agent steps ran: on the host (agent-*.json), and the way a Kubernetes pod runs it
+# (its own PID and mount namespaces, uid 65532, no capabilities: pod-agent-*.json). The host way
+# always; the pod way when raw/ways.txt names it.
+WAYS = ("host", "pod")
 BIG = 256 << 20  # NCCL figures at and above this size (where the floors apply)
 ORDER = ["Skipped", "Pass", "Warn", "Fail", "Error"]
 NCCL_FILES = {"allReduce": "all_reduce", "allGather": "all_gather", "reduceScatter": "reduce_scatter"}
-FAULTS = [
-    # name, agent report, codes any of which catches it, what was planted
-    ("memory-held", "fault-memory", ["MemoryBusy", "ForeignProcess"],
+NEIGHBOUR_FAULTS = [
+    # name, way, agent report, codes any of which catches it (with no hardware action), what was planted
+    ("memory-held", "host", "fault-memory", ["MemoryBusy", "ForeignProcess", "GpuBusy"],
      "a second process holds 40% of GPU 0's memory during the memory check"),
-    ("compute-contended", "fault-compute", ["ComputeSlow", "ForeignProcess"],
+    ("compute-contended", "host", "fault-compute", ["ForeignProcess", "GpuBusy"],
      "a second process burns bf16 on GPU 0 during a 10 s burn"),
+    ("pod-neighbour-before", "pod", "pod-fault-before", ["GpuBusy", "MemoryBusy", "ForeignProcess"],
+     "a process burning bf16 on GPU 0 started before the pod-like agent's memory+compute run"),
+    ("pod-neighbour-during", "pod", "pod-fault-during", ["GpuBusy", "MemoryBusy", "ForeignProcess"],
+     "a process starts burning bf16 on GPU 0 a few seconds into the pod-like agent's compute burn"),
 ]
+HARDWARE_ACTIONS = ("ResetGpu", "RebootNode", "ReplaceHardware")
 
 
 def worst(verdicts):
@@ -53,6 +76,8 @@ class Run:
     def __init__(self, raw):
         self.raw = raw
         self.steps = read_steps(os.path.join(raw, "steps.tsv"))
+        named = (self.text("ways.txt") or "").split()
+        self.ways = [w for w in WAYS if w == "host" or w in named]
 
     def path(self, name):
         return os.path.join(self.raw, name)
@@ -127,7 +152,17 @@ def gpu_list(ref, key, i):
     return xs[i] if isinstance(xs, list) and i < len(xs) else None
 
 
-def memory_figures(run, report):
+def way_step(way, step):
+    """The agent step `step` (agent-memory) of a way: pod-agent-memory for the pod way."""
+    return step if way == "host" else f"{way}-{step}"
+
+
+def way_prefix(way):
+    """What notPassing puts before a line about a way: nothing for the host way."""
+    return "" if way == "host" else f"{way} way: "
+
+
+def memory_figures(run, report, _step):
     burst = run.json("torch-burst.json")
     why = None if burst else run.why_missing("torch-burst.json", "torch-burst")
     out = []
@@ -138,7 +173,7 @@ def memory_figures(run, report):
     return out
 
 
-def compute_figures(run, report):
+def compute_figures(run, report, _step):
     ref = run.json("torch-compute.json")
     why = None if ref else run.why_missing("torch-compute.json", "torch-compute")
     tflops = ((ref or {}).get("matmul_sustained") or {}).get("bf16", {}).get("tflops")
@@ -218,7 +253,7 @@ class LinkRef:
         return (alone.get("pinned") or {}).get(direction), self.missing.get("host")
 
 
-def link_figures(run, report):
+def link_figures(run, report, _step):
     ref = LinkRef(run)
     out = []
     for p in ((report.get("p2p") or {}).get("pairs") or []):
@@ -235,7 +270,7 @@ def link_figures(run, report):
     return out
 
 
-def nccl_figures(run, report):
+def nccl_figures(run, report, _step):
     out = []
     curves = {c["collective"]: c["rows"] for c in (((report.get("nccl") or {}).get("sweep") or {}).get("curves") or [])}
     for coll, file in NCCL_FILES.items():
@@ -256,7 +291,7 @@ def nccl_figures(run, report):
     return out
 
 
-def training_figures(run, report):
+def training_figures(run, report, _step):
     ref = run.json("torch-training.json")
     why = None if ref else run.why_missing("torch-training.json", "torch-training")
     figs = ((report.get("training") or {}).get("figures") or {})
@@ -264,34 +299,57 @@ def training_figures(run, report):
                    (ref or {}).get("samples_per_s_per_gpu"), "pytorch DDP", why)]
 
 
-# The io step runs the agent and dd in turn IO_ROUNDS times on the same directory (agent-io,
-# dd-io, agent-io-2, dd-io-2, ...): a VM's disk varies from one second to the next, so each side
-# is taken at its best of its rounds, the same rule for both.
+# The io step runs the agent (each way) and the reference in turn IO_ROUNDS times on the same
+# directory (agent-io, fio-io, pod-agent-io, agent-io-2, fio-io-2, pod-agent-io-2; dd-io in older
+# runs): a VM's disk varies from one second to the next, so each side is taken at its best of its
+# rounds, the same rule for all.
 IO_ROUNDS = 2
 
 
-def io_figures(run, report):
-    def rounds(stem):
-        names = [f"{stem}.json"] + [f"{stem}-{i}.json" for i in range(2, IO_ROUNDS + 1)]
-        return [run.json(n) for n in names]
-    refs = [r for r in rounds("dd-io") if r]
-    why = None if refs else run.why_missing("dd-io.json", "dd-io")
-    agents = [report] + [r for r in rounds("agent-io")[1:] if r]
+def io_rounds(run, stem):
+    """The reports of rounds stem, stem-2, ... (None where a round left none)."""
+    names = [f"{stem}.json"] + [f"{stem}-{i}.json" for i in range(2, IO_ROUNDS + 1)]
+    return [run.json(n) for n in names]
 
-    def best(items, key):
-        xs = [x.get(key) for x in items if isinstance(x.get(key), (int, float))]
-        return (max(xs) if xs else None), xs
+
+class IoRef:
+    """The io reference: fio when the run has fio rounds (a fio-io step or report; one that
+    left no report is a missing reference, never dd in its place), at the GPU figures' target;
+    else dd, at 0.90 (runs before fio)."""
+
+    def __init__(self, run):
+        self.fio = any(n.startswith("fio-io") for n in run.steps) or any(io_rounds(run, "fio-io"))
+        stem = "fio-io" if self.fio else "dd-io"
+        self.tool, self.label = ("fio", "fio") if self.fio else ("dd", "dd direct")
+        self.target = TARGET if self.fio else IO_TARGET_DD
+        self.rounds = [r for r in io_rounds(run, stem) if r]
+        self.missing = None if self.rounds else run.why_missing(f"{stem}.json", stem)
+
+    def key(self, direction):
+        return f"{self.tool}_{direction}_mbps"
+
+
+def best(items, key):
+    """The best of the numbers under `key` in `items`, and all of them."""
+    xs = [x.get(key) for x in items if isinstance(x.get(key), (int, float))]
+    return (max(xs) if xs else None), xs
+
+
+def io_figures(run, report, step):
+    ref = IoRef(run)
+    agents = [report] + [r for r in io_rounds(run, step)[1:] if r]
     out = []
-    for what, own, ref_key in (("write MB/s", "writeMbps", "dd_write_mbps"), ("read MB/s", "readMbps", "dd_read_mbps")):
+    for direction, own in (("write", "writeMbps"), ("read", "readMbps")):
         value, values = best([a.get("io") or {} for a in agents], own)
-        reference, references = best(refs, ref_key)
-        f = figure("io", what, value, reference, "dd direct", why, target=IO_TARGET)
+        reference, references = best(ref.rounds, ref.key(direction))
+        f = figure("io", f"{direction} MB/s", value, reference, ref.label, ref.missing, target=ref.target)
         f["rounds"] = {"agent": values, "reference": references, "rule": "best of each side's rounds, run in turn"}
         out.append(f)
     return out
 
 
-# check -> (agent step, the check's own verdicts in its report, its figures, needs 2+ GPUs)
+# check -> (agent step (the host way's), the check's own verdicts in its report, its figures,
+# needs 2+ GPUs)
 CHECKS = {
     "topology": ("agent-topology", lambda r: [(r.get("topology") or {}).get("verdict")], None, False),
     "memory": ("agent-memory", lambda r: [(g.get("memory") or {}).get("verdict") for g in r.get("gpus", [])],
@@ -307,59 +365,89 @@ CHECKS = {
 }
 
 
-def codes(report):
-    """Every reason code anywhere in a report."""
-    found = set()
+def reasons(report):
+    """Every reason anywhere in a report (a dict with a code and a message), each once."""
+    found = []
 
     def walk(x):
         if isinstance(x, dict):
-            if isinstance(x.get("code"), str) and "message" in x:
-                found.add(x["code"])
+            if isinstance(x.get("code"), str) and "message" in x and x not in found:
+                found.append(x)
             for v in x.values():
                 walk(v)
         elif isinstance(x, list):
             for v in x:
                 walk(v)
     walk(report)
-    return sorted(found)
+    return found
 
 
-def checks_and_figures(run, gpus):
+def codes(report):
+    """Every reason code anywhere in a report."""
+    return sorted({r["code"] for r in reasons(report)})
+
+
+def checks_and_figures(run, gpus, way):
+    """The checks and figures of one way, each saying the way."""
     checks, figures = {}, []
     for name, (step, own, figs, pairs) in CHECKS.items():
+        step = way_step(way, step)
         if pairs and gpus == 1:
-            checks[name] = {"verdict": "Skipped", "notApplicable": "one GPU"}
+            checks[name] = {"verdict": "Skipped", "notApplicable": "one GPU", "way": way}
             continue
         report = run.json(f"{step}.json")
         if not report:
             why = run.why_missing(f"{step}.json", step)
-            checks[name] = {"verdict": None, "missing": why}
+            checks[name] = {"verdict": None, "missing": why, "way": way}
             if figs:
                 figures.append(figure(name, "every figure of the check", None, None, "-", why))
             continue
         verdicts = [v for v in own(report) if v is not None]
         checks[name] = {"verdict": worst(verdicts) if verdicts else None, "nodeVerdict": report.get("verdict"),
-                        "codes": codes(report), "report": f"raw/{step}.json"}
+                        "codes": codes(report), "report": f"raw/{step}.json", "way": way}
         if not verdicts:
             checks[name]["missing"] = f"raw/{step}.json has no {name} result"
         if figs:
-            figures += figs(run, report)
-    if "topo-compare" in run.steps:
+            figures += figs(run, report, step)
+    if way == "host" and "topo-compare" in run.steps:
         checks["topology"]["nvidiaSmiCompareExit"] = run.steps["topo-compare"]["rc"]
+    for f in figures:
+        f["way"] = way
     return checks, figures
 
 
+def neighbour_fault(run, name, way, step, expect, planted):
+    """Other work on GPU 0 beside the agent: caught when an expected code is found and the agent
+    recommended no hardware action (its action None or Rerun, no reason saying ResetGpu,
+    RebootNode or ReplaceHardware)."""
+    f = {"name": name, "way": way, "planted": planted, "expect": expect, "caught": False}
+    report = run.json(f"{step}.json")
+    if report is None:
+        f["missing"] = run.why_missing(f"{step}.json", step)
+        return f
+    found = codes(report)
+    action = report.get("action", "None")  # the report's default, as the agent reads it
+    hardware = [{k: r.get(k) for k in ("code", "action", "message")} for r in reasons(report)
+                if r.get("action") in HARDWARE_ACTIONS]
+    f.update(found=found, verdict=report.get("verdict"), action=action, hardwareActions=hardware,
+             caught=any(c in found for c in expect) and action in ("None", "Rerun") and not hardware)
+    return f
+
+
+def fault_why(f):
+    """Why a fault is not caught, for notPassing."""
+    if f.get("missing"):
+        return f"fault {f['name']} not caught: {f['missing']}"
+    why = f"fault {f['name']} not caught: found {f.get('found', [])}, expected one of {f['expect']}"
+    hardware = [f"{r['code']} {r['action']}" for r in f.get("hardwareActions", [])]
+    if hardware or f.get("action", "None") not in ("None", "Rerun"):
+        why += f"; the agent recommended a hardware action (action {f['action']}" + \
+            (f"; {', '.join(hardware)})" if hardware else ")")
+    return why
+
+
 def faults(run, gpus):
-    out = []
-    for name, step, expect, planted in FAULTS:
-        f = {"name": name, "planted": planted, "expect": expect, "caught": False}
-        report = run.json(f"{step}.json")
-        if report is None:
-            f["missing"] = run.why_missing(f"{step}.json", step)
-        else:
-            found = codes(report)
-            f.update(found=found, verdict=report.get("verdict"), caught=any(c in found for c in expect))
-        out.append(f)
+    out = [neighbour_fault(run, *fault) for fault in NEIGHBOUR_FAULTS if fault[1] in run.ways]
     if gpus and gpus >= 2:
         out.append(training_never_joined(run))
         out.append(e2e_scenario(run, "fabric-fault", "the fabric: this host as <gpus> nodes, the last one's NCCL "
@@ -376,7 +464,7 @@ def training_never_joined(run):
     """Rank 1 never joins the training communicator: caught when the training result is Error,
     names rank 1 as the one that never joined, says the fault was planted, and the step ended
     within the timeout, the grace and setup (the watchdog ended it, not the step's limit)."""
-    f = {"name": "training-never-joined", "caught": False,
+    f = {"name": "training-never-joined", "way": "host", "caught": False,
          "planted": "rank 1's replica never calls ncclCommInitRank (GPUVAL_TRAINING_TEST_HANG_INIT=1, "
                     "the hooks agent)",
          "expect": ["training Error", "rank 1 ... never joined", "PLANTED FAULT",
@@ -402,12 +490,22 @@ def training_never_joined(run):
     return f
 
 
+def e2e_skipped(run):
+    """The note of the e2e step when it was skipped on purpose (rc `skipped`), else None."""
+    s = run.steps.get("e2e")
+    return (s["note"] or "no reason given") if s and s["rc"] == "skipped" else None
+
+
 def e2e_scenario(run, scenario, planted=None):
     """A gpu-e2e.sh scenario's outcome from raw/e2e/summary.log (its runner checks the expected
-    verdict, node, GPU and reason, and exits 0 when they all hold)."""
+    verdict, node, GPU and reason, and exits 0 when they all hold). A fault scenario's agent runs
+    on the host (a local process for its pod). `skipped` holds the e2e step's note when that
+    step was skipped on purpose."""
     f = {"name": scenario}
     if planted:
-        f.update(planted=planted, expect=["the named node at fault"], caught=False)
+        f.update(way="host", planted=planted, expect=["the named node at fault"], caught=False)
+    if e2e_skipped(run) is not None:
+        f["skipped"] = e2e_skipped(run)
     log = run.text("e2e/summary.log")
     m = re.search(rf"^== {re.escape(scenario)}: exit (\d+), wall ([\d.]+)s", log or "", re.M)
     ok = bool(m) and m.group(1) == "0"
@@ -425,55 +523,87 @@ def e2e_scenario(run, scenario, planted=None):
     return f
 
 
-def summarize(raw, commit=None):
-    run = Run(raw)
-    mach = machine(run)
-    if commit is None:
-        commit = (run.text("commit.txt") or "").strip() or None
-    checks, figures = checks_and_figures(run, mach["gpus"])
-    planted = faults(run, mach["gpus"])
-    operator = e2e_scenario(run, "standard")
+def checks_why(checks, way):
+    """Why a way's checks do not pass, for notPassing."""
+    why = []
+    for name, c in checks.items():
+        if c.get("notApplicable"):
+            continue
+        if c.get("verdict") != "Pass":
+            why.append(f"{way_prefix(way)}check {name}: {c.get('verdict') or c.get('missing')}")
+        elif c.get("nodeVerdict") not in ("Pass", "Warn"):
+            why.append(f"{way_prefix(way)}check {name}: the node's verdict is {c.get('nodeVerdict')} "
+                       f"({', '.join(c.get('codes', []))})")
+    return why
+
+
+def figures_why(figures):
+    """Why figures do not meet their targets, for notPassing."""
+    return [f"{way_prefix(f['way'])}{f['check']} {f['what']}: "
+            + (f"missing {f['missing']}" if "missing" in f else f"ratio {f['ratio']} < {f['target']}")
+            for f in figures if not f["meets"]]
+
+
+def not_passing(commit, mach, by_way, figures, planted, operator):
+    """Every reason the run does not pass (empty when it passes)."""
     why = []
     if commit is None:
         why.append("commit unknown: pass --commit or set GPUVAL_COMMIT for the run")
     if not mach["gpus"]:
         why.append("machine unknown: raw/machine.txt lists no GPU")
-    compare = checks["topology"].get("nvidiaSmiCompareExit")
+    compare = by_way["host"]["topology"].get("nvidiaSmiCompareExit")
     if compare != "0":
         why.append("topology: `gpuval-agent topo --compare` against `nvidia-smi topo -m` "
                    + ("did not run" if compare is None else f"exit {compare} (raw/topo-compare.log)"))
-    for name, c in checks.items():
-        if c.get("notApplicable"):
-            continue
-        if c.get("verdict") != "Pass":
-            why.append(f"check {name}: {c.get('verdict') or c.get('missing')}")
-        elif c.get("nodeVerdict") not in ("Pass", "Warn"):
-            why.append(f"check {name}: the node's verdict is {c.get('nodeVerdict')} ({', '.join(c.get('codes', []))})")
-    for f in figures:
-        if not f["meets"]:
-            why.append(f"{f['check']} {f['what']}: " + (f"missing {f['missing']}" if "missing" in f else
-                                                         f"ratio {f['ratio']} < {f['target']}"))
-    for f in planted:
-        if not f["caught"]:
-            why.append(f"fault {f['name']} not caught: " + (f.get("missing") or f"found {f.get('found', [])}, "
-                                                            f"expected one of {f['expect']}"))
-    if not operator["passed"]:
+    for way, checks in by_way.items():
+        why += checks_why(checks, way)
+    why += figures_why(figures)
+    why += [fault_why(f) for f in planted if not f["caught"] and "skipped" not in f]
+    if not operator["passed"] and "skipped" not in operator:
         why.append("operator flow (standard): " + (operator.get("missing") or f"exit {operator.get('exit')}"))
-    return {
+    return why
+
+
+def not_run(planted, operator):
+    """What was skipped on purpose (the operator flow's step), so not held against `pass`."""
+    out = [f"operator flow (standard): skipped: {operator['skipped']}"] if "skipped" in operator else []
+    return out + [f"fault {f['name']}: skipped: {f['skipped']}" for f in planted if "skipped" in f]
+
+
+def summarize(raw, commit=None):
+    run = Run(raw)
+    mach = machine(run)
+    if commit is None:
+        commit = (run.text("commit.txt") or "").strip() or None
+    by_way, figures = {}, []
+    for way in run.ways:
+        by_way[way], figs = checks_and_figures(run, mach["gpus"], way)
+        figures += figs
+    planted = faults(run, mach["gpus"])
+    operator = e2e_scenario(run, "standard")
+    why = not_passing(commit, mach, by_way, figures, planted, operator)
+    summary = {
         "commit": commit,
         "started": (run.text("started.txt") or "").strip() or None,
         "machine": mach,
+        "ways": run.ways,
         "target": TARGET,
         "references": {"links": LinkRef(run).tool, "nccl": "nccl-tests", "compute": "pytorch",
-                       "memory": "pytorch", "training": "pytorch DDP", "io": "dd"},
-        "checks": checks,
+                       "memory": "pytorch", "training": "pytorch DDP", "io": IoRef(run).tool},
+        "checks": by_way["host"],
+    }
+    if "pod" in by_way:
+        summary["podChecks"] = by_way["pod"]
+    summary.update({
         "figures": figures,
         "faults": planted,
         "operatorFlow": operator,
         "steps": list(run.steps.values()),
         "pass": not why,
         "notPassing": why,
-    }
+        "notRun": not_run(planted, operator),
+    })
+    return summary
 
 
 def repo_dir(summary):

@@ -59,6 +59,25 @@ pub trait CheckResult: Default {
     }
 }
 
+/// A check's result behind `dyn`: what a pass over every result of a report sees.
+pub trait AnyResult {
+    fn verdict(&self) -> Verdict;
+    fn set_verdict(&mut self, verdict: Verdict);
+    fn reasons_mut(&mut self) -> &mut Vec<Reason>;
+}
+
+impl<T: CheckResult> AnyResult for T {
+    fn verdict(&self) -> Verdict {
+        CheckResult::verdict(self)
+    }
+    fn set_verdict(&mut self, verdict: Verdict) {
+        CheckResult::set_verdict(self, verdict);
+    }
+    fn reasons_mut(&mut self) -> &mut Vec<Reason> {
+        CheckResult::reasons_mut(self)
+    }
+}
+
 /// Implements [`CheckResult`] for report types with `verdict` and `reasons` fields.
 #[macro_export]
 macro_rules! check_result {

@@ -305,6 +305,11 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         .transpose()?;
     let certified = settings.clone();
     let be = backend(&a.backend)?;
+    if let Some(asked) = &a.gpus
+        && let Ok(inventory) = be.platform().inventory()
+    {
+        runner::check_selection(asked, &inventory.gpus).map_err(|e| Fail(e, 2))?;
+    }
     let stop = stop_flag();
     let mut plan = Plan::new(settings.checks, settings.thresholds);
     plan.expect = settings.expect;

@@ -173,7 +173,10 @@ codes! {
     VbiosMixed => (Warn, None, false, "The GPUs of one node run different VBIOS versions."),
     GpuExcludedFromCuda => (Warn, None, false, "NVML lists a GPU that CUDA_VISIBLE_DEVICES (or the container's device list) leaves out: it was not tested."),
     GpuInvisibleToCuda => (Fail, RebootNode, false, "NVML lists a GPU that CUDA cannot see although nothing restricts CUDA's devices: it was not tested."),
-    ForeignProcess => (Fail, Rerun, false, "A process that is not the agent's ran on a GPU under test (its pid, name and memory are named): the figures may be shared; stop it and rerun."),
+    ForeignProcess => (Error, Rerun, false, "A process that is not the agent's ran on a GPU under test (its pid, name and memory are named): the GPU was busy, so its figures are not judged as hardware; stop it and rerun."),
+    GpuBusy => (Error, Rerun, false, "Other work used a GPU under test, seen without a process list (memory held by processes the agent cannot see, as from another PID namespace, or utilisation while the agent ran nothing on it; what, how much and when are named): its figures are not judged as hardware; free the GPU and rerun."),
+    GpuBusyAllowed => (Warn, None, false, "Other work used a GPU under test where the administrator allows sharing GPUs (what, how much and when are named): its figures may reflect the sharing."),
+    FigureWhileBusy => (Warn, Rerun, false, "A figure fell short on a GPU that was busy with other work: it may reflect the sharing, so it is not judged as hardware (the message keeps the figure and the code it would have had); rerun when the GPU is free."),
     ForeignProcessAllowed => (Warn, None, false, "A process that is not the agent's ran on a GPU under test, where the administrator allows sharing GPUs."),
     ProcessUnidentified => (Warn, None, false, "A process NVML cannot name ran on a GPU under test (another PID namespace?): if it is not the agent's, stop it and rerun."),
     RunStopped => (Error, Rerun, false, "The run was stopped (SIGTERM) before it finished."),
@@ -195,7 +198,7 @@ codes! {
     // ---- memory ----
     MemoryMismatch => (Fail, ReplaceHardware, false, "Words of GPU memory read back different from what was written."),
     MemoryBandwidthLow => (Fail, ResetGpu, true, "Memory fill+verify throughput below its floor or far below the node's other GPUs."),
-    MemoryBusy => (Fail, Rerun, false, "Another process held GPU memory when the check started."),
+    MemoryBusy => (Error, Rerun, false, "Another process held GPU memory when the check started: the GPU was busy, which is not a hardware verdict; free it and rerun."),
     MemoryUndertested => (Fail, Rerun, false, "Much less memory was tested than asked for."),
     MemoryRowsRemapped => (Warn, ResetGpu, false, "Rows were remapped while the memory test ran (or a remapping became pending); a GPU reset applies the remapping."),
     MemoryPagesRetired => (Warn, ResetGpu, false, "Pages were retired while the memory test ran (or a retirement became pending); a GPU reset retires them."),
@@ -281,6 +284,35 @@ impl Code {
     /// a check could not measure (Error) and the legacy one.
     pub fn is_overridable(self) -> bool {
         self.severity() != Severity::Error && self != Code::Unclassified
+    }
+
+    /// True when other work on the same GPU can make a figure fall short this way: the
+    /// performance figures ([`Code::is_performance`]), the node's NCCL and training figures,
+    /// memory that could not be tested and a figure below the GPU's own baseline. Such a
+    /// finding on a GPU that was busy becomes [`Code::FigureWhileBusy`], never a hardware one.
+    pub fn sharing_can_lower(self) -> bool {
+        self.is_performance()
+            || matches!(
+                self,
+                Code::NcclBandwidthLow
+                    | Code::TrainingSlow
+                    | Code::MemoryUndertested
+                    | Code::BelowOwnBaseline
+            )
+    }
+
+    /// True for the findings that say a GPU was busy with other work (a process named, memory
+    /// or load seen without one, memory held at the memory check's start): evidence about the
+    /// GPU's use, never about its hardware.
+    pub fn is_busy(self) -> bool {
+        matches!(
+            self,
+            Code::ForeignProcess
+                | Code::ForeignProcessAllowed
+                | Code::GpuBusy
+                | Code::GpuBusyAllowed
+                | Code::MemoryBusy
+        )
     }
 
     /// True when this code's cause is configuration, not hardware ([`CONFIGURATION_CODES`]).

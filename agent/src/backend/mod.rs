@@ -230,6 +230,43 @@ pub struct GpuProcess {
     pub graphics: bool,
 }
 
+/// What NVML shows of a GPU's use by anyone, device-wide: the evidence a PID namespace does not
+/// hide. In a pod NVML lists only the processes of the pod's own namespace, yet the device's
+/// memory in use, its utilisation and its power count every process on it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Occupancy {
+    /// Memory in use on the device, bytes: every process's, listed or not.
+    pub used_bytes: Option<u64>,
+    /// The processes NVML lists from here, read just before `used_bytes`...
+    pub listed_before: Vec<GpuProcess>,
+    /// ... and just after it (a process starting or ending between the readings is in one).
+    pub listed_after: Vec<GpuProcess>,
+    /// GPU utilisation samples (percent of the time a kernel ran) taken since the reading's
+    /// `since`, oldest first.
+    pub utilization: Vec<u32>,
+    /// Per-process SM utilisation samples since `since` (pid as NVML gives it, percent), where
+    /// the driver gives them.
+    pub process_sm: Vec<(u32, u32)>,
+    pub power_w: Option<f64>,
+    pub sm_clock_mhz: Option<f64>,
+}
+
+impl Occupancy {
+    /// Memory in use that no process listed from here accounts for, bytes (None where NVML
+    /// gave no device figure or no process list). The larger of the two lists' sums is taken,
+    /// so a process of the agent's that starts or ends between the readings is never counted
+    /// as someone else's.
+    pub fn unlisted_bytes(&self) -> Option<u64> {
+        let sum = |l: &[GpuProcess]| {
+            l.iter()
+                .map(|p| p.used_memory_bytes.unwrap_or(0))
+                .sum::<u64>()
+        };
+        let listed = sum(&self.listed_before).max(sum(&self.listed_after));
+        self.used_bytes.map(|u| u.saturating_sub(listed))
+    }
+}
+
 /// A GPU that NVML lists but CUDA cannot see, so no check can reach it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -265,6 +302,9 @@ pub trait Platform: Send + Sync {
     fn poll_xid(&self, timeout: Duration) -> Vec<XidEvent>;
     /// The compute and graphics processes on the GPU now (the agent's own included).
     fn processes(&self, gpu: u32) -> Result<Vec<GpuProcess>, BackendError>;
+    /// Device-wide use of the GPU now ([`Occupancy`]), with the utilisation samples taken since
+    /// `since`.
+    fn occupancy(&self, gpu: u32, since: std::time::SystemTime) -> Result<Occupancy, BackendError>;
     /// The pids NVML reports for the agent's own process, where the backend learned them
     /// (they differ from `std::process::id()` inside a container).
     fn own_pids(&self) -> Vec<u32> {

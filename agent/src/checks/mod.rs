@@ -27,7 +27,7 @@ use gpuval_crds::{
 };
 
 use crate::check::{GpuCheck, JudgeGpu, JudgeNode, Measurement, NodeCheck, Stage};
-use crate::judge::{CheckResult, Code, Judge, Says};
+use crate::judge::{AnyResult, CheckResult, Code, Judge, Says};
 use crate::run_control::RunControl;
 
 use self::compute::Compute;
@@ -204,8 +204,9 @@ impl Planned {
     /// asked); peer-to-peer; host transfers; then io alone when it did not run beside the burn.
     /// A check after a stop request is not started (memory sees the stop itself). The host
     /// transfer check's PCIe counters are read first, so that its window covers the GPU checks
-    /// before it.
-    pub fn measure(&self, stage: &Stage<'_>, into: &mut Measured) {
+    /// before it. `before` is called with each GPU check's name before it starts, while the
+    /// agent runs nothing on the GPUs (the runner looks for other work then).
+    pub fn measure(&self, stage: &Stage<'_>, into: &mut Measured, before: &dyn Fn(&str)) {
         let Self {
             topology: _,
             memory,
@@ -220,30 +221,39 @@ impl Planned {
             .as_ref()
             .map(|_| Host::read_baseline(stage.backend, stage.gpus));
         if let Some(m) = memory {
+            before(Memory::NAME);
             into.memory = stage.on_every_gpu(m);
         }
         let beside = io.as_ref().filter(|i| i.context.during_compute);
         std::thread::scope(|s| {
+            let compute = compute.as_ref().filter(|_| !stage.stopped());
+            if compute.is_some() {
+                before(Compute::NAME);
+            }
             let io_thread = beside
                 .filter(|_| !stage.stopped())
                 .map(|i| s.spawn(|| i.measure(stage.stop, stage.sink)));
-            if let Some(c) = compute.as_ref().filter(|_| !stage.stopped()) {
+            if let Some(c) = compute {
                 into.compute = stage.on_every_gpu(c);
             }
             // Wait for io beside the burn here, so it never overlaps a later check.
             into.io = io_thread.map(|h| h.join().map_err(|_| ()));
         });
         if let Some(p) = p2p.as_ref().filter(|_| !stage.stopped()) {
+            before(P2p::NAME);
             into.p2p = Some(stage.on_node(p));
         }
         if let Some(h) = host.as_ref().filter(|_| !stage.stopped()) {
+            before(Host::NAME);
             let h = h.with_baseline(pcie_baseline.unwrap_or_default());
             into.host = Some(stage.on_node(&h));
         }
         if let Some(n) = nccl.as_ref().filter(|_| !stage.stopped()) {
+            before(Nccl::NAME);
             into.nccl = Some(stage.on_node(n));
         }
         if let Some(t) = training.as_ref().filter(|_| !stage.stopped()) {
+            before(Training::NAME);
             into.training = Some(stage.on_node(t));
         }
         if let Some(i) = io.as_ref().filter(|_| into.io.is_none()) {
@@ -536,6 +546,20 @@ pub fn node_results(r: &NodeReport) -> Vec<Found<'_>> {
     let mut out = Vec::new();
     for_each_node_result!(r, |c| out.extend(found(c)));
     out
+}
+
+/// Runs `f` on each per-GPU check result of `g` that is present.
+pub fn each_gpu_result(g: &mut GpuReport, f: &mut dyn FnMut(&mut dyn AnyResult)) {
+    for_each_gpu_result!(g, |c| if let Some(c) = c {
+        f(c)
+    });
+}
+
+/// Runs `f` on each node-level check result of `r` that is present.
+pub fn each_node_result(r: &mut NodeReport, f: &mut dyn FnMut(&mut dyn AnyResult)) {
+    for_each_node_result!(r, |c| if let Some(c) = c {
+        f(c)
+    });
 }
 
 /// Applies the spec's severity overrides to every check result in the report.

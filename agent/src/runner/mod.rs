@@ -4,6 +4,9 @@
 //! performance figures that fell short, and the GPU and node verdicts, into one [`NodeReport`].
 
 pub mod aggregate;
+pub mod busy;
+#[cfg(test)]
+mod busy_tests;
 pub mod facts;
 #[cfg(test)]
 mod health_tests;
@@ -27,6 +30,7 @@ use crate::run_control::ProgressSink;
 use crate::{report, telemetry};
 
 pub use crate::checks::Plan;
+use busy::BusyLog;
 use processes::{Owner, Phase, Sightings};
 use sampler::{Sampled, Sampler};
 
@@ -149,6 +153,37 @@ fn node_facts(
     judged.fail_fast
 }
 
+/// Refuses a `--gpus` selection that names a GPU the host does not have (bad input, not a node
+/// without GPUs): the message names the indices it has.
+pub fn check_selection(asked: &[u32], have: &[GpuInfo]) -> Result<(), String> {
+    let missing: Vec<String> = asked
+        .iter()
+        .filter(|i| !have.iter().any(|g| g.index == **i))
+        .map(u32::to_string)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let has = if have.is_empty() {
+        "none that CUDA can see".to_string()
+    } else {
+        have.iter()
+            .map(|g| g.index.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Err(format!(
+        "--gpus {}: this host has no GPU {}; its GPUs are {has} (NVML's numbering, as nvidia-smi \
+         shows it)",
+        asked
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        missing.join(", ")
+    ))
+}
+
 /// The inventoried GPUs the plan selects.
 fn selected(inventory: Inventory, plan: &Plan) -> Vec<GpuInfo> {
     inventory
@@ -185,6 +220,9 @@ fn measure_and_judge(
     let owner = Owner::this_process(platform);
     let mut foreign = Sightings::default();
     foreign.read(platform, stage.gpus, &owner, Phase::Before);
+    let busy = Mutex::new(BusyLog::default());
+    let window = idle_window(stage.backend);
+    let probe = |when: &str| busy::probe_idle(platform, stage.gpus, when, window, &busy);
     let sampled = Mutex::new(Sampled::default());
     let sampler_stop = AtomicBool::new(false);
     let started = Instant::now();
@@ -202,14 +240,18 @@ fn measure_and_judge(
             resample_every: planned.resample_every(),
             first_topology: first.as_ref(),
             owner: &owner,
+            busy: &busy,
         };
         let (sampled, sampler_stop) = (&sampled, &sampler_stop);
         s.spawn(move || sampler.run(sampled, sampler_stop, started));
-        planned.measure(stage, &mut checks);
+        planned.measure(stage, &mut checks, &|next| probe(&format!("before {next}")));
+        probe("after the checks");
         topology = checks.topology.take();
         planned.judge(&on, checks, report);
         if plan.thresholds.remeasure && !stage.stopped() {
-            remeasure(planned, stage, &on, report);
+            remeasure(planned, stage, &on, report, &|| {
+                probe("before the second measurement")
+            });
         }
         sampler_stop.store(true, Ordering::Relaxed);
     });
@@ -227,11 +269,29 @@ fn measure_and_judge(
     foreign.merge(std::mem::take(&mut sampled.processes));
     foreign.read(platform, stage.gpus, &owner, Phase::After);
     foreign.judge(plan.allow_shared_gpus, &mut report.gpus);
+    let busy = busy.into_inner().unwrap_or_else(|p| p.into_inner());
+    busy.judge(plan.allow_shared_gpus, &mut report.gpus);
+    busy::excuse_sharing(report, plan.allow_shared_gpus);
+}
+
+/// How long an idle probe collects utilisation samples: none on the simulated backend, whose
+/// readings do not change with time.
+fn idle_window(backend: &Backend) -> std::time::Duration {
+    match backend {
+        Backend::Cuda(_) => busy::IDLE_WINDOW,
+        Backend::Simulated(_) => std::time::Duration::ZERO,
+    }
 }
 
 /// The second measurement of what fell short on performance alone, on the same GPUs (a
 /// simulated node as a second measurement sees it: its `flaky=` faults gone).
-fn remeasure(planned: &Planned, stage: &Stage<'_>, on: &JudgeNode<'_>, report: &mut NodeReport) {
+fn remeasure(
+    planned: &Planned,
+    stage: &Stage<'_>,
+    on: &JudgeNode<'_>,
+    report: &mut NodeReport,
+    probe: &dyn Fn(),
+) {
     let second = match stage.backend {
         Backend::Simulated(b) => Some(Backend::Simulated(b.second_measurement())),
         Backend::Cuda(_) => None,
@@ -240,6 +300,9 @@ fn remeasure(planned: &Planned, stage: &Stage<'_>, on: &JudgeNode<'_>, report: &
         backend: second.as_ref().unwrap_or(stage.backend),
         ..*stage
     };
+    if any_performance_failure(report) {
+        probe();
+    }
     let again = planned.remeasure(&again_stage, on, report);
     if !again.is_empty() {
         (stage.sink)(&format!(
@@ -247,6 +310,21 @@ fn remeasure(planned: &Planned, stage: &Stage<'_>, on: &JudgeNode<'_>, report: &
             again.join(", ")
         ));
     }
+}
+
+/// True when a check's result has a performance figure that fell short (what the second
+/// measurement may measure again).
+fn any_performance_failure(report: &NodeReport) -> bool {
+    let short = |(_, reasons): &crate::checks::Found<'_>| {
+        reasons
+            .iter()
+            .any(|r| r.code.is_performance() && r.severity >= crate::judge::Severity::Fail)
+    };
+    report
+        .gpus
+        .iter()
+        .any(|g| crate::checks::gpu_results(g).iter().any(short))
+        || crate::checks::node_results(report).iter().any(short)
 }
 
 /// A GPU's report before any check is judged into it.

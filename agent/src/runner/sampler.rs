@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use super::busy::BusyLog;
 use super::processes::{Owner, Phase, Sightings};
 use crate::backend::{GpuInfo, Platform, TelemetrySample, TopologySnapshot};
 use crate::checks::topology;
@@ -33,6 +34,8 @@ pub struct Sampler<'a> {
     pub first_topology: Option<&'a TopologySnapshot>,
     /// Whose processes on the GPUs are the agent's.
     pub owner: &'a Owner,
+    /// Where the device-wide readings go (memory no listed process holds).
+    pub busy: &'a Mutex<BusyLog>,
 }
 
 impl Sampler<'_> {
@@ -50,6 +53,20 @@ impl Sampler<'_> {
             let xids = self.platform.poll_xid(Duration::ZERO);
             let mut processes = Sightings::default();
             processes.read(self.platform, self.gpus, self.owner, Phase::During);
+            let occupancy: Vec<_> = self
+                .gpus
+                .iter()
+                .filter_map(|g| {
+                    let occ = self.platform.occupancy(g.index, SystemTime::now());
+                    occ.ok().map(|o| (g.index, o))
+                })
+                .collect();
+            {
+                let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+                for (gpu, occ) in &occupancy {
+                    busy.observe(*gpu, "during the checks", occ);
+                }
+            }
             let mut changes = Vec::new();
             let mut resampled = false;
             if let Some(prev) = prev_snap.as_ref()

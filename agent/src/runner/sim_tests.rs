@@ -209,13 +209,14 @@ fn nccl_on_one_gpu_is_skipped() {
     assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.failures);
 }
 
-/// A process that is not the agent's on GPU 2 fails GPU 2 alone, naming its pid, name and
-/// memory; the agent's own process on every GPU does not count.
+/// A process that is not the agent's on GPU 2 makes GPU 2 alone busy (Error, rerun: not a
+/// hardware verdict), naming its pid, name and memory; the agent's own process on every GPU
+/// does not count.
 #[test]
-fn a_foreign_process_fails_the_gpu_it_ran_on() {
+fn a_foreign_process_makes_the_gpu_it_ran_on_busy() {
     let report = simulated_report("gpus=4,model=H100,proc=2:4242:python3:10240");
     let g2 = &report.gpus[2];
-    assert_eq!(g2.verdict, Verdict::Fail, "{:?}", g2.reasons);
+    assert_eq!(g2.verdict, Verdict::Error, "{:?}", g2.reasons);
     assert_eq!(g2.foreign_processes.len(), 1);
     let p = &g2.foreign_processes[0];
     assert_eq!(
@@ -236,7 +237,8 @@ fn a_foreign_process_fails_the_gpu_it_ran_on() {
         );
         assert!(report.gpus[i].foreign_processes.is_empty());
     }
-    assert_eq!(report.verdict, Verdict::Fail);
+    assert_eq!(report.verdict, Verdict::Error);
+    assert_eq!(report.action, gpuval_crds::reason::Action::Rerun);
 }
 
 /// A GPU NVML lists that CUDA does not see is named in the report, never silently left out.

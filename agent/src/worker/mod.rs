@@ -18,6 +18,19 @@ use crate::backend::BackendError;
 /// Prefix of a child's progress lines on stderr.
 const PROGRESS: &str = "gpuval-progress ";
 
+/// How long a child may stay silent beyond its check's own timeout before it is killed. The
+/// child says something at every stage (started, libraries and kernels ready, communicator
+/// setup, each step), and its own watchdog ends a host call stuck for the timeout plus 5 s:
+/// a child that says nothing for longer has stopped answering (stopped, wedged in the
+/// driver, swapped out), and waiting the old two minutes for it only held the GPUs.
+pub const SILENCE_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The silence limit of a child whose work has this timeout: the timeout plus
+/// [`SILENCE_GRACE`].
+pub fn silence_limit(timeout: std::time::Duration) -> std::time::Duration {
+    timeout + SILENCE_GRACE
+}
+
 /// The child's one line of output; an error crosses the process boundary whole.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

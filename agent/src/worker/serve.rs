@@ -45,6 +45,9 @@ where
         })
         .and_then(|req| {
             let progress = |done: f64, note: &str| eprintln!("{PROGRESS}{done:.4} {note}");
+            // The first word, before any library loads: the supervisor's silence limit counts
+            // from here.
+            progress(0.0, &format!("{what} process started"));
             let bail = |outcome: Result<Out, BackendError>| {
                 print_reply(what, &Reply { outcome });
                 std::process::exit(0);

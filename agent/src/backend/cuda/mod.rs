@@ -210,6 +210,14 @@ impl Platform for CudaBackend {
         self.nvml.processes(gpu)
     }
 
+    fn occupancy(
+        &self,
+        gpu: u32,
+        since: std::time::SystemTime,
+    ) -> Result<super::Occupancy, BackendError> {
+        self.nvml.occupancy(gpu, since)
+    }
+
     fn own_pids(&self) -> Vec<u32> {
         self.own_pids.iter().copied().collect()
     }

@@ -4,14 +4,14 @@
 //! GPUs are named by NVML index. Anything NVML reports as not supported becomes `None`.
 
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpuval_crds::{GpuHealth, RowHealth, SystemInfo};
 use nvml_wrapper::bitmasks::InitFlags;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, TemperatureSensor, TopologyLevel,
+    Clock, EccCounter, MemoryError, Sampling, TemperatureSensor, TopologyLevel,
 };
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
@@ -30,7 +30,7 @@ use tracing::debug;
 
 use crate::backend::{
     BackendError, ErrorCounters, GpuInfo, GpuProcess, Inventory, LinkErrors, LinkReading,
-    PcieReading, PowerReading, TelemetrySample, TopoGpu, TopologySnapshot, XidEvent,
+    Occupancy, PcieReading, PowerReading, TelemetrySample, TopoGpu, TopologySnapshot, XidEvent,
 };
 use crate::pci::{normalize_bus_id, parse_ranges, set_bits};
 
@@ -362,6 +362,42 @@ impl NvmlHost {
             .collect())
     }
 
+    /// Device-wide use of the GPU: memory in use between two process lists, the utilisation
+    /// and per-process SM samples since `since`, power and SM clock. Only the device's memory
+    /// figure is required; the rest is None or empty where NVML does not give it.
+    pub fn occupancy(&self, gpu: u32, since: SystemTime) -> Result<Occupancy, BackendError> {
+        let dev = self.device(gpu)?;
+        let since_us = since
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        let listed_before = self.processes(gpu)?;
+        let used_bytes = dev
+            .memory_info()
+            .map(|m| m.used)
+            .map_err(|e| BackendError::gpu(gpu, "read memory in use", e))?;
+        let listed_after = self.processes(gpu)?;
+        let utilization = no_samples_is_empty(dev.samples(Sampling::GpuUtilization, since_us))
+            .into_iter()
+            .filter(|s| s.timestamp >= since_us)
+            .filter_map(|s| sample_i64(s.value))
+            .map(|v| u32::try_from(v.clamp(0, 100)).unwrap_or(0))
+            .collect();
+        let process_sm = no_samples_is_empty(dev.process_utilization_stats(since_us))
+            .into_iter()
+            .filter(|s| s.timestamp >= since_us)
+            .map(|s| (s.pid, s.sm_util))
+            .collect();
+        Ok(Occupancy {
+            used_bytes: Some(used_bytes),
+            listed_before,
+            listed_after,
+            utilization,
+            process_sm,
+            power_w: logged("power draw", dev.power_usage()).map(milliwatts),
+            sm_clock_mhz: logged("SM clock", dev.clock_info(Clock::SM)).map(f64::from),
+        })
+    }
+
     /// Error counters of every active NVLink link of the GPU (empty without NVLink).
     pub fn nvlink_errors(&self, gpu: u32) -> Result<Vec<LinkErrors>, BackendError> {
         let dev = self.device(gpu)?;
@@ -684,6 +720,19 @@ fn optional<T>(
         Ok(v) => Ok(Some(v)),
         Err(e) if is_unsupported(&e) => Ok(None),
         Err(e) => Err(BackendError::gpu(gpu, what, e)),
+    }
+}
+
+/// NVML's samples, or none: NotFound means no sample was taken since the timestamp, and a
+/// GPU or driver without them gives none either (logged).
+fn no_samples_is_empty<T>(result: Result<Vec<T>, NvmlError>) -> Vec<T> {
+    match result {
+        Ok(v) => v,
+        Err(NvmlError::NotFound) => Vec::new(),
+        Err(e) => {
+            debug!(error = %e, "NVML: cannot read utilisation samples");
+            Vec::new()
+        }
     }
 }
 

@@ -9,7 +9,11 @@
 //! reports of its versions (`driver`, `vbios`, `cuda`, `nccl`; default `simulated`).
 //! `hidden=3` makes GPU 3 one NVML lists and CUDA does not see (as `CUDA_VISIBLE_DEVICES`
 //! would); `proc=2:4242:python3:10240` puts a process that is not the agent's (pid 4242,
-//! `python3`, 10240 MiB) on GPU 2 for the whole run.
+//! `python3`, 10240 MiB) on GPU 2 for the whole run, and `proc=2:4242:python3:10240:0.5` one
+//! whose work also takes half of GPU 2 (every figure of GPU 2 falls by half, and the GPU shows
+//! 50 % utilisation and more power while the agent is idle). `pidns=1` runs the agent as a pod
+//! does, in its own PID namespace: NVML lists only the agent's own processes, while the planted
+//! ones' memory, load and power still show in the device's figures.
 //!
 //! Every figure is a pure function of the spec, the GPU and the request (telemetry also of how
 //! many samples were taken), so two runs with the same spec give the same report.
@@ -25,14 +29,15 @@ use gpuval_crds::{Dtype, GpuHealth, SystemInfo};
 
 use super::{
     BackendError, BackendKind, ErrorCounters, GpuInfo, GpuProcess, HiddenGpu, Inventory,
-    LinkErrors, LinkReading, Platform, TelemetrySample, TopoGpu, TopologySnapshot, XidEvent,
+    LinkErrors, LinkReading, Occupancy, Platform, TelemetrySample, TopoGpu, TopologySnapshot,
+    XidEvent,
 };
 use crate::run_control::RunControl;
 
 pub mod net;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, hang, throttle, replay, hidden, proc, version, timescale, fabric, net, netfault, railnet";
+pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, hang, throttle, replay, hidden, proc, pidns, version, timescale, fabric, net, netfault, railnet";
 /// The throttle reasons `throttle=` may plant (NVML names without prefix).
 pub const THROTTLE_REASONS: [&str; 5] = [
     "SwPowerCap",
@@ -49,6 +54,8 @@ const STEP: Duration = Duration::from_millis(50);
 const MEMORY_WALL: Duration = Duration::from_millis(20);
 /// Memory the driver and context keep on a fresh GPU.
 const RESERVED_MIB: u64 = 600;
+/// A simulated GPU's power draw while nothing runs on it, W.
+const SIM_IDLE_W: f64 = 90.0;
 pub(crate) const MIB: u64 = 1024 * 1024;
 
 /// A simulated GPU model.
@@ -274,6 +281,9 @@ pub struct HealthFaults {
     pub hidden: Vec<u32>,
     /// `proc=2:4242:python3:10240`: a process that is not the agent's on GPU 2.
     pub procs: Vec<SimProcess>,
+    /// `pidns=1`: the agent runs in its own PID namespace (as in a pod): NVML lists only its
+    /// own processes, though the planted ones' memory and load still show device-wide.
+    pub pidns: bool,
 }
 
 /// A process planted on a simulated GPU.
@@ -283,6 +293,8 @@ pub struct SimProcess {
     pub pid: u32,
     pub name: String,
     pub mib: u64,
+    /// The share of the GPU its work takes (0: it only holds memory).
+    pub load: f64,
 }
 
 /// A fault of the node's GPU fabric as NCCL sees it.
@@ -384,6 +396,7 @@ impl SimSpec {
                 .hidden
                 .extend(parse_list(value, |v| parse_num::<u32>(v, "a GPU index"))?),
             "proc" => self.health.procs.extend(parse_list(value, parse_proc)?),
+            "pidns" => self.health.pidns = parse_flag(value)?,
             "timescale" => self.timescale = parse_timescale(value)?,
             "fabric" => self
                 .fabric
@@ -470,14 +483,28 @@ impl SimSpec {
         Ok(())
     }
 
-    /// The product of the `slow` (and `flaky`) factors for that check on that GPU.
+    /// The product of the `slow` (and `flaky`) factors for that check on that GPU, and of the
+    /// share the planted processes' work leaves the agent (sharing lowers every figure).
     pub(crate) fn slowdown(&self, check: SimCheck, gpu: u32) -> f64 {
-        self.slow
+        let slow: f64 = self
+            .slow
             .iter()
             .chain(&self.flaky)
             .filter(|(c, g, _)| *c == check && *g == gpu)
             .map(|(_, _, f)| *f)
-            .product()
+            .product();
+        slow * (1.0 - self.load_on(gpu))
+    }
+
+    /// The share of the GPU the planted processes' work takes (at most 0.95).
+    pub(crate) fn load_on(&self, gpu: u32) -> f64 {
+        self.health
+            .procs
+            .iter()
+            .filter(|p| p.gpu == gpu)
+            .map(|p| p.load)
+            .sum::<f64>()
+            .min(0.95)
     }
 
     /// The version the node reports of `c` (`simulated` unless `version=` sets it).
@@ -519,6 +546,30 @@ impl fmt::Display for SimSpec {
         list("throttle", throttle.collect())?;
         let replay = self.health.replay.iter().map(|(g, n)| format!("{g}:{n}"));
         list("replay", replay.collect())?;
+        list(
+            "hidden",
+            self.health.hidden.iter().map(u32::to_string).collect(),
+        )?;
+        let procs = self.health.procs.iter().map(|p| {
+            let load = (p.load > 0.0).then(|| format!(":{}", p.load));
+            format!(
+                "{}:{}:{}:{}{}",
+                p.gpu,
+                p.pid,
+                p.name,
+                p.mib,
+                load.unwrap_or_default()
+            )
+        });
+        list("proc", procs.collect())?;
+        list(
+            "pidns",
+            self.health
+                .pidns
+                .then(|| "1".to_string())
+                .into_iter()
+                .collect(),
+        )?;
         let fabric = self.fabric.iter().map(ToString::to_string);
         list("fabric", fabric.collect())?;
         f.write_str(&self.net.spec_parts())?;
@@ -620,22 +671,45 @@ fn parse_replay(value: &str) -> Result<(u32, u64), String> {
     parse_on_gpu(value, "GPU:COUNT (like 6:40)", "a replay count")
 }
 
-/// `2:4242:python3:10240` (GPU, pid, name, MiB held).
+/// `2:4242:python3:10240` (GPU, pid, name, MiB held), and `:0.5` the share of the GPU its
+/// work takes.
 fn parse_proc(value: &str) -> Result<SimProcess, String> {
-    let usage = || format!("{value:?} is not GPU:PID:NAME:MIB (like 2:4242:python3:10240)");
+    let usage = || {
+        format!(
+            "{value:?} is not GPU:PID:NAME:MIB[:LOAD] (like 2:4242:python3:10240 or 2:4242:python3:10240:0.5)"
+        )
+    };
     let parts: Vec<&str> = value.split(':').collect();
-    let [gpu, pid, name, mib] = parts.as_slice() else {
-        return Err(usage());
+    let (gpu, pid, name, mib, load) = match parts.as_slice() {
+        [gpu, pid, name, mib] => (gpu, pid, name, mib, None),
+        [gpu, pid, name, mib, load] => (gpu, pid, name, mib, Some(load)),
+        _ => return Err(usage()),
     };
     if name.is_empty() {
         return Err(usage());
+    }
+    let load: f64 = load.map_or(Ok(0.0), |l| parse_num(l, "a load share"))?;
+    if !(0.0..1.0).contains(&load) {
+        return Err(format!(
+            "load {load} must be at least 0 and below 1 (the share of the GPU it takes)"
+        ));
     }
     Ok(SimProcess {
         gpu: parse_num(gpu, "a GPU index")?,
         pid: parse_num(pid, "a pid")?,
         name: (*name).to_string(),
         mib: parse_num(mib, "MiB")?,
+        load,
     })
+}
+
+/// `1`, `true`, `0` or `false`.
+fn parse_flag(value: &str) -> Result<bool, String> {
+    match value {
+        "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        _ => Err(format!("{value:?} is not 1, true, 0 or false")),
+    }
 }
 
 fn parse_timescale(value: &str) -> Result<f64, String> {
@@ -919,7 +993,8 @@ impl Platform for SimBackend {
         events
     }
 
-    /// The agent's own process (as NVML lists the agent on a real GPU) and any planted one.
+    /// The agent's own process (as NVML lists the agent on a real GPU) and any planted one,
+    /// unless the agent runs in its own PID namespace (`pidns=1`): then only its own.
     fn processes(&self, gpu: u32) -> Result<Vec<GpuProcess>, BackendError> {
         self.check_gpu(gpu)?;
         let own = GpuProcess {
@@ -933,7 +1008,7 @@ impl Platform for SimBackend {
             .health
             .procs
             .iter()
-            .filter(|p| p.gpu == gpu)
+            .filter(|p| p.gpu == gpu && !self.spec.health.pidns)
             .map(|p| GpuProcess {
                 pid: p.pid,
                 name: Some(p.name.clone()),
@@ -941,6 +1016,37 @@ impl Platform for SimBackend {
                 graphics: false,
             });
         Ok(std::iter::once(own).chain(planted).collect())
+    }
+
+    /// The device as NVML shows it whatever the namespace: the agent's 512 MiB and every
+    /// planted process's memory in use; the planted processes' load as utilisation (three
+    /// samples) and as power above idle.
+    fn occupancy(
+        &self,
+        gpu: u32,
+        _since: std::time::SystemTime,
+    ) -> Result<Occupancy, BackendError> {
+        let listed = self.processes(gpu)?;
+        let planted: u64 = self
+            .spec
+            .health
+            .procs
+            .iter()
+            .filter(|p| p.gpu == gpu)
+            .map(|p| p.mib << 20)
+            .sum();
+        let load = self.spec.load_on(gpu);
+        let (_, _, power_limit) = self.spec.model.clocks_power();
+        let percent = (load * 100.0).round() as u32;
+        Ok(Occupancy {
+            used_bytes: Some((512 << 20) + planted),
+            listed_before: listed.clone(),
+            listed_after: listed,
+            utilization: vec![percent; 3],
+            process_sm: Vec::new(),
+            power_w: Some(SIM_IDLE_W + (power_limit - SIM_IDLE_W) * load),
+            sm_clock_mhz: None,
+        })
     }
 }
 

@@ -57,11 +57,9 @@ use self::outcome::SweepOutcome;
 use crate::backend::BackendError;
 use crate::run_control::RunControl;
 use crate::worker::run_dir::RunDir;
+use crate::worker::silence_limit;
 use crate::worker::supervise::{self, Launch};
 
-/// Time a sweep process may stay silent beyond the collective timeout (process start, kernel
-/// compilation, communicator setup, buffer allocation) before it is killed.
-const SETUP_ALLOWANCE: Duration = Duration::from_secs(120);
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
 /// Runs the check on real GPUs: the sweep with NCCL's default transports, then (when asked)
@@ -92,7 +90,10 @@ pub fn run_with(
             subcommand: child::SUBCOMMAND,
             what: child::WHAT,
             env: sweep_env(req, &found, dir.path(), &log, extra),
-            silence_limit: req.sweep.timeout() + req.setup_allowance.unwrap_or(SETUP_ALLOWANCE),
+            silence_limit: req.setup_allowance.map_or_else(
+                || silence_limit(req.sweep.timeout()),
+                |a| req.sweep.timeout() + a,
+            ),
             stop_grace: STOP_GRACE,
         };
         let result: Result<SweepOutcome, _> = supervise::run(&launch, &req.sweep, ctl);

@@ -42,7 +42,7 @@ pub struct NcclRequest {
     /// `NCCL_COMM_ID` and the validation's `NCCL_*`).
     pub env: Vec<(String, String)>,
     /// How long a sweep process may stay silent beyond the collective timeout while it starts
-    /// (None: the check's default, two minutes).
+    /// (None: [`crate::worker::SILENCE_GRACE`]).
     pub setup_allowance: Option<Duration>,
 }
 

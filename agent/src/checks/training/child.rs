@@ -21,9 +21,6 @@ use crate::worker::supervise::{self, Launch};
 pub const SUBCOMMAND: &str = "training-run";
 /// The work, as errors name it ("the training process was killed").
 const WHAT: &str = "training";
-/// Time the process may stay silent beyond the step timeout (process start, kernel
-/// compilation, cuBLAS, the weights, communicator setup) before it is killed.
-pub const SETUP_ALLOWANCE: Duration = Duration::from_secs(120);
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
 /// Runs the step on `gpus` in a child process of this executable.
@@ -54,7 +51,7 @@ pub fn run(
         subcommand: SUBCOMMAND,
         what: WHAT,
         env,
-        silence_limit: req.timeout + SETUP_ALLOWANCE,
+        silence_limit: crate::worker::silence_limit(req.timeout),
         stop_grace: STOP_GRACE,
     };
     let job = Job {

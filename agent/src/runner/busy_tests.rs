@@ -1,0 +1,192 @@
+//! A GPU shared with other work, through the whole runner on the simulated backend, the way a
+//! pod sees it (`pidns=1`: NVML lists only the agent's processes) and the way a host process
+//! does: the GPU is busy, never broken, and no hardware action is recommended.
+
+use std::sync::atomic::AtomicBool;
+
+use gpuval_crds::reason::Action;
+use gpuval_crds::{
+    Checks, ComputeCheck, Dtype, MemoryCheck, NodeReport, P2pCheck, Thresholds, Verdict,
+};
+
+use super::{Plan, run};
+use crate::backend::Backend;
+use crate::backend::sim::SimBackend;
+use crate::judge::Code;
+
+fn checks() -> Checks {
+    Checks {
+        memory: Some(MemoryCheck::default()),
+        compute: Some(ComputeCheck {
+            dtypes: vec![Dtype::Bf16],
+            ..Default::default()
+        }),
+        p2p: Some(P2pCheck::default()),
+        nccl: Some(Default::default()),
+        training: Some(Default::default()),
+        ..Default::default()
+    }
+}
+
+fn report(spec: &str, allow_shared: bool) -> NodeReport {
+    let backend = Backend::Simulated(SimBackend::new(spec.parse().expect("valid spec")));
+    let mut plan = Plan::new(checks(), Thresholds::default());
+    plan.allow_shared_gpus = allow_shared;
+    run(&backend, &plan, &AtomicBool::new(false), &|_| {})
+}
+
+/// Every reason in the report: the node's, each GPU's and each check's.
+fn all_reasons(r: &NodeReport) -> Vec<gpuval_crds::Reason> {
+    let mut out: Vec<_> = r.failures.iter().chain(&r.warnings).cloned().collect();
+    for g in &r.gpus {
+        out.extend(g.reasons.iter().cloned());
+        for (_, reasons) in crate::checks::gpu_results(g) {
+            out.extend(reasons.iter().cloned());
+        }
+    }
+    for (_, reasons) in crate::checks::node_results(r) {
+        out.extend(reasons.iter().cloned());
+    }
+    out
+}
+
+fn assert_no_hardware_action(r: &NodeReport) {
+    let hardware: Vec<_> = all_reasons(r)
+        .into_iter()
+        .filter(|x| x.action > Action::Rerun)
+        .collect();
+    assert!(hardware.is_empty(), "hardware actions: {hardware:#?}");
+    assert!(r.action <= Action::Rerun, "{:?}", r.action);
+}
+
+fn codes(r: &NodeReport) -> Vec<Code> {
+    all_reasons(r).into_iter().map(|x| x.code).collect()
+}
+
+/// The fault the pod saw on real H200s: a neighbour in another PID namespace burning on GPU 1
+/// halves its figures; NVML lists no other process, yet its memory and load show device-wide.
+#[test]
+fn a_neighbour_the_pid_namespace_hides_makes_the_gpu_busy_never_broken() {
+    let r = report(
+        "gpus=4,model=H200,pidns=1,proc=1:4242:python3:20480:0.5",
+        false,
+    );
+    let gpu1 = &r.gpus[1];
+    assert_eq!(gpu1.verdict, Verdict::Error, "{:#?}", gpu1.reasons);
+    assert!(gpu1.foreign_processes.is_empty(), "NVML named no one");
+    let busy = gpu1
+        .reasons
+        .iter()
+        .find(|x| x.code == Code::GpuBusy)
+        .expect("a GpuBusy finding");
+    for part in [
+        "GPU1 was busy with other work",
+        "20480 MiB in use that no listed process holds (before memory",
+        "50% utilisation at ",
+        "while the agent ran nothing on it (before memory",
+        "after the checks",
+    ] {
+        assert!(busy.message.contains(part), "{part:?} in {}", busy.message);
+    }
+    assert_eq!(busy.action, Action::Rerun);
+    let found = codes(&r);
+    for hardware in [
+        Code::ComputeSlow,
+        Code::MemoryBandwidthLow,
+        Code::NcclBandwidthLow,
+        Code::TrainingSlow,
+        Code::P2pSlow,
+    ] {
+        assert!(!found.contains(&hardware), "{hardware} in {found:?}");
+    }
+    let excused = all_reasons(&r)
+        .into_iter()
+        .find(|x| x.code == Code::FigureWhileBusy && x.message.contains("(ComputeSlow)"))
+        .expect("the slow burn kept, excused");
+    assert!(
+        excused
+            .message
+            .starts_with("GPU1 was busy with other work, so this figure is not judged as hardware"),
+        "{}",
+        excused.message
+    );
+    assert_no_hardware_action(&r);
+    assert_eq!(r.verdict, Verdict::Error);
+    assert_eq!(r.action, Action::Rerun);
+    for g in [0, 2, 3] {
+        assert!(
+            !r.gpus[g].reasons.iter().any(|x| x.code.is_busy()),
+            "GPU{g}: {:?}",
+            r.gpus[g].reasons
+        );
+    }
+}
+
+#[test]
+fn a_neighbour_nvml_names_is_busy_with_no_hardware_action_either() {
+    let r = report("gpus=2,model=H200,proc=0:4242:python3:10240:0.5", false);
+    let gpu0 = &r.gpus[0];
+    assert_eq!(gpu0.foreign_processes[0].pid, 4242);
+    assert!(
+        gpu0.reasons.iter().any(|x| x.code == Code::ForeignProcess),
+        "{:?}",
+        gpu0.reasons
+    );
+    assert_eq!(gpu0.verdict, Verdict::Error);
+    assert!(!codes(&r).contains(&Code::ComputeSlow));
+    assert_no_hardware_action(&r);
+}
+
+#[test]
+fn where_sharing_is_allowed_a_short_figure_says_it_may_reflect_the_sharing() {
+    let r = report(
+        "gpus=2,model=H200,pidns=1,proc=1:4242:python3:10240:0.5",
+        true,
+    );
+    assert_eq!(r.verdict, Verdict::Warn, "{:#?}", r.failures);
+    assert_eq!(r.action, Action::Rerun);
+    let reasons = all_reasons(&r);
+    assert!(reasons.iter().any(|x| x.code == Code::GpuBusyAllowed));
+    let excused = reasons
+        .iter()
+        .find(|x| x.code == Code::FigureWhileBusy)
+        .expect("an excused figure");
+    assert!(
+        excused
+            .message
+            .contains("this figure may reflect the sharing"),
+        "{}",
+        excused.message
+    );
+    assert_no_hardware_action(&r);
+}
+
+#[test]
+fn memory_held_by_a_hidden_process_is_busy_though_every_figure_passes() {
+    let r = report("gpus=2,model=H200,pidns=1,proc=0:4242:python3:8192", false);
+    let gpu0 = &r.gpus[0];
+    assert!(
+        gpu0.reasons
+            .iter()
+            .any(|x| x.code == Code::GpuBusy && x.message.contains("8192 MiB")),
+        "{:?}",
+        gpu0.reasons
+    );
+    assert!(
+        !gpu0
+            .reasons
+            .iter()
+            .any(|x| x.message.contains("utilisation")),
+        "an idle holder shows no load: {:?}",
+        gpu0.reasons
+    );
+    assert!(!codes(&r).contains(&Code::FigureWhileBusy));
+    assert_eq!(r.gpus[1].verdict, Verdict::Pass);
+}
+
+#[test]
+fn a_healthy_node_run_the_pods_way_does_not_see_itself_as_busy() {
+    let r = report("gpus=4,model=H200,pidns=1", false);
+    assert_eq!(r.verdict, Verdict::Pass, "{:#?}", r.failures);
+    assert!(!codes(&r).iter().any(|c| c.is_busy()));
+}
