@@ -31,9 +31,12 @@ use crate::judge::{AnyResult, Code, Says, push_unique, verdict_of};
 pub const UNLISTED_SLACK_MIB: u64 = 384;
 /// Mean utilisation in an idle probe's window from which the GPU counts as busy, percent.
 pub const IDLE_BUSY_PERCENT: u32 = 10;
-/// How long an idle probe collects utilisation samples on a real GPU (NVML samples it several
+/// How long an idle probe collects utilisation samples on a real GPU (NVML samples it about five
 /// times a second).
-pub const IDLE_WINDOW: Duration = Duration::from_millis(700);
+pub const IDLE_WINDOW: Duration = Duration::from_millis(1000);
+/// The start of an idle probe's window whose samples are not counted: a sample taken just after
+/// a check ended covers the end of that check's own kernels.
+pub const IDLE_SETTLE: Duration = Duration::from_millis(300);
 
 /// What was seen of other work on one GPU over the run.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -101,8 +104,9 @@ impl BusyLog {
     /// [`BusyLog::observe`], and any utilisation in the window is someone else's.
     pub fn observe_idle(&mut self, gpu: u32, when: &str, occ: &Occupancy) {
         self.observe(gpu, when, occ);
+        // Two samples at least: one sample may straddle the end of the agent's own work.
         let n = occ.utilization.len() as u64;
-        let mean = (n > 0).then(|| occ.utilization.iter().map(|u| u64::from(*u)).sum::<u64>() / n);
+        let mean = (n >= 2).then(|| occ.utilization.iter().map(|u| u64::from(*u)).sum::<u64>() / n);
         let busy_sm: Vec<(u32, u32)> = occ
             .process_sm
             .iter()
@@ -205,7 +209,8 @@ fn evidence(seen: &Seen) -> String {
 }
 
 /// Reads every GPU twice, [`IDLE_WINDOW`] apart on a real GPU (`window`), while the agent runs
-/// nothing on them, into `log` as seen at `when`. A GPU NVML cannot read adds nothing.
+/// nothing on them, into `log` as seen at `when`; the utilisation samples counted are those
+/// taken after the window's first [`IDLE_SETTLE`]. A GPU NVML cannot read adds nothing.
 pub fn probe_idle(
     platform: &dyn Platform,
     gpus: &[GpuInfo],
@@ -213,7 +218,7 @@ pub fn probe_idle(
     window: Duration,
     log: &Mutex<BusyLog>,
 ) {
-    let since = SystemTime::now();
+    let since = SystemTime::now() + IDLE_SETTLE.min(window);
     let first: Vec<_> = gpus
         .iter()
         .map(|g| (g.index, platform.occupancy(g.index, since)))
@@ -371,6 +376,11 @@ mod tests {
         let mut log = BusyLog::default();
         log.observe_idle(2, "before compute", &occ(0, Some(0), &[0, 4, 2]));
         assert!(log.busy_gpus().is_empty(), "noise under 10%");
+        log.observe_idle(2, "before compute", &occ(0, Some(0), &[95]));
+        assert!(
+            log.busy_gpus().is_empty(),
+            "one sample may be the agent's own last kernels"
+        );
         log.observe_idle(2, "before compute", &occ(0, Some(0), &[90, 100, 100]));
         log.observe_idle(2, "after the checks", &occ(0, Some(0), &[100, 100, 100]));
         assert_eq!(log.busy_gpus(), vec![2]);
