@@ -208,7 +208,6 @@ DEBS=/tmp/gpuval-debs
 if ls .device-carry/deb/*.deb >/dev/null 2>&1; then
   mkdir -p "$DEBS"
   for deb in .device-carry/deb/*.deb; do dpkg -x "$deb" "$DEBS"; done
-  export LD_LIBRARY_PATH=$DEBS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 if [ -z "${NVBANDWIDTH:-}" ] && [ -d "$NVBANDWIDTH_SRC" ]; then
   if [ -z "$NVCC" ]; then
@@ -270,7 +269,9 @@ if [ -n "${NVBANDWIDTH:-}" ] && [ -x "$NVBANDWIDTH" ]; then
   tests=(host_to_device_memcpy_ce device_to_host_memcpy_ce)
   [ "$GPUS" -ge 2 ] && tests+=(device_to_device_memcpy_write_ce device_to_device_bidirectional_memcpy_write_ce)
   for t in "${tests[@]}"; do
-    step "nvbandwidth-$t" 90 "$RAW/nvbandwidth-$t.txt" "$NVBANDWIDTH" -t "$t"
+    step "nvbandwidth-$t" 90 "$RAW/nvbandwidth-$t.txt" \
+      env LD_LIBRARY_PATH="$DEBS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      "$NVBANDWIDTH" -t "$t"
   done
 else
   echo "pytorch bench/link_ref.py (nvbandwidth: ${NVBANDWIDTH:-not given}${NVBANDWIDTH:+, not executable})" >"$RAW/links-ref.txt"
