@@ -299,11 +299,11 @@ def training_figures(run, report, _step):
                    (ref or {}).get("samples_per_s_per_gpu"), "pytorch DDP", why)]
 
 
-# The io step runs the agent (each way) and the reference in turn IO_ROUNDS times on the same
-# directory (agent-io, fio-io, pod-agent-io, agent-io-2, fio-io-2, pod-agent-io-2; dd-io in older
-# runs): a VM's disk varies from one second to the next, so each side is taken at its best of its
-# rounds, the same rule for all.
-IO_ROUNDS = 2
+# The io step runs the agent (each way) and the reference in turn, up to IO_ROUNDS rounds on the
+# same directory (agent-io, fio-io, pod-agent-io, then -2 and -3 with each side first in one
+# round; dd-io and two rounds in older runs): a VM's disk varies from one second to the next, so
+# each side is taken at its best of its rounds, the same rule for all.
+IO_ROUNDS = 3
 
 
 def io_rounds(run, stem):
