@@ -6,7 +6,8 @@
 //! [`render`] and [`fabric`] → [`checks`] (one folder per check; `checks/mod.rs` lists them) →
 //! [`check`] (the contract, the shared fan-out, flag overrides) → [`backend`] (CUDA/NVML and
 //! simulated plumbing), [`api_retry`], [`judge`], [`run_control`], [`text`], [`profiles`],
-//! [`link_floors`], [`telemetry`], [`report`], [`test_hooks`] → [`pci`]. The table is kept in
+//! [`link_floors`], [`telemetry`], [`report`], [`test_hooks`], [`worker`], [`pod_resources`] →
+//! [`pci`], [`host_identity`]. The table is kept in
 //! `agent/tests/layers.rs`, whose test fails on an import from a higher layer (no exceptions).
 
 pub mod api_retry;
@@ -21,6 +22,7 @@ pub mod judge;
 pub mod k8s;
 pub mod link_floors;
 pub mod pci;
+pub mod pod_resources;
 pub mod profiles;
 pub mod render;
 pub mod report;

@@ -128,6 +128,10 @@ struct RunArgs {
     /// are shared on purpose; the figures may be lower than the GPUs can reach).
     #[arg(long, env = "GPUVAL_ALLOW_SHARED_GPUS")]
     allow_shared_gpus: bool,
+    /// The kubelet's PodResources socket (on a Kubernetes node, usually
+    /// /var/lib/kubelet/pod-resources/kubelet.sock): a GPU found busy names the pods that hold it.
+    #[arg(long, env = "GPUVAL_POD_RESOURCES_SOCKET", value_name = "SOCKET")]
+    pod_resources_socket: Option<PathBuf>,
     /// Write the JSON report here.
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
@@ -322,6 +326,13 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
     };
     plan.nccl_log_dir = a.overrides.flags.nccl.log_dir.clone();
     plan.allow_shared_gpus = a.allow_shared_gpus;
+    plan.pod_resources =
+        a.pod_resources_socket
+            .clone()
+            .map(|socket| gpuval_agent::pod_resources::PodResources {
+                socket,
+                own_pod: None,
+            });
     plan.node = std::env::var("NODE_NAME").ok().or_else(backend::hostname);
     let report = runner::run(&be, &plan, &stop, &|line| eprintln!("{line}"));
     let json = serde_json::to_string_pretty(&report)

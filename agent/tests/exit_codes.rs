@@ -77,3 +77,42 @@ fn an_unreadable_settings_file_exits_2() {
     );
     assert!(report.is_none());
 }
+
+/// `--gpus` naming a GPU the host does not have is bad input, not a node without GPUs (which
+/// would recommend RebootNode): exit 2 before any check, naming the GPUs the host has.
+#[test]
+fn a_gpu_the_host_does_not_have_is_bad_input_naming_the_ones_it_has() {
+    let (o, report) = run("gpus=2", &["--gpus", "1,7"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(report.is_none(), "no run, no report");
+    let err = stderr(&o);
+    assert!(
+        err.contains("--gpus 1,7: this host has no GPU 7; its GPUs are 0, 1"),
+        "{err}"
+    );
+    let (o, report) = run("gpus=2", &["--gpus", "1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        report.expect("a report")["gpus"].as_array().map(Vec::len),
+        Some(1)
+    );
+}
+
+/// A neighbour on GPU 1 that the agent's PID namespace hides (as in a pod): the GPU is busy, the
+/// run asks for a rerun (exit 1, action Rerun), and nothing recommends a hardware action.
+#[test]
+fn a_hidden_neighbour_is_busy_with_a_rerun_never_a_hardware_action() {
+    let (o, report) = run("gpus=2,pidns=1,proc=1:4242:python3:20480:0.5", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let report = report.expect("a report");
+    assert_eq!(report["verdict"], "Error");
+    assert_eq!(report["action"], "Rerun");
+    let codes: Vec<&str> = report["gpus"][1]["reasons"]
+        .as_array()
+        .expect("GPU1's reasons")
+        .iter()
+        .filter_map(|r| r["code"].as_str())
+        .collect();
+    assert!(codes.contains(&"GpuBusy"), "{codes:?}");
+    assert!(!codes.contains(&"MemoryBandwidthLow"), "{codes:?}");
+}

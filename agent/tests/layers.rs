@@ -29,6 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "report",
             "test_hooks",
             "worker",
+            "pod_resources",
         ],
     ),
     ("hardware names", &["pci", "host_identity"]),

@@ -195,6 +195,9 @@ pub mod agent_env {
     /// `true`: a process that is not the agent's on a GPU under test is a Warn, not a Fail
     /// (the administrator allows shared GPUs).
     pub const ALLOW_SHARED_GPUS: &str = "GPUVAL_ALLOW_SHARED_GPUS";
+    /// Optional: the kubelet's PodResources socket, where the administrator mounted it (Helm
+    /// `agent.podResources`): a busy GPU's finding names the pods that hold it.
+    pub const POD_RESOURCES_SOCKET: &str = "GPUVAL_POD_RESOURCES_SOCKET";
     /// Optional: the longest random delay, in milliseconds, before the agent writes its result
     /// (the operator's `--agent-result-jitter-seconds`).
     pub const RESULT_JITTER_MS: &str = "GPUVAL_RESULT_JITTER_MS";

@@ -36,6 +36,9 @@ pub struct OperatorConfig {
     /// A process that is not the agent's on a GPU under test is a Warn, not a Fail (the
     /// administrator shares GPUs on purpose): `GPUVAL_ALLOW_SHARED_GPUS` in agent pods.
     pub agent_allow_shared_gpus: bool,
+    /// Agent pods mount the kubelet's PodResources socket (read-only) and run as uid 0 with no
+    /// capabilities, so that a busy GPU's finding names the pods that hold it.
+    pub agent_pod_resources: bool,
     /// The time schedules and admission decide with: the system clock, or one a test moves.
     pub clock: crate::schedule::Clock,
     /// What gives agent pods the fabric for `spec.fabric` (the administrator's, never a
@@ -132,6 +135,7 @@ impl Default for OperatorConfig {
             api_burst: 100,
             agent_result_jitter: std::time::Duration::ZERO,
             agent_allow_shared_gpus: false,
+            agent_pod_resources: false,
             fabric: FabricPods::default(),
             clock: crate::schedule::Clock::system(),
             simulated_acts_on_nodes: false,

@@ -111,6 +111,11 @@ struct Args {
     /// (GPUs shared on purpose; figures may be lower than the GPUs can reach).
     #[arg(long, env = "GPUVAL_AGENT_ALLOW_SHARED_GPUS")]
     agent_allow_shared_gpus: bool,
+    /// Agent pods mount the kubelet's PodResources socket (read-only) and run as root with no
+    /// capabilities to open it: a GPU found busy names the pods that hold it. Outside Pod
+    /// Security `restricted` (a hostPath, uid 0).
+    #[arg(long, env = "GPUVAL_AGENT_POD_RESOURCES")]
+    agent_pod_resources: bool,
     /// How agent pods get their GPUs: auto (Dynamic Resource Allocation on nodes whose GPUs
     /// the DRA driver publishes in ResourceSlices, nvidia.com/gpu elsewhere),
     /// extendedResource, or dra.
@@ -231,6 +236,7 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
         api_burst: a.api_burst.max(1),
         agent_result_jitter: std::time::Duration::from_secs(a.agent_result_jitter_seconds),
         agent_allow_shared_gpus: a.agent_allow_shared_gpus,
+        agent_pod_resources: a.agent_pod_resources,
         fabric: config::FabricPods {
             host_network: a.fabric_host_network,
             resources: parse_each(&a.fabric_resources, config::parse_resource)?,

@@ -141,6 +141,9 @@ fn container_env(gv: &GpuValidation, cfg: &OperatorConfig) -> Vec<EnvVar> {
     if cfg.agent_allow_shared_gpus {
         envs.push(env(agent_env::ALLOW_SHARED_GPUS, "true"));
     }
+    if cfg.agent_pod_resources {
+        envs.push(env(agent_env::POD_RESOURCES_SOCKET, POD_RESOURCES_SOCKET));
+    }
     envs.extend(cfg.agent_env.iter().map(|(k, v)| env(k, v.clone())));
     envs
 }
@@ -218,6 +221,44 @@ fn infiniband_volume(gv: &GpuValidation, cfg: &OperatorConfig) -> Option<(Volume
         ..Default::default()
     };
     Some((volume, mount))
+}
+
+/// Where the kubelet serves its PodResources API (the same path in the agent container).
+pub const POD_RESOURCES_DIR: &str = "/var/lib/kubelet/pod-resources";
+/// The socket in [`POD_RESOURCES_DIR`].
+pub const POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+/// The kubelet's PodResources directory, read-only, when the administrator opted in
+/// (`agent.podResources`): a GPU found busy then names the pods that hold it.
+fn pod_resources_volume(cfg: &OperatorConfig) -> Option<(Volume, VolumeMount)> {
+    if !cfg.agent_pod_resources {
+        return None;
+    }
+    let volume = Volume {
+        name: "pod-resources".into(),
+        host_path: Some(HostPathVolumeSource {
+            path: POD_RESOURCES_DIR.into(),
+            type_: Some("Directory".into()),
+        }),
+        ..Default::default()
+    };
+    let mount = VolumeMount {
+        name: "pod-resources".into(),
+        mount_path: POD_RESOURCES_DIR.into(),
+        read_only: Some(true),
+        ..Default::default()
+    };
+    Some((volume, mount))
+}
+
+/// The kubelet makes its PodResources socket root's alone: with the socket mounted, the agent
+/// runs as uid 0, every capability still dropped and escalation still refused.
+fn with_pod_resources_user(mut sc: SecurityContext, cfg: &OperatorConfig) -> SecurityContext {
+    if cfg.agent_pod_resources && !cfg.agent_privileged {
+        sc.run_as_user = Some(0);
+        sc.run_as_non_root = Some(false);
+    }
+    sc
 }
 
 fn shm_volume(gv: &GpuValidation) -> Option<(Volume, VolumeMount)> {
@@ -348,11 +389,12 @@ fn runtime_default_seccomp() -> SeccompProfile {
     }
 }
 
-/// The agent pod's own security context: not root, the runtime's seccomp profile (Pod
-/// Security `restricted`), unless the admin opted into privileged.
-fn pod_security_context(privileged: bool) -> Option<PodSecurityContext> {
+/// The agent pod's own security context: not root (unless `root`: the PodResources socket
+/// asks for uid 0), the runtime's seccomp profile (Pod Security `restricted`), unless the admin
+/// opted into privileged.
+fn pod_security_context(privileged: bool, root: bool) -> Option<PodSecurityContext> {
     (!privileged).then(|| PodSecurityContext {
-        run_as_non_root: Some(true),
+        run_as_non_root: (!root).then_some(true),
         seccomp_profile: Some(runtime_default_seccomp()),
         ..Default::default()
     })
@@ -367,6 +409,7 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
         .chain(io_volume(cfg))
         .chain(shm_volume(gv))
         .chain(infiniband_volume(gv, cfg))
+        .chain(pod_resources_volume(cfg))
         .unzip();
     let container = Container {
         name: "agent".into(),
@@ -375,9 +418,8 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
         args: Some(vec!["k8s".into()]),
         env: Some(container_env(gv, cfg)),
         resources: Some(with_fabric_resources(resources(gpus), gv, cfg)),
-        security_context: Some(with_fabric_capabilities(
-            security_context(cfg.agent_privileged),
-            gv,
+        security_context: Some(with_pod_resources_user(
+            with_fabric_capabilities(security_context(cfg.agent_privileged), gv, cfg),
             cfg,
         )),
         volume_mounts: (!mounts.is_empty()).then_some(mounts),
@@ -402,7 +444,7 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
             affinity: Some(pinned_to(node)),
             tolerations: Some(tolerations(cfg)),
             containers: vec![container],
-            security_context: pod_security_context(cfg.agent_privileged),
+            security_context: pod_security_context(cfg.agent_privileged, cfg.agent_pod_resources),
             volumes: (!volumes.is_empty()).then_some(volumes),
             host_network: (gv.spec.fabric.is_some() && cfg.fabric.host_network).then_some(true),
             dns_policy: (gv.spec.fabric.is_some() && cfg.fabric.host_network)
@@ -549,6 +591,78 @@ mod tests {
         assert!(mounts.iter().any(|m| m.mount_path == "/dev/shm"));
         let sc = spec.containers[0].security_context.as_ref().unwrap();
         assert_ne!(sc.privileged, Some(true));
+    }
+
+    #[test]
+    fn the_pod_resources_socket_is_mounted_read_only_only_when_the_admin_opts_in() {
+        let plain = agent_pod(&gv(), "gpu-a", 8, &OperatorConfig::default());
+        let spec = plain.spec.as_ref().unwrap();
+        assert!(
+            !spec
+                .volumes
+                .iter()
+                .flatten()
+                .any(|v| v.name == "pod-resources")
+        );
+        let c = &spec.containers[0];
+        assert!(
+            !c.env
+                .iter()
+                .flatten()
+                .any(|e| e.name == agent_env::POD_RESOURCES_SOCKET)
+        );
+        assert_eq!(
+            spec.security_context.as_ref().unwrap().run_as_non_root,
+            Some(true)
+        );
+
+        let cfg = OperatorConfig {
+            agent_pod_resources: true,
+            ..OperatorConfig::default()
+        };
+        let pod = agent_pod(&gv(), "gpu-a", 8, &cfg);
+        let spec = pod.spec.as_ref().unwrap();
+        let v = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "pod-resources")
+            .expect("the kubelet's directory");
+        assert_eq!(
+            v.host_path.as_ref().map(|h| h.path.as_str()),
+            Some(POD_RESOURCES_DIR)
+        );
+        let c = &spec.containers[0];
+        let m = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == "pod-resources")
+            .expect("mounted");
+        assert_eq!(m.read_only, Some(true));
+        let socket = c
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == agent_env::POD_RESOURCES_SOCKET)
+            .and_then(|e| e.value.as_deref());
+        assert_eq!(socket, Some(POD_RESOURCES_SOCKET));
+        // uid 0 to open the kubelet's root-only socket, and nothing more: every capability
+        // dropped, no escalation, read-only root, the runtime's seccomp profile.
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!((sc.run_as_user, sc.run_as_non_root), (Some(0), Some(false)));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(
+            sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+            Some(vec!["ALL".to_string()])
+        );
+        let psc = spec.security_context.as_ref().unwrap();
+        assert_eq!(psc.run_as_non_root, None);
+        assert_eq!(
+            psc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+            Some("RuntimeDefault")
+        );
     }
 
     #[test]

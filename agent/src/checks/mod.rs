@@ -86,6 +86,9 @@ pub struct Plan {
     pub allow_shared_gpus: bool,
     /// Each GPU's baseline from its own past: a figure too far below it is a Warn.
     pub baselines: Option<gpuval_crds::baseline::Baselines>,
+    /// The kubelet's PodResources API, where the administrator mounted it: a busy GPU's
+    /// finding names the pods that hold it.
+    pub pod_resources: Option<crate::pod_resources::PodResources>,
 }
 
 impl Plan {
@@ -106,6 +109,7 @@ impl Plan {
             overrides: Vec::new(),
             allow_shared_gpus: false,
             baselines: None,
+            pod_resources: None,
         }
     }
 

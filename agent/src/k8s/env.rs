@@ -65,6 +65,8 @@ pub struct AgentEnv {
     /// Each GPU's baseline from its own earlier runs (`GPUVAL_BASELINES`, JSON); None when
     /// the pod names none.
     pub baselines: Option<gpuval_crds::baseline::Baselines>,
+    /// The kubelet's PodResources socket (`GPUVAL_POD_RESOURCES_SOCKET`), where mounted.
+    pub pod_resources_socket: Option<PathBuf>,
 }
 
 impl AgentEnv {
@@ -137,6 +139,7 @@ impl AgentEnv {
         let state_dir = optional(agent_env::STATE_DIR).map(PathBuf::from);
         let pod_uid = optional(agent_env::POD_UID);
         let fabric_key_file = optional(agent_env::FABRIC_KEY_FILE).map(PathBuf::from);
+        let pod_resources_socket = optional(agent_env::POD_RESOURCES_SOCKET).map(PathBuf::from);
         let allow_shared_gpus = optional(agent_env::ALLOW_SHARED_GPUS)
             .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
 
@@ -170,6 +173,7 @@ impl AgentEnv {
             allow_shared_gpus,
             fabric_key_file,
             baselines,
+            pod_resources_socket,
         })
     }
 }

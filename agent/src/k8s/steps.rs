@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::api_retry::{Backoff, Budget, FIRST_BACKOFF, seed_of};
 use crate::backend::{self, BackendChoice, BackendError};
+use crate::pod_resources::PodResources;
 use crate::report;
 use crate::runner::{self, Plan};
 use crate::saved_result::{self, SavedResult};
@@ -205,6 +206,10 @@ pub(super) fn start_checks(
     plan.io_dir = env.io_dir.clone();
     plan.allow_shared_gpus = env.allow_shared_gpus;
     plan.baselines = env.baselines.clone();
+    plan.pod_resources = env.pod_resources_socket.clone().map(|socket| PodResources {
+        socket,
+        own_pod: Some(format!("{}/{}", env.namespace, env.pod_name)),
+    });
     let choice = env.backend.clone();
     tokio::task::spawn_blocking(move || {
         let backend = match backend::open(&choice) {

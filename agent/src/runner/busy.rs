@@ -25,6 +25,7 @@ use gpuval_crds::{GpuReport, NodeReport, Verdict};
 
 use crate::backend::{GpuInfo, Occupancy, Platform};
 use crate::judge::{AnyResult, Code, Says, push_unique, verdict_of};
+use crate::pod_resources::PodResources;
 
 /// Memory in use beyond what the listed processes hold that still counts as nobody's: the
 /// driver's own bookkeeping and the gap between the device's figure and the processes' sums.
@@ -143,8 +144,17 @@ impl BusyLog {
     }
 
     /// Adds a [`Code::GpuBusy`] finding (or [`Code::GpuBusyAllowed`] where sharing is allowed)
-    /// to each GPU other work was seen on, naming what was seen and when.
-    pub fn judge(&self, allow_shared: bool, gpus: &mut [GpuReport]) {
+    /// to each GPU other work was seen on, naming what was seen and when, and, where the
+    /// kubelet's PodResources API is given, the pods that hold the GPU.
+    pub fn judge(
+        &self,
+        allow_shared: bool,
+        pod_resources: Option<&PodResources>,
+        gpus: &mut [GpuReport],
+    ) {
+        let held = pod_resources
+            .filter(|_| !self.busy_gpus().is_empty())
+            .map(|p| (p, p.list()));
         for g in gpus {
             let Some(seen) = u32::try_from(g.index)
                 .ok()
@@ -165,15 +175,42 @@ impl BusyLog {
                      on it) and rerun",
                 )
             };
+            let holders = held
+                .as_ref()
+                .map(|(p, listed)| who_holds(p, listed, g))
+                .unwrap_or_default();
             let message = format!(
                 "GPU{} was busy with other work that the agent cannot see as a process (it \
-                 runs in its own PID namespace, or NVML withholds it): {}; {what_to_do}",
+                 runs in its own PID namespace, or NVML withholds it): {}{holders}; {what_to_do}",
                 g.index,
                 evidence(seen)
             );
             push_unique(&mut g.reasons, [code.says(message)]);
             g.verdict = g.verdict.max(code.severity().verdict());
         }
+    }
+}
+
+/// `; the kubelet lists pod ml/trainer-0 (container main) holding it`, or why it cannot say.
+fn who_holds(
+    p: &PodResources,
+    listed: &Result<Vec<crate::pod_resources::HeldDevice>, crate::pod_resources::PodResourcesError>,
+    g: &GpuReport,
+) -> String {
+    let index = u32::try_from(g.index).unwrap_or(u32::MAX);
+    match listed {
+        Ok(held) => {
+            let pods = crate::pod_resources::holders(held, &g.uuid, index, p.own_pod.as_deref());
+            match pods.as_slice() {
+                [] => "; the kubelet lists no other pod holding it (the work runs outside \
+                       Kubernetes' device accounting: a host process, or a container given the \
+                       GPU without asking for it)"
+                    .to_string(),
+                [one] => format!("; the kubelet lists pod {one} holding it"),
+                many => format!("; the kubelet lists pods {} holding it", many.join(", ")),
+            }
+        }
+        Err(e) => format!("; which pod holds it is unknown: {e}"),
     }
 }
 
@@ -337,7 +374,7 @@ mod tests {
             verdict: Verdict::Pass,
             ..Default::default()
         }];
-        log.judge(false, &mut gpus);
+        log.judge(false, None, &mut gpus);
         assert_eq!(gpus[0].verdict, Verdict::Error);
         assert!(
             gpus[0].reasons[0]
@@ -388,7 +425,7 @@ mod tests {
             index: 2,
             ..Default::default()
         }];
-        log.judge(true, &mut gpus);
+        log.judge(true, None, &mut gpus);
         let r = &gpus[0].reasons[0];
         assert_eq!(r.code, Code::GpuBusyAllowed);
         assert!(
@@ -402,13 +439,48 @@ mod tests {
     }
 
     #[test]
+    fn the_pods_the_kubelet_lists_on_a_busy_gpu_are_named_and_the_agents_own_is_not() {
+        let p = PodResources {
+            socket: "/unused".into(),
+            own_pod: Some("gpuval/agent-n1".into()),
+        };
+        let held = |ns: &str, pod: &str, id: &str| crate::pod_resources::HeldDevice {
+            namespace: ns.into(),
+            pod: pod.into(),
+            container: "main".into(),
+            resource: "nvidia.com/gpu".into(),
+            device_id: id.into(),
+        };
+        let g = GpuReport {
+            index: 1,
+            uuid: "GPU-bbb".into(),
+            ..Default::default()
+        };
+        let listed = Ok(vec![
+            held("gpuval", "agent-n1", "GPU-bbb"),
+            held("ml", "trainer-0", "GPU-bbb::2"),
+        ]);
+        assert_eq!(
+            who_holds(&p, &listed, &g),
+            "; the kubelet lists pod ml/trainer-0 (container main) holding it"
+        );
+        let none = Ok(vec![held("gpuval", "agent-n1", "GPU-bbb")]);
+        assert!(who_holds(&p, &none, &g).starts_with("; the kubelet lists no other pod"));
+        let failed = Err(crate::pod_resources::PodResourcesError::Call("boom".into()));
+        assert_eq!(
+            who_holds(&p, &failed, &g),
+            "; which pod holds it is unknown: the kubelet's PodResources List call failed: boom"
+        );
+    }
+
+    #[test]
     fn a_process_nvml_samples_on_the_sms_while_the_agent_is_idle_is_named_by_pid() {
         let mut log = BusyLog::default();
         let mut o = occ(0, Some(0), &[]);
         o.process_sm = vec![(777_001, 85), (777_002, 3)];
         log.observe_idle(0, "after the checks", &o);
         let mut gpus = vec![GpuReport::default()];
-        log.judge(false, &mut gpus);
+        log.judge(false, None, &mut gpus);
         let m = &gpus[0].reasons[0].message;
         assert!(
             m.contains("NVML sampled pid 777001 at 85% of the SMs"),

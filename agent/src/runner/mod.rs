@@ -270,7 +270,11 @@ fn measure_and_judge(
     foreign.read(platform, stage.gpus, &owner, Phase::After);
     foreign.judge(plan.allow_shared_gpus, &mut report.gpus);
     let busy = busy.into_inner().unwrap_or_else(|p| p.into_inner());
-    busy.judge(plan.allow_shared_gpus, &mut report.gpus);
+    busy.judge(
+        plan.allow_shared_gpus,
+        plan.pod_resources.as_ref(),
+        &mut report.gpus,
+    );
     busy::excuse_sharing(report, plan.allow_shared_gpus);
 }
 

@@ -62,6 +62,15 @@ use crate::worker::supervise::{self, Launch};
 
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
+/// How long a sweep process may say nothing before it is killed: the collective timeout plus
+/// the request's setup allowance (the fabric's), else plus [`crate::worker::SILENCE_GRACE`].
+fn sweep_silence_limit(req: &NcclRequest) -> Duration {
+    match req.setup_allowance {
+        Some(a) => req.sweep.timeout() + a,
+        None => silence_limit(req.sweep.timeout()),
+    }
+}
+
 /// Runs the check on real GPUs: the sweep with NCCL's default transports, then (when asked)
 /// the same with peer-to-peer off, each in a child process of this executable.
 pub fn run(req: &NcclRequest, ctl: &RunControl<'_>) -> Result<NcclOutcome, BackendError> {
@@ -90,10 +99,7 @@ pub fn run_with(
             subcommand: child::SUBCOMMAND,
             what: child::WHAT,
             env: sweep_env(req, &found, dir.path(), &log, extra),
-            silence_limit: req.setup_allowance.map_or_else(
-                || silence_limit(req.sweep.timeout()),
-                |a| req.sweep.timeout() + a,
-            ),
+            silence_limit: sweep_silence_limit(req),
             stop_grace: STOP_GRACE,
         };
         let result: Result<SweepOutcome, _> = supervise::run(&launch, &req.sweep, ctl);
@@ -193,6 +199,21 @@ mod tests {
     use super::*;
     use crate::checks::nccl::request::RankGpu;
     use gpuval_crds::NcclCheck;
+
+    #[test]
+    fn a_silent_sweep_is_killed_at_its_collective_timeout_plus_a_short_grace() {
+        let spec = NcclCheck::default();
+        let mut req = NcclRequest::from_spec(&spec, &[]);
+        let timeout = req.sweep.timeout();
+        assert_eq!(
+            sweep_silence_limit(&req),
+            timeout + crate::worker::SILENCE_GRACE
+        );
+        assert!(sweep_silence_limit(&req) <= timeout + Duration::from_secs(30));
+        // The fabric's rounds give their own allowance.
+        req.setup_allowance = Some(Duration::from_secs(30));
+        assert_eq!(sweep_silence_limit(&req), timeout + Duration::from_secs(30));
+    }
 
     #[test]
     fn the_agent_s_own_nccl_settings_win_over_the_validation_s() {

@@ -46,20 +46,26 @@ pub fn run(
             library::library_path_with(dir.path()),
         ));
     }
-    let launch = Launch {
-        exe,
-        subcommand: SUBCOMMAND,
-        what: WHAT,
-        env,
-        silence_limit: crate::worker::silence_limit(req.timeout),
-        stop_grace: STOP_GRACE,
-    };
+    let launch = launch(exe, env, req);
     let job = Job {
         req: req.clone(),
         gpus: gpus.to_vec(),
     };
     let result = supervise::run(&launch, &job, ctl);
     with_nccl_warning(result, &log)
+}
+
+/// How the training process is started and watched: killed when it says nothing for its step
+/// timeout plus [`crate::worker::SILENCE_GRACE`].
+fn launch(exe: std::path::PathBuf, env: Vec<(String, String)>, req: &TrainingRequest) -> Launch {
+    Launch {
+        exe,
+        subcommand: SUBCOMMAND,
+        what: WHAT,
+        env,
+        silence_limit: crate::worker::silence_limit(req.timeout),
+        stop_grace: STOP_GRACE,
+    }
 }
 
 /// The outcome with NCCL's first logged warning added to its error, where it logged one.
@@ -124,6 +130,14 @@ mod tests {
         assert_eq!(clean.error, None, "no error, nothing added");
         let none = with_nccl_warning(Err(BackendError::Stopped), &dir.path().join("absent"));
         assert!(matches!(none, Err(BackendError::Stopped)));
+    }
+
+    #[test]
+    fn a_silent_training_process_is_killed_at_its_step_timeout_plus_a_short_grace() {
+        let req = TrainingRequest::from_spec(&gpuval_crds::TrainingCheck::default());
+        let l = launch("/bin/false".into(), Vec::new(), &req);
+        assert_eq!(l.silence_limit, req.timeout + crate::worker::SILENCE_GRACE);
+        assert!(l.silence_limit <= req.timeout + Duration::from_secs(30));
     }
 
     #[test]
