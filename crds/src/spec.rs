@@ -57,11 +57,25 @@ pub const MAX_EXACT_INTEGER: i64 = (1 << 53) - 1;
         json_path = ".status.nodes[0].name"
     ),
     printcolumn(
+        name = "Fabric",
+        type_ = "string",
+        priority = 1,
+        description = "The fabric test between nodes: its phase",
+        json_path = ".status.fabric.phase"
+    ),
+    printcolumn(
+        name = "Fabric-Named",
+        type_ = "string",
+        priority = 1,
+        description = "The nodes the fabric test named at fault",
+        json_path = ".status.fabric.failedNodes"
+    ),
+    printcolumn(
         name = "Message",
         type_ = "string",
         priority = 1,
-        description = "Why the first node did not pass",
-        json_path = ".status.nodes[0].message"
+        description = "The Ready condition's message: why the run passed, failed or waits (also when it failed before any node ran)",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message"
     ),
     printcolumn(
         name = "Age",

@@ -34,6 +34,55 @@ pub fn error_message(e: &anyhow::Error) -> Option<String> {
     Some(format!("error: {e:#}"))
 }
 
+/// `--timeout` as kubectl takes it: a duration (`90s`, `5m`, `1h30m`), or whole seconds.
+pub fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    if let Ok(secs) = s.trim().parse::<u64>() {
+        return Ok(std::time::Duration::from_secs(secs));
+    }
+    s.parse::<gpuval_crds::duration::Duration>()
+        .map(|d| d.as_std())
+        .map_err(|e| format!("{e} (a duration like 90s, 5m or 1h30m, or whole seconds)"))
+}
+
+/// What `wait` prints once the run settled: `gpuvalidation.gpuval.io/NAME Failed: why`.
+pub fn settled_line(gv: &GpuValidation) -> String {
+    let name = gv.metadata.name.as_deref().unwrap_or_default();
+    let status = gv.status.as_ref();
+    let phase = status
+        .and_then(|s| s.phase)
+        .map_or("Pending", |p| p.as_str());
+    match status.and_then(crate::ready_message) {
+        Some(m) if phase != "Passed" => format!("gpuvalidation.gpuval.io/{name} {phase}: {m}\n"),
+        _ => format!("gpuvalidation.gpuval.io/{name} {phase}\n"),
+    }
+}
+
+/// Where `report` may write what: HTML to a terminal is refused unless asked for by name
+/// (Markdown, readable there, is written instead when no format was named).
+pub fn report_format(
+    asked: Option<ReportFormat>,
+    to_terminal: bool,
+) -> Result<ReportFormat, String> {
+    match (asked, to_terminal) {
+        (Some(ReportFormat::Html), true) => Err(
+            "refusing to write an HTML page to a terminal: write it to a file (-f report.html), \
+             or read it here as Markdown (-o markdown)"
+                .into(),
+        ),
+        (Some(f), _) => Ok(f),
+        (None, true) => Ok(ReportFormat::Markdown),
+        (None, false) => Ok(ReportFormat::Html),
+    }
+}
+
+/// The formats `report` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Html,
+    Markdown,
+    Json,
+}
+
 /// The exit code of a run in `phase`: [`FAILED`] once it failed, else [`OK`].
 pub fn exit_for(phase: Option<Phase>) -> u8 {
     if phase == Some(Phase::Failed) {
@@ -127,6 +176,59 @@ mod tests {
         );
         assert_eq!(exit_for(Some(Phase::Failed)), FAILED);
         assert_eq!(exit_for(Some(Phase::Running)), OK);
+    }
+
+    #[test]
+    fn timeouts_are_durations_as_kubectl_takes_them_or_whole_seconds() {
+        use std::time::Duration;
+        assert_eq!(parse_timeout("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_timeout("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_timeout("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_timeout("1800"), Ok(Duration::from_secs(1800)));
+        let e = parse_timeout("5 minutes").expect_err("not a duration");
+        assert!(
+            e.ends_with("(a duration like 90s, 5m or 1h30m, or whole seconds)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn html_never_goes_to_a_terminal_unless_a_file_takes_it() {
+        use ReportFormat::*;
+        assert_eq!(report_format(None, true), Ok(Markdown));
+        assert_eq!(report_format(None, false), Ok(Html));
+        assert_eq!(report_format(Some(Json), true), Ok(Json));
+        assert_eq!(report_format(Some(Html), false), Ok(Html));
+        let e = report_format(Some(Html), true).expect_err("refused");
+        assert!(e.contains("-f report.html"), "{e}");
+    }
+
+    #[test]
+    fn a_settled_run_that_did_not_pass_says_why_in_its_line() {
+        let mut failed = gv(1, 1, Some(Phase::Failed));
+        failed.metadata.name = Some("fabric".into());
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default());
+        if let Some(s) = failed.status.as_mut() {
+            gpuval_crds::conditions::set_condition(
+                &mut s.conditions,
+                gpuval_crds::conditions::READY,
+                false,
+                "NotConfigured",
+                "spec.fabric needs agent.fabric in the chart",
+                Some(1),
+                &now,
+            );
+        }
+        assert_eq!(
+            settled_line(&failed),
+            "gpuvalidation.gpuval.io/fabric Failed: spec.fabric needs agent.fabric in the chart\n"
+        );
+        let mut passed = gv(1, 1, Some(Phase::Passed));
+        passed.metadata.name = Some("quick".into());
+        assert_eq!(
+            settled_line(&passed),
+            "gpuvalidation.gpuval.io/quick Passed\n"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ pub mod cli;
 use std::collections::BTreeMap;
 
 use gpuval_crds::{GpuNodeResult, GpuValidation};
-use gpuval_view::{Document, NodeEntry, ValidationLine};
+use gpuval_view::{Document, FabricLine, NodeEntry, ValidationLine};
 use kube::ResourceExt;
 
 /// The document of validation `gv` from `results` (any results: those not owned by this
@@ -69,8 +69,45 @@ pub fn document(gv: &GpuValidation, results: &[GpuNodeResult]) -> Document {
                 .map(|r| format!("{} ({})", r.reason, r.count))
                 .collect(),
             selected: summary.selected,
+            message: ready_message(&status),
+            fabric: status.fabric.as_ref().map(fabric_line),
         }),
         nodes,
+    }
+}
+
+/// The Ready condition's message, whole.
+pub fn ready_message(status: &gpuval_crds::GpuValidationStatus) -> Option<String> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == gpuval_crds::conditions::READY)
+        .map(|c| c.message.clone())
+        .filter(|m| !m.is_empty())
+}
+
+/// The view's line of the fabric test, from the validation's status.
+fn fabric_line(f: &gpuval_crds::fabric::FabricStatus) -> FabricLine {
+    let gpuval_crds::fabric::FabricStatus {
+        phase,
+        nodes,
+        rounds,
+        bus_bandwidth_gbps,
+        tcp_min_gbps,
+        failed_nodes,
+        suspects,
+        ports: _,
+        message,
+    } = f;
+    FabricLine {
+        phase: phase.as_str().to_string(),
+        nodes: *nodes,
+        rounds: *rounds,
+        bus_gbps: *bus_bandwidth_gbps,
+        tcp_min_gbps: *tcp_min_gbps,
+        named: failed_nodes.clone(),
+        suspects: suspects.clone(),
+        message: message.clone(),
     }
 }
 

@@ -13,13 +13,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use gpuval_crds::{GpuNodeResult, GpuValidation, labels};
 use gpuval_view::{Document, Tolerance};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
-use kubectl_gpuval::cli;
+use kubectl_gpuval::cli::{self, ReportFormat};
 
 #[derive(Parser)]
 #[command(
@@ -46,11 +46,12 @@ enum Command {
     /// The tree validation -> nodes -> GPUs, with verdicts and first reasons (every validation
     /// when NAME is left out).
     Status { name: Option<String> },
-    /// One validation's results as one self-contained HTML page, Markdown or JSON.
+    /// One validation's results as one self-contained HTML page, Markdown or JSON (HTML by
+    /// default; Markdown when written to a terminal).
     Report {
         name: String,
-        #[arg(long, short = 'o', value_enum, default_value_t = Format::Html)]
-        output: Format,
+        #[arg(long, short = 'o', value_enum)]
+        output: Option<ReportFormat>,
         /// Write here instead of stdout.
         #[arg(long, short = 'f', value_name = "FILE")]
         file: Option<PathBuf>,
@@ -62,9 +63,9 @@ enum Command {
     /// Failed (at once when it already is), 2 after --timeout.
     Wait {
         name: String,
-        /// How long to wait (seconds).
-        #[arg(long, default_value_t = 1800)]
-        timeout: u64,
+        /// How long to wait: a duration (90s, 5m, 1h30m) or whole seconds.
+        #[arg(long, default_value = "30m", value_parser = cli::parse_timeout)]
+        timeout: Duration,
     },
     /// Run a validation again: a new validation `NAME-xxxxx` with the same spec (so that
     /// `diff NAME NAME-xxxxx` compares the two), on the named nodes only with --node.
@@ -109,13 +110,6 @@ enum Command {
     },
     /// A GPU's figures over time, from its certificates.
     History { gpu_uuid: String },
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Format {
-    Html,
-    Markdown,
-    Json,
 }
 
 fn main() -> ExitCode {
@@ -181,11 +175,13 @@ async fn run(cli: Cli) -> Result<u8> {
             file,
             exit_code,
         } => {
+            let terminal = file.is_none() && std::io::IsTerminal::is_terminal(&std::io::stdout());
+            let format = cli::report_format(output, terminal).map_err(anyhow::Error::msg)?;
             let doc = load(&client, ns, &name).await?;
-            let text = match output {
-                Format::Html => gpuval_view::html(&doc),
-                Format::Markdown => gpuval_view::markdown(&doc),
-                Format::Json => gpuval_view::json(&doc),
+            let text = match format {
+                ReportFormat::Html => gpuval_view::html(&doc),
+                ReportFormat::Markdown => gpuval_view::markdown(&doc),
+                ReportFormat::Json => gpuval_view::json(&doc),
             };
             match file {
                 Some(path) => std::fs::write(&path, text)
@@ -299,12 +295,22 @@ fn document_exit(doc: &Document) -> u8 {
     if failed { cli::FAILED } else { cli::OK }
 }
 
-/// Watches validation `name` until its current spec's run is Passed (0) or Failed (1).
-async fn wait(client: &Client, name: &str, timeout: u64) -> Result<u8> {
+/// Watches validation `name` until its current spec's run is Passed (0) or Failed (1); one that
+/// does not exist is an error at once, as `kubectl wait` says it.
+async fn wait(client: &Client, name: &str, timeout: Duration) -> Result<u8> {
     let api: Api<GpuValidation> = Api::all(client.clone());
+    if api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading GpuValidation {name:?}"))?
+        .is_none()
+    {
+        eprintln!("Error from server (NotFound): gpuvalidations.gpuval.io \"{name}\" not found");
+        return Ok(cli::FAILED);
+    }
     let settled = |g: Option<&GpuValidation>| g.and_then(cli::settled).is_some();
     let watch = kube::runtime::wait::await_condition(api.clone(), name, settled);
-    let gv = match tokio::time::timeout(Duration::from_secs(timeout), watch).await {
+    let gv = match tokio::time::timeout(timeout, watch).await {
         Ok(Ok(Some(gv))) => gv,
         Ok(Ok(None)) => {
             // Gone while waiting (or never there): say so as kubectl would.
@@ -314,15 +320,12 @@ async fn wait(client: &Client, name: &str, timeout: u64) -> Result<u8> {
         }
         Ok(Err(e)) => return Err(e).with_context(|| format!("watching GpuValidation {name:?}")),
         Err(_) => anyhow::bail!(
-            "timed out waiting for gpuvalidation/{name} to pass or fail ({timeout}s; --timeout)"
+            "timed out waiting for gpuvalidation/{name} to pass or fail ({}s; --timeout)",
+            timeout.as_secs()
         ),
     };
     let code = cli::settled(&gv).unwrap_or(cli::ERROR);
-    let phase = gv.status.as_ref().and_then(|s| s.phase);
-    out(&format!(
-        "gpuvalidation.gpuval.io/{name} {}\n",
-        phase.map_or("Pending", |p| p.as_str())
-    ))?;
+    out(&cli::settled_line(&gv))?;
     Ok(code)
 }
 

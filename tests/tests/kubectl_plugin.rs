@@ -84,9 +84,10 @@ async fn the_plugin_shows_status_reports_and_the_diff_of_two_runs() {
         "{tree}"
     );
     assert!(
-        tree.contains("└─ gpu-a  Fail  8 GPUs  GPU5 memory"),
-        "{tree}"
+        tree.contains("└─ gpu-a  Fail  8 GPUs  [ReplaceHardware] GPU5 memory"),
+        "the recommended action leads the node's first failure: {tree}"
     );
+    assert!(!tree.contains("\n   fabric"), "{tree}");
     let gpu5 = tree
         .lines()
         .find(|l| l.contains("─ GPU5 "))
@@ -203,13 +204,28 @@ fn closed_pipe_is_quiet(kc: &std::path::Path) {
 async fn like_kubectl(cp: &ControlPlane, client: &kube::Client, kc: &std::path::Path) {
     let waited = plugin(kc, &["wait", "after", "--timeout", "30"]);
     assert_eq!(waited.status.code(), Some(1), "{}", stdout(&waited));
-    assert_eq!(stdout(&waited), "gpuvalidation.gpuval.io/after Failed\n");
+    // A run that failed says why, from its Ready condition, whole.
+    let line = stdout(&waited);
+    assert!(
+        line.starts_with("gpuvalidation.gpuval.io/after Failed: ") && line.contains("gpu-a"),
+        "{line}"
+    );
     assert_eq!(
-        plugin(kc, &["wait", "before", "--timeout", "30"])
+        plugin(kc, &["wait", "before", "--timeout", "5m"])
             .status
             .code(),
-        Some(0)
+        Some(0),
+        "--timeout takes a duration, as kubectl's does"
     );
+    // A name that does not exist is said at once, as kubectl says it, not waited on.
+    let started = std::time::Instant::now();
+    let nosuch = plugin(kc, &["wait", "nosuch", "--timeout", "10m"]);
+    assert_eq!(nosuch.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&nosuch.stderr),
+        "Error from server (NotFound): gpuvalidations.gpuval.io \"nosuch\" not found\n"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
     let rerun = plugin(kc, &["rerun", "after", "--node", "gpu-a"]);
     let said = stdout(&rerun);
     assert!(rerun.status.success(), "{said}");
@@ -236,8 +252,26 @@ async fn like_kubectl(cp: &ControlPlane, client: &kube::Client, kc: &std::path::
         .expect("kubectl get");
     let table = String::from_utf8_lossy(&wide.stdout);
     assert!(
-        table.contains("FIRST-NODE") && table.contains("gpu-a") && table.contains("GPU5 memory"),
+        table.contains("FIRST-NODE") && table.contains("FABRIC") && table.contains("gpu-a"),
         "{table}"
+    );
+    // MESSAGE is the Ready condition's, whole: it names the failed node.
+    let message = cp
+        .kubectl()
+        .expect("kubectl")
+        .args([
+            "get",
+            "gpuvalidation",
+            "after",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].message}",
+        ])
+        .output()
+        .expect("kubectl get");
+    let message = String::from_utf8_lossy(&message.stdout).into_owned();
+    assert!(
+        !message.is_empty() && table.contains(&message),
+        "{message:?} in {table}"
     );
     let results = cp
         .kubectl()

@@ -59,7 +59,17 @@ pub fn html(doc: &Document) -> String {
             v.selected,
             doc.reports().count()
         );
+        if let Some(why) = v.why_no_reports(doc.reports().count()) {
+            let _ = write!(s, "<p id=\"why\"><b>{}</b></p>", escape(why));
+        }
         list(&mut s, "reasons", &v.reasons);
+        if let Some(f) = &v.fabric {
+            let _ = write!(
+                s,
+                "<h2>Fabric</h2><p id=\"fabric\">{}</p>",
+                escape(&f.text())
+            );
+        }
     }
     let order = worst_first_order(doc);
     s.push_str(&overview(doc, &order));

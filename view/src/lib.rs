@@ -46,6 +46,78 @@ pub struct ValidationLine {
     pub reasons: Vec<String>,
     /// Nodes selected for the run, including any without a report (not started, pod lost).
     pub selected: i32,
+    /// The Ready condition's message, whole: why the run passed, failed or waits (the only
+    /// word there is when it failed before any node ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The fabric test between nodes, where the validation asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<FabricLine>,
+}
+
+impl ValidationLine {
+    /// The message, where the views should show it: a run that did not pass and has no node
+    /// report to say why.
+    pub fn why_no_reports(&self, reports: usize) -> Option<&str> {
+        self.message
+            .as_deref()
+            .filter(|m| !m.is_empty() && reports == 0 && self.phase != "Passed")
+    }
+}
+
+/// The fabric test between nodes, as the validation's status says it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FabricLine {
+    pub phase: String,
+    /// Nodes in the test (those that passed their own checks).
+    pub nodes: i32,
+    pub rounds: i32,
+    /// Bus bandwidth of the all-node group, GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus_gbps: Option<f64>,
+    /// The lowest TCP throughput of a pair that passed, Gb/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_min_gbps: Option<f64>,
+    /// Nodes named at fault.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub named: Vec<String>,
+    /// Nodes still under suspicion, neither cleared nor named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspects: Vec<String>,
+    /// What happened, in words (who was named and why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl FabricLine {
+    /// `Failed  4 nodes, 3 rounds, bus 2.8 GB/s, TCP >= 145.7 Gb/s; named vm-3: ...`: the line
+    /// every view shows.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "{}  {} nodes, {} round{}",
+            self.phase,
+            self.nodes,
+            self.rounds,
+            if self.rounds == 1 { "" } else { "s" }
+        );
+        if let Some(b) = self.bus_gbps {
+            s.push_str(&format!(", bus {b:.1} GB/s"));
+        }
+        if let Some(t) = self.tcp_min_gbps {
+            s.push_str(&format!(", TCP >= {t:.1} Gb/s"));
+        }
+        if !self.named.is_empty() {
+            s.push_str(&format!("; named {}", self.named.join(", ")));
+        }
+        if !self.suspects.is_empty() {
+            s.push_str(&format!("; suspects left {}", self.suspects.join(", ")));
+        }
+        if let Some(m) = self.message.as_deref().filter(|m| !m.is_empty()) {
+            s.push_str(&format!(": {m}"));
+        }
+        s
+    }
 }
 
 /// One node's report, or why it has none.
@@ -66,6 +138,7 @@ pub struct NodeEntry {
 impl NodeEntry {
     /// The node's verdict (Error without a report), GPU count and first failure (or why there is
     /// no report): its line in an overview.
+    /// The first failure carries the node's recommended action (`[ReplaceHardware] GPU1 ...`).
     pub fn headline(&self) -> (&'static str, usize, String) {
         match &self.report {
             Some(r) => (
@@ -73,7 +146,7 @@ impl NodeEntry {
                 r.gpus.len(),
                 worst_first(&r.failures)
                     .first()
-                    .map(|f| f.message.clone())
+                    .map(|f| with_action(r.action, &f.message))
                     .unwrap_or_default(),
             ),
             None => ("Error", 0, self.message.clone().unwrap_or_default()),
@@ -117,6 +190,15 @@ impl Document {
             .map(|r| r.verdict)
             .max()
             .unwrap_or(Verdict::Skipped)
+    }
+}
+
+/// `[RebootNode] message`: a node's first failure with the one action that covers the node
+/// (none shown for `None`).
+pub fn with_action(action: gpuval_crds::reason::Action, message: &str) -> String {
+    match action {
+        gpuval_crds::reason::Action::None => message.to_string(),
+        a => format!("[{a}] {message}"),
     }
 }
 

@@ -20,10 +20,16 @@ pub fn markdown(doc: &Document) -> String {
             "Validation `{}`: **{}** ({} nodes selected)\n",
             v.name, v.phase, v.selected
         );
+        if let Some(why) = v.why_no_reports(doc.reports().count()) {
+            let _ = writeln!(s, "> {why}\n");
+        }
         for r in &v.reasons {
             let _ = writeln!(s, "- {r}");
         }
         s.push('\n');
+        if let Some(f) = &v.fabric {
+            let _ = writeln!(s, "## Fabric\n\n{}\n", f.text());
+        }
     }
     s.push_str("| node | verdict | GPUs | first failure |\n| --- | --- | --- | --- |\n");
     for n in &doc.nodes {

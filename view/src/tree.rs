@@ -19,6 +19,12 @@ pub fn tree(doc: &Document) -> String {
                 doc.reports().count(),
                 if doc.simulated() { "  SIMULATED" } else { "" }
             );
+            if let Some(why) = v.why_no_reports(doc.reports().count()) {
+                let _ = writeln!(s, "   {why}");
+            }
+            if let Some(f) = &v.fabric {
+                let _ = writeln!(s, "   fabric  {}", f.text());
+            }
         }
         None => {
             let _ = writeln!(s, "{}", doc.title);
@@ -40,7 +46,10 @@ pub fn tree(doc: &Document) -> String {
             );
             continue;
         };
-        let first = first_after_gap(&crate::worst_first(&r.failures));
+        let first = crate::worst_first(&r.failures)
+            .first()
+            .map(|f| format!("  {}", crate::with_action(r.action, &f.message)))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
             "{branch} {}  {}  {} GPUs{first}",
@@ -77,12 +86,15 @@ mod tests {
 
     #[test]
     fn a_failed_node_lists_its_gpus_with_the_first_reason() {
-        let mut doc = Document::single("v", crate::sample::report());
+        let mut report = crate::sample::report();
+        report.action = gpuval_crds::reason::Action::ReplaceHardware;
+        let mut doc = Document::single("v", report);
         doc.validation = Some(ValidationLine {
             name: "quick".into(),
             phase: "Failed".into(),
             reasons: vec![],
             selected: 2,
+            ..Default::default()
         });
         doc.nodes.push(NodeEntry {
             node: "gpu-b".into(),
@@ -93,10 +105,64 @@ mod tests {
         assert_eq!(
             t,
             "quick  Failed  (2 nodes selected, 1 reports)  SIMULATED\n\
-             ├─ gpu-a  Fail  2 GPUs  GPU1 memory: 2 mismatched words\n\
+             ├─ gpu-a  Fail  2 GPUs  [ReplaceHardware] GPU1 memory: 2 mismatched words\n\
              │  ├─ GPU0 GPU-0  Pass\n\
              │  └─ GPU1 GPU-1  Fail  memory: 2 mismatched words\n\
              └─ gpu-b  no report  agent pod failed\n"
+        );
+    }
+
+    /// A run refused before any node ran (no node selected, a spec the cluster cannot run) says
+    /// why under its line; one whose nodes reported does not repeat the condition.
+    #[test]
+    fn a_run_that_failed_before_its_nodes_says_why_and_the_fabric_has_a_line() {
+        let mut doc = Document {
+            title: "validation fabric".into(),
+            validation: Some(ValidationLine {
+                name: "fabric".into(),
+                phase: "Failed".into(),
+                selected: 0,
+                message: Some(
+                    "NotConfigured: spec.fabric needs agent.fabric in the chart: set \
+                     agent.fabric.hostNetwork or agent.fabric.resources, then apply again"
+                        .into(),
+                ),
+                ..Default::default()
+            }),
+            nodes: vec![],
+        };
+        assert_eq!(
+            tree(&doc),
+            "fabric  Failed  (0 nodes selected, 0 reports)\n   NotConfigured: spec.fabric needs \
+             agent.fabric in the chart: set agent.fabric.hostNetwork or agent.fabric.resources, \
+             then apply again\n"
+        );
+        let v = doc.validation.as_mut().expect("a validation");
+        v.phase = "Failed".into();
+        v.selected = 4;
+        v.fabric = Some(crate::FabricLine {
+            phase: "Failed".into(),
+            nodes: 4,
+            rounds: 3,
+            bus_gbps: Some(2.8),
+            tcp_min_gbps: Some(145.72),
+            named: vec!["vm-3".into()],
+            suspects: vec![],
+            message: Some("vm-3 was in 3 of 4 slow groups".into()),
+        });
+        doc.nodes.push(NodeEntry {
+            node: "vm-0".into(),
+            report: Some(crate::sample::report()),
+            ..Default::default()
+        });
+        let t = tree(&doc);
+        assert!(!t.contains("NotConfigured"), "{t}");
+        assert!(
+            t.contains(
+                "\n   fabric  Failed  4 nodes, 3 rounds, bus 2.8 GB/s, TCP >= 145.7 Gb/s; named \
+                 vm-3: vm-3 was in 3 of 4 slow groups\n"
+            ),
+            "{t}"
         );
     }
 }
