@@ -17,6 +17,7 @@ pub mod cron;
 pub mod depth;
 pub mod dra;
 pub mod duration;
+pub mod evidence;
 pub mod fabric;
 pub mod fabric_ports;
 pub mod fabric_shard;
@@ -42,6 +43,7 @@ pub mod xid;
 
 pub use depth::*;
 pub use duration::{Duration, DurationError};
+pub use evidence::{Evidence, FinalLine, ResultSeen, Trust, final_line};
 pub use fabric::{FabricRoundSpec, GpuFabricRound};
 pub use nccl::*;
 pub use reason::{Action, Code, Reason, Severity, SeverityOverride};

@@ -315,6 +315,12 @@ impl Code {
         )
     }
 
+    /// True for the findings whose cause is the cluster, not the node: the run was stopped
+    /// (SIGTERM: an eviction, a preemption, a drain) before it finished.
+    pub fn is_infrastructure(self) -> bool {
+        matches!(self, Code::RunStopped)
+    }
+
     /// True when this code's cause is configuration, not hardware ([`CONFIGURATION_CODES`]).
     pub fn is_configuration(self) -> bool {
         CONFIGURATION_CODES.contains(&self)

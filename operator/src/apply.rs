@@ -55,38 +55,38 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
             .count_new_verdicts(&step.new_verdicts, step.status.simulated == Some(true));
     }
     publish_events(gv, ctx, &step.events).await;
-    let failed: Vec<String> = step
-        .newly_failed
-        .iter()
-        .filter(|n| may_act_on(ctx, &step.status, n))
-        .cloned()
-        .collect();
-    act_on_failed_nodes(gv, ctx, &failed).await;
+    act_on_failed_nodes(gv, ctx, &hardware_failures(gv, ctx, step)).await;
     Ok(())
 }
 
-/// True when node `node`'s failure in `status` may act on it: not a finding of only
-/// configuration codes, not a simulated result (see [`crate::node_state::may_act_on`]).
-fn may_act_on(ctx: &Ctx, status: &gpuval_crds::GpuValidationStatus, node: &str) -> bool {
-    let line = status.nodes.iter().find(|l| l.name == node);
-    let result = line
-        .and_then(|l| l.result.as_ref())
-        .and_then(|r| {
-            ctx.results
-                .get(&ObjectRef::new(r).within(&ctx.cfg.namespace))
-        })
-        .and_then(|r| crate::node_state::result_meta(&r));
-    let codes = line.and_then(|l| l.codes.as_deref());
-    let policy = crate::node_state::Policy::of(&ctx.cfg);
-    let acts = crate::node_state::may_act_on(codes, result.as_ref(), policy);
-    if !acts {
-        tracing::info!(
-            node,
-            codes = codes.unwrap_or_default(),
-            "no action on the node: its finding is configuration or simulated, not hardware"
-        );
+/// The nodes that just failed in `step` whose final line fails on hardware evidence: the only
+/// ones `spec.onFailure` acts on ([`crate::node_state::may_act_on`]). A busy GPU,
+/// infrastructure trouble (an image that cannot be pulled, an evicted agent, a deadline with no
+/// result, a lost fabric report), configuration and simulated results leave the node as it was.
+fn hardware_failures(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Vec<String> {
+    if step.newly_failed.is_empty() {
+        return Vec::new();
     }
-    acts
+    let mut run = gv.clone();
+    run.status = Some(step.status.clone());
+    let name = gv.name_any();
+    let policy = crate::node_state::Policy::of(&ctx.cfg);
+    step.newly_failed
+        .iter()
+        .filter(|node| {
+            let result = crate::node_state::result_of(ctx, &name, node);
+            let acts = crate::node_state::may_act_on(&run, node, result.as_ref(), policy);
+            if !acts {
+                tracing::info!(
+                    validation = %name,
+                    node = %node,
+                    "no action on the node: its final line is no hardware evidence"
+                );
+            }
+            acts
+        })
+        .cloned()
+        .collect()
 }
 
 /// Deletes the named objects of kind `K` in the operator's namespace (gone already is fine).

@@ -12,7 +12,7 @@ use gpuval_crds::certificate::{
     ValidationCertificate,
 };
 use gpuval_crds::seal::{self, Signed, VerifyError};
-use gpuval_crds::{GpuNodeResult, GpuValidation, GpuValidationStatus, labels};
+use gpuval_crds::{GpuNodeResult, GpuValidation, GpuValidationStatus, ResultSeen, Verdict, labels};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -64,10 +64,13 @@ pub fn sign_run(
     run.sort_by(|a, b| a.spec.node_name.cmp(&b.spec.node_name));
     let nodes: Vec<String> = run.iter().map(|r| r.spec.node_name.clone()).collect();
     let settings = settings_of(gv);
+    let mut ended = gv.clone();
+    ended.status = Some(status.clone());
     let mut out = Vec::new();
     let mut lines = Vec::new();
     for r in run {
-        let c = node_certificate(gv, status, r, &nodes, &settings, image);
+        let mut c = node_certificate(gv, status, r, &nodes, &settings, image);
+        c.verdict = certified(&ended, r, c.verdict);
         let uuids: Vec<String> = c.hardware.gpus.iter().map(|g| g.uuid.clone()).collect();
         lines.push(NodeLine {
             node: r.spec.node_name.clone(),
@@ -107,6 +110,44 @@ pub fn sign_run(
         signed: seal::sign(&summary, pkcs8)?,
     });
     Ok(out)
+}
+
+/// The verdict node result `r`'s certificate signs in run `ended` (its terminal status):
+/// as the node's final line says ([`gpuval_crds::final_line`], [`FinalLine::certified`]), so a
+/// node the fabric test named is never certified as passing, and a line that is no hardware
+/// evidence never signs a failure. A certificate records a simulated backend in its software
+/// section, so simulated results are read as they are.
+///
+/// [`FinalLine::certified`]: gpuval_crds::FinalLine::certified
+pub fn certified(ended: &GpuValidation, r: &GpuNodeResult, reported: Verdict) -> Verdict {
+    let labels = r.metadata.labels.as_ref();
+    let annotation = |k: &str| {
+        r.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let seen = ResultSeen {
+        name: r.metadata.name.clone().unwrap_or_default(),
+        generation: r.spec.generation,
+        verdict: Some(reported),
+        reported: r.status.is_some(),
+        simulated: labels.is_some_and(crate::node_state::is_simulated),
+        summary: annotation(labels::SUMMARY),
+        codes: annotation(labels::CODES),
+        action: gpuval_crds::Action::None,
+        created: r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    };
+    let trust = gpuval_crds::Trust {
+        trust_simulated: true,
+    };
+    match gpuval_crds::final_line(ended, &r.spec.node_name, Some(&seen), trust) {
+        Some(line) => line.certified(reported),
+        None if reported.passes() => Verdict::Error,
+        None => reported,
+    }
 }
 
 fn doc_error(e: serde_json::Error) -> VerifyError {

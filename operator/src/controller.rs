@@ -267,6 +267,17 @@ fn trim_meta<K: ResourceExt>(k: &mut K) {
     k.managed_fields_mut().clear();
 }
 
+/// Drops a result's managed fields but the mark that a writer stored its status (the report):
+/// the entries of the status subresource, without their field sets (see
+/// [`crate::observe::has_report`]).
+pub fn trim_result(r: &mut PartialObjectMeta<GpuNodeResult>) {
+    let fields = r.managed_fields_mut();
+    fields.retain(|f| f.subresource.as_deref() == Some("status"));
+    for f in fields.iter_mut() {
+        f.fields_v1 = None;
+    }
+}
+
 /// Drops what a node carries that selection, admission, the expected GPU count and node state
 /// never read: everything but its name, version, times, labels, taints, whether it is cordoned,
 /// its allocatable resources, its GPU capacity and its `GpuValidated` condition (annotations,
@@ -393,7 +404,7 @@ pub async fn run(
         Api::<PartialObjectMeta<GpuNodeResult>>::namespaced(client.clone(), &ns),
         watcher::Config::default(),
         result_writer,
-        trim_meta,
+        trim_result,
     )
     .inspect(toucher(runs.clone(), Owned::Result))
     .inspect(move |r| {

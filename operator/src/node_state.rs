@@ -4,18 +4,20 @@
 //! node affinity can ask for a recent pass with `Gt`) and, when there is something to do,
 //! `gpuval.io/action` (`Rerun`, `ResetGpu`, `RebootNode`, `ReplaceHardware`).
 //!
-//! Pure: [`latest`] picks a node's newest verdict from the node results and the finished
-//! validations' node lines; [`desired`] turns it into labels and the condition. Shell: a
+//! Pure: [`latest`] picks a node's newest verdict from each validation's final line for it
+//! ([`gpuval_crds::final_line`]: the node's own checks and the fabric test together, the one
+//! input every consumer reads); [`desired`] turns it into labels and the condition. Shell: a
 //! controller over Nodes, woken by results and validations, writes both with server-side
 //! apply under the operator's field manager (the condition through the status subresource).
-//! When no result or validation speaks of a node any more, the labels and the condition are
-//! removed.
+//! When no validation speaks of a node any more, the labels and the condition are removed.
 //!
-//! Only real evidence counts ([`Policy`]): a result of the simulated backend (its
-//! `gpuval.io/simulated` label, or every result when the operator itself gives agents a
-//! simulated backend) and a finding whose codes are all configuration codes
-//! ([`gpuval_crds::Code::only_configuration`]: the installation's error, not the node's) are
-//! not verdicts about a node.
+//! Only hardware evidence changes a node ([`gpuval_crds::Evidence`]): a pass labels it Pass
+//! and sets `GpuValidated=True`, a failure on hardware evidence labels it Fail and sets
+//! `GpuValidated=False`. A line of any other kind (a busy GPU, infrastructure trouble such as
+//! an image that cannot be pulled or an evicted agent, the installation's configuration, a
+//! simulated result or one without a report) never stands over a hardware verdict: the node
+//! keeps what it had, and a node with no `GpuValidated` condition gets `Unknown` with the
+//! reason and what to fix.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -24,7 +26,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use gpuval_crds::Action as Remedy;
 use gpuval_crds::result::result_name;
-use gpuval_crds::{GpuNodeResult, GpuValidation, NodeVerdict, Verdict, labels};
+use gpuval_crds::{
+    Evidence as Category, FinalLine, GpuNodeResult, GpuValidation, ResultSeen, Trust, Verdict,
+    labels,
+};
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -43,15 +48,18 @@ pub const CONDITION: &str = "GpuValidated";
 /// How long a node's condition message may be.
 const MAX_MESSAGE: usize = 300;
 
-/// One verdict about a node.
+/// One verdict about a node: a validation's final line for it ([`gpuval_crds::final_line`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evidence {
     pub validation: String,
     pub at: Timestamp,
     pub passed: bool,
+    /// What the verdict rests on: only [`Category::Hardware`] changes the node's labels and
+    /// sets `GpuValidated` True or False.
+    pub category: Category,
     /// The verdict in the API's words (`Passed`, `Failed`, `Error`, `DeadlineExceeded`).
     pub reason: String,
-    /// The first failures, or empty.
+    /// The first failures, or what to fix, or empty.
     pub message: String,
     /// What to do about the node (None: nothing).
     pub action: Remedy,
@@ -59,11 +67,38 @@ pub struct Evidence {
     pub codes: String,
 }
 
+impl Evidence {
+    /// The evidence of a final line (None while it has no time: a line without a result in
+    /// a run that has not ended).
+    pub fn of_line(line: &FinalLine) -> Option<Evidence> {
+        Some(Evidence {
+            validation: line.validation.clone(),
+            at: line.at?,
+            passed: line.passed(),
+            category: line.evidence,
+            reason: line.verdict.as_str().into(),
+            message: line.message.clone(),
+            action: line.action,
+            codes: line.codes.clone(),
+        })
+    }
+
+    /// True for a verdict on hardware evidence (a pass or a hardware failure): the only kind
+    /// that changes what a node carries.
+    pub fn is_hardware(&self) -> bool {
+        self.category.acts_on_node()
+    }
+}
+
 /// A node result's metadata, as [`latest`] reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResultMeta {
+    /// The result object's name.
+    pub name: String,
     pub node: String,
     pub validation: String,
+    /// The validation generation it was written for.
+    pub generation: i64,
     pub verdict: String,
     pub summary: String,
     pub created: Timestamp,
@@ -73,6 +108,9 @@ pub struct ResultMeta {
     pub codes: String,
     /// It carries `gpuval.io/simulated=true`: written by the simulated backend.
     pub simulated: bool,
+    /// It carries a report (a writer stored its status; see
+    /// [`crate::observe::has_report`]).
+    pub reported: bool,
 }
 
 impl ResultMeta {
@@ -80,6 +118,21 @@ impl ResultMeta {
     /// pass.
     pub fn passed(&self) -> bool {
         self.verdict.parse::<Verdict>().is_ok_and(Verdict::passes)
+    }
+
+    /// The result as the final-line reader takes it.
+    pub fn seen(&self) -> ResultSeen {
+        ResultSeen {
+            name: self.name.clone(),
+            generation: self.generation,
+            verdict: self.verdict.parse().ok(),
+            reported: self.reported,
+            simulated: self.simulated,
+            summary: self.summary.clone(),
+            codes: self.codes.clone(),
+            action: self.action,
+            created: Some(self.created),
+        }
     }
 }
 
@@ -107,6 +160,29 @@ impl Policy {
     pub fn counts(&self, simulated: bool) -> bool {
         self.trust_simulated || !(simulated || self.agents_simulated)
     }
+
+    /// The reader's trust under this policy.
+    pub fn trust(&self) -> Trust {
+        Trust {
+            trust_simulated: self.trust_simulated,
+        }
+    }
+
+    /// Node `node`'s final line in validation `run`, whose node result (if any) is `result`;
+    /// None where this policy counts nothing (every agent simulated) or the run has no final
+    /// line for the node yet.
+    pub fn final_line(
+        &self,
+        run: &GpuValidation,
+        node: &str,
+        result: Option<&ResultMeta>,
+    ) -> Option<FinalLine> {
+        if !self.counts(false) {
+            return None;
+        }
+        let seen = result.map(ResultMeta::seen);
+        gpuval_crds::final_line(run, node, seen.as_ref(), self.trust())
+    }
 }
 
 /// The metadata of a node result, when it has the labels the agent sets.
@@ -114,11 +190,13 @@ pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
     let l = r.metadata.labels.as_ref()?;
     let ann = r.metadata.annotations.as_ref();
     Some(ResultMeta {
+        name: r.metadata.name.clone().unwrap_or_default(),
         node: ann
             .and_then(|a| a.get(labels::NODE))
             .or_else(|| l.get(labels::NODE))?
             .clone(),
         validation: l.get(labels::VALIDATION)?.clone(),
+        generation: l.get(labels::GENERATION)?.parse().ok()?,
         verdict: l.get(labels::VERDICT)?.clone(),
         summary: ann
             .and_then(|a| a.get(labels::SUMMARY))
@@ -134,6 +212,7 @@ pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
             .cloned()
             .unwrap_or_default(),
         simulated: is_simulated(l),
+        reported: crate::observe::has_report(&r.metadata),
     })
 }
 
@@ -165,6 +244,17 @@ pub fn written_by_its_agent(
     }
 }
 
+/// Node `node`'s result of validation `validation` in the operator's result store, when its
+/// own agent wrote it.
+pub fn result_of(ctx: &Ctx, validation: &str, node: &str) -> Option<ResultMeta> {
+    let key = ObjectRef::new(&result_name(validation, node)).within(&ctx.cfg.namespace);
+    let r = ctx.results.get(&key)?;
+    written_by_its_agent(&r, validation, node)
+        .then(|| result_meta(&r))
+        .flatten()
+        .filter(|m| m.node == node)
+}
+
 /// True when a result's labels say the simulated backend wrote it.
 pub fn is_simulated(result_labels: &BTreeMap<String, String>) -> bool {
     result_labels
@@ -172,68 +262,43 @@ pub fn is_simulated(result_labels: &BTreeMap<String, String>) -> bool {
         .is_some_and(|v| v == "true")
 }
 
-/// The newest verdict about `node`: from its node results (passing as [`Verdict::passes`] says) and from the
-/// node lines of finished validations (Error and DeadlineExceeded have no result). On a tie a
-/// failure wins. What `policy` does not count (simulated results) and findings of only
-/// configuration codes are left out: they say nothing about the node.
+/// The newest verdict about `node` from the final lines of `runs` (each validation with the
+/// node's result of it, if any; see [`Policy::final_line`]): the newest hardware verdict (a
+/// pass, or a failure on hardware evidence; on a tie a failure wins), else the newest line of
+/// any other kind (busy, infrastructure, configuration, no evidence), which says what to fix
+/// but never stands over a hardware verdict.
 pub fn latest(
     node: &str,
-    results: &[ResultMeta],
-    validations: &[&GpuValidation],
+    runs: &[(&GpuValidation, Option<&ResultMeta>)],
     policy: Policy,
 ) -> Option<Evidence> {
-    if !policy.counts(false) {
-        return None;
-    }
-    let from_results = results.iter().filter(|r| r.node == node);
-    let from_results = from_results.filter(|r| policy.counts(r.simulated));
-    let from_results = from_results.map(|r| {
-        let passed = r.passed();
-        Evidence {
-            validation: r.validation.clone(),
-            at: r.created,
-            passed,
-            reason: if passed { "Passed" } else { "Failed" }.into(),
-            message: r.summary.clone(),
-            action: r.action,
-            codes: r.codes.clone(),
-        }
-    });
-    let from_lines = validations.iter().filter_map(|v| {
-        let s = v.status.as_ref()?;
-        let at = s.completion_time.as_ref()?.0;
-        let line = s.nodes.iter().find(|n| n.name == node)?;
-        let no_result = matches!(
-            line.verdict,
-            NodeVerdict::Error | NodeVerdict::DeadlineExceeded
-        );
-        no_result.then(|| Evidence {
-            validation: v.name_any(),
-            at,
-            passed: false,
-            reason: line.verdict.as_str().into(),
-            message: line.message.clone().unwrap_or_default(),
-            // No verdict came back: run it again.
-            action: line.action.unwrap_or(Remedy::Rerun),
-            codes: line.codes.clone().unwrap_or_default(),
-        })
-    });
-    from_results
-        .chain(from_lines)
-        .filter(|e| e.passed || !gpuval_crds::Code::only_configuration(&e.codes))
-        .max_by_key(|e| (e.at, !e.passed))
+    let lines: Vec<Evidence> = runs
+        .iter()
+        .filter_map(|(run, result)| policy.final_line(run, node, *result))
+        .filter_map(|l| Evidence::of_line(&l))
+        .collect();
+    let newest = |hardware: bool| {
+        lines
+            .iter()
+            .filter(|e| e.is_hardware() == hardware)
+            .max_by_key(|e| (e.at, !e.passed))
+            .cloned()
+    };
+    newest(true).or_else(|| newest(false))
 }
 
-/// True when a validation's failed node line (with its result's metadata, if it has one) may
-/// act on the node (`spec.onFailure`, admission's failure taint): never for a finding of only
-/// configuration codes, nor for a result `policy` does not count (simulated).
-pub fn may_act_on(line_codes: Option<&str>, result: Option<&ResultMeta>, policy: Policy) -> bool {
-    let codes = result
-        .map(|r| r.codes.as_str())
-        .or(line_codes)
-        .unwrap_or_default();
-    policy.counts(result.is_some_and(|r| r.simulated))
-        && !gpuval_crds::Code::only_configuration(codes)
+/// True when node `node`'s failure in `run` (whose status says it just failed) may act on it
+/// (`spec.onFailure`, admission's failure taint): only a failure on hardware evidence, as the
+/// node's final line says ([`gpuval_crds::final_line`]).
+pub fn may_act_on(
+    run: &GpuValidation,
+    node: &str,
+    result: Option<&ResultMeta>,
+    policy: Policy,
+) -> bool {
+    policy
+        .final_line(run, node, result)
+        .is_some_and(|l| l.failed_on_hardware())
 }
 
 /// The labels and condition a node should carry.
@@ -244,36 +309,31 @@ pub struct Mark {
 }
 
 /// The [`Mark`] for `evidence` (empty: none), keeping the current condition's transition time
-/// while its status does not change.
-pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> Mark {
+/// while its status does not change; None where the node is to be left as it is. Only
+/// hardware evidence sets labels and `GpuValidated` True or False; any other kind leaves a
+/// node that has a `GpuValidated` condition as it is, and gives one that has none
+/// `GpuValidated=Unknown` with the reason and what to fix (no labels).
+pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> Option<Mark> {
     let Some(e) = evidence else {
-        return Mark {
+        return Some(Mark {
             labels: BTreeMap::new(),
             condition: None,
-        };
+        });
     };
+    if !e.is_hardware() {
+        return current.is_none().then(|| unknown(e));
+    }
     let status = if e.passed { "True" } else { "False" };
     let transition = current
         .filter(|c| c.status == status)
         .and_then(|c| c.last_transition_time.clone())
         .unwrap_or(Time(e.at));
-    let mut message = if e.passed {
+    let message = if e.passed {
         format!("passed GpuValidation {}", e.validation)
     } else {
         format!("GpuValidation {}: {}", e.validation, e.message)
     };
-    // Codes and action first: the message is cut at 300 characters.
-    let tags: Vec<String> = [
-        (!e.codes.is_empty()).then(|| e.codes.clone()),
-        (e.action != Remedy::None).then(|| format!("action {}", e.action)),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if !tags.is_empty() {
-        message = format!("[{}] {message}", tags.join("; "));
-    }
-    let message = gpuval_crds::text::shorten(&message, MAX_MESSAGE);
+    let message = condition_message(e, message);
     let mut node_labels = BTreeMap::from([
         (
             labels::NODE_VERDICT.to_string(),
@@ -287,7 +347,7 @@ pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> 
     if e.action != Remedy::None {
         node_labels.insert(labels::ACTION.to_string(), e.action.as_str().to_string());
     }
-    Mark {
+    Some(Mark {
         labels: node_labels,
         condition: Some(NodeCondition {
             type_: CONDITION.into(),
@@ -297,7 +357,45 @@ pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> 
             last_transition_time: Some(transition),
             last_heartbeat_time: Some(Time(e.at)),
         }),
+    })
+}
+
+/// `GpuValidated=Unknown` for a node without a verdict whose latest line is no hardware
+/// evidence: its reason is the kind of evidence (`Infrastructure`, ...), its message the
+/// line's, which says what to fix. No labels.
+fn unknown(e: &Evidence) -> Mark {
+    let message = format!(
+        "no verdict about the node from GpuValidation {} ({}): {}",
+        e.validation, e.category, e.message
+    );
+    Mark {
+        labels: BTreeMap::new(),
+        condition: Some(NodeCondition {
+            type_: CONDITION.into(),
+            status: "Unknown".into(),
+            reason: Some(e.category.as_str().into()),
+            message: Some(condition_message(e, message)),
+            last_transition_time: Some(Time(e.at)),
+            last_heartbeat_time: Some(Time(e.at)),
+        }),
     }
+}
+
+/// `message` with the evidence's codes and action in front (the message is cut at 300
+/// characters, so they go first).
+fn condition_message(e: &Evidence, message: String) -> String {
+    let tags: Vec<String> = [
+        (!e.codes.is_empty()).then(|| e.codes.clone()),
+        (e.action != Remedy::None).then(|| format!("action {}", e.action)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let message = match tags.is_empty() {
+        true => message,
+        false => format!("[{}] {message}", tags.join("; ")),
+    };
+    gpuval_crds::text::shorten(&message, MAX_MESSAGE)
 }
 
 /// What `node` carries now of what [`desired`] sets.
@@ -373,29 +471,31 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
     let name = node.name_any();
     // A validation has at most one result a node, named for both: look each up (the cost is
     // the number of validations, not of results).
-    let results: Vec<ResultMeta> = nc
-        .validations
-        .state()
-        .iter()
-        .filter_map(|v| {
-            let key = ObjectRef::new(&result_name(&v.name_any(), &name)).within(&ctx.cfg.namespace);
-            let r = ctx.results.get(&key)?;
-            written_by_its_agent(&r, &v.name_any(), &name).then_some(r)
-        })
-        .filter_map(|r| result_meta(&r))
-        .filter(|r| r.node == name)
-        .collect();
     let validations = nc.validations.state();
-    let finished: Vec<&GpuValidation> = validations.iter().map(|v| &**v).collect();
-    let evidence = latest(&name, &results, &finished, Policy::of(&ctx.cfg));
+    let results: Vec<Option<ResultMeta>> = validations
+        .iter()
+        .map(|v| result_of(ctx, &v.name_any(), &name))
+        .collect();
+    let runs: Vec<(&GpuValidation, Option<&ResultMeta>)> = validations
+        .iter()
+        .map(|v| &**v)
+        .zip(results.iter().map(Option::as_ref))
+        .collect();
+    let evidence = latest(&name, &runs, Policy::of(&ctx.cfg));
     let want = desired(evidence.as_ref(), condition_of(&node));
-    if want != current(&node) {
-        tracing::info!(node = %name, verdict = ?want.labels.get(labels::NODE_VERDICT), "node state");
+    if let Some(want) = want.filter(|w| *w != current(&node)) {
+        tracing::info!(
+            node = %name,
+            verdict = ?want.labels.get(labels::NODE_VERDICT),
+            category = ?evidence.as_ref().map(|e| e.category),
+            "node state"
+        );
         match write(ctx, &name, &want).await {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             other => other?,
         }
     }
+    let evidence = evidence.filter(Evidence::is_hardware);
     if let Some(rule) = &nc.device_taints {
         crate::device_taints::sync_node(ctx, rule, &name, evidence.as_ref()).await?;
     }
@@ -446,17 +546,38 @@ pub async fn run(
         validations,
         device_taints,
     });
+    let results = nc.ctx.results.clone();
     Controller::for_stream(futures::stream::pending(), nc.ctx.nodes.clone())
         .reconcile_on(woken)
-        .watches_stream(validation_events, |v: GpuValidation| {
-            v.status
-                .iter()
-                .flat_map(|s| s.nodes.iter().map(|n| ObjectRef::new(&n.name)))
-                .collect::<Vec<_>>()
+        .watches_stream(validation_events, move |v: GpuValidation| {
+            nodes_of_run(&v, &results)
         })
         .run(reconcile, error_policy, nc)
         .for_each(|_| async {})
         .await;
+}
+
+/// The nodes a change of validation `v` may give a final line: those its status lists and
+/// those with a result of it (a node that passed is only counted in the status, and its line
+/// becomes final when the status stops listing it or the fabric test ends).
+fn nodes_of_run(
+    v: &GpuValidation,
+    results: &Store<PartialObjectMeta<GpuNodeResult>>,
+) -> Vec<ObjectRef<Node>> {
+    let name = v.name_any();
+    let label = labels::node_value(&name);
+    let listed = v
+        .status
+        .iter()
+        .flat_map(|s| s.nodes.iter().map(|n| n.name.clone()));
+    let with_result = results.state().into_iter().filter_map(|r| {
+        let m = result_meta(&r)?;
+        (m.validation == label).then_some(m.node)
+    });
+    let mut nodes: Vec<String> = listed.chain(with_result).collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes.iter().map(|n| ObjectRef::new(n)).collect()
 }
 
 /// The hash of each node's marks as last seen: a node's other changes (kubelet heartbeats,
@@ -484,17 +605,20 @@ impl Marks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuval_crds::{NodeStatus, Phase};
+    use gpuval_crds::{NodeStatus, NodeVerdict, Phase};
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
     }
 
+    /// Result of validation `validation` on `node` (generation 1, with a report).
     fn result(node: &str, validation: &str, verdict: &str, at: &str) -> ResultMeta {
         let failed = verdict == "Fail";
         ResultMeta {
+            name: format!("{validation}-{node}"),
             node: node.into(),
             validation: validation.into(),
+            generation: 1,
             verdict: verdict.into(),
             summary: if failed {
                 "GPU5 memory: 3 mismatches".into()
@@ -513,21 +637,115 @@ mod tests {
                 String::new()
             },
             simulated: false,
+            reported: true,
         }
     }
 
-    #[test]
-    fn a_result_passes_as_its_verdict_passes() {
-        let passed = |verdict: &str| {
-            let results = [result("a", "v", verdict, "2026-11-23T01:00:00Z")];
-            latest("a", &results, &[], Policy::default())
-                .expect("a verdict")
-                .passed
-        };
-        for verdict in gpuval_crds::Verdict::ALL {
-            assert_eq!(passed(verdict.as_str()), verdict.passes(), "{verdict}");
+    /// Validation `name`'s run of generation 1, ended at `at`, listing `lines`.
+    fn run(name: &str, at: &str, lines: Vec<NodeStatus>) -> GpuValidation {
+        let mut gv: GpuValidation = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+            "metadata": {"name": name, "generation": 1}, "spec": {"checks": {"memory": {}}},
+        }))
+        .unwrap();
+        gv.status = Some(gpuval_crds::GpuValidationStatus {
+            observed_generation: Some(1),
+            phase: Some(Phase::Failed),
+            completion_time: Some(Time(ts(at))),
+            nodes: lines,
+            ..Default::default()
+        });
+        gv
+    }
+
+    /// A final line of `verdict` on `node` resting on `evidence`.
+    fn line(node: &str, verdict: NodeVerdict, evidence: Category, message: &str) -> NodeStatus {
+        NodeStatus {
+            name: node.into(),
+            verdict,
+            message: Some(message.into()),
+            evidence: Some(evidence),
+            ..Default::default()
         }
-        assert!(!passed("pass"), "a label not in the API's words is no pass");
+    }
+
+    /// The listed line of a failed result.
+    fn failed_line(r: &ResultMeta) -> NodeStatus {
+        NodeStatus {
+            result: Some(r.name.clone()),
+            codes: Some(r.codes.clone()),
+            action: Some(r.action),
+            ..line(&r.node, NodeVerdict::Failed, Category::Hardware, &r.summary)
+        }
+    }
+
+    fn latest_of(node: &str, runs: &[(&GpuValidation, Option<&ResultMeta>)]) -> Option<Evidence> {
+        latest(node, runs, Policy::default())
+    }
+
+    #[test]
+    fn a_node_passes_only_once_its_final_line_says_so() {
+        let pass = result("a", "v", "Pass", "2026-11-23T01:00:00Z");
+        for verdict in gpuval_crds::Verdict::ALL {
+            let mut r = pass.clone();
+            r.verdict = verdict.as_str().into();
+            let lines = match verdict.passes() {
+                true => vec![],
+                false => vec![failed_line(&r)],
+            };
+            let gv = run("v", "2026-11-23T02:00:00Z", lines);
+            let e = latest_of("a", &[(&gv, Some(&r))]).expect("a verdict");
+            assert_eq!(e.passed, verdict.passes(), "{verdict}");
+        }
+        // The run still lists the node as running: its result alone says nothing yet.
+        let running = run(
+            "v",
+            "2026-11-23T02:00:00Z",
+            vec![NodeStatus {
+                name: "a".into(),
+                verdict: NodeVerdict::Running,
+                ..Default::default()
+            }],
+        );
+        assert_eq!(latest_of("a", &[(&running, Some(&pass))]), None);
+    }
+
+    #[test]
+    fn a_node_the_fabric_names_is_labelled_fail_though_its_result_passed() {
+        let pass = result("a", "v", "Pass", "2026-11-23T01:00:00Z");
+        let mut named = line(
+            "a",
+            NodeVerdict::Failed,
+            Category::Hardware,
+            "fabric: in round 2 the pair's bandwidth was below 350 GB/s",
+        );
+        named.result = Some(pass.name.clone());
+        let gv = run("v", "2026-11-23T02:00:00Z", vec![named]);
+        let e = latest_of("a", &[(&gv, Some(&pass))]).expect("a verdict");
+        assert!(!e.passed);
+        let mark = desired(Some(&e), None).expect("a mark");
+        assert_eq!(mark.labels[labels::NODE_VERDICT], "Fail");
+        let c = mark.condition.expect("a condition");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("False", Some("Failed"))
+        );
+        assert!(may_act_on(&gv, "a", Some(&pass), Policy::default()));
+    }
+
+    #[test]
+    fn a_result_without_a_report_never_makes_its_node_pass() {
+        let mut r = result("a", "v", "Pass", "2026-11-23T01:00:00Z");
+        r.reported = false;
+        let gv = run("v", "2026-11-23T02:00:00Z", vec![]);
+        let e = latest_of("a", &[(&gv, Some(&r))]).expect("a line");
+        assert!(!e.passed && !e.is_hardware(), "{e:?}");
+        let mark = desired(Some(&e), None).expect("a mark");
+        assert!(mark.labels.is_empty(), "{:?}", mark.labels);
+        assert_eq!(
+            mark.condition.map(|c| c.status),
+            Some("Unknown".to_string())
+        );
     }
 
     #[test]
@@ -535,27 +753,28 @@ mod tests {
         let mut sim = result("a", "demo", "Pass", "2026-11-23T02:00:00Z");
         sim.simulated = true;
         let real = result("a", "old", "Fail", "2026-11-23T01:00:00Z");
-        let results = [real, sim];
-        let e = latest("a", &results, &[], Policy::default()).unwrap();
+        let demo = run("demo", "2026-11-23T02:30:00Z", vec![]);
+        let old = run("old", "2026-11-23T01:30:00Z", vec![failed_line(&real)]);
+        let runs = [(&old, Some(&real)), (&demo, Some(&sim))];
+        let e = latest_of("a", &runs).unwrap();
         assert_eq!(
             (e.validation.as_str(), e.passed),
             ("old", false),
             "the newer simulated pass does not hide the real failure"
         );
-        assert_eq!(latest("a", &results[1..], &[], Policy::default()), None);
+        assert!(!latest_of("a", &runs[1..]).unwrap().is_hardware());
         // An operator whose agents all simulate has no evidence at all.
         let simulating = Policy {
             agents_simulated: true,
             ..Policy::default()
         };
-        assert_eq!(latest("a", &results[..1], &[], simulating), None);
-        assert_eq!(desired(None, None).labels, BTreeMap::new());
+        assert_eq!(latest("a", &runs[..1], simulating), None);
         // The test-only opt-in counts them.
         let trusted = Policy {
             agents_simulated: true,
             trust_simulated: true,
         };
-        assert!(latest("a", &results, &[], trusted).unwrap().passed);
+        assert!(latest("a", &runs, trusted).unwrap().passed);
     }
 
     #[test]
@@ -586,31 +805,60 @@ mod tests {
     }
 
     #[test]
-    fn only_real_hardware_findings_act_on_a_node() {
+    fn only_hardware_failures_act_on_a_node() {
         let fail = result("a", "v", "Fail", "2026-11-23T02:00:00Z");
         let p = Policy::default();
-        assert!(may_act_on(None, Some(&fail), p));
-        assert!(
-            may_act_on(Some("XidFatal"), None, p),
-            "an Error line without result"
-        );
-        assert!(!may_act_on(Some("IoError"), None, p), "configuration");
-        let mut io = fail.clone();
-        io.codes = "IoError,LibraryMissing".into();
-        assert!(!may_act_on(Some("MemoryMismatch"), Some(&io), p));
+        let gv = run("v", "2026-11-23T03:00:00Z", vec![failed_line(&fail)]);
+        assert!(may_act_on(&gv, "a", Some(&fail), p));
+        for evidence in [
+            Category::Busy,
+            Category::Infrastructure,
+            Category::Configuration,
+            Category::NoEvidence,
+        ] {
+            let l = line("a", NodeVerdict::Error, evidence, "what to fix");
+            let gv = run("v", "2026-11-23T03:00:00Z", vec![l]);
+            assert!(!may_act_on(&gv, "a", None, p), "{evidence}");
+        }
         let mut sim = fail.clone();
         sim.simulated = true;
-        assert!(!may_act_on(None, Some(&sim), p), "simulated");
-        let simulating = Policy {
-            agents_simulated: true,
-            ..p
-        };
-        assert!(!may_act_on(Some("XidFatal"), None, simulating));
+        assert!(!may_act_on(&gv, "a", Some(&sim), p), "simulated");
         let trusted = Policy {
             trust_simulated: true,
             ..p
         };
-        assert!(may_act_on(None, Some(&sim), trusted));
+        assert!(may_act_on(&gv, "a", Some(&sim), trusted));
+    }
+
+    #[test]
+    fn infrastructure_trouble_leaves_the_node_as_it_was() {
+        let pass = result("a", "old", "Pass", "2026-11-23T01:00:00Z");
+        let old = run("old", "2026-11-23T01:30:00Z", vec![]);
+        let pulled = line(
+            "a",
+            NodeVerdict::Error,
+            Category::Infrastructure,
+            "agent pod failed: ImagePullBackOff: the agent image cannot be pulled",
+        );
+        let new = run("new", "2026-11-23T03:00:00Z", vec![pulled]);
+        let e = latest_of("a", &[(&old, Some(&pass)), (&new, None)]).unwrap();
+        assert!(e.passed && e.validation == "old", "the earlier pass stands");
+        // A node with no verdict yet: Unknown with what to fix, no labels.
+        let e = latest_of("a", &[(&new, None)]).unwrap();
+        assert_eq!((e.passed, e.category), (false, Category::Infrastructure));
+        let mark = desired(Some(&e), None).expect("a mark");
+        assert!(mark.labels.is_empty());
+        let c = mark.condition.expect("a condition");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("Unknown", Some("Infrastructure"))
+        );
+        assert!(c.message.unwrap_or_default().contains("cannot be pulled"));
+        // A node that has a condition keeps it as it is.
+        assert_eq!(
+            desired(Some(&e), Some(&c_at("True", "2026-11-23T00:30:00Z"))),
+            None
+        );
     }
 
     #[test]
@@ -618,57 +866,39 @@ mod tests {
         let mut io = result("a", "new", "Error", "2026-11-23T02:00:00Z");
         io.codes = "IoError".into();
         io.action = Remedy::Rerun;
+        let mut io_line = failed_line(&io);
+        io_line.evidence = None;
+        io_line.verdict = NodeVerdict::Error;
+        let new = run("new", "2026-11-23T02:30:00Z", vec![io_line.clone()]);
         let pass = result("a", "old", "Pass", "2026-11-23T01:00:00Z");
-        let e = latest("a", &[pass, io.clone()], &[], Policy::default()).unwrap();
+        let old = run("old", "2026-11-23T01:30:00Z", vec![]);
+        let e = latest_of("a", &[(&old, Some(&pass)), (&new, Some(&io))]).unwrap();
         assert!(e.passed && e.validation == "old", "the earlier pass stands");
-        assert_eq!(
-            latest("a", std::slice::from_ref(&io), &[], Policy::default()),
-            None
-        );
+        let e = latest_of("a", &[(&new, Some(&io))]).unwrap();
+        assert_eq!(e.category, Category::Configuration);
         // A hardware code beside it is a real failure.
         io.codes = "MemoryMismatch,IoError".into();
-        let e = latest("a", std::slice::from_ref(&io), &[], Policy::default()).unwrap();
-        assert!(!e.passed);
-        assert_eq!(desired(Some(&e), None).labels[labels::NODE_VERDICT], "Fail");
-        // A validation's Error line of only configuration codes is no verdict either.
-        let mut gv = failed_validation("a", "io: no io host path configured");
-        if let Some(line) = gv.status.as_mut().and_then(|s| s.nodes.first_mut()) {
-            line.codes = Some("IoError".into());
-        }
-        assert_eq!(latest("a", &[], &[&gv], Policy::default()), None);
-    }
-
-    fn failed_validation(node: &str, message: &str) -> GpuValidation {
-        let mut gv: GpuValidation = serde_json::from_value(serde_json::json!({
-            "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
-            "metadata": {"name": "v"}, "spec": {"checks": {"memory": {}}},
-        }))
-        .unwrap();
-        let mut status = gpuval_crds::GpuValidationStatus {
-            phase: Some(Phase::Failed),
-            completion_time: Some(Time(ts("2026-11-23T03:00:00Z"))),
-            ..Default::default()
-        };
-        status.nodes.push(NodeStatus {
-            name: node.into(),
-            verdict: NodeVerdict::Error,
-            message: Some(message.into()),
-            ..Default::default()
-        });
-        gv.status = Some(status);
-        gv
+        io_line.codes = Some(io.codes.clone());
+        let new = run("new", "2026-11-23T02:30:00Z", vec![io_line]);
+        let e = latest_of("a", &[(&new, Some(&io))]).unwrap();
+        assert!(!e.passed && e.is_hardware());
+        assert_eq!(
+            desired(Some(&e), None).unwrap().labels[labels::NODE_VERDICT],
+            "Fail"
+        );
     }
 
     #[test]
     fn the_newest_verdict_wins_and_sets_labels_and_condition() {
-        let results = [
-            result("a", "old", "Fail", "2026-11-23T01:00:00Z"),
-            result("a", "new", "Warn", "2026-11-23T02:00:00Z"),
-            result("b", "new", "Fail", "2026-11-23T02:00:00Z"),
-        ];
-        let a = latest("a", &results, &[], Policy::default()).unwrap();
+        let old_a = result("a", "old", "Fail", "2026-11-23T01:00:00Z");
+        let new_a = result("a", "new", "Warn", "2026-11-23T02:00:00Z");
+        let new_b = result("b", "new", "Fail", "2026-11-23T02:00:00Z");
+        let old = run("old", "2026-11-23T01:30:00Z", vec![failed_line(&old_a)]);
+        let new = run("new", "2026-11-23T02:30:00Z", vec![failed_line(&new_b)]);
+        let a = latest_of("a", &[(&old, Some(&old_a)), (&new, Some(&new_a))]).unwrap();
         assert!(a.passed && a.validation == "new");
-        let failed = desired(latest("b", &results, &[], Policy::default()).as_ref(), None);
+        let b = latest_of("b", &[(&old, None), (&new, Some(&new_b))]);
+        let failed = desired(b.as_ref(), None).unwrap();
         assert_eq!(failed.labels[labels::NODE_VERDICT], "Fail");
         assert_eq!(
             failed.labels[labels::VALIDATED_AT],
@@ -687,7 +917,7 @@ mod tests {
         );
         assert_eq!(failed.labels[labels::ACTION], "ReplaceHardware");
         // A later pass flips the condition and moves its transition time; a repeat keeps it.
-        let passed = desired(Some(&a), Some(&c_at("False", "2026-11-23T01:00:00Z")));
+        let passed = desired(Some(&a), Some(&c_at("False", "2026-11-23T01:00:00Z"))).unwrap();
         assert!(
             !passed.labels.contains_key(labels::ACTION),
             "nothing to do after a pass"
@@ -698,17 +928,17 @@ mod tests {
             pc.last_transition_time,
             Some(Time(ts("2026-11-23T02:00:00Z")))
         );
-        let again = desired(Some(&a), Some(&c_at("True", "2026-11-23T00:30:00Z")));
+        let again = desired(Some(&a), Some(&c_at("True", "2026-11-23T00:30:00Z"))).unwrap();
         assert_eq!(
             again.condition.unwrap().last_transition_time,
             Some(Time(ts("2026-11-23T00:30:00Z")))
         );
         assert_eq!(
             desired(None, Some(&pc)),
-            Mark {
+            Some(Mark {
                 labels: BTreeMap::new(),
                 condition: None
-            }
+            })
         );
     }
 
@@ -719,37 +949,6 @@ mod tests {
             last_transition_time: Some(Time(ts(at))),
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn errors_without_a_result_come_from_the_validation_lines() {
-        let mut gv: GpuValidation = serde_json::from_value(serde_json::json!({
-            "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
-            "metadata": {"name": "v"}, "spec": {"checks": {"memory": {}}},
-        }))
-        .unwrap();
-        let mut status = gpuval_crds::GpuValidationStatus {
-            phase: Some(Phase::Failed),
-            completion_time: Some(Time(ts("2026-11-23T03:00:00Z"))),
-            ..Default::default()
-        };
-        status.nodes.push(NodeStatus {
-            name: "a".into(),
-            verdict: NodeVerdict::Error,
-            message: Some("agent pod failed".into()),
-            ..Default::default()
-        });
-        gv.status = Some(status);
-        let results = [result("a", "v0", "Pass", "2026-11-23T01:00:00Z")];
-        let e = latest("a", &results, &[&gv], Policy::default()).unwrap();
-        assert_eq!((e.passed, e.reason.as_str()), (false, "Error"));
-        assert_eq!(e.message, "agent pod failed");
-        assert_eq!(
-            e.action,
-            Remedy::Rerun,
-            "no verdict came back: run it again"
-        );
-        assert_eq!(desired(Some(&e), None).labels[labels::ACTION], "Rerun");
     }
 
     #[test]

@@ -189,6 +189,17 @@ fn fabric_ports(result: &str, annotation: &str) -> Option<gpuval_crds::fabric_po
         .ok()
 }
 
+/// True when a result carries a report: some writer stored its status subresource (the agent
+/// applies the object, then the report; a result whose report never came says nothing about
+/// its node). Read from the managed fields the result cache keeps
+/// ([`crate::controller::trim_result`]).
+pub fn has_report(meta: &ObjectMeta) -> bool {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .any(|f| f.subresource.as_deref() == Some("status"))
+}
+
 /// The pod a result names as its writer (`gpuval.io/pod-uid`, `gpuval.io/pod`).
 pub fn writer_of(meta: &ObjectMeta) -> Option<PodId<'_>> {
     let ann = meta.annotations.as_ref()?;
@@ -234,6 +245,10 @@ fn counted(
     match freshness::judge(claim, generation, current) {
         freshness::Freshness::NotCurrentPod { writer, current } => {
             tracing::debug!(result = %view.name, writer = ?writer, current = %current, "ignoring a result the node's current pod did not write");
+            None
+        }
+        _ if view.generation == generation && !has_report(meta) => {
+            tracing::debug!(result = %view.name, "ignoring a result without a report (yet)");
             None
         }
         _ => Some(view),

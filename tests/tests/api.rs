@@ -380,6 +380,7 @@ async fn status_subresource_round_trips_and_does_not_touch_spec() {
                 result: Some("roundtrip-gpu-a".into()),
                 codes: None,
                 action: None,
+                evidence: Some(gpuval_crds::Evidence::Hardware),
             },
             NodeStatus {
                 name: "gpu-b".into(),
@@ -389,6 +390,7 @@ async fn status_subresource_round_trips_and_does_not_touch_spec() {
                 result: None,
                 codes: Some("MemoryMismatch".into()),
                 action: Some(gpuval_crds::Action::ReplaceHardware),
+                evidence: None,
             },
         ],
         ..Default::default()

@@ -674,14 +674,27 @@ async fn a_configuration_error_never_taints_labels_or_fails_a_node() {
         },
     )
     .await;
-    let node = nodes_api.get("gpu-a").await.expect("node");
+    let node = wait(
+        nodes_api.clone(),
+        "gpu-a",
+        60,
+        "told why it has no verdict",
+        |n: Option<&Node>| n.is_some_and(|n| condition(n).is_some()),
+    )
+    .await;
     assert!(
         !node_taints(&node).iter().any(|k| k == "gpuval.io/failed"),
         "{:?}",
         node_taints(&node)
     );
     assert!(!node.labels().contains_key("gpuval.io/verdict"));
-    assert!(condition(&node).is_none(), "{:?}", condition(&node));
+    // A node without a verdict says why it has none: Unknown, never False.
+    let (status, reason, message) = condition(&node).expect("GpuValidated");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("Unknown", "Configuration"),
+        "{message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

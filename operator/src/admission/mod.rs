@@ -6,16 +6,14 @@
 
 pub mod plan;
 
-use std::collections::BTreeMap;
-
 use gpuval_crds::schedule::{Admission, AdmissionTaint};
-use gpuval_crds::{Code, GpuValidation, GpuValidationSpec, NodeVerdict, labels};
+use gpuval_crds::{FinalLine, GpuValidation, GpuValidationSpec, labels};
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 use kube::api::{Api, Patch, PatchParams, ResourceExt};
 
 use crate::config::OperatorConfig;
 use crate::controller::Ctx;
-use crate::node_state::{Policy, ResultMeta, result_meta};
+use crate::node_state::{Policy, result_of};
 use crate::selection;
 use plan::{AdmissionRun, NodeView, Outcome};
 
@@ -113,57 +111,45 @@ pub fn node_views(
 }
 
 /// An admission run as the plan sees it: its nodes, whether it is over, and each node's
-/// outcome so far (a node result, or a final line without one).
+/// outcome so far, from the node's final line in the run ([`gpuval_crds::final_line`]: its
+/// own checks and the fabric test together, with the result its own agent wrote).
 pub fn run_view(run: &GpuValidation, ctx: &Ctx) -> AdmissionRun {
     let name = run.name_any();
     let policy = Policy::of(&ctx.cfg);
-    let mut outcomes = BTreeMap::new();
-    for r in ctx.results.state().iter().filter_map(|r| result_meta(r)) {
-        if r.validation != labels::node_value(&name) && r.validation != name {
-            continue;
-        }
-        let node = r.node.clone();
-        outcomes.insert(node, result_outcome(r, policy));
-    }
-    let status = run.status.as_ref();
-    for line in status.iter().flat_map(|s| s.nodes.iter()) {
-        if line.verdict.is_final() && line.verdict != NodeVerdict::Passed {
-            let message = line
-                .message
-                .clone()
-                .unwrap_or_else(|| line.verdict.to_string());
-            let configuration = line.codes.as_deref().is_some_and(Code::only_configuration);
-            outcomes.entry(line.name.clone()).or_insert_with(|| {
-                if configuration || !policy.counts(false) {
-                    Outcome::NoEvidence(message)
-                } else {
-                    Outcome::NotPassed(message)
-                }
-            });
-        }
-    }
+    let nodes: Vec<String> = run.spec.node_names.iter().map(|n| n.0.clone()).collect();
+    let outcomes = nodes
+        .iter()
+        .filter_map(|node| {
+            let result = result_of(ctx, &name, node);
+            let line = policy.final_line(run, node, result.as_ref())?;
+            Some((node.clone(), outcome_of(&line, policy)))
+        })
+        .collect();
     AdmissionRun {
         name,
-        nodes: run.spec.node_names.iter().map(|n| n.0.clone()).collect(),
-        finished: status
+        nodes,
+        finished: run
+            .status
+            .as_ref()
             .and_then(|s| s.phase)
             .is_some_and(gpuval_crds::Phase::is_terminal),
         outcomes,
     }
 }
 
-/// What a node result of an admission run says about its node: nothing when `policy` does not
-/// count it (simulated) or its finding is only configuration.
-pub fn result_outcome(r: ResultMeta, policy: Policy) -> Outcome {
-    let passed = r.passed();
-    if !policy.counts(r.simulated) {
-        Outcome::NoEvidence(format!("simulated result ({})", r.verdict))
-    } else if !passed && Code::only_configuration(&r.codes) {
-        Outcome::NoEvidence(r.summary)
-    } else if passed {
+/// What a node's final line says to admission: a pass on hardware evidence admits, a failure
+/// on hardware evidence keeps the node out (failure taint); any other line (a busy GPU,
+/// infrastructure, configuration, a simulated result or one without a report) is no evidence:
+/// the node is neither admitted nor marked failed, and the line says what to fix.
+pub fn outcome_of(line: &FinalLine, policy: Policy) -> Outcome {
+    if !policy.counts(false) {
+        Outcome::NoEvidence(format!("simulated agents ({})", line.verdict))
+    } else if line.passed() {
         Outcome::Passed
+    } else if line.failed_on_hardware() {
+        Outcome::NotPassed(line.message.clone())
     } else {
-        Outcome::NotPassed(r.summary)
+        Outcome::NoEvidence(format!("{}: {}", line.evidence, line.message))
     }
 }
 
@@ -222,6 +208,7 @@ pub async fn mark_failed(ctx: &Ctx, name: &str, run: &str) -> Result<(), kube::E
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpuval_crds::{Evidence, NodeVerdict};
 
     #[test]
     fn agents_tolerate_the_default_admission_taint_once() {
@@ -286,58 +273,46 @@ mod tests {
         );
     }
 
-    #[test]
-    fn simulated_and_configuration_results_are_no_evidence_for_admission() {
-        let meta = |verdict: &str, codes: &str, simulated: bool| ResultMeta {
-            node: "n".into(),
+    fn line(verdict: NodeVerdict, evidence: Evidence) -> FinalLine {
+        FinalLine {
             validation: "v".into(),
-            verdict: verdict.into(),
-            summary: "io: no host path".into(),
-            created: "2026-11-23T01:00:00Z".parse().unwrap(),
-            action: gpuval_crds::Action::Rerun,
-            codes: codes.into(),
-            simulated,
-        };
-        let p = Policy::default();
-        assert_eq!(result_outcome(meta("Pass", "", false), p), Outcome::Passed);
-        assert!(matches!(
-            result_outcome(meta("Pass", "", true), p),
-            Outcome::NoEvidence(_)
-        ));
-        assert!(matches!(
-            result_outcome(meta("Error", "IoError", false), p),
-            Outcome::NoEvidence(_)
-        ));
-        assert!(matches!(
-            result_outcome(meta("Fail", "MemoryMismatch", false), p),
-            Outcome::NotPassed(_)
-        ));
-        let trusted = Policy {
-            trust_simulated: true,
-            ..p
-        };
-        assert_eq!(
-            result_outcome(meta("Pass", "", true), trusted),
-            Outcome::Passed
-        );
+            verdict,
+            evidence,
+            message: "why".into(),
+            codes: String::new(),
+            action: gpuval_crds::Action::None,
+            result: None,
+            at: None,
+        }
     }
 
     #[test]
-    fn a_result_admits_its_node_as_its_verdict_passes() {
+    fn only_a_hardware_line_admits_or_keeps_a_node_out() {
         let p = Policy::default();
-        let result = |verdict: &str| ResultMeta {
-            node: "n".into(),
-            validation: "v".into(),
-            verdict: verdict.into(),
-            summary: "why".into(),
-            created: "2026-11-23T01:00:00Z".parse().unwrap(),
-            action: gpuval_crds::Action::None,
-            codes: String::new(),
-            simulated: false,
-        };
-        for verdict in gpuval_crds::Verdict::ALL {
-            let admitted = result_outcome(result(verdict.as_str()), p) == Outcome::Passed;
-            assert_eq!(admitted, verdict.passes(), "{verdict}");
+        assert_eq!(
+            outcome_of(&line(NodeVerdict::Passed, Evidence::Hardware), p),
+            Outcome::Passed
+        );
+        assert!(matches!(
+            outcome_of(&line(NodeVerdict::Failed, Evidence::Hardware), p),
+            Outcome::NotPassed(_)
+        ));
+        for evidence in Evidence::ALL.into_iter().filter(|e| !e.acts_on_node()) {
+            for verdict in [NodeVerdict::Passed, NodeVerdict::Failed, NodeVerdict::Error] {
+                let o = outcome_of(&line(verdict, evidence), p);
+                assert!(
+                    matches!(&o, Outcome::NoEvidence(why) if why.starts_with(evidence.as_str())),
+                    "{verdict} {evidence}: {o:?}"
+                );
+            }
         }
+        let simulating = Policy {
+            agents_simulated: true,
+            ..p
+        };
+        assert!(matches!(
+            outcome_of(&line(NodeVerdict::Passed, Evidence::Hardware), simulating),
+            Outcome::NoEvidence(_)
+        ));
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use gpuval_crds::{NodeStatus, NodeVerdict, Verdict};
+use gpuval_crds::{Evidence, NodeStatus, NodeVerdict, Verdict};
 
 use super::clock::RunClock;
 use super::truncate;
@@ -23,6 +23,10 @@ pub struct Seen<'a> {
     /// The Node object still exists.
     pub node_exists: bool,
 }
+
+/// How much of a failed pod's reason a node line keeps (the rest of its message says what to
+/// fix).
+const MAX_POD_REASON: usize = 60;
 
 /// What to do to a node's agent pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,19 +70,25 @@ pub fn advance_node(line: &NodeStatus, seen: Seen<'_>, clock: &RunClock) -> Adva
         l.message = (!r.summary.is_empty()).then(|| truncate(&r.summary));
         l.result = Some(r.name.clone());
         (l.codes, l.action) = super::fleet::line_facts(&r.facts);
+        l.evidence = Some(match r.verdict.passes() {
+            true => Evidence::Hardware,
+            false => Evidence::of_codes(&r.facts.codes),
+        });
     } else if clock.past_deadline() {
+        let (evidence, message) = out_of_time(seen.pod, clock);
         l.verdict = NodeVerdict::DeadlineExceeded;
-        l.message = Some(format!(
-            "no verdict within the deadline ({})",
-            clock.deadline
-        ));
+        l.message = Some(truncate(&message));
+        l.evidence = Some(evidence);
         next.pod = seen
             .pod
             .filter(|p| !p.deleting)
             .map(|p| PodChange::Delete(p.name.clone()));
     } else if !seen.node_exists {
         l.verdict = NodeVerdict::Error;
-        l.message = Some("the node was deleted before it reported".into());
+        l.message = Some(
+            "the node was deleted before it reported: nothing to fix on the node; rerun the validation if it comes back".into(),
+        );
+        l.evidence = Some(Evidence::Infrastructure);
     } else {
         return from_pod(line, seen.pod, clock);
     }
@@ -96,13 +106,15 @@ pub fn from_pod(line: &NodeStatus, pod: Option<&PodView>, clock: &RunClock) -> A
         waiting_for_result: false,
     };
     let l = &mut next.line;
-    let error = |l: &mut NodeStatus, why: String| {
+    let error = |l: &mut NodeStatus, evidence: Evidence, why: String| {
         l.verdict = NodeVerdict::Error;
-        l.message = Some(why);
+        l.message = Some(truncate(&why));
+        l.evidence = Some(evidence);
     };
     let Some(p) = pod else {
         if line.verdict == NodeVerdict::Running {
-            error(l, "the agent pod disappeared before it reported".into());
+            let why = "the agent pod disappeared before it reported (deleted, evicted or preempted): rerun the validation";
+            error(l, Evidence::Infrastructure, why.into());
         } else {
             l.verdict = NodeVerdict::Pending;
             next.pod = Some(PodChange::Create);
@@ -110,7 +122,8 @@ pub fn from_pod(line: &NodeStatus, pod: Option<&PodView>, clock: &RunClock) -> A
         return next;
     };
     if p.deleting {
-        error(l, "the agent pod was deleted before it reported".into());
+        let why = "the agent pod was deleted before it reported (an eviction, a preemption, a drain or a person): rerun the validation";
+        error(l, Evidence::Infrastructure, why.into());
         return next;
     }
     match p.phase {
@@ -121,7 +134,8 @@ pub fn from_pod(line: &NodeStatus, pod: Option<&PodView>, clock: &RunClock) -> A
         PodPhase::Succeeded => {
             let waited = p.finished_at.map_or(Duration::ZERO, |f| clock.since(f));
             if waited >= RESULT_GRACE {
-                error(l, "the agent exited without storing its result".into());
+                let why = "the agent exited without storing its result (API errors? see the agent pod's log): rerun the validation";
+                error(l, Evidence::Infrastructure, why.into());
             } else {
                 l.verdict = NodeVerdict::Running;
                 next.waiting_for_result = true;
@@ -129,7 +143,10 @@ pub fn from_pod(line: &NodeStatus, pod: Option<&PodView>, clock: &RunClock) -> A
         }
         PodPhase::Failed => {
             let why = p.reason.as_deref().unwrap_or("no reason given");
-            error(l, truncate(&format!("agent pod failed: {why}")));
+            let (evidence, fix) = pod_trouble(why);
+            // The pod's own words shortened first, so that what to fix stays whole.
+            let why = gpuval_crds::text::shorten(why, MAX_POD_REASON);
+            error(l, evidence, format!("agent pod failed: {why}; {fix}"));
         }
         PodPhase::Pending | PodPhase::Unknown => {
             l.verdict = NodeVerdict::Pending;
@@ -137,6 +154,76 @@ pub fn from_pod(line: &NodeStatus, pod: Option<&PodView>, clock: &RunClock) -> A
         }
     }
     next
+}
+
+/// What kind of trouble a failed agent pod's reason (`Evicted: ...`, `ErrImagePull: ...`,
+/// `OOMKilled (exit code 137)`) is, and what to fix. None of it is hardware evidence: the
+/// agent wrote no report.
+pub fn pod_trouble(reason: &str) -> (Evidence, &'static str) {
+    let head = reason
+        .split(|c: char| c == ':' || c.is_whitespace())
+        .next()
+        .unwrap_or_default();
+    match head {
+        "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "ErrImageNeverPull" => (
+            Evidence::Infrastructure,
+            "the agent image cannot be pulled: fix the registry or the agent image (--agent-image, Helm agent.image), then rerun",
+        ),
+        "CreateContainerConfigError" | "CreateContainerError" => (
+            Evidence::Configuration,
+            "the agent container cannot be created: fix what kubectl describe pod names and rerun",
+        ),
+        "OOMKilled" => (
+            Evidence::Configuration,
+            "the agent ran out of memory: raise its memory limit (Helm agent.resources) and rerun",
+        ),
+        "Evicted"
+        | "Preempting"
+        | "Preempted"
+        | "Shutdown"
+        | "NodeShutdown"
+        | "Terminated"
+        | "NodeLost"
+        | "DeadlineExceeded"
+        | "UnexpectedAdmissionError" => (
+            Evidence::Infrastructure,
+            "the agent pod was evicted, preempted or stopped with its node: rerun the validation when the node has room",
+        ),
+        _ => (
+            Evidence::NoEvidence,
+            "the agent ended without a report: read the agent pod's log and rerun",
+        ),
+    }
+}
+
+/// A node with no result at the deadline: infrastructure, or a busy node when its agent pod
+/// could not get the node's GPUs; the message says what held it up and what to do.
+fn out_of_time(pod: Option<&PodView>, clock: &RunClock) -> (Evidence, String) {
+    let head = format!("no verdict within the deadline ({})", clock.deadline);
+    let Some(p) = pod else {
+        let fix = "the agent pod was never created: see the operator's log and rerun";
+        return (Evidence::Infrastructure, format!("{head}: {fix}"));
+    };
+    match (p.phase, p.reason.as_deref()) {
+        (PodPhase::Pending, Some(why)) if why.contains(gpuval_crds::GPU_RESOURCE) => (
+            Evidence::Busy,
+            format!("{head}: the agent pod stayed Pending ({why}); free the node's GPUs and rerun"),
+        ),
+        (PodPhase::Pending | PodPhase::Unknown, Some(why)) => (
+            Evidence::Infrastructure,
+            format!("{head}: the agent pod stayed Pending ({why}); fix that and rerun"),
+        ),
+        (PodPhase::Pending | PodPhase::Unknown, None) => (
+            Evidence::Infrastructure,
+            format!("{head}: the agent pod never started (is the node Ready?); rerun"),
+        ),
+        _ => (
+            Evidence::Infrastructure,
+            format!(
+                "{head}: the agent did not report in time (API errors, or checks longer than spec.deadline); see its log and rerun"
+            ),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -167,6 +254,7 @@ mod tests {
             result: None,
             codes: None,
             action: None,
+            evidence: None,
         }
     }
 
@@ -226,6 +314,7 @@ mod tests {
             Some("GPU3 memory: 2 mismatched words")
         );
         assert_eq!(a.line.result.as_deref(), Some("v-gpu-0"));
+        assert_eq!(a.line.evidence, Some(Evidence::Hardware));
         assert_eq!(a.pod, None);
     }
 
@@ -234,9 +323,11 @@ mod tests {
         let p = pod(PodPhase::Running);
         let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(3600));
         assert_eq!(a.line.verdict, NodeVerdict::DeadlineExceeded);
-        assert_eq!(
-            a.line.message.as_deref(),
-            Some("no verdict within the deadline (1h)")
+        assert_eq!(a.line.evidence, Some(Evidence::Infrastructure));
+        let message = a.line.message.unwrap_or_default();
+        assert!(
+            message.starts_with("no verdict within the deadline (1h): the agent did not report"),
+            "{message}"
         );
         assert_eq!(a.pod, Some(PodChange::Delete("pod-gpu-0".into())));
 
@@ -296,7 +387,9 @@ mod tests {
                 Running,
                 with_reason(PodPhase::Failed, oom),
                 Error,
-                Some("agent pod failed: OOMKilled (exit code 137)"),
+                Some(
+                    "agent pod failed: OOMKilled (exit code 137); the agent ran out of memory: raise its memory limit (Helm agent.resources) and rerun",
+                ),
             ),
         ]
         .into_iter()
@@ -314,7 +407,107 @@ mod tests {
         p.deleting = true;
         let a = with_pod(NodeVerdict::Running, &p);
         assert_eq!(a.line.verdict, NodeVerdict::Error);
+        assert_eq!(a.line.evidence, Some(Evidence::Infrastructure));
         assert!(a.line.message.unwrap().contains("was deleted"));
+    }
+
+    #[test]
+    fn a_failed_agent_pod_is_never_hardware_evidence_and_says_what_to_fix() {
+        for (reason, evidence, fix) in [
+            (
+                "ErrImagePull: registry down",
+                Evidence::Infrastructure,
+                "cannot be pulled",
+            ),
+            (
+                "ImagePullBackOff: Back-off pulling image",
+                Evidence::Infrastructure,
+                "--agent-image",
+            ),
+            (
+                "Evicted: The node was low on resource: memory",
+                Evidence::Infrastructure,
+                "evicted",
+            ),
+            (
+                "Preempted: by a higher priority pod",
+                Evidence::Infrastructure,
+                "preempted",
+            ),
+            (
+                "CreateContainerConfigError: secret missing",
+                Evidence::Configuration,
+                "cannot be created",
+            ),
+            (
+                "OOMKilled (exit code 137)",
+                Evidence::Configuration,
+                "memory limit",
+            ),
+            ("Error (exit code 3)", Evidence::NoEvidence, "log"),
+        ] {
+            let p = PodView {
+                reason: Some(reason.into()),
+                ..pod(PodPhase::Failed)
+            };
+            let a = with_pod(NodeVerdict::Running, &p);
+            assert_eq!(a.line.verdict, NodeVerdict::Error, "{reason}");
+            assert_eq!(a.line.evidence, Some(evidence), "{reason}");
+            let message = a.line.message.unwrap_or_default();
+            assert!(message.contains(fix), "{reason}: {message}");
+            // A long reason is shortened, never what to fix.
+            let p = PodView {
+                reason: Some(format!("{reason} {}", "x".repeat(300))),
+                ..pod(PodPhase::Failed)
+            };
+            let long = with_pod(NodeVerdict::Running, &p)
+                .line
+                .message
+                .unwrap_or_default();
+            assert!(
+                long.contains(fix) && long.len() <= crate::reconcile::MAX_MESSAGE,
+                "{long}"
+            );
+        }
+    }
+
+    #[test]
+    fn out_of_time_names_what_held_the_agent_up() {
+        let busy = PodView {
+            reason: Some("Unschedulable: 0/3 nodes: 3 Insufficient nvidia.com/gpu".into()),
+            ..pod(PodPhase::Pending)
+        };
+        let a = advance_node(&line(NodeVerdict::Pending), seen(Some(&busy)), &clock(3600));
+        assert_eq!(a.line.verdict, NodeVerdict::DeadlineExceeded);
+        assert_eq!(a.line.evidence, Some(Evidence::Busy));
+        assert!(
+            a.line
+                .message
+                .unwrap_or_default()
+                .contains("free the node's GPUs")
+        );
+        let stuck = PodView {
+            reason: Some("Unschedulable: 0/3 nodes: node(s) had untolerated taint".into()),
+            ..pod(PodPhase::Pending)
+        };
+        let a = advance_node(
+            &line(NodeVerdict::Pending),
+            seen(Some(&stuck)),
+            &clock(3600),
+        );
+        assert_eq!(a.line.evidence, Some(Evidence::Infrastructure));
+        assert!(
+            a.line
+                .message
+                .unwrap_or_default()
+                .contains("untolerated taint")
+        );
+        let gone = Seen {
+            node_exists: false,
+            ..seen(None)
+        };
+        let a = advance_node(&line(NodeVerdict::Pending), gone, &clock(10));
+        assert_eq!(a.line.evidence, Some(Evidence::Infrastructure));
     }
 
     #[test]
@@ -327,9 +520,12 @@ mod tests {
         let a = advance_node(&line(NodeVerdict::Running), seen(Some(&p)), &clock(130));
         assert_eq!(a.line.verdict, NodeVerdict::Error);
         assert!(!a.waiting_for_result);
-        assert_eq!(
-            a.line.message.as_deref(),
-            Some("the agent exited without storing its result")
+        assert!(
+            a.line
+                .message
+                .unwrap_or_default()
+                .starts_with("the agent exited without storing its result")
         );
+        assert_eq!(a.line.evidence, Some(Evidence::Infrastructure));
     }
 }

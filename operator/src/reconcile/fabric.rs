@@ -11,7 +11,7 @@ use std::time::Duration;
 use gpuval_crds::fabric::{
     FabricGroup, FabricPhase, FabricRoundSpec, FabricSpec, FabricStatus, RENDEZVOUS_PORT,
 };
-use gpuval_crds::{NodeStatus, NodeVerdict};
+use gpuval_crds::{Evidence, NodeStatus, NodeVerdict};
 use gpuval_fabric::{Conclusion, History, NodeFabric, Round};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -275,15 +275,23 @@ fn concluded(c: &Conclusion, nodes: usize, rounds: usize) -> FabricStatus {
     }
 }
 
-/// Node lines of the nodes the fabric test failed become Failed (named) or Error (agent lost).
+/// Node lines of the nodes the fabric test failed become Failed on hardware evidence (named)
+/// or Error on infrastructure (the agent's report lost).
 fn apply_verdicts(c: &Conclusion, nodes: &mut [NodeStatus], step: &mut FabricStep) {
     for line in nodes.iter_mut() {
-        let (verdict, why) = match c.nodes.get(&line.name) {
-            Some(NodeFabric::Failed(why)) => (NodeVerdict::Failed, why),
-            Some(NodeFabric::Error(why)) => (NodeVerdict::Error, why),
+        let (verdict, evidence, why) = match c.nodes.get(&line.name) {
+            Some(NodeFabric::Failed(why)) => (NodeVerdict::Failed, Evidence::Hardware, why.clone()),
+            Some(NodeFabric::Error(why)) => (
+                NodeVerdict::Error,
+                Evidence::Infrastructure,
+                format!(
+                    "{why}; its fabric report was lost (the agent left or could not write it): rerun the validation"
+                ),
+            ),
             _ => continue,
         };
         line.verdict = verdict;
+        line.evidence = Some(evidence);
         line.message = Some(truncate(&format!("fabric: {why}")));
         step.newly_failed.push(line.name.clone());
         step.events.push(super::events::node_failed(line));

@@ -289,6 +289,7 @@ mod tests {
             result: None,
             codes: None,
             action: None,
+            evidence: None,
         }
     }
 

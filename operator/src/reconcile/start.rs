@@ -107,6 +107,7 @@ fn pending(name: &str, gpus: i32) -> NodeStatus {
         result: None,
         codes: None,
         action: None,
+        evidence: None,
     }
 }
 
