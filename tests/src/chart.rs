@@ -15,13 +15,14 @@ pub fn chart_dir() -> PathBuf {
     crate::crds::repo_root().join("charts/gpuval")
 }
 
-/// A helm command with its caches in a temporary directory (nothing of the user's is read or
+/// A helm command with its caches in `target/helm-home` (nothing of the user's is read or
 /// written) and capabilities of the Kubernetes version the tests run (a Go-built helm would
 /// otherwise assume an old default).
 pub fn helm() -> Result<Command, String> {
     let tools = Tools::locate()?;
     let mut cmd = Command::new(tools.require("helm")?);
-    let home = std::env::temp_dir().join("gpuval-helm-home");
+    // Under the build's own target folder, so that the tests leave nothing in /tmp.
+    let home = crate::crds::repo_root().join("target").join("helm-home");
     cmd.env("HELM_CACHE_HOME", home.join("cache"))
         .env("HELM_CONFIG_HOME", home.join("config"))
         .env("HELM_DATA_HOME", home.join("data"));

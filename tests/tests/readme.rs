@@ -305,8 +305,14 @@ async fn every_kubectl_command_of_the_readme_and_the_examples_works_as_written()
 
     let mut failures = Vec::new();
     let mut results_written = false;
+    // The docs write to /tmp as a reader would; here, to a folder of this run's own, so that
+    // the suite leaves no file of a fixed name behind.
+    let scratch = tempfile::tempdir().expect("a scratch dir");
+    let scratch_prefix = format!("{}/", scratch.path().display());
     for Written { at, command } in &commands {
-        let command = command.replace("NODE", NODE);
+        let command = command
+            .replace("NODE", NODE)
+            .replace("/tmp/", &scratch_prefix);
         if !results_written && validation_exists(&client, "quick").await {
             write_results(&client).await;
             results_written = true;
