@@ -53,6 +53,11 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
         write_status::<GpuValidation>(&gv.name_any(), ctx, &step.status).await?;
         ctx.metrics
             .count_new_verdicts(&step.new_verdicts, step.status.simulated == Some(true));
+        if let Some(f) = step.status.fabric.as_ref() {
+            ctx.metrics
+                .fleet
+                .fail_named(&gv.name_any(), &f.failed_nodes);
+        }
     }
     publish_events(gv, ctx, &step.events).await;
     act_on_failed_nodes(gv, ctx, &hardware_failures(gv, ctx, step)).await;

@@ -298,6 +298,21 @@ impl Fleet {
         }
     }
 
+    /// Marks Failed the nodes a validation's fabric test named, where the node's held result is
+    /// that validation's: a node whose own checks passed but whose fabric failed is never
+    /// exported as Pass (its final line is Failed on hardware evidence).
+    pub fn fail_named(&self, validation: &str, nodes: &[String]) {
+        let mut map = self.lock();
+        for node in nodes {
+            if let Some(held) = map.get_mut(node)
+                && held.validation == validation
+                && !held.simulated
+            {
+                held.verdict = held.verdict.max(Verdict::Fail);
+            }
+        }
+    }
+
     /// True when a result of `node` created after `created`, or the result `uid` itself, is held.
     pub fn has_newer_or_same(&self, node: &str, uid: &str, created: i64) -> bool {
         self.lock()
@@ -718,6 +733,30 @@ mod tests {
             text.contains(r#"gpuval_fleet_nodes{simulated="true"} 1.0"#),
             "{text}"
         );
+    }
+
+    /// A node whose own checks passed but which the fabric named is exported as Fail: its final
+    /// line's verdict, not its result's; another validation's naming does not touch it.
+    #[test]
+    fn a_node_the_fabric_named_is_exported_as_failed_not_as_its_results_pass() {
+        let m = Metrics::default();
+        for node in ["vm-2", "vm-3"] {
+            let mut l = NodeLatest::from_report("fab", node, 10, &report(4300.0, Verdict::Pass));
+            l.simulated = false;
+            m.fleet.update(node, l);
+        }
+        m.fleet.fail_named("other", &["vm-2".to_string()]);
+        m.fleet
+            .fail_named("fab", &["vm-3".to_string(), "gone".to_string()]);
+        let text = m.encode();
+        let verdict_of = |node: &str| {
+            text.lines()
+                .find(|l| l.starts_with("gpuval_node_verdict{") && l.contains(node))
+                .map(str::to_string)
+                .unwrap_or_default()
+        };
+        assert!(verdict_of("vm-3").contains(r#"verdict="Fail""#), "{text}");
+        assert!(verdict_of("vm-2").contains(r#"verdict="Pass""#), "{text}");
     }
 
     #[test]
