@@ -478,22 +478,29 @@ async fn a_node_removed_mid_admission_is_dropped_without_error() {
         .unwrap();
     let lines = &gv.status.as_ref().unwrap().nodes;
     assert!(lines.iter().all(|l| l.name == "gpu-goes"), "{lines:?}");
-    let events =
-        Api::<k8s_openapi::api::events::v1::Event>::namespaced(e.client.clone(), "default")
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items;
+    // The event is published after the taint goes: wait for it, then look at all of them.
+    let event_api =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(e.client.clone(), "default");
+    let events = gpuval_tests::waits::until(
+        "a NodeAdmitted event about the schedule",
+        std::time::Duration::from_secs(60),
+        || async {
+            let items = event_api.list(&ListParams::default()).await.ok()?.items;
+            items
+                .iter()
+                .any(|ev| {
+                    ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("gate")
+                        && ev.reason.as_deref() == Some("NodeAdmitted")
+                })
+                .then_some(items)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     let about_gate: Vec<_> = events
         .iter()
         .filter(|ev| ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("gate"))
         .collect();
-    assert!(
-        about_gate
-            .iter()
-            .any(|ev| ev.reason.as_deref() == Some("NodeAdmitted")),
-        "{about_gate:?}"
-    );
     assert!(
         about_gate
             .iter()
