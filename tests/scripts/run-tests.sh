@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 log=${CARGO_TARGET_DIR:-target}/test-output.log
 mkdir -p "$(dirname "$log")"
 "${CARGO:-cargo}" test "$@" 2>&1 | tee "$log" | grep --line-buffered -E '^ +Running |^test result: ' |
-  sed -u -E 's/^ +Running ([^ ]+).*/running \1/; s/^test result: /  /'
+  sed -u -E 's/^ +Running ([^ ]+).*/running \1/'
 rc=${PIPESTATUS[0]}
 python3 - "$log" <<'EOF'
 import re
