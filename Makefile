@@ -19,9 +19,11 @@ demo: control-plane
 	GPUVAL_AGENT_BIN="$(abspath $(TARGET_DIR))/debug/gpuval-agent" GPUVAL_PLUGIN_DIR="$(abspath $(TARGET_DIR))/debug" "$(abspath $(TARGET_DIR))/debug/demo"
 
 ## The whole test suite: unit tests, and integration tests against a real etcd + kube-apiserver.
+## The terminal shows a line per test binary, then the failures in full, then the counts (a test
+## that could not run here is counted as skipped); the whole output is in target/test-output.log.
 test: control-plane chart-tools
 	LD_LIBRARY_PATH="$$(tests/scripts/install-nvrtc.sh)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" GPUVAL_REQUIRE_NVRTC=1 \
-	  $(CARGO) test --workspace --all-targets --no-fail-fast -- --show-output
+	  CARGO="$(CARGO)" tests/scripts/run-tests.sh --workspace --all-targets --no-fail-fast -- --show-output
 
 control-plane:
 	@echo "building the control plane from source (cached in ~/.cache/gpuval; the first time takes a few minutes) ..."
