@@ -11,9 +11,9 @@ cd "$(dirname "$0")/../.."
 log=${CARGO_TARGET_DIR:-target}/test-output.log
 mkdir -p "$(dirname "$log")"
 "${CARGO:-cargo}" test "$@" 2>&1 | tee "$log" | grep --line-buffered -E '^ +Running |^test result: ' |
-  sed -u -E 's/^ +Running ([^ ]+).*/running \1/'
+  sed -u -E 's/^ +Running (.*) \(.*/running \1/'
 rc=${PIPESTATUS[0]}
-python3 - "$log" <<'EOF'
+python3 - "$log" "$rc" <<'EOF'
 import re
 import sys
 
@@ -40,6 +40,9 @@ if skipped:
         print(f"  {s} ({skipped.count(s)}x)")
 n_skipped = min(len(skipped), passed)
 print()
-print(f"{passed - n_skipped} passed, {failed} failed, {n_skipped + ignored} skipped")
+if passed + failed + ignored == 0 and sys.argv[2] != "0":
+    print(f"no test ran: cargo test ended with exit {sys.argv[2]} (the errors above)")
+else:
+    print(f"{passed - n_skipped} passed, {failed} failed, {n_skipped + ignored} skipped")
 EOF
 exit "$rc"
