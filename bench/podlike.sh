@@ -42,12 +42,10 @@ shift
 
 # The device minors of the GPUs given (NVML index -> bus id -> the driver's Device Minor).
 keep=()
-all_dirs=()
 while IFS=, read -r index bus; do
   bus=$(echo "$bus" | tr -d ' ' | tr 'A-F' 'a-f')
   dir=/proc/driver/nvidia/gpus/${bus#????}
   [ -d "$dir" ] || dir=/proc/driver/nvidia/gpus/$bus
-  all_dirs+=("$dir")
   if [ "$gpus" = all ] || [[ ",$gpus," == *",$index,"* ]]; then
     # `Device Minor: \t 0`: the number is the line's last field.
     minor=$(awk '/Device Minor/{print $NF}' "$dir/information" 2>/dev/null || true)

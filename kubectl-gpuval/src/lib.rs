@@ -78,10 +78,7 @@ pub fn document(gv: &GpuValidation, results: &[GpuNodeResult]) -> Document {
 
 /// The Ready condition's message, whole.
 pub fn ready_message(status: &gpuval_crds::GpuValidationStatus) -> Option<String> {
-    status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == gpuval_crds::conditions::READY)
+    gpuval_crds::conditions::find(&status.conditions, gpuval_crds::conditions::READY)
         .map(|c| c.message.clone())
         .filter(|m| !m.is_empty())
 }
