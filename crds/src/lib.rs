@@ -105,6 +105,16 @@ pub mod labels {
     pub const NODE_VERDICT: &str = VERDICT;
     /// The node label with when that verdict was reached (UTC, `20261123T073000Z`: label-safe).
     pub const VALIDATED_AT: &str = "gpuval.io/validated-at";
+    /// The node label naming the validation whose final line gave the node its verdict (the
+    /// run that proved it, or the one it failed): the validation's name, or its short form.
+    pub const VERDICT_RUN: &str = "gpuval.io/verdict-run";
+    /// The node label `true` on a repeat offender: the node, or one of its GPUs, failed on
+    /// hardware evidence in two runs or more within the administrator's window
+    /// (`--repeat-failure-window`); the `GpuValidated` message names the runs and the GPUs.
+    pub const REPEAT_OFFENDER: &str = "gpuval.io/repeat-offender";
+    /// Annotation on a node result: the UID of the Node object its agent ran on, so that a node
+    /// deleted and created again under its name (a new UID) inherits no verdict.
+    pub const NODE_UID: &str = "gpuval.io/node-uid";
 
     /// The recommended action (`None`, `Rerun`, `ResetGpu`, `RebootNode`, `ReplaceHardware`):
     /// on every node result, and on a node when it is not `None`, so that

@@ -1,11 +1,10 @@
 //! The shell's write side: carries out a reconcile [`Step`] against the API server (pods,
-//! results, the status through server-side apply, events, failed-node actions).
+//! results, the status through server-side apply, events; a failed node's marks are
+//! [`crate::node_marks`]'s).
 
 use futures::StreamExt;
-use gpuval_crds::{
-    FabricRoundSpec, GpuFabricRound, GpuNodeResult, GpuValidation, NodeAction, labels,
-};
-use k8s_openapi::api::core::v1::{Node, Pod, Secret, Taint};
+use gpuval_crds::{FabricRoundSpec, GpuFabricRound, GpuNodeResult, GpuValidation};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, ResourceExt};
@@ -59,39 +58,10 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
                 .fail_named(&gv.name_any(), &f.failed_nodes);
         }
     }
+    // `spec.onFailure` is the node-state controller's (crate::node_marks): it marks a node
+    // from its final line, tries again until the mark holds, and takes it back on a pass.
     publish_events(gv, ctx, &step.events).await;
-    act_on_failed_nodes(gv, ctx, &hardware_failures(gv, ctx, step)).await;
     Ok(())
-}
-
-/// The nodes that just failed in `step` whose final line fails on hardware evidence: the only
-/// ones `spec.onFailure` acts on ([`crate::node_state::may_act_on`]). A busy GPU,
-/// infrastructure trouble (an image that cannot be pulled, an evicted agent, a deadline with no
-/// result, a lost fabric report), configuration and simulated results leave the node as it was.
-fn hardware_failures(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Vec<String> {
-    if step.newly_failed.is_empty() {
-        return Vec::new();
-    }
-    let mut run = gv.clone();
-    run.status = Some(step.status.clone());
-    let name = gv.name_any();
-    let policy = crate::node_state::Policy::of(&ctx.cfg);
-    step.newly_failed
-        .iter()
-        .filter(|node| {
-            let result = crate::node_state::result_of(ctx, &name, node);
-            let acts = crate::node_state::may_act_on(&run, node, result.as_ref(), policy);
-            if !acts {
-                tracing::info!(
-                    validation = %name,
-                    node = %node,
-                    "no action on the node: its final line is no hardware evidence"
-                );
-            }
-            acts
-        })
-        .cloned()
-        .collect()
 }
 
 /// Deletes the named objects of kind `K` in the operator's namespace (gone already is fine).
@@ -332,68 +302,6 @@ where
         };
         if let Err(err) = ctx.recorder.publish(&ev, &reference).await {
             tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), reason = e.reason, error = %err, "could not publish an event");
-        }
-    }
-}
-
-/// Applies `spec.onFailure.action` to the nodes that just failed (logging the ones that could
-/// not be marked).
-async fn act_on_failed_nodes(gv: &GpuValidation, ctx: &Ctx, failed: &[String]) {
-    let action = gv
-        .spec
-        .on_failure
-        .as_ref()
-        .map(|o| o.action)
-        .unwrap_or_default();
-    if action == NodeAction::None {
-        return;
-    }
-    let name = gv.name_any();
-    for node in failed {
-        if let Err(err) = mark_node(ctx, node, &name, action).await {
-            tracing::warn!(validation = %name, node = %node, error = %err, "could not mark a failed node");
-        }
-    }
-}
-
-/// Labels or taints a node that failed (`gpuval.io/failed=<validation>`).
-async fn mark_node(
-    ctx: &Ctx,
-    node: &str,
-    validation: &str,
-    action: NodeAction,
-) -> Result<(), kube::Error> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let value = labels::node_value(validation);
-    match action {
-        NodeAction::None => Ok(()),
-        NodeAction::Label => {
-            let patch = serde_json::json!({"metadata": {"labels": {labels::FAILED_NODE: value}}});
-            nodes
-                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-        }
-        NodeAction::Taint => {
-            let current = nodes.get(node).await?;
-            let mut taints = current.spec.and_then(|s| s.taints).unwrap_or_default();
-            if taints.iter().any(|t| t.key == labels::FAILED_NODE) {
-                return Ok(());
-            }
-            taints.push(Taint {
-                key: labels::FAILED_NODE.into(),
-                value: Some(value),
-                effect: "NoSchedule".into(),
-                time_added: None,
-            });
-            let patch = serde_json::json!({
-                "metadata": {"resourceVersion": current.metadata.resource_version},
-                "spec": {"taints": taints},
-            });
-            nodes
-                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
         }
     }
 }

@@ -57,7 +57,14 @@ pub struct OperatorConfig {
     pub allocation: crate::reconcile::allocation::Allocation,
     /// Acceptance certificates written when a run ends.
     pub certificates: CertificateSettings,
+    /// Two hardware failures of a node (or of one of its GPUs) within this window make it a
+    /// repeat offender ([`crate::failure_marks`]); zero: not counted.
+    pub repeat_failure_window: std::time::Duration,
 }
+
+/// The default repeat-offender window: a week.
+pub const REPEAT_FAILURE_WINDOW: std::time::Duration =
+    std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// Where the certificate signing key is and how many certificates are kept.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,6 +145,7 @@ impl Default for OperatorConfig {
             agent_pod_resources: false,
             fabric: FabricPods::default(),
             clock: crate::schedule::Clock::system(),
+            repeat_failure_window: REPEAT_FAILURE_WINDOW,
             simulated_acts_on_nodes: false,
             admission_taint_keys: Vec::new(),
             allocation: crate::reconcile::allocation::Allocation::default(),

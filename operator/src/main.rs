@@ -173,6 +173,11 @@ struct Args {
         default_value_t = 10.0
     )]
     baseline_tolerance_percent: f64,
+    /// A node, or a GPU of it, that fails on hardware evidence in two runs or more within this
+    /// window is a repeat offender (node label gpuval.io/repeat-offender=true, named in its
+    /// GpuValidated message and an event); 0s: not counted. Written like 168h or 30m.
+    #[arg(long, env = "GPUVAL_REPEAT_FAILURE_WINDOW", default_value = "168h")]
+    repeat_failure_window: gpuval_crds::duration::Duration,
     /// json (default) or text.
     #[arg(long, env = "GPUVAL_LOG_FORMAT", default_value = "json")]
     log_format: String,
@@ -256,6 +261,7 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
             device_class: a.dra_device_class.trim().to_string(),
             driver: a.dra_driver.trim().to_string(),
         },
+        repeat_failure_window: a.repeat_failure_window.as_std(),
         certificates: config::CertificateSettings {
             key_secret: a.certificate_key_secret.clone(),
             retention: (a.certificate_retention > 0).then_some(a.certificate_retention),

@@ -27,8 +27,8 @@ use futures::StreamExt;
 use gpuval_crds::Action as Remedy;
 use gpuval_crds::result::result_name;
 use gpuval_crds::{
-    Evidence as Category, FinalLine, GpuNodeResult, GpuValidation, ResultSeen, Trust, Verdict,
-    labels,
+    Evidence as Category, FinalLine, GpuNodeResult, GpuValidation, NodeAction, ResultSeen, Trust,
+    Verdict, labels,
 };
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -40,6 +40,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::controller::{Ctx, Error, FIELD_MANAGER};
+use crate::failure_marks::Offences;
 use crate::wakes::NodeWake;
 use tokio::sync::mpsc;
 
@@ -65,6 +66,8 @@ pub struct Evidence {
     pub action: Remedy,
     /// The codes of its first failures (or warnings), comma-separated.
     pub codes: String,
+    /// What the validation's `spec.onFailure` asks for a node that fails it.
+    pub on_failure: NodeAction,
 }
 
 impl Evidence {
@@ -72,6 +75,7 @@ impl Evidence {
     /// a run that has not ended).
     pub fn of_line(line: &FinalLine) -> Option<Evidence> {
         Some(Evidence {
+            on_failure: NodeAction::None,
             validation: line.validation.clone(),
             at: line.at?,
             passed: line.passed(),
@@ -111,6 +115,8 @@ pub struct ResultMeta {
     /// It carries a report (a writer stored its status; see
     /// [`crate::observe::has_report`]).
     pub reported: bool,
+    /// The UID of the Node its agent ran on (`gpuval.io/node-uid`), when the result says.
+    pub node_uid: Option<String>,
 }
 
 impl ResultMeta {
@@ -213,6 +219,7 @@ pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
             .unwrap_or_default(),
         simulated: is_simulated(l),
         reported: crate::observe::has_report(&r.metadata),
+        node_uid: ann.and_then(|a| a.get(labels::NODE_UID)).cloned(),
     })
 }
 
@@ -272,11 +279,71 @@ pub fn latest(
     runs: &[(&GpuValidation, Option<&ResultMeta>)],
     policy: Policy,
 ) -> Option<Evidence> {
-    let lines: Vec<Evidence> = runs
-        .iter()
-        .filter_map(|(run, result)| policy.final_line(run, node, *result))
-        .filter_map(|l| Evidence::of_line(&l))
-        .collect();
+    newest(&lines_of(node, runs, policy, &Incarnation::default()))
+}
+
+/// The Node object a verdict must be about: a node deleted and created again under its name is
+/// another node, which inherits no verdict of the one before.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Incarnation {
+    /// The Node's UID.
+    pub uid: Option<String>,
+    /// When the Node object was created.
+    pub created: Option<Timestamp>,
+}
+
+impl Incarnation {
+    /// The incarnation of `node` as the API server has it now.
+    pub fn of(node: &Node) -> Self {
+        Self {
+            uid: node.metadata.uid.clone(),
+            created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        }
+    }
+
+    /// True when a line reached at `at` from a result on the node of UID `result_node` (None:
+    /// the result does not say, or there is no result) is about this node: the UIDs agree
+    /// where both are known, otherwise the line is no older than the Node object.
+    pub fn owns(&self, at: Timestamp, result_node: Option<&str>) -> bool {
+        match (self.uid.as_deref(), result_node) {
+            (Some(ours), Some(theirs)) => ours == theirs,
+            _ => self.created.is_none_or(|born| at >= born),
+        }
+    }
+}
+
+/// The final line of each of `runs` for `node` that is about its present incarnation (see
+/// [`Incarnation`]), as evidence, with the run's `spec.onFailure` action.
+pub fn lines_of(
+    node: &str,
+    runs: &[(&GpuValidation, Option<&ResultMeta>)],
+    policy: Policy,
+    incarnation: &Incarnation,
+) -> Vec<Evidence> {
+    runs.iter()
+        .filter_map(|(run, result)| {
+            let line = policy.final_line(run, node, *result)?;
+            let mut e = Evidence::of_line(&line)?;
+            let result_node = result
+                .filter(|r| line.result.as_deref() == Some(r.name.as_str()))
+                .and_then(|r| r.node_uid.as_deref());
+            if !incarnation.owns(e.at, result_node) {
+                return None;
+            }
+            e.on_failure = run
+                .spec
+                .on_failure
+                .as_ref()
+                .map(|o| o.action)
+                .unwrap_or_default();
+            Some(e)
+        })
+        .collect()
+}
+
+/// The newest of `lines`: the newest hardware verdict (a pass, or a failure on hardware
+/// evidence; on a tie a failure wins), else the newest line of any other kind.
+pub fn newest(lines: &[Evidence]) -> Option<Evidence> {
     let newest = |hardware: bool| {
         lines
             .iter()
@@ -343,6 +410,10 @@ pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> 
             labels::VALIDATED_AT.to_string(),
             e.at.as_second().to_string(),
         ),
+        (
+            labels::VERDICT_RUN.to_string(),
+            labels::node_value(&e.validation),
+        ),
     ]);
     if e.action != Remedy::None {
         node_labels.insert(labels::ACTION.to_string(), e.action.as_str().to_string());
@@ -358,6 +429,31 @@ pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> 
             last_heartbeat_time: Some(Time(e.at)),
         }),
     })
+}
+
+/// `mark` for a node whose repeated failures are `offences` (None: none): the label
+/// `gpuval.io/repeat-offender=true`, and the condition's message led by the runs and GPUs
+/// (hardware verdicts only: a node left as it is stays so).
+pub fn with_offences(mut mark: Mark, offences: Option<&Offences>) -> Mark {
+    let Some(o) = offences.filter(|o| o.repeated()) else {
+        return mark;
+    };
+    let Some(c) = mark.condition.as_mut().filter(|c| c.status != "Unknown") else {
+        return mark;
+    };
+    mark.labels
+        .insert(labels::REPEAT_OFFENDER.to_string(), "true".to_string());
+    let message = c.message.take().unwrap_or_default();
+    // The codes and action stay first (see condition_message).
+    let (tags, rest) = match message.strip_prefix('[').and_then(|m| m.split_once("] ")) {
+        Some((tags, rest)) => (format!("[{tags}] "), rest.to_string()),
+        None => (String::new(), message),
+    };
+    c.message = Some(gpuval_crds::text::shorten(
+        &format!("{tags}{}; {rest}", o.words()),
+        MAX_MESSAGE,
+    ));
+    mark
 }
 
 /// `GpuValidated=Unknown` for a node without a verdict whose latest line is no hardware
@@ -453,7 +549,13 @@ async fn write(ctx: &Ctx, name: &str, mark: &Mark) -> Result<(), kube::Error> {
 }
 
 /// The node labels this controller writes (and reads back to compare).
-const OUR_LABELS: [&str; 3] = [labels::NODE_VERDICT, labels::VALIDATED_AT, labels::ACTION];
+const OUR_LABELS: [&str; 5] = [
+    labels::NODE_VERDICT,
+    labels::VALIDATED_AT,
+    labels::ACTION,
+    labels::VERDICT_RUN,
+    labels::REPEAT_OFFENDER,
+];
 
 /// What a node-state reconcile reads: the operator's context (its Node and result stores, see
 /// [`crate::wakes`]) and this controller's own store of validations (each store filled before
@@ -464,6 +566,8 @@ pub struct NodeStateCtx {
     /// The served `DeviceTaintRule` resource, when the operator uses DRA and the API server
     /// serves it ([`crate::device_taints`]).
     device_taints: Option<kube::discovery::ApiResource>,
+    /// Each node's failed reconciles in a row (the backoff of its writes).
+    retries: Retries,
 }
 
 async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Error> {
@@ -481,30 +585,147 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         .map(|v| &**v)
         .zip(results.iter().map(Option::as_ref))
         .collect();
-    let evidence = latest(&name, &runs, Policy::of(&ctx.cfg));
-    let want = desired(evidence.as_ref(), condition_of(&node));
+    let lines = lines_of(&name, &runs, Policy::of(&ctx.cfg), &Incarnation::of(&node));
+    let evidence = newest(&lines);
+    let now = ctx.cfg.clock.now();
+    let offences = offences_of(ctx, &name, &lines, now).await?;
+    let want = desired(evidence.as_ref(), condition_of(&node))
+        .map(|m| with_offences(m, offences.as_ref()));
     if let Some(want) = want.filter(|w| *w != current(&node)) {
         tracing::info!(
             node = %name,
             verdict = ?want.labels.get(labels::NODE_VERDICT),
             category = ?evidence.as_ref().map(|e| e.category),
+            repeat_offender = want.labels.contains_key(labels::REPEAT_OFFENDER),
             "node state"
         );
         match write(ctx, &name, &want).await {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             other => other?,
         }
+        if want.labels.contains_key(labels::REPEAT_OFFENDER)
+            && !node.labels().contains_key(labels::REPEAT_OFFENDER)
+        {
+            let note = offences.as_ref().map(Offences::words).unwrap_or_default();
+            node_event(ctx, &node, "RepeatOffender", true, note).await;
+        }
+    }
+    let wanted = crate::failure_marks::wanted(evidence.as_ref());
+    let removed = crate::node_marks::write(ctx, &name, &wanted).await?;
+    if !removed.is_empty() {
+        let run = evidence
+            .as_ref()
+            .map(|e| e.validation.as_str())
+            .unwrap_or_default();
+        let note = format!(
+            "passed GpuValidation {run} on hardware evidence: returned to service, removed {}",
+            removed.join(", ")
+        );
+        node_event(ctx, &node, "ReturnedToService", false, note).await;
     }
     let evidence = evidence.filter(Evidence::is_hardware);
     if let Some(rule) = &nc.device_taints {
         crate::device_taints::sync_node(ctx, rule, &name, evidence.as_ref()).await?;
     }
-    Ok(Action::await_change())
+    nc.retries.succeeded(&name);
+    Ok(match offences.and_then(|o| o.expires_in(now)) {
+        // Looked at again when the oldest counted failure leaves the window.
+        Some(left) => Action::requeue(left + Duration::from_secs(1)),
+        None => Action::await_change(),
+    })
 }
 
-fn error_policy(node: Arc<Node>, err: &Error, _ctx: Arc<NodeStateCtx>) -> Action {
-    tracing::warn!(node = %node.name_any(), error = %err, "could not write node state; retrying");
-    Action::requeue(Duration::from_secs(5))
+/// The node's repeated hardware failures within the administrator's window (None: fewer than
+/// two, or the count is off). The GPUs each run failed come from its result's report, read
+/// only when two runs or more failed.
+async fn offences_of(
+    ctx: &Ctx,
+    node: &str,
+    lines: &[Evidence],
+    now: Timestamp,
+) -> Result<Option<Offences>, kube::Error> {
+    let window = ctx.cfg.repeat_failure_window;
+    let Some(found) = crate::failure_marks::repeat_offences(lines, window, now, |_| Vec::new())
+    else {
+        return Ok(None);
+    };
+    let api: Api<GpuNodeResult> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let mut gpus: HashMap<String, Vec<String>> = HashMap::new();
+    for (run, _) in &found.runs {
+        ctx.throttle.acquire().await;
+        let report = api
+            .get_opt(&result_name(run, node))
+            .await?
+            .and_then(|r| r.status);
+        let failed = report
+            .map(|r| crate::reconcile::device_taints::failed_gpus(&r))
+            .unwrap_or_default();
+        gpus.insert(run.clone(), failed.into_iter().map(|g| g.uuid).collect());
+    }
+    Ok(crate::failure_marks::repeat_offences(
+        lines,
+        window,
+        now,
+        |e| gpus.get(&e.validation).cloned().unwrap_or_default(),
+    ))
+}
+
+/// Publishes an event about `node` (logged when it cannot be).
+async fn node_event(ctx: &Ctx, node: &Node, reason: &'static str, warning: bool, note: String) {
+    let planned = crate::reconcile::PlannedEvent {
+        warning,
+        reason,
+        note,
+    };
+    crate::apply::publish_events(node, ctx, &[planned]).await;
+}
+
+fn error_policy(node: Arc<Node>, err: &Error, nc: Arc<NodeStateCtx>) -> Action {
+    let name = node.name_any();
+    let delay = nc.retries.failed(&name);
+    tracing::warn!(node = %name, error = %err, retry_in_ms = delay.as_millis() as u64, "could not write node state; retrying");
+    Action::requeue(delay)
+}
+
+/// Each node's failed attempts in a row: the next try waits twice as long, from 500 ms up to
+/// [`MAX_RETRY`], with up to a fifth added by the node's name (so that nodes that failed
+/// together do not try again together).
+#[derive(Debug, Default)]
+pub struct Retries(std::sync::Mutex<HashMap<String, u32>>);
+
+/// The longest wait between two tries of one node's writes.
+pub const MAX_RETRY: Duration = Duration::from_secs(300);
+
+impl Retries {
+    /// Counts a failure of node `name`'s reconcile; the wait before the next.
+    pub fn failed(&self, name: &str) -> Duration {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = map.entry(name.to_string()).or_default();
+        *n = n.saturating_add(1);
+        retry_delay(name, *n)
+    }
+
+    /// Forgets node `name`'s failures.
+    pub fn succeeded(&self, name: &str) {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.remove(name);
+    }
+}
+
+/// The wait before the `attempt`-th try again of node `name` (see [`Retries`]).
+pub fn retry_delay(name: &str, attempt: u32) -> Duration {
+    let base =
+        Duration::from_millis(500).saturating_mul(1u32 << attempt.clamp(1, 20).saturating_sub(1));
+    let base = base.min(MAX_RETRY);
+    let seed = gpuval_crds::result::fnv1a(format!("{name}/{attempt}").as_bytes());
+    let jitter = base.mul_f64((seed % 1000) as f64 / 5000.0);
+    (base + jitter).min(MAX_RETRY + MAX_RETRY / 5)
 }
 
 /// Runs the node-state controller until the task is dropped, woken by `wakes` (from the
@@ -545,6 +766,7 @@ pub async fn run(
         ctx,
         validations,
         device_taints,
+        retries: Retries::default(),
     });
     let results = nc.ctx.results.clone();
     Controller::for_stream(futures::stream::pending(), nc.ctx.nodes.clone())
@@ -638,6 +860,7 @@ mod tests {
             },
             simulated: false,
             reported: true,
+            node_uid: None,
         }
     }
 
@@ -998,5 +1221,94 @@ mod tests {
         writer.apply_watcher_event(&watcher::Event::Delete(node("Fail", "b")));
         assert!(!marks.changed(&store, "gpu-1"), "gone");
         assert!(marks.0.is_empty(), "a node gone is forgotten");
+    }
+
+    #[test]
+    fn a_node_created_again_under_its_name_inherits_no_verdict() {
+        let pass = result("a", "v", "Pass", "2026-11-23T01:00:00Z");
+        let gv = run("v", "2026-11-23T02:00:00Z", vec![]);
+        let p = Policy::default();
+        let node = |uid: &str, created: &str| Incarnation {
+            uid: Some(uid.into()),
+            created: Some(ts(created)),
+        };
+        let old = node("old", "2026-11-20T00:00:00Z");
+        assert_eq!(lines_of("a", &[(&gv, Some(&pass))], p, &old).len(), 1);
+        let again = node("new", "2026-11-23T03:00:00Z");
+        assert!(lines_of("a", &[(&gv, Some(&pass))], p, &again).is_empty());
+        // A result that names its Node's UID: the UID decides, even within the same second.
+        let same_second = node("new", "2026-11-23T01:00:00Z");
+        let mut bound = pass.clone();
+        bound.node_uid = Some("old".into());
+        assert!(lines_of("a", &[(&gv, Some(&bound))], p, &same_second).is_empty());
+        bound.node_uid = Some("new".into());
+        let lines = lines_of("a", &[(&gv, Some(&bound))], p, &same_second);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].passed);
+    }
+
+    #[test]
+    fn a_verdict_names_its_run_and_a_repeat_offender_says_so_after_its_codes() {
+        let r = result("a", "fri", "Fail", "2026-11-27T00:00:00Z");
+        let gv = run("fri", "2026-11-27T01:00:00Z", vec![failed_line(&r)]);
+        let e = latest_of("a", &[(&gv, Some(&r))]).expect("a verdict");
+        let mark = desired(Some(&e), None).expect("a mark");
+        assert_eq!(mark.labels[labels::VERDICT_RUN], "fri");
+        let offences = crate::failure_marks::Offences {
+            runs: vec![
+                ("mon".into(), ts("2026-11-23T00:00:00Z")),
+                ("fri".into(), ts("2026-11-27T00:00:00Z")),
+            ],
+            gpus: vec!["GPU-5".into()],
+            window: crate::config::REPEAT_FAILURE_WINDOW,
+        };
+        let marked = with_offences(mark.clone(), Some(&offences));
+        assert_eq!(marked.labels[labels::REPEAT_OFFENDER], "true");
+        let message = marked.condition.and_then(|c| c.message).unwrap_or_default();
+        assert!(
+            message.starts_with("[MemoryMismatch; action ReplaceHardware] repeat offender: failed 2 runs within 168h (mon, fri); GPU GPU-5"),
+            "{message}"
+        );
+        assert!(
+            message.contains("GpuValidation fri: GPU5 memory"),
+            "{message}"
+        );
+        // One failure is no repeat offence; nor is a node left as it is (Unknown).
+        let once = crate::failure_marks::Offences {
+            runs: offences.runs[..1].to_vec(),
+            ..offences.clone()
+        };
+        assert_eq!(with_offences(mark.clone(), Some(&once)), mark);
+        let busy = Evidence {
+            category: Category::Busy,
+            ..e
+        };
+        let unknown = desired(Some(&busy), None).expect("Unknown");
+        assert_eq!(with_offences(unknown.clone(), Some(&offences)), unknown);
+    }
+
+    #[test]
+    fn a_node_whose_writes_fail_tries_again_later_each_time_up_to_five_minutes() {
+        let retries = Retries::default();
+        let waits: Vec<Duration> = (0..14).map(|_| retries.failed("gpu-1")).collect();
+        assert!(waits[0] >= Duration::from_millis(500) && waits[0] < Duration::from_millis(601));
+        for pair in waits.windows(2).take(8) {
+            assert!(pair[1] > pair[0], "{waits:?}");
+        }
+        assert!(
+            waits.iter().all(|w| *w <= MAX_RETRY + MAX_RETRY / 5),
+            "{waits:?}"
+        );
+        assert!(waits[13] >= MAX_RETRY, "{waits:?}");
+        retries.succeeded("gpu-1");
+        assert!(
+            retries.failed("gpu-1") < Duration::from_millis(601),
+            "forgotten after a success"
+        );
+        assert_ne!(
+            retry_delay("gpu-1", 3),
+            retry_delay("gpu-2", 3),
+            "spread by name"
+        );
     }
 }

@@ -300,14 +300,19 @@ fn pinned_to(node: &str) -> Affinity {
     }
 }
 
-/// The GPU taint toleration, then the admin's.
+/// The GPU taint toleration, gpuval's own failure taint (`gpuval.io/failed`: it keeps
+/// workloads off a failed node, not the run that may prove it healthy again), then the admin's.
 fn tolerations(cfg: &OperatorConfig) -> Vec<Toleration> {
-    let mut tolerations = vec![Toleration {
-        key: Some(GPU_RESOURCE.into()),
+    let no_schedule = |key: &str| Toleration {
+        key: Some(key.into()),
         operator: Some("Exists".into()),
         effect: Some("NoSchedule".into()),
         ..Default::default()
-    }];
+    };
+    let mut tolerations = vec![
+        no_schedule(GPU_RESOURCE),
+        no_schedule(gpuval_crds::labels::FAILED_NODE),
+    ];
     tolerations.extend(cfg.tolerations.iter().cloned());
     tolerations
 }

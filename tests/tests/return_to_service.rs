@@ -1,0 +1,313 @@
+//! A node's failure marks are durable and taken back on proof (issue 43, points 4 to 6), on a
+//! real control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes) with
+//! the operator in-process and agents run as processes by the FakeKubelet:
+//! - a hardware failure under `spec.onFailure: Taint` taints the node even where the API server
+//!   refuses the write for a while (the operator tries again with backoff until it holds; a 409
+//!   Conflict is read again and retried the same way); a later run that passes removes the taint, labels the node Pass with the run that
+//!   proved it (`gpuval.io/verdict-run`, the `GpuValidated` message) and says so in a
+//!   `ReturnedToService` event;
+//! - a node failed on hardware evidence in two runs within the window is a repeat offender
+//!   (label, message naming both runs and the GPU that failed in both, event);
+//! - a node deleted and created again under its name starts with no verdict.
+//!
+//! The operator lets the simulated agents' results act on nodes (the test-only opt-in). Tests
+//! wait on conditions, never on sleeps.
+
+use std::time::Duration;
+
+use gpuval_crds::{Phase, labels};
+use gpuval_tests::nodes;
+use gpuval_tests::operator::{OperatorHandle, test_config};
+use gpuval_tests::scenario::{Cluster, wait};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+const NS: &str = "gpuval-system";
+/// Simulated GPUs, fast.
+const SIM: &str = "gpus=2,model=H200,timescale=0.001";
+/// The same, with GPU 1's memory failing.
+const SIM_GPU1_BAD: &str = "gpus=2,model=H200,timescale=0.001,fail=memory@1";
+const CONDITION: &str = "GpuValidated";
+const LONG: Duration = Duration::from_secs(240);
+
+fn operator(client: &Client) -> OperatorHandle {
+    let mut cfg = test_config(NS, SIM);
+    cfg.simulated_acts_on_nodes = true;
+    OperatorHandle::start(client.clone(), cfg)
+}
+
+fn condition(n: &Node) -> Option<&NodeCondition> {
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION)
+}
+
+fn failure_taint(n: &Node) -> Option<String> {
+    n.spec
+        .as_ref()?
+        .taints
+        .as_ref()?
+        .iter()
+        .find(|t| t.key == labels::FAILED_NODE)
+        .map(|t| format!("{}:{}", t.value.clone().unwrap_or_default(), t.effect))
+}
+
+fn label<'a>(n: &'a Node, key: &str) -> Option<&'a str> {
+    n.labels().get(key).map(String::as_str)
+}
+
+/// Waits until node `name` satisfies `cond`; gives it back then.
+async fn wait_node(
+    client: &Client,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&Node) -> bool + Send + 'static,
+) -> Node {
+    let api: Api<Node> = Api::all(client.clone());
+    wait(api, name, LONG.as_secs(), what, move |n: Option<&Node>| {
+        n.is_some_and(&cond)
+    })
+    .await
+}
+
+/// The notes of the events with `reason` about node `node`.
+async fn node_events(client: &Client, node: &str, reason: &str) -> Vec<String> {
+    gpuval_tests::waits::until(&format!("a {reason} event"), LONG, || async {
+        let notes: Vec<String> = Api::<Event>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
+            })
+            .filter_map(|e| e.note)
+            .collect();
+        (!notes.is_empty()).then_some(notes)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Makes the API server refuse, for now, every update of a Node that adds the failure taint
+/// (a ValidatingAdmissionPolicy and its binding); the binding's name, to lift it by deleting it.
+async fn refuse_failure_taints(client: &Client) -> String {
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "test-refuse-failure-taint"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["nodes"]}]},
+            "validations": [{
+                "expression": "!(has(object.spec.taints) && object.spec.taints.exists(t, t.key == 'gpuval.io/failed')) || (has(oldObject.spec.taints) && oldObject.spec.taints.exists(t, t.key == 'gpuval.io/failed'))",
+                "message": "test: the API server refuses the failure taint for now"}]}
+    }))
+    .expect("policy");
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the policy");
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "test-refuse-failure-taint"},
+        "spec": {"policyName": "test-refuse-failure-taint", "validationActions": ["Deny"]}
+    }))
+    .expect("binding");
+    let api = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
+    api.create(&PostParams::default(), &binding)
+        .await
+        .expect("create the binding");
+    // In force once a taint edit is refused (tried in dry runs: nothing is written).
+    let nodes: Api<Node> = Api::all(client.clone());
+    gpuval_tests::waits::until("the policy in force", LONG, || async {
+        let probe = json!({"spec": {"taints": [{"key": labels::FAILED_NODE, "value": "probe", "effect": "NoSchedule"}]}});
+        let refused = nodes
+            .patch(
+                "policy-probe",
+                &PatchParams::default().dry_run(),
+                &Patch::Merge(&probe),
+            )
+            .await
+            .err()
+            .is_some_and(|e| e.to_string().contains("refuses the failure taint"));
+        refused.then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    "test-refuse-failure-taint".into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_node_is_tainted_until_it_holds_and_returns_to_service_on_a_pass() {
+    let node = "gpu-r";
+    let c = Cluster::start(NS, &[node.to_string()], 2).await;
+    c.kubelet
+        .set_node_env(node, "GPUVAL_SIMULATE", SIM_GPU1_BAD);
+    // A probe node the policy is tried on, without GPUs (no run selects it).
+    let api: Api<Node> = Api::all(c.client.clone());
+    api.create(
+        &PostParams::default(),
+        &nodes::gpu_node("policy-probe", 0, &[]),
+    )
+    .await
+    .expect("the probe node");
+    let binding = refuse_failure_taints(&c.client).await;
+    let _op = operator(&c.client);
+    c.apply(
+        "burn",
+        json!({"checks": {"memory": {"fraction": 0.1}}, "onFailure": {"action": "Taint"}}),
+    )
+    .await;
+    let gv = c.wait_terminal("burn", LONG.as_secs()).await;
+    assert_eq!(gv.status.and_then(|s| s.phase), Some(Phase::Failed));
+    // Labelled Fail, but the API server refuses its failure taint for now.
+    let refused = wait_node(&c.client, node, "labelled Fail", |n| {
+        label(n, labels::NODE_VERDICT) == Some("Fail")
+    })
+    .await;
+    assert_eq!(failure_taint(&refused), None);
+    // Once the API server takes it, the operator's next try writes it.
+    Api::<ValidatingAdmissionPolicyBinding>::all(c.client.clone())
+        .delete(&binding, &Default::default())
+        .await
+        .expect("lift the refusal");
+    let failed = wait_node(&c.client, node, "tainted gpuval.io/failed", |n| {
+        failure_taint(n).is_some()
+    })
+    .await;
+    assert_eq!(failure_taint(&failed).as_deref(), Some("burn:NoSchedule"));
+    assert_eq!(label(&failed, labels::VERDICT_RUN), Some("burn"));
+    assert_eq!(condition(&failed).map(|c| c.status.as_str()), Some("False"));
+
+    // Repaired: a later run passes, and the node returns to service (the agent tolerates the
+    // failure taint, so the run that proves the node can run there).
+    c.kubelet.set_node_env(node, "GPUVAL_SIMULATE", SIM);
+    c.apply("proof", json!({"checks": {"memory": {"fraction": 0.1}}}))
+        .await;
+    let gv = c.wait_terminal("proof", LONG.as_secs()).await;
+    assert_eq!(gv.status.and_then(|s| s.phase), Some(Phase::Passed));
+    let back = wait_node(&c.client, node, "returned to service", |n| {
+        failure_taint(n).is_none() && label(n, labels::NODE_VERDICT) == Some("Pass")
+    })
+    .await;
+    assert_eq!(label(&back, labels::VERDICT_RUN), Some("proof"));
+    let cond = condition(&back).expect("GpuValidated");
+    assert_eq!(cond.status, "True");
+    assert!(
+        cond.message.as_deref().is_some_and(|m| m.contains("proof")),
+        "{cond:?}"
+    );
+    let notes = node_events(&c.client, node, "ReturnedToService").await;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("proof") && n.contains("taint gpuval.io/failed=burn:NoSchedule")),
+        "{notes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_fails_twice_within_the_window_is_a_repeat_offender() {
+    let node = "gpu-o";
+    let c = Cluster::start(NS, &[node.to_string()], 2).await;
+    c.kubelet
+        .set_node_env(node, "GPUVAL_SIMULATE", SIM_GPU1_BAD);
+    let _op = operator(&c.client);
+    for run in ["first", "second"] {
+        c.apply(run, json!({"checks": {"memory": {"fraction": 0.1}}}))
+            .await;
+        let gv = c.wait_terminal(run, LONG.as_secs()).await;
+        assert_eq!(
+            gv.status.and_then(|s| s.phase),
+            Some(Phase::Failed),
+            "{run}"
+        );
+    }
+    let n = wait_node(&c.client, node, "a repeat offender", |n| {
+        label(n, labels::REPEAT_OFFENDER) == Some("true")
+            && condition(n)
+                .and_then(|c| c.message.as_deref())
+                .is_some_and(|m| m.contains("repeat offender"))
+    })
+    .await;
+    let message = condition(&n)
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("repeat offender: failed 2 runs within 168h (first, second); GPU "),
+        "{message}"
+    );
+    let notes = node_events(&c.client, node, "RepeatOffender").await;
+    assert!(
+        notes.iter().any(|n| n.contains("first, second")),
+        "{notes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_created_again_under_its_name_starts_with_no_verdict() {
+    let node = "gpu-n";
+    let c = Cluster::start(NS, &[node.to_string()], 2).await;
+    let _op = operator(&c.client);
+    c.apply("before", json!({"checks": {"memory": {"fraction": 0.1}}}))
+        .await;
+    let gv = c.wait_terminal("before", LONG.as_secs()).await;
+    assert_eq!(gv.status.and_then(|s| s.phase), Some(Phase::Passed));
+    wait_node(&c.client, node, "labelled Pass", |n| {
+        label(n, labels::NODE_VERDICT) == Some("Pass")
+    })
+    .await;
+
+    // The machine is replaced: the Node is deleted and registers again under its name.
+    let api: Api<Node> = Api::all(c.client.clone());
+    let old_uid = api.get(node).await.expect("node").uid();
+    api.delete(node, &Default::default()).await.expect("delete");
+    gpuval_tests::waits::until_gone(&api, node, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    api.create(&PostParams::default(), &nodes::gpu_node(node, 2, &[]))
+        .await
+        .expect("create the node again");
+    nodes::wait_node_ready(&c.client, node, LONG)
+        .await
+        .expect("node ready");
+    // A mark in the operator's name that the node-state controller takes away once it has
+    // looked at the new node (with no verdict to give it, it owns no label there).
+    let stray = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node, "labels": {labels::ACTION: "Rerun"}}});
+    api.patch(
+        node,
+        &PatchParams::apply(gpuval_operator::controller::FIELD_MANAGER).force(),
+        &Patch::Apply(&stray),
+    )
+    .await
+    .expect("the stray label");
+    let fresh = wait_node(
+        &c.client,
+        node,
+        "looked at by the node-state controller",
+        |n| label(n, labels::ACTION).is_none(),
+    )
+    .await;
+    assert_ne!(fresh.uid(), old_uid);
+    assert_eq!(
+        label(&fresh, labels::NODE_VERDICT),
+        None,
+        "{:?}",
+        fresh.labels()
+    );
+    assert_eq!(label(&fresh, labels::VERDICT_RUN), None);
+    assert!(condition(&fresh).is_none(), "{:?}", condition(&fresh));
+}
