@@ -209,10 +209,18 @@ fn out_of_time(pod: Option<&PodView>, clock: &RunClock) -> (Evidence, String) {
             Evidence::Busy,
             format!("{head}: the agent pod stayed Pending ({why}); free the node's GPUs and rerun"),
         ),
-        (PodPhase::Pending | PodPhase::Unknown, Some(why)) => (
-            Evidence::Infrastructure,
-            format!("{head}: the agent pod stayed Pending ({why}); fix that and rerun"),
-        ),
+        (PodPhase::Pending | PodPhase::Unknown, Some(why)) => {
+            // A known trouble (an image that cannot be pulled, a container that cannot be
+            // created) is its kind and says what to fix.
+            let (evidence, fix) = match pod_trouble(why) {
+                (Evidence::NoEvidence, _) => (Evidence::Infrastructure, "fix that and rerun"),
+                known => known,
+            };
+            (
+                evidence,
+                format!("{head}: the agent pod stayed Pending ({why}); {fix}"),
+            )
+        }
         (PodPhase::Pending | PodPhase::Unknown, None) => (
             Evidence::Infrastructure,
             format!("{head}: the agent pod never started (is the node Ready?); rerun"),
@@ -231,6 +239,33 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
+
+    #[test]
+    fn a_pod_pending_at_the_deadline_names_its_trouble_and_what_to_fix() {
+        let pending = |why: &str| PodView {
+            name: "p".into(),
+            node: "n".into(),
+            generation: 1,
+            phase: PodPhase::Pending,
+            reason: Some(why.into()),
+            deleting: false,
+            finished_at: None,
+            ip: None,
+        };
+        let c = clock(3600);
+        let (e, m) = out_of_time(Some(&pending("ImagePullBackOff: registry down")), &c);
+        assert_eq!(e, Evidence::Infrastructure);
+        assert!(m.contains("fix the registry or the agent image"), "{m}");
+        let (e, m) = out_of_time(Some(&pending("CreateContainerConfigError: no secret")), &c);
+        assert_eq!(e, Evidence::Configuration);
+        assert!(m.contains("kubectl describe pod"), "{m}");
+        let (e, m) = out_of_time(
+            Some(&pending("0/3 nodes are available: 3 Insufficient cpu")),
+            &c,
+        );
+        assert_eq!(e, Evidence::Infrastructure);
+        assert!(m.ends_with("fix that and rerun"), "{m}");
+    }
 
     fn at(secs: i64) -> Timestamp {
         Timestamp::from_second(1_790_000_000 + secs).unwrap()
