@@ -46,17 +46,18 @@ pub async fn discover(client: &Client) -> Option<ApiResource> {
 }
 
 /// Brings node `node`'s rules in line with its latest verdict `evidence` (nothing without one,
-/// or when the node has no GPU in the driver's slices).
+/// or when the node has no GPU in the driver's slices); the rules it removed (GPUs that passed
+/// again, returned to service by `evidence`'s run).
 pub async fn sync_node(
     ctx: &Ctx,
     rule: &ApiResource,
     node: &str,
     evidence: Option<&Evidence>,
-) -> Result<(), kube::Error> {
+) -> Result<Vec<String>, kube::Error> {
     let inventory = crate::controller::dra_inventory(ctx);
     let published = inventory.gpus(node);
     let Some(evidence) = evidence.filter(|_| !published.is_empty()) else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     // A failed verdict: the GPUs its report failed get rules, those it passed lose theirs. A
     // verdict without a report (Error, DeadlineExceeded) changes nothing.
@@ -70,7 +71,7 @@ pub async fn sync_node(
             .await?
             .and_then(|r| r.status);
         let Some(report) = report else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         let passed = device_taints::passed_rules(&report, published);
         (device_taints::failed_gpus(&report), Some(passed))
@@ -109,13 +110,17 @@ pub async fn sync_node(
         .await?;
         tracing::info!(node, rule = name, validation = %evidence.validation, "device taint written");
     }
+    let mut removed = Vec::new();
     for name in device_taints::stale(&existing, &want, passed.as_ref()) {
         ctx.throttle.acquire().await;
         match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => tracing::info!(node, rule = %name, "device taint removed: the GPU passed"),
+            Ok(_) => {
+                tracing::info!(node, rule = %name, validation = %evidence.validation, "device taint removed: the GPU passed");
+                removed.push(name);
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(removed)
 }

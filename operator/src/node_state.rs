@@ -625,7 +625,15 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
     }
     let evidence = evidence.filter(Evidence::is_hardware);
     if let Some(rule) = &nc.device_taints {
-        crate::device_taints::sync_node(ctx, rule, &name, evidence.as_ref()).await?;
+        let gpus = crate::device_taints::sync_node(ctx, rule, &name, evidence.as_ref()).await?;
+        if let (Some(e), false) = (&evidence, gpus.is_empty()) {
+            let note = format!(
+                "GPUs passed GpuValidation {} on hardware evidence: returned to service, removed DeviceTaintRules {}",
+                e.validation,
+                gpus.join(", ")
+            );
+            node_event(ctx, &node, "GpuReturnedToService", false, note).await;
+        }
     }
     nc.retries.succeeded(&name);
     Ok(match offences.and_then(|o| o.expires_in(now)) {

@@ -413,6 +413,30 @@ async fn a_failed_dra_gpu_gets_a_device_taint_removed_when_it_passes_again() {
     .await
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(second.status.unwrap().phase, Some(Phase::Passed));
+    // The node says which run returned the GPU to service.
+    let note = waits::until(
+        "a GpuReturnedToService event",
+        Duration::from_secs(60),
+        || async {
+            Api::<k8s_openapi::api::events::v1::Event>::all(c.clone())
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("GpuReturnedToService")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("dra-a")
+                })
+                .and_then(|e| e.note)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        note.contains("GpuValidation second") && note.contains("gpuval-dra-a-gpu-1"),
+        "{note}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
