@@ -60,6 +60,37 @@ pub struct OperatorConfig {
     /// Two hardware failures of a node (or of one of its GPUs) within this window make it a
     /// repeat offender ([`crate::failure_marks`]); zero: not counted.
     pub repeat_failure_window: std::time::Duration,
+    /// Who writes node taints: gpuval (`spec.onFailure: Taint`, admission), or the cluster's
+    /// own controller reading the `GpuValidated` condition (`--node-taints=cluster`).
+    pub node_taints: NodeTaints,
+}
+
+/// Who writes node taints.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NodeTaints {
+    /// gpuval: the `spec.onFailure` taint, admission's taint removal and failure taint.
+    #[default]
+    Gpuval,
+    /// The cluster's own controller (the Node Readiness Controller, Cluster API
+    /// MachineHealthCheck, medik8s NodeHealthCheck) reads the `GpuValidated` condition; gpuval
+    /// writes conditions, labels and DRA device taints only, never a node taint.
+    Cluster,
+}
+
+impl NodeTaints {
+    /// `gpuval` or `cluster` (`--node-taints`).
+    pub fn parse(s: &str) -> Result<Self, ConfigError> {
+        match s.trim() {
+            "gpuval" => Ok(NodeTaints::Gpuval),
+            "cluster" => Ok(NodeTaints::Cluster),
+            other => Err(ConfigError::NodeTaints(other.to_string())),
+        }
+    }
+
+    /// True when gpuval may write node taints.
+    pub fn by_gpuval(self) -> bool {
+        self == NodeTaints::Gpuval
+    }
 }
 
 /// The default repeat-offender window: a week.
@@ -146,6 +177,7 @@ impl Default for OperatorConfig {
             fabric: FabricPods::default(),
             clock: crate::schedule::Clock::system(),
             repeat_failure_window: REPEAT_FAILURE_WINDOW,
+            node_taints: NodeTaints::Gpuval,
             simulated_acts_on_nodes: false,
             admission_taint_keys: Vec::new(),
             allocation: crate::reconcile::allocation::Allocation::default(),
@@ -194,6 +226,10 @@ pub enum ConfigError {
         "{flag} {value:?} is not a DNS subdomain (lowercase alphanumerics, '-' and '.', e.g. gpu.nvidia.com): name the DRA driver's device class and driver as its DeviceClass and ResourceSlices spell them"
     )]
     DraName { flag: &'static str, value: String },
+    #[error(
+        "invalid --node-taints {0:?}: write gpuval (gpuval taints failed nodes and untaints admitted ones) or cluster (the cluster's own controller, such as the Node Readiness Controller, taints nodes from the GpuValidated condition)"
+    )]
+    NodeTaints(String),
 }
 
 impl OperatorConfig {

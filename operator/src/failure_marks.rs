@@ -19,6 +19,7 @@ use gpuval_crds::{NodeAction, labels};
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use crate::config::NodeTaints;
 use crate::node_state::Evidence;
 
 /// What the failure marks of a node should be.
@@ -32,6 +33,8 @@ pub enum Wanted {
     Mark { action: NodeAction, run: String },
     /// The node passed on hardware evidence after it failed: take every failure mark away.
     Clear,
+    /// As [`Wanted::Clear`], for the failure label only (taints are the cluster's).
+    ClearLabels,
 }
 
 /// The failure marks the node's latest verdict `latest` asks for.
@@ -46,12 +49,27 @@ pub fn wanted(latest: Option<&Evidence>) -> Wanted {
     }
 }
 
+/// `wanted` as far as gpuval may carry it out when `owner` owns node taints: everything under
+/// gpuval; under the cluster's controller, no taint is written or removed (a taint run's mark
+/// is left to that controller, which reads `GpuValidated=False`; labels still follow).
+pub fn for_taint_owner(wanted: &Wanted, owner: NodeTaints) -> Wanted {
+    match wanted {
+        Wanted::Mark {
+            action: NodeAction::Taint,
+            ..
+        } if !owner.by_gpuval() => Wanted::Keep,
+        Wanted::Clear if !owner.by_gpuval() => Wanted::ClearLabels,
+        other => other.clone(),
+    }
+}
+
 /// Edits `taints` as `wanted` says; true when they changed. A failure taint already there
 /// stays as it is (it names the run that failed the node first); [`Wanted::Clear`] removes
 /// every `gpuval.io/failed` taint, whatever its effect (all of them are gpuval's).
 pub fn edit_taints(taints: &mut Vec<Taint>, wanted: &Wanted) -> bool {
     match wanted {
         Wanted::Keep
+        | Wanted::ClearLabels
         | Wanted::Mark {
             action: NodeAction::None | NodeAction::Label,
             ..
@@ -91,7 +109,7 @@ pub fn label_edit(current: Option<&str>, wanted: &Wanted) -> Option<Option<Strin
             },
             None,
         ) => Some(Some(run.clone())),
-        (Wanted::Clear, Some(_)) => Some(None),
+        (Wanted::Clear | Wanted::ClearLabels, Some(_)) => Some(None),
         _ => None,
     }
 }
@@ -280,6 +298,32 @@ mod tests {
         assert!(
             !edit_taints(&mut taints, &label),
             "a label run taints nothing"
+        );
+    }
+
+    #[test]
+    fn under_the_cluster_s_controller_no_taint_is_written_or_removed() {
+        let tainting = Wanted::Mark {
+            action: NodeAction::Taint,
+            run: "a".into(),
+        };
+        let label = Wanted::Mark {
+            action: NodeAction::Label,
+            run: "a".into(),
+        };
+        assert_eq!(for_taint_owner(&tainting, NodeTaints::Gpuval), tainting);
+        assert_eq!(
+            for_taint_owner(&tainting, NodeTaints::Cluster),
+            Wanted::Keep
+        );
+        assert_eq!(for_taint_owner(&label, NodeTaints::Cluster), label);
+        let cleared = for_taint_owner(&Wanted::Clear, NodeTaints::Cluster);
+        let mut taints = vec![taint(labels::FAILED_NODE, "old", "NoSchedule")];
+        assert!(!edit_taints(&mut taints, &cleared), "{taints:?}");
+        assert_eq!(
+            label_edit(Some("old"), &cleared),
+            Some(None),
+            "labels still go"
         );
     }
 

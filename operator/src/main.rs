@@ -178,6 +178,11 @@ struct Args {
     /// GpuValidated message and an event); 0s: not counted. Written like 168h or 30m.
     #[arg(long, env = "GPUVAL_REPEAT_FAILURE_WINDOW", default_value = "168h")]
     repeat_failure_window: gpuval_crds::duration::Duration,
+    /// Who writes node taints: gpuval (default), or cluster (the cluster's own controller reads
+    /// the GpuValidated condition; gpuval then writes conditions, labels and DRA device taints
+    /// only).
+    #[arg(long, env = "GPUVAL_NODE_TAINTS", default_value = "gpuval")]
+    node_taints: String,
     /// json (default) or text.
     #[arg(long, env = "GPUVAL_LOG_FORMAT", default_value = "json")]
     log_format: String,
@@ -262,6 +267,7 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
             driver: a.dra_driver.trim().to_string(),
         },
         repeat_failure_window: a.repeat_failure_window.as_std(),
+        node_taints: config::NodeTaints::parse(&a.node_taints)?,
         certificates: config::CertificateSettings {
             key_secret: a.certificate_key_secret.clone(),
             retention: (a.certificate_retention > 0).then_some(a.certificate_retention),

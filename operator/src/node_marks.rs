@@ -3,13 +3,15 @@
 //! edited and written back with the resourceVersion that was read: a concurrent change makes
 //! the write fail with 409 Conflict, and it is read and tried again (a few times here, then by
 //! the node-state controller with backoff until it holds). Nothing of anyone else's changes.
+//! Where the cluster's own controller owns node taints (`--node-taints=cluster`), no taint is
+//! written or removed here ([`for_taint_owner`]).
 
 use gpuval_crds::labels;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, Patch, PatchParams, ResourceExt};
 
 use crate::controller::Ctx;
-use crate::failure_marks::{Wanted, edit_taints, label_edit};
+use crate::failure_marks::{Wanted, edit_taints, for_taint_owner, label_edit};
 
 /// Conflicts tried again at once before the controller's backoff takes over.
 const CONFLICT_TRIES: usize = 3;
@@ -18,6 +20,7 @@ const CONFLICT_TRIES: usize = 3;
 /// words (`taint gpuval.io/failed=a:NoSchedule`, `label gpuval.io/failed=a`), for the
 /// return-to-service event. A node that is gone is no error.
 pub async fn write(ctx: &Ctx, name: &str, wanted: &Wanted) -> Result<Vec<String>, kube::Error> {
+    let wanted = &for_taint_owner(wanted, ctx.cfg.node_taints);
     if *wanted == Wanted::Keep {
         return Ok(Vec::new());
     }

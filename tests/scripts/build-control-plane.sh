@@ -84,10 +84,20 @@ if ! have kwok "$KWOK_VERSION"; then
   GOBIN="$BIN" go install -trimpath -ldflags "$LDF_STRIP" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
   stamp kwok "$KWOK_VERSION"
 fi
-if ! have helm "$HELM_VERSION"; then
+# helm with the version settings of its release builds (its Makefile's ldflags): its own version,
+# and the Kubernetes version `helm template` assumes offline, the minor of the client-go it is
+# built with (without them it assumes 1.20 and refuses the chart's kubeVersion >= 1.30).
+HELM_STAMP="$HELM_VERSION+release-ldflags"
+if ! have helm "$HELM_STAMP"; then
   log "building helm v$HELM_VERSION"
-  GOBIN="$BIN" go install -trimpath -ldflags "$LDF_STRIP" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
-  stamp helm "$HELM_VERSION"
+  helm_mod=$(go mod download -json "helm.sh/helm/v3@v$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  client_minor=$(sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$helm_mod" | head -1)
+  helm_ldflags="$LDF_STRIP -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    helm_ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=${client_minor:?no client-go version in the go.mod of helm}"
+  done
+  GOBIN="$BIN" go install -trimpath -ldflags "$helm_ldflags" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
+  stamp helm "$HELM_STAMP"
 fi
 
 log "control plane binaries ready in $BIN"

@@ -413,6 +413,19 @@ async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
 }
 
 #[test]
+fn helm_template_renders_offline_without_a_kube_version() {
+    // As a newcomer types it, with no cluster to ask: helm assumes the Kubernetes version it
+    // was built for (its release settings), which the chart's kubeVersion accepts.
+    let mut cmd = chart::helm().expect("helm (tests/scripts/build-control-plane.sh)");
+    cmd.args(["template", RELEASE])
+        .arg(crds::repo_root().join("charts/gpuval"))
+        .args(["--namespace", NS])
+        .env("KUBECONFIG", "/nonexistent/kubeconfig");
+    let out = chart::output(&mut cmd).unwrap_or_else(|e| panic!("helm template: {e}"));
+    assert!(out.contains("kind: Deployment"), "{out}");
+}
+
+#[test]
 fn bad_values_are_refused_with_a_message_naming_the_value() {
     let dir = crds::repo_root().join("tests/chart/bad");
     let files = crds::sorted_entries(&dir);

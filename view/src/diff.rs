@@ -7,9 +7,9 @@ use std::fmt::Write;
 use gpuval_crds::{NodeReport, Verdict};
 use serde::{Deserialize, Serialize};
 
-use crate::Document;
 use crate::figures::{Figure, Kind, Scope, node_figures};
 use crate::svg::num;
+use crate::{Document, FabricLine};
 
 /// How far a figure may fall before it counts as a regression, as a fraction (0.05: 5%).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
@@ -183,7 +183,61 @@ pub fn diff(a: &Document, b: &Document, tolerance: Tolerance) -> Diff {
             compare_node(&mut out, node, ra, rb, tolerance);
         }
     }
+    let fabric = |d: &Document| d.validation.as_ref().and_then(|v| v.fabric.clone());
+    compare_fabric(&mut out, fabric(a).as_ref(), fabric(b).as_ref(), tolerance);
     out
+}
+
+/// The name the fabric's figures and notes go under.
+pub const FABRIC: &str = "fabric";
+
+/// The fabric test of both runs: its phase, the nodes it named or cleared, and its figures (the
+/// all-node bus bandwidth, the slowest TCP pair), which regress like any other figure.
+fn compare_fabric(out: &mut Diff, a: Option<&FabricLine>, b: Option<&FabricLine>, tol: Tolerance) {
+    let (a, b) = match (a, b) {
+        (Some(a), Some(b)) => (a, b),
+        (None, Some(_)) => return out.notes.push(format!("{FABRIC}: only in after")),
+        (Some(_), None) => return out.notes.push(format!("{FABRIC}: only in before")),
+        (None, None) => return,
+    };
+    if a.phase != b.phase {
+        let how = match (a.phase.as_str(), b.phase.as_str()) {
+            (_, "Failed") => " (worse)",
+            ("Failed", "Passed") => " (better)",
+            _ => "",
+        };
+        out.notes
+            .push(format!("{FABRIC}: {} -> {}{how}", a.phase, b.phase));
+    }
+    for n in b.named.iter().filter(|n| !a.named.contains(n)) {
+        out.notes.push(format!("{FABRIC}: names {n} (worse)"));
+    }
+    for n in a.named.iter().filter(|n| !b.named.contains(n)) {
+        out.notes
+            .push(format!("{FABRIC}: no longer names {n} (better)"));
+    }
+    let figures = [
+        ("all-node bus GB/s", a.bus_gbps, b.bus_gbps),
+        ("slowest TCP pair Gb/s", a.tcp_min_gbps, b.tcp_min_gbps),
+    ];
+    for (figure, before, after) in figures {
+        let (Some(before), Some(after)) = (before, after) else {
+            continue;
+        };
+        let relative = if before > 0.0 {
+            after / before - 1.0
+        } else {
+            0.0
+        };
+        out.changes.push(Change {
+            node: FABRIC.to_string(),
+            figure: figure.to_string(),
+            before,
+            after,
+            relative,
+            regressed: relative < -tol.0,
+        });
+    }
 }
 
 fn compare_node(out: &mut Diff, node: &str, a: &NodeReport, b: &NodeReport, tol: Tolerance) {
@@ -234,6 +288,65 @@ fn verdict_note(out: &mut Diff, node: &str, who: &str, a: Verdict, b: Verdict) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_fabric(title: &str, fabric: FabricLine) -> Document {
+        let mut d = Document::single(title, crate::sample::report());
+        d.validation = Some(crate::ValidationLine {
+            name: title.into(),
+            phase: fabric.phase.clone(),
+            fabric: Some(fabric),
+            ..Default::default()
+        });
+        d
+    }
+
+    #[test]
+    fn the_fabric_is_compared_its_named_nodes_and_figures_too() {
+        let passed = FabricLine {
+            phase: "Passed".into(),
+            nodes: 4,
+            rounds: 1,
+            bus_gbps: Some(380.0),
+            tcp_min_gbps: Some(150.0),
+            ..Default::default()
+        };
+        let failed = FabricLine {
+            phase: "Failed".into(),
+            rounds: 3,
+            bus_gbps: Some(2.8),
+            named: vec!["gpu-3".into()],
+            ..passed.clone()
+        };
+        let d = diff(
+            &with_fabric("monday", passed.clone()),
+            &with_fabric("friday", failed.clone()),
+            Tolerance(0.05),
+        );
+        assert!(d.worse(), "{}", d.text(false));
+        let text = d.text(false);
+        assert!(text.contains("fabric: Passed -> Failed (worse)"), "{text}");
+        assert!(text.contains("fabric: names gpu-3 (worse)"), "{text}");
+        assert!(
+            text.contains("REGRESSED fabric all-node bus GB/s: 380 -> 2.80 (-99.3%)"),
+            "{text}"
+        );
+        let back = diff(
+            &with_fabric("friday", failed),
+            &with_fabric("monday", passed),
+            Tolerance(0.05),
+        );
+        assert!(!back.worse(), "{}", back.text(false));
+        assert!(
+            back.text(false)
+                .contains("fabric: no longer names gpu-3 (better)")
+        );
+        let one = diff(
+            &Document::single("a", crate::sample::report()),
+            &with_fabric("b", FabricLine::default()),
+            Tolerance(0.05),
+        );
+        assert_eq!(one.notes, ["fabric: only in after"]);
+    }
 
     fn doc(title: &str, r: NodeReport) -> Document {
         Document::single(title, r)

@@ -6,12 +6,21 @@ use std::time::Duration;
 use gpuval_crds::{NodeStatus, Phase, Summary};
 
 use super::clock::RunClock;
-use super::{summarize, truncate};
+use super::summarize;
 
 /// Requeue while a run is in progress (watches can miss events).
 pub const RUNNING_REQUEUE: Duration = Duration::from_secs(30);
 /// Requeue while a finished agent's result is awaited (the result watch trails the pod watch).
 pub const RESULT_POLL: Duration = Duration::from_secs(5);
+
+/// The most an event's note holds (the API server refuses a longer one).
+pub const MAX_NOTE: usize = 1024;
+
+/// `s` as an event's note: whole up to [`MAX_NOTE`] bytes (a note is read in full, so it is
+/// never cut to a status line's length), else shortened in the middle at a clause.
+pub fn note(s: &str) -> String {
+    gpuval_crds::text::shorten(s, MAX_NOTE)
+}
 
 /// A Kubernetes event to publish about the validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,13 +32,9 @@ pub struct PlannedEvent {
 
 /// The note of a run whose certificates could not be signed: why, and what to do.
 pub fn certificate_not_written(why: &str) -> String {
-    // An event's note holds at most 1 KiB.
-    gpuval_crds::text::shorten(
-        &format!(
-            "no certificate was written for this run: {why}; fix the key Secret (--certificate-key-secret) and rerun to get one"
-        ),
-        1000,
-    )
+    note(&format!(
+        "no certificate was written for this run: {why}; fix the key Secret (--certificate-key-secret) and rerun to get one"
+    ))
 }
 
 /// A run started on `nodes` nodes for spec generation `generation`.
@@ -46,7 +51,7 @@ pub fn blocked(reason: &'static str, message: &str) -> PlannedEvent {
     PlannedEvent {
         warning: true,
         reason,
-        note: truncate(message),
+        note: note(message),
     }
 }
 
@@ -55,7 +60,7 @@ pub fn node_failed(line: &NodeStatus) -> PlannedEvent {
     PlannedEvent {
         warning: true,
         reason: "NodeFailed",
-        note: truncate(&format!(
+        note: note(&format!(
             "{}: {}: {}",
             line.name,
             line.verdict,
@@ -69,7 +74,7 @@ pub fn finished(phase: Phase, summary: &Summary) -> PlannedEvent {
     PlannedEvent {
         warning: phase == Phase::Failed,
         reason: phase.as_str(),
-        note: truncate(&summarize::progress(summary)),
+        note: note(&summarize::progress(summary)),
     }
 }
 
@@ -102,6 +107,20 @@ mod tests {
             Some(&Time(start)),
             gpuval_crds::Duration::from_secs(deadline),
         )
+    }
+
+    #[test]
+    fn an_event_tells_the_whole_message_and_only_a_longer_one_than_a_note_holds_is_cut() {
+        let why = "spec.fabric needs the operator's fabric settings: the chart's agent.fabric values are not set (hostNetwork, resources, capabilities), so agents of this validation cannot reach each other over the data network; set agent.fabric in the Helm values (docs/fabric.md says which for InfiniBand and RoCE) and apply the validation again, or remove spec.fabric to validate the nodes one by one";
+        assert!(
+            why.len() > super::super::MAX_MESSAGE,
+            "longer than a status line"
+        );
+        assert_eq!(blocked("NotConfigured", why).note, why);
+        let long = why.repeat(4);
+        let cut = blocked("NotConfigured", &long).note;
+        assert!(cut.len() <= MAX_NOTE, "{}", cut.len());
+        assert!(cut.ends_with("to validate the nodes one by one"), "{cut}");
     }
 
     #[test]
@@ -139,9 +158,9 @@ mod tests {
 
     #[test]
     fn long_notes_are_cut_in_the_middle_keeping_what_to_do() {
-        let message = format!("{}; set the Helm value agent.io.hostPath", "x".repeat(1000));
+        let message = format!("{}; set the Helm value agent.io.hostPath", "x".repeat(2000));
         let e = blocked("InvalidSpec", &message);
-        assert!(e.note.len() <= super::super::MAX_MESSAGE);
+        assert!(e.note.len() <= MAX_NOTE);
         assert!(e.note.starts_with("xxx"), "{}", e.note);
         assert!(
             e.note.ends_with("set the Helm value agent.io.hostPath"),

@@ -4,7 +4,9 @@
 //! (claimed through Dynamic Resource Allocation), the operator, and the real agent binary run for
 //! each agent pod by a fake kubelet with the SIMULATED GPU backend (one node is given a bad GPU).
 //! Applies deploy/examples/quick.yaml, shows the run's progress until its verdict, prints what
-//! `kubectl` shows, ends with the next commands to try (the kubectl plugin, the HTML report)
+//! `kubectl` shows, then the bad node's `GpuValidated` condition flipping from False to True once
+//! it is repaired and proven (the demo alone lets simulated results mark its fake nodes), ends
+//! with the next commands to try (the kubectl plugin, the HTML report)
 //! and keeps the cluster up until Ctrl-C (`--exit` to stop at once). `make demo` builds the
 //! agent, the plugin and this binary before anything starts (GPUVAL_AGENT_BIN and
 //! GPUVAL_PLUGIN_DIR name them), so nothing compiles mid-run.
@@ -24,6 +26,12 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 
 const NS: &str = "gpuval-system";
+/// The simulated GPUs of every node.
+const HEALTHY: &str = "gpus=8,model=H200,timescale=0.01";
+/// The node with the planted fault.
+const BAD_NODE: &str = "gpu-node-c";
+/// The nodes' GpuValidated condition, as `kubectl get nodes` shows it (docs/node-signals.md).
+const SIGNAL_COLUMNS: &str = "custom-columns=NODE:.metadata.name,GPU-VALIDATED:.status.conditions[?(@.type==\"GpuValidated\")].status,REASON:.status.conditions[?(@.type==\"GpuValidated\")].reason,SINCE:.status.conditions[?(@.type==\"GpuValidated\")].lastTransitionTime,RUN:.metadata.labels.gpuval\\.io/verdict-run";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -105,14 +113,19 @@ async fn run() -> Result<(), String> {
     kubelet.set_node_env(
         "gpu-node-c",
         "GPUVAL_SIMULATE",
-        "gpus=8,model=H200,timescale=0.01,fail=memory@6",
+        &format!("{HEALTHY},fail=memory@6"),
     );
-    let _operator = OperatorHandle::start(
-        client.clone(),
-        test_config(NS, "gpus=8,model=H200,timescale=0.01"),
+    let mut cfg = test_config(NS, HEALTHY);
+    // Demo only (no flag or Helm value sets it): the simulated results mark these fake kwok
+    // nodes, so that the GpuValidated condition can be seen. An installed operator never lets a
+    // simulated result label, condition, taint or admit a node.
+    cfg.simulated_acts_on_nodes = true;
+    let _operator = OperatorHandle::start(client.clone(), cfg);
+    println!(
+        "operator started; agents use the SIMULATED backend (gpu-node-c has a planted memory fault on GPU6)"
     );
     println!(
-        "operator started; agents use the SIMULATED backend (gpu-node-c has a planted memory fault on GPU6)\n"
+        "demo only: the simulated results mark these fake nodes (GpuValidated condition, labels) so that you can see them; an installed operator never lets a simulated result mark a node\n"
     );
 
     let example = crds::repo_root().join("deploy/examples/quick.yaml");
@@ -175,6 +188,7 @@ async fn run() -> Result<(), String> {
             println!("  {} {}: {why}", n.name, n.verdict);
         }
     }
+    show_node_signals(&cp, &client, &kubelet).await?;
     let kc = std::env::temp_dir().join("gpuval-demo.kubeconfig");
     std::fs::copy(cp.kubeconfig(), &kc).map_err(|e| format!("copy kubeconfig: {e}"))?;
     let kubectl = cp.tool("kubectl").map_err(|e| e.to_string())?;
@@ -193,6 +207,66 @@ async fn run() -> Result<(), String> {
         .await
         .map_err(|e| format!("wait for Ctrl-C: {e}"))?;
     println!("stopping");
+    Ok(())
+}
+
+/// The bad node's `GpuValidated` condition flipping: False after the quick run, then True once
+/// the node is "repaired" (its fault taken away) and a run on it passes.
+async fn show_node_signals(
+    cp: &ControlPlane,
+    client: &kube::Client,
+    kubelet: &FakeKubelet,
+) -> Result<(), String> {
+    let columns = ["get", "nodes", "-o", SIGNAL_COLUMNS];
+    condition_is(client, BAD_NODE, "False").await?;
+    println!(
+        "\n$ kubectl get nodes -o {SIGNAL_COLUMNS}\n{}",
+        kubectl(cp, &columns)?
+    );
+    println!("{BAD_NODE} is repaired (its planted fault removed); a run on it proves it:");
+    kubelet.set_node_env(BAD_NODE, "GPUVAL_SIMULATE", HEALTHY);
+    let repaired = serde_json::json!({
+        "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+        "metadata": {"name": "repaired"},
+        "spec": {"nodeNames": [BAD_NODE], "checks": {"memory": {"fraction": 0.1}}},
+    });
+    let api: Api<GpuValidation> = Api::all(client.clone());
+    api.patch(
+        "repaired",
+        &PatchParams::apply("gpuval-demo"),
+        &Patch::Apply(&repaired),
+    )
+    .await
+    .map_err(|e| format!("apply the validation repaired: {e}"))?;
+    condition_is(client, BAD_NODE, "True").await?;
+    println!(
+        "$ kubectl get nodes -o {SIGNAL_COLUMNS}\n{}",
+        kubectl(cp, &columns)?
+    );
+    println!(
+        "GpuValidated flipped to True (its SINCE moved); a controller that owns taints, such as the Node Readiness Controller, reads it: docs/node-signals.md"
+    );
+    Ok(())
+}
+
+/// Waits (up to 2 minutes) until node `name`'s `GpuValidated` condition is `status`.
+async fn condition_is(client: &kube::Client, name: &str, status: &str) -> Result<(), String> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let want = status.to_string();
+    let flipped = await_condition(
+        nodes,
+        name,
+        move |n: Option<&k8s_openapi::api::core::v1::Node>| {
+            n.and_then(|n| n.status.as_ref()?.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "GpuValidated" && c.status == want)
+        },
+    );
+    tokio::time::timeout(Duration::from_secs(120), flipped)
+        .await
+        .map_err(|_| format!("{name}: GpuValidated not {status} within 2 minutes"))?
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -233,7 +307,7 @@ fn next_steps(kubeconfig: &Path, kubectl: &Path, plugin_dir: &Path, stays_up: bo
         ),
         (
             "kubectl gpuval rerun quick --node gpu-node-c",
-            "run it again on the bad node",
+            "run it again on the repaired node",
         ),
         (
             "kubectl gpuval wait quick-xxxxx",
