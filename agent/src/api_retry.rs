@@ -5,12 +5,14 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// How many times a short API call (fabric outcomes) is tried before the agent gives up on it.
-pub const API_ATTEMPTS: u32 = 5;
 /// The first pause between tries, doubling from there.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(250);
-/// The longest pause between two tries of a short API call.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(4);
+/// How long the agent tries to store its fabric outcomes (the operator concludes a round on
+/// them; without them it times the node out): a few minutes, or until the run's deadline if
+/// that comes first.
+pub const OUTCOMES_FOR: Duration = Duration::from_secs(300);
+/// The longest pause between two tries of the fabric outcomes.
+pub const OUTCOMES_MAX_BACKOFF: Duration = Duration::from_secs(15);
 
 /// A well-spread 64-bit hash of `s` (FNV-1a): a seed for a backoff's or a delay's jitter.
 pub fn seed_of(s: &str) -> u64 {
@@ -19,23 +21,45 @@ pub fn seed_of(s: &str) -> u64 {
     })
 }
 
-/// Calls `f` until it succeeds, fails for good, or [`API_ATTEMPTS`] tries are spent, doubling
-/// the pause between tries (with jitter seeded by `what` and this process).
-pub async fn retry_short<T, F, Fut>(what: &'static str, f: F) -> Result<T, kube::Error>
+/// Calls `f` until it succeeds, fails for good, or [`OUTCOMES_FOR`] has passed or `deadline`
+/// (the run's) has come, whichever is first; the pauses double from [`FIRST_BACKOFF`] to
+/// [`OUTCOMES_MAX_BACKOFF`], with jitter seeded by `what` and `seed` (the pod).
+pub async fn retry_for_minutes<T, F, Fut>(
+    what: &'static str,
+    deadline: Instant,
+    seed: u64,
+    f: F,
+) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    let seed = seed_of(what) ^ u64::from(std::process::id());
-    let backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, seed);
-    retry(
-        what,
-        Budget::Attempts(API_ATTEMPTS),
-        backoff,
-        is_transient,
-        f,
-    )
-    .await
+    let clock = SystemClock;
+    let until = deadline.min(clock.now() + OUTCOMES_FOR);
+    let backoff = Backoff::new(FIRST_BACKOFF, OUTCOMES_MAX_BACKOFF, seed_of(what) ^ seed);
+    retry_on(&clock, what, Budget::Until(until), backoff, is_transient, f).await
+}
+
+/// The time a retry loop reads and waits on: the system's, or a test's.
+pub trait Clock {
+    /// Now.
+    fn now(&self) -> Instant;
+    /// Waits `pause`.
+    fn pause(&self, pause: Duration) -> impl Future<Output = ()> + Send;
+}
+
+/// The system's monotonic clock and the runtime's timer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn pause(&self, pause: Duration) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep(pause)
+    }
 }
 
 /// How long to keep trying.
@@ -115,6 +139,24 @@ pub fn next_pause(
 pub async fn retry<T, E, F, Fut>(
     what: &str,
     budget: Budget,
+    backoff: Backoff,
+    is_transient: impl Fn(&E) -> bool,
+    f: F,
+) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    retry_on(&SystemClock, what, budget, backoff, is_transient, f).await
+}
+
+/// [`retry`] on `clock`: each failed try is logged with what, the try's number, the error and
+/// the pause before the next (or that it gives up).
+pub async fn retry_on<T, E, F, Fut>(
+    clock: &impl Clock,
+    what: &str,
+    budget: Budget,
     mut backoff: Backoff,
     is_transient: impl Fn(&E) -> bool,
     mut f: F,
@@ -131,21 +173,138 @@ where
             Err(e) if is_transient(&e) => e,
             Err(e) => return Err(e),
         };
-        let Some(pause) = next_pause(budget, attempt, &mut backoff, Instant::now()) else {
+        let Some(pause) = next_pause(budget, attempt, &mut backoff, clock.now()) else {
             tracing::warn!(what, attempt, error = %e, "giving up after transient API errors");
             return Err(e);
         };
-        tracing::warn!(what, attempt, error = %e, retry_in_ms = pause.as_millis() as u64, "transient API error; retrying");
-        tokio::time::sleep(pause).await;
+        let retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+        tracing::warn!(what, attempt, error = %e, retry_in_ms, "transient API error; retrying");
+        clock.pause(pause).await;
         attempt += 1;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use super::*;
+
+    /// A test's clock: time moves only when a retry pauses, by the pause, at once.
+    struct FakeClock {
+        now: Mutex<Instant>,
+        pauses: Mutex<Vec<Duration>>,
+    }
+
+    impl FakeClock {
+        fn new() -> Self {
+            Self {
+                now: Mutex::new(Instant::now()),
+                pauses: Mutex::new(Vec::new()),
+            }
+        }
+
+        fn pauses(&self) -> Vec<Duration> {
+            self.pauses.lock().expect("lock").clone()
+        }
+    }
+
+    impl Clock for FakeClock {
+        fn now(&self) -> Instant {
+            *self.now.lock().expect("lock")
+        }
+
+        fn pause(&self, pause: Duration) -> impl Future<Output = ()> + Send {
+            *self.now.lock().expect("lock") += pause;
+            self.pauses.lock().expect("lock").push(pause);
+            std::future::ready(())
+        }
+    }
+
+    fn status(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            message: format!("refused with {code}"),
+            ..Default::default()
+        }))
+    }
+
+    /// The outcomes' budget and backoff, on `clock`, for a run whose deadline is `deadline`
+    /// after the clock's now.
+    async fn outcomes_on(
+        clock: &FakeClock,
+        deadline: Duration,
+        fails: u32,
+        code: u16,
+    ) -> (Result<u32, kube::Error>, u32) {
+        let until = (clock.now() + deadline).min(clock.now() + OUTCOMES_FOR);
+        let backoff = Backoff::new(FIRST_BACKOFF, OUTCOMES_MAX_BACKOFF, 11);
+        let calls = AtomicU32::new(0);
+        let got = retry_on(
+            clock,
+            "apply the fabric outcomes",
+            Budget::Until(until),
+            backoff,
+            is_transient,
+            || {
+                let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                async move { if n <= fails { Err(status(code)) } else { Ok(n) } }
+            },
+        )
+        .await;
+        (got, calls.into_inner())
+    }
+
+    #[tokio::test]
+    async fn fabric_outcomes_outlast_minutes_of_refusals_then_stop_at_the_budget() {
+        // 20 refusals (503, 429, 500 alike): two to four minutes of pauses, well past the old
+        // ~8 s, yet inside both budgets: they are tried until stored.
+        for code in [503, 429, 500] {
+            let clock = FakeClock::new();
+            let (got, calls) = outcomes_on(&clock, Duration::from_secs(3600), 20, code).await;
+            assert_eq!(got.expect("stored"), 21, "{code}");
+            assert_eq!(calls, 21);
+            let waited: Duration = clock.pauses().iter().sum();
+            assert!(
+                waited > Duration::from_secs(60) && waited < OUTCOMES_FOR,
+                "{code}: {waited:?}"
+            );
+            assert!(
+                clock.pauses().iter().all(|p| *p <= OUTCOMES_MAX_BACKOFF),
+                "capped: {:?}",
+                clock.pauses()
+            );
+        }
+        // An API server down for good: tried for OUTCOMES_FOR, not a moment longer.
+        let clock = FakeClock::new();
+        let start = clock.now();
+        let (got, calls) = outcomes_on(&clock, Duration::from_secs(3600), u32::MAX, 503).await;
+        let e = got.expect_err("never stored").to_string();
+        assert!(e.contains("503"), "{e}");
+        assert_eq!(
+            clock.now() - start,
+            OUTCOMES_FOR,
+            "the last pause ends at the budget"
+        );
+        assert!(calls > 20, "{calls} tries in {OUTCOMES_FOR:?}");
+        // The run's deadline first: it bounds the tries.
+        let clock = FakeClock::new();
+        let start = clock.now();
+        let (_, _) = outcomes_on(&clock, Duration::from_secs(40), u32::MAX, 500).await;
+        assert_eq!(clock.now() - start, Duration::from_secs(40));
+    }
+
+    #[tokio::test]
+    async fn a_refusal_of_the_outcomes_is_not_tried_again() {
+        for code in [403, 404, 422] {
+            let clock = FakeClock::new();
+            let (got, calls) = outcomes_on(&clock, Duration::from_secs(3600), 5, code).await;
+            assert!(got.is_err(), "{code}");
+            assert_eq!(calls, 1, "{code} is final");
+            assert!(clock.pauses().is_empty());
+        }
+    }
 
     #[test]
     fn pauses_double_up_to_the_cap_each_within_its_upper_half() {

@@ -209,7 +209,10 @@ fn a_healthy_slurm_launch_passes_nccl_and_real_tcp_and_every_rank_exits_0() {
     assert_eq!(ran.codes, vec![Some(0); 4], "{}", ran.logs);
     let report = ran.report.expect("rank 0 wrote the report");
     assert_eq!(report["passed"], Value::Bool(true), "{report:#}");
-    assert!(verdicts(&report).iter().all(|(_, v)| v == "Passed"));
+    assert!(
+        verdicts(&report).iter().all(|(_, v)| v == "Passed"),
+        "{report:#}"
+    );
     assert_eq!(
         report["rounds"].as_array().map(Vec::len),
         Some(1),

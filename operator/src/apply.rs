@@ -18,7 +18,8 @@ use crate::{dra_claim, expected, fabric_key, pod};
 
 /// Applies `step` for validation `gv`: deletes first, then creates, then writes the status
 /// (only when it changed), then tells (events) and acts on failed nodes. Events and node
-/// actions are best effort: their failures are logged, not retried.
+/// actions are best effort: their failures are logged, not retried. Certificates come after,
+/// once the terminal status is stored ([`crate::certificate_store::after_terminal`]).
 pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Error> {
     delete_all::<Pod>(ctx, &step.delete_pods).await?;
     delete_all::<GpuNodeResult>(ctx, &step.delete_results).await?;
@@ -29,23 +30,6 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
             gpuval_crds::fabric_shard::shard(round, gpuval_crds::fabric_shard::MAX_PART_BYTES)
         {
             create_round(gv, ctx, &part).await?;
-        }
-    }
-    // Before the status that ends the run: an API error is tried again with the same step; a
-    // key that cannot sign is told (event and log), and the run's verdict is not held back.
-    if crate::certificates::due(gv.status.as_ref(), &step.status) {
-        match crate::certificate_store::write(gv, ctx, &step.status).await {
-            Ok(()) => {}
-            Err(Error::Certificate(why)) => {
-                tracing::warn!(validation = %gv.name_any(), error = %why, "no certificates written");
-                let told = crate::reconcile::PlannedEvent {
-                    warning: true,
-                    reason: "CertificateNotWritten",
-                    note: crate::reconcile::events::certificate_not_written(&why),
-                };
-                publish_events(gv, ctx, &[told]).await;
-            }
-            Err(e) => return Err(e),
         }
     }
     if gv.status.as_ref() != Some(&step.status) {

@@ -1,9 +1,11 @@
 //! The shell side of certificates ([`crate::certificates`] decides): the signing key (the
 //! administrator's Secret, or one generated on first use and kept in that Secret) with its public
-//! half published in a ConfigMap; at the end of a run, the run's results read, the certificates
-//! written as ConfigMaps, and the oldest pruned past the retention setting.
+//! half published in a ConfigMap; once a run's terminal status is stored, the run's results read
+//! (in pages), the certificates written as ConfigMaps (once; tried again with backoff after an
+//! API error, see [`crate::certificate_retry`]), and the oldest pruned past the retention.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use gpuval_crds::seal;
 use gpuval_crds::{GpuNodeResult, GpuValidation, GpuValidationStatus, labels};
@@ -15,8 +17,10 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, R
 use ring::rand::SystemRandom;
 use ring::signature::Ed25519KeyPair;
 
+use crate::certificate_retry::{AfterFailure, RunId, Turn};
 use crate::certificates::{self, PRIVATE_KEY_DATA, PUBLIC_KEY_CONFIGMAP};
 use crate::controller::{Ctx, Error, FIELD_MANAGER};
+use crate::paged;
 
 /// The signing key (PKCS#8 DER) from Secret `secret` in `namespace`; generated and stored there
 /// when the Secret does not exist. Publishes its public half in [`PUBLIC_KEY_CONFIGMAP`].
@@ -99,46 +103,197 @@ async fn publish_public_key(client: &Client, namespace: &str, pkcs8: &[u8]) -> R
     Ok(())
 }
 
-/// Writes the certificates of `gv`'s run that `status` ends, then prunes past the retention.
-/// A certificate written already (a retried step) is kept as it is.
-pub async fn write(
+/// The certificates of `gv`'s run, once its terminal `status` is stored (the caller's
+/// promise: the reconcile calls this after the status write): written once, in order (each
+/// node's, the validation's last), tried again after an API error with the backoff of
+/// `--certificate` settings ([`crate::certificate_retry`]), given up with a Warning event
+/// (`CertificateNotWritten`) after the last try or a refusal another try cannot change. Returns
+/// how soon the reconcile should come back for the next try, when one is due.
+pub async fn after_terminal(
     gv: &GpuValidation,
     ctx: &Ctx,
     status: &GpuValidationStatus,
-) -> Result<(), Error> {
-    let Some(keep) = ctx.cfg.certificates.retention else {
-        return Ok(());
+) -> Option<Duration> {
+    let settings = &ctx.cfg.certificates;
+    let generation = gv.metadata.generation.unwrap_or(0);
+    let ended = status.phase.is_some_and(|p| p.is_terminal())
+        && status.observed_generation == Some(generation);
+    if settings.retention.is_none() || !ended {
+        return None;
+    }
+    if gv.metadata.deletion_timestamp.is_some() {
+        // Its results are being deleted with it: certificates from what is left would be
+        // partial.
+        tracing::warn!(validation = %gv.name_any(), generation, "validation deleted before its certificates were written; none written");
+        return None;
+    }
+    let run = RunId {
+        uid: gv.metadata.uid.clone().unwrap_or_default(),
+        generation,
+    };
+    let failed = match ctx.certificates.turn(&run, Instant::now()) {
+        Turn::Nothing => return None,
+        Turn::Later(pause) => return Some(pause),
+        Turn::Try { failed } => failed,
+    };
+    let live = ctx.validations.state();
+    ctx.certificates
+        .keep_live(|uid| live.iter().any(|v| v.metadata.uid.as_deref() == Some(uid)));
+    let outcome = write(gv, ctx, status).await;
+    settle(gv, ctx, &run, failed + 1, outcome).await
+}
+
+/// Notes what try number `tried` of `run` came to; the pause before the next when one is due.
+async fn settle(
+    gv: &GpuValidation,
+    ctx: &Ctx,
+    run: &RunId,
+    tried: u32,
+    outcome: Result<Written, Error>,
+) -> Option<Duration> {
+    let validation = gv.name_any();
+    let generation = run.generation;
+    let e = match outcome {
+        Ok(w) => {
+            ctx.certificates.written(run);
+            match w {
+                Written::Now(n) => {
+                    tracing::info!(%validation, generation, certificates = n, tries = tried, "certificates written");
+                }
+                Written::Before => {
+                    tracing::debug!(%validation, generation, "certificates found written; not rewritten");
+                }
+            }
+            return None;
+        }
+        Err(e) => e,
+    };
+    let policy = &ctx.cfg.certificates.retry;
+    let note = if is_transient(&e) {
+        match ctx.certificates.failed(run, Instant::now(), policy) {
+            AfterFailure::RetryIn(pause) => {
+                tracing::warn!(%validation, generation, tries = tried, retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX), error = %e, "certificates not written; trying again");
+                return Some(pause);
+            }
+            AfterFailure::GiveUp { tries } => {
+                crate::reconcile::events::certificate_gave_up(tries, &e.to_string())
+            }
+        }
+    } else {
+        ctx.certificates.give_up(run);
+        match &e {
+            Error::Certificate(why) => crate::reconcile::events::certificate_not_written(why),
+            other => crate::reconcile::events::certificate_refused(&other.to_string()),
+        }
+    };
+    tracing::warn!(%validation, generation, tries = tried, error = %e, "no certificates written; given up");
+    let told = crate::reconcile::PlannedEvent {
+        warning: true,
+        reason: "CertificateNotWritten",
+        note,
+    };
+    crate::apply::publish_events(gv, ctx, &[told]).await;
+    None
+}
+
+/// True for an error another try may not meet: throttling (429), a conflict (409), a list
+/// whose continue token expired (410), server trouble (5xx), a timeout (408), a lost
+/// connection. A key that cannot sign, or a refusal (403, 404, 422), is final.
+pub fn is_transient(e: &Error) -> bool {
+    match e {
+        Error::Kube(kube::Error::Api(s)) => matches!(s.code, 408 | 409 | 410 | 429 | 500..=599),
+        Error::Kube(
+            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_),
+        ) => true,
+        _ => false,
+    }
+}
+
+/// What a successful try found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// The run's certificates were written now (this many).
+    Now(usize),
+    /// The run's certificates were there already (the validation's, written last, exists).
+    Before,
+}
+
+/// One try: the run's certificates, unless the validation's (written last) is there already;
+/// then the oldest pruned past the retention (a prune that fails is logged and left to the
+/// next run).
+async fn write(
+    gv: &GpuValidation,
+    ctx: &Ctx,
+    status: &GpuValidationStatus,
+) -> Result<Written, Error> {
+    let settings = &ctx.cfg.certificates;
+    let Some(keep) = settings.retention else {
+        return Ok(Written::Before);
     };
     let ns = &ctx.cfg.namespace;
-    let pkcs8 = signing_key(&ctx.client, ns, &ctx.cfg.certificates.key_secret).await?;
-    let results: Api<GpuNodeResult> = Api::namespaced(ctx.client.clone(), ns);
-    let selector = format!(
-        "{}={}",
-        labels::VALIDATION,
-        labels::node_value(&gv.name_any())
-    );
-    ctx.throttle.acquire().await;
-    let run = results
-        .list(&ListParams::default().labels(&selector))
-        .await?;
-    let signed = certificates::sign_run(gv, status, &run.items, &ctx.cfg.agent_image, &pkcs8)
+    let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let validation = gv.name_any();
+    let uid = gv.metadata.uid.clone().unwrap_or_default();
+    let generation = gv.metadata.generation.unwrap_or(0);
+    let summary = certificates::name(&validation, &uid, generation, None);
+    if maps.get_opt(&summary).await?.is_some() {
+        return Ok(Written::Before);
+    }
+    let pkcs8 = signing_key(&ctx.client, ns, &settings.key_secret).await?;
+    let results = run_results(ctx, &validation).await?;
+    let signed = certificates::sign_run(gv, status, &results, &ctx.cfg.agent_image, &pkcs8)
         .map_err(|e| Error::Certificate(e.to_string()))?;
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
     for i in &signed {
-        let cm = certificates::config_map(gv, ns, i)?;
-        ctx.throttle.acquire().await;
-        match api.create(&pp, &cm).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+        create_once(ctx, &maps, &pp, &certificates::config_map(gv, ns, i)?).await?;
     }
-    tracing::info!(validation = %gv.name_any(), certificates = signed.len(), "certificates written");
-    prune(ctx, keep).await
+    if let Err(e) = prune(ctx, keep).await {
+        tracing::warn!(%validation, error = %e, "certificates past the retention not pruned; the next run's end prunes them");
+    }
+    Ok(Written::Now(signed.len()))
+}
+
+/// The results of validation `validation`, listed [`CertificateSettings::page`] at a time.
+///
+/// [`CertificateSettings::page`]: crate::config::CertificateSettings::page
+async fn run_results(ctx: &Ctx, validation: &str) -> Result<Vec<GpuNodeResult>, Error> {
+    let api: Api<GpuNodeResult> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let selector = format!("{}={}", labels::VALIDATION, labels::node_value(validation));
+    let base = ListParams::default().labels(&selector);
+    let page = ctx.cfg.certificates.page;
+    Ok(paged::all_pages("the run's results", &base, page, |p| {
+        let api = api.clone();
+        async move {
+            ctx.throttle.acquire().await;
+            api.list(&p).await
+        }
+    })
+    .await?)
+}
+
+/// Creates certificate `cm`; one that exists already (an earlier try wrote it) is kept as it
+/// is, never rewritten. A 409 is taken for "exists" only once the certificate is read back.
+async fn create_once(
+    ctx: &Ctx,
+    api: &Api<ConfigMap>,
+    pp: &PostParams,
+    cm: &ConfigMap,
+) -> Result<(), Error> {
+    ctx.throttle.acquire().await;
+    match api.create(pp, cm).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let name = cm.metadata.name.as_deref().unwrap_or_default();
+            match api.get_opt(name).await? {
+                Some(_) => Ok(()),
+                None => Err(Error::Kube(kube::Error::Api(s))),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The `GPUVAL_BASELINES` value for each of `nodes`' agents: its GPUs' baselines from the runs
@@ -153,12 +308,17 @@ pub async fn baselines_for(ctx: &Ctx, nodes: &[String]) -> BTreeMap<String, Stri
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     let mut metas: Vec<ObjectMeta> = Vec::new();
     for selector in certificates::node_selectors(nodes) {
-        ctx.throttle.acquire().await;
-        match api
-            .list_metadata(&ListParams::default().labels(&selector))
-            .await
-        {
-            Ok(list) => metas.extend(list.items.into_iter().map(|m| m.metadata)),
+        let base = ListParams::default().labels(&selector);
+        let listed = paged::all_pages("GPU baselines", &base, settings.page, |p| {
+            let api = api.clone();
+            async move {
+                ctx.throttle.acquire().await;
+                api.list_metadata(&p).await
+            }
+        })
+        .await;
+        match listed {
+            Ok(items) => metas.extend(items.into_iter().map(|m| m.metadata)),
             Err(e) => {
                 tracing::warn!(error = %e, selector = %selector, "GPU baselines not read; these nodes are judged by their floors alone");
             }
@@ -179,12 +339,16 @@ pub async fn baselines_for(ctx: &Ctx, nodes: &[String]) -> BTreeMap<String, Stri
 
 async fn prune(ctx: &Ctx, keep: usize) -> Result<(), Error> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
-    ctx.throttle.acquire().await;
-    let existing = api
-        .list_metadata(&ListParams::default().labels(certificates::KIND_LABEL))
-        .await?;
+    let base = ListParams::default().labels(certificates::KIND_LABEL);
+    let existing = paged::all_pages("the certificates", &base, ctx.cfg.certificates.page, |p| {
+        let api = api.clone();
+        async move {
+            ctx.throttle.acquire().await;
+            api.list_metadata(&p).await
+        }
+    })
+    .await?;
     let as_maps: Vec<ConfigMap> = existing
-        .items
         .into_iter()
         .map(|m| ConfigMap {
             metadata: m.metadata,
@@ -200,4 +364,30 @@ async fn prune(ctx: &Ctx, keep: usize) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> Error {
+        Error::Kube(kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            ..Default::default()
+        })))
+    }
+
+    #[test]
+    fn throttling_conflicts_and_server_trouble_are_tried_again_refusals_are_not() {
+        for code in [408, 409, 410, 429, 500, 503, 504] {
+            assert!(is_transient(&api(code)), "{code}");
+        }
+        for code in [400, 403, 404, 422] {
+            assert!(!is_transient(&api(code)), "{code}");
+        }
+        let lost = Error::Kube(kube::Error::Service("connection reset".into()));
+        assert!(is_transient(&lost));
+        let key = Error::Certificate("the Secret has no private.pem".into());
+        assert!(!is_transient(&key), "a key that cannot sign is final");
+    }
 }

@@ -1,5 +1,4 @@
-//! Acceptance certificates, decided here without I/O: when a run's certificates are due (the
-//! step that ends it), what they say (one per node from its result, one per validation
+//! Acceptance certificates, decided here without I/O: what a run's certificates say (one per node from its result, one per validation
 //! summarizing them, signed), the ConfigMaps that hold them (not owned by the validation, so
 //! they outlive it) and which older ones the retention setting prunes. The shell
 //! ([`crate::certificate_store`]) reads the results and the key, and writes.
@@ -27,14 +26,6 @@ pub const PUBLIC_KEY_CONFIGMAP: &str = "gpuval-certificate-public-key";
 pub const PUBLIC_KEY_DATA: &str = "public.pem";
 /// The Secret data key holding the private key (PKCS#8 PEM).
 pub const PRIVATE_KEY_DATA: &str = "private.pem";
-
-/// True when `after` ends the run that `before` had not ended: this step's status is the
-/// first terminal one of its generation.
-pub fn due(before: Option<&GpuValidationStatus>, after: &GpuValidationStatus) -> bool {
-    let ended = |s: &GpuValidationStatus| s.phase.is_some_and(|p| p.is_terminal());
-    let same_run = before.is_some_and(|b| b.observed_generation == after.observed_generation);
-    ended(after) && !(same_run && before.is_some_and(ended))
-}
 
 /// One signed certificate and what its ConfigMap is labelled with.
 #[derive(Debug, Clone)]
@@ -221,18 +212,26 @@ fn node_certificate(
     )
 }
 
-/// The ConfigMap name of a certificate: one per validation uid and node (or per validation).
-pub fn name(validation: &str, uid: &str, node: Option<&str>) -> String {
+/// The ConfigMap name of a certificate: one per run (validation uid and generation) and node,
+/// or per run for the validation's. Generation 1 has no mark (the names certificates always
+/// had); a later generation is marked `.g<generation>` after the uid, which no node name can
+/// begin with, so each run's names are its own.
+pub fn name(validation: &str, uid: &str, generation: i64, node: Option<&str>) -> String {
     let short_uid: String = uid.chars().filter(|c| *c != '-').take(8).collect();
+    let run = if generation > 1 {
+        format!("{short_uid}.g{generation}")
+    } else {
+        short_uid
+    };
     let base = match node {
-        Some(n) => format!("gpuval-cert-{validation}-{short_uid}-{n}"),
-        None => format!("gpuval-cert-{validation}-{short_uid}"),
+        Some(n) => format!("gpuval-cert-{validation}-{run}-{n}"),
+        None => format!("gpuval-cert-{validation}-{run}"),
     };
     gpuval_crds::result::shortened(base, gpuval_crds::names::DNS1123_SUBDOMAIN_MAX)
 }
 
-/// The ConfigMap holding `signed`, labelled with its validation, node and GPUs; no owner, so
-/// it outlives the validation.
+/// The ConfigMap holding `signed`, labelled with its validation, generation, node and GPUs; no
+/// owner, so it outlives the validation.
 pub fn config_map(
     gv: &GpuValidation,
     namespace: &str,
@@ -247,6 +246,7 @@ pub fn config_map(
     let node = node.as_deref();
     let validation = gv.metadata.name.clone().unwrap_or_default();
     let uid = gv.metadata.uid.clone().unwrap_or_default();
+    let generation = gv.metadata.generation.unwrap_or(0);
     let mut l = BTreeMap::from([
         (
             labels::MANAGED_BY_KEY.to_string(),
@@ -256,6 +256,7 @@ pub fn config_map(
             labels::VALIDATION.to_string(),
             labels::node_value(&validation),
         ),
+        (labels::GENERATION.to_string(), generation.to_string()),
         (
             KIND_LABEL.to_string(),
             if node.is_some() { "node" } else { "validation" }.to_string(),
@@ -269,7 +270,7 @@ pub fn config_map(
     }
     Ok(ConfigMap {
         metadata: ObjectMeta {
-            name: Some(name(&validation, &uid, node)),
+            name: Some(name(&validation, &uid, generation, node)),
             namespace: Some(namespace.to_string()),
             labels: Some(l),
             annotations: (!runs.is_empty())
@@ -457,18 +458,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn due_once_when_a_run_ends() {
-        let running = status(Phase::Running, 1);
-        let passed = status(Phase::Passed, 1);
-        assert!(due(Some(&running), &passed));
-        assert!(due(None, &passed));
-        assert!(!due(Some(&passed), &passed));
-        assert!(!due(Some(&running), &running));
-        // A new generation that ends is a new run.
-        assert!(due(Some(&passed), &status(Phase::Failed, 2)));
-    }
-
     fn gv() -> GpuValidation {
         let mut gv = GpuValidation::new("quick", crate::selection::tests::spec());
         gv.metadata.uid = Some("0123abcd-ef".into());
@@ -541,7 +530,34 @@ mod tests {
         assert!(cm.metadata.owner_references.is_none());
         assert_eq!(
             cm.metadata.name.as_deref(),
-            Some("gpuval-cert-quick-0123abcd-a")
+            Some("gpuval-cert-quick-0123abcd.g2-a")
+        );
+        assert_eq!(l.get(labels::GENERATION).map(String::as_str), Some("2"));
+    }
+
+    #[test]
+    fn each_run_of_a_validation_has_certificate_names_of_its_own() {
+        let uid = "0123abcd-ef";
+        // Generation 1 keeps the names certificates always had.
+        assert_eq!(
+            name("quick", uid, 1, Some("a")),
+            "gpuval-cert-quick-0123abcd-a"
+        );
+        assert_eq!(name("quick", uid, 1, None), "gpuval-cert-quick-0123abcd");
+        assert_eq!(name("quick", uid, 2, None), "gpuval-cert-quick-0123abcd.g2");
+        // A later run never takes an earlier one's name, whatever its nodes are called.
+        assert_ne!(
+            name("quick", uid, 2, Some("a")),
+            name("quick", uid, 1, Some("g2-a"))
+        );
+        assert_ne!(
+            name("quick", uid, 2, Some("a")),
+            name("quick", uid, 1, Some("a"))
+        );
+        let long = name("quick", uid, 3, Some(&"n".repeat(300)));
+        assert!(
+            long.len() <= gpuval_crds::names::DNS1123_SUBDOMAIN_MAX,
+            "{long}"
         );
     }
 

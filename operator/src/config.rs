@@ -109,6 +109,10 @@ pub struct CertificateSettings {
     pub baseline_runs: usize,
     /// How far below its own baseline a GPU's figure may fall before it is a Warn (fraction).
     pub baseline_tolerance: f64,
+    /// Objects per page when the run's results and the certificates are listed.
+    pub page: u32,
+    /// How a run's certificates are tried again after an API error.
+    pub retry: crate::certificate_retry::RetryPolicy,
 }
 
 impl Default for CertificateSettings {
@@ -118,6 +122,8 @@ impl Default for CertificateSettings {
             retention: Some(20),
             baseline_runs: gpuval_crds::baseline::DEFAULT_RUNS,
             baseline_tolerance: gpuval_crds::baseline::DEFAULT_TOLERANCE,
+            page: crate::paged::PAGE,
+            retry: crate::certificate_retry::RetryPolicy::default(),
         }
     }
 }

@@ -91,6 +91,8 @@ pub struct Ctx {
     pub runs: Arc<Runs>,
     /// The rate limit of API writes (`--api-qps`, `--api-burst`).
     pub throttle: Throttle,
+    /// Where each ended run's certificates stand (written, given up, or when to try again).
+    pub certificates: crate::certificate_retry::Ledger,
 }
 
 async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -130,6 +132,8 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
         "reconcile"
     );
     apply::apply(&gv, &ctx, &step).await?;
+    // Only now is the status stored: a run's certificates follow its terminal status.
+    let certificates_due = crate::certificate_store::after_terminal(&gv, &ctx, &step.status).await;
     let live = ctx.validations.state();
     ctx.runs.put(&uid, record, |u| {
         live.iter().any(|v| v.metadata.uid.as_deref() == Some(u))
@@ -146,7 +150,10 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
                 s.and_then(|s| s.simulated) == Some(true),
             )
         }));
-    Ok(Action::requeue(step.requeue_after.unwrap_or(RESYNC)))
+    let requeue = step.requeue_after.unwrap_or(RESYNC);
+    Ok(Action::requeue(
+        certificates_due.map_or(requeue, |c| c.min(requeue)),
+    ))
 }
 
 /// Notes in `runs` each object of `kind` a watch yields (see [`touch_owned`]).
@@ -438,6 +445,7 @@ pub async fn run(
         metrics,
         runs,
         throttle: Throttle::new(cfg.api_qps, cfg.api_burst),
+        certificates: Default::default(),
     });
     let (filled, when_filled) = tokio::sync::oneshot::channel();
     tokio::spawn(mark_ready_when_filled(ctx.clone(), ready, filled));

@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod apply;
+pub mod certificate_retry;
 pub mod certificate_store;
 pub mod certificates;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod node_marks;
 pub mod node_state;
 pub mod observe;
+pub mod paged;
 pub mod pod;
 pub mod pod_views;
 pub mod port_metrics;

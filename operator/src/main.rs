@@ -273,6 +273,7 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
             retention: (a.certificate_retention > 0).then_some(a.certificate_retention),
             baseline_runs: a.baseline_runs,
             baseline_tolerance: (a.baseline_tolerance_percent / 100.0).clamp(0.0, 1.0),
+            ..Default::default()
         },
     };
     cfg.validate()?;

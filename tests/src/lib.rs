@@ -19,6 +19,7 @@ mod tools;
 pub use control_plane::{ControlPlane, Error, InClusterApi, Options};
 pub use kubelet::{FakeKubelet, KubeletOptions, agent_binary};
 pub use tools::{Tools, tools_dir};
+pub mod api_faults;
 pub mod audit;
 pub mod auth;
 pub mod bench;

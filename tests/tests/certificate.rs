@@ -9,11 +9,14 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use gpuval_crds::{GpuValidation, Phase};
+use gpuval_operator::certificate_retry::RetryPolicy;
+use gpuval_tests::api_faults::{Faults, Seen};
 use gpuval_tests::binaries::run_plugin as plugin;
 use gpuval_tests::kubelet::agent_binary;
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::scenario;
 use gpuval_tests::waits;
+use http::Method;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
@@ -81,6 +84,17 @@ async fn a_certificate_outlives_its_validation_verifies_and_each_tampering_is_na
         gv.status.as_ref().and_then(|s| s.phase),
         Some(Phase::Passed)
     );
+    // The certificates follow the terminal status; the validation's is written last.
+    let maps: Api<ConfigMap> = Api::namespaced(e.client.clone(), NS);
+    let uid = gv.metadata.uid.clone().expect("uid");
+    let summary = gpuval_operator::certificates::name("accept", &uid, 1, None);
+    waits::until(
+        "the validation's certificate",
+        Duration::from_secs(60),
+        || async { maps.get_opt(&summary).await.ok().flatten() },
+    )
+    .await
+    .expect("written after the terminal status");
 
     // Delete the validation: its results go with it, its certificates stay.
     let validations: Api<GpuValidation> = Api::all(e.client.clone());
@@ -92,7 +106,6 @@ async fn a_certificate_outlives_its_validation_verifies_and_each_tampering_is_na
         .await
         .expect("deleted");
     op.stop().await;
-    let maps: Api<ConfigMap> = Api::namespaced(e.client.clone(), NS);
     let certs = maps
         .list(&ListParams::default().labels("gpuval.io/certificate,gpuval.io/validation=accept"))
         .await
@@ -332,4 +345,146 @@ async fn a_key_that_cannot_sign_is_told_and_does_not_hold_back_the_verdict() {
         .await
         .expect("list");
     assert!(certs.items.is_empty(), "nothing signed: {:?}", certs.items);
+}
+
+/// A certificate ConfigMap POST the operator made (a try of one certificate).
+fn is_certificate_create(s: &Seen) -> bool {
+    s.method == Method::POST
+        && s.uri
+            .starts_with(&format!("/api/v1/namespaces/{NS}/configmaps"))
+}
+
+/// A status write of validation `name` that carries a terminal phase.
+fn is_terminal_status_write(s: &Seen, name: &str) -> bool {
+    s.method == Method::PATCH
+        && s.uri.contains(&format!("/gpuvalidations/{name}/status"))
+        && ["Passed", "Failed", "Error"]
+            .iter()
+            .any(|p| s.body.contains(&format!("\"phase\":\"{p}\"")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_follow_the_stored_terminal_status_read_results_in_pages_and_outlast_refusals()
+{
+    let nodes: Vec<String> = ["gpu-a", "gpu-b", "gpu-c"].map(String::from).to_vec();
+    let e = scenario::Cluster::start(NS, &nodes, 2).await;
+    // The operator's API server refuses its first certificate write (500), the second page of
+    // its second listing of the run's results (500), then two more certificate writes (429, and
+    // a 409 that no object stands behind).
+    let faults = Faults::default();
+    let run_results = [
+        "/gpunoderesults?",
+        "labelSelector=gpuval.io%2Fvalidation%3Dpaged",
+    ];
+    let second_page = [run_results[0], run_results[1], "continue="];
+    faults.refuse(Method::GET, &second_page, &[0, 500]);
+    let configmaps = format!("/api/v1/namespaces/{NS}/configmaps");
+    faults.refuse(Method::POST, &[&configmaps], &[500, 429, 409]);
+    let mut cfg = test_config(NS, SIM);
+    cfg.certificates.page = 2;
+    let policy = RetryPolicy {
+        first: Duration::from_millis(400),
+        max: Duration::from_secs(4),
+        tries: 10,
+    };
+    cfg.certificates.retry = policy;
+    let op = OperatorHandle::start(faults.client(e.cp.kubeconfig()).await, cfg);
+    let applied = e
+        .apply("paged", json!({"checks": {"memory": {"fraction": 0.1}}}))
+        .await;
+    let gv = e.wait_terminal("paged", 120).await;
+    assert_eq!(
+        gv.status.as_ref().and_then(|s| s.phase),
+        Some(Phase::Passed),
+        "refused certificates do not hold back the verdict"
+    );
+    let uid = applied.metadata.uid.clone().expect("uid");
+    let summary = gpuval_operator::certificates::name("paged", &uid, 1, None);
+    let maps: Api<ConfigMap> = Api::namespaced(e.client.clone(), NS);
+    waits::until(
+        "the validation's certificate",
+        Duration::from_secs(60),
+        || async { maps.get_opt(&summary).await.ok().flatten() },
+    )
+    .await
+    .expect("written once the refusals are over");
+    op.stop().await;
+    let seen = faults.seen();
+
+    // Order: the terminal status was stored before the first certificate was sent.
+    let stored = seen
+        .iter()
+        .find(|s| is_terminal_status_write(s, "paged") && s.code == Some(200))
+        .expect("the terminal status write");
+    let stored_at = stored.answered.expect("answered");
+    let creates: Vec<&Seen> = seen.iter().filter(|s| is_certificate_create(s)).collect();
+    assert!(
+        creates.iter().all(|c| c.sent >= stored_at),
+        "a certificate was sent before the terminal status was stored"
+    );
+
+    // Paging: every listing of the run's results asked for pages of 2; three results take a
+    // second page, asked for with the first page's continue token.
+    let lists: Vec<&Seen> = seen
+        .iter()
+        .filter(|s| s.method == Method::GET && run_results.iter().all(|p| s.uri.contains(p)))
+        .collect();
+    assert!(!lists.is_empty(), "the run's results were never listed");
+    assert!(
+        lists.iter().all(|l| l.uri.contains("limit=2")),
+        "unpaged: {:?}",
+        lists.iter().map(|l| &l.uri).collect::<Vec<_>>()
+    );
+    assert!(
+        lists.iter().any(|l| l.uri.contains("continue=")),
+        "no second page"
+    );
+
+    // Retries: each try begins with a look for the validation's certificate. Four failed tries
+    // (500, the list, 429, the empty 409), then the fifth wrote everything; each pause within
+    // its backoff step (half of it at least, and not the old fixed 5 s).
+    let tries: Vec<&Seen> = seen
+        .iter()
+        .filter(|s| s.method == Method::GET && s.uri.ends_with(&format!("/configmaps/{summary}")))
+        .collect();
+    assert_eq!(
+        tries.len(),
+        5,
+        "tries: {:?}",
+        tries.iter().map(|t| t.code).collect::<Vec<_>>()
+    );
+    for (k, pair) in tries.windows(2).enumerate() {
+        let gap = pair[1].sent - pair[0].sent;
+        let step = policy.first * 2u32.pow(k as u32);
+        assert!(
+            gap >= step / 2 && gap < step + Duration::from_secs(3),
+            "pause {k}: {gap:?}, its step {step:?}"
+        );
+    }
+    let refused = creates.iter().filter(|c| c.refused).count();
+    assert_eq!(refused, 3);
+
+    // Nothing twice: one create of each certificate went through, three nodes' and the
+    // validation's, and no try after the one that wrote them.
+    let mut written: Vec<String> = creates
+        .iter()
+        .filter(|c| c.code == Some(201))
+        .map(|c| {
+            let cm: ConfigMap = serde_json::from_str(&c.body).expect("a ConfigMap");
+            cm.metadata.name.expect("named")
+        })
+        .collect();
+    written.sort();
+    let mut expected: Vec<String> = nodes
+        .iter()
+        .map(|n| gpuval_operator::certificates::name("paged", &uid, 1, Some(n)))
+        .collect();
+    expected.push(summary.clone());
+    expected.sort();
+    assert_eq!(written, expected);
+    let certs = maps
+        .list(&ListParams::default().labels("gpuval.io/certificate,gpuval.io/validation=paged"))
+        .await
+        .expect("list certificates");
+    assert_eq!(certs.items.len(), 4);
 }

@@ -8,18 +8,20 @@
 //! the fabric passed, 1 when it failed, 2 when the test could not run.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpuval_crds::fabric::{FabricKind, FabricOutcome, FabricSpec};
 use gpuval_fabric::{Conclusion, Decision, History, NodeFabric, Round, Settings};
 use serde::{Deserialize, Serialize};
 
+use super::greeting::{self, Limits};
 use super::group::run_round_blocking;
 use super::launch::Launch;
 use super::member_key::Auth;
-use super::rendezvous::{Control, NetError, accept_until, connect_until};
+use super::rendezvous::{Control, NetError, connect_until};
 use super::{Assignment, NcclGroup};
 
 pub mod report;
@@ -186,36 +188,52 @@ fn coordinate(opts: &Options, nccl: &dyn NcclGroup, auth: &Auth) -> Result<u8, C
     finish(opts, &mut ranks, &rounds, &outcomes, &conclusion)
 }
 
-/// Accepts every other rank's registration before the registration deadline.
+/// A rank's registration as rank 0 greets it: the rank, and the address rank 0 was reached at.
+type Registered = (Rank, Option<IpAddr>);
+
+/// Reads the registration line of one connection to rank 0's control port (on a thread of its
+/// own, by `by`): the rank's slot and registration, or None (logged).
+fn registration(
+    stream: TcpStream,
+    addr: SocketAddr,
+    by: Instant,
+    world: usize,
+) -> Option<(usize, Registered)> {
+    let local_ip = stream.local_addr().map(|a| a.ip()).ok();
+    let mut ctl = Control::new(stream, addr.to_string()).ok()?;
+    match ctl.recv::<ToCoordinator>(by) {
+        Ok(ToCoordinator::Register { rank, node }) if rank > 0 && rank < world => {
+            let r = Rank {
+                node,
+                ip: addr.ip(),
+                ctl: Some(ctl),
+            };
+            Some((rank, (r, local_ip)))
+        }
+        other => {
+            tracing::warn!(peer = %addr, ?other, "not a registration of a rank, closed");
+            None
+        }
+    }
+}
+
+/// Accepts every other rank's registration before the registration deadline, each connection
+/// read on a thread of its own within [`REGISTER_LINE`] and the listener's bounds
+/// ([`greeting`](super::greeting)), so silent connections hold up no rank.
 fn register(listener: &TcpListener, opts: &Options) -> Result<Vec<Rank>, CoordinatorError> {
     let world = opts.launch.world_size;
     let deadline = Instant::now() + opts.register_timeout;
-    let mut slots: Vec<Option<Rank>> = (0..world).map(|_| None).collect();
-    let mut own_ip: Option<IpAddr> = None;
-    while slots.iter().skip(1).any(Option::is_none) {
-        let Some((stream, addr)) = accept_until(listener, deadline) else {
-            break;
-        };
-        let local_ip = stream.local_addr().map(|a| a.ip()).ok();
-        let Ok(mut ctl) = Control::new(stream, addr.to_string()) else {
-            continue;
-        };
-        let line_deadline = (Instant::now() + REGISTER_LINE).min(deadline);
-        match ctl.recv::<ToCoordinator>(line_deadline) {
-            Ok(ToCoordinator::Register { rank, node }) if rank > 0 && rank < world => {
-                if let Some(prev) = &slots[rank] {
-                    tracing::warn!(rank, node, earlier = %prev.node, "rank registered twice: the later one counts");
-                }
-                own_ip = own_ip.or(local_ip);
-                slots[rank] = Some(Rank {
-                    node,
-                    ip: addr.ip(),
-                    ctl: Some(ctl),
-                });
-            }
-            other => tracing::warn!(peer = %addr, ?other, "not a registration of a rank, closed"),
-        }
-    }
+    let limits = Limits {
+        greet: REGISTER_LINE,
+        ..Limits::for_members(world)
+    };
+    let greet = Arc::new(move |s: TcpStream, addr: SocketAddr, by: Instant| {
+        registration(s, addr, by, world)
+    });
+    let slots = greeting::gather(listener, (1, world), deadline, &limits, greet)
+        .map_err(CoordinatorError::Setup)?;
+    let own_ip = slots.iter().flatten().find_map(|(_, local)| *local);
+    let mut slots: Vec<Option<Rank>> = slots.into_iter().map(|s| s.map(|(r, _)| r)).collect();
     let own_ip = own_ip
         .or_else(|| opts.launch.coordinator.parse().ok())
         .unwrap_or(IpAddr::from([127, 0, 0, 1]));
@@ -486,5 +504,69 @@ pub fn verdict_words(v: &NodeFabric) -> (&'static str, Option<String>) {
         NodeFabric::Error(w) => ("Error", Some(w.clone())),
         NodeFabric::Suspect(w) => ("Suspect", Some(w.clone())),
         NodeFabric::Untested => ("Untested", None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::net::TcpStream;
+
+    use super::*;
+    use crate::fabric::launch::Launcher;
+
+    fn options(port: u16, world: usize) -> Options {
+        Options {
+            launch: Launch {
+                launcher: Launcher::Torchrun,
+                rank: 0,
+                world_size: world,
+                coordinator: "127.0.0.1".into(),
+                port,
+            },
+            node: "node-0".into(),
+            spec: FabricSpec::default(),
+            register_timeout: Duration::from_secs(20),
+            output: None,
+            simulated: true,
+        }
+    }
+
+    #[test]
+    fn silent_connections_to_rank_0_hold_up_no_rank_s_registration() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+        let addr = listener.local_addr().expect("address");
+        // Before: each was read in turn for up to 5 s, so 70 of them kept the ranks out past
+        // the registration deadline.
+        let _silent: Vec<TcpStream> = (0..70)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect();
+        let start = Instant::now();
+        let ranks = std::thread::scope(|s| {
+            for rank in 1..3usize {
+                s.spawn(move || {
+                    let mut c = TcpStream::connect(addr).expect("connect");
+                    let hello = ToCoordinator::Register {
+                        rank,
+                        node: format!("node-{rank}"),
+                    };
+                    let mut line = serde_json::to_vec(&hello).expect("json");
+                    line.push(b'\n');
+                    c.write_all(&line).expect("register");
+                    // Held open until rank 0 is done with the registrations.
+                    let mut buf = [0u8; 1];
+                    let _ = std::io::Read::read(&mut c, &mut buf);
+                });
+            }
+            let ranks = register(&listener, &options(addr.port(), 3)).expect("registered");
+            // Dropped here, the connections close, and the ranks' threads end.
+            ranks.into_iter().map(|r| r.node).collect::<Vec<String>>()
+        });
+        assert_eq!(ranks, ["node-0", "node-1", "node-2"]);
+        assert!(
+            start.elapsed() < REGISTER_LINE,
+            "the silent connections held registration up for {:?}",
+            start.elapsed()
+        );
     }
 }

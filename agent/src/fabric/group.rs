@@ -96,7 +96,8 @@ pub fn run_group(
                 Err(e) => outcome.error = Some(e),
             }
         }
-        (FabricKind::Tcp, _, Some(settings)) => match tcp::run(a, settings, &mut joined.link) {
+        (FabricKind::Tcp, _, Some(settings)) => match tcp::run(a, settings, &mut joined.link, auth)
+        {
             Ok(f) => {
                 outcome.send_gbps = Some(f.send_gbps);
                 outcome.recv_gbps = Some(f.recv_gbps);

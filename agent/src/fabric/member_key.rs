@@ -3,7 +3,11 @@
 //! validation's agent pods alone. The host opens every connection with a fresh random
 //! challenge; the member answers with a hello that carries an HMAC-SHA256, under the key, of the
 //! challenge and the hello's node, rank, round and group. Without the key no MAC can be made,
-//! and a MAC seen on one connection is worthless on the next (its challenge is another).
+//! and a MAC seen on one connection is worthless on the next (its challenge is another). The
+//! data connections of a TCP measurement prove the key the same way: each gets its own
+//! challenge, and its tag carries a MAC of it and the tag's node, round, group and stream
+//! number, under a context of its own, so that a hello's MAC never passes for a data stream's
+//! nor the other way round.
 //!
 //! Where no key is given (an agent run outside Kubernetes by a launcher, a test), the rendezvous
 //! is [`Auth::Open`]: anyone who reaches the port may join, and the host says so in its log.
@@ -20,8 +24,10 @@ pub const MIN_KEY_BYTES: usize = 16;
 pub const KEY_BYTES: usize = 32;
 /// The length of a host's challenge, in random bytes (sent as hex).
 const CHALLENGE_BYTES: usize = 32;
-/// What the MAC covers begins with this, so that it cannot stand for anything else.
+/// What a hello's MAC covers begins with this, so that it cannot stand for anything else.
 const CONTEXT: &[u8] = b"gpuval rendezvous hello v1";
+/// What a data stream's MAC covers begins with this.
+const DATA_CONTEXT: &[u8] = b"gpuval tcp data stream v1";
 
 /// Whether members must prove they hold the validation's key.
 #[derive(Clone)]
@@ -74,6 +80,15 @@ pub struct HelloId<'a> {
     pub group: i32,
 }
 
+/// The parts of a TCP measurement's data stream tag that its MAC covers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DataId<'a> {
+    pub node: &'a str,
+    pub round: i32,
+    pub group: i32,
+    pub stream: usize,
+}
+
 impl Auth {
     /// Members must hold `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Self {
@@ -103,10 +118,30 @@ impl Auth {
 
     /// The MAC a member sends with its hello in answer to `challenge` (None without a key).
     pub fn mac(&self, challenge: &str, hello: HelloId<'_>) -> Option<String> {
+        self.sign(&message(challenge, hello))
+    }
+
+    /// The MAC a member's data stream tag carries in answer to `challenge` (None without a key).
+    pub fn data_mac(&self, challenge: &str, stream: DataId<'_>) -> Option<String> {
+        self.sign(&data_message(challenge, stream))
+    }
+
+    fn sign(&self, message: &[u8]) -> Option<String> {
         match self {
-            Auth::Key(key) => Some(hex(hmac::sign(key, &message(challenge, hello)).as_ref())),
+            Auth::Key(key) => Some(hex(hmac::sign(key, message).as_ref())),
             Auth::Open { .. } => None,
         }
+    }
+
+    /// Whether `mac` proves that the member who sent data stream tag `stream` in answer to
+    /// `challenge` holds the key; the reason when it does not. Without a key every tag passes.
+    pub fn verify_data(
+        &self,
+        challenge: &str,
+        stream: DataId<'_>,
+        mac: Option<&str>,
+    ) -> Result<(), String> {
+        self.check(&data_message(challenge, stream), mac, "data stream")
     }
 
     /// Whether `mac` proves that the member who sent `hello` in answer to `challenge` holds the
@@ -117,21 +152,27 @@ impl Auth {
         hello: HelloId<'_>,
         mac: Option<&str>,
     ) -> Result<(), String> {
+        self.check(&message(challenge, hello), mac, "hello")
+    }
+
+    /// Whether `mac` is this key's MAC of `message`; the reason, naming the `what` that
+    /// carried it, when it is not.
+    fn check(&self, message: &[u8], mac: Option<&str>, what: &str) -> Result<(), String> {
         let Auth::Key(key) = self else {
             return Ok(());
         };
         let Some(mac) = mac else {
-            return Err(
-                "the hello carries no MAC: the member has no rendezvous key, so it is not an \
+            return Err(format!(
+                "the {what} carries no MAC: the member has no rendezvous key, so it is not an \
                  agent of this validation (or runs without the key Secret mounted)"
-                    .into(),
-            );
+            ));
         };
-        let tag = unhex(mac).ok_or("the hello's MAC is not hex")?;
-        hmac::verify(key, &message(challenge, hello), &tag).map_err(|_| {
-            "the hello's MAC is wrong: the member holds another key (another validation's \
-             agent, or a stranger) or answered another challenge"
-                .to_string()
+        let tag = unhex(mac).ok_or_else(|| format!("the {what}'s MAC is not hex"))?;
+        hmac::verify(key, message, &tag).map_err(|_| {
+            format!(
+                "the {what}'s MAC is wrong: the member holds another key (another validation's \
+                 agent, or a stranger) or answered another challenge"
+            )
         })
     }
 }
@@ -160,14 +201,30 @@ pub fn challenge() -> Result<String, String> {
     Ok(hex(&bytes))
 }
 
-/// What the MAC covers: the context, then each part with its length, so that no two hellos
-/// read alike.
+/// What a hello's MAC covers: the context, then each part with its length, so that no two
+/// hellos read alike.
 fn message(challenge: &str, hello: HelloId<'_>) -> Vec<u8> {
-    let mut m = CONTEXT.to_vec();
     let rank = hello.rank.to_string();
     let round = hello.round.to_string();
     let group = hello.group.to_string();
-    for part in [challenge, hello.node, &rank, &round, &group] {
+    framed(CONTEXT, &[challenge, hello.node, &rank, &round, &group])
+}
+
+/// What a data stream's MAC covers, framed as a hello's under its own context.
+fn data_message(challenge: &str, stream: DataId<'_>) -> Vec<u8> {
+    let round = stream.round.to_string();
+    let group = stream.group.to_string();
+    let number = stream.stream.to_string();
+    framed(
+        DATA_CONTEXT,
+        &[challenge, stream.node, &round, &group, &number],
+    )
+}
+
+/// `context`, then each part with its length before it.
+fn framed(context: &[u8], parts: &[&str]) -> Vec<u8> {
+    let mut m = context.to_vec();
+    for part in parts {
         m.extend_from_slice(format!("\n{}:", part.len()).as_bytes());
         m.extend_from_slice(part.as_bytes());
     }
@@ -212,6 +269,58 @@ mod tests {
         let why = auth.verify(&c, ID, None).expect_err("no MAC");
         assert!(why.contains("no MAC"), "{why}");
         assert!(auth.verify(&c, ID, Some("zz")).is_err());
+    }
+
+    #[test]
+    fn a_data_stream_s_mac_holds_for_its_challenge_and_tag_only_and_never_as_a_hello() {
+        let auth = Auth::from_bytes(&[7; KEY_BYTES]);
+        let data = DataId {
+            node: "gpu-b",
+            round: 3,
+            group: 2,
+            stream: 1,
+        };
+        let c = challenge().expect("random");
+        let mac = auth.data_mac(&c, data).expect("a keyed member signs");
+        assert_eq!(auth.verify_data(&c, data, Some(&mac)), Ok(()));
+        for changed in [
+            DataId {
+                node: "gpu-c",
+                ..data
+            },
+            DataId { round: 4, ..data },
+            DataId { group: 1, ..data },
+            DataId { stream: 0, ..data },
+        ] {
+            assert!(
+                auth.verify_data(&c, changed, Some(&mac)).is_err(),
+                "{changed:?}"
+            );
+        }
+        let other = challenge().expect("random");
+        assert!(
+            auth.verify_data(&other, data, Some(&mac)).is_err(),
+            "replayed"
+        );
+        // Same numbers, other context: a hello's MAC is no data stream's, nor the reverse.
+        let hello = HelloId {
+            node: "gpu-b",
+            rank: 3,
+            round: 2,
+            group: 1,
+        };
+        let hello_mac = auth.mac(&c, hello).expect("signs");
+        assert!(auth.verify_data(&c, data, Some(&hello_mac)).is_err());
+        assert!(auth.verify(&c, hello, Some(&mac)).is_err());
+        let stranger = Auth::from_bytes(&[8; KEY_BYTES]);
+        let forged = stranger.data_mac(&c, data).expect("signs");
+        let why = auth
+            .verify_data(&c, data, Some(&forged))
+            .expect_err("another key");
+        assert!(why.contains("data stream's MAC is wrong"), "{why}");
+        let why = auth.verify_data(&c, data, None).expect_err("no MAC");
+        assert!(why.contains("data stream carries no MAC"), "{why}");
+        assert_eq!(Auth::open("x").verify_data(&c, data, None), Ok(()));
     }
 
     #[test]

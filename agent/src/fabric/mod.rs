@@ -11,7 +11,11 @@
 //! In a pod, the assignments come from the operator's `GpuFabricRound` objects (`k8s/`);
 //! outside Kubernetes, from rank 0 of a Slurm or torchrun launch ([`launch`], [`coordinator`]).
 
+#[cfg(test)]
+mod bounds_tests;
 pub mod coordinator;
+pub mod data_streams;
+pub mod greeting;
 pub mod group;
 pub mod launch;
 pub mod member_key;

@@ -7,18 +7,18 @@
 //! control channel ([`Control`]).
 //!
 //! The host greets each connection on a thread of its own with its own short deadline
-//! ([`HELLO_WAIT`]): a stranger that connects and says nothing, or says something wrong, is
-//! refused (and logged) without holding up the members.
+//! ([`HELLO_WAIT`]), at most 8 at once per source address and 64 per group (more in a larger
+//! group, [`Limits::for_members`]), cutting the oldest greeting past a bound ([`greeting`](super::greeting)): a stranger that connects and
+//! says nothing, or says something wrong, is refused (and logged) without holding up the
+//! members, and a flood of them never keeps a member out. A member whose connection is closed
+//! before the host's answer (cut, or refused by a busy host) connects again, with backoff and
+//! jitter, until the join deadline.
 //!
 //! Everything here is blocking with deadlines: no call waits past the deadline it is given.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use gpuval_crds::fabric::{FabricError, FabricErrorKind};
@@ -26,14 +26,14 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::Assignment;
+use super::greeting::{self, Limits};
 use super::member_key::{self, Auth, HelloId};
+use crate::api_retry::{Backoff, seed_of};
 
 /// The longest a control message line may be (a hello, a figure, a 64-byte ping).
 const MAX_LINE: usize = 64 * 1024;
 /// The longest a host waits for an accepted connection's hello (each connection on its own).
 pub const HELLO_WAIT: Duration = Duration::from_secs(5);
-/// The most connections a host greets at once: more (a flood) are closed unread.
-const MAX_GREETING: usize = 64;
 /// Backoff between connection attempts of a member: first and largest.
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);
@@ -91,40 +91,6 @@ pub fn remaining(deadline: Instant, what: &str, addr: &str) -> Result<Duration, 
     Ok(left)
 }
 
-/// Waits until `listener` has a connection to accept, or `deadline` (false).
-pub fn wait_acceptable(listener: &TcpListener, deadline: Instant) -> bool {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        let mut pfd = libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
-        // SAFETY: `pfd` is one valid pollfd that outlives the call, and the count passed is 1.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n > 0 {
-            return true;
-        }
-        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return false;
-        }
-    }
-}
-
-/// Accepts one connection before `deadline` (None when none came).
-pub fn accept_until(listener: &TcpListener, deadline: Instant) -> Option<(TcpStream, SocketAddr)> {
-    while wait_acceptable(listener, deadline) {
-        if let Ok((s, peer)) = listener.accept() {
-            return Some((s, peer));
-        }
-    }
-    None
-}
-
 /// Binds every address (`0.0.0.0:port`, or `[::]:port` for an IPv6 rendezvous) on the port of a
 /// `host:port` address (SO_REUSEADDR is set by the standard library on Unix, so a port of an
 /// earlier round can be bound again at once).
@@ -149,9 +115,16 @@ fn port_of(rendezvous: &str) -> Result<u16, NetError> {
         })
 }
 
+/// The pauses of one member between tries to reach `addr`: doubling from 50 ms to 500 ms,
+/// jittered per process and address so that members do not knock in step.
+pub fn member_backoff(addr: &str) -> Backoff {
+    let seed = seed_of(addr) ^ u64::from(std::process::id());
+    Backoff::new(BACKOFF_FIRST, BACKOFF_MAX, seed)
+}
+
 /// Connects to `addr`, retrying with backoff until `deadline`.
 pub fn connect_until(addr: &str, what: &str, deadline: Instant) -> Result<TcpStream, NetError> {
-    let mut backoff = BACKOFF_FIRST;
+    let mut backoff = member_backoff(addr);
     let mut last = NetError::Timeout {
         what: what.into(),
         addr: addr.into(),
@@ -170,8 +143,7 @@ pub fn connect_until(addr: &str, what: &str, deadline: Instant) -> Result<TcpStr
         }
         let left = deadline.saturating_duration_since(Instant::now());
         // Nothing to wait on: the host may not listen yet, and says nothing until it does.
-        std::thread::sleep(backoff.min(left));
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        std::thread::sleep(backoff.pause().min(left));
     }
 }
 
@@ -349,6 +321,10 @@ pub enum Greeting {
         round: i32,
         group: i32,
         stream: usize,
+        /// HMAC-SHA256 (hex), under the validation's key, of the host's challenge on this
+        /// connection and the fields above ([`member_key::DataId`]); absent without a key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mac: Option<String>,
     },
 }
 
@@ -368,9 +344,11 @@ pub enum Answer {
     Go,
     /// The join deadline passed: these members never came.
     Abort { missing: Vec<String> },
-    /// The hello was not for this group (another round or group, or a wrong rank), or did not
-    /// prove the validation's key.
+    /// The hello did not prove the validation's key, or named a wrong rank (for good).
     Reject { why: String },
+    /// The hello (or data stream) is for another round or group than the listener's: the
+    /// member is ahead of this host and tries again until its join deadline.
+    OtherRound { why: String },
 }
 
 /// A joined group: the control channel(s), and how long joining took.
@@ -417,8 +395,18 @@ pub fn peer(message: String) -> FabricError {
 
 /// Joins `a`'s group: hosts it (rank 0) or connects to its host, until `join_deadline`
 /// (members wait for the host's answer until `a.deadline`). Members prove they hold `auth`'s
-/// key; the host admits only those who do.
+/// key; the host admits only those who do. The default [`Limits`] for the group's size.
 pub fn join(a: &Assignment, auth: &Auth, join_deadline: Instant) -> Result<Group, JoinFailure> {
+    join_with(a, auth, join_deadline, &Limits::for_members(a.nodes.len()))
+}
+
+/// [`join`] within `limits`.
+pub fn join_with(
+    a: &Assignment,
+    auth: &Auth,
+    join_deadline: Instant,
+    limits: &Limits,
+) -> Result<Group, JoinFailure> {
     let start = Instant::now();
     let fail = |error: FabricError, missing: Vec<String>| JoinFailure {
         error,
@@ -430,9 +418,9 @@ pub fn join(a: &Assignment, auth: &Auth, join_deadline: Instant) -> Result<Group
         return Err(fail(local(why), Vec::new()));
     }
     let link = if a.rank == 0 {
-        host(a, auth, join_deadline).map_err(|(e, missing)| fail(e, missing))?
+        host(a, auth, join_deadline, limits).map_err(|(e, missing)| fail(e, missing))?
     } else {
-        member(a, auth, join_deadline).map_err(|e| fail(e, Vec::new()))?
+        member(a, auth, join_deadline, limits).map_err(|e| fail(e, Vec::new()))?
     };
     Ok(Group {
         joined: super::Joined {
@@ -446,6 +434,7 @@ fn host(
     a: &Assignment,
     auth: &Auth,
     join_deadline: Instant,
+    limits: &Limits,
 ) -> Result<Link, (FabricError, Vec<String>)> {
     let hosting = |e: String| {
         let why = format!(
@@ -463,7 +452,12 @@ fn host(
             "rendezvous: members are not authenticated (no key): anyone who reaches the port may join"
         );
     }
-    let joined = gather(&listener, a, auth, join_deadline).map_err(hosting)?;
+    let greet = {
+        let (a, auth) = (a.clone(), auth.clone());
+        Arc::new(move |stream, peer, by| greet(stream, peer, by, &a, &auth))
+    };
+    let joined = greeting::gather(&listener, (1, a.nodes.len()), join_deadline, limits, greet)
+        .map_err(hosting)?;
     let missing: Vec<String> = joined
         .iter()
         .enumerate()
@@ -497,132 +491,17 @@ fn host(
     Ok(Link::Host { listener, members })
 }
 
-/// What wakes the host's accept loop.
-enum Event {
-    /// A connection waits to be accepted.
-    Acceptable,
-    /// A greeting thread has a member for the loop.
-    Woken,
-    /// The join deadline passed.
-    Deadline,
-}
-
-/// Waits until `listener` has a connection, `waker` has bytes, or `deadline`.
-fn wait_event(listener: &TcpListener, waker: &UnixStream, deadline: Instant) -> Event {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Event::Deadline;
-        }
-        let mut fds = [listener.as_raw_fd(), waker.as_raw_fd()].map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
-        // SAFETY: `fds` is an array of two valid pollfds that outlives the call, and the count
-        // passed is its length.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if n > 0 {
-            return if fds[1].revents != 0 {
-                Event::Woken
-            } else {
-                Event::Acceptable
-            };
-        }
-        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return Event::Deadline;
-        }
-    }
-}
-
-/// Accepts connections until every member has joined or `join_deadline`. Each connection is
-/// greeted on a thread of its own ([`greet`]), which hands a member that proved itself to this
-/// loop and wakes it; a connection that says nothing holds up only its own thread, which gives
-/// up at its own deadline. The joined members' connections by rank (rank 0, the host, None).
-fn gather(
-    listener: &TcpListener,
-    a: &Assignment,
-    auth: &Auth,
-    join_deadline: Instant,
-) -> Result<Vec<Option<Control>>, String> {
-    let (tx, rx) = mpsc::channel::<(usize, Control)>();
-    let (mut wake_rx, wake_tx) =
-        UnixStream::pair().map_err(|e| format!("make the greeting threads' waker: {e}"))?;
-    wake_rx
-        .set_nonblocking(true)
-        .and_then(|()| wake_tx.set_nonblocking(true))
-        .map_err(|e| format!("make the greeting threads' waker non-blocking: {e}"))?;
-    let assignment = Arc::new(a.clone());
-    let greeting = Arc::new(AtomicUsize::new(0));
-    let mut joined: Vec<Option<Control>> = (0..a.nodes.len()).map(|_| None).collect();
-    loop {
-        for (rank, ctl) in rx.try_iter() {
-            // A member that connected again replaces its earlier connection.
-            joined[rank] = Some(ctl);
-        }
-        if joined.iter().skip(1).all(Option::is_some) {
-            break;
-        }
-        match wait_event(listener, &wake_rx, join_deadline) {
-            Event::Deadline => break,
-            Event::Woken => {
-                // Only the wake-up matters, not its bytes.
-                let _ = wake_rx.read(&mut [0u8; 64]);
-            }
-            Event::Acceptable => {
-                let Ok((stream, addr)) = listener.accept() else {
-                    continue;
-                };
-                if greeting.load(Ordering::SeqCst) >= MAX_GREETING {
-                    tracing::warn!(peer = %addr, "rendezvous: too many connections at once, closed unread");
-                    continue;
-                }
-                let Ok(waker) = wake_tx.try_clone() else {
-                    continue;
-                };
-                let (a, auth, tx) = (assignment.clone(), auth.clone(), tx.clone());
-                let count = greeting.clone();
-                count.fetch_add(1, Ordering::SeqCst);
-                let spawned = std::thread::Builder::new()
-                    .name("rendezvous-hello".into())
-                    .spawn(move || {
-                        if let Some(member) = greet(stream, addr, &a, &auth) {
-                            // The loop may be over (deadline): the connection then closes.
-                            if tx.send(member).is_ok() {
-                                let _ = (&waker).write(&[1]);
-                            }
-                        }
-                        count.fetch_sub(1, Ordering::SeqCst);
-                    });
-                if let Err(e) = spawned {
-                    greeting.fetch_sub(1, Ordering::SeqCst);
-                    tracing::warn!(peer = %addr, error = %e, "rendezvous: no thread to greet a connection, closed");
-                }
-            }
-        }
-    }
-    for (rank, ctl) in rx.try_iter() {
-        joined[rank] = Some(ctl);
-    }
-    Ok(joined)
-}
-
-/// One connection of the rendezvous, on a thread of its own: a fresh challenge, the hello (by
-/// [`HELLO_WAIT`]), its MAC and its place in the group. The member's rank and connection when
-/// all hold; otherwise None, the reason logged (and, for a refused hello, sent back).
-fn greet(
-    stream: TcpStream,
+/// Sends a fresh challenge on `ctl` and reads the greeting that answers it, both by
+/// `deadline`: the challenge and the greeting, or None (the reason logged) when either fails.
+pub fn challenged(
+    ctl: &mut Control,
     addr: SocketAddr,
-    a: &Assignment,
-    auth: &Auth,
-) -> Option<(usize, Control)> {
-    let deadline = (Instant::now() + HELLO_WAIT).min(a.deadline);
-    let mut ctl = Control::new(stream, addr.to_string()).ok()?;
+    deadline: Instant,
+) -> Option<(String, Greeting)> {
     let challenge = match member_key::challenge() {
         Ok(c) => c,
         Err(why) => {
-            tracing::warn!(peer = %addr, %why, "rendezvous: no challenge, closed");
+            tracing::warn!(peer = %addr, %why, "fabric listener: no challenge, closed");
             return None;
         }
     };
@@ -633,25 +512,46 @@ fn greet(
         deadline,
     );
     if let Err(e) = sent {
-        tracing::warn!(peer = %addr, error = %e, "rendezvous: challenge not sent, closed");
+        tracing::warn!(peer = %addr, error = %e, "fabric listener: challenge not sent, closed");
         return None;
     }
-    let (node, rank, round, group, mac) = match ctl.recv::<Greeting>(deadline) {
-        Ok(Greeting::Hello {
-            node,
-            rank,
-            round,
-            group,
-            mac,
-        }) => (node, rank, round, group, mac),
-        Ok(other) => {
-            tracing::warn!(peer = %addr, ?other, "rendezvous: not a hello, closed");
-            return None;
-        }
+    match ctl.recv::<Greeting>(deadline) {
+        Ok(g) => Some((challenge, g)),
         Err(e) => {
-            tracing::warn!(peer = %addr, error = %e, "rendezvous: no hello, closed");
-            return None;
+            tracing::warn!(peer = %addr, error = %e, "fabric listener: no greeting in time, closed");
+            None
         }
+    }
+}
+
+/// One connection of the rendezvous, on a thread of its own: a fresh challenge, the hello (by
+/// `deadline`, the greeting's), its MAC and its place in the group. The member's rank and
+/// connection when all hold; otherwise None, the reason logged (and, for a refused hello, sent
+/// back).
+fn greet(
+    stream: TcpStream,
+    addr: SocketAddr,
+    deadline: Instant,
+    a: &Assignment,
+    auth: &Auth,
+) -> Option<(usize, Control)> {
+    let mut ctl = Control::new(stream, addr.to_string()).ok()?;
+    let (challenge, greeting) = challenged(&mut ctl, addr, deadline)?;
+    let Greeting::Hello {
+        node,
+        rank,
+        round,
+        group,
+        mac,
+    } = greeting
+    else {
+        tracing::warn!(peer = %addr, ?greeting, "rendezvous: not a hello, closed");
+        let why = format!(
+            "this is the rendezvous of round {} group {}, not its measurement",
+            a.round, a.group
+        );
+        let _ = ctl.send(&Answer::OtherRound { why }, deadline);
+        return None;
     };
     let id = HelloId {
         node: &node,
@@ -663,36 +563,100 @@ fn greet(
     let refused = auth
         .verify(&challenge, id, mac.as_deref())
         .err()
+        .map(|why| Answer::Reject { why })
         .or_else(|| check_hello(a, &node, rank, round, group));
-    if let Some(why) = refused {
-        tracing::warn!(peer = %addr, %node, rank, %why, "rendezvous: hello refused");
-        let _ = ctl.send(&Answer::Reject { why }, deadline);
+    if let Some(answer) = refused {
+        tracing::warn!(peer = %addr, %node, rank, ?answer, "rendezvous: hello refused");
+        let _ = ctl.send(&answer, deadline);
         return None;
     }
     Some((rank, ctl))
 }
 
-fn check_hello(a: &Assignment, node: &str, rank: usize, round: i32, group: i32) -> Option<String> {
+/// Why a hello that proved the key is not for this group: another round or group (the member is
+/// ahead of this host, and tries again), or not that rank of it.
+fn check_hello(a: &Assignment, node: &str, rank: usize, round: i32, group: i32) -> Option<Answer> {
     if round != a.round || group != a.group {
-        return Some(format!(
-            "this rendezvous is round {} group {}, not round {round} group {group}",
-            a.round, a.group
-        ));
+        return Some(Answer::OtherRound {
+            why: format!(
+                "this rendezvous is round {} group {}, not round {round} group {group}",
+                a.round, a.group
+            ),
+        });
     }
     if rank == 0 || a.nodes.get(rank).map(String::as_str) != Some(node) {
-        return Some(format!("{node} is not rank {rank} of this group"));
+        let why = format!("{node} is not rank {rank} of this group");
+        return Some(Answer::Reject { why });
     }
     None
 }
 
-fn member(a: &Assignment, auth: &Auth, join_deadline: Instant) -> Result<Link, FabricError> {
+/// How one try of a member to join ended.
+enum Try {
+    /// The host said `go`.
+    Joined(Control),
+    /// The host answered otherwise.
+    Final(FabricError),
+    /// The host could not be reached by the join deadline.
+    Unreachable(FabricError),
+    /// The connection ended before the host's answer, or the host is in another round or
+    /// group: worth another try while the join deadline has not passed.
+    Again(FabricError),
+}
+
+/// A member's join: tried again, with backoff and jitter, until the join deadline each time the
+/// connection ends before the host's answer (a greeting cut by a flood of strangers, a host
+/// still in an earlier round).
+fn member(
+    a: &Assignment,
+    auth: &Auth,
+    join_deadline: Instant,
+    limits: &Limits,
+) -> Result<Link, FabricError> {
+    let mut backoff = member_backoff(&a.rendezvous);
+    let mut tries = 1u32;
+    let mut again: Option<FabricError> = None;
+    loop {
+        let error = match member_try(a, auth, join_deadline, limits) {
+            Try::Joined(host) => return Ok(Link::Member { host }),
+            // The host that stopped listening at the join deadline says less than what it
+            // answered before.
+            Try::Unreachable(e) => return Err(again.unwrap_or(e)),
+            Try::Final(e) => return Err(e),
+            Try::Again(e) => e,
+        };
+        let left = join_deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(error);
+        }
+        let pause = backoff.pause().min(left);
+        let retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+        tracing::warn!(round = a.round, group = a.group, host = %a.nodes[0], tries, retry_in_ms, error = %error.message, "rendezvous: no answer from the host on this connection; joining again");
+        // A pause between tries: the host says nothing that could be waited on instead.
+        std::thread::sleep(pause);
+        tries += 1;
+        again = Some(error);
+    }
+}
+
+fn member_try(a: &Assignment, auth: &Auth, join_deadline: Instant, limits: &Limits) -> Try {
     let host_name = &a.nodes[0];
-    let stream = connect_until(&a.rendezvous, "connect to the rendezvous", join_deadline)
-        .map_err(|e| peer(format!("host {host_name}: {e}")))?;
-    let mut ctl = Control::new(stream, a.rendezvous.clone())
-        .map_err(|e| local(format!("rendezvous with {host_name}: {e}")))?;
+    let stream = match connect_until(&a.rendezvous, "connect to the rendezvous", join_deadline) {
+        Ok(s) => s,
+        Err(e) => return Try::Unreachable(peer(format!("host {host_name}: {e}"))),
+    };
+    let mut ctl = match Control::new(stream, a.rendezvous.clone()) {
+        Ok(c) => c,
+        Err(e) => return Try::Final(local(format!("rendezvous with {host_name}: {e}"))),
+    };
     let talk = |e: NetError| peer(format!("rendezvous with host {host_name}: {e}"));
-    let Challenge { challenge } = ctl.recv(a.deadline).map_err(talk)?;
+    // A host greets at once; one that does not (busy greeting a flood, or not at this group
+    // yet) is tried again.
+    let greet_by = limits.greet_by(Instant::now(), a.deadline);
+    let challenge = match ctl.recv::<Challenge>(greet_by) {
+        Ok(c) => c.challenge,
+        Err(e) => return Try::Again(talk(e)),
+    };
     let node = &a.nodes[a.rank];
     let id = HelloId {
         node,
@@ -707,13 +671,21 @@ fn member(a: &Assignment, auth: &Auth, join_deadline: Instant) -> Result<Link, F
         group: a.group,
         mac: auth.mac(&challenge, id),
     };
-    ctl.send(&hello, a.deadline).map_err(talk)?;
-    match ctl.recv::<Answer>(a.deadline).map_err(talk)? {
-        Answer::Go => Ok(Link::Member { host: ctl }),
-        Answer::Abort { missing } => Err(peer(format!(
+    if let Err(e) = ctl.send(&hello, greet_by) {
+        return Try::Again(talk(e));
+    }
+    match ctl.recv::<Answer>(a.deadline) {
+        Ok(Answer::Go) => Try::Joined(ctl),
+        Ok(Answer::Abort { missing }) => Try::Final(peer(format!(
             "host {host_name} gave up the rendezvous: {} never joined",
             missing.join(", ")
         ))),
-        Answer::Reject { why } => Err(peer(format!("host {host_name} refused this member: {why}"))),
+        Ok(Answer::Reject { why }) => {
+            Try::Final(peer(format!("host {host_name} refused this member: {why}")))
+        }
+        Ok(Answer::OtherRound { why }) => {
+            Try::Again(peer(format!("host {host_name} refused this member: {why}")))
+        }
+        Err(e) => Try::Again(talk(e)),
     }
 }

@@ -134,7 +134,7 @@ pub async fn take_part(
             done += 1;
             if r.end {
                 tracing::info!(round = r.round, "the fabric test is over");
-                write_ports(m, spec, &ports_before, true).await;
+                write_ports(m, spec, &ports_before, true, deadline).await;
                 return Left::Ended;
             }
             let mine = assignments(&r, m.node, Timestamp::now(), deadline);
@@ -151,8 +151,8 @@ pub async fn take_part(
             outcomes.extend(got);
             // The ports first: the operator concludes on outcomes, and finds the ports as they
             // were after this node's last round.
-            write_ports(m, spec, &ports_before, false).await;
-            if let Err(e) = write_outcomes(m, &outcomes).await {
+            write_ports(m, spec, &ports_before, false, deadline).await;
+            if let Err(e) = write_outcomes(m, &outcomes, deadline).await {
                 tracing::error!(error = %e, round = r.round, "could not write the fabric outcomes; the operator will time this node out");
             }
         }
@@ -213,6 +213,7 @@ async fn write_ports(
     spec: &FabricSpec,
     before: &[super::ports::PortReading],
     end: bool,
+    deadline: Instant,
 ) {
     let after = read_ports_logged();
     if before.is_empty() && after.is_empty() {
@@ -231,20 +232,30 @@ async fn write_ports(
     let Ok(text) = serde_json::to_string(&report) else {
         return;
     };
-    if let Err(e) = write_annotation(m, labels::FABRIC_PORTS, text).await {
+    if let Err(e) = write_annotation(m, labels::FABRIC_PORTS, text, deadline).await {
         tracing::error!(error = %e, "could not write the InfiniBand/RoCE ports");
     }
 }
 
 /// Applies the outcomes annotation on this node's result.
-async fn write_outcomes(m: &Member<'_>, outcomes: &[FabricOutcome]) -> Result<(), kube::Error> {
+async fn write_outcomes(
+    m: &Member<'_>,
+    outcomes: &[FabricOutcome],
+    deadline: Instant,
+) -> Result<(), kube::Error> {
     let text = serde_json::to_string(outcomes).map_err(kube::Error::SerdeError)?;
-    write_annotation(m, labels::FABRIC_OUTCOMES, text).await
+    write_annotation(m, labels::FABRIC_OUTCOMES, text, deadline).await
 }
 
 /// Applies one annotation on this node's result (each under its own field manager, so one
-/// does not remove the other).
-async fn write_annotation(m: &Member<'_>, key: &str, text: String) -> Result<(), kube::Error> {
+/// does not remove the other), tried again after transient errors for minutes, until the run's
+/// `deadline` at the latest ([`crate::api_retry::retry_for_minutes`]).
+async fn write_annotation(
+    m: &Member<'_>,
+    key: &str,
+    text: String,
+    deadline: Instant,
+) -> Result<(), kube::Error> {
     let api: Api<GpuNodeResult> = Api::namespaced(m.client.clone(), m.namespace);
     let body = serde_json::json!({
         "apiVersion": GpuNodeResult::api_version(&()),
@@ -261,11 +272,15 @@ async fn write_annotation(m: &Member<'_>, key: &str, text: String) -> Result<(),
     };
     let pp = PatchParams::apply(&manager);
     let patch = Patch::Apply(&body);
-    crate::api_retry::retry_short("apply the fabric outcomes", || {
-        api.patch(&m.result, &pp, &patch)
-    })
-    .await
-    .map(drop)
+    let what = if key == labels::FABRIC_OUTCOMES {
+        "apply the fabric outcomes"
+    } else {
+        "apply the fabric ports"
+    };
+    let seed = crate::api_retry::seed_of(&m.result);
+    crate::api_retry::retry_for_minutes(what, deadline, seed, || api.patch(&m.result, &pp, &patch))
+        .await
+        .map(drop)
 }
 
 #[cfg(test)]

@@ -4,6 +4,11 @@
 //! messages go back and forth on the control channel, led first by the member, then by the
 //! host, each side timing its own round trips. Each side reports what it sent and received (Gb/s,
 //! bits, from its own side) and its median round trip. Real sockets in every backend.
+//!
+//! Every data connection proves the validation's key before it carries data
+//! ([`data_streams`](super::data_streams)), and every read and write, of the data streams and of
+//! the control channel, waits at most [`Limits::stall`] (and never past the round's deadline):
+//! a peer that stops reading or sending is dropped then, not at the end of the round.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -13,7 +18,9 @@ use gpuval_crds::fabric::{FabricError, FabricTcp};
 use serde::{Deserialize, Serialize};
 
 use super::Assignment;
-use super::rendezvous::{Control, Greeting, Link, NetError, accept_until, local, peer, remaining};
+use super::greeting::Limits;
+use super::member_key::Auth;
+use super::rendezvous::{Control, Link, NetError, local, peer, remaining};
 
 /// Bytes per write and read of the data streams.
 const CHUNK: usize = 256 * 1024;
@@ -47,14 +54,46 @@ enum Phase {
     PingsDone,
 }
 
-/// Runs the pair test on a joined group. Errors of the other side (it left, it timed out) are
-/// `Peer`; failures of this side's own sockets are `Local`.
+/// When each step of the measurement must be over: one read or write within `stall`, all by
+/// `end` (the round's deadline).
+#[derive(Debug, Clone, Copy)]
+struct Steps {
+    end: Instant,
+    stall: Duration,
+}
+
+impl Steps {
+    /// The deadline of a read or write that starts now.
+    fn next(&self) -> Instant {
+        (Instant::now() + self.stall).min(self.end)
+    }
+}
+
+/// Runs the pair test on a joined group, its data streams proving `auth`'s key, within the
+/// default [`Limits`]. Errors of the other side (it left, it timed out, it stalled) are `Peer`;
+/// failures of this side's own sockets are `Local`.
 pub fn run(
     a: &Assignment,
     settings: &FabricTcp,
     link: &mut Link,
+    auth: &Auth,
+) -> Result<TcpFigures, FabricError> {
+    run_with(a, settings, link, auth, &Limits::default())
+}
+
+/// [`run`] within `limits`.
+pub fn run_with(
+    a: &Assignment,
+    settings: &FabricTcp,
+    link: &mut Link,
+    auth: &Auth,
+    limits: &Limits,
 ) -> Result<TcpFigures, FabricError> {
     let start = Instant::now();
+    let steps = Steps {
+        end: a.deadline,
+        stall: limits.stall,
+    };
     let streams = usize::try_from(settings.streams.clamp(1, 64)).unwrap_or(1);
     let duration = settings.duration.as_std();
     let other = if a.rank == 0 {
@@ -74,18 +113,19 @@ pub fn run(
             let ctl = members
                 .first_mut()
                 .ok_or_else(|| local("TCP test: the pair has no second member".into()))?;
-            let mut data = accept_streams(listener, a, streams, &ctl.peer).map_err(blame)?;
-            let recv = receive(&mut data, ctl, a.deadline).map_err(blame)?;
-            let send = send(&mut data, ctl, duration, a.deadline).map_err(blame)?;
-            let mine = echo(ctl, a.deadline).and_then(|()| lead_pings(ctl, a.deadline));
+            let accepted = super::data_streams::accept(listener, a, auth, streams, limits);
+            let mut data = accepted.map_err(blame)?;
+            let recv = receive(&mut data, ctl, steps).map_err(blame)?;
+            let send = send(&mut data, ctl, duration, steps).map_err(blame)?;
+            let mine = echo(ctl, steps).and_then(|()| lead_pings(ctl, steps));
             (send, recv, mine.map_err(blame)?)
         }
         Link::Member { host } => {
-            let mut data = open_streams(a, streams).map_err(blame)?;
-            let send = send(&mut data, host, duration, a.deadline).map_err(blame)?;
-            let recv = receive(&mut data, host, a.deadline).map_err(blame)?;
-            let mine =
-                lead_pings(host, a.deadline).and_then(|l| echo(host, a.deadline).map(|()| l));
+            let opened = super::data_streams::open(a, auth, streams, limits);
+            let mut data = opened.map_err(blame)?;
+            let send = send(&mut data, host, duration, steps).map_err(blame)?;
+            let recv = receive(&mut data, host, steps).map_err(blame)?;
+            let mine = lead_pings(host, steps).and_then(|l| echo(host, steps).map(|()| l));
             (send, recv, mine.map_err(blame)?)
         }
     };
@@ -95,83 +135,6 @@ pub fn run(
         latency_micros: latency,
         seconds: start.elapsed().as_secs_f64(),
     })
-}
-
-/// The member's data connections, each tagged with its number.
-fn open_streams(a: &Assignment, streams: usize) -> Result<Vec<TcpStream>, NetError> {
-    let what = "open a TCP data stream to";
-    (0..streams)
-        .map(|stream| {
-            let mut s = super::rendezvous::connect_until(&a.rendezvous, what, a.deadline)?;
-            let tag = Greeting::Data {
-                node: a.nodes[a.rank].clone(),
-                round: a.round,
-                group: a.group,
-                stream,
-            };
-            let mut line = serde_json::to_vec(&tag).map_err(|e| NetError::Protocol {
-                what: what.into(),
-                addr: a.rendezvous.clone(),
-                why: e.to_string(),
-            })?;
-            line.push(b'\n');
-            let left = remaining(a.deadline, what, &a.rendezvous)?;
-            s.set_write_timeout(Some(left))
-                .and_then(|()| s.write_all(&line))
-                .map_err(|e| NetError::io(what, &a.rendezvous, &e))?;
-            Ok(s)
-        })
-        .collect()
-}
-
-/// The host's side: accepts the member's tagged data connections (others are closed).
-fn accept_streams(
-    listener: &std::net::TcpListener,
-    a: &Assignment,
-    streams: usize,
-    member: &str,
-) -> Result<Vec<TcpStream>, NetError> {
-    let mut got: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
-    while got.iter().any(Option::is_none) {
-        let Some((stream, addr)) = accept_until(listener, a.deadline) else {
-            return Err(NetError::Timeout {
-                what: format!(
-                    "accept {} TCP data streams (got {}) from",
-                    streams,
-                    got.iter().flatten().count()
-                ),
-                addr: member.into(),
-            });
-        };
-        match read_tag(&stream, a.deadline) {
-            Some(Greeting::Data {
-                round,
-                group,
-                stream: i,
-                ..
-            }) if round == a.round && group == a.group && i < streams => got[i] = Some(stream),
-            other => tracing::warn!(peer = %addr, ?other, "TCP test: not a data stream, closed"),
-        }
-    }
-    Ok(got.into_iter().flatten().collect())
-}
-
-/// Reads a data connection's tag byte by byte (so no data after it is consumed).
-fn read_tag(mut s: &TcpStream, deadline: Instant) -> Option<Greeting> {
-    let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    while line.len() < 1024 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
-            return None;
-        }
-        match s.read(&mut byte) {
-            Ok(1) if byte[0] == b'\n' => return serde_json::from_slice(&line).ok(),
-            Ok(1) => line.push(byte[0]),
-            _ => return None,
-        }
-    }
-    None
 }
 
 fn gbps(bytes: u64, elapsed: Duration) -> f64 {
@@ -184,15 +147,15 @@ fn send(
     data: &mut [TcpStream],
     ctl: &mut Control,
     duration: Duration,
-    deadline: Instant,
+    steps: Steps,
 ) -> Result<f64, NetError> {
     let start = Instant::now();
-    let stop = (start + duration).min(deadline);
+    let stop = (start + duration).min(steps.end);
     let peer = ctl.peer.clone();
     std::thread::scope(|scope| {
         let workers: Vec<_> = data
             .iter_mut()
-            .map(|s| scope.spawn(|| send_stream(s, stop, deadline, &peer)))
+            .map(|s| scope.spawn(|| send_stream(s, stop, steps, &peer)))
             .collect();
         for w in workers {
             w.join().unwrap_or_else(|_| {
@@ -205,22 +168,17 @@ fn send(
         }
         Ok::<(), NetError>(())
     })?;
-    match ctl.recv::<Phase>(deadline)? {
+    match ctl.recv::<Phase>(steps.next())? {
         Phase::Received { bytes } => Ok(gbps(bytes, start.elapsed())),
         other => Err(ctl.protocol(format!("expected the bytes received, got {other:?}"))),
     }
 }
 
-fn send_stream(
-    s: &mut TcpStream,
-    stop: Instant,
-    deadline: Instant,
-    peer: &str,
-) -> Result<(), NetError> {
+fn send_stream(s: &mut TcpStream, stop: Instant, steps: Steps, peer: &str) -> Result<(), NetError> {
     let what = "send on a data stream to";
     let chunk = vec![0x5au8; CHUNK];
     while Instant::now() < stop {
-        let left = remaining(deadline, what, peer)?;
+        let left = remaining(steps.next(), what, peer)?;
         s.set_write_timeout(Some(left))
             .map_err(|e| NetError::io(what, peer, &e))?;
         s.write_all(&chunk)
@@ -232,12 +190,12 @@ fn send_stream(
 
 /// Reads every stream to its end, tells the sender how much arrived, and gives the rate from
 /// the first byte to the last stream's end.
-fn receive(data: &mut [TcpStream], ctl: &mut Control, deadline: Instant) -> Result<f64, NetError> {
+fn receive(data: &mut [TcpStream], ctl: &mut Control, steps: Steps) -> Result<f64, NetError> {
     let peer = ctl.peer.clone();
     let results: Vec<Result<Received, NetError>> = std::thread::scope(|scope| {
         let workers: Vec<_> = data
             .iter_mut()
-            .map(|s| scope.spawn(|| receive_stream(s, deadline, &peer)))
+            .map(|s| scope.spawn(|| receive_stream(s, steps, &peer)))
             .collect();
         workers
             .into_iter()
@@ -264,7 +222,7 @@ fn receive(data: &mut [TcpStream], ctl: &mut Control, deadline: Instant) -> Resu
         };
         last = Some(last.map_or(l, |x: Instant| x.max(l)));
     }
-    ctl.send(&Phase::Received { bytes: total }, deadline)?;
+    ctl.send(&Phase::Received { bytes: total }, steps.next())?;
     let elapsed = match (first, last) {
         (Some(f), Some(l)) => l.saturating_duration_since(f),
         _ => Duration::ZERO,
@@ -278,13 +236,13 @@ fn receive(data: &mut [TcpStream], ctl: &mut Control, deadline: Instant) -> Resu
 /// What one stream delivered: bytes, when the first arrived, when it ended.
 type Received = (u64, Option<Instant>, Instant);
 
-fn receive_stream(s: &mut TcpStream, deadline: Instant, peer: &str) -> Result<Received, NetError> {
+fn receive_stream(s: &mut TcpStream, steps: Steps, peer: &str) -> Result<Received, NetError> {
     let what = "receive on a data stream from";
     let mut buf = vec![0u8; CHUNK];
     let mut bytes = 0u64;
     let mut first = None;
     loop {
-        let left = remaining(deadline, what, peer)?;
+        let left = remaining(steps.next(), what, peer)?;
         s.set_read_timeout(Some(left))
             .map_err(|e| NetError::io(what, peer, &e))?;
         match s.read(&mut buf) {
@@ -309,8 +267,8 @@ fn ping_line(n: usize) -> Vec<u8> {
 
 /// Times round trips of 64-byte messages (at most [`PINGS`], for at most two seconds), then
 /// tells the other side it is done; gives the median in microseconds.
-fn lead_pings(ctl: &mut Control, deadline: Instant) -> Result<f64, NetError> {
-    let stop = (Instant::now() + PING_TIME).min(deadline);
+fn lead_pings(ctl: &mut Control, steps: Steps) -> Result<f64, NetError> {
+    let stop = (Instant::now() + PING_TIME).min(steps.end);
     let mut rtts = Vec::with_capacity(PINGS);
     for n in 0..PINGS {
         if Instant::now() >= stop && !rtts.is_empty() {
@@ -318,25 +276,25 @@ fn lead_pings(ctl: &mut Control, deadline: Instant) -> Result<f64, NetError> {
         }
         let line = ping_line(n);
         let t = Instant::now();
-        ctl.send_raw(&line, deadline)?;
-        let back = ctl.recv_line(deadline)?;
+        ctl.send_raw(&line, steps.next())?;
+        let back = ctl.recv_line(steps.next())?;
         rtts.push(t.elapsed());
         if back.len() + 1 != PING_BYTES || !back.starts_with(b"ping ") {
             return Err(ctl.protocol("a ping came back changed".into()));
         }
     }
-    ctl.send(&Phase::PingsDone, deadline)?;
+    ctl.send(&Phase::PingsDone, steps.next())?;
     rtts.sort_unstable();
     Ok(rtts[rtts.len() / 2].as_secs_f64() * 1e6)
 }
 
 /// Sends every ping back until the leader says it is done.
-fn echo(ctl: &mut Control, deadline: Instant) -> Result<(), NetError> {
+fn echo(ctl: &mut Control, steps: Steps) -> Result<(), NetError> {
     loop {
-        let mut line = ctl.recv_line(deadline)?;
+        let mut line = ctl.recv_line(steps.next())?;
         if line.starts_with(b"ping ") {
             line.push(b'\n');
-            ctl.send_raw(&line, deadline)?;
+            ctl.send_raw(&line, steps.next())?;
             continue;
         }
         return match serde_json::from_slice::<Phase>(&line) {

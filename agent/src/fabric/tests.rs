@@ -18,7 +18,7 @@ fn free_port() -> u16 {
     l.local_addr().expect("its address").port()
 }
 
-fn assignments(kind: FabricKind, n: usize, deadline: Duration) -> Vec<Assignment> {
+pub(super) fn assignments(kind: FabricKind, n: usize, deadline: Duration) -> Vec<Assignment> {
     let port = free_port();
     let nodes: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
     let deadline = Instant::now() + deadline;
@@ -38,7 +38,7 @@ fn assignments(kind: FabricKind, n: usize, deadline: Duration) -> Vec<Assignment
 }
 
 /// The validation's key, as every member of these tests holds it.
-fn key() -> Auth {
+pub(super) fn key() -> Auth {
     Auth::from_bytes(&[42; super::member_key::KEY_BYTES])
 }
 

@@ -37,6 +37,28 @@ pub fn certificate_not_written(why: &str) -> String {
     ))
 }
 
+/// The note of a run whose certificates the API server kept failing: how many tries, the last
+/// error, and what to do.
+pub fn certificate_gave_up(tries: u32, why: &str) -> String {
+    gpuval_crds::text::shorten(
+        &format!(
+            "no certificate was written for this run: {tries} tries failed, the last with: {why}; the verdict stands; once the API server accepts ConfigMaps in the operator's namespace again, rerun the validation to get one"
+        ),
+        1000,
+    )
+}
+
+/// The note of a run whose certificates the API server refused outright (another try cannot
+/// change that): why, and what to do.
+pub fn certificate_refused(why: &str) -> String {
+    gpuval_crds::text::shorten(
+        &format!(
+            "no certificate was written for this run: the API server refused it: {why}; the verdict stands; check that the operator may create, get and list ConfigMaps and read its results in its namespace, then rerun the validation to get one"
+        ),
+        1000,
+    )
+}
+
 /// A run started on `nodes` nodes for spec generation `generation`.
 pub fn started(nodes: usize, generation: i64) -> PlannedEvent {
     PlannedEvent {
