@@ -1,6 +1,7 @@
 //! The HTML report as a person sees it: pages rendered from a real committed H200 result (the
 //! 4-GPU end-to-end run and a 2-GPU NCCL run) and from a simulated failing run made by the real
-//! agent binary, opened in headless Chromium. Each page's DOM after load must show the heatmap,
+//! agent binary, and a fabric run on a simulated cluster written by the kubectl plugin, opened in
+//! headless Chromium. Each page's DOM after load must show the heatmap,
 //! the curves and the failing GPU's reason, with no console error; screenshots go to
 //! `target/screenshots/` (`docs/report.png` is the H200 one).
 //!
@@ -346,4 +347,66 @@ fn a_thousand_node_report_is_one_small_page_that_opens_at_once() {
     println!("Chromium: loaded and laid out in {ms} ms ({wall:?} with its start)");
     assert!(ms > 0, "the probe measured nothing");
     assert_eq!(count(&dom, "<details id=\"node-"), 1000);
+}
+
+/// A fabric run as `make demo`'s cluster runs one (kwok nodes, the real agent with the simulated
+/// backend, the operator in-process), one node unable to start NCCL: its report, written by the
+/// kubectl plugin from the cluster, shows in the browser the fabric's outcome and the node it
+/// names, and the Markdown report says the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fabric_run_s_report_shows_the_fabric_and_the_node_it_names() {
+    let Some(chrome) = chromium() else { return };
+    const NS: &str = "gpuval-system";
+    const SIM: &str = "gpus=2,model=H200,timescale=0.001";
+    let nodes: Vec<String> = ["fab-0", "fab-1", "fab-2"].map(String::from).to_vec();
+    let c = gpuval_tests::scenario::Cluster::start(NS, &nodes, 2).await;
+    c.kubelet
+        .set_node_env("fab-2", "GPUVAL_SIMULATE", &format!("{SIM},netfault=local"));
+    let mut cfg = gpuval_tests::operator::test_config(NS, SIM);
+    cfg.fabric.port = 32400;
+    let _op = gpuval_tests::operator::OperatorHandle::start(c.client.clone(), cfg);
+    c.apply(
+        "fabric-demo",
+        serde_json::json!({"checks": {"memory": {"fraction": 0.1}},
+            "fabric": {"nccl": {"minBusBandwidthGbps": 350}, "tcp": {"streams": 2, "duration": "1s"},
+                       "roundTimeout": "60s"}}),
+    )
+    .await;
+    let gv = c.wait_terminal("fabric-demo", 240).await;
+    let fabric = gv
+        .status
+        .and_then(|s| s.fabric)
+        .expect("the fabric's status");
+    assert_eq!(fabric.failed_nodes, ["fab-2"], "{fabric:?}");
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let html = dir.path().join("fabric.html");
+    let path = html.to_string_lossy().into_owned();
+    let kc = c.cp.kubeconfig();
+    let out = gpuval_tests::binaries::run_plugin(
+        kc,
+        &["report", "fabric-demo", "-o", "html", "-f", &path],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).expect("page");
+    let dom = open(&chrome, &page, "fabric-run", 1600);
+    let line = dom
+        .split("<p id=\"fabric\">")
+        .nth(1)
+        .and_then(|s| s.split("</p>").next())
+        .expect("the fabric's line on the page");
+    assert!(
+        line.contains("Failed") && line.contains("fab-2"),
+        "the fabric line names the node: {line}"
+    );
+    let md = gpuval_tests::binaries::run_plugin(kc, &["report", "fabric-demo", "-o", "markdown"]);
+    let md = String::from_utf8_lossy(&md.stdout);
+    assert!(
+        md.contains("fab-2") && md.to_lowercase().contains("fabric"),
+        "{md}"
+    );
 }
