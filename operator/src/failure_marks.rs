@@ -231,6 +231,7 @@ mod tests {
             action: Remedy::None,
             codes: String::new(),
             on_failure: NodeAction::Taint,
+            run_created: None,
         }
     }
 

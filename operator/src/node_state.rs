@@ -68,6 +68,9 @@ pub struct Evidence {
     pub codes: String,
     /// What the validation's `spec.onFailure` asks for a node that fails it.
     pub on_failure: NodeAction,
+    /// When the validation was created: of two verdicts reached within the same second (the
+    /// API's times have whole seconds), the later run's is the newer.
+    pub run_created: Option<Timestamp>,
 }
 
 impl Evidence {
@@ -76,6 +79,7 @@ impl Evidence {
     pub fn of_line(line: &FinalLine) -> Option<Evidence> {
         Some(Evidence {
             on_failure: NodeAction::None,
+            run_created: None,
             validation: line.validation.clone(),
             at: line.at?,
             passed: line.passed(),
@@ -330,6 +334,7 @@ pub fn lines_of(
             if !incarnation.owns(e.at, result_node) {
                 return None;
             }
+            e.run_created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
             e.on_failure = run
                 .spec
                 .on_failure
@@ -342,13 +347,14 @@ pub fn lines_of(
 }
 
 /// The newest of `lines`: the newest hardware verdict (a pass, or a failure on hardware
-/// evidence; on a tie a failure wins), else the newest line of any other kind.
+/// evidence; within the same second the later run's, and on a full tie a failure), else the
+/// newest line of any other kind.
 pub fn newest(lines: &[Evidence]) -> Option<Evidence> {
     let newest = |hardware: bool| {
         lines
             .iter()
             .filter(|e| e.is_hardware() == hardware)
-            .max_by_key(|e| (e.at, !e.passed))
+            .max_by_key(|e| (e.at, e.run_created, !e.passed))
             .cloned()
     };
     newest(true).or_else(|| newest(false))
@@ -1318,5 +1324,24 @@ mod tests {
             retry_delay("gpu-2", 3),
             "spread by name"
         );
+    }
+
+    #[test]
+    fn of_two_verdicts_within_the_same_second_the_later_run_s_is_the_newer() {
+        let at = "2026-11-23T01:00:00Z";
+        let failed = result("a", "quick", "Fail", at);
+        let mut quick = run("quick", at, vec![failed_line(&failed)]);
+        quick.metadata.creation_timestamp = Some(Time(ts("2026-11-23T00:59:50Z")));
+        let passed = result("a", "repaired", "Pass", at);
+        let mut repaired = run("repaired", at, vec![]);
+        repaired.metadata.creation_timestamp = Some(Time(ts("2026-11-23T00:59:59Z")));
+        let runs = [(&quick, Some(&failed)), (&repaired, Some(&passed))];
+        let e = latest_of("a", &runs).expect("a verdict");
+        assert!(e.passed && e.validation == "repaired", "{e:?}");
+        // Without creation times, a failure wins the tie.
+        quick.metadata.creation_timestamp = None;
+        repaired.metadata.creation_timestamp = None;
+        let runs = [(&quick, Some(&failed)), (&repaired, Some(&passed))];
+        assert!(!latest_of("a", &runs).expect("a verdict").passed);
     }
 }
