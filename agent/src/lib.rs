@@ -1,5 +1,5 @@
 //! gpuval node agent: checks a node's GPUs and writes a [`gpuval_crds::NodeReport`]; in a pod
-//! ([`k8s`]) it stores that report as the node's `GpuNodeResult`.
+//! ([`k8s`]) it stores that report in the node's `GpuNodeResult`, which the operator made for its pod.
 //!
 //! Layers, each using only its own and those below it: the entry points (`main`, [`k8s`],
 //! [`config`], [`saved_result`]) → [`runner`] (inventory, sampler, aggregation),

@@ -11,6 +11,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod baseline;
+pub mod binding;
 pub mod certificate;
 pub mod conditions;
 pub mod cron;
@@ -87,6 +88,14 @@ pub mod labels {
     /// Annotation on a node result: the uid of the agent pod that wrote it. The operator counts
     /// a result only when it names the node's current pod (a stale writer's result is ignored).
     pub const POD_UID: &str = "gpuval.io/pod-uid";
+    /// Annotation on a node result: the uid of the validation it belongs to. With the pod,
+    /// generation and node it is the result's binding ([`crate::binding`]), which the operator
+    /// writes when it creates the result and no agent may change.
+    pub const VALIDATION_UID: &str = "gpuval.io/validation-uid";
+    /// Annotation on a node result: the run's line for its node became final without it (the
+    /// node's verdict, e.g. `DeadlineExceeded`). A closed result is kept for the record; no
+    /// agent may write it any more and no reader counts it ([`crate::binding::closed`]).
+    pub const CLOSED: &str = "gpuval.io/closed";
     /// Label on a fabric round: its round number.
     pub const ROUND: &str = "gpuval.io/round";
     /// The standard `app.kubernetes.io/managed-by` label key (its value is [`MANAGED_BY`]).

@@ -24,18 +24,7 @@ pub fn document(gv: &GpuValidation, results: &[GpuNodeResult]) -> Document {
         }
     }
     let status = gv.status.clone().unwrap_or_default();
-    let mut nodes: Vec<NodeEntry> = by_node
-        .into_values()
-        .map(|r| NodeEntry {
-            node: r.spec.node_name.clone(),
-            result: Some(r.name_any()),
-            report: r.status.clone(),
-            message: r
-                .status
-                .is_none()
-                .then(|| "result written, report not yet".into()),
-        })
-        .collect();
+    let mut nodes: Vec<NodeEntry> = by_node.into_values().map(node_entry).collect();
     for line in &status.nodes {
         if !nodes.iter().any(|n| n.node == line.name) {
             nodes.push(NodeEntry {
@@ -73,6 +62,26 @@ pub fn document(gv: &GpuValidation, results: &[GpuNodeResult]) -> Document {
             fabric: status.fabric.as_ref().map(fabric_line),
         }),
         nodes,
+    }
+}
+
+/// A node's entry from its result: its report, or why there is none to show (not stored yet;
+/// or the result is closed, its node's line final without it: a report that came late is kept
+/// in the result for the record and is not shown as the node's).
+fn node_entry(r: &GpuNodeResult) -> NodeEntry {
+    let closed = gpuval_crds::binding::closed(&r.metadata);
+    let message = match (closed, &r.status) {
+        (Some(verdict), _) => Some(format!(
+            "{verdict}: the node's line became final without its result (closed; see the result for the record)"
+        )),
+        (None, None) => Some("the agent has not stored its report yet".into()),
+        (None, Some(_)) => None,
+    };
+    NodeEntry {
+        node: r.spec.node_name.clone(),
+        result: Some(r.name_any()),
+        report: r.status.clone().filter(|_| closed.is_none()),
+        message,
     }
 }
 
@@ -175,6 +184,31 @@ mod tests {
         assert_eq!(
             doc.validation.as_ref().map(|v| v.phase.as_str()),
             Some("Pending")
+        );
+    }
+
+    #[test]
+    fn a_closed_results_late_report_is_not_shown_as_the_nodes() {
+        let mut late = result("a", 1, "u1", Verdict::Pass);
+        late.metadata.annotations = Some(
+            [(
+                gpuval_crds::labels::CLOSED.to_string(),
+                "DeadlineExceeded".to_string(),
+            )]
+            .into(),
+        );
+        let entry = node_entry(&late);
+        assert_eq!(entry.report, None);
+        let message = entry.message.unwrap_or_default();
+        assert!(
+            message.starts_with("DeadlineExceeded") && message.contains("closed"),
+            "{message}"
+        );
+        let mut waiting = result("b", 1, "u1", Verdict::Pass);
+        waiting.status = None;
+        assert_eq!(
+            node_entry(&waiting).message.as_deref(),
+            Some("the agent has not stored its report yet")
         );
     }
 }

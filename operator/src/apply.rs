@@ -1,20 +1,20 @@
-//! The shell's write side: carries out a reconcile [`Step`] against the API server (pods,
-//! results, the status through server-side apply, events; a failed node's marks are
-//! [`crate::node_marks`]'s).
+//! The shell's write side: carries out a reconcile [`Step`] against the API server (pods and
+//! the results bound to them, closed results, the status through server-side apply, events; a
+//! failed node's marks are [`crate::node_marks`]'s).
 
 use futures::StreamExt;
 use gpuval_crds::{FabricRoundSpec, GpuFabricRound, GpuNodeResult, GpuValidation};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::Resource;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, ResourceExt};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, ResourceExt};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 
 use crate::controller::{Ctx, Error, FIELD_MANAGER};
 use crate::reconcile::allocation::{self, NodeAllocation};
 use crate::reconcile::{PlannedEvent, Step};
-use crate::{dra_claim, expected, fabric_key, pod};
+use crate::{dra_claim, expected, fabric_key, pod, result_binding};
 
 /// Applies `step` for validation `gv`: deletes first, then creates, then writes the status
 /// (only when it changed), then tells (events) and acts on failed nodes. Events and node
@@ -22,7 +22,7 @@ use crate::{dra_claim, expected, fabric_key, pod};
 /// once the terminal status is stored ([`crate::certificate_store::after_terminal`]).
 pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Error> {
     delete_all::<Pod>(ctx, &step.delete_pods).await?;
-    delete_all::<GpuNodeResult>(ctx, &step.delete_results).await?;
+    delete_results(ctx, &step.delete_results).await?;
     create_pods(gv, ctx, &step.create_pods).await?;
     if let Some(round) = &step.create_round {
         // A round too large for one object is written as parts, each under 64 KiB.
@@ -32,6 +32,8 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
             create_round(gv, ctx, &part).await?;
         }
     }
+    // Before the status that makes their lines final: a late report never overrides a line.
+    result_binding::close(gv, ctx, &step.close_results).await?;
     if gv.status.as_ref() != Some(&step.status) {
         write_status::<GpuValidation>(&gv.name_any(), ctx, &step.status).await?;
         ctx.metrics
@@ -69,6 +71,30 @@ where
     Ok(())
 }
 
+/// Deletes the named results of an earlier run, each only as the operator's store shows it (a
+/// uid precondition): a result made again under the name since (the current pod's) stays.
+async fn delete_results(ctx: &Ctx, names: &[String]) -> Result<(), kube::Error> {
+    let api: Api<GpuNodeResult> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    for name in names {
+        let key = ObjectRef::new(name).within(&ctx.cfg.namespace);
+        let uid = ctx.results.get(&key).and_then(|r| r.metadata.uid.clone());
+        let dp = DeleteParams {
+            preconditions: uid.map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        ctx.throttle.acquire().await;
+        match api.delete(name, &dp).await {
+            // Gone already, or another object under the name now.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            other => drop(other?),
+        }
+    }
+    Ok(())
+}
+
 /// Creates the agent pods for `nodes` ((node, gpus) pairs), `--pod-create-concurrency` at once
 /// (each within the API write rate limit); a pod that exists
 /// already is fine.
@@ -102,14 +128,7 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
     let created = futures::stream::iter(pods.into_iter().map(|(node, mut pod)| {
         let (api, pp) = (api.clone(), pp.clone());
         expected::add_baselines(&mut pod, baselines.remove(&node));
-        async move {
-            ctx.throttle.acquire().await;
-            match api.create(&pp, &pod).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            }
-        }
+        async move { create_pod(gv, ctx, (&api, &pp), &node, &pod).await }
     }))
     .buffer_unordered(ctx.cfg.pod_create_concurrency.max(1))
     .collect::<Vec<_>>()
@@ -120,6 +139,31 @@ async fn create_pods(gv: &GpuValidation, ctx: &Ctx, nodes: &[(String, i32)]) -> 
         }
     }
     Ok(())
+}
+
+/// Creates agent pod `pod` of `node` (one that exists already is fine), then the result bound
+/// to it ([`result_binding::bind`]); true when the pod is new.
+async fn create_pod(
+    gv: &GpuValidation,
+    ctx: &Ctx,
+    (api, pp): (&Api<Pod>, &PostParams),
+    node: &str,
+    pod: &Pod,
+) -> Result<bool, kube::Error> {
+    ctx.throttle.acquire().await;
+    let created = match api.create(pp, pod).await {
+        Ok(p) => Some(p),
+        Err(kube::Error::Api(s)) if s.code == 409 => None,
+        Err(e) => return Err(e),
+    };
+    let name = pod.name_any();
+    match result_binding::pod_identity(gv, ctx, &name, created.as_ref()).await? {
+        Some(identity) => result_binding::bind(gv, ctx, node, &identity).await?,
+        None => {
+            tracing::warn!(validation = %gv.name_any(), node, pod = %name, "the agent pod is gone or not this validation's; its result is bound on a later step")
+        }
+    }
+    Ok(created.is_some())
 }
 
 /// The agent pod of `node`, taking its GPUs the way `how` says, with the GPU count it should

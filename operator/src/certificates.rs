@@ -39,7 +39,9 @@ pub struct Issued {
 }
 
 /// The certificates of `gv`'s run that `status` ends, from its `results` (only those of the
-/// run's generation count), signed with `pkcs8`: each node's, then the validation's.
+/// run's generation that are bound to this validation and not closed count:
+/// [`gpuval_crds::binding::counts_for`]), signed with `pkcs8`: each node's, then the
+/// validation's.
 pub fn sign_run(
     gv: &GpuValidation,
     status: &GpuValidationStatus,
@@ -48,9 +50,11 @@ pub fn sign_run(
     pkcs8: &[u8],
 ) -> Result<Vec<Issued>, VerifyError> {
     let generation = gv.metadata.generation.unwrap_or(0);
+    let uid = gv.metadata.uid.as_deref().unwrap_or_default();
     let mut run: Vec<&GpuNodeResult> = results
         .iter()
         .filter(|r| r.spec.generation == generation && r.status.is_some())
+        .filter(|r| gpuval_crds::binding::counts_for(&r.metadata, uid))
         .collect();
     run.sort_by(|a, b| a.spec.node_name.cmp(&b.spec.node_name));
     let nodes: Vec<String> = run.iter().map(|r| r.spec.node_name.clone()).collect();
@@ -405,7 +409,7 @@ pub fn to_prune(existing: &[ConfigMap], keep: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuval_crds::{GpuNodeResultSpec, NodeReport, Phase};
+    use gpuval_crds::{NodeReport, Phase};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     #[test]
@@ -465,15 +469,16 @@ mod tests {
         gv
     }
 
+    /// Node `node`'s result of generation `generation` of [`gv`], bound as the operator binds it.
     fn result(node: &str, generation: i64, uuid: &str) -> GpuNodeResult {
-        let mut r = GpuNodeResult::new(
-            node,
-            GpuNodeResultSpec {
-                validation: "quick".into(),
-                generation,
-                node_name: node.into(),
-            },
-        );
+        let binding = gpuval_crds::binding::Binding {
+            validation_uid: "0123abcd-ef".into(),
+            generation,
+            node: node.into(),
+            pod: crate::pod::pod_name("quick", node, generation),
+            pod_uid: format!("pod-{node}"),
+        };
+        let mut r = binding.result("quick", "ns");
         r.status = Some(NodeReport {
             node: Some(node.into()),
             gpus: vec![gpuval_crds::GpuReport {
@@ -559,6 +564,32 @@ mod tests {
             long.len() <= gpuval_crds::names::DNS1123_SUBDOMAIN_MAX,
             "{long}"
         );
+    }
+
+    #[test]
+    fn only_results_bound_to_the_run_and_open_are_certified() {
+        let mut closed = result("late", 2, "GPU-late");
+        closed
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(labels::CLOSED.into(), "DeadlineExceeded".into());
+        let mut earlier = result("earlier", 2, "GPU-earlier");
+        earlier
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                labels::VALIDATION_UID.into(),
+                "a-validation-of-the-same-name-before".into(),
+            );
+        let mut unbound = result("unbound", 2, "GPU-unbound");
+        unbound.metadata.annotations = None;
+        let results = [result("a", 2, "GPU-a"), closed, earlier, unbound];
+        let signed =
+            sign_run(&gv(), &status(Phase::Passed, 2), &results, "img", &key()).expect("sign");
+        let nodes: Vec<Option<&str>> = signed.iter().map(|i| i.node.as_deref()).collect();
+        assert_eq!(nodes, [Some("a"), None], "a and the summary only");
     }
 
     #[test]

@@ -103,6 +103,9 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
     }
     let taken = ctx.runs.take(&uid, std::time::Instant::now());
     let recovering = taken.record.is_none();
+    // The nodes whose results to look at for their binding: every node after a restart or a
+    // failed step, else those in the news.
+    let to_bind = (!recovering && !taken.everything).then(|| taken.changed.nodes.clone());
     let changed_nodes = taken.changed.nodes.len();
     let now = Timestamp::now();
     let select = || {
@@ -132,6 +135,14 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
         "reconcile"
     );
     apply::apply(&gv, &ctx, &step).await?;
+    if !finished(&gv) {
+        // A pod of the run whose result is missing or bound elsewhere without a report (a pod
+        // created before a restart or a failed step, a result deleted or tampered with) gets
+        // it back.
+        for (node, pod) in crate::result_binding::unbound(&gv, &ctx, to_bind.as_ref()) {
+            crate::result_binding::bind(&gv, &ctx, &node, &pod).await?;
+        }
+    }
     // Only now is the status stored: a run's certificates follow its terminal status.
     let certificates_due = crate::certificate_store::after_terminal(&gv, &ctx, &step.status).await;
     let live = ctx.validations.state();
@@ -154,6 +165,14 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
     Ok(Action::requeue(
         certificates_due.map_or(requeue, |c| c.min(requeue)),
     ))
+}
+
+/// True when `gv`'s run is over.
+fn finished(gv: &GpuValidation) -> bool {
+    gv.status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(Phase::is_terminal)
 }
 
 /// Notes in `runs` each object of `kind` a watch yields (see [`touch_owned`]).

@@ -28,6 +28,7 @@ pub mod pod;
 pub mod pod_views;
 pub mod port_metrics;
 pub mod reconcile;
+pub mod result_binding;
 pub mod result_figures;
 pub mod runs;
 pub mod schedule;

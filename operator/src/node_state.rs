@@ -109,6 +109,7 @@ pub struct ResultMeta {
     pub generation: i64,
     pub verdict: String,
     pub summary: String,
+    /// When its report was stored (else when it was created).
     pub created: Timestamp,
     /// Its `gpuval.io/action` label (None when absent or unknown).
     pub action: Remedy,
@@ -212,7 +213,9 @@ pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
             .and_then(|a| a.get(labels::SUMMARY))
             .cloned()
             .unwrap_or_default(),
-        created: r.metadata.creation_timestamp.as_ref()?.0,
+        // When its report was stored: the operator creates a result with the agent pod.
+        created: crate::observe::reported_at(&r.metadata)
+            .or_else(|| r.metadata.creation_timestamp.as_ref().map(|t| t.0))?,
         action: l
             .get(labels::ACTION)
             .and_then(|a| Remedy::ALL.into_iter().find(|x| x.as_str() == a))
@@ -256,14 +259,18 @@ pub fn written_by_its_agent(
 }
 
 /// Node `node`'s result of validation `validation` in the operator's result store, when its
-/// own agent wrote it.
+/// own agent wrote it and it counts for that validation as it is now (bound to its uid, not
+/// closed: [`gpuval_crds::binding::counts_for`]).
 pub fn result_of(ctx: &Ctx, validation: &str, node: &str) -> Option<ResultMeta> {
     let key = ObjectRef::new(&result_name(validation, node)).within(&ctx.cfg.namespace);
     let r = ctx.results.get(&key)?;
-    written_by_its_agent(&r, validation, node)
-        .then(|| result_meta(&r))
-        .flatten()
-        .filter(|m| m.node == node)
+    let run = ctx.validations.get(&ObjectRef::new(validation))?;
+    let uid = run.metadata.uid.as_deref()?;
+    (gpuval_crds::binding::counts_for(&r.metadata, uid)
+        && written_by_its_agent(&r, validation, node))
+    .then(|| result_meta(&r))
+    .flatten()
+    .filter(|m| m.node == node)
 }
 
 /// True when a result's labels say the simulated backend wrote it.

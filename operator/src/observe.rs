@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use crate::controller::Ctx;
 use crate::pod_views::PodIdentity;
-use crate::reconcile::freshness::{self, Claim, PodId};
+use crate::reconcile::freshness::{self, Claim, PodId, Run};
 use crate::reconcile::{News, PodPhase, PodView, ResultView, RoundView, World};
 use crate::runs::Changed;
 
@@ -200,7 +200,19 @@ pub fn has_report(meta: &ObjectMeta) -> bool {
         .any(|f| f.subresource.as_deref() == Some("status"))
 }
 
-/// The pod a result names as its writer (`gpuval.io/pod-uid`, `gpuval.io/pod`).
+/// When a result's report was last stored (the newest write of its status subresource, as the
+/// API server recorded it); None without a report. The operator creates a result with its pod,
+/// so its creation time says nothing of when the node was measured.
+pub fn reported_at(meta: &ObjectMeta) -> Option<k8s_openapi::jiff::Timestamp> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|f| f.subresource.as_deref() == Some("status"))
+        .filter_map(|f| f.time.as_ref().map(|t| t.0))
+        .max()
+}
+
+/// The pod a result is bound to as its writer (`gpuval.io/pod-uid`, `gpuval.io/pod`).
 pub fn writer_of(meta: &ObjectMeta) -> Option<PodId<'_>> {
     let ann = meta.annotations.as_ref()?;
     Some(PodId {
@@ -209,16 +221,31 @@ pub fn writer_of(meta: &ObjectMeta) -> Option<PodId<'_>> {
     })
 }
 
+/// What a result with metadata `meta` and view `view` claims of its run and writer.
+fn claim_of<'a>(view: &ResultView, meta: &'a ObjectMeta) -> Claim<'a> {
+    Claim {
+        generation: view.generation,
+        validation_uid: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::VALIDATION_UID))
+            .map(String::as_str),
+        writer: writer_of(meta),
+        closed: gpuval_crds::binding::closed(meta).is_some(),
+    }
+}
+
 /// The results of validation `uid` that may decide their node's verdict in the run of
 /// `generation` (see [`freshness`]); results of other generations are kept (the steps ignore
-/// and delete them), results of this generation that the node's current pod did not write
-/// are left out.
+/// and delete them), results of this generation that are not bound to this run and the node's
+/// current pod, or are closed, are left out.
 fn counted_results(ctx: &Ctx, uid: &str, generation: i64) -> Vec<ResultView> {
     let current = ctx.pods.current_by_node(uid, generation);
+    let run = Run { uid, generation };
     owned_views(&ctx.results, uid, |r| {
         let view = result_view(r)?;
         let current = current.get(&view.node).map(pod_id);
-        counted(view, &r.metadata, generation, current)
+        counted(view, &r.metadata, run, current)
     })
 }
 
@@ -230,28 +257,25 @@ fn pod_id(p: &PodIdentity) -> PodId<'_> {
     }
 }
 
-/// `view` of a result with metadata `meta`, unless the run of `generation` must not count it:
-/// of that generation but not written by the node's `current` pod (see [`freshness`]).
+/// `view` of a result with metadata `meta`, unless `run` must not count it: of its generation
+/// but not bound to it and the node's `current` pod, closed, or without a report (see
+/// [`freshness`]).
 fn counted(
     view: ResultView,
     meta: &ObjectMeta,
-    generation: i64,
+    run: Run<'_>,
     current: Option<PodId<'_>>,
 ) -> Option<ResultView> {
-    let claim = Claim {
-        generation: view.generation,
-        writer: writer_of(meta),
-    };
-    match freshness::judge(claim, generation, current) {
-        freshness::Freshness::NotCurrentPod { writer, current } => {
-            tracing::debug!(result = %view.name, writer = ?writer, current = %current, "ignoring a result the node's current pod did not write");
-            None
-        }
-        _ if view.generation == generation && !has_report(meta) => {
+    match freshness::judge(claim_of(&view, meta), run, current) {
+        freshness::Freshness::Current if !has_report(meta) => {
             tracing::debug!(result = %view.name, "ignoring a result without a report (yet)");
             None
         }
-        _ => Some(view),
+        freshness::Freshness::Current | freshness::Freshness::OtherGeneration { .. } => Some(view),
+        not => {
+            tracing::debug!(result = %view.name, why = ?not, "ignoring a result that is not this run's current pod's");
+            None
+        }
     }
 }
 
@@ -260,13 +284,13 @@ fn counted(
 fn counted_by_name(
     ctx: &Ctx,
     validation: &str,
-    generation: i64,
+    run: Run<'_>,
     r: &PartialObjectMeta<GpuNodeResult>,
 ) -> Option<ResultView> {
     let view = result_view(r)?;
-    let pod_name = crate::pod::pod_name(validation, &view.node, generation);
+    let pod_name = crate::pod::pod_name(validation, &view.node, run.generation);
     let pod = ctx.pods.identity(&pod_name);
-    counted(view, &r.metadata, generation, pod.as_ref().map(pod_id))
+    counted(view, &r.metadata, run, pod.as_ref().map(pod_id))
 }
 
 /// Observes the cluster for one validation (from the stores; no API calls).
@@ -308,7 +332,7 @@ pub fn news(gv: &GpuValidation, ctx: &Ctx, changed: Changed) -> News {
             .collect(),
         pods: pods.iter().filter_map(|p| ctx.pods.get(p, uid)).collect(),
         results: named_views(&ctx.results, ns, uid, &results, |r| {
-            counted_by_name(ctx, &name, generation, r)
+            counted_by_name(ctx, &name, Run { uid, generation }, r)
         }),
         rounds: owned_views(&ctx.rounds, uid, |r| Some(RoundView::from(&r.spec))),
         fabric_port: ctx.cfg.fabric.port,

@@ -58,9 +58,13 @@ impl FigureFetcher {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Notes a result seen by the metadata watch: read later if it has a verdict and is the
-    /// newest result of its node not yet held.
+    /// Notes a result seen by the metadata watch: read later if it has a verdict, is not
+    /// closed (a late report: [`gpuval_crds::binding::closed`]) and is the newest result of its
+    /// node not yet held.
     pub fn offer(&self, r: &PartialObjectMeta<GpuNodeResult>) {
+        if gpuval_crds::binding::closed(&r.metadata).is_some() {
+            return;
+        }
         let Some(view) = crate::observe::result_view(r) else {
             return;
         };

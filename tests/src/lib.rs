@@ -33,5 +33,6 @@ pub mod operator;
 pub mod proxy;
 pub mod real_node;
 pub mod replica;
+pub mod results;
 pub mod scenario;
 pub mod waits;

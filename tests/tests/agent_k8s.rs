@@ -1,7 +1,8 @@
 //! The agent's Kubernetes mode (`gpuval-agent k8s`) with the fake kubelet, on a real control
 //! plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok), without the
-//! operator: agent pods are made by hand the way the operator makes them, kube-scheduler binds
-//! them to a kwok GPU node, and the FakeKubelet runs the agent as a local process.
+//! operator: agent pods and their results (bound to the pod) are made by hand the way the
+//! operator makes them, kube-scheduler binds them to a kwok GPU node, and the FakeKubelet runs
+//! the agent as a local process, which writes its report into that result.
 //!
 //! The agent binary is `target/debug/gpuval-agent` (under `$CARGO_TARGET_DIR` when set);
 //! `gpuval_tests::agent_binary` runs `cargo build -p gpuval-agent` first (a no-op when it is
@@ -10,10 +11,11 @@
 use std::time::Duration;
 
 use gpuval_crds::{GpuNodeResult, GpuValidation, labels, result::result_name};
-use gpuval_tests::{ControlPlane, FakeKubelet, Options, crds, nodes};
+use gpuval_tests::auth::BoundPod;
+use gpuval_tests::{ControlPlane, FakeKubelet, Options, crds, nodes, results, waits};
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, Namespace, Pod};
 use kube::{
-    Api, Client,
+    Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::wait::{await_condition, conditions},
 };
@@ -142,11 +144,34 @@ fn phase(p: Option<&Pod>) -> Option<&str> {
     p?.status.as_ref()?.phase.as_deref()
 }
 
-/// Asserts that no GpuNodeResult `name` exists (`why` says why there should be none).
-async fn assert_no_result(c: &Cluster, name: &str, why: &str) {
+/// Asserts that GpuNodeResult `name` (made with the pod) carries no report: no status, no
+/// verdict (`why` says why there should be none).
+async fn assert_no_report(c: &Cluster, name: &str, why: &str) {
     let results: Api<GpuNodeResult> = Api::namespaced(c.client.clone(), NS);
-    let found = results.get_opt(name).await.expect("get result");
-    assert!(found.is_none(), "{why}");
+    let found = results
+        .get(name)
+        .await
+        .expect("the result made with the pod");
+    assert!(found.status.is_none(), "{why}: {:?}", found.status);
+    assert!(
+        !found.labels().contains_key(labels::VERDICT),
+        "{why}: {:?}",
+        found.labels()
+    );
+}
+
+/// Creates the result of `pod` (of `validation` on `node`), bound to it, as the operator does
+/// right after the pod; one that exists already stays as it is.
+async fn bind_result(c: &Cluster, validation: &GpuValidation, node: &str, pod: &Pod) {
+    let bound = BoundPod {
+        name: pod.name_any(),
+        uid: pod.metadata.uid.clone().expect("pod uid"),
+    };
+    match results::create_bound(&c.client, NS, validation, node, &bound).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create the result of pod {}: {e}", bound.name),
+    }
 }
 
 /// The agent container's terminated state; fails the test when it has none.
@@ -195,12 +220,14 @@ async fn run_to_end(
     simulate: &str,
 ) -> Pod {
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
-    pods.create(
-        &PostParams::default(),
-        &agent_pod(name, validation, node, simulate),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("create agent pod {name}: {e}"));
+    let pod = pods
+        .create(
+            &PostParams::default(),
+            &agent_pod(name, validation, node, simulate),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("create agent pod {name}: {e}"));
+    bind_result(c, validation, node, &pod).await;
     wait_pod(c, name, "Succeeded or Failed", |p| {
         matches!(phase(p), Some("Succeeded" | "Failed"))
     })
@@ -280,7 +307,12 @@ async fn agent_pod_runs_the_checks_and_stores_a_failing_result() {
     assert_eq!(owners[0].api_version, "gpuval.io/v1alpha1");
     assert_eq!(Some(&owners[0].name), v.metadata.name.as_ref());
     assert_eq!(Some(&owners[0].uid), v.metadata.uid.as_ref());
-    assert_eq!(owners[0].controller, Some(false));
+    assert_eq!(owners[0].controller, Some(true));
+    // Bound to the pod that wrote it: the agent changed nothing of its binding.
+    let binding = gpuval_crds::binding::Binding::of(&r.metadata).expect("bound");
+    assert_eq!(binding.pod, pod_name);
+    assert_eq!(Some(binding.pod_uid), pod.metadata.uid.clone());
+    assert_eq!(Some(binding.validation_uid), v.metadata.uid.clone());
 
     gpuval_tests::scenario::assert_written_by_agent(&r, node);
 
@@ -369,18 +401,20 @@ async fn running_agent(
 ) -> (GpuValidation, Pod) {
     let v = create_validation(&c.client, validation, memory_and_burn()).await;
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
-    pods.create(
-        &PostParams::default(),
-        &agent_pod(pod_name, &v, node, "gpus=8,timescale=1"),
-    )
-    .await
-    .expect("create agent pod");
+    let created = pods
+        .create(
+            &PostParams::default(),
+            &agent_pod(pod_name, &v, node, "gpus=8,timescale=1"),
+        )
+        .await
+        .expect("create agent pod");
+    bind_result(c, &v, node, &created).await;
     let pod = wait_pod(c, pod_name, "Running", |p| phase(p) == Some("Running")).await;
     (v, pod)
 }
 
 #[tokio::test]
-async fn a_crashed_agent_leaves_its_pod_failed_and_no_result() {
+async fn a_crashed_agent_leaves_its_pod_failed_and_no_report() {
     let node = "gpu-node-b";
     let c = cluster(node).await;
     let pod_name = "crash-gpu-node-b";
@@ -398,10 +432,10 @@ async fn a_crashed_agent_leaves_its_pod_failed_and_no_result() {
     assert!(terminated.finished_at.is_some());
     assert!(!c.kubelet.kill(pod_name), "nothing left to kill");
 
-    assert_no_result(
+    assert_no_report(
         &c,
         &result_name("crash", node),
-        "a crashed agent stores no result",
+        "a crashed agent stores no report",
     )
     .await;
 }
@@ -438,10 +472,10 @@ async fn deleting_a_running_agent_pod_stops_the_agent_and_removes_the_pod() {
         "the agent stopped on SIGTERM; agent log:\n{log}"
     );
     assert!(c.kubelet.running().is_empty());
-    assert_no_result(
+    assert_no_report(
         &c,
         &result_name("stopped", node),
-        "a stopped agent stores no result",
+        "a stopped agent stores no report",
     )
     .await;
 
@@ -456,4 +490,52 @@ async fn deleting_a_running_agent_pod_stops_the_agent_and_removes_the_pod() {
     })
     .await;
     assert_eq!(c.kubelet.started(), vec![pod_name.to_string()]);
+}
+
+/// An agent whose result the operator has not created yet (agents never create one) says so
+/// and waits; once the result exists, bound to its pod, it stores its report there.
+#[tokio::test]
+async fn an_agent_waits_for_the_result_the_operator_has_not_made_yet() {
+    let node = "gpu-node-w";
+    let c = cluster(node).await;
+    let v = create_validation(&c.client, "waits", json!({"checks": {"memory": {}}})).await;
+    let pod_name = "waits-gpu-node-w";
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
+    let pod = pods
+        .create(
+            &PostParams::default(),
+            &agent_pod(pod_name, &v, node, "gpus=8,timescale=0.01"),
+        )
+        .await
+        .expect("create agent pod");
+    let name = result_name("waits", node);
+    let said = waits::until("the agent to say its result is missing", WAIT, || async {
+        let log = c.kubelet.logs(pod_name);
+        log.contains("does not exist: the operator creates it")
+            .then_some(log)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; agent log:\n{}", c.kubelet.logs(pod_name)));
+    assert!(said.contains(&name), "{said}");
+    assert!(
+        said.contains("retrying"),
+        "it waits instead of giving up:\n{said}"
+    );
+    bind_result(&c, &v, node, &pod).await;
+    let ended = wait_pod(&c, pod_name, "Succeeded or Failed", |p| {
+        matches!(phase(p), Some("Succeeded" | "Failed"))
+    })
+    .await;
+    let log = c.kubelet.logs(pod_name);
+    assert_eq!(phase(Some(&ended)), Some("Succeeded"), "agent log:\n{log}");
+    let r = Api::<GpuNodeResult>::namespaced(c.client.clone(), NS)
+        .get(&name)
+        .await
+        .expect("the result");
+    assert_eq!(
+        r.status.as_ref().map(|s| s.verdict),
+        Some(gpuval_crds::Verdict::Pass),
+        "agent log:\n{log}"
+    );
+    gpuval_tests::scenario::assert_written_by_agent(&r, node);
 }

@@ -13,7 +13,7 @@ use gpuval_tests::auth::{self, BoundPod};
 use gpuval_tests::binaries::operator_binary;
 use gpuval_tests::chart::{self, ChartTools, OperatorProcess};
 use gpuval_tests::kubelet::{FakeKubelet, KubeletOptions, agent_binary};
-use gpuval_tests::{ControlPlane, Options, crds, nodes, scenario, waits};
+use gpuval_tests::{ControlPlane, Options, crds, nodes, results, scenario, waits};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -122,6 +122,28 @@ fn check_invariants(file: &str, docs: &[Value]) {
         1,
         "{file}"
     );
+    // Admission (the `admit` verb) is never the edit role's: only admin's and the operator's.
+    for role in find(docs, "ClusterRole") {
+        let verbs = role["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| {
+                r["verbs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str())
+            });
+        let admits = verbs.into_iter().any(|v| v == "admit" || v == "*");
+        let to_edit =
+            role["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true";
+        assert!(
+            !(admits && to_edit),
+            "{file}: {} gives edit admit",
+            role["metadata"]["name"]
+        );
+    }
     for np in find(docs, "NetworkPolicy") {
         assert_eq!(np["spec"]["policyTypes"], json!(["Ingress"]), "{file}");
     }
@@ -248,10 +270,11 @@ fn check_invariants(file: &str, docs: &[Value]) {
             for r in &resources {
                 match *r {
                     "gpuvalidations" => assert_eq!(verbs, ["get"], "{file}: {rule}"),
-                    "gpunoderesults" | "gpunoderesults/status" => assert!(
-                        verbs.iter().all(|v| matches!(*v, "create" | "patch")),
-                        "{file}: {rule}"
-                    ),
+                    // Agents write their report into the result the operator made for their
+                    // pod: they never create one.
+                    "gpunoderesults" | "gpunoderesults/status" => {
+                        assert_eq!(verbs, ["patch"], "{file}: {rule}")
+                    }
                     "gpufabricrounds" => assert!(
                         verbs.iter().all(|v| matches!(*v, "get" | "list" | "watch")),
                         "{file}: the agent only reads fabric rounds: {rule}"
@@ -358,8 +381,9 @@ async fn chart_lints_and_every_rendering_is_accepted_by_the_api_server() {
         chart::documents(&chart::render(RELEASE, NS, &[f.as_path()]).unwrap()).unwrap()
     };
     let defaults = chart::documents(&chart::render(RELEASE, NS, &[]).unwrap()).unwrap();
-    // The agent's own-node policy and the NCCL environment policy.
-    assert_eq!(find(&defaults, "ValidatingAdmissionPolicy").len(), 2);
+    // The agent's own-node policy, the admission-authority policy and the NCCL environment
+    // policy.
+    assert_eq!(find(&defaults, "ValidatingAdmissionPolicy").len(), 3);
     assert!(find(&defaults, "ServiceMonitor").is_empty());
     let minimal = with("minimal-values.yaml");
     assert!(find(&minimal, "ValidatingAdmissionPolicy").is_empty());
@@ -783,8 +807,22 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     let health = lua_health(&tools, &[serde_json::to_value(&gv).unwrap()]);
     assert_eq!(health[0]["status"], "Healthy", "{health:?}");
 
-    // --- The agent's identity is confined. A pod of the agent service account on gpu-a (kwok
-    // runs it; it is not an agent pod, so the fake kubelet leaves it alone).
+    // --- The agent's identity is confined. The operator stops (nothing acts on the probe
+    // validation below); a pod of the agent service account on gpu-a (kwok runs it; it is not
+    // an agent pod, so the fake kubelet leaves it alone) and its result, made and bound to it
+    // as the operator makes one.
+    drop(operator);
+    let probe_gv = validations
+        .patch(
+            "probe",
+            &PatchParams::apply("e2e"),
+            &Patch::Apply(
+                &json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+                "metadata": {"name": "probe"}, "spec": {"checks": {"memory": {}}}}),
+            ),
+        )
+        .await
+        .expect("apply the probe validation");
     let probe: Pod = serde_json::from_value(json!({
         // Named as the operator names the agent pod of validation "probe" on gpu-a.
         "metadata": {"name": gpuval_crds::result::agent_pod_name("probe", "gpu-a", 1), "namespace": NS},
@@ -804,61 +842,55 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
         name: probe.name_any(),
         uid: probe.uid().unwrap(),
     };
+    let own = results::create_bound(&admin, NS, &probe_gv, "gpu-a", &bound)
+        .await
+        .expect("the probe pod's result, as the operator makes it");
     let agent_token = auth::request_token(&admin, NS, &agent_sa, Some(&bound))
         .await
         .expect("agent token");
     let agent = auth::token_client(cp.server(), &agent_token).await.unwrap();
 
-    // Allowed: its own node's result.
-    apply_result(&agent, &result_body("probe", "gpu-a", "gpu-a", &bound))
+    // Allowed: the report of the result made for its own pod.
+    results::write_report(&agent, NS, &own.name_any(), "gpu-a", "Pass")
         .await
-        .expect("an agent writes its own node's result");
-    // Refused by the admission policy: another node's result, or its own result dressed up as
-    // another node's.
+        .expect("an agent writes the report of its own pod's result");
+    // Refused by RBAC: making a result (the operator makes every one).
+    let m = refused(
+        "create a result",
+        apply_result(&agent, &result_body("probe2", "gpu-a", "gpu-a", &bound)).await,
+    );
+    assert!(m.contains("cannot create"), "{m}");
+    // Refused by the admission policy: another node's result, and another validation's result
+    // on its own node (bound to that validation's agent pod).
+    let other = all.iter().find(|r| r.spec.node_name == "gpu-b").unwrap();
     let m = refused(
         "write gpu-b's result",
-        apply_result(&agent, &result_body("probe", "gpu-b", "gpu-b", &bound)).await,
+        results::write_report(&agent, NS, &other.name_any(), "gpu-b", "Fail").await,
     );
     assert!(m.contains("may not write the result of node gpu-b"), "{m}");
-    let m = refused(
-        "annotate as gpu-b",
-        apply_result(&agent, &result_body("probe2", "gpu-a", "gpu-b", &bound)).await,
-    );
-    assert!(
-        m.contains("must annotate its result gpuval.io/node=gpu-a"),
-        "{m}"
-    );
-    // Refused: a result bound to another run (another validation's name, or another pod).
+    let neighbour = all.iter().find(|r| r.spec.node_name == "gpu-a").unwrap();
     let m = refused(
         "write another validation's result",
-        apply_result(&agent, &result_body("other", "gpu-a", "gpu-a", &bound)).await,
+        results::write_report(&agent, NS, &neighbour.name_any(), "gpu-a", "Fail").await,
     );
-    assert!(
-        m.contains("is not the agent of validation other on node gpu-a"),
-        "{m}"
-    );
-    // Refused: its own result under another name (the name another validation's result of
-    // this node may need: joined with '-' alone, "probe-gpu" on "a" also read "probe-gpu-a").
-    let mut renamed = result_body("probe", "gpu-a", "gpu-a", &bound);
-    renamed["metadata"]["name"] = json!("probe-gpu-a");
-    let m = refused(
-        "write its result under another name",
-        apply_result(&agent, &renamed).await,
-    );
-    assert!(
-        m.contains("must be named probe-gpu-a-5, not probe-gpu-a"),
-        "{m}"
-    );
-    let stranger = BoundPod {
-        name: bound.name.clone(),
-        uid: "another-pod-uid".into(),
-    };
+    assert!(m.contains("is bound to pod gpuval-chart-gpu-a"), "{m}");
+    // Refused: claiming another pod on its own result.
     let m = refused(
         "claim another pod",
-        apply_result(&agent, &result_body("probe", "gpu-a", "gpu-a", &stranger)).await,
+        Api::<GpuNodeResult>::namespaced(agent.clone(), NS)
+            .patch(
+                &own.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"gpuval.io/pod-uid": "another-pod-uid"}}}),
+                ),
+            )
+            .await,
     );
-    assert!(m.contains("must annotate its result gpuval.io/pod="), "{m}");
-    let other = all.iter().find(|r| r.spec.node_name == "gpu-b").unwrap();
+    assert!(
+        m.contains("may change only its report") && m.contains("gpuval.io/pod-uid"),
+        "{m}"
+    );
     let status_patch = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
         "status": {"verdict": "Fail", "failures": [
             {"code": "Unclassified", "severity": "Fail", "action": "None", "message": "forged"}]}});
@@ -934,7 +966,7 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     let unbound = auth::token_client(cp.server(), &unbound).await.unwrap();
     let m = refused(
         "write with an unbound token",
-        apply_result(&unbound, &result_body("probe3", "gpu-a", "gpu-a", &bound)).await,
+        results::write_report(&unbound, NS, &own.name_any(), "gpu-a", "Fail").await,
     );
     assert!(m.contains("names no node"), "{m}");
 
@@ -981,7 +1013,6 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     );
     // helm uninstall removes what the templates made and keeps the CRDs (and so the
     // validations and results), as the README says.
-    drop(operator);
     chart::uninstall(RELEASE, NS, cp.kubeconfig(), &[])
         .unwrap_or_else(|e| panic!("helm uninstall: {e}"));
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =

@@ -434,7 +434,7 @@ async fn a_result_without_a_report_never_makes_its_node_validated() {
     )
     .await;
     let pod = bound_pods(&client, "noreport", 1).await.remove(0);
-    // A result labelled Pass naming that pod as its writer, with no report.
+    // A result labelled Pass, bound to that pod as the operator binds it, with no report.
     let name = gpuval_crds::result::result_name("noreport", "gpu-a");
     let body = json!({
         "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
@@ -444,7 +444,8 @@ async fn a_result_without_a_report_never_makes_its_node_validated() {
                 labels::GENERATION: "1", labels::VERDICT: "Pass",
                 labels::MANAGED_BY_KEY: labels::MANAGED_BY},
             "annotations": {labels::NODE: "gpu-a", labels::POD: pod.name_any(),
-                labels::POD_UID: pod.metadata.uid.clone().unwrap_or_default()},
+                labels::POD_UID: pod.metadata.uid.clone().unwrap_or_default(),
+                labels::VALIDATION_UID: gv.metadata.uid.clone().unwrap_or_default()},
             "ownerReferences": [{"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
                 "name": "noreport", "uid": gv.metadata.uid.clone().unwrap_or_default()}],
         },

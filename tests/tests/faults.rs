@@ -215,6 +215,14 @@ async fn results(client: &Client, validation: &str) -> Vec<GpuNodeResult> {
         .items
 }
 
+/// The results of `validation` that carry a report (the operator makes each with its pod; the
+/// agent stores the report in it).
+async fn reported(client: &Client, validation: &str) -> Vec<GpuNodeResult> {
+    let mut all = results(client, validation).await;
+    all.retain(|r| r.status.is_some());
+    all
+}
+
 /// Each result's node and verdict label, sorted by node.
 async fn result_verdicts(client: &Client, validation: &str) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = results(client, validation)
@@ -562,7 +570,7 @@ async fn an_agent_cut_off_when_its_checks_end_stores_its_result_once_back() {
     wait_failed_stores(&e.kubelet, &pods, 6).await;
     assert!(proxy.refused() > 0);
     assert!(
-        results(&e.client, "partition").await.is_empty(),
+        reported(&e.client, "partition").await.is_empty(),
         "nothing can be stored while cut off"
     );
     for p in &pods {
@@ -638,7 +646,16 @@ async fn an_agent_cut_off_past_the_deadline_gives_an_error_never_a_pass() {
     })
     .await
     .unwrap_or_else(|err| panic!("{err}: {:?}", e.kubelet.running()));
-    assert!(results(&e.client, "cutoff").await.is_empty());
+    assert!(reported(&e.client, "cutoff").await.is_empty());
+    // Their results are closed: no report can get in any more.
+    for r in results(&e.client, "cutoff").await {
+        let closed = gpuval_crds::binding::closed(&r.metadata);
+        assert!(
+            matches!(closed, Some("DeadlineExceeded" | "Error")),
+            "{}: {closed:?}",
+            r.name_any()
+        );
+    }
     let gv = Api::<GpuValidation>::all(e.client.clone())
         .get("cutoff")
         .await
@@ -670,12 +687,7 @@ fn planted(
                 labels::NODE: node, labels::POD: pod_name, labels::POD_UID: pod_uid,
                 labels::SUMMARY: "planted: a stale writer's failure",
             },
-            "ownerReferences": [{
-                "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "name": name,
-                "uid": gv.metadata.uid.clone().unwrap_or_default(),
-            }],
         },
-        "spec": {"validation": name, "generation": generation, "nodeName": node},
     })
 }
 
@@ -691,6 +703,8 @@ async fn stale_results_from_an_older_run_or_another_pod_do_not_change_the_verdic
     let current = wait_checks_running(&e, "stale", 2, 2).await;
 
     let results_api: Api<GpuNodeResult> = Api::namespaced(e.client.clone(), NS);
+    // Written as admin into the results the operator made for the current pods (no admission
+    // policy here: what the chart's policy refuses an agent, binding.rs shows).
     let pp = PatchParams::apply("stale-writer").force();
     let gpu_a = current
         .iter()
@@ -700,9 +714,10 @@ async fn stale_results_from_an_older_run_or_another_pod_do_not_change_the_verdic
         .iter()
         .find(|p| p.annotations()[labels::NODE] == "gpu-b")
         .expect("gpu-b's old pod");
-    // Of this run, under the current pod's name, but from a pod that is not the current one.
+    // Of this run, under the current pod's name, but bound to a pod that is not the current
+    // one, with a failure and no report.
     let other_pod = planted(&gv, "gpu-a", 2, &gpu_a.name_any(), "uid-of-a-replaced-pod");
-    // From generation 1's agent, arriving late.
+    // From generation 1's agent, arriving late: its generation, its pod.
     let older_run = planted(
         &gv,
         "gpu-b",
@@ -717,15 +732,24 @@ async fn stale_results_from_an_older_run_or_another_pod_do_not_change_the_verdic
             .await
             .expect("plant a stale result");
     }
-    // The operator deletes the older run's result once it sees it; the result watch delivers
-    // in order, so the reconcile that deleted it saw the other plant too.
+    // The operator deletes the older run's result once it sees it and makes the current pod's
+    // again (another object); the result watch delivers in order, so the reconcile that deleted
+    // it saw the other plant too.
     let b_name = older_run["metadata"]["name"]
         .as_str()
         .expect("name")
         .to_string();
-    waits::until_gone(&results_api, &b_name, MEDIUM)
+    let planted_uid = results_api
+        .get(&b_name)
         .await
-        .unwrap_or_else(|err| panic!("{err}"));
+        .expect("gpu-b's result")
+        .uid();
+    waits::until("the older run's result replaced", MEDIUM, || async {
+        let now = results_api.get_opt(&b_name).await.ok()?;
+        (now.and_then(|r| r.uid()) != planted_uid).then_some(())
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err}"));
     let now = Api::<GpuValidation>::all(e.client.clone())
         .get("stale")
         .await

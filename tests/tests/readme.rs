@@ -241,14 +241,16 @@ async fn write_certificate(client: &Client) {
         .get("quick")
         .await
         .expect("quick");
-    let mut result = gpuval_crds::GpuNodeResult::new(
-        &result_name("quick", NODE),
-        gpuval_crds::GpuNodeResultSpec {
-            validation: "quick".into(),
-            generation: gv.metadata.generation.unwrap_or(1),
-            node_name: NODE.into(),
-        },
-    );
+    let generation = gv.metadata.generation.unwrap_or(1);
+    // Bound to the run as the operator binds it (only such a result is certified).
+    let binding = gpuval_crds::binding::Binding {
+        validation_uid: gv.metadata.uid.clone().unwrap_or_default(),
+        generation,
+        node: NODE.into(),
+        pod: gpuval_crds::result::agent_pod_name("quick", NODE, generation),
+        pod_uid: "the-agent-pod-uid".into(),
+    };
+    let mut result = binding.result("quick", NS);
     result.status = Some(gpuval_crds::NodeReport {
         node: Some(NODE.into()),
         finished_at: "2026-01-01T00:00:00Z".into(),

@@ -2,18 +2,20 @@
 //!
 //! The pod's environment says which validation run and node this is (see
 //! [`gpuval_crds::agent_env`]). The agent reads the `GpuValidation`, runs its checks on this
-//! node, and stores the report as a `GpuNodeResult` with server-side apply: first the object
-//! (labels, summary annotation, owner reference, spec), then the status subresource (the whole
-//! [`gpuval_crds::NodeReport`]). A GPU failure is a verdict, not a crash: the agent exits 0 once the result
-//! is stored, whatever it says.
+//! node, and stores the report in the `GpuNodeResult` the operator created for this pod (bound
+//! to it: [`gpuval_crds::binding`]; agents never create results): first the report's labels and
+//! annotations (a merge patch, which never creates), then the status subresource with
+//! server-side apply (the whole [`gpuval_crds::NodeReport`]). A GPU failure is a verdict, not a
+//! crash: the agent exits 0 once the result is stored, whatever it says.
 //!
 //! Once the checks end, the report is kept in memory and in `GPUVAL_STATE_DIR` (see
 //! [`crate::saved_result`]) and stored with retries, backoff and jitter until the run's
 //! deadline ([`crate::api_retry`]): an API server that restarts or a network that drops for a
 //! while delays the result, it does not lose it. Before each try the agent reads the
 //! validation again and writes nothing once it has moved on (a stale writer never overwrites a
-//! newer run's result). The result names the pod that wrote it (`gpuval.io/pod-uid`), so the
-//! operator can ignore results that are not its current pod's.
+//! newer run's result). A result the operator has not created yet is waited for, up to
+//! [`RESULT_CREATE_WAIT`]; one bound to another pod or closed is refused by the admission policy
+//! with its reason, which the agent reports.
 //!
 //! Exit codes: 0 result stored, or nothing to do (the validation is gone or has moved on to a
 //! newer generation: the operator replaces stale pods); 1 the result could not be stored
@@ -188,9 +190,10 @@ async fn flow(env: AgentEnv, stop: Arc<AtomicBool>, mut sig: watch::Receiver<boo
             tracing::info!(reason = %why, "the run moved on while the checks ran; no result written");
             return Outcome::Stale(why);
         }
+        Err(e @ StoreError::NotCreated(_)) => return Outcome::NotStored(e.to_string()),
         Err(StoreError::Api(e)) => {
             return Outcome::NotStored(format!(
-                "could not store GpuNodeResult {}/{name} before the run's deadline: {e}",
+                "could not store GpuNodeResult {}/{name} (transient errors are retried until the run's deadline): {e}",
                 env.namespace
             ));
         }

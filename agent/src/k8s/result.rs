@@ -1,14 +1,12 @@
-//! The node's `GpuNodeResult`: its labels, summary and object, and storing it with retries
-//! until the run's deadline.
+//! The node's `GpuNodeResult`: the report's labels, summary and status, and storing them with
+//! retries until the run's deadline into the result the operator created for this pod (bound
+//! to it: [`gpuval_crds::binding`]).
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gpuval_crds::result::result_name;
-use gpuval_crds::{
-    Action, GpuNodeResult, GpuNodeResultSpec, GpuValidation, NodeReport, Verdict, labels,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use gpuval_crds::{Action, GpuNodeResult, GpuValidation, NodeReport, Verdict, labels};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
 
@@ -33,70 +31,43 @@ pub fn summary(report: &NodeReport) -> String {
     }
 }
 
-/// The labels of a node result.
-pub fn result_labels(env: &AgentEnv, verdict: Verdict, action: Action) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            labels::VALIDATION.to_string(),
-            labels::node_value(&env.validation),
-        ),
-        (labels::NODE.to_string(), labels::node_value(&env.node)),
-        (labels::GENERATION.to_string(), env.generation.to_string()),
+/// The labels of the agent's report (the only labels it may set: the operator made the rest
+/// when it created the result, see [`gpuval_crds::binding`]).
+pub fn report_labels(
+    verdict: Verdict,
+    action: Action,
+    simulated: bool,
+) -> BTreeMap<String, String> {
+    let mut l = BTreeMap::from([
         (labels::VERDICT.to_string(), verdict.as_str().to_string()),
         (labels::ACTION.to_string(), action.as_str().to_string()),
-        (
-            labels::MANAGED_BY_KEY.to_string(),
-            labels::MANAGED_BY.to_string(),
-        ),
-    ])
+    ]);
+    if simulated {
+        // The operator never takes a simulated result as evidence about the node.
+        l.insert(labels::SIMULATED.to_string(), "true".to_string());
+    }
+    l
 }
 
-/// The result object as the agent applies it (without status: that goes to the subresource).
-pub fn result_object(env: &AgentEnv, report: &NodeReport) -> GpuNodeResult {
-    let owner = OwnerReference {
-        api_version: GpuValidation::api_version(&()).into_owned(),
-        kind: GpuValidation::kind(&()).into_owned(),
-        name: env.validation.clone(),
-        uid: env.validation_uid.clone(),
-        controller: Some(false),
-        block_owner_deletion: Some(false),
-    };
-    let mut result_labels = result_labels(env, report.verdict, report.action);
-    if report.simulated {
-        // The operator never takes a simulated result as evidence about the node.
-        result_labels.insert(labels::SIMULATED.to_string(), "true".to_string());
-    }
-    GpuNodeResult {
-        metadata: ObjectMeta {
-            name: Some(result_name(&env.validation, &env.node)),
-            namespace: Some(env.namespace.clone()),
-            labels: Some(result_labels),
-            annotations: Some(
-                [
-                    (labels::SUMMARY, summary(report)),
-                    (labels::CODES, report.codes()),
-                    (labels::VERSIONS, report.versions().annotation()),
-                    // The full node name (the label may hold its shortened form).
-                    (labels::NODE, env.node.clone()),
-                    // Who wrote it: the operator counts only its current pod's result.
-                    (labels::POD, env.pod_name.clone()),
-                    (labels::POD_UID, env.pod_uid.clone().unwrap_or_default()),
-                ]
-                .into_iter()
-                .filter(|(_, v)| !v.is_empty())
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-            ),
-            owner_references: Some(vec![owner]),
-            ..Default::default()
+/// The merge patch of the result's metadata that carries the report's labels and annotations
+/// (summary, codes, versions). It names nothing of the result's binding (run, node, pod), which
+/// the operator wrote and the admission policy keeps an agent from changing; being a merge
+/// patch, it never creates the result (a missing one is a 404).
+pub fn report_metadata(report: &NodeReport) -> serde_json::Value {
+    let annotations: BTreeMap<&str, String> = [
+        (labels::SUMMARY, summary(report)),
+        (labels::CODES, report.codes()),
+        (labels::VERSIONS, report.versions().annotation()),
+    ]
+    .into_iter()
+    .filter(|(_, v)| !v.is_empty())
+    .collect();
+    serde_json::json!({
+        "metadata": {
+            "labels": report_labels(report.verdict, report.action, report.simulated),
+            "annotations": annotations,
         },
-        spec: GpuNodeResultSpec {
-            validation: env.validation.clone(),
-            generation: env.generation,
-            node_name: env.node.clone(),
-        },
-        status: None,
-    }
+    })
 }
 
 /// The body of the status apply: apiVersion, kind and the whole report.
@@ -108,12 +79,21 @@ pub fn status_patch(report: &NodeReport) -> serde_json::Value {
     })
 }
 
+/// How long the agent waits for the operator to create its result (it does so right after
+/// the pod, long before the checks end): a result still missing after this is an error.
+pub const RESULT_CREATE_WAIT: Duration = Duration::from_secs(300);
+
 /// Why the result was not stored.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The validation is gone or moved on: this pod's result must not be written.
     #[error("{0}")]
     Stale(String),
+    /// The operator has not created this pod's result (yet).
+    #[error(
+        "GpuNodeResult {0} does not exist: the operator creates it right after the agent pod, and agents may not create results; check that the operator runs and that its Role lets it create gpunoderesults, then rerun the validation"
+    )]
+    NotCreated(String),
     #[error(transparent)]
     Api(#[from] kube::Error),
 }
@@ -133,11 +113,17 @@ pub(super) async fn store_until(
     deadline: Instant,
 ) -> Result<(), StoreError> {
     let backoff = Backoff::new(FIRST_BACKOFF, MAX_STORE_BACKOFF, seed_of(&env.pod_name));
+    // A result the operator has not created yet is waited for, within its own bound.
+    let created_by = Instant::now() + RESULT_CREATE_WAIT;
+    let retried = |e: &StoreError| match e {
+        StoreError::NotCreated(_) => Instant::now() < created_by,
+        other => other.is_transient(),
+    };
     crate::api_retry::retry(
         "store the result",
         Budget::Until(deadline),
         backoff,
-        StoreError::is_transient,
+        retried,
         || store(client.clone(), env, report),
     )
     .await
@@ -162,10 +148,23 @@ pub(super) async fn store(
     }
     let api: Api<GpuNodeResult> = Api::namespaced(client, &env.namespace);
     let name = result_name(&env.validation, &env.node);
-    let pp = PatchParams::apply(&field_manager(&env.node)).force();
-    let object = result_object(env, report);
-    api.patch(&name, &pp, &Patch::Apply(&object)).await?;
+    let manager = field_manager(&env.node);
+    let merge = PatchParams {
+        field_manager: Some(manager.clone()),
+        ..Default::default()
+    };
+    match api
+        .patch(&name, &merge, &Patch::Merge(&report_metadata(report)))
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            return Err(StoreError::NotCreated(format!("{}/{name}", env.namespace)));
+        }
+        other => other?,
+    };
     let status = status_patch(report);
-    api.patch_status(&name, &pp, &Patch::Apply(&status)).await?;
+    let apply = PatchParams::apply(&manager).force();
+    api.patch_status(&name, &apply, &Patch::Apply(&status))
+        .await?;
     Ok(())
 }

@@ -1,10 +1,10 @@
-//! The Kubernetes flow's pure parts: its environment, its result object, its deadline.
+//! The Kubernetes flow's pure parts: its environment, its report's labels and status, its deadline.
 
 use std::collections::HashMap;
 
 use std::path::PathBuf;
 
-use gpuval_crds::{Action, GpuValidation, NodeReport, agent_env, labels};
+use gpuval_crds::{Action, GpuValidation, NodeReport, agent_env, binding, labels};
 
 use super::*;
 use crate::backend::BackendChoice;
@@ -195,15 +195,12 @@ fn report(verdict: Verdict, failures: &[&str]) -> NodeReport {
 
 #[test]
 fn labels_and_summary() {
-    let e = env();
-    let l = result_labels(&e, Verdict::Fail, Action::ResetGpu);
-    assert_eq!(l["gpuval.io/validation"], "quick");
-    assert_eq!(l["gpuval.io/node"], "gpu-node-1");
-    assert_eq!(l["gpuval.io/generation"], "3");
+    let l = report_labels(Verdict::Fail, Action::ResetGpu, false);
     assert_eq!(l["gpuval.io/verdict"], "Fail");
-    assert_eq!(l["app.kubernetes.io/managed-by"], "gpuval-operator");
     assert_eq!(l["gpuval.io/action"], "ResetGpu");
-    assert_eq!(l.len(), 6);
+    assert_eq!(l.len(), 2, "{l:?}");
+    let simulated = report_labels(Verdict::Pass, Action::None, true);
+    assert_eq!(simulated["gpuval.io/simulated"], "true");
 
     assert_eq!(
         summary(&report(Verdict::Fail, &["GPU3: memory", "GPU5: slow"])),
@@ -214,75 +211,59 @@ fn labels_and_summary() {
     assert!(summary(&passed).ends_with("no GPUs"));
     for v in [Verdict::Pass, Verdict::Warn, Verdict::Error] {
         assert_eq!(
-            result_labels(&e, v, Action::None)["gpuval.io/verdict"],
+            report_labels(v, Action::None, false)["gpuval.io/verdict"],
             v.as_str()
         );
     }
 }
 
 #[test]
-fn long_node_names_are_hashed_in_labels_and_kept_in_spec() {
+fn long_node_names_get_a_short_field_manager() {
     let mut vars = base_env();
     let node = format!("{}gpu", "rack-17.row-4.hall-b.datacenter-west.".repeat(3));
     assert!(node.len() > 63);
     vars.insert(agent_env::NODE_NAME, node.clone());
     let e = parse(&vars).expect("a long node name is valid");
-    let r = report(Verdict::Pass, &[]);
-    let obj = result_object(&e, &r);
-    let label = &obj.metadata.labels.as_ref().expect("labels")["gpuval.io/node"];
-    assert!(label.len() <= 63, "{label}");
-    assert_eq!(label, &labels::node_value(&node));
-    assert_ne!(label, &node);
-    assert_eq!(obj.spec.node_name, node);
-    assert_eq!(
-        obj.metadata.name.as_deref(),
-        Some(result_name("quick", &node).as_str())
-    );
+    assert_eq!(e.node, node);
     let fm = field_manager(&node);
     assert!(fm.len() <= 128, "field managers are at most 128 characters");
-    assert_eq!(fm, format!("gpuval-agent/{label}"));
+    assert_eq!(fm, format!("gpuval-agent/{}", labels::node_value(&node)));
     assert_eq!(field_manager("gpu-node-1"), "gpuval-agent/gpu-node-1");
 }
 
+/// The agent's write carries its report and nothing of the result's binding (validation,
+/// node, generation, pod, owner, spec): the operator wrote those and the admission policy keeps
+/// an agent from changing them.
 #[test]
-fn result_object_json_shape() {
-    let e = env();
+fn the_report_metadata_names_only_what_the_agent_may_write() {
     let r = report(Verdict::Fail, &["GPU3: memory: 12 mismatched words"]);
-    let v = serde_json::to_value(result_object(&e, &r)).expect("serialises");
+    let v = report_metadata(&r);
     let expected = serde_json::json!({
-        "apiVersion": "gpuval.io/v1alpha1",
-        "kind": "GpuNodeResult",
         "metadata": {
-            "name": "quick-gpu-node-1-5",
-            "namespace": "gpuval-system",
             "labels": {
-                "app.kubernetes.io/managed-by": "gpuval-operator",
-                "gpuval.io/generation": "3",
-                "gpuval.io/node": "gpu-node-1",
-                "gpuval.io/validation": "quick",
                 "gpuval.io/verdict": "Fail",
                 "gpuval.io/action": "None",
                 "gpuval.io/simulated": "true",
             },
             "annotations": {
                 "gpuval.io/summary": "GPU3: memory: 12 mismatched words",
-                "gpuval.io/node": "gpu-node-1",
                 "gpuval.io/codes": "Unclassified",
-                "gpuval.io/pod": "quick-gpu-node-1-abcde",
-                "gpuval.io/pod-uid": "pod-uid-7",
             },
-            "ownerReferences": [{
-                "apiVersion": "gpuval.io/v1alpha1",
-                "kind": "GpuValidation",
-                "name": "quick",
-                "uid": "0b9a-uid",
-                "controller": false,
-                "blockOwnerDeletion": false,
-            }],
         },
-        "spec": {"validation": "quick", "generation": 3, "nodeName": "gpu-node-1"},
     });
     assert_eq!(v, expected);
+    let keys = |field: &str| -> Vec<String> {
+        v["metadata"][field]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    for k in keys("labels") {
+        assert!(binding::AGENT_LABELS.contains(&k.as_str()), "{k}");
+    }
+    for k in keys("annotations") {
+        assert!(binding::REPORT_ANNOTATIONS.contains(&k.as_str()), "{k}");
+    }
 
     let s = status_patch(&r);
     assert_eq!(s["apiVersion"], "gpuval.io/v1alpha1");
@@ -290,6 +271,16 @@ fn result_object_json_shape() {
     assert_eq!(s["status"]["verdict"], "Fail");
     assert_eq!(s["status"]["simulated"], true);
     assert_eq!(s.as_object().map(|o| o.len()), Some(3));
+}
+
+#[test]
+fn a_result_not_created_yet_says_what_to_do() {
+    let e = StoreError::NotCreated("gpuval-system/quick-gpu-node-1-5".into()).to_string();
+    assert!(
+        e.contains("quick-gpu-node-1-5") && e.contains("the operator creates it"),
+        "{e}"
+    );
+    assert!(e.contains("create gpunoderesults"), "{e}");
 }
 
 fn validation(uid: &str, generation: i64) -> GpuValidation {

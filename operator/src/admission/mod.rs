@@ -43,10 +43,25 @@ pub fn with_agent_tolerations(mut cfg: OperatorConfig) -> OperatorConfig {
 /// gpuval's own taint keys: admission may remove these without the administrator's list.
 pub const OWN_TAINT_PREFIX: &str = "gpuval.io/";
 
-/// Why the operator refuses admission taint `key` (None: it may be used): it is neither
-/// gpuval's own (`gpuval.io/...`) nor in the administrator's list `allowed`. Removing it from
-/// every node that passes would otherwise remove a taint someone else relies on.
+/// The taints gpuval puts on a node that failed on hardware evidence: never an admission taint,
+/// whatever the administrator's list says (admission would remove them from every node that
+/// passes a run, and a failed node would be let back in by any schedule).
+pub const FAILURE_TAINT_KEYS: [&str; 2] = [
+    labels::FAILED_NODE,
+    crate::reconcile::device_taints::TAINT_KEY,
+];
+
+/// Why the operator refuses admission taint `key` (None: it may be used): it marks a failed
+/// node ([`FAILURE_TAINT_KEYS`]), or it is neither gpuval's own (`gpuval.io/...`) nor in the
+/// administrator's list `allowed`. Removing it from every node that passes would otherwise
+/// remove a taint someone else relies on.
 pub fn refuse_taint_key(key: &str, allowed: &[String]) -> Option<String> {
+    if FAILURE_TAINT_KEYS.contains(&key) {
+        return Some(format!(
+            "spec.admission.taint.key {key} marks nodes that failed on hardware evidence and is never an admission taint (admission removes its taint from nodes that pass); use {} or another key of your own",
+            labels::UNVALIDATED
+        ));
+    }
     if key.starts_with(OWN_TAINT_PREFIX) || allowed.iter().any(|k| k == key) {
         return None;
     }
@@ -232,6 +247,14 @@ mod tests {
             why.contains("nvidia.com/gpu") && why.contains("allowedTaintKeys"),
             "{why}"
         );
+        for failed in FAILURE_TAINT_KEYS {
+            let listed = vec![failed.to_string()];
+            let why = refuse_taint_key(failed, &listed).expect("never an admission key");
+            assert!(
+                why.contains(failed) && why.contains("never an admission taint"),
+                "{why}"
+            );
+        }
         let listed = vec!["example.com/new-node".to_string()];
         assert_eq!(refuse_taint_key("example.com/new-node", &listed), None);
         assert!(refuse_taint_key("example.com/other", &listed).is_some());

@@ -75,6 +75,9 @@ pub struct Step {
     pub create_pods: Vec<(String, i32)>,
     pub delete_pods: Vec<String>,
     pub delete_results: Vec<String>,
+    /// Nodes whose line became final without their result, with that verdict: their result
+    /// (if any) is closed, so that a late report never overrides the line.
+    pub close_results: Vec<(String, NodeVerdict)>,
     pub events: Vec<PlannedEvent>,
     /// Nodes that just failed (for onFailure actions).
     pub newly_failed: Vec<String>,
@@ -427,6 +430,9 @@ fn advance_nodes(record: &mut RunNodes, view: View<'_>, clock: &RunClock, step: 
         let verdict = next.line.verdict;
         if verdict.is_final() {
             step.new_verdicts.push(verdict);
+            if next.line.result.is_none() {
+                step.close_results.push((next.line.name.clone(), verdict));
+            }
         }
         if summarize::is_failed(verdict) {
             step.newly_failed.push(next.line.name.clone());
@@ -625,6 +631,11 @@ mod tests {
         assert_eq!(b.verdict, NodeVerdict::Error);
         assert!(b.message.as_deref().unwrap().contains("OOMKilled"));
         assert_eq!(steps[1].status.phase, Some(Phase::Failed));
+        assert_eq!(
+            steps[1].close_results,
+            vec![("b".to_string(), NodeVerdict::Error)],
+            "a failed pod's late result never overrides its line"
+        );
     }
 
     #[test]
@@ -644,6 +655,11 @@ mod tests {
         assert_eq!(s.status.summary.as_ref().unwrap().passed, 1);
         assert_eq!(s.delete_pods, vec!["pod-b".to_string()]);
         assert_eq!(s.status.phase, Some(Phase::Failed));
+        // b's line is final without its result: its result is closed, a's (counted) is not.
+        assert_eq!(
+            s.close_results,
+            vec![("b".to_string(), NodeVerdict::DeadlineExceeded)]
+        );
     }
 
     #[test]

@@ -267,6 +267,7 @@ fn assert_same(a: &Step, b: &Step, verdicts: bool, what: &str) {
     assert_eq!(a.requeue_after, b.requeue_after, "{what}: requeue");
     if verdicts {
         assert_eq!(a.new_verdicts, b.new_verdicts, "{what}: new verdicts");
+        assert_eq!(a.close_results, b.close_results, "{what}: results to close");
     }
 }
 

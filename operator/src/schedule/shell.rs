@@ -28,21 +28,28 @@ use crate::reconcile::PlannedEvent;
 /// Requeue after a failed reconcile.
 const RETRY: Duration = Duration::from_secs(5);
 
-/// Whether run `v` has an owner reference to the object with `uid`.
-fn owned_by(v: &GpuValidation, uid: &str) -> bool {
-    v.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.uid == uid)
+/// Whether schedule `s` is run `v`'s controller: its controller owner reference names a
+/// GpuValidationSchedule of gpuval.io with `s`'s name and uid. A reference that names `s`'s uid
+/// under another kind or name, or that is not the controller's, does not make `v` its run (and
+/// the chart's `…-admit` policy keeps anyone without the `admit` verb from writing one).
+pub fn controlled_by(v: &GpuValidation, s: &GpuValidationSchedule) -> bool {
+    let (Some(name), Some(uid)) = (s.metadata.name.as_deref(), s.metadata.uid.as_deref()) else {
+        return false;
+    };
+    v.metadata.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true)
+            && o.kind == GpuValidationSchedule::kind(&())
+            && o.api_version.split('/').next() == Some(gpuval_crds::GROUP)
+            && o.name == name
+            && o.uid == uid
+    })
 }
 
-/// The runs (validations) schedule `s` owns.
+/// The runs (validations) schedule `s` controls.
 fn owned_runs(s: &GpuValidationSchedule, runs: &Store<GpuValidation>) -> Vec<Arc<GpuValidation>> {
-    let uid = s.metadata.uid.clone().unwrap_or_default();
     runs.state()
         .into_iter()
-        .filter(|v| owned_by(v, &uid))
+        .filter(|v| controlled_by(v, s))
         .collect()
 }
 
@@ -53,7 +60,6 @@ async fn fresh_runs(
     s: &GpuValidationSchedule,
     ctx: &Ctx,
 ) -> Result<Vec<Arc<GpuValidation>>, kube::Error> {
-    let uid = s.metadata.uid.clone().unwrap_or_default();
     let selector = format!("{}={}", labels::SCHEDULE, s.name_any());
     let listed = Api::<GpuValidation>::all(ctx.client.clone())
         .list(&ListParams::default().labels(&selector))
@@ -61,7 +67,7 @@ async fn fresh_runs(
     Ok(listed
         .items
         .into_iter()
-        .filter(|v| owned_by(v, &uid))
+        .filter(|v| controlled_by(v, s))
         .map(Arc::new)
         .collect())
 }
@@ -425,4 +431,59 @@ pub async fn run(ctx: Arc<Ctx>, nodes_changed: tokio::sync::watch::Receiver<()>)
         .run(reconcile, error_policy, sc)
         .for_each(|_| async {})
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn schedule() -> GpuValidationSchedule {
+        let mut s: GpuValidationSchedule = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidationSchedule",
+            "metadata": {"name": "gate", "uid": "s-uid"},
+            "spec": {"admission": {}, "template": {"checks": {"memory": {}}}},
+        }))
+        .expect("schedule");
+        s.metadata.uid = Some("s-uid".into());
+        s
+    }
+
+    fn run_owned_by(owner: OwnerReference) -> GpuValidation {
+        let mut v = GpuValidation::new("gate-admit-1", schedule().spec.template);
+        v.metadata.owner_references = Some(vec![owner]);
+        v
+    }
+
+    #[test]
+    fn only_the_schedule_as_controller_by_kind_name_and_uid_makes_a_run_its_own() {
+        let s = schedule();
+        let own = s.controller_owner_ref(&()).expect("owner reference");
+        assert!(controlled_by(&run_owned_by(own.clone()), &s));
+        let forged = [
+            OwnerReference {
+                kind: "ConfigMap".into(),
+                ..own.clone()
+            },
+            OwnerReference {
+                name: "other".into(),
+                ..own.clone()
+            },
+            OwnerReference {
+                api_version: "example.com/v1".into(),
+                ..own.clone()
+            },
+            OwnerReference {
+                controller: None,
+                ..own.clone()
+            },
+            OwnerReference {
+                uid: "another-uid".into(),
+                ..own
+            },
+        ];
+        for o in forged {
+            assert!(!controlled_by(&run_owned_by(o.clone()), &s), "{o:?}");
+        }
+    }
 }

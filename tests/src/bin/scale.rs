@@ -138,7 +138,8 @@ fn fake_report(node: &str) -> NodeReport {
     }
 }
 
-/// Writes the node's result the way the agent does (SSA object + SSA status).
+/// Writes the node's result as the operator binds it and the agent reports (SSA object + SSA
+/// status, as admin: the scale test stands in for both).
 async fn write_result(
     client: kube::Client,
     gv: &GpuValidation,
@@ -156,9 +157,11 @@ async fn write_result(
             "name": rname, "namespace": NS,
             "labels": {labels::VALIDATION: name, labels::NODE: node, labels::GENERATION: generation.to_string(),
                        labels::VERDICT: "Pass", "app.kubernetes.io/managed-by": "gpuval-operator"},
-            // The writer, as the agent names it: the operator counts only the current pod's result.
+            // The binding, as the operator writes it (it may have created the result already):
+            // the operator counts only a result bound to its run and current pod.
             "annotations": {labels::NODE: node, labels::SUMMARY: "", labels::POD: pod.name_any(),
-                            labels::POD_UID: pod.metadata.uid.clone().unwrap_or_default()},
+                            labels::POD_UID: pod.metadata.uid.clone().unwrap_or_default(),
+                            labels::VALIDATION_UID: gv.metadata.uid.clone().unwrap_or_default()},
             "ownerReferences": [{"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "name": name,
                                   "uid": gv.metadata.uid.clone().unwrap_or_default()}],
         },
