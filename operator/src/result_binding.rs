@@ -80,7 +80,16 @@ pub async fn bind(
 ) -> Result<(), kube::Error> {
     let want = binding_of(gv, node, pod);
     let validation = gv.name_any();
-    let object = want.result(&validation, &ctx.cfg.namespace);
+    let mut object = want.result(&validation, &ctx.cfg.namespace);
+    // The Node object the pod runs on: a node created again under its name inherits no verdict
+    // of this result (crate::node_state::Incarnation).
+    let node_uid = ctx
+        .nodes
+        .get(&kube::runtime::reflector::ObjectRef::new(node))
+        .and_then(|n| n.metadata.uid.clone());
+    if let (Some(uid), Some(ann)) = (node_uid, object.metadata.annotations.as_mut()) {
+        ann.insert(labels::NODE_UID.to_string(), uid);
+    }
     let api: Api<GpuNodeResult> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     let name = object.name_any();
     if create(ctx, &api, &object).await? {

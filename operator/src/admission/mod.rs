@@ -13,7 +13,7 @@ use kube::api::{Api, Patch, PatchParams, ResourceExt};
 
 use crate::config::OperatorConfig;
 use crate::controller::Ctx;
-use crate::node_state::{Policy, result_of};
+use crate::node_state::{Incarnation, Policy, result_of};
 use crate::selection;
 use plan::{AdmissionRun, NodeView, Outcome};
 
@@ -137,7 +137,15 @@ pub fn run_view(run: &GpuValidation, ctx: &Ctx) -> AdmissionRun {
         .filter_map(|node| {
             let result = result_of(ctx, &name, node);
             let line = policy.final_line(run, node, result.as_ref())?;
-            Some((node.clone(), outcome_of(&line, policy)))
+            // A node created again under its name since is another node: no outcome of this
+            // run is its (it waits for a run of its own).
+            let present = ctx.nodes.get(&kube::runtime::reflector::ObjectRef::new(node));
+            let result_node = result.as_ref().and_then(|r| r.node_uid.as_deref());
+            let about_it = match (present, line.at) {
+                (Some(n), Some(at)) => Incarnation::of(&n).owns(at, result_node),
+                _ => true,
+            };
+            about_it.then(|| (node.clone(), outcome_of(&line, policy)))
         })
         .collect();
     AdmissionRun {

@@ -290,7 +290,13 @@ async fn apply_admission(
     let Some(a) = s.spec.admission.as_ref() else {
         return Ok(());
     };
-    for node in &p.untaint {
+    // Under the cluster's taint controller (--node-taints=cluster), it removes the admission
+    // taint once GpuValidated is True and keeps it while False: gpuval writes no taint.
+    let (untaint, mark_failed) = match ctx.cfg.node_taints.by_gpuval() {
+        true => (p.untaint.as_slice(), p.mark_failed.as_slice()),
+        false => (&[][..], &[][..]),
+    };
+    for node in untaint {
         admission::untaint(ctx, node, &a.taint).await?;
         events.push(PlannedEvent {
             warning: false,
@@ -298,7 +304,7 @@ async fn apply_admission(
             note: format!("{node} passed; removed taint {}", a.taint.key),
         });
     }
-    for (node, run) in &p.mark_failed {
+    for (node, run) in mark_failed {
         admission::mark_failed(ctx, node, run).await?;
         events.push(PlannedEvent {
             warning: true,
