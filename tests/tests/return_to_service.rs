@@ -311,3 +311,98 @@ async fn a_node_created_again_under_its_name_starts_with_no_verdict() {
     assert_eq!(label(&fresh, labels::VERDICT_RUN), None);
     assert!(condition(&fresh).is_none(), "{:?}", condition(&fresh));
 }
+
+/// Creates kwok GPU node `name` carrying the default admission taint; waits until Ready.
+async fn tainted_node(client: &Client, name: &str) {
+    let mut node = nodes::gpu_node(name, 2, &[]);
+    if let Some(spec) = node.spec.as_mut() {
+        spec.taints
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::api::core::v1::Taint {
+                key: labels::UNVALIDATED.into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            });
+    }
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node");
+    nodes::wait_node_ready(client, name, LONG)
+        .await
+        .expect("node ready");
+}
+
+fn admission_taint(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == labels::UNVALIDATED))
+}
+
+/// The finished admission runs of schedule `schedule` that cover `node`.
+async fn finished_runs_of(client: &Client, schedule: &str, node: &str) -> Vec<String> {
+    let selector = format!("{}={schedule}", labels::SCHEDULE);
+    Api::<gpuval_crds::GpuValidation>::all(client.clone())
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|v| v.spec.node_names.iter().any(|n| n.0 == node))
+        .filter(|v| gpuval_tests::scenario::terminal_for_generation(Some(v)))
+        .map(|v| v.name_any())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_created_again_is_admitted_only_by_a_run_of_its_own() {
+    let node = "gpu-adm";
+    let c = Cluster::start(NS, &[], 2).await;
+    tainted_node(&c.client, node).await;
+    let _op = operator(&c.client);
+    let schedule = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidationSchedule",
+        "metadata": {"name": "gate"},
+        "spec": {"admission": {"debounce": "1s"}, "template": {"checks": {"memory": {"fraction": 0.1}}}}});
+    Api::<gpuval_crds::GpuValidationSchedule>::all(c.client.clone())
+        .patch(
+            "gate",
+            &PatchParams::apply("return-to-service"),
+            &Patch::Apply(&schedule),
+        )
+        .await
+        .expect("schedule");
+    wait_node(&c.client, node, "admitted", |n| !admission_taint(n)).await;
+    let first = finished_runs_of(&c.client, "gate", node).await;
+    assert_eq!(first.len(), 1, "{first:?}");
+
+    // The machine is replaced; the new Node registers with the admission taint again.
+    let api: Api<Node> = Api::all(c.client.clone());
+    api.delete(node, &Default::default()).await.expect("delete");
+    gpuval_tests::waits::until_gone(&api, node, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    tainted_node(&c.client, node).await;
+    // Not admitted by the first run's pass: by a run of its own.
+    let again = wait_node(&c.client, node, "admitted again", |n| !admission_taint(n)).await;
+    let runs = finished_runs_of(&c.client, "gate", node).await;
+    assert_eq!(
+        runs.len(),
+        2,
+        "a second admission run for the new node: {runs:?}"
+    );
+    let second = runs
+        .iter()
+        .find(|r| !first.contains(r))
+        .expect("the new node's run");
+    // Its verdict is its own run's (none of the first run's is carried over).
+    let proved = wait_node(&c.client, node, "labelled by its own run", |n| {
+        label(n, labels::VERDICT_RUN).is_some()
+    })
+    .await;
+    assert!(!admission_taint(&again));
+    assert_eq!(
+        label(&proved, labels::VERDICT_RUN),
+        Some(labels::node_value(second).as_str())
+    );
+}

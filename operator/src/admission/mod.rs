@@ -139,7 +139,9 @@ pub fn run_view(run: &GpuValidation, ctx: &Ctx) -> AdmissionRun {
             let line = policy.final_line(run, node, result.as_ref())?;
             // A node created again under its name since is another node: no outcome of this
             // run is its (it waits for a run of its own).
-            let present = ctx.nodes.get(&kube::runtime::reflector::ObjectRef::new(node));
+            let present = ctx
+                .nodes
+                .get(&kube::runtime::reflector::ObjectRef::new(node));
             let result_node = result.as_ref().and_then(|r| r.node_uid.as_deref());
             let about_it = match (present, line.at) {
                 (Some(n), Some(at)) => Incarnation::of(&n).owns(at, result_node),
