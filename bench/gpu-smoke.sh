@@ -447,5 +447,7 @@ rm -rf "$IO_DIR"
 say "summary"
 python3 bench/smoke_summary.py "$RAW" "$OUT/summary.json"
 rc=$?
+# The device tool brings back a limited number of files: raw/ travels as one archive too.
+tar -C "$OUT" -czf "$OUT/raw.tar.gz" raw
 say "done in ${SECONDS}s (summary exit $rc: 0 pass, 1 not)"
 exit "$rc"
