@@ -272,3 +272,38 @@ fn a_module_missing_from_the_table_fails() {
     assert_eq!(violations("newcomer", "").len(), 1);
     assert_eq!(violations("check", "use crate::newcomer::X;").len(), 1);
 }
+
+/// The glob imports (`use x::*;`, `pub use x::*;`) in production source `source`.
+fn glob_imports(source: &str) -> Vec<String> {
+    production_code(source)
+        .lines()
+        .map(str::trim)
+        .filter(|l| (l.starts_with("use ") || l.starts_with("pub use ")) && l.ends_with("::*;"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_kubernetes_flow_names_each_import() {
+    // Where a name comes from is seen where it is used: no glob import in k8s/ (tests aside).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/k8s");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(files.len() >= 3, "{files:?}");
+    let globs: Vec<String> = files
+        .iter()
+        .filter(|f| !is_test_file(f))
+        .flat_map(|f| {
+            let source = std::fs::read_to_string(f).expect("read a source file");
+            glob_imports(&source)
+                .into_iter()
+                .map(move |g| format!("{}: {g}", f.display()))
+        })
+        .collect();
+    assert!(globs.is_empty(), "glob imports: {globs:#?}");
+    assert_eq!(
+        glob_imports("use a::b;\npub use self::env::*;\n#[cfg(test)]\nuse super::*;"),
+        ["pub use self::env::*;"],
+        "a planted glob is found; test code is not scanned"
+    );
+}

@@ -43,9 +43,13 @@ pub use crate::api_retry::is_transient;
 use crate::api_retry::seed_of;
 use crate::render;
 
-pub use self::env::*;
-pub use self::result::*;
-use self::steps::*;
+pub use self::env::{AgentEnv, EnvError, result_delay};
+use self::result::store_until;
+pub use self::result::{
+    RESULT_CREATE_WAIT, StoreError, field_manager, report_labels, report_metadata, status_patch,
+    summary,
+};
+use self::steps::{read_validation, run_deadline, saved_or_run, stay_for_fabric};
 
 /// The longest pause between two tries to store the result (while the API server is away).
 pub const MAX_STORE_BACKOFF: Duration = Duration::from_secs(8);

@@ -10,9 +10,9 @@ use gpuval_crds::{Action, GpuNodeResult, GpuValidation, NodeReport, Verdict, lab
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
 
+use super::steps::stale_reason;
+use super::{AgentEnv, MAX_STORE_BACKOFF, is_transient};
 use crate::api_retry::{Backoff, Budget, FIRST_BACKOFF, seed_of};
-
-use super::*;
 
 /// The server-side-apply field manager of this node's agent. Field managers are limited to
 /// 128 characters, so a long node name goes in its short label form.

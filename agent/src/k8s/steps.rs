@@ -16,7 +16,9 @@ use crate::report;
 use crate::runner::{self, Plan};
 use crate::saved_result::{self, SavedResult};
 
-use super::*;
+use super::{
+    AgentEnv, MAX_STORE_BACKOFF, Outcome, START_READ_BUDGET, field_manager, is_transient, signalled,
+};
 
 /// Reads the validation (retrying while the API server is away, for up to
 /// [`START_READ_BUDGET`]); an outcome instead when there is nothing to do or no way to read it.

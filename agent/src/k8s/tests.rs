@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use gpuval_crds::{Action, GpuValidation, NodeReport, agent_env, binding, labels};
 
+use super::steps::stale_reason;
 use super::*;
 use crate::backend::BackendChoice;
 use crate::backend::sim::SimSpec;
