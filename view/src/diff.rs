@@ -52,6 +52,26 @@ pub struct Diff {
     pub only_after: Vec<String>,
 }
 
+impl Change {
+    /// Figure `figure` of `node`, `before` in the earlier run and `after` in the later: a
+    /// regression when it fell by more than `tol`.
+    fn new(node: &str, figure: String, before: f64, after: f64, tol: Tolerance) -> Self {
+        let relative = if before > 0.0 {
+            after / before - 1.0
+        } else {
+            0.0
+        };
+        Change {
+            node: node.to_string(),
+            figure,
+            before,
+            after,
+            relative,
+            regressed: relative < -tol.0,
+        }
+    }
+}
+
 /// A figure whose relative change is below this shows as unchanged (it prints as 0.0%).
 const UNCHANGED: f64 = 0.0005;
 
@@ -224,19 +244,8 @@ fn compare_fabric(out: &mut Diff, a: Option<&FabricLine>, b: Option<&FabricLine>
         let (Some(before), Some(after)) = (before, after) else {
             continue;
         };
-        let relative = if before > 0.0 {
-            after / before - 1.0
-        } else {
-            0.0
-        };
-        out.changes.push(Change {
-            node: FABRIC.to_string(),
-            figure: figure.to_string(),
-            before,
-            after,
-            relative,
-            regressed: relative < -tol.0,
-        });
+        out.changes
+            .push(Change::new(FABRIC, figure.to_string(), before, after, tol));
     }
 }
 
@@ -260,19 +269,8 @@ fn compare_node(out: &mut Diff, node: &str, a: &NodeReport, b: &NodeReport, tol:
         let Some(&before) = earlier.get(&key(&f)) else {
             continue;
         };
-        let relative = if before > 0.0 {
-            f.value / before - 1.0
-        } else {
-            0.0
-        };
-        out.changes.push(Change {
-            node: node.to_string(),
-            figure: f.describe(),
-            before,
-            after: f.value,
-            relative,
-            regressed: relative < -tol.0,
-        });
+        out.changes
+            .push(Change::new(node, f.describe(), before, f.value, tol));
     }
 }
 

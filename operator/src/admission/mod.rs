@@ -9,7 +9,7 @@ pub mod plan;
 use gpuval_crds::schedule::{Admission, AdmissionTaint};
 use gpuval_crds::{FinalLine, GpuValidation, GpuValidationSpec, labels};
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
-use kube::api::{Api, Patch, PatchParams, ResourceExt};
+use kube::api::ResourceExt;
 
 use crate::config::OperatorConfig;
 use crate::controller::Ctx;
@@ -178,54 +178,20 @@ pub fn outcome_of(line: &FinalLine, policy: Policy) -> Outcome {
     }
 }
 
-/// Rewrites node `name`'s taints with `edit` (optimistic: the patch carries the
-/// resourceVersion it read, so a concurrent change makes it fail and the next reconcile retry).
-/// A node that is gone is no error.
-async fn edit_taints(
-    ctx: &Ctx,
-    name: &str,
-    edit: impl FnOnce(&mut Vec<Taint>) -> bool,
-) -> Result<(), kube::Error> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let Some(current) = nodes.get_opt(name).await? else {
-        return Ok(());
-    };
-    let mut taints = current.spec.and_then(|s| s.taints).unwrap_or_default();
-    if !edit(&mut taints) {
-        return Ok(());
-    }
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": current.metadata.resource_version},
-        "spec": {"taints": taints},
-    });
-    ctx.throttle.acquire().await;
-    match nodes
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        other => other.map(|_| ()),
-    }
-}
-
 /// Removes the admission taint (key and effect) from node `name` (it passed).
 pub async fn untaint(ctx: &Ctx, name: &str, taint: &AdmissionTaint) -> Result<(), kube::Error> {
-    edit_taints(ctx, name, |ts| remove_admission_taint(ts, taint)).await
+    crate::node_marks::edit_taints(ctx, name, |ts| remove_admission_taint(ts, taint)).await
 }
 
-/// Adds the failure taint `gpuval.io/failed=<run>:NoSchedule` to node `name`.
+/// Adds the failure taint `gpuval.io/failed=<run>:NoSchedule` to node `name` (none when it
+/// has one already).
 pub async fn mark_failed(ctx: &Ctx, name: &str, run: &str) -> Result<(), kube::Error> {
-    edit_taints(ctx, name, |ts| {
-        if ts.iter().any(|t| t.key == labels::FAILED_NODE) {
-            return false;
-        }
-        ts.push(Taint {
-            key: labels::FAILED_NODE.into(),
-            value: Some(labels::node_value(run)),
-            effect: "NoSchedule".into(),
-            time_added: None,
-        });
-        true
+    let wanted = crate::failure_marks::Wanted::Mark {
+        action: gpuval_crds::NodeAction::Taint,
+        run: labels::node_value(run),
+    };
+    crate::node_marks::edit_taints(ctx, name, |ts| {
+        crate::failure_marks::edit_taints(ts, &wanted)
     })
     .await
 }
