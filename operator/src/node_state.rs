@@ -540,25 +540,48 @@ pub fn condition_of(node: &Node) -> Option<&NodeCondition> {
         .find(|c| c.type_ == CONDITION)
 }
 
-/// Writes `mark` on node `name`: labels, then the condition, each by server-side apply (what
-/// `mark` leaves out and the operator set before is removed).
-async fn write(ctx: &Ctx, name: &str, mark: &Mark) -> Result<(), kube::Error> {
+/// Writes `mark` on `node`: labels, then the condition, each by server-side apply (what `mark`
+/// leaves out and the operator set before is removed). Each body names the node's UID: an
+/// apply is a create where nothing exists, and the UID is what makes the API server refuse
+/// that (404 or 409), so a node deleted after it was read is never brought back as a bare
+/// Node, and a node created again under its name is not given its predecessor's marks.
+async fn write(ctx: &Ctx, node: &Node, mark: &Mark) -> Result<(), kube::Error> {
+    let name = node.name_any();
     let api: Api<Node> = Api::all(ctx.client.clone());
     let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let meta = serde_json::json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": mark.labels},
-    });
+    let (meta, status) = apply_bodies(node, mark);
     ctx.throttle.acquire().await;
-    api.patch(name, &pp, &Patch::Apply(&meta)).await?;
+    api.patch(&name, &pp, &Patch::Apply(&meta)).await?;
+    ctx.throttle.acquire().await;
+    api.patch_status(&name, &pp, &Patch::Apply(&status)).await?;
+    Ok(())
+}
+
+/// Whether the API server refused [`write`] because the node it read is gone (404) or was
+/// replaced by a node of another UID (422 on `metadata.uid`; 409 where a precondition says it).
+pub fn gone_or_replaced(s: &kube::core::Status) -> bool {
+    let on_uid = s
+        .details
+        .as_ref()
+        .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"));
+    s.code == 404 || s.code == 409 || (s.code == 422 && on_uid)
+}
+
+/// The two apply bodies [`write`] sends for `mark` on `node` (labels; the condition), each
+/// bound to the node's UID.
+pub fn apply_bodies(node: &Node, mark: &Mark) -> (serde_json::Value, serde_json::Value) {
+    let identity = serde_json::json!({"name": node.name_any(), "uid": node.metadata.uid});
+    let mut meta = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": identity.clone(),
+    });
+    meta["metadata"]["labels"] = serde_json::json!(mark.labels);
     let status = serde_json::json!({
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name},
+        "metadata": identity,
         "status": {"conditions": mark.condition.iter().collect::<Vec<_>>()},
     });
-    ctx.throttle.acquire().await;
-    api.patch_status(name, &pp, &Patch::Apply(&status)).await?;
-    Ok(())
+    (meta, status)
 }
 
 /// The node labels this controller writes (and reads back to compare).
@@ -612,8 +635,11 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
             repeat_offender = want.labels.contains_key(labels::REPEAT_OFFENDER),
             "node state"
         );
-        match write(ctx, &name, &want).await {
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+        match write(ctx, &node, &want).await {
+            // The new node, if any, is looked at when it is seen.
+            Err(kube::Error::Api(s)) if gone_or_replaced(&s) => {
+                tracing::info!(node = %name, code = s.code, "node gone or created again since it was read; not marked");
+            }
             other => other?,
         }
         if want.labels.contains_key(labels::REPEAT_OFFENDER)

@@ -8,7 +8,8 @@
 //!   `ReturnedToService` event;
 //! - a node failed on hardware evidence in two runs within the window is a repeat offender
 //!   (label, message naming both runs and the GPU that failed in both, event);
-//! - a node deleted and created again under its name starts with no verdict.
+//! - a node deleted and created again under its name starts with no verdict, and the marks
+//!   written for a node read before it was deleted create no Node and mark no successor.
 //!
 //! The operator lets the simulated agents' results act on nodes (the test-only opt-in). Tests
 //! wait on conditions, never on sleeps.
@@ -405,4 +406,61 @@ async fn a_node_created_again_is_admitted_only_by_a_run_of_its_own() {
         label(&proved, labels::VERDICT_RUN),
         Some(labels::node_value(second).as_str())
     );
+}
+
+/// The node-state controller's marks are bound to the node it read: a node deleted since is not
+/// brought back as a bare Node by the apply (an apply is a create where nothing exists), and a
+/// node created again under the name is not given its predecessor's marks. Before the bodies
+/// named the UID, the first apply below created a Node `gpu-gone` (a CI run met it as
+/// `AlreadyExists` when the test above created its node again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marks_for_a_node_read_before_it_was_deleted_create_nothing() {
+    let node = "gpu-gone";
+    let c = Cluster::start(NS, &[], 2).await;
+    let api: Api<Node> = Api::all(c.client.clone());
+    let old = api
+        .create(&PostParams::default(), &nodes::gpu_node(node, 2, &[]))
+        .await
+        .expect("node");
+    let mark = gpuval_operator::node_state::Mark {
+        labels: [(labels::NODE_VERDICT.to_string(), "Pass".to_string())].into(),
+        condition: None,
+    };
+    let (meta, status) = gpuval_operator::node_state::apply_bodies(&old, &mark);
+    let pp = PatchParams::apply(gpuval_operator::controller::FIELD_MANAGER).force();
+    api.delete(node, &Default::default()).await.expect("delete");
+    gpuval_tests::waits::until_gone(&api, node, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let refused = api.patch(node, &pp, &Patch::Apply(&meta)).await;
+    assert!(refused.is_err(), "the apply created {:?}", refused.ok());
+    assert!(
+        api.get_opt(node).await.expect("read").is_none(),
+        "a Node was created by the marks of a deleted one"
+    );
+    let refused = api.patch_status(node, &pp, &Patch::Apply(&status)).await;
+    assert!(refused.is_err(), "{:?}", refused.ok());
+
+    // Created again: the old node's marks are refused (422, the UID is immutable), the new
+    // node's are written.
+    let new = api
+        .create(&PostParams::default(), &nodes::gpu_node(node, 2, &[]))
+        .await
+        .expect("node again");
+    match api.patch(node, &pp, &Patch::Apply(&meta)).await {
+        Err(kube::Error::Api(s)) => assert!(
+            gpuval_operator::node_state::gone_or_replaced(&s) && s.code != 404,
+            "{s:?}"
+        ),
+        other => panic!("the old node's marks were not refused: {other:?}"),
+    }
+    let unmarked = api.get(node).await.expect("read");
+    assert_eq!(label(&unmarked, labels::NODE_VERDICT), None);
+    let (meta, _) = gpuval_operator::node_state::apply_bodies(&new, &mark);
+    let marked = api
+        .patch(node, &pp, &Patch::Apply(&meta))
+        .await
+        .expect("the new node's marks");
+    assert_eq!(label(&marked, labels::NODE_VERDICT), Some("Pass"));
 }
