@@ -25,9 +25,10 @@
 # (SCENARIOS may also name `standard`, run first: bench/gpu-smoke.sh asks for "standard fabric-fault")
 # this host registered as SPLIT (2) Nodes with its GPUs dealt out (bench/e2e/fabric*.yaml):
 #   fabric             every node passes its checks and the fabric rounds; Passed
-#   fabric-fault       the last node's NCCL is given no network interface; that node, and no
-#                      other, is named at fault (its healthy peers see "remote process exited"
-#                      and must not be named: issue 32)
+#   fabric-fault       the last node's NCCL is given no network interface; with SPLIT of 3 or
+#                      more, that node, and no other, is named at fault (its healthy peers see
+#                      "remote process exited" and must not be named: issue 32); with two, it
+#                      is a suspect, none is named and neither is Failed (nothing proves which)
 #   fabric-floor       the last node's agent sends on its sockets at THROTTLE_MBPS (400 MB/s,
 #                      bench/e2e/throttle.c preloaded into it alone; simulated: net=40 GB/s)
 #                      so that only groups holding it miss the bus-bandwidth floor of

@@ -451,7 +451,8 @@ def faults(run, gpus):
     if gpus and gpus >= 2:
         out.append(training_never_joined(run))
         out.append(e2e_scenario(run, "fabric-fault", "the fabric: this host as <gpus> nodes, the last one's NCCL "
-                                "given no network interface; that node and no other must be named"))
+                                "given no network interface; with 3+ nodes that node and no other must be named, with "
+                                "2 it must be the suspect and neither node Failed"))
     return out
 
 

@@ -1729,8 +1729,11 @@ fn check_fabric_passed(gv: &GpuValidation, nodes: usize) -> Vec<(bool, String)> 
     )]
 }
 
-/// Checks of a fabric run with a fault planted on node `bad`: that node, and no other, named
-/// at fault in the fabric line and Failed in the node lines, with the reason.
+/// Checks of a fabric run with a fault planted on node `bad`. Among three or more nodes the
+/// healthy ones clear each other, so that node, and no other, is named at fault in the fabric
+/// line and Failed in the node lines, with the reason. Two nodes cannot tell which of them is
+/// at fault (each group holds both): the planted node is a suspect, none is named, and no
+/// node is Failed, since nothing proves which one is.
 fn check_fabric_fault(
     gv: &GpuValidation,
     nodes: &[String],
@@ -1740,19 +1743,30 @@ fn check_fabric_fault(
     let s = gv.status.clone().unwrap_or_default();
     let f = s.fabric.as_ref();
     let named = f.map(|f| f.failed_nodes.clone()).unwrap_or_default();
-    let mut checks = vec![(
-        named == [nodes[bad].clone()],
-        format!(
-            "the fabric names {} and no other (named {named:?}; suspects {:?}: {:?})",
-            nodes[bad],
-            f.map(|f| &f.suspects),
-            f.and_then(|f| f.message.as_deref())
-        ),
-    )];
+    let suspects = f.map(|f| f.suspects.clone()).unwrap_or_default();
+    let message = f.and_then(|f| f.message.as_deref());
+    let localizable = nodes.len() >= 3;
+    let mut checks = vec![if localizable {
+        (
+            named == [nodes[bad].clone()],
+            format!(
+                "the fabric names {} and no other (named {named:?}; suspects {suspects:?}: {message:?})",
+                nodes[bad]
+            ),
+        )
+    } else {
+        (
+            named.is_empty() && suspects.contains(&nodes[bad]),
+            format!(
+                "two nodes: the fabric names none and suspects {} (named {named:?}; suspects {suspects:?}: {message:?})",
+                nodes[bad]
+            ),
+        )
+    }];
     for (i, node) in nodes.iter().enumerate() {
         let line = s.nodes.iter().find(|n| &n.name == node);
         let msg = line.and_then(|n| n.message.as_deref()).unwrap_or("");
-        if i == bad {
+        if i == bad && localizable {
             checks.push((
                 line.is_some_and(|n| n.verdict == NodeVerdict::Failed)
                     && msg.contains("fabric")
