@@ -7,8 +7,8 @@
 //! [`check`] (the contract, the shared fan-out, flag overrides) → [`backend`] (CUDA/NVML and
 //! simulated plumbing), [`api_retry`], [`judge`], [`run_control`], [`text`], [`profiles`],
 //! [`link_floors`], [`telemetry`], [`report`], [`test_hooks`], [`worker`], [`pod_resources`] →
-//! [`pci`], [`host_identity`]. The table is kept in
-//! `agent/tests/layers.rs`, whose test fails on an import from a higher layer (no exceptions).
+//! [`pci`], [`host_identity`]. The table is kept in `tests/tests/layers.rs` (`AGENT`), whose
+//! test fails on an import from a higher layer or a circle of modules (no exceptions).
 
 pub mod api_retry;
 pub mod backend;

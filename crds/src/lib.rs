@@ -121,6 +121,9 @@ pub mod labels {
     /// hardware evidence in two runs or more within the administrator's window
     /// (`--repeat-failure-window`); the `GpuValidated` message names the runs and the GPUs.
     pub const REPEAT_OFFENDER: &str = "gpuval.io/repeat-offender";
+    /// The type of the node condition the operator sets from a node's latest hardware
+    /// evidence (True: passed; False: failed).
+    pub const NODE_CONDITION: &str = "GpuValidated";
     /// Annotation on a node result: the UID of the Node object its agent ran on, so that a node
     /// deleted and created again under its name (a new UID) inherits no verdict.
     pub const NODE_UID: &str = "gpuval.io/node-uid";

@@ -267,6 +267,15 @@ pub fn schedule_or_admission_rule() -> CelRule {
     }
 }
 
+/// The longest a schedule name may be inside a run's name (`NAME-MINUTES` stays a valid name,
+/// and the agent pods' names built from it stay short).
+pub const MAX_NAME_PREFIX: usize = 40;
+/// `name` cut to [`MAX_NAME_PREFIX`] characters at a name-safe point.
+pub fn name_prefix(name: &str) -> &str {
+    let cut = name.get(..MAX_NAME_PREFIX.min(name.len())).unwrap_or(name);
+    cut.trim_end_matches(['-', '.'])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -129,7 +129,7 @@ pub fn certified(ended: &GpuValidation, r: &GpuNodeResult, reported: Verdict) ->
         generation: r.spec.generation,
         verdict: Some(reported),
         reported: r.status.is_some(),
-        simulated: labels.is_some_and(crate::node_state::is_simulated),
+        simulated: labels.is_some_and(crate::node_evidence::is_simulated),
         summary: annotation(labels::SUMMARY),
         codes: annotation(labels::CODES),
         action: gpuval_crds::Action::None,

@@ -40,7 +40,7 @@ pub struct OperatorConfig {
     /// capabilities, so that a busy GPU's finding names the pods that hold it.
     pub agent_pod_resources: bool,
     /// The time schedules and admission decide with: the system clock, or one a test moves.
-    pub clock: crate::schedule::Clock,
+    pub clock: crate::clock::Clock,
     /// What gives agent pods the fabric for `spec.fabric` (the administrator's, never a
     /// validation's).
     pub fabric: FabricPods,
@@ -54,7 +54,7 @@ pub struct OperatorConfig {
     pub admission_taint_keys: Vec<String>,
     /// How agent pods get their GPUs: the device plugin's extended resource, Dynamic Resource
     /// Allocation, or per node whichever it offers (`--gpu-allocation`).
-    pub allocation: crate::reconcile::allocation::Allocation,
+    pub allocation: crate::allocation_config::Allocation,
     /// Acceptance certificates written when a run ends.
     pub certificates: CertificateSettings,
     /// Two hardware failures of a node (or of one of its GPUs) within this window make it a
@@ -181,12 +181,12 @@ impl Default for OperatorConfig {
             agent_allow_shared_gpus: false,
             agent_pod_resources: false,
             fabric: FabricPods::default(),
-            clock: crate::schedule::Clock::system(),
+            clock: crate::clock::Clock::system(),
             repeat_failure_window: REPEAT_FAILURE_WINDOW,
             node_taints: NodeTaints::Gpuval,
             simulated_acts_on_nodes: false,
             admission_taint_keys: Vec::new(),
-            allocation: crate::reconcile::allocation::Allocation::default(),
+            allocation: crate::allocation_config::Allocation::default(),
             certificates: CertificateSettings::default(),
         }
     }

@@ -21,79 +21,25 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::apply;
 use crate::config::OperatorConfig;
+use crate::context::{Ctx, Error, FIELD_MANAGER, select_nodes};
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::observe::{node_of, observe, owner_ref_of};
 use crate::pod_views::PodViews;
-use crate::reconcile::allocation::{self, DraInventory};
+use crate::reconcile::allocation;
 use crate::result_figures::FigureFetcher;
 use crate::runs::{Owned, Runs};
+use crate::stores::{trim_meta, trim_node, trim_result, trim_slice};
 use crate::throttle::Throttle;
 use crate::wakes::Wakes;
-use crate::{apply, selection};
 
-/// The field manager of everything the operator writes.
-pub const FIELD_MANAGER: &str = "gpuval-operator";
 /// Requeue of a finished run (the periodic resync).
 const RESYNC: Duration = Duration::from_secs(600);
 /// Requeue after a failed reconcile.
 const RETRY: Duration = Duration::from_secs(5);
 /// Triggers for one validation within this window make one reconcile.
 const DEBOUNCE: Duration = Duration::from_millis(200);
-
-/// Why a reconcile failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("serialising status: {0}")]
-    Serde(#[from] serde_json::Error),
-    #[error("the fabric rendezvous key: {0}")]
-    FabricKey(String),
-    #[error("the DRA claim template: {0}")]
-    ClaimTemplate(String),
-    #[error("certificates: {0}")]
-    Certificate(String),
-}
-
-impl Error {
-    /// The `error` label of the reconcile-errors metric.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kube(kube::Error::Api(_)) => "api",
-            Error::Kube(_) => "client",
-            Error::Serde(_) => "serde",
-            Error::FabricKey(_) => "fabric_key",
-            Error::ClaimTemplate(_) => "claim_template",
-            Error::Certificate(_) => "certificate",
-        }
-    }
-}
-
-/// What every reconcile needs.
-pub struct Ctx {
-    pub client: Client,
-    pub cfg: OperatorConfig,
-    pub pods: Arc<PodViews>,
-    pub results: Store<PartialObjectMeta<GpuNodeResult>>,
-    pub nodes: Store<Node>,
-    /// The ResourceSlices of the DRA driver (`--dra-driver`), trimmed to their GPUs' names and
-    /// UUIDs; empty when `--gpu-allocation extendedResource`.
-    pub slices: Store<ResourceSlice>,
-    /// True once the slices are known (listed, or given up on: see [`settle_slices`]); no
-    /// node set is resolved before, so a DRA node is not left out for want of its slices.
-    pub slices_settled: Arc<AtomicBool>,
-    pub rounds: Store<GpuFabricRound>,
-    pub validations: Store<GpuValidation>,
-    pub recorder: Recorder,
-    pub metrics: Arc<Metrics>,
-    /// Each run's record and what changed since its last reconcile, by validation uid.
-    pub runs: Arc<Runs>,
-    /// The rate limit of API writes (`--api-qps`, `--api-burst`).
-    pub throttle: Throttle,
-    /// Where each ended run's certificates stand (written, given up, or when to try again).
-    pub certificates: crate::certificate_retry::Ledger,
-}
 
 async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
@@ -205,58 +151,6 @@ fn error_policy(gv: Arc<GpuValidation>, err: &Error, ctx: Arc<Ctx>) -> Action {
     Action::requeue(RETRY)
 }
 
-/// The GPUs of the DRA driver per node, from the slices the operator holds.
-pub fn dra_inventory(ctx: &Ctx) -> DraInventory {
-    let slices = ctx.slices.state();
-    DraInventory::from_slices(&ctx.cfg.allocation.driver, slices.iter().map(|s| &**s))
-}
-
-/// Selects `spec`'s nodes, each counted with the GPUs its allocation mode offers.
-pub fn select_nodes(
-    spec: &gpuval_crds::GpuValidationSpec,
-    nodes: &[Node],
-    ctx: &Ctx,
-) -> selection::Selection {
-    let allocation = &ctx.cfg.allocation;
-    let inventory = dra_inventory(ctx);
-    let gpus_of = |n: &Node| {
-        let name = n.metadata.name.as_deref().unwrap_or_default();
-        allocation::decide(allocation, name, &inventory).gpus(n)
-    };
-    selection::select_with(
-        spec,
-        nodes,
-        &gpus_of,
-        &allocation::no_gpus_reason(allocation),
-    )
-}
-
-/// Keeps of a ResourceSlice what the allocation decision reads: its driver, node, pool and
-/// each device's name, node and `uuid`/`type` attributes (capacities, counters, taints and
-/// other attributes can be large and are never read).
-pub fn trim_slice(s: &mut ResourceSlice) {
-    trim_meta(s);
-    s.metadata.annotations = None;
-    s.metadata.labels = None;
-    s.spec.shared_counters = None;
-    s.spec.node_selector = None;
-    for d in s.spec.devices.iter_mut().flatten() {
-        let kept = d.attributes.take().map(|mut a| {
-            a.retain(|k, _| {
-                let name = k.rsplit('/').next().unwrap_or(k);
-                name == "uuid" || name == "type"
-            });
-            a
-        });
-        *d = k8s_openapi::api::resource::v1::Device {
-            name: std::mem::take(&mut d.name),
-            node_name: d.node_name.take(),
-            attributes: kept,
-            ..Default::default()
-        };
-    }
-}
-
 /// Watches `api` into `writer`'s store, trimming each object with `trim` first (what the
 /// operator never reads need not stay in memory); yields the objects that changed.
 fn reflected<K>(
@@ -286,54 +180,6 @@ fn controller_config(cfg: &OperatorConfig) -> ControllerConfig {
 /// The label selector of everything the operator creates.
 fn managed_selector() -> String {
     format!("{}={}", labels::MANAGED_BY_KEY, labels::MANAGED_BY)
-}
-
-/// Drops managed fields, which the operator never reads.
-fn trim_meta<K: ResourceExt>(k: &mut K) {
-    k.managed_fields_mut().clear();
-}
-
-/// Drops a result's managed fields but the mark that a writer stored its status (the report):
-/// the entries of the status subresource, without their field sets (see
-/// [`crate::observe::has_report`]).
-pub fn trim_result(r: &mut PartialObjectMeta<GpuNodeResult>) {
-    let fields = r.managed_fields_mut();
-    fields.retain(|f| f.subresource.as_deref() == Some("status"));
-    for f in fields.iter_mut() {
-        f.fields_v1 = None;
-    }
-}
-
-/// Drops what a node carries that selection, admission, the expected GPU count and node state
-/// never read: everything but its name, version, times, labels, taints, whether it is cordoned,
-/// its allocatable resources, its GPU capacity and its `GpuValidated` condition (annotations,
-/// addresses, other capacity, other conditions, images, volumes, ...). This is the operator's
-/// one cache of Nodes ([`crate::wakes`]).
-pub fn trim_node(n: &mut Node) {
-    trim_meta(n);
-    let m = &mut n.metadata;
-    m.annotations = None;
-    m.owner_references = None;
-    m.finalizers = None;
-    if let Some(spec) = n.spec.as_mut() {
-        *spec = k8s_openapi::api::core::v1::NodeSpec {
-            taints: spec.taints.take(),
-            unschedulable: spec.unschedulable,
-            ..Default::default()
-        };
-    }
-    if let Some(s) = n.status.as_mut() {
-        let mut capacity = s.capacity.take().unwrap_or_default();
-        capacity.retain(|k, _| k == gpuval_crds::GPU_RESOURCE);
-        let mut conditions = s.conditions.take().unwrap_or_default();
-        conditions.retain(|c| c.type_ == crate::node_state::CONDITION);
-        *s = k8s_openapi::api::core::v1::NodeStatus {
-            allocatable: s.allocatable.take(),
-            capacity: (!capacity.is_empty()).then_some(capacity),
-            conditions: (!conditions.is_empty()).then_some(conditions),
-            ..Default::default()
-        };
-    }
 }
 
 /// The validations whose run is not over (a node change may matter to them).
@@ -634,7 +480,7 @@ mod tests {
             s.capacity = Some(capacity);
         }
         let spec = crate::selection::tests::spec();
-        let before = selection::select(&spec, &nodes);
+        let before = crate::selection::select(&spec, &nodes);
         let expected = |nodes: &[Node]| {
             nodes
                 .iter()
@@ -647,7 +493,7 @@ mod tests {
             "gpu-a's count comes from its capacity"
         );
         nodes.iter_mut().for_each(trim_node);
-        assert_eq!(selection::select(&spec, &nodes), before);
+        assert_eq!(crate::selection::select(&spec, &nodes), before);
         assert_eq!(
             expected(&nodes),
             expected_before,

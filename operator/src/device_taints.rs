@@ -11,8 +11,8 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, ResourceExt};
 use kube::discovery::{ApiResource, Discovery};
 
-use crate::controller::{Ctx, FIELD_MANAGER};
-use crate::node_state::Evidence;
+use crate::context::{Ctx, FIELD_MANAGER};
+use crate::node_evidence::Evidence;
 use crate::reconcile::device_taints;
 
 /// The served `DeviceTaintRule` resource (its most stable version), or None.
@@ -54,7 +54,7 @@ pub async fn sync_node(
     node: &str,
     evidence: Option<&Evidence>,
 ) -> Result<Vec<String>, kube::Error> {
-    let inventory = crate::controller::dra_inventory(ctx);
+    let inventory = crate::context::dra_inventory(ctx);
     let published = inventory.gpus(node);
     let Some(evidence) = evidence.filter(|_| !published.is_empty()) else {
         return Ok(Vec::new());

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::config::NodeTaints;
-use crate::node_state::Evidence;
+use crate::node_evidence::Evidence;
 
 /// What the failure marks of a node should be.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use gpuval_crds::labels;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, Patch, PatchParams, ResourceExt};
 
-use crate::controller::Ctx;
+use crate::context::Ctx;
 use crate::failure_marks::{Wanted, edit_taints as edit_taints_for, for_taint_owner, label_edit};
 
 /// Conflicts tried again at once before the controller's backoff takes over.

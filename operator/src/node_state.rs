@@ -26,10 +26,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use gpuval_crds::Action as Remedy;
 use gpuval_crds::result::result_name;
-use gpuval_crds::{
-    Evidence as Category, FinalLine, GpuNodeResult, GpuValidation, NodeAction, ResultSeen, Trust,
-    Verdict, labels,
-};
+use gpuval_crds::{FinalLine, GpuNodeResult, GpuValidation, ResultSeen, Trust, Verdict, labels};
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -39,64 +36,17 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::controller::{Ctx, Error, FIELD_MANAGER};
+use crate::context::{Ctx, Error, FIELD_MANAGER};
 use crate::failure_marks::Offences;
 use crate::wakes::NodeWake;
 use tokio::sync::mpsc;
 
 /// The Node condition type.
-pub const CONDITION: &str = "GpuValidated";
+pub const CONDITION: &str = labels::NODE_CONDITION;
 /// How long a node's condition message may be.
 const MAX_MESSAGE: usize = 300;
 
-/// One verdict about a node: a validation's final line for it ([`gpuval_crds::final_line`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Evidence {
-    pub validation: String,
-    pub at: Timestamp,
-    pub passed: bool,
-    /// What the verdict rests on: only [`Category::Hardware`] changes the node's labels and
-    /// sets `GpuValidated` True or False.
-    pub category: Category,
-    /// The verdict in the API's words (`Passed`, `Failed`, `Error`, `DeadlineExceeded`).
-    pub reason: String,
-    /// The first failures, or what to fix, or empty.
-    pub message: String,
-    /// What to do about the node (None: nothing).
-    pub action: Remedy,
-    /// The codes of its first failures (or warnings), comma-separated.
-    pub codes: String,
-    /// What the validation's `spec.onFailure` asks for a node that fails it.
-    pub on_failure: NodeAction,
-    /// When the validation was created: of two verdicts reached within the same second (the
-    /// API's times have whole seconds), the later run's is the newer.
-    pub run_created: Option<Timestamp>,
-}
-
-impl Evidence {
-    /// The evidence of a final line (None while it has no time: a line without a result in
-    /// a run that has not ended).
-    pub fn of_line(line: &FinalLine) -> Option<Evidence> {
-        Some(Evidence {
-            on_failure: NodeAction::None,
-            run_created: None,
-            validation: line.validation.clone(),
-            at: line.at?,
-            passed: line.passed(),
-            category: line.evidence,
-            reason: line.verdict.as_str().into(),
-            message: line.message.clone(),
-            action: line.action,
-            codes: line.codes.clone(),
-        })
-    }
-
-    /// True for a verdict on hardware evidence (a pass or a hardware failure): the only kind
-    /// that changes what a node carries.
-    pub fn is_hardware(&self) -> bool {
-        self.category.acts_on_node()
-    }
-}
+pub use crate::node_evidence::{Evidence, is_simulated};
 
 /// A node result's metadata, as [`latest`] reads it.
 #[derive(Debug, Clone, PartialEq)]
@@ -271,13 +221,6 @@ pub fn result_of(ctx: &Ctx, validation: &str, node: &str) -> Option<ResultMeta> 
     .then(|| result_meta(&r))
     .flatten()
     .filter(|m| m.node == node)
-}
-
-/// True when a result's labels say the simulated backend wrote it.
-pub fn is_simulated(result_labels: &BTreeMap<String, String>) -> bool {
-    result_labels
-        .get(labels::SIMULATED)
-        .is_some_and(|v| v == "true")
 }
 
 /// The newest verdict about `node` from the final lines of `runs` (each validation with the
@@ -724,7 +667,7 @@ async fn node_event(ctx: &Ctx, node: &Node, reason: &'static str, warning: bool,
         reason,
         note,
     };
-    crate::apply::publish_events(node, ctx, &[planned]).await;
+    crate::write::events::publish(node, ctx, &[planned]).await;
 }
 
 fn error_policy(node: Arc<Node>, err: &Error, nc: Arc<NodeStateCtx>) -> Action {
@@ -874,7 +817,7 @@ impl Marks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuval_crds::{NodeStatus, NodeVerdict, Phase};
+    use gpuval_crds::{Evidence as Category, NodeStatus, NodeVerdict, Phase};
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
@@ -1235,7 +1178,7 @@ mod tests {
         }))
         .unwrap();
         let before = (current(&node), marked(&node));
-        crate::controller::trim_node(&mut node);
+        crate::stores::trim_node(&mut node);
         assert_eq!((current(&node), marked(&node)), before);
         let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
         assert_eq!(

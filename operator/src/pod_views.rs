@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
-use crate::observe::pod_view;
+use crate::pod_reading::pod_view;
 use crate::reconcile::PodView;
 
 /// A cached pod: the validation that owns it (uid), its own uid (results name their writer by

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, ResourceExt};
 use kube::runtime::reflector::ObjectRef;
 
-use crate::controller::{Ctx, FIELD_MANAGER};
+use crate::context::{Ctx, FIELD_MANAGER};
 use crate::observe::{has_report, owned_by};
 use crate::pod_views::PodIdentity;
 

@@ -15,6 +15,10 @@ pub struct SelectedNode {
     pub gpus: i32,
 }
 
+/// The condition and event reason of a run the installation cannot carry out (see
+/// [`Selection::not_configured`]).
+pub const NOT_CONFIGURED: &str = "NotConfigured";
+
 /// The outcome of resolving a spec against the cluster's nodes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Selection {
@@ -52,7 +56,7 @@ impl Selection {
             return Some(("InvalidSpec", e.clone()));
         }
         if let Some(e) = &self.not_configured {
-            return Some((crate::reconcile::preflight::REASON, e.clone()));
+            return Some((NOT_CONFIGURED, e.clone()));
         }
         if !self.missing.is_empty() {
             return Some((

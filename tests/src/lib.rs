@@ -28,6 +28,7 @@ pub mod chart;
 pub mod crds;
 pub mod dra;
 pub mod kubelet;
+pub mod layers;
 pub mod nodes;
 pub mod operator;
 pub mod proxy;

@@ -17,6 +17,9 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
+/// The longest a host waits for an accepted connection's hello (each connection on its own).
+pub const HELLO_WAIT: Duration = Duration::from_secs(5);
+
 /// How long each step with a peer may take, and how many connections a listener greets at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -34,7 +37,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            greet: super::rendezvous::HELLO_WAIT,
+            greet: HELLO_WAIT,
             stall: Duration::from_secs(10),
             per_source: 8,
             per_group: 64,

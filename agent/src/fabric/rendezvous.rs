@@ -32,8 +32,7 @@ use crate::api_retry::{Backoff, seed_of};
 
 /// The longest a control message line may be (a hello, a figure, a 64-byte ping).
 const MAX_LINE: usize = 64 * 1024;
-/// The longest a host waits for an accepted connection's hello (each connection on its own).
-pub const HELLO_WAIT: Duration = Duration::from_secs(5);
+pub use super::greeting::HELLO_WAIT;
 /// Backoff between connection attempts of a member: first and largest.
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 use kube::api::ResourceExt;
 
 use crate::config::OperatorConfig;
-use crate::controller::Ctx;
+use crate::context::Ctx;
 use crate::node_state::{Incarnation, Policy, result_of};
 use crate::selection;
 use plan::{AdmissionRun, NodeView, Outcome};

@@ -13,7 +13,7 @@ use std::time::Duration;
 use gpuval_crds::schedule::Admission;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::schedule::plan::name_prefix;
+use gpuval_crds::schedule::name_prefix;
 
 /// A node as admission sees it.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,7 +10,7 @@ use gpuval_crds::fabric::FabricSpec;
 use crate::config::OperatorConfig;
 
 /// The condition and event reason of a refused run.
-pub const REASON: &str = "NotConfigured";
+pub const REASON: &str = crate::selection::NOT_CONFIGURED;
 
 /// What the installation gives agent pods, as far as the checks care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

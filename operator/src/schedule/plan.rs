@@ -20,10 +20,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::reconcile::PlannedEvent;
+pub use gpuval_crds::schedule::{MAX_NAME_PREFIX, name_prefix};
 
-/// The longest a schedule name may be inside a run's name (`NAME-MINUTES` stays a valid name,
-/// and the agent pods' names built from it stay short).
-pub const MAX_NAME_PREFIX: usize = 40;
 /// Requeue when nothing is due sooner.
 const IDLE_REQUEUE: Duration = Duration::from_secs(600);
 
@@ -77,12 +75,6 @@ pub struct NodeLoad {
 /// [`MAX_NAME_PREFIX`]) and the slot in minutes since 1970, as CronJob names its Jobs.
 pub fn run_name(schedule: &str, slot: Timestamp) -> String {
     format!("{}-{}", name_prefix(schedule), slot.as_second() / 60)
-}
-
-/// `name` cut to [`MAX_NAME_PREFIX`] characters at a name-safe point.
-pub fn name_prefix(name: &str) -> &str {
-    let cut = name.get(..MAX_NAME_PREFIX.min(name.len())).unwrap_or(name);
-    cut.trim_end_matches(['-', '.'])
 }
 
 /// The latest scheduled time in (the last handled time, now], if any. The last handled time

@@ -22,7 +22,7 @@ use kube::{Resource, ResourceExt};
 use super::busy::{self, ClaimKey};
 use super::plan::{self, NewRun, NodeLoad, Plan, Run};
 use crate::admission::{self, plan::AdmissionPlan};
-use crate::controller::{Ctx, Error, FIELD_MANAGER};
+use crate::context::{Ctx, Error, FIELD_MANAGER};
 use crate::reconcile::PlannedEvent;
 
 /// Requeue after a failed reconcile.
@@ -163,7 +163,7 @@ async fn node_load(
     ctx: &Ctx,
     nodes: &[Node],
 ) -> Result<NodeLoad, kube::Error> {
-    let selected: Vec<String> = crate::controller::select_nodes(&s.spec.template, nodes, ctx)
+    let selected: Vec<String> = crate::context::select_nodes(&s.spec.template, nodes, ctx)
         .selected
         .into_iter()
         .map(|n| n.name)
@@ -374,9 +374,9 @@ async fn reconcile(s: Arc<GpuValidationSchedule>, sc: Arc<ScheduleCtx>) -> Resul
     }
     apply_admission(&s, ctx, &admission, &mut p.events).await?;
     if s.status.as_ref() != Some(&p.status) {
-        crate::apply::write_status::<GpuValidationSchedule>(&s.name_any(), ctx, &p.status).await?;
+        crate::write::status::write::<GpuValidationSchedule>(&s.name_any(), ctx, &p.status).await?;
     }
-    crate::apply::publish_events(&*s, ctx, &p.events).await;
+    crate::write::events::publish(&*s, ctx, &p.events).await;
     let requeue = [p.requeue_after, admission.requeue_after]
         .into_iter()
         .flatten()

@@ -1,0 +1,106 @@
+//! What the operator's shell stands on: the context every reconcile reads ([`Ctx`]: the client,
+//! the configuration, the stores and the write throttle), the shell's errors and the field
+//! manager of everything it writes. The controllers ([`crate::controller`],
+//! [`crate::node_state`], [`crate::schedule`], [`crate::admission`]) and the modules that write
+//! ([`crate::apply`] and the others) all stand on it; it names none of them.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use gpuval_crds::{GpuFabricRound, GpuNodeResult, GpuValidation};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use kube::Client;
+use kube::api::PartialObjectMeta;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+
+use crate::config::OperatorConfig;
+use crate::metrics::Metrics;
+use crate::pod_views::PodViews;
+use crate::reconcile::allocation::{self, DraInventory};
+use crate::runs::Runs;
+use crate::selection;
+use crate::throttle::Throttle;
+
+/// The field manager of everything the operator writes.
+pub const FIELD_MANAGER: &str = "gpuval-operator";
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("serialising status: {0}")]
+    Serde(#[from] serde_json::Error),
+    #[error("the fabric rendezvous key: {0}")]
+    FabricKey(String),
+    #[error("the DRA claim template: {0}")]
+    ClaimTemplate(String),
+    #[error("certificates: {0}")]
+    Certificate(String),
+}
+
+impl Error {
+    /// The `error` label of the reconcile-errors metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "client",
+            Error::Serde(_) => "serde",
+            Error::FabricKey(_) => "fabric_key",
+            Error::ClaimTemplate(_) => "claim_template",
+            Error::Certificate(_) => "certificate",
+        }
+    }
+}
+
+/// What every reconcile needs.
+pub struct Ctx {
+    pub client: Client,
+    pub cfg: OperatorConfig,
+    pub pods: Arc<PodViews>,
+    pub results: Store<PartialObjectMeta<GpuNodeResult>>,
+    pub nodes: Store<Node>,
+    /// The ResourceSlices of the DRA driver (`--dra-driver`), trimmed to their GPUs' names and
+    /// UUIDs; empty when `--gpu-allocation extendedResource`.
+    pub slices: Store<ResourceSlice>,
+    /// True once the slices are known (listed, or given up on: see [`settle_slices`]); no
+    /// node set is resolved before, so a DRA node is not left out for want of its slices.
+    pub slices_settled: Arc<AtomicBool>,
+    pub rounds: Store<GpuFabricRound>,
+    pub validations: Store<GpuValidation>,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    /// Each run's record and what changed since its last reconcile, by validation uid.
+    pub runs: Arc<Runs>,
+    /// The rate limit of API writes (`--api-qps`, `--api-burst`).
+    pub throttle: Throttle,
+    /// Where each ended run's certificates stand (written, given up, or when to try again).
+    pub certificates: crate::certificate_retry::Ledger,
+}
+
+/// The GPUs of the DRA driver per node, from the slices the operator holds.
+pub fn dra_inventory(ctx: &Ctx) -> DraInventory {
+    let slices = ctx.slices.state();
+    DraInventory::from_slices(&ctx.cfg.allocation.driver, slices.iter().map(|s| &**s))
+}
+
+/// Selects `spec`'s nodes, each counted with the GPUs its allocation mode offers.
+pub fn select_nodes(
+    spec: &gpuval_crds::GpuValidationSpec,
+    nodes: &[Node],
+    ctx: &Ctx,
+) -> selection::Selection {
+    let allocation = &ctx.cfg.allocation;
+    let inventory = dra_inventory(ctx);
+    let gpus_of = |n: &Node| {
+        let name = n.metadata.name.as_deref().unwrap_or_default();
+        allocation::decide(allocation, name, &inventory).gpus(n)
+    };
+    selection::select_with(
+        spec,
+        nodes,
+        &gpus_of,
+        &allocation::no_gpus_reason(allocation),
+    )
+}
