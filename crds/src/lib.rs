@@ -30,6 +30,7 @@ pub mod pem;
 pub mod reason;
 pub mod report;
 pub mod result;
+pub mod result_meta;
 pub mod rules;
 pub mod schedule;
 pub mod schema;

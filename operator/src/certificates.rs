@@ -10,6 +10,7 @@ use gpuval_crds::certificate::{
     self, NodeCertificate, NodeFabric, NodeInputs, NodeLine, Settings, Subject,
     ValidationCertificate,
 };
+use gpuval_crds::result_meta::ReportMeta;
 use gpuval_crds::seal::{self, Signed, VerifyError};
 use gpuval_crds::{GpuNodeResult, GpuValidation, GpuValidationStatus, ResultSeen, Verdict, labels};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -115,23 +116,19 @@ pub fn sign_run(
 ///
 /// [`FinalLine::certified`]: gpuval_crds::FinalLine::certified
 pub fn certified(ended: &GpuValidation, r: &GpuNodeResult, reported: Verdict) -> Verdict {
-    let labels = r.metadata.labels.as_ref();
-    let annotation = |k: &str| {
-        r.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(k))
-            .cloned()
-            .unwrap_or_default()
-    };
+    // A result without a verdict label is read as one whose report says nothing more.
+    let meta = ReportMeta::read(r.metadata.labels.as_ref(), r.metadata.annotations.as_ref());
+    let (simulated, summary, codes) = meta
+        .map(|m| (m.simulated, m.summary, m.codes))
+        .unwrap_or_default();
     let seen = ResultSeen {
         name: r.metadata.name.clone().unwrap_or_default(),
         generation: r.spec.generation,
         verdict: Some(reported),
         reported: r.status.is_some(),
-        simulated: labels.is_some_and(crate::node_evidence::is_simulated),
-        summary: annotation(labels::SUMMARY),
-        codes: annotation(labels::CODES),
+        simulated,
+        summary,
+        codes,
         action: gpuval_crds::Action::None,
         created: r.metadata.creation_timestamp.as_ref().map(|t| t.0),
     };

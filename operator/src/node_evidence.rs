@@ -2,10 +2,8 @@
 //! on), read by the node-state controller, the failure marks, the device taints and admission
 //! (pure).
 
-use std::collections::BTreeMap;
-
 use gpuval_crds::Action as Remedy;
-use gpuval_crds::{Evidence as Category, FinalLine, NodeAction, labels};
+use gpuval_crds::{Evidence as Category, FinalLine, NodeAction};
 use k8s_openapi::jiff::Timestamp;
 
 /// One verdict about a node: a validation's final line for it ([`gpuval_crds::final_line`]).
@@ -55,11 +53,4 @@ impl Evidence {
     pub fn is_hardware(&self) -> bool {
         self.category.acts_on_node()
     }
-}
-
-/// True when a result's labels say the simulated backend wrote it.
-pub fn is_simulated(result_labels: &BTreeMap<String, String>) -> bool {
-    result_labels
-        .get(labels::SIMULATED)
-        .is_some_and(|v| v == "true")
 }

@@ -26,6 +26,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use gpuval_crds::Action as Remedy;
 use gpuval_crds::result::result_name;
+use gpuval_crds::result_meta::ReportMeta;
 use gpuval_crds::{FinalLine, GpuNodeResult, GpuValidation, ResultSeen, Trust, Verdict, labels};
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -46,7 +47,7 @@ pub const CONDITION: &str = labels::NODE_CONDITION;
 /// How long a node's condition message may be.
 const MAX_MESSAGE: usize = 300;
 
-pub use crate::node_evidence::{Evidence, is_simulated};
+pub use crate::node_evidence::Evidence;
 
 /// A node result's metadata, as [`latest`] reads it.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,7 +58,8 @@ pub struct ResultMeta {
     pub validation: String,
     /// The validation generation it was written for.
     pub generation: i64,
-    pub verdict: String,
+    /// Its verdict label (an unknown spelling reads as Error).
+    pub verdict: Verdict,
     pub summary: String,
     /// When its report was stored (else when it was created).
     pub created: Timestamp,
@@ -78,7 +80,7 @@ impl ResultMeta {
     /// Whether its verdict label passes, as [`Verdict::passes`] says; an unreadable label is no
     /// pass.
     pub fn passed(&self) -> bool {
-        self.verdict.parse::<Verdict>().is_ok_and(Verdict::passes)
+        self.verdict.passes()
     }
 
     /// The result as the final-line reader takes it.
@@ -86,7 +88,7 @@ impl ResultMeta {
         ResultSeen {
             name: self.name.clone(),
             generation: self.generation,
-            verdict: self.verdict.parse().ok(),
+            verdict: Some(self.verdict),
             reported: self.reported,
             simulated: self.simulated,
             summary: self.summary.clone(),
@@ -146,10 +148,20 @@ impl Policy {
     }
 }
 
-/// The metadata of a node result, when it has the labels the agent sets.
+/// The metadata of a node result, when it has the labels the agent sets (its report read through
+/// [`ReportMeta`], the one reader of what the agent writes there).
 pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
     let l = r.metadata.labels.as_ref()?;
     let ann = r.metadata.annotations.as_ref();
+    let ReportMeta {
+        verdict,
+        action,
+        simulated,
+        summary,
+        codes,
+        // The fleet's versions are the validation's concern, not a node's state.
+        versions: _,
+    } = ReportMeta::read(Some(l), ann)?;
     Some(ResultMeta {
         name: r.metadata.name.clone().unwrap_or_default(),
         node: ann
@@ -158,23 +170,14 @@ pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
             .clone(),
         validation: l.get(labels::VALIDATION)?.clone(),
         generation: l.get(labels::GENERATION)?.parse().ok()?,
-        verdict: l.get(labels::VERDICT)?.clone(),
-        summary: ann
-            .and_then(|a| a.get(labels::SUMMARY))
-            .cloned()
-            .unwrap_or_default(),
+        verdict,
+        summary,
         // When its report was stored: the operator creates a result with the agent pod.
         created: crate::observe::reported_at(&r.metadata)
             .or_else(|| r.metadata.creation_timestamp.as_ref().map(|t| t.0))?,
-        action: l
-            .get(labels::ACTION)
-            .and_then(|a| Remedy::ALL.into_iter().find(|x| x.as_str() == a))
-            .unwrap_or_default(),
-        codes: ann
-            .and_then(|a| a.get(labels::CODES))
-            .cloned()
-            .unwrap_or_default(),
-        simulated: is_simulated(l),
+        action,
+        codes,
+        simulated,
         reported: crate::observe::has_report(&r.metadata),
         node_uid: ann.and_then(|a| a.get(labels::NODE_UID)).cloned(),
     })
@@ -831,7 +834,7 @@ mod tests {
             node: node.into(),
             validation: validation.into(),
             generation: 1,
-            verdict: verdict.into(),
+            verdict: verdict.parse().unwrap_or(Verdict::Error),
             summary: if failed {
                 "GPU5 memory: 3 mismatches".into()
             } else {
@@ -901,7 +904,7 @@ mod tests {
         let pass = result("a", "v", "Pass", "2026-11-23T01:00:00Z");
         for verdict in gpuval_crds::Verdict::ALL {
             let mut r = pass.clone();
-            r.verdict = verdict.as_str().into();
+            r.verdict = verdict;
             let lines = match verdict.passes() {
                 true => vec![],
                 false => vec![failed_line(&r)],

@@ -4,7 +4,8 @@
 //! ([`news`], looked up by name: work for the news, not for the cluster). Pod phases and
 //! failure reasons are parsed once, in [`crate::pod_reading`].
 
-use gpuval_crds::{GpuNodeResult, GpuValidation, Verdict, labels};
+use gpuval_crds::result_meta::ReportMeta;
+use gpuval_crds::{GpuNodeResult, GpuValidation, labels};
 use kube::Resource;
 use kube::api::{ObjectMeta, PartialObjectMeta, ResourceExt};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -48,11 +49,8 @@ pub fn node_of(meta: &ObjectMeta) -> Option<&str> {
 /// verdict label counts as Error; None for a result without the labels the agent sets.
 pub fn result_view(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultView> {
     let labels = r.metadata.labels.as_ref()?;
-    let verdict = labels
-        .get(labels::VERDICT)?
-        .parse()
-        .unwrap_or(Verdict::Error);
     let ann = r.metadata.annotations.as_ref();
+    let report = ReportMeta::read(Some(labels), ann)?;
     Some(ResultView {
         name: r.name_any(),
         node: ann
@@ -60,11 +58,8 @@ pub fn result_view(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultView> {
             .or_else(|| labels.get(labels::NODE))
             .cloned()?,
         generation: labels.get(labels::GENERATION)?.parse().ok()?,
-        verdict,
-        summary: ann
-            .and_then(|a| a.get(labels::SUMMARY))
-            .cloned()
-            .unwrap_or_default(),
+        verdict: report.verdict,
+        summary: report.summary.clone(),
         fabric: ann
             .and_then(|a| a.get(labels::FABRIC_OUTCOMES))
             .map(|s| fabric_outcomes(&r.name_any(), s))
@@ -72,7 +67,7 @@ pub fn result_view(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultView> {
         ports: ann
             .and_then(|a| a.get(labels::FABRIC_PORTS))
             .and_then(|s| fabric_ports(&r.name_any(), s)),
-        facts: crate::reconcile::fleet::result_facts(labels, ann),
+        facts: crate::reconcile::fleet::result_facts(&report),
     })
 }
 
@@ -280,6 +275,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpuval_crds::Verdict;
 
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 

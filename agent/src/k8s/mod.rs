@@ -46,7 +46,7 @@ use crate::render;
 pub use self::env::{AgentEnv, EnvError, result_delay};
 use self::result::store_until;
 pub use self::result::{
-    RESULT_CREATE_WAIT, StoreError, field_manager, report_labels, report_metadata, status_patch,
+    RESULT_CREATE_WAIT, StoreError, field_manager, report_meta, report_metadata, status_patch,
     summary,
 };
 use self::steps::{read_validation, run_deadline, saved_or_run, stay_for_fabric};

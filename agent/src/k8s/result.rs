@@ -2,11 +2,11 @@
 //! retries until the run's deadline into the result the operator created for this pod (bound
 //! to it: [`gpuval_crds::binding`]).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use gpuval_crds::result::result_name;
-use gpuval_crds::{Action, GpuNodeResult, GpuValidation, NodeReport, Verdict, labels};
+use gpuval_crds::result_meta::ReportMeta;
+use gpuval_crds::{GpuNodeResult, GpuValidation, NodeReport, labels};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
 
@@ -31,41 +31,31 @@ pub fn summary(report: &NodeReport) -> String {
     }
 }
 
-/// The labels of the agent's report (the only labels it may set: the operator made the rest
-/// when it created the result, see [`gpuval_crds::binding`]).
-pub fn report_labels(
-    verdict: Verdict,
-    action: Action,
-    simulated: bool,
-) -> BTreeMap<String, String> {
-    let mut l = BTreeMap::from([
-        (labels::VERDICT.to_string(), verdict.as_str().to_string()),
-        (labels::ACTION.to_string(), action.as_str().to_string()),
-    ]);
-    if simulated {
+/// What the agent's report puts on its result's metadata ([`ReportMeta`]: the labels and
+/// annotations every reader reads through the same type).
+pub fn report_meta(report: &NodeReport) -> ReportMeta {
+    ReportMeta {
+        verdict: report.verdict,
+        action: report.action,
         // The operator never takes a simulated result as evidence about the node.
-        l.insert(labels::SIMULATED.to_string(), "true".to_string());
+        simulated: report.simulated,
+        summary: summary(report),
+        codes: report.codes(),
+        versions: report.versions(),
     }
-    l
 }
 
 /// The merge patch of the result's metadata that carries the report's labels and annotations
-/// (summary, codes, versions). It names nothing of the result's binding (run, node, pod), which
-/// the operator wrote and the admission policy keeps an agent from changing; being a merge
-/// patch, it never creates the result (a missing one is a 404).
+/// (the only ones the agent may set: the operator made the rest when it created the result, see
+/// [`gpuval_crds::binding`]). It names nothing of the result's binding (run, node, pod), which
+/// the admission policy keeps an agent from changing; being a merge patch, it never creates the
+/// result (a missing one is a 404).
 pub fn report_metadata(report: &NodeReport) -> serde_json::Value {
-    let annotations: BTreeMap<&str, String> = [
-        (labels::SUMMARY, summary(report)),
-        (labels::CODES, report.codes()),
-        (labels::VERSIONS, report.versions().annotation()),
-    ]
-    .into_iter()
-    .filter(|(_, v)| !v.is_empty())
-    .collect();
+    let meta = report_meta(report);
     serde_json::json!({
         "metadata": {
-            "labels": report_labels(report.verdict, report.action, report.simulated),
-            "annotations": annotations,
+            "labels": meta.labels(),
+            "annotations": meta.annotations(),
         },
     })
 }

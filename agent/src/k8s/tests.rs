@@ -196,11 +196,14 @@ fn report(verdict: Verdict, failures: &[&str]) -> NodeReport {
 
 #[test]
 fn labels_and_summary() {
-    let l = report_labels(Verdict::Fail, Action::ResetGpu, false);
+    let mut failed = report(Verdict::Fail, &["GPU3: memory"]);
+    failed.action = Action::ResetGpu;
+    failed.simulated = false;
+    let l = report_meta(&failed).labels();
     assert_eq!(l["gpuval.io/verdict"], "Fail");
     assert_eq!(l["gpuval.io/action"], "ResetGpu");
     assert_eq!(l.len(), 2, "{l:?}");
-    let simulated = report_labels(Verdict::Pass, Action::None, true);
+    let simulated = report_meta(&report(Verdict::Pass, &[])).labels();
     assert_eq!(simulated["gpuval.io/simulated"], "true");
 
     assert_eq!(
@@ -212,7 +215,7 @@ fn labels_and_summary() {
     assert!(summary(&passed).ends_with("no GPUs"));
     for v in [Verdict::Pass, Verdict::Warn, Verdict::Error] {
         assert_eq!(
-            report_labels(v, Action::None, false)["gpuval.io/verdict"],
+            report_meta(&report(v, &[])).labels()["gpuval.io/verdict"],
             v.as_str()
         );
     }

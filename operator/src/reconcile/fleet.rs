@@ -4,35 +4,32 @@
 //! versions), read once here for the node lines.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use gpuval_crds::facts::{
     Component, FleetComponent, FleetStatus, MAX_LISTED_DIFFERING, MAX_LISTED_VERSIONS, NodeVersion,
     VersionCount, Versions,
 };
-use gpuval_crds::{Action, Verdict, labels};
+use gpuval_crds::result_meta::ReportMeta;
+use gpuval_crds::{Action, Verdict};
 
 use super::view::{ResultFacts, ResultView};
 
-/// A result's codes, action and versions from its labels and annotations (absent or unknown
-/// values read as none).
-pub fn result_facts(
-    result_labels: &BTreeMap<String, String>,
-    annotations: Option<&BTreeMap<String, String>>,
-) -> ResultFacts {
-    let ann = |k: &str| annotations.and_then(|a| a.get(k));
+/// What a result's report says beyond its verdict and summary (its codes, action and versions).
+pub fn result_facts(report: &ReportMeta) -> ResultFacts {
+    let ReportMeta {
+        verdict: _,
+        summary: _,
+        action,
+        simulated,
+        codes,
+        versions,
+    } = report;
     ResultFacts {
-        codes: ann(labels::CODES).cloned().unwrap_or_default(),
-        action: result_labels
-            .get(labels::ACTION)
-            .and_then(|a| Action::ALL.into_iter().find(|x| x.as_str() == a))
-            .unwrap_or_default(),
-        versions: ann(labels::VERSIONS)
-            .map(|v| Versions::parse_annotation(v))
-            .unwrap_or_default(),
-        simulated: result_labels
-            .get(labels::SIMULATED)
-            .is_some_and(|v| v == "true"),
+        codes: codes.clone(),
+        action: *action,
+        versions: versions.clone(),
+        simulated: *simulated,
     }
 }
 
@@ -158,6 +155,8 @@ fn compare_versions(a: &str, b: &str) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpuval_crds::labels;
+    use std::collections::BTreeMap;
 
     fn result(node: &str, generation: i64, driver: &str, vbios: Option<&str>) -> ResultView {
         ResultView {
@@ -266,7 +265,10 @@ mod tests {
 
     #[test]
     fn result_metadata_reads_into_facts_and_lines() {
-        let l = BTreeMap::from([(labels::ACTION.to_string(), "ResetGpu".to_string())]);
+        let l = BTreeMap::from([
+            (labels::VERDICT.to_string(), "Fail".to_string()),
+            (labels::ACTION.to_string(), "ResetGpu".to_string()),
+        ]);
         let a = BTreeMap::from([
             (
                 labels::CODES.to_string(),
@@ -277,7 +279,7 @@ mod tests {
                 "driver=570.86.15,nccl=2.28.3".to_string(),
             ),
         ]);
-        let f = result_facts(&l, Some(&a));
+        let f = result_facts(&ReportMeta::read(Some(&l), Some(&a)).expect("a report"));
         assert_eq!(f.action, Action::ResetGpu);
         assert_eq!(f.versions.nccl.as_deref(), Some("2.28.3"));
         assert_eq!(
@@ -287,7 +289,11 @@ mod tests {
                 Some(Action::ResetGpu)
             )
         );
-        let bad = BTreeMap::from([(labels::ACTION.to_string(), "Pray".to_string())]);
-        assert_eq!(line_facts(&result_facts(&bad, None)), (None, None));
+        let bad = BTreeMap::from([
+            (labels::VERDICT.to_string(), "Pass".to_string()),
+            (labels::ACTION.to_string(), "Pray".to_string()),
+        ]);
+        let bad = ReportMeta::read(Some(&bad), None).expect("a report");
+        assert_eq!(line_facts(&result_facts(&bad)), (None, None));
     }
 }
