@@ -27,7 +27,7 @@
 #   io            2 files x 1 GiB on a temp dir; fio (fio_ref.sh: the agent's block size, direct
 #                 I/O, one request in flight per job) on the same dir, else dd (io_ref.sh); after
 #                 an unmeasured 4 GiB write, the host agent, the reference and the pod-like agent
-#                 in turn, three rounds, each side first in one (the summary takes each side's
+#                 in turn, five rounds, the order turning each round (the summary takes each side's
 #                 best)
 #   fault-memory  a second process holds 40% of GPU 0 during the memory check (must fail)
 #   fault-compute a second process burns bf16 on GPU 0 during a 10 s burn (must be named, with no
@@ -327,11 +327,13 @@ fi
 IO_DIR=${IO_DIR:-$(mktemp -d /tmp/gpuval-smoke-io.XXXXXX)}
 mkdir -p "$IO_DIR"
 chmod 1777 "$IO_DIR"
-# Three rounds, each side starting one of them (agent-io, fio-io, pod-agent-io; fio-io-2,
-# pod-agent-io-2, agent-io-2; pod-agent-io-3, agent-io-3, fio-io-3), after an unmeasured 4 GiB
-# write: on this VM's disk each writer ran faster than the one before it (the gate at f7f69c1:
-# 1395, 1447, 1536, 1461, 1547, 1661 MB/s in that order), so a side that always went first
-# always lost. The summary takes each side's best.
+# Five rounds, the order turning each round so every side starts some of them (agent-io,
+# fio-io, pod-agent-io; fio-io-2, pod-agent-io-2, agent-io-2; pod-agent-io-3, agent-io-3,
+# fio-io-3; then -4 and -5 as rounds 1 and 2), after an unmeasured 4 GiB write: on this VM's
+# disk each writer ran faster than the one before it (the gate at f7f69c1: 1395, 1447, 1536,
+# 1461, 1547, 1661 MB/s in that order), so a side that always went first always lost; and a
+# 2 GiB phase lasts about a second and a half, so with three rounds a side's best still moved
+# by 10 % between gates (0.87 to 1.19 of fio, 2026-11-28). The summary takes each side's best.
 io_args=(--checks io --io-dir "$IO_DIR" --io-file-size-mib 1024 --io-files 2 --io-concurrency 2)
 io_host() { agent "agent-io$1" 90 "${io_args[@]}"; }
 io_pod() { pod_agent "pod-agent-io$1" 90 "${io_args[@]}"; }
@@ -344,9 +346,9 @@ io_ref() {
 }
 step io-warmup 60 - bash -c 'dd if=/dev/zero of="$1/warmup" bs=8M count=512 oflag=direct conv=fsync \
   status=none; rm -f "$1/warmup"' _ "$IO_DIR"
-for round in 1 2 3; do
+for round in 1 2 3 4 5; do
   sfx=${round/#1/}; sfx=${sfx:+-$sfx}
-  case $round in
+  case $((round % 3)) in
     1) order=(io_host io_ref io_pod) ;;
     2) order=(io_ref io_pod io_host) ;;
     *) order=(io_pod io_host io_ref) ;;

@@ -301,9 +301,9 @@ def training_figures(run, report, _step):
 
 # The io step runs the agent (each way) and the reference in turn, up to IO_ROUNDS rounds on the
 # same directory (agent-io, fio-io, pod-agent-io, then -2 and -3 with each side first in one
-# round; dd-io and two rounds in older runs): a VM's disk varies from one second to the next, so
+# round, then -4 and -5; dd-io and two or three rounds in older runs): a VM's disk varies from one second to the next, so
 # each side is taken at its best of its rounds, the same rule for all.
-IO_ROUNDS = 3
+IO_ROUNDS = 5
 
 
 def io_rounds(run, stem):
