@@ -223,9 +223,12 @@ pub fn error_reason(err: &BackendError) -> Reason {
         BackendError::MissingLibrary { .. } => Code::LibraryMissing,
         BackendError::Stopped => Code::RunStopped,
         BackendError::NoGpu(_) => Code::NoGpus,
-        BackendError::Gpu { .. } | BackendError::NoSuchGpu(_) | BackendError::Other(_) => {
-            Code::CheckCouldNotRun
-        }
+        BackendError::Gpu { .. }
+        | BackendError::NoSuchGpu(_)
+        | BackendError::CollectiveSetup { .. }
+        | BackendError::Silent(_)
+        | BackendError::Hung(_)
+        | BackendError::Other(_) => Code::CheckCouldNotRun,
     };
     code.says(err.to_string())
 }

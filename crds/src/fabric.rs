@@ -363,22 +363,50 @@ pub struct FabricOutcome {
     pub simulated: bool,
 }
 
-/// A member's failure, and whose it is.
+/// A member's failure: what happened to it, as a [`FabricErrorKind`], and in words for people.
+/// The planner reads the kind alone (never the words), so rewording a message changes no
+/// verdict.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct FabricError {
-    /// `Local`: this node failed on its own (its NCCL could not start, it has no route to the
-    /// rendezvous that others reached); `Peer`: it waited for members that never came or left.
     pub kind: FabricErrorKind,
     #[schemars(length(max = 300))]
     pub message: String,
 }
 
-/// Whose failure a [`FabricError`] is.
+/// What happened to a member of a fabric group, as its agent saw it. Only [`Local`] is the
+/// member's own failure; every other kind is one another member's fault can explain, so it
+/// never names the member that reported it.
+///
+/// [`Local`]: FabricErrorKind::Local
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FabricErrorKind {
+    /// Its own side failed: its GPU (a CUDA error, wrong elements received on its ranks), its
+    /// NCCL or network setup (no interface, no library), its own thread.
     Local,
+    /// A peer's failure reached it: NCCL says a remote process exited or its connection was
+    /// closed, reset or refused, or a peer broke off the TCP test.
     Peer,
+    /// It waited for its peers past a deadline: a setup or a collective that did not return in
+    /// time.
+    Timeout,
+    /// Its collective made no progress and its sweep was stopped for silence (a group that
+    /// stalls stalls every member; whose watchdog fires first is chance).
+    Stalled,
+    /// The rendezvous did not gather the group: members never came, or the host could not be
+    /// reached (the host's report names who was missing).
+    NeverJoined,
+    /// The rendezvous host refused this member.
+    Refused,
+    /// It stopped because another member of its group failed first.
+    Aborted,
+}
+
+impl FabricErrorKind {
+    /// True for the member's own failure ([`FabricErrorKind::Local`]).
+    pub fn is_own(self) -> bool {
+        matches!(self, FabricErrorKind::Local)
+    }
 }
 
 /// Parses the outcomes annotation; an unreadable one reads as no outcomes (and says why).

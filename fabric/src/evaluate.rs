@@ -3,9 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpuval_crds::fabric::{FabricErrorKind, FabricKind, FabricOutcome};
+use gpuval_crds::fabric::{FabricKind, FabricOutcome};
 
-use crate::attribute::attribute;
 use crate::{Group, Purpose, Round, Settings};
 
 /// Everything the planner knows: the rounds planned so far (round `n` is `rounds[n - 1]`), each
@@ -268,9 +267,9 @@ struct Blame {
     own: Vec<(String, String)>,
 }
 
-/// Members that failed on their own in this group: gone, silent, a local error (read again
-/// from its words: one a peer explains is not local), or missing from a rendezvous that other
-/// members reached.
+/// Members that failed on their own in this group: gone, silent, an error of its own kind
+/// ([`gpuval_crds::fabric::FabricErrorKind::is_own`]; the words are never read), or missing
+/// from a rendezvous that other members reached.
 fn blame(
     round: u32,
     group: &Group,
@@ -298,7 +297,7 @@ fn blame(
                 format!("no fabric report within round {round}'s timeout"),
             )),
             Some(o) => match &o.error {
-                Some(e) if attribute(e) == FabricErrorKind::Local => b
+                Some(e) if e.kind.is_own() => b
                     .own
                     .push((node.clone(), format!("fabric round {round}: {}", e.message))),
                 _ if missing.contains(node) && someone_joined => b.own.push((

@@ -5,7 +5,8 @@
 //! A fabric test is a sequence of rounds. The first screens everything at once: one NCCL group
 //! over every node, and one TCP pair per node. When a group falls short, its members become
 //! suspects (an error that a peer's failure explains, such as a connection closed by a peer
-//! that exited, makes the group suspect, never the member that saw it: [`attribute`]); a
+//! that exited, makes the group suspect, never the member that saw it: each error's typed kind,
+//! [`gpuval_crds::fabric::FabricErrorKind`], says which, and its words are never read); a
 //! member whose own side could not start is the only suspect of its group. Later rounds pair
 //! each open node with its neighbours in name order and then with cleared nodes near and far
 //! from it. A node is named only when it failed beside each of those cleared partners and met
@@ -18,7 +19,6 @@
 //! every member's outcomes) and says what to do: plan a round, wait, or conclude. It keeps no
 //! state, so a restarted operator decides the same from the same history.
 
-pub mod attribute;
 pub mod between;
 pub mod evaluate;
 #[cfg(any(test, feature = "model"))]

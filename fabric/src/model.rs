@@ -90,13 +90,13 @@ pub struct Fabric {
     /// Their agents are gone: no report at all.
     pub gone: BTreeSet<String>,
     pub between: Vec<Between>,
-    /// A healthy member of a broken group reports the peer's failure as its own (`Local`), as
-    /// rank 0 did on real hardware.
-    pub mislabel: bool,
-    /// So slow that a group holding them stalls: the first healthy member's watchdog kills its
-    /// own NCCL sweep and reports that as its own failure ([`SWEEP_STALLED`], `Local`), the
-    /// others (the slow node too) that the group was aborted after that member failed, as on
-    /// 4x H200 with one node's sockets throttled to 400 MB/s.
+    /// Every member's words are replaced by words that say nothing of whose failure it is: the
+    /// planner judges from the kinds alone, so nothing it concludes may change.
+    pub reword: bool,
+    /// So slow that a group holding them stalls: the first healthy member's sweep is stopped
+    /// for its silence ([`SWEEP_STALLED`], `Stalled`), the others (the slow node too) say the
+    /// group was aborted after that member failed (`Aborted`), as on 4x H200 with one node's
+    /// sockets throttled to 400 MB/s.
     pub stall: BTreeSet<String>,
 }
 
@@ -163,7 +163,6 @@ impl Fabric {
             .between
             .iter()
             .any(|b| !matches!(b, Between::Link { fails: true, .. }) && b.crossed_by(members));
-        let mut mislabelled = !self.mislabel;
         let stalled_by = self.stalled_by(members);
         members
             .iter()
@@ -172,25 +171,21 @@ impl Fabric {
                 if self.gone.contains(n) {
                     return None;
                 }
+                let reword = self.reword;
                 let err = |kind, m: &str| {
-                    Some(FabricError {
-                        kind,
-                        message: m.into(),
-                    })
+                    let message = match reword {
+                        true => format!("member {rank} reports a failure in other words"),
+                        false => m.into(),
+                    };
+                    Some(FabricError { kind, message })
                 };
-                let mut peer = |m: &str| {
-                    if mislabelled {
-                        err(FabricErrorKind::Peer, m)
-                    } else {
-                        mislabelled = true;
-                        err(FabricErrorKind::Local, m)
-                    }
-                };
+                let never = |m: &str| err(FabricErrorKind::NeverJoined, m);
+                let peer = |m: &str| err(FabricErrorKind::Peer, m);
                 if host_absent {
                     let e = if rank == 0 {
-                        peer("no member joined the rendezvous: they never came")
+                        never("no member joined the rendezvous: they never came")
                     } else {
-                        peer("could not reach the rendezvous host: connection timed out")
+                        never("could not reach the rendezvous host: connection timed out")
                     };
                     let missing = if rank == 0 {
                         members[1..].to_vec()
@@ -200,19 +195,19 @@ impl Fabric {
                     return Some((None, e, missing));
                 }
                 if rank == 0 && !missing.is_empty() {
-                    return Some((None, peer("member(s) never joined"), missing.clone()));
+                    return Some((None, never("member(s) never joined"), missing.clone()));
                 }
                 if self.never_join.contains(n) {
                     return Some((
                         None,
-                        peer("could not reach the rendezvous host: connection timed out"),
+                        never("could not reach the rendezvous host: connection timed out"),
                         vec![],
                     ));
                 }
                 if !missing.is_empty() {
                     return Some((
                         None,
-                        peer("the host stopped the group: member(s) never joined"),
+                        never("the host stopped the group: member(s) never joined"),
                         vec![],
                     ));
                 }
@@ -224,12 +219,12 @@ impl Fabric {
                 }
                 if let Some(first) = stalled_by.as_ref() {
                     if n == *first {
-                        return Some((None, err(FabricErrorKind::Local, SWEEP_STALLED), vec![]));
+                        return Some((None, err(FabricErrorKind::Stalled, SWEEP_STALLED), vec![]));
                     }
                     let m = format!(
                         "aborted: member {first} of the group failed first, and this member stopped"
                     );
-                    return Some((None, err(FabricErrorKind::Peer, &m), vec![]));
+                    return Some((None, err(FabricErrorKind::Aborted, &m), vec![]));
                 }
                 let bus = if slow_between {
                     SLOW_GBPS

@@ -279,13 +279,13 @@ fn tcp_pairs_cover_every_node_and_name_the_slow_one() {
 }
 
 /// The case real hardware showed (4 nodes, one GPU each): vm-3's NCCL had no interface, and
-/// healthy vm-1's rank 0 reported the peer's exit in words that read as its own failure.
+/// healthy vm-1's rank 0 reported the peer's exit (typed `Peer` by its agent from NCCL's result
+/// and words at the call).
 #[test]
 fn a_peer_closed_connection_does_not_name_the_healthy_node_that_saw_it() {
     let nodes: Vec<String> = (0..4).map(|i| format!("vm-{i}")).collect();
     let mut m = Model::new(&nodes, &[]);
     m.local.insert(nodes[3].clone());
-    m.mislabel = true;
     let (c, rounds) = drive(&nodes, &m, &settings());
     assert_eq!(failed_names(&c), vec![nodes[3].clone()], "{}", c.message);
     for n in &nodes[..3] {
@@ -306,7 +306,7 @@ fn a_local_error_alone_is_not_enough_to_name_a_node() {
     let nodes = names(2);
     let mut m = Model::new(&nodes, &[]);
     m.local.insert(nodes[1].clone());
-    m.mislabel = true;
+    m.reword = true;
     let (c, _) = drive(&nodes, &m, &settings());
     assert!(!c.passed);
     assert!(failed_names(&c).is_empty(), "{:?}", c.nodes);
@@ -336,7 +336,7 @@ fn a_bad_link_between_two_healthy_nodes_is_a_link_fault_not_theirs() {
     let nodes = names(8);
     for fails in [false, true] {
         let mut m = Model::new(&nodes, &[]);
-        m.mislabel = fails;
+        m.reword = fails;
         m.between.push(Between::Link {
             a: nodes[2].clone(),
             b: nodes[3].clone(),

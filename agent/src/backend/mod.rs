@@ -41,8 +41,28 @@ pub enum BackendError {
     /// The run was asked to stop (SIGTERM) before the operation finished.
     #[error("stopped before completion")]
     Stopped,
+    /// A collective's setup failed (NCCL's communicator, or this side's GPU work before it),
+    /// with whose side the failure is on as NCCL's result and its own words put it.
+    #[error("{message}")]
+    CollectiveSetup { message: String, side: Side },
+    /// A child process said nothing for longer than its limit and was killed.
+    #[error("{0}")]
+    Silent(String),
+    /// A host call (an NCCL setup waiting for its peers, say) did not return in time.
+    #[error("{0}")]
+    Hung(String),
     #[error("{0}")]
     Other(String),
+}
+
+/// Whose side a collective's failure is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Side {
+    /// This node's own: its GPU, its NCCL or network setup.
+    Own,
+    /// A peer's: a remote process exited, or closed, reset or refused the connection.
+    Peer,
 }
 
 impl BackendError {

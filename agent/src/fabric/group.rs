@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuval_crds::fabric::{FabricKind, FabricOutcome, FabricSpec};
+use gpuval_crds::fabric::{FabricErrorKind, FabricKind, FabricOutcome, FabricSpec};
 
 use super::member_key::Auth;
 use super::rendezvous::{self, JoinFailure, local};
@@ -64,10 +64,13 @@ pub fn run_group(
         // As a node that cannot reach the host: it tries until the join deadline.
         let by = join_deadline(a, spec, start);
         std::thread::sleep(by.saturating_duration_since(Instant::now()));
-        outcome.error = Some(rendezvous::peer(format!(
-            "simulated: could not reach the rendezvous at {} (netfault=nojoin)",
-            a.rendezvous
-        )));
+        outcome.error = Some(rendezvous::error_of(
+            FabricErrorKind::NeverJoined,
+            format!(
+                "simulated: could not reach the rendezvous at {} (netfault=nojoin)",
+                a.rendezvous
+            ),
+        ));
         outcome.join_seconds = start.elapsed().as_secs_f64();
         return outcome;
     }

@@ -10,8 +10,9 @@ use gpuval_crds::fabric::{FabricError, FabricErrorKind, FabricNccl, NcclTranspor
 use gpuval_crds::{NcclDtype, NodeReport};
 
 use super::{Assignment, NcclFigures};
+use crate::backend::{BackendError, Side};
 use crate::checks::nccl::bandwidth::Layout;
-use crate::checks::nccl::outcome::SweepOutcome;
+use crate::checks::nccl::outcome::{AbortCause, SweepOutcome};
 use crate::checks::nccl::request::{NcclRequest, RankGpu, SweepRequest, WorldSlot};
 use crate::checks::nccl::transport::{TransportClass, TransportSummary};
 use crate::run_control::RunControl;
@@ -91,17 +92,11 @@ pub fn bootstrap_address(rendezvous: &str) -> Result<String, FabricError> {
 }
 
 fn local_error(message: String) -> FabricError {
-    FabricError {
-        kind: FabricErrorKind::Local,
-        message,
-    }
+    fabric_error(FabricErrorKind::Local, message)
 }
 
-fn peer_error(message: String) -> FabricError {
-    FabricError {
-        kind: FabricErrorKind::Peer,
-        message,
-    }
+fn fabric_error(kind: FabricErrorKind, message: String) -> FabricError {
+    FabricError { kind, message }
 }
 
 /// Runs the request in a sweep process and reads this member's bus bandwidth; setting `stop`
@@ -119,15 +114,42 @@ pub fn run(
             check_transport(expect, s.transport.as_ref())?;
             figures(req, &s)
         }
-        // The sweep process could not start its communicator or went silent: NCCL's setup on
-        // this side failed, or a peer never came (the planner tells which from the others).
-        Err(e) => {
-            let text = e.to_string();
-            match gpuval_fabric::attribute::kind_of(&text) {
-                Some(FabricErrorKind::Peer) => Err(peer_error(text)),
-                _ => Err(local_error(text)),
-            }
+        Err(e) => Err(sweep_failed(&e)),
+    }
+}
+
+/// What a sweep process that gave no figures says of this member, by the error's kind (never
+/// its words): NCCL's setup on the side its result put it on; a sweep stopped for silence
+/// stalled; a setup that never returned waited for its peers; anything else is this side's.
+pub fn sweep_failed(e: &BackendError) -> FabricError {
+    let kind = match e {
+        BackendError::CollectiveSetup {
+            side: Side::Peer, ..
+        } => FabricErrorKind::Peer,
+        BackendError::Silent(_) => FabricErrorKind::Stalled,
+        BackendError::Hung(_) => FabricErrorKind::Timeout,
+        BackendError::Stopped => FabricErrorKind::Aborted,
+        BackendError::CollectiveSetup {
+            side: Side::Own, ..
         }
+        | BackendError::MissingLibrary { .. }
+        | BackendError::NoGpu(_)
+        | BackendError::Gpu { .. }
+        | BackendError::NoSuchGpu(_)
+        | BackendError::Other(_) => FabricErrorKind::Local,
+    };
+    fabric_error(kind, e.to_string())
+}
+
+/// The kind of a sweep that was cut short: its collectives timed out (waiting on a peer), NCCL
+/// reported an error on the communicator (a peer's, as NCCL reports them there), a CUDA call
+/// failed on this side, or it was stopped.
+fn abort_kind(cause: &AbortCause) -> FabricErrorKind {
+    match cause {
+        AbortCause::Timeout { .. } => FabricErrorKind::Timeout,
+        AbortCause::NcclError { .. } => FabricErrorKind::Peer,
+        AbortCause::Cuda { .. } => FabricErrorKind::Local,
+        AbortCause::Stopped => FabricErrorKind::Aborted,
     }
 }
 
@@ -214,17 +236,25 @@ fn figures(req: &NcclRequest, s: &SweepOutcome) -> Result<NcclFigures, FabricErr
         )));
     }
     if let Some(a) = &s.abort {
-        return Err(peer_error(format!(
-            "the collective was aborted: {:?} at rank {}",
-            a.cause, a.rank
-        )));
+        return Err(fabric_error(
+            abort_kind(&a.cause),
+            format!(
+                "the collective was aborted: {:?} at rank {}",
+                a.cause, a.rank
+            ),
+        ));
     }
     let sweep = &req.sweep;
     let row = s
         .curves
         .first()
         .and_then(|c| c.rows.last())
-        .ok_or_else(|| peer_error("the collective gave no timing".into()))?;
+        .ok_or_else(|| {
+            fabric_error(
+                FabricErrorKind::Timeout,
+                "the collective gave no timing".into(),
+            )
+        })?;
     let collective = sweep
         .collectives
         .first()
@@ -399,23 +429,43 @@ mod tests {
     }
 
     #[test]
-    fn a_setup_that_waited_for_peers_or_lost_one_is_theirs() {
-        let kind = |t: &str| gpuval_fabric::attribute::kind_of(t);
+    fn a_sweep_that_failed_is_judged_by_its_kind_not_its_words() {
+        let kind = |e: BackendError| sweep_failed(&e).kind;
+        // Whatever the words, the kind decides.
+        for words in [
+            "remote process exited",
+            "no interface found",
+            "anything at all",
+        ] {
+            let setup = |side| BackendError::CollectiveSetup {
+                message: words.into(),
+                side,
+            };
+            assert_eq!(kind(setup(Side::Peer)), FabricErrorKind::Peer, "{words}");
+            assert_eq!(kind(setup(Side::Own)), FabricErrorKind::Local, "{words}");
+            assert_eq!(
+                kind(BackendError::Silent(words.into())),
+                FabricErrorKind::Stalled
+            );
+            assert_eq!(
+                kind(BackendError::Hung(words.into())),
+                FabricErrorKind::Timeout
+            );
+            assert_eq!(
+                kind(BackendError::Other(words.into())),
+                FabricErrorKind::Local
+            );
+        }
+        assert_eq!(kind(BackendError::Stopped), FabricErrorKind::Aborted);
         assert_eq!(
-            kind("rank 0: ncclCommInitRank did not return within 65s; the sweep process ended"),
-            Some(FabricErrorKind::Peer)
+            abort_kind(&AbortCause::Timeout { seconds: 60.0 }),
+            FabricErrorKind::Timeout
         );
-        // What rank 0 of a healthy node said on real H100s when a peer had no interface.
         assert_eq!(
-            kind(
-                "ncclCommInitRank: remote process exited or there was a network error \
-                 (NCCL: socketProgress: Connection closed by remote peer)"
-            ),
-            Some(FabricErrorKind::Peer)
-        );
-        assert_eq!(
-            kind("ncclCommInitRank: invalid usage (NET/IB : No IP interface found.)"),
-            Some(FabricErrorKind::Local)
+            abort_kind(&AbortCause::Cuda {
+                message: "x".into()
+            }),
+            FabricErrorKind::Local
         );
     }
 
@@ -436,10 +486,6 @@ mod tests {
             e.message.contains("expectTransport is IB (NET/IB)"),
             "{}",
             e.message
-        );
-        assert_eq!(
-            gpuval_fabric::attribute::attribute(&e),
-            FabricErrorKind::Local
         );
         // What was expected, or nothing expected, or nothing to read: no failure.
         assert!(check_transport(Some(NcclTransport::Socket), Some(&summary)).is_ok());

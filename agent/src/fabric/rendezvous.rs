@@ -391,6 +391,10 @@ pub fn local(message: String) -> FabricError {
 pub fn peer(message: String) -> FabricError {
     fabric_error(FabricErrorKind::Peer, message)
 }
+/// An error of `kind` (kept to the API's 300 characters).
+pub fn error_of(kind: FabricErrorKind, message: String) -> FabricError {
+    fabric_error(kind, message)
+}
 
 /// Joins `a`'s group: hosts it (rank 0) or connects to its host, until `join_deadline`
 /// (members wait for the host's answer until `a.deadline`). Members prove they hold `auth`'s
@@ -485,7 +489,7 @@ fn host(
             a.rendezvous,
             missing.join(", ")
         );
-        return Err((peer(why), missing));
+        return Err((error_of(FabricErrorKind::NeverJoined, why), missing));
     }
     Ok(Link::Host { listener, members })
 }
@@ -642,7 +646,12 @@ fn member_try(a: &Assignment, auth: &Auth, join_deadline: Instant, limits: &Limi
     let host_name = &a.nodes[0];
     let stream = match connect_until(&a.rendezvous, "connect to the rendezvous", join_deadline) {
         Ok(s) => s,
-        Err(e) => return Try::Unreachable(peer(format!("host {host_name}: {e}"))),
+        Err(e) => {
+            return Try::Unreachable(error_of(
+                FabricErrorKind::NeverJoined,
+                format!("host {host_name}: {e}"),
+            ));
+        }
     };
     let mut ctl = match Control::new(stream, a.rendezvous.clone()) {
         Ok(c) => c,
@@ -675,16 +684,21 @@ fn member_try(a: &Assignment, auth: &Auth, join_deadline: Instant, limits: &Limi
     }
     match ctl.recv::<Answer>(a.deadline) {
         Ok(Answer::Go) => Try::Joined(ctl),
-        Ok(Answer::Abort { missing }) => Try::Final(peer(format!(
-            "host {host_name} gave up the rendezvous: {} never joined",
-            missing.join(", ")
-        ))),
-        Ok(Answer::Reject { why }) => {
-            Try::Final(peer(format!("host {host_name} refused this member: {why}")))
-        }
-        Ok(Answer::OtherRound { why }) => {
-            Try::Again(peer(format!("host {host_name} refused this member: {why}")))
-        }
+        Ok(Answer::Abort { missing }) => Try::Final(error_of(
+            FabricErrorKind::NeverJoined,
+            format!(
+                "host {host_name} gave up the rendezvous: {} never joined",
+                missing.join(", ")
+            ),
+        )),
+        Ok(Answer::Reject { why }) => Try::Final(error_of(
+            FabricErrorKind::Refused,
+            format!("host {host_name} refused this member: {why}"),
+        )),
+        Ok(Answer::OtherRound { why }) => Try::Again(error_of(
+            FabricErrorKind::Refused,
+            format!("host {host_name} refused this member: {why}"),
+        )),
         Err(e) => Try::Again(talk(e)),
     }
 }

@@ -70,15 +70,6 @@ const LOCAL_FAULT: &str = "simulated: NCCL could not start on this node (netfaul
 /// What NCCL says on every surviving rank when a peer's process went away (seen on H100s).
 const PEER_EXITED: &str = "ncclCommInitRank: remote process exited or there was a network error";
 
-/// An error whose kind comes from its words, as the real engine's do (NCCL reports a peer's
-/// exit as a system error: only the words tell it is not this node's).
-fn as_nccl_says(message: String) -> FabricError {
-    match gpuval_fabric::attribute::kind_of(&message) {
-        Some(gpuval_crds::fabric::FabricErrorKind::Local) => local(message),
-        _ => peer(message),
-    }
-}
-
 impl NcclGroup for SimNccl {
     fn run(
         &self,
@@ -127,7 +118,7 @@ impl SimNccl {
                 Ok(SimMsg::Net { gbps }) => min = min.min(gbps),
                 Ok(SimMsg::Failed { why }) => {
                     broken.get_or_insert_with(|| {
-                        as_nccl_says(format!("{PEER_EXITED} (simulated: member {node}: {why})"))
+                        peer(format!("{PEER_EXITED} (simulated: member {node}: {why})"))
                     });
                 }
                 Ok(other) => {
@@ -170,7 +161,7 @@ impl SimNccl {
         host.send(&SimMsg::Net { gbps }, a.deadline).map_err(talk)?;
         match host.recv::<SimMsg>(a.deadline).map_err(talk)? {
             SimMsg::Bus { gbps } => Ok(gbps),
-            SimMsg::Abort { why } => Err(as_nccl_says(format!(
+            SimMsg::Abort { why } => Err(peer(format!(
                 "{PEER_EXITED} (simulated: host {host_name} stopped the collective: {why})"
             ))),
             other => Err(talk(

@@ -7,11 +7,11 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use gpuval_crds::fabric::FabricError;
+use gpuval_crds::fabric::{FabricError, FabricErrorKind};
 use serde::{Deserialize, Serialize};
 
 use super::Assignment;
-use super::rendezvous::{Control, Link, Sender, peer};
+use super::rendezvous::{Control, Link, Sender, error_of};
 
 /// What a member tells the group when its part ends.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -89,9 +89,10 @@ pub fn together<T>(
     });
     let (result, first) = result;
     match (result, first) {
-        (Err(_), Some(node)) if node != me => Err(peer(format!(
-            "aborted: member {node} of the group failed first, and this member stopped"
-        ))),
+        (Err(_), Some(node)) if node != me => Err(error_of(
+            FabricErrorKind::Aborted,
+            format!("aborted: member {node} of the group failed first, and this member stopped"),
+        )),
         (r, _) => r,
     }
 }

@@ -91,11 +91,16 @@ where
         tail,
         killed,
     } = watched;
-    if let Some(why) = killed {
-        return Err(BackendError::Other(format!(
-            "the {what} process was killed: {why}{}",
+    if let Some(kill) = killed {
+        let message = format!(
+            "the {what} process was killed: {}{}",
+            kill.why,
             tail_text(&tail)
-        )));
+        );
+        return Err(match kill.silent {
+            true => BackendError::Silent(message),
+            false => BackendError::Other(message),
+        });
     }
     let last = stdout
         .lines()
@@ -151,10 +156,16 @@ fn parse_progress(line: &str) -> Option<(f64, String)> {
     Some((done.parse().ok()?, note.to_string()))
 }
 
+/// Why the child was killed: in words, and whether for its silence.
+struct Kill {
+    why: String,
+    silent: bool,
+}
+
 struct Watched {
     stdout: String,
     tail: VecDeque<String>,
-    killed: Option<String>,
+    killed: Option<Kill>,
 }
 
 /// Relays progress until both pipes close; stops the child on a stop request (SIGTERM, then
@@ -203,12 +214,18 @@ fn supervise(
             terminate(child, what);
         }
         if term_sent.is_some_and(|t| t.elapsed() >= launch.stop_grace) {
-            w.killed = Some("it did not stop after SIGTERM".into());
+            w.killed = Some(Kill {
+                why: "it did not stop after SIGTERM".into(),
+                silent: false,
+            });
         } else if heard.elapsed() >= launch.silence_limit {
-            w.killed = Some(format!(
-                "it reported nothing for {:.0}s",
-                launch.silence_limit.as_secs_f64()
-            ));
+            w.killed = Some(Kill {
+                why: format!(
+                    "it reported nothing for {:.0}s",
+                    launch.silence_limit.as_secs_f64()
+                ),
+                silent: true,
+            });
         }
         if w.killed.is_some()
             && let Err(e) = child.kill()

@@ -281,10 +281,9 @@ fn a_node_that_failed_its_checks_is_left_out_and_one_left_skips_the_fabric() {
 #[test]
 fn a_local_failure_names_that_node_and_not_the_peer_that_saw_it() {
     // As on real H100s: gpu-1 has no interface, and a healthy peer reports the closed
-    // connection in words that its agent took for its own failure.
+    // connection (typed Peer by its agent).
     let mut c = Cluster::new(4, &[]);
     c.bw.local.insert("gpu-1".into());
-    c.bw.mislabel = true;
     c.run();
     assert_eq!(c.fabric().failed_nodes, vec!["gpu-1".to_string()]);
     let status = c.gv.status.clone().unwrap();

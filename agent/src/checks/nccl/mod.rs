@@ -172,6 +172,12 @@ fn with_nccl_warning(
 ) -> BackendError {
     match (e, summary.and_then(|s| s.warnings.first())) {
         (BackendError::Other(m), Some(w)) => BackendError::Other(format!("{m} (NCCL: {w})")),
+        (BackendError::CollectiveSetup { message, side }, Some(w)) => {
+            BackendError::CollectiveSetup {
+                message: format!("{message} (NCCL: {w})"),
+                side,
+            }
+        }
         (e, _) => e,
     }
 }

@@ -6,14 +6,49 @@ use std::ffi::CStr;
 use cudarc::nccl::sys;
 use gpuval_crds::{Collective, NcclDtype};
 
+use crate::backend::Side;
 use crate::checks::nccl::bandwidth::Layout;
 
-/// An NCCL call that failed, with NCCL's own words.
+/// An NCCL call that failed, with NCCL's own words and whose side its result and words put
+/// the failure on ([`side_of`]).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{call}: {message}")]
 pub struct NcclCallError {
     pub call: &'static str,
     pub message: String,
+    pub side: Side,
+}
+
+/// NCCL's words of a connection to a peer that broke: the peer's process exited, or closed,
+/// reset or refused the connection, or stopped answering. NCCL reports a peer's exit as a
+/// remote error on some ranks and as a system or internal error on others (real H100s), so
+/// for those two only its own words tell.
+const PEER_WORDS: [&str; 7] = [
+    "remote process exited",
+    "closed by remote peer",
+    "connection reset",
+    "connection refused",
+    "broken pipe",
+    "remote error",
+    "timed out",
+];
+
+/// Whose side a failed NCCL call is on, from its result and NCCL's own words (never the
+/// agent's): a remote error is a peer's; a system or internal error is a peer's when NCCL says
+/// a connection to a peer broke; anything else (a CUDA error, invalid usage such as no network
+/// interface, an invalid argument) is this side's.
+pub fn side_of(r: sys::ncclResult_t, nccl_words: &str) -> Side {
+    use sys::ncclResult_t as R;
+    let text = nccl_words.to_lowercase();
+    match r {
+        R::ncclRemoteError => Side::Peer,
+        R::ncclSystemError | R::ncclInternalError
+            if PEER_WORDS.iter().any(|w| text.contains(w)) =>
+        {
+            Side::Peer
+        }
+        _ => Side::Own,
+    }
 }
 
 fn error_text(r: sys::ncclResult_t, comm: sys::ncclComm_t) -> String {
@@ -50,10 +85,14 @@ fn check(
 ) -> Result<(), NcclCallError> {
     match r {
         sys::ncclResult_t::ncclSuccess => Ok(()),
-        other => Err(NcclCallError {
-            call,
-            message: error_text(other, comm),
-        }),
+        other => {
+            let message = error_text(other, comm);
+            Err(NcclCallError {
+                call,
+                side: side_of(other, &message),
+                message,
+            })
+        }
     }
 }
 
@@ -280,5 +319,37 @@ mod tests {
         assert_eq!(format_version(22803), "2.28.3");
         assert_eq!(format_version(21905), "2.19.5");
         assert_eq!(format_version(2804), "2.8.4");
+    }
+}
+
+#[cfg(test)]
+mod side_tests {
+    use super::*;
+    use sys::ncclResult_t as R;
+
+    #[test]
+    fn a_remote_error_is_a_peers_and_a_system_error_only_when_nccl_says_a_peer_broke() {
+        // The words NCCL gave on a healthy rank of real H100s when a peer had no interface.
+        let exited = "remote process exited or there was a network error (NCCL: socketProgress: \
+                      Connection closed by remote peer 10.0.0.4<43122>)";
+        assert_eq!(side_of(R::ncclRemoteError, "anything"), Side::Peer);
+        assert_eq!(side_of(R::ncclSystemError, exited), Side::Peer);
+        assert_eq!(
+            side_of(R::ncclInternalError, "Connection refused"),
+            Side::Peer
+        );
+        assert_eq!(
+            side_of(R::ncclSystemError, "unhandled system error"),
+            Side::Own
+        );
+        // No interface on this node: invalid usage, this side's whatever else it says.
+        assert_eq!(
+            side_of(
+                R::ncclInvalidUsage,
+                "invalid usage (NET/IB : No IP interface found.)"
+            ),
+            Side::Own
+        );
+        assert_eq!(side_of(R::ncclUnhandledCudaError, exited), Side::Own);
     }
 }

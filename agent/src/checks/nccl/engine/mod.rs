@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaContext;
 
-use self::rank::{RankError, RankSetup, StepRecord};
+use self::rank::{RankError, RankSetup, SetupError, StepRecord};
 use self::sync::{InCall, Shared};
 use super::bandwidth::{Layout, human_bytes};
 use super::library;
 use super::outcome::{Abort, AbortCause, CurveOutcome, RankMismatch, RowOutcome, SweepOutcome};
 use super::request::SweepRequest;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Side};
 
 /// Test hook, read only here: the rank with this number never joins a collective, so the
 /// others hang until the timeout aborts the communicator.
@@ -117,18 +117,29 @@ pub fn run(
         handles
             .into_iter()
             .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(RankError::Setup("a rank thread panicked".into())))
+                h.join().unwrap_or_else(|_| {
+                    Err(RankError::Setup(SetupError::own("a rank thread panicked")))
+                })
             })
             .collect()
     });
-    if let Some(e) = ended.iter().find_map(|r| match r {
-        Err(RankError::Setup(e)) => Some(e.clone()),
-        _ => None,
-    }) {
-        return Err(BackendError::Other(format!(
-            "NCCL sweep could not start: {e}"
-        )));
+    let failed: Vec<&SetupError> = ended
+        .iter()
+        .filter_map(|r| match r {
+            Err(RankError::Setup(e)) => Some(e),
+            _ => None,
+        })
+        .collect();
+    // One of this node's ranks failing on its own side makes it this node's failure.
+    if let Some(e) = failed
+        .iter()
+        .find(|e| e.side == Side::Own)
+        .or(failed.first())
+    {
+        return Err(BackendError::CollectiveSetup {
+            message: format!("NCCL sweep could not start: {}", e.message),
+            side: e.side,
+        });
     }
     let done = records.into_inner().unwrap_or_else(|p| p.into_inner());
     let mut outcome = assemble(&done);
@@ -179,7 +190,7 @@ fn stuck_outcome(
 ) -> Result<SweepOutcome, BackendError> {
     let secs = call.since.elapsed().as_secs_f64();
     let Some((collective, bytes, in_place, phase)) = call.step else {
-        return Err(BackendError::Other(format!(
+        return Err(BackendError::Hung(format!(
             "rank {rank}: {} did not return within {secs:.0}s; the sweep process ended to free the GPUs",
             call.what
         )));

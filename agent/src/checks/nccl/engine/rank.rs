@@ -12,6 +12,7 @@ use gpuval_crds::Collective;
 use super::comm::{Buffers, Comm};
 use super::kernels::{CheckArgs, Kernels};
 use super::sync::{InCall, Interrupted, Shared, WaitError, wait_for};
+use crate::backend::Side;
 use crate::backend::cuda::buffer::DeviceBuffer;
 use crate::checks::nccl::bandwidth::Layout;
 use crate::checks::nccl::outcome::{Abort, AbortCause, Phase};
@@ -34,9 +35,27 @@ pub struct StepRecord {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RankError {
     /// Before its communicator was ready (context, memory, kernels, NCCL init).
-    Setup(String),
+    Setup(SetupError),
     /// The sweep was aborted; the reason is in the shared state.
     Aborted,
+}
+
+/// A rank's setup that failed: in words, and whose side it is on (its own GPU work always; an
+/// NCCL call as [`super::comm::NcclCallError::side`] says).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetupError {
+    pub message: String,
+    pub side: Side,
+}
+
+impl SetupError {
+    /// A failure on this node's own side.
+    pub fn own(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            side: Side::Own,
+        }
+    }
 }
 
 /// What a rank needs to start.
@@ -60,7 +79,7 @@ pub fn run(s: RankSetup<'_>) -> (Vec<StepRecord>, Result<(), RankError>) {
         Err(e) => {
             // The other ranks must not wait in ncclCommInitRank for this one.
             s.shared.abort_setup();
-            return (Vec::new(), Err(RankError::Setup(e)));
+            return (Vec::new(), Err(RankError::Setup(SetupError::own(e))));
         }
     };
     if s.shared.barrier().is_err() {
@@ -84,7 +103,10 @@ pub fn run(s: RankSetup<'_>) -> (Vec<StepRecord>, Result<(), RankError>) {
             rank.finish(false);
             return (
                 Vec::new(),
-                Err(RankError::Setup(format!("rank {}: {e}", s.rank))),
+                Err(RankError::Setup(SetupError {
+                    message: format!("rank {}: {e}", s.rank),
+                    side: e.side,
+                })),
             );
         }
     }
