@@ -2,7 +2,10 @@
 # The reference figures for the agent's io check: fio with the agent's own pattern of I/O on the
 # same directory. CONCURRENCY jobs each write then read FILES/CONCURRENCY files of SIZE_MIB MiB
 # in BS_KIB blocks, direct I/O, one request in flight per job (psync: the agent's workers make
-# one blocking call at a time), each file fsynced as it is closed (the agent fsyncs every file);
+# one blocking call at a time), each file fsynced as it is closed (the agent fsyncs every file),
+# and each file grown by its writes as the agent's are (--fallocate=none: by default fio
+# allocates a file's blocks before the timed writes, which the agent's new files do not have;
+# on ext4 every direct write past the end of a file also updates its size in the journal);
 # each phase timed by fio. Prints one JSON line {"fio_write_mbps":..,"fio_read_mbps":..,...}
 # (MB/s = 1e6 bytes/s) and removes its files.
 #
@@ -30,7 +33,7 @@ phase() {
   "$fio" --name=gpuval --directory="$work" --rw="$1" --bs="${bs_kib}k" --direct=1 \
     --ioengine=psync --iodepth=1 --numjobs="$conc" --nrfiles="$per_job" \
     --filesize="${size_mib}m" --size="$(( size_mib * per_job ))m" --file_service_type=sequential \
-    --fsync_on_close=1 --group_reporting --output-format=json
+    --fallocate=none --fsync_on_close=1 --group_reporting --output-format=json
 }
 
 write=$(phase write)
