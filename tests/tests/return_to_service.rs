@@ -290,7 +290,7 @@ async fn a_node_created_again_under_its_name_starts_with_no_verdict() {
         "metadata": {"name": node, "labels": {labels::ACTION: "Rerun"}}});
     api.patch(
         node,
-        &PatchParams::apply(gpuval_operator::controller::FIELD_MANAGER).force(),
+        &PatchParams::apply(gpuval_operator::context::FIELD_MANAGER).force(),
         &Patch::Apply(&stray),
     )
     .await
@@ -427,7 +427,7 @@ async fn marks_for_a_node_read_before_it_was_deleted_create_nothing() {
         condition: None,
     };
     let (meta, status) = gpuval_operator::node_state::apply_bodies(&old, &mark);
-    let pp = PatchParams::apply(gpuval_operator::controller::FIELD_MANAGER).force();
+    let pp = PatchParams::apply(gpuval_operator::context::FIELD_MANAGER).force();
     api.delete(node, &Default::default()).await.expect("delete");
     gpuval_tests::waits::until_gone(&api, node, LONG)
         .await
