@@ -6,7 +6,8 @@
 //! [`render`] and [`fabric`] → [`checks`] (one folder per check; `checks/mod.rs` lists them) →
 //! [`check`] (the contract, the shared fan-out, flag overrides) → [`backend`] (CUDA/NVML and
 //! simulated plumbing), [`api_retry`], [`judge`], [`run_control`], [`text`], [`profiles`],
-//! [`link_floors`], [`telemetry`], [`report`], [`test_hooks`], [`worker`], [`pod_resources`] →
+//! [`link_floors`], [`telemetry`], [`report`], [`test_hooks`], [`worker`], [`pod_resources`],
+//! [`nccl`] (the NCCL engine, shared by the NCCL check, training and the fabric) →
 //! [`pci`], [`host_identity`]. The table is kept in `tests/tests/layers.rs` (`AGENT`), whose
 //! test fails on an import from a higher layer or a circle of modules (no exceptions).
 
@@ -21,6 +22,7 @@ pub mod host_identity;
 pub mod judge;
 pub mod k8s;
 pub mod link_floors;
+pub mod nccl;
 pub mod pci;
 pub mod pod_resources;
 pub mod profiles;

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gpuval_agent::backend::{self, Backend, BackendChoice, BackendError, sim::SimSpec};
-use gpuval_agent::checks::{io, memory, nccl, topology, training};
+use gpuval_agent::checks::{io, memory, topology, training};
 use gpuval_agent::config::{self, Overrides, RunSettings};
 use gpuval_agent::runner::{self, Plan};
 use gpuval_agent::{fabric, k8s, render};
@@ -238,7 +238,7 @@ fn main() -> ExitCode {
         Command::Selftest(a) => cmd_selftest(a),
         Command::K8s => cmd_k8s(),
         Command::Fabric(a) => cmd_fabric(*a),
-        Command::NcclSweep => return nccl::child_main(),
+        Command::NcclSweep => return gpuval_agent::nccl::child::child_main(),
         Command::TrainingRun => return training::child::child_main(),
         Command::Report(a) => cmd_report(&a),
         Command::Verify(a) => cmd_verify(&a),

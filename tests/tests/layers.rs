@@ -33,6 +33,7 @@ const AGENT: Table = Table {
                 "test_hooks",
                 "worker",
                 "pod_resources",
+                "nccl",
             ],
         ),
         ("hardware names", &["pci", "host_identity"]),

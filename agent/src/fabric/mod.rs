@@ -125,7 +125,7 @@ pub fn real_nccl() -> Result<Box<dyn NcclGroup>, String> {
         .gpus
         .iter()
         .filter(|g| nccl::is_visible(visible.as_deref(), g.index, &g.uuid))
-        .map(|g| crate::checks::nccl::request::RankGpu {
+        .map(|g| crate::nccl::request::RankGpu {
             index: g.index,
             uuid: g.uuid.clone(),
         })

@@ -11,10 +11,10 @@ use gpuval_crds::{NcclDtype, NodeReport};
 
 use super::{Assignment, NcclFigures};
 use crate::backend::{BackendError, Side};
-use crate::checks::nccl::bandwidth::Layout;
-use crate::checks::nccl::outcome::{AbortCause, SweepOutcome};
-use crate::checks::nccl::request::{NcclRequest, RankGpu, SweepRequest, WorldSlot};
-use crate::checks::nccl::transport::{TransportClass, TransportSummary};
+use crate::nccl::bandwidth::Layout;
+use crate::nccl::outcome::{AbortCause, SweepOutcome};
+use crate::nccl::request::{NcclRequest, RankGpu, SweepRequest, WorldSlot};
+use crate::nccl::transport::{TransportClass, TransportSummary};
 use crate::run_control::RunControl;
 
 /// Untimed collectives before the timed ones.
@@ -108,7 +108,7 @@ pub fn run(
 ) -> Result<NcclFigures, FabricError> {
     let progress = |_: f64, note: &str| tracing::debug!(note, "fabric NCCL");
     let ctl = RunControl::new(stop, &progress);
-    let out = crate::checks::nccl::run(req, &ctl).map_err(|e| local_error(e.to_string()))?;
+    let out = crate::nccl::run(req, &ctl).map_err(|e| local_error(e.to_string()))?;
     match out.sweep {
         Ok(s) => {
             check_transport(expect, s.transport.as_ref())?;
@@ -163,7 +163,7 @@ pub fn check_transport(
     let Some(want) = expect else {
         return Ok(());
     };
-    let net: Vec<&crate::checks::nccl::transport::Connection> = summary
+    let net: Vec<&crate::nccl::transport::Connection> = summary
         .map(|s| {
             s.connections
                 .iter()
@@ -474,7 +474,7 @@ mod tests {
         let log = "h:1:2 [0] NCCL INFO Channel 00/0 : 3[0] -> 4[0] [send] via NET/Socket/0\n\
                    h:1:2 [0] NCCL INFO Channel 01/0 : 3[0] -> 4[0] [send] via NET/Socket/0\n\
                    h:1:2 [1] NCCL INFO Channel 00/0 : 2[1] -> 3[0] via P2P/CUMEM/read\n";
-        let summary = crate::checks::nccl::transport::parse(log);
+        let summary = crate::nccl::transport::parse(log);
         let e = check_transport(Some(NcclTransport::IB), Some(&summary)).unwrap_err();
         assert_eq!(e.kind, FabricErrorKind::Local);
         assert!(
@@ -491,7 +491,7 @@ mod tests {
         assert!(check_transport(Some(NcclTransport::Socket), Some(&summary)).is_ok());
         assert!(check_transport(None, Some(&summary)).is_ok());
         assert!(check_transport(Some(NcclTransport::RoCE), None).is_ok());
-        let ib = crate::checks::nccl::transport::parse(
+        let ib = crate::nccl::transport::parse(
             "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA\n",
         );
         assert!(check_transport(Some(NcclTransport::RoCE), Some(&ib)).is_ok());
@@ -502,7 +502,7 @@ mod tests {
     fn ib_and_roce_are_told_apart_by_the_devices_nccl_opened() {
         let log = "h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1:0/RoCE [RO]; OOB eth0:10.0.0.1<0>\n\
                    h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA\n";
-        let summary = crate::checks::nccl::transport::parse(log);
+        let summary = crate::nccl::transport::parse(log);
         assert_eq!(
             summary.ib_devices,
             [
@@ -520,7 +520,7 @@ mod tests {
         );
         let e = check_transport(Some(NcclTransport::RoCE), Some(&summary)).unwrap_err();
         assert!(e.message.contains("mlx5_0:1 is IB"), "{}", e.message);
-        let ib_only = crate::checks::nccl::transport::parse(
+        let ib_only = crate::nccl::transport::parse(
             "h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n\
              h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0\n",
         );

@@ -122,9 +122,7 @@ fn node_facts(
 ) -> bool {
     let mut system = inventory.system.clone();
     if system.nccl_version.is_none() && matches!(backend, Backend::Cuda(_)) {
-        system.nccl_version = crate::checks::nccl::library::locate()
-            .ok()
-            .and_then(|f| f.version);
+        system.nccl_version = crate::nccl::library::locate().ok().and_then(|f| f.version);
     }
     let judged = facts::judge(
         plan,

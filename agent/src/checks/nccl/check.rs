@@ -5,15 +5,16 @@ use std::path::PathBuf;
 use gpuval_crds::{NcclCheck, NodeReport, Verdict};
 
 use super::judge::{JudgeContext, errored, failed_gpus, judge, skipped};
-use super::request::NcclRequest;
+use super::nvlink_between_all;
 use super::sim::SimFault;
-use super::{NcclOutcome, nvlink_between_all};
 use crate::backend::sim::{FabricFault, SimBackend, SimCheck};
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::{JudgeNode, Measurement, NodeCheck, OnNode};
 use crate::checks::host::Host;
 use crate::checks::topology;
 use crate::link_floors::LinkFacts;
+use crate::nccl::NcclOutcome;
+use crate::nccl::request::NcclRequest;
 use crate::run_control::RunControl;
 
 /// The NCCL check as its spec asks for it.
@@ -70,7 +71,7 @@ impl NodeCheck for Nccl {
             })
             .unwrap_or_default();
         let outcome = match backend {
-            Backend::Cuda(_) => super::run(&req, ctl),
+            Backend::Cuda(_) => crate::nccl::run(&req, ctl),
             Backend::Simulated(b) => simulated(b, gpus, &req, ctl),
         }?;
         Ok(NcclMeasured::Ran {
@@ -111,8 +112,8 @@ impl NodeCheck for Nccl {
             Err(e) => errored(&self.spec, &e),
         };
         let mut result = result;
-        if let Some(v) = crate::test_hooks::value(super::engine::SKIP_RANK_ENV) {
-            let hook = format!("{}={v}", super::engine::SKIP_RANK_ENV);
+        if let Some(v) = crate::test_hooks::value(crate::nccl::engine::SKIP_RANK_ENV) {
+            let hook = format!("{}={v}", crate::nccl::engine::SKIP_RANK_ENV);
             crate::test_hooks::mark_planted(&mut result.reasons, &hook);
         }
         for gpu in failed_gpus(&result) {

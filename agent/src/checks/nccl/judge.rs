@@ -11,12 +11,12 @@ use gpuval_crds::{
     NcclSweep, NcclTransport, Verdict,
 };
 
-use super::bandwidth::{Layout, human_bytes};
-use super::outcome::{Abort, AbortCause, NcclOutcome, SweepOutcome};
-use super::transport::{TransportClass, TransportSummary};
 use crate::backend::BackendError;
 use crate::judge::{Code, Reason, Says, verdict_of};
 use crate::link_floors::LinkFacts;
+use crate::nccl::bandwidth::{Layout, human_bytes};
+use crate::nccl::outcome::{Abort, AbortCause, NcclOutcome, SweepOutcome};
+use crate::nccl::transport::{TransportClass, TransportSummary};
 
 /// Bus bandwidth floors at the largest size of the default sweep (4 GiB), GB/s, by model
 /// profile, GPU count and collective: set from the 2×H200 measurement
@@ -423,15 +423,15 @@ pub(super) fn with_floors(min_bus_gbps: i32, max_small_micros: i32) -> NcclCheck
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::nccl::outcome::{CurveOutcome, Phase, RankMismatch, RowOutcome};
-    use crate::checks::nccl::transport;
+    use crate::nccl::outcome::{CurveOutcome, Phase, RankMismatch, RowOutcome};
+    use crate::nccl::transport;
 
     const GIB: u64 = 1 << 30;
 
     fn curve(c: Collective, small_us: f64, big_busbw: f64) -> CurveOutcome {
         // 2 ranks, bf16: all-reduce busbw = algbw; seconds = bytes / 1e9 / busbw.
         let l = Layout::new(c, 4 * GIB, 2, 2);
-        let factor = super::super::bandwidth::bus_factor(c, 2);
+        let factor = crate::nccl::bandwidth::bus_factor(c, 2);
         let secs = l.algorithm_bytes() as f64 / 1e9 / (big_busbw / factor);
         CurveOutcome {
             collective: c,
@@ -492,7 +492,7 @@ mod tests {
     /// A sweep over `ranks` GPUs whose largest size (4 GiB) runs at `busbw`.
     fn sweep_of(ranks: u64, c: Collective, busbw: f64) -> NcclOutcome {
         let l = Layout::new(c, 4 * GIB, 2, ranks);
-        let factor = super::super::bandwidth::bus_factor(c, ranks);
+        let factor = crate::nccl::bandwidth::bus_factor(c, ranks);
         let secs = l.algorithm_bytes() as f64 / 1e9 / (busbw / factor);
         let row = RowOutcome {
             bytes: 4 * GIB,

@@ -5,32 +5,20 @@
 //! ([`transport`]), hangs aborted.
 //!
 //! How the pieces fit:
-//! - [`NcclRequest::from_spec`] builds the request from the spec and the node's GPUs;
-//! - [`run`] (real GPUs) runs each sweep in a child process of the agent ([`crate::worker`]),
-//!   which runs [`engine::run`]; the child's side is [`child_main`], behind the hidden
-//!   subcommand [`child::SUBCOMMAND`]; [`sim::run`] is the simulated node;
+//! - [`crate::nccl::NcclRequest::from_spec`] builds the request from the spec and the node's
+//!   GPUs, and [`crate::nccl::run`] runs it on real GPUs (the NCCL engine is a library of the
+//!   agent, shared with the training check and the fabric); [`sim::run`] is the simulated node;
 //! - [`judge::judge`] turns the outcome into the report's [`gpuval_crds::NcclResult`];
 //! - [`render::section`] and [`render::headline`] print it; [`args::NcclArgs`] are its flags;
 //!   [`Nccl`] is the check as the runner runs it.
 
 pub mod args;
-pub mod bandwidth;
 mod check;
-pub mod child;
-pub mod engine;
 pub mod judge;
-pub mod library;
-pub mod outcome;
 pub mod render;
-pub mod request;
 pub mod sim;
-pub mod transport;
-pub mod verify;
-
-use std::path::Path;
 
 use gpuval_crds::TopologyReport;
-use std::time::{Duration, Instant};
 
 pub use check::{Nccl, NcclMeasured};
 
@@ -49,147 +37,6 @@ pub fn section(report: &gpuval_crds::NodeReport) -> String {
 pub fn headline(report: &gpuval_crds::NodeReport) -> Vec<String> {
     report.nccl.iter().filter_map(render::headline).collect()
 }
-pub use child::child_main;
-pub use outcome::NcclOutcome;
-pub use request::NcclRequest;
-
-use self::outcome::SweepOutcome;
-use crate::backend::BackendError;
-use crate::run_control::RunControl;
-use crate::worker::run_dir::RunDir;
-use crate::worker::silence_limit;
-use crate::worker::supervise::{self, Launch};
-
-const STOP_GRACE: Duration = Duration::from_secs(15);
-
-/// How long a sweep process may say nothing before it is killed: the collective timeout plus
-/// the request's setup allowance (the fabric's), else plus [`crate::worker::SILENCE_GRACE`].
-fn sweep_silence_limit(req: &NcclRequest) -> Duration {
-    match req.setup_allowance {
-        Some(a) => req.sweep.timeout() + a,
-        None => silence_limit(req.sweep.timeout()),
-    }
-}
-
-/// Runs the check on real GPUs: the sweep with NCCL's default transports, then (when asked)
-/// the same with peer-to-peer off, each in a child process of this executable.
-pub fn run(req: &NcclRequest, ctl: &RunControl<'_>) -> Result<NcclOutcome, BackendError> {
-    let exe = std::env::current_exe()
-        .map_err(|e| BackendError::Other(format!("find the agent's own executable: {e}")))?;
-    run_with(&exe, req, ctl)
-}
-
-/// [`run`] with the executable to start (tests use a stand-in).
-pub fn run_with(
-    exe: &Path,
-    req: &NcclRequest,
-    ctl: &RunControl<'_>,
-) -> Result<NcclOutcome, BackendError> {
-    let started = Instant::now();
-    let found = library::locate()?;
-    let dir = RunDir::create("gpuval-nccl")?;
-    if found.needs_link {
-        library::make_link(&found, dir.path())?;
-    }
-    tracing::info!(library = %found.describe(), ranks = req.gpus.len(), "NCCL check");
-    let sweep = |label: &str, extra: &[(&str, &str)]| -> Result<SweepOutcome, BackendError> {
-        let log = dir.path().join(format!("nccl-{label}.log"));
-        let launch = Launch {
-            exe: exe.to_path_buf(),
-            subcommand: child::SUBCOMMAND,
-            what: child::WHAT,
-            env: sweep_env(req, &found, dir.path(), &log, extra),
-            silence_limit: sweep_silence_limit(req),
-            stop_grace: STOP_GRACE,
-        };
-        let result: Result<SweepOutcome, _> = supervise::run(&launch, &req.sweep, ctl);
-        let summary = std::fs::read_to_string(&log)
-            .ok()
-            .map(|text| transport::parse(&text));
-        keep_log(req.log_dir.as_deref(), &log);
-        match result {
-            Ok(mut o) => {
-                o.transport = summary;
-                Ok(o)
-            }
-            Err(e) => Err(with_nccl_warning(e, summary.as_ref())),
-        }
-    };
-    let main = sweep("default", &[]);
-    let p2p_off =
-        (req.transports && !ctl.stopped()).then(|| sweep("p2p-off", &[("NCCL_P2P_DISABLE", "1")]));
-    Ok(NcclOutcome {
-        gpus: req.gpus.iter().map(|g| g.index).collect(),
-        library: Some(found.describe()),
-        sweep: main,
-        p2p_off,
-        notes: req.notes.clone(),
-        seconds: started.elapsed().as_secs_f64(),
-    })
-}
-
-/// The sweep process's environment: its GPUs in rank order, NCCL's log to a file of this run,
-/// the library link when one was made, and `extra`.
-fn sweep_env(
-    req: &NcclRequest,
-    found: &library::Found,
-    dir: &Path,
-    log: &Path,
-    extra: &[(&str, &str)],
-) -> Vec<(String, String)> {
-    let mut env = library::child_env(req.gpus.iter().map(|g| g.uuid.as_str()), "INFO", log);
-    if std::env::var_os("NCCL_DEBUG_SUBSYS").is_none() {
-        env.push(("NCCL_DEBUG_SUBSYS".into(), "INIT,ENV".into()));
-    }
-    if found.needs_link {
-        env.push(("LD_LIBRARY_PATH".into(), library::library_path_with(dir)));
-    }
-    env.extend(validation_env(&req.env));
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    env
-}
-
-/// The validation's NCCL variables that may be applied: a forbidden one (it loads code, names
-/// a file or is the agent's own setting: the admission policy refuses those) is dropped with a
-/// warning, so the agent's settings always win.
-fn validation_env(env: &[(String, String)]) -> Vec<(String, String)> {
-    env.iter()
-        .filter(|(k, _)| match gpuval_crds::nccl_env::forbidden(k) {
-            Some(why) => {
-                tracing::warn!(name = %k, why, "NCCL variable from the validation not applied");
-                false
-            }
-            None => true,
-        })
-        .cloned()
-        .collect()
-}
-
-/// An error with NCCL's first logged warning added, where it logged one.
-fn with_nccl_warning(
-    e: BackendError,
-    summary: Option<&transport::TransportSummary>,
-) -> BackendError {
-    match (e, summary.and_then(|s| s.warnings.first())) {
-        (BackendError::Other(m), Some(w)) => BackendError::Other(format!("{m} (NCCL: {w})")),
-        (BackendError::CollectiveSetup { message, side }, Some(w)) => {
-            BackendError::CollectiveSetup {
-                message: format!("{message} (NCCL: {w})"),
-                side,
-            }
-        }
-        (e, _) => e,
-    }
-}
-
-fn keep_log(dir: Option<&Path>, log: &Path) {
-    let (Some(dir), Some(name)) = (dir, log.file_name()) else {
-        return;
-    };
-    if let Err(e) = std::fs::create_dir_all(dir).and_then(|_| std::fs::copy(log, dir.join(name))) {
-        tracing::warn!(dir = %dir.display(), error = %e, "keeping the NCCL log failed");
-    }
-}
 
 /// True when every pair of GPUs in the topology is connected by NVLink (`NV#`).
 pub fn nvlink_between_all(t: &TopologyReport) -> bool {
@@ -203,77 +50,6 @@ pub fn nvlink_between_all(t: &TopologyReport) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::nccl::request::RankGpu;
-    use gpuval_crds::NcclCheck;
-
-    #[test]
-    fn a_silent_sweep_is_killed_at_its_collective_timeout_plus_a_short_grace() {
-        let spec = NcclCheck::default();
-        let mut req = NcclRequest::from_spec(&spec, &[]);
-        let timeout = req.sweep.timeout();
-        assert_eq!(
-            sweep_silence_limit(&req),
-            timeout + crate::worker::SILENCE_GRACE
-        );
-        assert!(sweep_silence_limit(&req) <= timeout + Duration::from_secs(30));
-        // The fabric's rounds give their own allowance.
-        req.setup_allowance = Some(Duration::from_secs(30));
-        assert_eq!(sweep_silence_limit(&req), timeout + Duration::from_secs(30));
-    }
-
-    #[test]
-    fn the_agent_s_own_nccl_settings_win_over_the_validation_s() {
-        let env = |k: &str| (k.to_string(), "x".to_string());
-        let given = vec![
-            env("NCCL_SOCKET_IFNAME"),
-            env("NCCL_DEBUG"),
-            env("NCCL_DEBUG_FILE"),
-            env("NCCL_NET_PLUGIN"),
-            env("NCCL_RUNTIME_CONNECT"),
-        ];
-        assert_eq!(validation_env(&given), vec![env("NCCL_SOCKET_IFNAME")]);
-    }
-
-    #[test]
-    fn the_sweep_process_sees_its_gpus_and_nccl_logging() {
-        let mut req = NcclRequest::from_spec(&NcclCheck::default(), &[]);
-        req.gpus = vec![
-            RankGpu {
-                index: 3,
-                uuid: "GPU-c".into(),
-            },
-            RankGpu {
-                index: 1,
-                uuid: "GPU-a".into(),
-            },
-        ];
-        let found = library::Found {
-            path: Some("/x/libnccl.so.2".into()),
-            version: None,
-            needs_link: true,
-        };
-        let env = sweep_env(
-            &req,
-            &found,
-            Path::new("/run/d"),
-            Path::new("/run/d/nccl-p2p-off.log"),
-            &[("NCCL_P2P_DISABLE", "1")],
-        );
-        let get = |k: &str| {
-            env.iter()
-                .find(|(key, _)| key == k)
-                .map(|(_, v)| v.as_str())
-        };
-        assert_eq!(
-            get("CUDA_VISIBLE_DEVICES"),
-            Some("GPU-c,GPU-a"),
-            "rank order"
-        );
-        assert_eq!(get("NCCL_DEBUG"), Some("INFO"));
-        assert_eq!(get("NCCL_DEBUG_FILE"), Some("/run/d/nccl-p2p-off.log"));
-        assert_eq!(get("NCCL_P2P_DISABLE"), Some("1"));
-        assert!(get("LD_LIBRARY_PATH").is_some_and(|p| p.starts_with("/run/d")));
-    }
 
     #[test]
     fn nvlink_everywhere_or_not() {

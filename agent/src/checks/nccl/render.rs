@@ -4,7 +4,7 @@
 
 use gpuval_crds::{Collective, NcclCurve, NcclResult, NcclSweep, NcclTransport};
 
-use super::bandwidth::human_bytes;
+use crate::nccl::bandwidth::human_bytes;
 
 /// The section, ending with a newline; one line when nothing was measured.
 pub fn section(r: &NcclResult) -> String {

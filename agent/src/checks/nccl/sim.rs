@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 
 use gpuval_crds::Collective;
 
-use super::bandwidth::{Layout, bus_factor, human_bytes};
-use super::outcome::{
+use crate::backend::BackendError;
+use crate::nccl::bandwidth::{Layout, bus_factor, human_bytes};
+use crate::nccl::outcome::{
     Abort, AbortCause, CurveOutcome, NcclOutcome, Phase, RankMismatch, RowOutcome, SweepOutcome,
 };
-use super::request::NcclRequest;
-use super::transport::{Connection, TransportClass, TransportSummary};
-use crate::backend::BackendError;
+use crate::nccl::request::NcclRequest;
+use crate::nccl::transport::{Connection, TransportClass, TransportSummary};
 use crate::run_control::RunControl;
 
 /// The NCCL version simulated nodes report.

@@ -12,7 +12,7 @@ use super::engine;
 use super::outcome::TrainingOutcome;
 use super::request::{Job, TrainingRequest};
 use crate::backend::{BackendError, GpuInfo};
-use crate::checks::nccl::{library, transport};
+use crate::nccl::{library, transport};
 use crate::run_control::RunControl;
 use crate::worker::run_dir::RunDir;
 use crate::worker::supervise::{self, Launch};

@@ -28,9 +28,9 @@ use super::request::{Job, TrainingRequest};
 use super::stuck::{self, INIT_CALL};
 use crate::backend::cuda::kernels::{Blas, require_blas};
 use crate::backend::{BackendError, GpuInfo};
-use crate::checks::nccl::engine::comm::{self, Comm};
-use crate::checks::nccl::engine::sync::{InCall, Interrupted, Shared, WaitError, wait_for};
-use crate::checks::nccl::library;
+use crate::nccl::engine::comm::{self, Comm};
+use crate::nccl::engine::sync::{InCall, Interrupted, Shared, WaitError, wait_for};
+use crate::nccl::library;
 use crate::run_control::RunControl;
 use crate::worker::serve::Bail;
 

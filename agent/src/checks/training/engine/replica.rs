@@ -13,9 +13,9 @@ use gpuval_crds::{Collective, NcclDtype};
 
 use super::kernels::{Kernels, Ptr};
 use crate::backend::cuda::buffer::DeviceBuffer;
-use crate::checks::nccl::bandwidth::Layout;
-use crate::checks::nccl::engine::comm::{Buffers, Comm};
 use crate::checks::training::request::{ELEMENT, TrainingRequest};
+use crate::nccl::bandwidth::Layout;
+use crate::nccl::engine::comm::{Buffers, Comm};
 
 /// How a step runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

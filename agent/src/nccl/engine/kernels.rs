@@ -10,7 +10,7 @@ use gpuval_crds::{Collective, NcclDtype};
 use crate::backend::BackendError;
 use crate::backend::cuda::kernels::compile_source;
 use crate::backend::cuda::launch::{Kernel, LaunchError};
-use crate::checks::nccl::verify::value_range;
+use crate::nccl::verify::value_range;
 
 /// CUDA C source of the check's kernels.
 pub const SOURCE: &str = include_str!("kernels.cu");

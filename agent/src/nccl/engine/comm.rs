@@ -7,7 +7,7 @@ use cudarc::nccl::sys;
 use gpuval_crds::{Collective, NcclDtype};
 
 use crate::backend::Side;
-use crate::checks::nccl::bandwidth::Layout;
+use crate::nccl::bandwidth::Layout;
 
 /// An NCCL call that failed, with NCCL's own words and whose side its result and words put
 /// the failure on ([`side_of`]).

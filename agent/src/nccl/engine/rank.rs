@@ -14,9 +14,9 @@ use super::kernels::{CheckArgs, Kernels};
 use super::sync::{InCall, Interrupted, Shared, WaitError, wait_for};
 use crate::backend::Side;
 use crate::backend::cuda::buffer::DeviceBuffer;
-use crate::checks::nccl::bandwidth::Layout;
-use crate::checks::nccl::outcome::{Abort, AbortCause, Phase};
-use crate::checks::nccl::request::SweepRequest;
+use crate::nccl::bandwidth::Layout;
+use crate::nccl::outcome::{Abort, AbortCause, Phase};
+use crate::nccl::request::SweepRequest;
 
 /// What one rank measured in one step.
 #[derive(Debug, Clone, PartialEq)]

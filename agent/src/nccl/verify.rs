@@ -63,7 +63,7 @@ impl Expected {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::nccl::bandwidth::Layout;
+    use crate::nccl::bandwidth::Layout;
 
     /// Each rank's input of `send` elements.
     fn inputs(ranks: u32, send: u64, seed: u32) -> Vec<Vec<u32>> {

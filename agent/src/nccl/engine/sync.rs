@@ -188,7 +188,7 @@ pub fn wait_for(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::nccl::outcome::{AbortCause, Phase};
+    use crate::nccl::outcome::{AbortCause, Phase};
     use gpuval_crds::Collective;
 
     fn abort(rank: u32) -> Abort {
