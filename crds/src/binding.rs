@@ -119,6 +119,14 @@ impl Binding {
     }
 }
 
+/// The node an agent pod or a result was made for: its annotation (the full name), else its
+/// label (the short form).
+pub fn node_of(meta: &ObjectMeta) -> Option<&str> {
+    let annotated = meta.annotations.as_ref().and_then(|a| a.get(labels::NODE));
+    let labelled = || meta.labels.as_ref().and_then(|l| l.get(labels::NODE));
+    annotated.or_else(labelled).map(String::as_str)
+}
+
 /// Why a result is closed (its [`labels::CLOSED`] annotation), if it is.
 pub fn closed(meta: &ObjectMeta) -> Option<&str> {
     meta.annotations

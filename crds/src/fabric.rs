@@ -400,6 +400,10 @@ pub enum FabricErrorKind {
     Refused,
     /// It stopped because another member of its group failed first.
     Aborted,
+    /// A kind this reader does not know (written by a newer agent): read as not the member's
+    /// own, so a reader older than its agents never blames a node for what it cannot read.
+    #[serde(other)]
+    Unknown,
 }
 
 impl FabricErrorKind {
@@ -474,6 +478,18 @@ pub struct FabricStatus {
 
 #[cfg(test)]
 mod port_tests {
+
+    #[test]
+    fn a_kind_this_reader_does_not_know_is_no_members_own() {
+        let outcome: FabricError =
+            serde_json::from_str(r#"{"kind": "SomethingNewer", "message": "x"}"#).expect("read");
+        assert_eq!(outcome.kind, FabricErrorKind::Unknown);
+        assert!(!outcome.kind.is_own());
+        let own: FabricError =
+            serde_json::from_str(r#"{"kind": "Local", "message": "x"}"#).expect("read");
+        assert!(own.kind.is_own());
+    }
+
     use super::*;
 
     #[test]

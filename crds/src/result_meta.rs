@@ -16,7 +16,8 @@ use crate::report::Verdict;
 /// A result's report as its metadata carries it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReportMeta {
-    /// An unknown spelling reads as [`Verdict::Error`]: never a pass, never hardware evidence.
+    /// An unknown spelling reads as [`Verdict::Error`]: never a pass (whether it is hardware
+    /// evidence is for its codes to say, as for any Error).
     pub verdict: Verdict,
     /// An unknown spelling, or none, reads as [`Action::None`].
     pub action: Action,

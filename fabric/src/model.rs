@@ -93,6 +93,11 @@ pub struct Fabric {
     /// Every member's words are replaced by words that say nothing of whose failure it is: the
     /// planner judges from the kinds alone, so nothing it concludes may change.
     pub reword: bool,
+    /// The first healthy member of a broken group types the peer's failure as its own
+    /// (`Local`), as an agent did on real hardware before its kinds were set at the NCCL call:
+    /// a node whose own words are wrong is a suspect, and the rounds that pair it with cleared
+    /// nodes must clear it again.
+    pub mislabel: bool,
     /// So slow that a group holding them stalls: the first healthy member's sweep is stopped
     /// for its silence ([`SWEEP_STALLED`], `Stalled`), the others (the slow node too) say the
     /// group was aborted after that member failed (`Aborted`), as on 4x H200 with one node's
@@ -164,6 +169,7 @@ impl Fabric {
             .iter()
             .any(|b| !matches!(b, Between::Link { fails: true, .. }) && b.crossed_by(members));
         let stalled_by = self.stalled_by(members);
+        let mut mislabelled = !self.mislabel;
         members
             .iter()
             .enumerate()
@@ -180,7 +186,13 @@ impl Fabric {
                     Some(FabricError { kind, message })
                 };
                 let never = |m: &str| err(FabricErrorKind::NeverJoined, m);
-                let peer = |m: &str| err(FabricErrorKind::Peer, m);
+                let mut peer = |m: &str| match mislabelled {
+                    true => err(FabricErrorKind::Peer, m),
+                    false => {
+                        mislabelled = true;
+                        err(FabricErrorKind::Local, m)
+                    }
+                };
                 if host_absent {
                     let e = if rank == 0 {
                         never("no member joined the rendezvous: they never came")

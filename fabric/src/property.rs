@@ -1,6 +1,7 @@
-//! The planner against random faults: slow nodes, nodes whose NCCL cannot start, members that
-//! never join, agents that vanish, bad links and bad switch uplinks, on 4 to 1,000 nodes and
-//! thousands of seeds, half of them with every member's words replaced. No healthy node may ever
+//! The planner against random faults: slow nodes, nodes whose NCCL cannot start (half the time
+//! with a healthy peer typing it as its own), members that never join, agents that vanish, bad
+//! links and bad switch uplinks, on 4 to 1,000 nodes and thousands of seeds, half of them with
+//! every member's words replaced. No healthy node may ever
 //! be named, every fault must fail the test, the same faults in other words conclude the same,
 //! and the rounds used are recorded.
 
@@ -50,6 +51,7 @@ fn plant(nodes: &[String], rng: &mut Rng) -> Fabric {
     // the test has always drawn.
     let mut stalls = Rng(rng.0 ^ 0x57a1_1ed0_0000_0001);
     m.reword = rng.chance(50);
+    m.mislabel = rng.chance(50);
     let mut used = BTreeSet::new();
     let faults = rng.below(4.min(n / 2) + 1);
     for _ in 0..faults {

@@ -64,7 +64,7 @@ pub struct Ctx {
     /// The ResourceSlices of the DRA driver (`--dra-driver`), trimmed to their GPUs' names and
     /// UUIDs; empty when `--gpu-allocation extendedResource`.
     pub slices: Store<ResourceSlice>,
-    /// True once the slices are known (listed, or given up on: see [`settle_slices`]); no
+    /// True once the slices are known (listed, or given up on: see `controller::settle_slices`); no
     /// node set is resolved before, so a DRA node is not left out for want of its slices.
     pub slices_settled: Arc<AtomicBool>,
     pub rounds: Store<GpuFabricRound>,

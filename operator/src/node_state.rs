@@ -489,8 +489,9 @@ pub fn condition_of(node: &Node) -> Option<&NodeCondition> {
 /// Writes `mark` on `node`: labels, then the condition, each by server-side apply (what `mark`
 /// leaves out and the operator set before is removed). Each body names the node's UID: an
 /// apply is a create where nothing exists, and the UID is what makes the API server refuse
-/// that (404 or 409), so a node deleted after it was read is never brought back as a bare
-/// Node, and a node created again under its name is not given its predecessor's marks.
+/// that (409 for the labels, 404 for the status subresource, 422 on `metadata.uid` for a node
+/// created again), so a node deleted after it was read is never brought back as a bare Node,
+/// and a node created again under its name is not given its predecessor's marks.
 async fn write(ctx: &Ctx, node: &Node, mark: &Mark) -> Result<(), kube::Error> {
     let name = node.name_any();
     let api: Api<Node> = Api::all(ctx.client.clone());
@@ -503,8 +504,9 @@ async fn write(ctx: &Ctx, node: &Node, mark: &Mark) -> Result<(), kube::Error> {
     Ok(())
 }
 
-/// Whether the API server refused [`write`] because the node it read is gone (404) or was
-/// replaced by a node of another UID (422 on `metadata.uid`; 409 where a precondition says it).
+/// Whether the API server refused [`write`] because the node it read is gone (404; 409 for an
+/// apply that would have created it, its UID matching nothing) or was replaced by a node of
+/// another UID (422 on `metadata.uid`).
 pub fn gone_or_replaced(s: &kube::core::Status) -> bool {
     let on_uid = s
         .details
@@ -584,7 +586,10 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         match write(ctx, &node, &want).await {
             // The new node, if any, is looked at when it is seen.
             Err(kube::Error::Api(s)) if gone_or_replaced(&s) => {
+                // Nothing more for the node that was read: no event, no failure marks (written
+                // by name) and no device taints for it.
                 tracing::info!(node = %name, code = s.code, "node gone or created again since it was read; not marked");
+                return Ok(Action::await_change());
             }
             other => other?,
         }

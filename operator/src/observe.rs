@@ -37,13 +37,7 @@ pub fn owner_ref_of(meta: &ObjectMeta) -> Option<ObjectRef<GpuValidation>> {
         .map(|o| ObjectRef::new(&o.name))
 }
 
-/// The node an agent pod or a result was made for: its annotation (the full name), else its
-/// label.
-pub fn node_of(meta: &ObjectMeta) -> Option<&str> {
-    let annotated = meta.annotations.as_ref().and_then(|a| a.get(labels::NODE));
-    let labelled = || meta.labels.as_ref().and_then(|l| l.get(labels::NODE));
-    annotated.or_else(labelled).map(String::as_str)
-}
+pub use gpuval_crds::binding::node_of;
 
 /// A node result as the steps see it (from its labels and annotations only). An unknown
 /// verdict label counts as Error; None for a result without the labels the agent sets.

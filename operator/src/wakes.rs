@@ -9,6 +9,7 @@
 use futures::StreamExt;
 use futures::{Stream, stream};
 use gpuval_crds::GpuNodeResult;
+use gpuval_crds::result_meta::ReportMeta;
 use kube::api::PartialObjectMeta;
 use tokio::sync::{mpsc, watch};
 
@@ -58,8 +59,11 @@ impl Wakes {
 
     /// Result `r` was added, changed or removed (its store already says so).
     pub fn result_touched(&self, r: &PartialObjectMeta<GpuNodeResult>) {
-        if let Some(m) = crate::node_state::result_meta(r) {
-            let _ = self.node_state.send(NodeWake::Result(m.node));
+        // A result with a report (its agent's labels) about a node wakes that node.
+        let m = &r.metadata;
+        let reported = ReportMeta::read(m.labels.as_ref(), m.annotations.as_ref()).is_some();
+        if let (true, Some(node)) = (reported, gpuval_crds::binding::node_of(m)) {
+            let _ = self.node_state.send(NodeWake::Result(node.to_string()));
         }
     }
 }

@@ -1,7 +1,7 @@
 //! A crate's layers, held against its code: a module of `src/` never names (`crate::…`) a
 //! module of a layer above its own, and the top-level modules form no circle. Each crate's
-//! table lives in `tests/tests/layers.rs`. Test code (files `tests.rs` / `*_tests.rs`, and
-//! everything from a file's first `#[cfg(test)]` on) may reach anywhere and is not scanned.
+//! table lives in `tests/tests/layers.rs`. Test code (files `tests.rs` / `*_tests.rs`, and each
+//! item under `#[cfg(test)]`) may reach anywhere and is not scanned.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -167,15 +167,33 @@ fn production_files(src: &Path) -> Vec<(PathBuf, String, String)> {
         .collect()
 }
 
-/// The production part of a source file: comments dropped, everything from the first
-/// `#[cfg(test)]` on cut.
+/// The production part of a source file: comments dropped, and each item under `#[cfg(test)]`
+/// left out (a `use` line, or a block such as `mod tests { … }` up to its closing brace).
 pub fn production_code(source: &str) -> String {
     let mut kept = String::new();
+    let mut skipping = false;
+    let mut depth = 0i64;
+    let mut opened = false;
     for line in source.lines() {
-        if line.trim_start().starts_with("#[cfg(test)]") {
-            break;
-        }
         let code = line.split("//").next().unwrap_or("");
+        if code.trim_start().starts_with("#[cfg(test)]") {
+            (skipping, depth, opened) = (true, 0, false);
+            continue;
+        }
+        if skipping {
+            depth += code.matches('{').count() as i64 - code.matches('}').count() as i64;
+            opened |= code.contains('{');
+            let attribute = code.trim_start().starts_with("#[");
+            let ended = if opened {
+                depth <= 0
+            } else {
+                code.trim_end().ends_with(';')
+            };
+            if ended && !attribute {
+                skipping = false;
+            }
+            continue;
+        }
         kept.push_str(code);
         kept.push('\n');
     }

@@ -177,6 +177,21 @@ fn downward_and_same_layer_imports_and_test_code_pass() {
 }
 
 #[test]
+fn code_after_a_test_only_item_is_scanned() {
+    // A test-only import at the top of a file hides nothing below it.
+    let source = "#[cfg(test)]\nuse futures::StreamExt;\nuse crate::k8s::Thing;\n";
+    assert_eq!(
+        AGENT.violations("runner", source).len(),
+        1,
+        "k8s is above runner"
+    );
+    let source = "#[cfg(test)]\nmod tests {\n    use crate::k8s;\n    fn f() {}\n}\nfn g() { crate::k8s::x(); }\n";
+    assert_eq!(AGENT.violations("runner", source).len(), 1);
+    let source = "#[cfg(test)]\n#[allow(dead_code)]\nfn helper() {\n    crate::k8s::x();\n}\n";
+    assert!(AGENT.violations("runner", source).is_empty());
+}
+
+#[test]
 fn a_module_missing_from_the_table_fails() {
     assert_eq!(AGENT.violations("newcomer", "").len(), 1);
     assert_eq!(

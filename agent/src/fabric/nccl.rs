@@ -142,12 +142,17 @@ pub fn sweep_failed(e: &BackendError) -> FabricError {
 }
 
 /// The kind of a sweep that was cut short: its collectives timed out (waiting on a peer), NCCL
-/// reported an error on the communicator (a peer's, as NCCL reports them there), a CUDA call
+/// reported an error on the communicator (on the side its result and words put it), a CUDA call
 /// failed on this side, or it was stopped.
 fn abort_kind(cause: &AbortCause) -> FabricErrorKind {
     match cause {
         AbortCause::Timeout { .. } => FabricErrorKind::Timeout,
-        AbortCause::NcclError { .. } => FabricErrorKind::Peer,
+        AbortCause::NcclError {
+            side: Side::Peer, ..
+        } => FabricErrorKind::Peer,
+        AbortCause::NcclError {
+            side: Side::Own, ..
+        } => FabricErrorKind::Local,
         AbortCause::Cuda { .. } => FabricErrorKind::Local,
         AbortCause::Stopped => FabricErrorKind::Aborted,
     }
@@ -467,6 +472,12 @@ mod tests {
             }),
             FabricErrorKind::Local
         );
+        let nccl = |side| AbortCause::NcclError {
+            message: "x".into(),
+            side,
+        };
+        assert_eq!(abort_kind(&nccl(Side::Peer)), FabricErrorKind::Peer);
+        assert_eq!(abort_kind(&nccl(Side::Own)), FabricErrorKind::Local);
     }
 
     #[test]

@@ -24,7 +24,7 @@ enum News {
 }
 
 /// Runs `work` (this member's part; it stops soon after the flag it is given is set) while
-/// watching the group's control channel in `link`. Fails with a `Peer` error naming the member
+/// watching the group's control channel in `link`. Fails with an `Aborted` error naming the member
 /// that failed first when `work` failed after another member's failure stopped it.
 pub fn together<T>(
     a: &Assignment,

@@ -152,6 +152,8 @@ fn with_nccl_warning(
                 side,
             }
         }
+        (BackendError::Silent(m), Some(w)) => BackendError::Silent(format!("{m} (NCCL: {w})")),
+        (BackendError::Hung(m), Some(w)) => BackendError::Hung(format!("{m} (NCCL: {w})")),
         (e, _) => e,
     }
 }

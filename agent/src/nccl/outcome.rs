@@ -5,7 +5,7 @@ use gpuval_crds::Collective;
 use serde::{Deserialize, Serialize};
 
 use super::transport::TransportSummary;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Side};
 
 /// One size of one collective: the slowest rank's time per collective.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -68,8 +68,13 @@ impl Phase {
 pub enum AbortCause {
     /// The collectives did not complete within the timeout.
     Timeout { seconds: f64 },
-    /// NCCL reported an asynchronous error on the communicator.
-    NcclError { message: String },
+    /// NCCL reported an error on the communicator (asynchronous, or when a collective was
+    /// queued), with the side its result and NCCL's words put it on.
+    NcclError {
+        message: String,
+        #[serde(default = "peer_side")]
+        side: Side,
+    },
     /// A CUDA call failed.
     Cuda { message: String },
     /// The run was asked to stop.
@@ -118,4 +123,9 @@ pub struct NcclOutcome {
     /// How the figures were taken (a size limit applied, say).
     pub notes: Vec<String>,
     pub seconds: f64,
+}
+
+/// The side of an NCCL error recorded without one: a peer's, as NCCL reports most of them.
+fn peer_side() -> Side {
+    Side::Peer
 }

@@ -234,7 +234,7 @@ pub fn abort_reason(a: &Abort, gpus: &[i32]) -> String {
             "{what}: not complete after {} on {who}; the communicators were aborted",
             seconds_text(*seconds)
         ),
-        AbortCause::NcclError { message } => {
+        AbortCause::NcclError { message, .. } => {
             format!("{what}: NCCL error on {who}: {message}; the communicators were aborted")
         }
         AbortCause::Cuda { message } => format!("{what}: CUDA error on {who}: {message}"),

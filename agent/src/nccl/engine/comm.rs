@@ -56,11 +56,12 @@ fn error_text(r: sys::ncclResult_t, comm: sys::ncclComm_t) -> String {
     let base = unsafe { CStr::from_ptr(sys::ncclGetErrorString(r)) }
         .to_string_lossy()
         .into_owned();
-    if comm.is_null() {
-        return base;
-    }
-    // SAFETY: comm is a live communicator; the returned string stays valid until the next
-    // NCCL call on this thread and is copied at once.
+    // NCCL's detail of its last error, also for a call that has no communicator yet
+    // (`ncclCommInitRank`): NCCL keeps the last error per thread and does not use `comm` here,
+    // and its detail is what tells a peer's broken connection from this side's failure.
+    // SAFETY: comm is a live communicator or null, both of which NCCL accepts (it documents the
+    // argument as unused); the returned string stays valid until the next NCCL call on this
+    // thread and is copied at once.
     let last = unsafe { sys::ncclGetLastError(comm) };
     let detail = if last.is_null() {
         String::new()
@@ -170,15 +171,26 @@ impl Comm {
 
     /// An error NCCL found while collectives ran (a peer failed, a network error), if any.
     pub fn async_error(&self) -> Option<String> {
+        self.async_failure().map(|e| e.message)
+    }
+
+    /// [`Comm::async_error`] with the side its result and NCCL's words put it on.
+    pub fn async_failure(&self) -> Option<NcclCallError> {
         let mut state = sys::ncclResult_t::ncclSuccess;
         // SAFETY: queries the live communicator.
         let r = unsafe { sys::ncclCommGetAsyncError(self.raw, &mut state) };
-        match (r, state) {
+        let bad = match (r, state) {
             (sys::ncclResult_t::ncclSuccess, sys::ncclResult_t::ncclSuccess)
-            | (sys::ncclResult_t::ncclSuccess, sys::ncclResult_t::ncclInProgress) => None,
-            (sys::ncclResult_t::ncclSuccess, bad) => Some(error_text(bad, self.raw)),
-            (bad, _) => Some(error_text(bad, self.raw)),
-        }
+            | (sys::ncclResult_t::ncclSuccess, sys::ncclResult_t::ncclInProgress) => return None,
+            (sys::ncclResult_t::ncclSuccess, bad) => bad,
+            (bad, _) => bad,
+        };
+        let message = error_text(bad, self.raw);
+        Some(NcclCallError {
+            call: "ncclCommGetAsyncError",
+            side: side_of(bad, &message),
+            message,
+        })
     }
 
     /// Queues one collective on `stream`, laid out as nccl-tests lays it out.

@@ -359,6 +359,7 @@ impl Rank {
     fn launch_now(&self, l: &Layout, in_place: bool, req: &SweepRequest) -> Result<(), AbortCause> {
         let comm = self.comm.as_ref().ok_or(AbortCause::NcclError {
             message: "no communicator".into(),
+            side: Side::Own,
         })?;
         let b = Buffers {
             send: self.send,
@@ -367,6 +368,7 @@ impl Rank {
         comm.launch(l, in_place, req.dtype, b, &self.stream)
             .map_err(|e| AbortCause::NcclError {
                 message: e.to_string(),
+                side: e.side,
             })
     }
 
@@ -380,14 +382,23 @@ impl Rank {
         let deadline = Instant::now() + timeout;
         let comm = self.comm.as_ref();
         let done = || self.end.try_is_complete().map_err(|e| e.to_string());
-        let failed = || comm.and_then(Comm::async_error);
+        // The side of NCCL's error, when the failure was NCCL's (else it was the CUDA event's).
+        let nccl_side = std::cell::Cell::new(None);
+        let failed = || {
+            let e = comm.and_then(Comm::async_failure)?;
+            nccl_side.set(Some(e.side));
+            Some(e.message)
+        };
         wait_for(s.shared, deadline, done, failed).map_err(|e| {
-            let cause = match e {
-                WaitError::Timeout => Some(AbortCause::Timeout {
+            let cause = match (e, nccl_side.get()) {
+                (WaitError::Timeout, _) => Some(AbortCause::Timeout {
                     seconds: timeout.as_secs_f64(),
                 }),
-                WaitError::Failed(message) => Some(AbortCause::NcclError { message }),
-                WaitError::Interrupted(i) => interrupted(i),
+                (WaitError::Failed(message), Some(side)) => {
+                    Some(AbortCause::NcclError { message, side })
+                }
+                (WaitError::Failed(message), None) => Some(AbortCause::Cuda { message }),
+                (WaitError::Interrupted(i), _) => interrupted(i),
             };
             Failure(phase, cause)
         })
