@@ -98,3 +98,39 @@ pub async fn wait_node_ready(client: &Client, name: &str, timeout: Duration) -> 
         .map_err(|e| format!("watch node {name}: {e}"))?;
     Ok(())
 }
+
+/// Waits up to `limit` until node `name` satisfies `cond` (`what` names it in the panic when it
+/// does not); gives the node back then.
+pub async fn wait_node(
+    client: &Client,
+    name: &str,
+    what: &str,
+    limit: Duration,
+    cond: impl Fn(&Node) -> bool + Send + 'static,
+) -> Node {
+    let api: Api<Node> = Api::all(client.clone());
+    crate::scenario::wait(api, name, limit.as_secs(), what, move |n: Option<&Node>| {
+        n.is_some_and(&cond)
+    })
+    .await
+}
+
+/// Creates kwok GPU node `name` (2 GPUs) carrying taint `key` (NoSchedule), as a node
+/// registers with an admission taint; waits up to `limit` until it is Ready.
+pub async fn tainted_node(client: &Client, name: &str, key: &str, limit: Duration) {
+    let mut node = gpu_node(name, 2, &[]);
+    if let Some(spec) = node.spec.as_mut() {
+        spec.taints.get_or_insert_with(Vec::new).push(Taint {
+            key: key.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        });
+    }
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node");
+    wait_node_ready(client, name, limit)
+        .await
+        .expect("node ready");
+}

@@ -430,20 +430,6 @@ fn bound(p: &Pod) -> BoundPod {
     }
 }
 
-/// Waits until node `name` satisfies `cond`.
-async fn wait_node(
-    client: &Client,
-    name: &str,
-    what: &str,
-    cond: impl Fn(&Node) -> bool + Send + 'static,
-) -> Node {
-    let api: Api<Node> = Api::all(client.clone());
-    scenario::wait(api, name, LONG.as_secs(), what, move |n: Option<&Node>| {
-        n.is_some_and(&cond)
-    })
-    .await
-}
-
 fn verdict_label(n: &Node) -> Option<&str> {
     n.labels().get(labels::NODE_VERDICT).map(String::as_str)
 }
@@ -493,7 +479,7 @@ async fn a_late_pass_after_the_deadline_never_overrides_the_final_line() {
     results::write_report(&agent, NS, &result.name_any(), &last, "Fail")
         .await
         .expect("the agent's report");
-    wait_node(&c.admin, &last, "labelled Fail", |n| {
+    nodes::wait_node(&c.admin, &last, "labelled Fail", LONG, |n| {
         verdict_label(n) == Some("Fail")
     })
     .await;
@@ -578,7 +564,7 @@ async fn a_late_pass_after_the_deadline_never_overrides_the_final_line() {
         )
         .await
         .expect("forge the node's verdict");
-    let node = wait_node(&c.admin, &last, "labelled Fail again", |n| {
+    let node = nodes::wait_node(&c.admin, &last, "labelled Fail again", LONG, |n| {
         verdict_label(n) == Some("Fail")
     })
     .await;

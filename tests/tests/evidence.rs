@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use gpuval_crds::{Evidence, GpuNodeResult, GpuValidation, NodeVerdict, Phase, labels};
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::scenario::{self, Cluster, node_line, wait};
+use gpuval_tests::scenario::{self, Cluster, node_line};
 use gpuval_tests::{nodes, waits};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod, Taint};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -85,39 +85,6 @@ async fn marks_of(client: &Client, node: &str) -> NodeMarks {
     marks(&n)
 }
 
-/// Waits until node `name` satisfies `cond`; gives it back then.
-async fn wait_node(
-    client: &Client,
-    name: &str,
-    what: &str,
-    cond: impl Fn(&Node) -> bool + Send + 'static,
-) -> Node {
-    let api: Api<Node> = Api::all(client.clone());
-    wait(api, name, LONG.as_secs(), what, move |n: Option<&Node>| {
-        n.is_some_and(&cond)
-    })
-    .await
-}
-
-/// Creates kwok GPU node `name` carrying the default admission taint; waits until Ready.
-async fn tainted_node(client: &Client, name: &str) {
-    let mut node = nodes::gpu_node(name, 2, &[]);
-    if let Some(spec) = node.spec.as_mut() {
-        spec.taints.get_or_insert_with(Vec::new).push(Taint {
-            key: UNVALIDATED.into(),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        });
-    }
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("node");
-    nodes::wait_node_ready(client, name, LONG)
-        .await
-        .expect("node ready");
-}
-
 /// The node certificate's signed verdict for `node` in validation `validation`.
 async fn certified_verdict(client: &Client, validation: &str, node: &str) -> String {
     let selector = format!(
@@ -174,7 +141,7 @@ async fn a_node_the_fabric_names_is_never_pass_nor_admitted_nor_certified() {
         &format!("{SIM},netfault=local"),
     );
     for n in nodes {
-        tainted_node(&c.client, n).await;
+        nodes::tainted_node(&c.client, n, UNVALIDATED, LONG).await;
     }
     let _op = operator(&c.client, 32100);
     let schedule = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidationSchedule",
@@ -201,14 +168,14 @@ async fn a_node_the_fabric_names_is_never_pass_nor_admitted_nor_certified() {
 
     // The healthy nodes are admitted and labelled Pass: the operator acted on this run.
     for n in ["gpu-00", "gpu-01", "gpu-02"] {
-        let node = wait_node(&c.client, n, "admitted and Pass", |n| {
+        let node = nodes::wait_node(&c.client, n, "admitted and Pass", LONG, |n| {
             !has_taint(n, UNVALIDATED) && condition(n).is_some_and(|c| c.status == "True")
         })
         .await;
         assert_eq!(node.labels()[labels::NODE_VERDICT], "Pass", "{n}");
     }
     // The named node: Fail, GpuValidated=False, kept out with the failure taint.
-    let named = wait_node(&c.client, "gpu-03", "marked failed", |n| {
+    let named = nodes::wait_node(&c.client, "gpu-03", "marked failed", LONG, |n| {
         has_taint(n, labels::FAILED_NODE) && condition(n).is_some()
     })
     .await;
@@ -315,7 +282,7 @@ async fn a_registry_outage_and_an_evicted_agent_leave_every_node_as_it_was() {
     let gv = c.wait_terminal("before", LONG.as_secs()).await;
     assert_eq!(gv.status.and_then(|s| s.phase), Some(Phase::Passed));
     for n in validated {
-        wait_node(&c.client, n, "labelled Pass", |n| {
+        nodes::wait_node(&c.client, n, "labelled Pass", LONG, |n| {
             condition(n).is_some_and(|c| c.status == "True")
         })
         .await;
@@ -356,7 +323,7 @@ async fn a_registry_outage_and_an_evicted_agent_leave_every_node_as_it_was() {
         .unwrap_or_else(|e| panic!("{e}"));
     // The node without a verdict says why it has none (the node-state controller has seen
     // the run's end)...
-    let fresh = wait_node(&client, "gpu-d", "GpuValidated=Unknown", |n| {
+    let fresh = nodes::wait_node(&client, "gpu-d", "GpuValidated=Unknown", LONG, |n| {
         condition(n).is_some()
     })
     .await;
@@ -374,7 +341,7 @@ async fn a_registry_outage_and_an_evicted_agent_leave_every_node_as_it_was() {
         json!({"nodeNames": ["gpu-d"], "checks": {"memory": {"fraction": 0.1}}}),
     )
     .await;
-    wait_node(&client, "gpu-d", "GpuValidated=True", |n| {
+    nodes::wait_node(&client, "gpu-d", "GpuValidated=True", LONG, |n| {
         condition(n).is_some_and(|c| c.status == "True")
     })
     .await;
@@ -461,7 +428,7 @@ async fn a_result_without_a_report_never_makes_its_node_validated() {
         .expect("plant a result without a report");
 
     // The node-state controller decides about the node once the run has a line for it.
-    let node = wait_node(&client, "gpu-a", "a GpuValidated condition", |n| {
+    let node = nodes::wait_node(&client, "gpu-a", "a GpuValidated condition", LONG, |n| {
         condition(n).is_some()
     })
     .await;

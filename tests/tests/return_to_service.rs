@@ -19,7 +19,7 @@ use std::time::Duration;
 use gpuval_crds::{Phase, labels};
 use gpuval_tests::nodes;
 use gpuval_tests::operator::{OperatorHandle, test_config};
-use gpuval_tests::scenario::{Cluster, wait};
+use gpuval_tests::scenario::Cluster;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
@@ -64,20 +64,6 @@ fn failure_taint(n: &Node) -> Option<String> {
 
 fn label<'a>(n: &'a Node, key: &str) -> Option<&'a str> {
     n.labels().get(key).map(String::as_str)
-}
-
-/// Waits until node `name` satisfies `cond`; gives it back then.
-async fn wait_node(
-    client: &Client,
-    name: &str,
-    what: &str,
-    cond: impl Fn(&Node) -> bool + Send + 'static,
-) -> Node {
-    let api: Api<Node> = Api::all(client.clone());
-    wait(api, name, LONG.as_secs(), what, move |n: Option<&Node>| {
-        n.is_some_and(&cond)
-    })
-    .await
 }
 
 /// The notes of the events with `reason` about node `node`.
@@ -174,7 +160,7 @@ async fn a_failed_node_is_tainted_until_it_holds_and_returns_to_service_on_a_pas
     let gv = c.wait_terminal("burn", LONG.as_secs()).await;
     assert_eq!(gv.status.and_then(|s| s.phase), Some(Phase::Failed));
     // Labelled Fail, but the API server refuses its failure taint for now.
-    let refused = wait_node(&c.client, node, "labelled Fail", |n| {
+    let refused = nodes::wait_node(&c.client, node, "labelled Fail", LONG, |n| {
         label(n, labels::NODE_VERDICT) == Some("Fail")
     })
     .await;
@@ -184,7 +170,7 @@ async fn a_failed_node_is_tainted_until_it_holds_and_returns_to_service_on_a_pas
         .delete(&binding, &Default::default())
         .await
         .expect("lift the refusal");
-    let failed = wait_node(&c.client, node, "tainted gpuval.io/failed", |n| {
+    let failed = nodes::wait_node(&c.client, node, "tainted gpuval.io/failed", LONG, |n| {
         failure_taint(n).is_some()
     })
     .await;
@@ -199,7 +185,7 @@ async fn a_failed_node_is_tainted_until_it_holds_and_returns_to_service_on_a_pas
         .await;
     let gv = c.wait_terminal("proof", LONG.as_secs()).await;
     assert_eq!(gv.status.and_then(|s| s.phase), Some(Phase::Passed));
-    let back = wait_node(&c.client, node, "returned to service", |n| {
+    let back = nodes::wait_node(&c.client, node, "returned to service", LONG, |n| {
         failure_taint(n).is_none() && label(n, labels::NODE_VERDICT) == Some("Pass")
     })
     .await;
@@ -236,7 +222,7 @@ async fn a_node_that_fails_twice_within_the_window_is_a_repeat_offender() {
             "{run}"
         );
     }
-    let n = wait_node(&c.client, node, "a repeat offender", |n| {
+    let n = nodes::wait_node(&c.client, node, "a repeat offender", LONG, |n| {
         label(n, labels::REPEAT_OFFENDER) == Some("true")
             && condition(n)
                 .and_then(|c| c.message.as_deref())
@@ -266,7 +252,7 @@ async fn a_node_created_again_under_its_name_starts_with_no_verdict() {
         .await;
     let gv = c.wait_terminal("before", LONG.as_secs()).await;
     assert_eq!(gv.status.and_then(|s| s.phase), Some(Phase::Passed));
-    wait_node(&c.client, node, "labelled Pass", |n| {
+    nodes::wait_node(&c.client, node, "labelled Pass", LONG, |n| {
         label(n, labels::NODE_VERDICT) == Some("Pass")
     })
     .await;
@@ -295,10 +281,11 @@ async fn a_node_created_again_under_its_name_starts_with_no_verdict() {
     )
     .await
     .expect("the stray label");
-    let fresh = wait_node(
+    let fresh = nodes::wait_node(
         &c.client,
         node,
         "looked at by the node-state controller",
+        LONG,
         |n| label(n, labels::ACTION).is_none(),
     )
     .await;
@@ -311,27 +298,6 @@ async fn a_node_created_again_under_its_name_starts_with_no_verdict() {
     );
     assert_eq!(label(&fresh, labels::VERDICT_RUN), None);
     assert!(condition(&fresh).is_none(), "{:?}", condition(&fresh));
-}
-
-/// Creates kwok GPU node `name` carrying the default admission taint; waits until Ready.
-async fn tainted_node(client: &Client, name: &str) {
-    let mut node = nodes::gpu_node(name, 2, &[]);
-    if let Some(spec) = node.spec.as_mut() {
-        spec.taints
-            .get_or_insert_with(Vec::new)
-            .push(k8s_openapi::api::core::v1::Taint {
-                key: labels::UNVALIDATED.into(),
-                effect: "NoSchedule".into(),
-                ..Default::default()
-            });
-    }
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("node");
-    nodes::wait_node_ready(client, name, LONG)
-        .await
-        .expect("node ready");
 }
 
 fn admission_taint(n: &Node) -> bool {
@@ -360,7 +326,7 @@ async fn finished_runs_of(client: &Client, schedule: &str, node: &str) -> Vec<St
 async fn a_node_created_again_is_admitted_only_by_a_run_of_its_own() {
     let node = "gpu-adm";
     let c = Cluster::start(NS, &[], 2).await;
-    tainted_node(&c.client, node).await;
+    nodes::tainted_node(&c.client, node, labels::UNVALIDATED, LONG).await;
     let _op = operator(&c.client);
     let schedule = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidationSchedule",
         "metadata": {"name": "gate"},
@@ -373,7 +339,7 @@ async fn a_node_created_again_is_admitted_only_by_a_run_of_its_own() {
         )
         .await
         .expect("schedule");
-    wait_node(&c.client, node, "admitted", |n| !admission_taint(n)).await;
+    nodes::wait_node(&c.client, node, "admitted", LONG, |n| !admission_taint(n)).await;
     let first = finished_runs_of(&c.client, "gate", node).await;
     assert_eq!(first.len(), 1, "{first:?}");
 
@@ -383,9 +349,12 @@ async fn a_node_created_again_is_admitted_only_by_a_run_of_its_own() {
     gpuval_tests::waits::until_gone(&api, node, LONG)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    tainted_node(&c.client, node).await;
+    nodes::tainted_node(&c.client, node, labels::UNVALIDATED, LONG).await;
     // Not admitted by the first run's pass: by a run of its own.
-    let again = wait_node(&c.client, node, "admitted again", |n| !admission_taint(n)).await;
+    let again = nodes::wait_node(&c.client, node, "admitted again", LONG, |n| {
+        !admission_taint(n)
+    })
+    .await;
     let runs = finished_runs_of(&c.client, "gate", node).await;
     assert_eq!(
         runs.len(),
@@ -397,7 +366,7 @@ async fn a_node_created_again_is_admitted_only_by_a_run_of_its_own() {
         .find(|r| !first.contains(r))
         .expect("the new node's run");
     // Its verdict is its own run's (none of the first run's is carried over).
-    let proved = wait_node(&c.client, node, "labelled by its own run", |n| {
+    let proved = nodes::wait_node(&c.client, node, "labelled by its own run", LONG, |n| {
         label(n, labels::VERDICT_RUN).is_some()
     })
     .await;
