@@ -393,7 +393,7 @@ async fn a_result_without_a_report_never_makes_its_node_validated() {
     // No kubelet: the agent pod is bound but never runs.
     drop(kubelet);
     let _op = operator(&client, 32300);
-    let gv = scenario::apply_validation(
+    scenario::apply_validation(
         &client,
         "evidence",
         "noreport",
@@ -401,31 +401,30 @@ async fn a_result_without_a_report_never_makes_its_node_validated() {
     )
     .await;
     let pod = bound_pods(&client, "noreport", 1).await.remove(0);
-    // A result labelled Pass, bound to that pod as the operator binds it, with no report.
+    // The result the operator made with the pod (bound to it), labelled Pass by its agent's
+    // identity, with no report. Waited for first: planted before the operator's own create, it
+    // would race the operator for the result's metadata.
     let name = gpuval_crds::result::result_name("noreport", "gpu-a");
-    let body = json!({
-        "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
-        "metadata": {
-            "name": name, "namespace": NS,
-            "labels": {labels::VALIDATION: "noreport", labels::NODE: "gpu-a",
-                labels::GENERATION: "1", labels::VERDICT: "Pass",
-                labels::MANAGED_BY_KEY: labels::MANAGED_BY},
-            "annotations": {labels::NODE: "gpu-a", labels::POD: pod.name_any(),
-                labels::POD_UID: pod.metadata.uid.clone().unwrap_or_default(),
-                labels::VALIDATION_UID: gv.metadata.uid.clone().unwrap_or_default()},
-            "ownerReferences": [{"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
-                "name": "noreport", "uid": gv.metadata.uid.clone().unwrap_or_default()}],
-        },
-        "spec": {"validation": "noreport", "generation": 1, "nodeName": "gpu-a"},
-    });
-    Api::<GpuNodeResult>::namespaced(client.clone(), NS)
-        .patch(
-            &name,
-            &PatchParams::apply("gpuval-agent/gpu-a"),
-            &Patch::Apply(&body),
-        )
+    let results = Api::<GpuNodeResult>::namespaced(client.clone(), NS);
+    let bound = waits::until("the operator's result", LONG, || async {
+        results.get_opt(&name).await.ok().flatten()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        bound.annotations().get(labels::POD).map(String::as_str),
+        Some(pod.name_any().as_str()),
+        "bound to the pod"
+    );
+    let labelled = json!({"metadata": {"labels": {labels::VERDICT: "Pass"}}});
+    let agent = PatchParams {
+        field_manager: Some("gpuval-agent/gpu-a".into()),
+        ..Default::default()
+    };
+    results
+        .patch(&name, &agent, &Patch::Merge(&labelled))
         .await
-        .expect("plant a result without a report");
+        .expect("plant a verdict without a report");
 
     // The node-state controller decides about the node once the run has a line for it.
     let node = nodes::wait_node(&client, "gpu-a", "a GpuValidated condition", LONG, |n| {
