@@ -115,10 +115,10 @@ pub async fn wait_node(
     .await
 }
 
-/// Creates kwok GPU node `name` (2 GPUs) carrying taint `key` (NoSchedule), as a node
-/// registers with an admission taint; waits up to `limit` until it is Ready.
-pub async fn tainted_node(client: &Client, name: &str, key: &str, limit: Duration) {
-    let mut node = gpu_node(name, 2, &[]);
+/// Creates kwok GPU node `name` with `gpus` GPUs carrying taint `key` (NoSchedule), as a node
+/// registers with an admission taint.
+pub async fn create_tainted_node(client: &Client, name: &str, gpus: i32, key: &str) {
+    let mut node = gpu_node(name, gpus, &[]);
     if let Some(spec) = node.spec.as_mut() {
         spec.taints.get_or_insert_with(Vec::new).push(Taint {
             key: key.into(),
@@ -130,6 +130,11 @@ pub async fn tainted_node(client: &Client, name: &str, key: &str, limit: Duratio
         .create(&PostParams::default(), &node)
         .await
         .expect("node");
+}
+
+/// [`create_tainted_node`] with 2 GPUs, then waits up to `limit` until the node is Ready.
+pub async fn tainted_node(client: &Client, name: &str, key: &str, limit: Duration) {
+    create_tainted_node(client, name, 2, key).await;
     wait_node_ready(client, name, limit)
         .await
         .expect("node ready");

@@ -314,21 +314,6 @@ fn condition(n: &Node) -> Option<(String, String, String)> {
     ))
 }
 
-async fn create_tainted_node(client: &Client, name: &str) {
-    let mut node = nodes::gpu_node(name, 8, &[]);
-    if let Some(spec) = node.spec.as_mut() {
-        spec.taints.get_or_insert_with(Vec::new).push(Taint {
-            key: UNVALIDATED.into(),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        });
-    }
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("node");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_nodes_are_untainted_on_a_pass_kept_out_on_a_failure_and_node_state_follows() {
     let e = env(&[]).await;
@@ -344,8 +329,8 @@ async fn new_nodes_are_untainted_on_a_pass_kept_out_on_a_failure_and_node_state_
             "template": {"checks": {"memory": {}}}}),
     )
     .await;
-    create_tainted_node(&e.client, "gpu-new").await;
-    create_tainted_node(&e.client, "gpu-bad").await;
+    nodes::create_tainted_node(&e.client, "gpu-new", 8, UNVALIDATED).await;
+    nodes::create_tainted_node(&e.client, "gpu-bad", 8, UNVALIDATED).await;
     let nodes_api: Api<Node> = Api::all(e.client.clone());
 
     wait(
@@ -441,8 +426,8 @@ async fn a_node_removed_mid_admission_is_dropped_without_error() {
             "template": {"checks": {"compute": {"duration": "10m"}}}}),
     )
     .await;
-    create_tainted_node(&e.client, "gpu-stays").await;
-    create_tainted_node(&e.client, "gpu-goes").await;
+    nodes::create_tainted_node(&e.client, "gpu-stays", 8, UNVALIDATED).await;
+    nodes::create_tainted_node(&e.client, "gpu-goes", 8, UNVALIDATED).await;
     let validations: Api<GpuValidation> = Api::all(e.client.clone());
     let run = first_run_of(&e.client, "gate", 60).await;
     wait(
@@ -588,7 +573,7 @@ async fn a_simulated_pass_never_admits_labels_or_conditions_a_node() {
         json!({"admission": {"debounce": "1s"}, "template": {"checks": {"memory": {}}}}),
     )
     .await;
-    create_tainted_node(&e.client, "gpu-new").await;
+    nodes::create_tainted_node(&e.client, "gpu-new", 8, UNVALIDATED).await;
     let validations: Api<GpuValidation> = Api::all(e.client.clone());
     let run = first_run_of(&e.client, "gate", 60).await;
     let gv = wait(validations, &run, 120, "finished", terminal).await;

@@ -123,23 +123,8 @@ pub fn run(
             })
             .collect()
     });
-    let failed: Vec<&SetupError> = ended
-        .iter()
-        .filter_map(|r| match r {
-            Err(RankError::Setup(e)) => Some(e),
-            _ => None,
-        })
-        .collect();
-    // One of this node's ranks failing on its own side makes it this node's failure.
-    if let Some(e) = failed
-        .iter()
-        .find(|e| e.side == Side::Own)
-        .or(failed.first())
-    {
-        return Err(BackendError::CollectiveSetup {
-            message: format!("NCCL sweep could not start: {}", e.message),
-            side: e.side,
-        });
+    if let Some(e) = setup_failure(&ended) {
+        return Err(e);
     }
     let done = records.into_inner().unwrap_or_else(|p| p.into_inner());
     let mut outcome = assemble(&done);
@@ -147,6 +132,26 @@ pub fn run(
     outcome.abort = shared.reason();
     outcome.seconds = started.elapsed().as_secs_f64();
     Ok(outcome)
+}
+
+/// The sweep's error when a rank's setup failed: one of this node's ranks failing on its own
+/// side makes it this node's failure, else the first rank's failure (a peer's) stands.
+fn setup_failure(ended: &[Result<(), RankError>]) -> Option<BackendError> {
+    let failed: Vec<&SetupError> = ended
+        .iter()
+        .filter_map(|r| match r {
+            Err(RankError::Setup(e)) => Some(e),
+            _ => None,
+        })
+        .collect();
+    let e = failed
+        .iter()
+        .find(|e| e.side == Side::Own)
+        .or(failed.first())?;
+    Some(BackendError::CollectiveSetup {
+        message: format!("NCCL sweep could not start: {}", e.message),
+        side: e.side,
+    })
 }
 
 /// What every rank starts from.
