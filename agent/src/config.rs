@@ -106,7 +106,7 @@ pub fn validate(s: &RunSettings) -> Result<(), String> {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Overrides {
     /// Run exactly these checks (comma-separated): topology, memory, compute, p2p,
-    /// hostTransfer, io.
+    /// hostTransfer, nccl, training, io.
     #[arg(long, value_delimiter = ',')]
     pub checks: Option<Vec<String>>,
     #[command(flatten)]
@@ -148,7 +148,7 @@ impl Overrides {
         if let Some(names) = &names {
             checks::select(&mut s.checks, names)?;
         }
-        flags.apply(&mut s.checks);
+        flags.apply(&mut s.checks)?;
         if let Some(p) = profile {
             s.thresholds.profile = p;
         }

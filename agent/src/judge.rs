@@ -64,6 +64,8 @@ pub trait AnyResult {
     fn verdict(&self) -> Verdict;
     fn set_verdict(&mut self, verdict: Verdict);
     fn reasons_mut(&mut self) -> &mut Vec<Reason>;
+    /// [`CheckResult::apply_overrides`].
+    fn overridden(&mut self, overrides: &Overrides);
 }
 
 impl<T: CheckResult> AnyResult for T {
@@ -75,6 +77,9 @@ impl<T: CheckResult> AnyResult for T {
     }
     fn reasons_mut(&mut self) -> &mut Vec<Reason> {
         CheckResult::reasons_mut(self)
+    }
+    fn overridden(&mut self, overrides: &Overrides) {
+        CheckResult::apply_overrides(self, overrides);
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gpuval_agent::backend::{self, Backend, BackendChoice, BackendError, sim::SimSpec};
-use gpuval_agent::checks::{io, memory, topology, training};
+use gpuval_agent::checks::{io, memory, nccl, topology, training};
 use gpuval_agent::config::{self, Overrides, RunSettings};
 use gpuval_agent::runner::{self, Plan};
 use gpuval_agent::{fabric, k8s, render};
@@ -324,7 +324,7 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         block_size: a.io_block_kib.map(|k| k.saturating_mul(1024)),
         skip_preflight: a.io_skip_preflight,
     };
-    plan.nccl_log_dir = a.overrides.flags.nccl.log_dir.clone();
+    plan.nccl_log_dir = a.overrides.flags.given().and_then(nccl::args::log_dir);
     plan.allow_shared_gpus = a.allow_shared_gpus;
     plan.pod_resources =
         a.pod_resources_socket

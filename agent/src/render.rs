@@ -19,7 +19,7 @@ pub fn table(report: &NodeReport) -> String {
     }
     let header: Vec<String> = ["GPU", "NAME"]
         .into_iter()
-        .chain(checks::gpu_columns().map(|(title, _)| title))
+        .chain(checks::gpu_columns().into_iter().map(|(title, _)| title))
         .chain(["TEMP C", "POWER W", "VERDICT"])
         .map(String::from)
         .collect();
@@ -63,7 +63,11 @@ fn versions_line(report: &NodeReport) -> Option<String> {
 fn gpu_row(gpu: &GpuReport) -> Vec<String> {
     let telemetry = gpu.telemetry.as_ref();
     let mut row = vec![gpu.index.to_string(), gpu.name.clone()];
-    row.extend(checks::gpu_columns().map(|(_, cell)| cell(gpu).unwrap_or_else(dash)));
+    row.extend(
+        checks::gpu_columns()
+            .into_iter()
+            .map(|(_, cell)| cell(gpu).unwrap_or_else(dash)),
+    );
     row.extend([
         telemetry.map_or_else(dash, temperature_cell),
         telemetry

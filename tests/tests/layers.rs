@@ -38,7 +38,13 @@ const AGENT: Table = Table {
         ),
         ("hardware names", &["pci", "host_identity"]),
     ],
-    macros: &[("check_result", "judge")],
+    macros: &[
+        ("check_result", "judge"),
+        ("gpu_slot", "checks"),
+        ("node_slot", "checks"),
+        ("settings_in", "checks"),
+        ("flags_of", "checks"),
+    ],
 };
 
 /// The operator, top first: the wiring, the controllers, what writes, what reads the caches,

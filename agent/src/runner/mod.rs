@@ -1,6 +1,6 @@
 //! The shared runner: inventory, the node's facts (a wrong GPU count fails the node before
 //! anything long runs), the telemetry and topology sampler, the checks' measuring pass in the
-//! registry's order, the judging pass with the relative rules, a second measurement of the
+//! rows' order, the judging pass with the relative rules, a second measurement of the
 //! performance figures that fell short, and the GPU and node verdicts, into one [`NodeReport`].
 
 pub mod aggregate;
@@ -24,7 +24,7 @@ use gpuval_crds::{GpuReport, NodeReport, Verdict};
 
 use crate::backend::{Backend, BackendKind, GpuInfo, Inventory};
 use crate::check::{JudgeNode, Stage};
-use crate::checks::{Measured, Planned};
+use crate::checks::Planned;
 use crate::judge::{Code, Judge, Says, error_reason_in};
 use crate::run_control::ProgressSink;
 use crate::{report, telemetry};
@@ -44,7 +44,7 @@ pub fn run(
 ) -> NodeReport {
     let simulated = backend.kind() == BackendKind::Simulated;
     let mut report = report::started(backend.kind(), plan.node.clone());
-    let planned = Planned::new(plan, simulated);
+    let mut planned = Planned::new(plan, simulated);
     let judge = Judge {
         checks: &plan.checks,
         thresholds: plan.thresholds.clone(),
@@ -59,7 +59,11 @@ pub fn run(
                 stop,
                 sink,
             };
-            report.io = planned.io_only(&stage);
+            let on = JudgeNode {
+                judge: &judge,
+                gpus: &[],
+            };
+            planned.without_gpus(&stage, &on, &mut report);
             return report::could_not_run(report, error_reason_in("inventory", &e));
         }
     };
@@ -89,7 +93,7 @@ pub fn run(
         stop,
         sink,
     };
-    measure_and_judge(&planned, &stage, plan, &judge, &mut report);
+    measure_and_judge(&mut planned, &stage, plan, &judge, &mut report);
     if !stop.load(Ordering::Relaxed) {
         planned.require_results(&mut report);
     }
@@ -192,12 +196,12 @@ fn selected(inventory: Inventory, plan: &Plan) -> Vec<GpuInfo> {
 }
 
 /// The measuring pass with the sampler running beside it: the first topology reading, error
-/// counters, every check in the registry's order, the judging of every check but the topology,
+/// counters, every check in the rows' order, the judging of every check but the topology,
 /// and a second measurement of the performance figures that fell short (when the spec asks,
 /// the default); then the topology with what the sampler's re-reads found, and each GPU's
 /// telemetry.
 fn measure_and_judge(
-    planned: &Planned,
+    planned: &mut Planned,
     stage: &Stage<'_>,
     plan: &Plan,
     judge: &Judge<'_>,
@@ -208,8 +212,9 @@ fn measure_and_judge(
         judge,
         gpus: stage.gpus,
     };
-    let mut checks = Measured::default();
-    checks.topology = planned.first_topology(stage);
+    let mut topology = planned.first_topology(stage);
+    planned.prepare(stage);
+    let planned = &*planned;
     let counters_before: Vec<_> = stage
         .gpus
         .iter()
@@ -224,12 +229,10 @@ fn measure_and_judge(
     let sampled = Mutex::new(Sampled::default());
     let sampler_stop = AtomicBool::new(false);
     let started = Instant::now();
-    let first = checks
-        .topology
+    let first = topology
         .as_ref()
         .and_then(|r| r.as_ref().ok())
         .map(|t| t.snapshot.clone());
-    let mut topology = None;
     std::thread::scope(|s| {
         let sampler = Sampler {
             platform,
@@ -242,10 +245,9 @@ fn measure_and_judge(
         };
         let (sampled, sampler_stop) = (&sampled, &sampler_stop);
         s.spawn(move || sampler.run(sampled, sampler_stop, started));
-        planned.measure(stage, &mut checks, &|next| probe(&format!("before {next}")));
+        let pending = planned.measure(stage, &|next| probe(&format!("before {next}")));
         probe("after the checks");
-        topology = checks.topology.take();
-        planned.judge(&on, checks, report);
+        Planned::judge(&on, pending, report);
         if plan.thresholds.remeasure && !stage.stopped() {
             remeasure(planned, stage, &on, report, &|| {
                 probe("before the second measurement")

@@ -6,6 +6,7 @@
 
 mod cuda;
 pub mod power;
+pub mod row;
 mod sim;
 #[cfg(test)]
 mod tests;

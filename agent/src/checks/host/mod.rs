@@ -5,6 +5,7 @@
 
 mod cuda;
 pub mod pcie;
+pub mod row;
 mod sim;
 
 crate::check_result!(gpuval_crds::HostTransferResult);

@@ -20,6 +20,7 @@ mod workdir;
 
 crate::check_result!(gpuval_crds::IoResult);
 
+pub mod row;
 #[cfg(test)]
 mod tests;
 

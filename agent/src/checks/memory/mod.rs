@@ -7,6 +7,7 @@
 pub mod bits;
 mod cuda;
 mod judge;
+pub mod row;
 mod sim;
 #[cfg(test)]
 mod tests;

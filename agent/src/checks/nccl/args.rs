@@ -100,6 +100,13 @@ impl NcclArgs {
     }
 }
 
+/// `--nccl-log-dir`, as parsed into `given`: where NCCL's own logs are kept.
+pub fn log_dir(given: &clap::ArgMatches) -> Option<PathBuf> {
+    <NcclArgs as clap::FromArgMatches>::from_arg_matches(given)
+        .ok()
+        .and_then(|a| a.log_dir)
+}
+
 /// `4G` → 4294967296: a count of bytes with an optional binary suffix (K, M, G, T; `KiB` and
 /// `KB` read the same).
 pub fn parse_bytes(s: &str) -> Result<i64, String> {

@@ -16,6 +16,7 @@ pub mod args;
 mod check;
 pub mod judge;
 pub mod render;
+pub mod row;
 pub mod sim;
 
 use gpuval_crds::TopologyReport;

@@ -6,6 +6,7 @@ mod cuda;
 mod judge;
 mod link_errors;
 mod render;
+pub mod row;
 mod sim;
 
 pub use link_errors::{LINK_ERROR_WARN, LinkErrorMoves};

@@ -4,6 +4,7 @@
 
 mod judge;
 mod matrix;
+pub mod row;
 
 crate::check_result!(gpuval_crds::TopologyReport);
 

@@ -85,7 +85,7 @@ impl Flags {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
-    use gpuval_crds::TrainingCheck;
+    use gpuval_crds::{Checks, NcclCheck, TrainingCheck};
 
     #[derive(Parser)]
     struct Cli {
@@ -95,20 +95,29 @@ mod tests {
 
     #[test]
     fn training_flags_reach_only_the_training_check() {
+        let on = || Checks {
+            nccl: Some(NcclCheck::default()),
+            training: Some(TrainingCheck::default()),
+            ..Default::default()
+        };
         let cli = Cli::try_parse_from(["agent", "--training-warmup", "2", "--training-steps", "9"])
             .expect("the flags parse");
-        assert_eq!(cli.flags.training.warmup, Some(2));
+        let mut checks = on();
+        cli.flags.apply(&mut checks).expect("the flags apply");
+        let training = checks.training.expect("training");
+        assert_eq!((training.warmup_steps, training.steps), (2, 9));
         assert_eq!(
-            cli.flags.nccl.warmup, None,
+            checks.nccl.expect("nccl").warmup_iterations,
+            NcclCheck::default().warmup_iterations,
             "--training-warmup must not set the nccl check's"
         );
-        let mut spec = TrainingCheck::default();
-        cli.flags.training.apply(&mut spec);
-        assert_eq!((spec.warmup_steps, spec.steps), (2, 9));
         let cli = Cli::try_parse_from(["agent", "--nccl-warmup", "4"]).expect("the flags parse");
+        let mut checks = on();
+        cli.flags.apply(&mut checks).expect("the flags apply");
+        assert_eq!(checks.nccl.expect("nccl").warmup_iterations, 4);
         assert_eq!(
-            (cli.flags.nccl.warmup, cli.flags.training.warmup),
-            (Some(4), None)
+            checks.training.expect("training").warmup_steps,
+            TrainingCheck::default().warmup_steps
         );
     }
 }

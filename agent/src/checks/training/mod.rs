@@ -54,5 +54,6 @@ pub fn headline(report: &gpuval_crds::NodeReport) -> Vec<String> {
         .collect()
 }
 
+pub mod row;
 #[cfg(test)]
 mod tests;
