@@ -43,6 +43,93 @@ pub fn gpu_label(uuid: &str) -> String {
     }
 }
 
+/// Whose a certificate is, as its labels say: a node's, or a validation's own (each by its
+/// label value, [`crate::labels::node_value`] of the name).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CertificateOwner {
+    Node(String),
+    Validation(String),
+}
+
+/// A certificate ConfigMap's labels: the one type the operator writes them through and every
+/// reader (the operator's pruning, the plugin) reads them through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateMeta {
+    /// The validation's name.
+    pub validation: String,
+    pub generation: i64,
+    /// The node of a node certificate; None for the validation's own.
+    pub node: Option<String>,
+    /// The GPUs it covers (each labelled by [`gpu_label`]: written, never read back, since a
+    /// UUID that is no label name is labelled by its hash).
+    pub gpu_uuids: Vec<String>,
+}
+
+impl CertificateMeta {
+    /// The labels: managed by the operator, the validation, its generation, the kind (`node`
+    /// or `validation`), the node, and one per GPU.
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        let Self {
+            validation,
+            generation,
+            node,
+            gpu_uuids,
+        } = self;
+        use crate::labels;
+        let mut l = BTreeMap::from([
+            (
+                labels::MANAGED_BY_KEY.to_string(),
+                labels::MANAGED_BY.to_string(),
+            ),
+            (
+                labels::VALIDATION.to_string(),
+                labels::node_value(validation),
+            ),
+            (labels::GENERATION.to_string(), generation.to_string()),
+            (
+                KIND_LABEL.to_string(),
+                kind_value(node.is_some()).to_string(),
+            ),
+        ]);
+        if let Some(n) = node {
+            l.insert(labels::NODE.to_string(), labels::node_value(n));
+        }
+        for u in gpu_uuids {
+            l.insert(gpu_label(u), "true".to_string());
+        }
+        l
+    }
+
+    /// Whose this certificate is.
+    pub fn owner(&self) -> CertificateOwner {
+        match &self.node {
+            Some(n) => CertificateOwner::Node(crate::labels::node_value(n)),
+            None => CertificateOwner::Validation(crate::labels::node_value(&self.validation)),
+        }
+    }
+
+    /// Whose the certificate labelled `labels` is; None when they do not mark a certificate
+    /// (an owner label missing reads as empty).
+    pub fn owner_in(labels: &BTreeMap<String, String>) -> Option<CertificateOwner> {
+        let value = |key: &str| labels.get(key).cloned().unwrap_or_default();
+        match labels.get(KIND_LABEL)?.as_str() {
+            NODE_KIND => Some(CertificateOwner::Node(value(crate::labels::NODE))),
+            _ => Some(CertificateOwner::Validation(value(
+                crate::labels::VALIDATION,
+            ))),
+        }
+    }
+}
+
+/// The [`KIND_LABEL`] value of a node certificate.
+pub const NODE_KIND: &str = "node";
+/// The [`KIND_LABEL`] value of a validation's own certificate.
+pub const VALIDATION_KIND: &str = "validation";
+
+fn kind_value(of_node: bool) -> &'static str {
+    if of_node { NODE_KIND } else { VALIDATION_KIND }
+}
+
 /// What a certificate is about: which run of which validation, and when it ended.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -293,6 +380,34 @@ pub fn gpu_figures(g: &crate::report::GpuReport) -> BTreeMap<String, f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn certificate_labels_read_back_as_whose_they_are() {
+        let long = format!("node-{}", "x".repeat(80));
+        let node = CertificateMeta {
+            validation: "burn-in".into(),
+            generation: 3,
+            node: Some(long.clone()),
+            gpu_uuids: vec!["GPU-1".into()],
+        };
+        let l = node.labels();
+        assert_eq!(l[KIND_LABEL], NODE_KIND);
+        assert!(l.contains_key(&gpu_label("GPU-1")));
+        assert_eq!(CertificateMeta::owner_in(&l), Some(node.owner()));
+        assert_eq!(
+            node.owner(),
+            CertificateOwner::Node(crate::labels::node_value(&long))
+        );
+        let own = CertificateMeta { node: None, ..node };
+        let l = own.labels();
+        assert_eq!(l[KIND_LABEL], VALIDATION_KIND);
+        assert!(!l.contains_key(crate::labels::NODE));
+        assert_eq!(
+            CertificateMeta::owner_in(&l),
+            Some(CertificateOwner::Validation("burn-in".into()))
+        );
+        assert_eq!(CertificateMeta::owner_in(&BTreeMap::new()), None);
+    }
     use crate::report::{GpuHealth, GpuReport, MemoryResult, SystemInfo};
 
     fn report() -> NodeReport {

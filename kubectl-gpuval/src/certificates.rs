@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use gpuval_crds::certificate::{NodeCertificate, gpu_figures};
+use gpuval_crds::certificate::{CertificateMeta, CertificateOwner, NodeCertificate, gpu_figures};
 use gpuval_crds::seal::Signed;
 use k8s_openapi::api::core::v1::ConfigMap;
 
@@ -30,13 +30,10 @@ pub fn pick<'a>(
 ) -> Result<&'a ConfigMap, String> {
     let wanted = |cm: &&ConfigMap| {
         let l = cm.metadata.labels.clone().unwrap_or_default();
+        let owner = CertificateMeta::owner_in(&l);
         match node {
-            Some(n) => {
-                l.get(KIND_LABEL).map(String::as_str) == Some("node")
-                    && l.get(gpuval_crds::labels::NODE).map(String::as_str)
-                        == Some(gpuval_crds::labels::node_value(n).as_str())
-            }
-            None => l.get(KIND_LABEL).map(String::as_str) == Some("validation"),
+            Some(n) => owner == Some(CertificateOwner::Node(gpuval_crds::labels::node_value(n))),
+            None => matches!(owner, Some(CertificateOwner::Validation(_))),
         }
     };
     of_validation

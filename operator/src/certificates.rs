@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use gpuval_crds::baseline::{Baselines, GpuRun};
 use gpuval_crds::certificate::{
-    self, NodeCertificate, NodeFabric, NodeInputs, NodeLine, Settings, Subject,
-    ValidationCertificate,
+    self, CertificateMeta, CertificateOwner, NODE_KIND, NodeCertificate, NodeFabric, NodeInputs,
+    NodeLine, Settings, Subject, ValidationCertificate,
 };
 use gpuval_crds::result_meta::ReportMeta;
 use gpuval_crds::seal::{self, Signed, VerifyError};
@@ -248,27 +248,13 @@ pub fn config_map(
     let validation = gv.metadata.name.clone().unwrap_or_default();
     let uid = gv.metadata.uid.clone().unwrap_or_default();
     let generation = gv.metadata.generation.unwrap_or(0);
-    let mut l = BTreeMap::from([
-        (
-            labels::MANAGED_BY_KEY.to_string(),
-            labels::MANAGED_BY.to_string(),
-        ),
-        (
-            labels::VALIDATION.to_string(),
-            labels::node_value(&validation),
-        ),
-        (labels::GENERATION.to_string(), generation.to_string()),
-        (
-            KIND_LABEL.to_string(),
-            if node.is_some() { "node" } else { "validation" }.to_string(),
-        ),
-    ]);
-    if let Some(n) = node {
-        l.insert(labels::NODE.to_string(), labels::node_value(n));
+    let l = CertificateMeta {
+        validation: validation.clone(),
+        generation,
+        node: node.map(str::to_string),
+        gpu_uuids: gpu_uuids.clone(),
     }
-    for u in gpu_uuids {
-        l.insert(gpu_label(u), "true".to_string());
-    }
+    .labels();
     Ok(ConfigMap {
         metadata: ObjectMeta {
             name: Some(name(&validation, &uid, generation, node)),
@@ -333,7 +319,7 @@ pub fn node_selectors(nodes: &[String]) -> Vec<String> {
         .map(|chunk| {
             let values: Vec<String> = chunk.iter().map(|n| labels::node_value(n)).collect();
             format!(
-                "{KIND_LABEL}=node,{} in ({})",
+                "{KIND_LABEL}={NODE_KIND},{} in ({})",
                 labels::NODE,
                 values.join(",")
             )
@@ -348,11 +334,11 @@ pub fn by_node(nodes: &[String], metas: Vec<ObjectMeta>) -> BTreeMap<String, Vec
         nodes.iter().map(|n| (labels::node_value(n), n)).collect();
     let mut out: BTreeMap<String, Vec<ObjectMeta>> = BTreeMap::new();
     for m in metas {
-        let node = m
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(labels::NODE))
-            .and_then(|v| names.get(v));
+        let owner = m.labels.as_ref().and_then(CertificateMeta::owner_in);
+        let node = match &owner {
+            Some(CertificateOwner::Node(v)) => names.get(v),
+            _ => None,
+        };
         if let Some(node) = node {
             out.entry((*node).clone()).or_default().push(m);
         }
@@ -372,16 +358,11 @@ pub fn baselines_env(history: &[GpuRun], runs: usize, tolerance: f64) -> Option<
 /// The certificate ConfigMaps beyond the newest `keep` of each node (node certificates) and of
 /// each validation name (validation certificates), oldest first by creation time then name.
 pub fn to_prune(existing: &[ConfigMap], keep: usize) -> Vec<String> {
-    let mut groups: BTreeMap<(String, String), Vec<(String, String)>> = BTreeMap::new();
+    let mut groups: BTreeMap<CertificateOwner, Vec<(String, String)>> = BTreeMap::new();
     for cm in existing {
         let l = cm.metadata.labels.clone().unwrap_or_default();
-        let Some(kind) = l.get(KIND_LABEL) else {
+        let Some(owner) = CertificateMeta::owner_in(&l) else {
             continue;
-        };
-        let owner = if kind == "node" {
-            l.get(labels::NODE)
-        } else {
-            l.get(labels::VALIDATION)
         };
         let created = cm
             .metadata
@@ -390,7 +371,7 @@ pub fn to_prune(existing: &[ConfigMap], keep: usize) -> Vec<String> {
             .map(|t| t.0.to_string())
             .unwrap_or_default();
         groups
-            .entry((kind.clone(), owner.cloned().unwrap_or_default()))
+            .entry(owner)
             .or_default()
             .push((created, cm.metadata.name.clone().unwrap_or_default()));
     }
@@ -432,7 +413,15 @@ mod tests {
         let nodes = vec!["a".to_string(), long.clone()];
         let meta = |node: &str, name: &str| ObjectMeta {
             name: Some(name.into()),
-            labels: Some([(labels::NODE.to_string(), labels::node_value(node))].into()),
+            labels: Some(
+                CertificateMeta {
+                    validation: "v".into(),
+                    generation: 1,
+                    node: Some(node.into()),
+                    gpu_uuids: Vec::new(),
+                }
+                .labels(),
+            ),
             ..Default::default()
         };
         let grouped = by_node(
