@@ -1,5 +1,6 @@
 //! The one list of what every check gives each view of a run: its part of the HTML page and of
-//! the Markdown page, its key figures (compared by `kubectl gpuval diff`, listed by
+//! the Markdown page, its key figures (drawn from the report by its entry's functions, which
+//! [`crate::figures::node_figures`] reads; compared by `kubectl gpuval diff`, listed by
 //! `kubectl gpuval report -o json`, exported by the operator as metrics, in the families named
 //! here) and its entry in docs/checks-and-reasons.md. The list has one entry per section of
 //! `spec.checks` ([`CHECK_SECTIONS`]): a new check does not compile until it has one, and the
@@ -7,7 +8,9 @@
 
 use gpuval_crds::rules::CHECK_SECTIONS;
 
-use crate::figures::Kind;
+use gpuval_crds::{GpuReport, NodeReport};
+
+use crate::figures::{self, Kind};
 
 /// What one check gives each view.
 #[derive(Debug, Clone, Copy)]
@@ -22,6 +25,10 @@ pub struct CheckViews {
     pub figures: &'static [Kind],
     /// The operator's metric families (without `gpuval_`) those figures are exported in.
     pub metric_families: &'static [&'static str],
+    /// Its key figures in one GPU's report (a per-GPU check).
+    pub gpu_figures: Option<fn(&GpuReport) -> Vec<figures::GpuFigure>>,
+    /// Its key figures in the node's report (a node-wide check).
+    pub node_figures: Option<fn(&NodeReport) -> Vec<figures::Figure>>,
     /// Why it has no key figure (its result is a yes or no, or not a rate).
     pub no_figures_because: Option<&'static str>,
     /// Its entry's opening in docs/checks-and-reasons.md.
@@ -36,6 +43,8 @@ pub const CHECK_VIEWS: [CheckViews; CHECK_SECTIONS.len()] = [
         markdown: "Topology: ",
         figures: &[],
         metric_families: &[],
+        gpu_figures: None,
+        node_figures: None,
         no_figures_because: Some("a matrix of link kinds, not a rate"),
         doc: "- **topology**",
     },
@@ -45,6 +54,8 @@ pub const CHECK_VIEWS: [CheckViews; CHECK_SECTIONS.len()] = [
         markdown: "memory GB/s",
         figures: &[Kind::MemoryGbps],
         metric_families: &["gpu_memory_gbps"],
+        gpu_figures: Some(figures::memory),
+        node_figures: None,
         no_figures_because: None,
         doc: "- **memory**",
     },
@@ -54,6 +65,8 @@ pub const CHECK_VIEWS: [CheckViews; CHECK_SECTIONS.len()] = [
         markdown: "TFLOP/s",
         figures: &[Kind::Tflops],
         metric_families: &["gpu_tflops"],
+        gpu_figures: Some(figures::compute),
+        node_figures: None,
         no_figures_because: None,
         doc: "- **compute**",
     },
@@ -63,6 +76,8 @@ pub const CHECK_VIEWS: [CheckViews; CHECK_SECTIONS.len()] = [
         markdown: "p2p over ",
         figures: &[Kind::P2pGbps],
         metric_families: &["p2p_gbps"],
+        gpu_figures: None,
+        node_figures: Some(figures::p2p),
         no_figures_because: None,
         doc: "- **p2p**",
     },
@@ -72,6 +87,8 @@ pub const CHECK_VIEWS: [CheckViews; CHECK_SECTIONS.len()] = [
         markdown: "host pinned GB/s",
         figures: &[Kind::HostGbps],
         metric_families: &["gpu_host_gbps"],
+        gpu_figures: Some(figures::host),
+        node_figures: None,
         no_figures_because: None,
         doc: "- **hostTransfer**",
     },
@@ -81,6 +98,8 @@ pub const CHECK_VIEWS: [CheckViews; CHECK_SECTIONS.len()] = [
         markdown: "File I/O: ",
         figures: &[],
         metric_families: &[],
+        gpu_figures: None,
+        node_figures: None,
         no_figures_because: Some(
             "a disk's throughput, judged against the spec's floor, says nothing of the GPUs",
         ),
@@ -92,6 +111,8 @@ pub const CHECK_VIEWS: [CheckViews; CHECK_SECTIONS.len()] = [
         markdown: "bus bandwidth at the largest size",
         figures: &[Kind::NcclBusbwGbps],
         metric_families: &["node_nccl_busbw_gbps"],
+        gpu_figures: None,
+        node_figures: Some(figures::nccl),
         no_figures_because: None,
         doc: "- **nccl**",
     },
@@ -101,6 +122,8 @@ pub const CHECK_VIEWS: [CheckViews; CHECK_SECTIONS.len()] = [
         markdown: "Training step: ",
         figures: &[Kind::TrainingSamplesPerSecond],
         metric_families: &["node_training_samples_per_second"],
+        gpu_figures: None,
+        node_figures: Some(figures::training),
         no_figures_because: None,
         doc: "- **training**",
     },
@@ -216,8 +239,9 @@ mod tests {
     }
 
     #[test]
-    fn every_check_gives_its_key_figures() {
-        let figures = node_figures(&every_check());
+    fn every_check_gives_its_key_figures_and_only_those() {
+        let r = every_check();
+        let figures = node_figures(&r);
         for c in CHECK_VIEWS {
             for kind in c.figures {
                 assert!(
@@ -226,6 +250,21 @@ mod tests {
                     c.section
                 );
             }
+            let own = r
+                .gpus
+                .iter()
+                .flat_map(|g| c.gpu_figures.map(|f| f(g)).unwrap_or_default());
+            let own: Vec<Kind> = own
+                .map(|(k, _, _)| k)
+                .chain(c.node_figures.iter().flat_map(|f| f(&r)).map(|f| f.kind))
+                .collect();
+            assert_eq!(own.is_empty(), c.figures.is_empty(), "{}", c.section);
+            assert!(
+                own.iter().all(|k| c.figures.contains(k)),
+                "{}: {own:?} beyond {:?}",
+                c.section,
+                c.figures
+            );
         }
     }
 

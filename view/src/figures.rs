@@ -1,7 +1,7 @@
 //! The key figures of a node report, flat: what the operator exports as metrics and what
 //! [`crate::diff()`] compares. Every figure here is a rate (higher is better).
 
-use gpuval_crds::{NcclSweep, NodeReport};
+use gpuval_crds::{GpuReport, NcclSweep, NodeReport};
 use serde::{Deserialize, Serialize};
 
 /// What a figure is about.
@@ -101,8 +101,13 @@ impl Figure {
     }
 }
 
-/// Every key figure of `report`, GPUs in report order, then pairs, then the node's.
+/// A figure of one GPU, before its scope is attached: kind, qualifier, value.
+pub type GpuFigure = (Kind, &'static str, f64);
+
+/// Every key figure of `report`, GPUs in report order, then pairs, then the node's: each
+/// check's, as its entry in [`crate::checks::CHECK_VIEWS`] extracts them.
 pub fn node_figures(report: &NodeReport) -> Vec<Figure> {
+    let views = &crate::checks::CHECK_VIEWS;
     let mut out = Vec::new();
     for g in &report.gpus {
         let scope = Scope::Gpu {
@@ -110,25 +115,57 @@ pub fn node_figures(report: &NodeReport) -> Vec<Figure> {
             uuid: g.uuid.clone(),
             model: g.name.clone(),
         };
-        let mut push = |kind, qualifier: &str, value: f64| {
-            out.push(Figure {
-                scope: scope.clone(),
-                kind,
-                qualifier: qualifier.into(),
-                value,
-            });
-        };
-        if let Some(m) = &g.memory {
-            push(Kind::MemoryGbps, "", m.gbps);
-        }
-        for gemm in g.compute.iter().flat_map(|c| &c.gemms) {
-            push(Kind::Tflops, gemm.dtype.as_str(), gemm.tflops);
-        }
-        if let Some(p) = g.host_transfer.as_ref().and_then(|h| h.pinned) {
-            push(Kind::HostGbps, "h2d", p.h2d_gbps);
-            push(Kind::HostGbps, "d2h", p.d2h_gbps);
-        }
+        let of_gpu = views
+            .iter()
+            .filter_map(|c| c.gpu_figures)
+            .flat_map(|f| f(g));
+        out.extend(of_gpu.map(|(kind, qualifier, value)| Figure {
+            scope: scope.clone(),
+            kind,
+            qualifier: qualifier.into(),
+            value,
+        }));
     }
+    for f in views.iter().filter_map(|c| c.node_figures) {
+        out.extend(f(report));
+    }
+    out
+}
+
+/// The memory check's figure of one GPU.
+pub fn memory(g: &GpuReport) -> Vec<GpuFigure> {
+    g.memory
+        .iter()
+        .map(|m| (Kind::MemoryGbps, "", m.gbps))
+        .collect()
+}
+
+/// The compute check's figures of one GPU: TFLOP/s per dtype.
+pub fn compute(g: &GpuReport) -> Vec<GpuFigure> {
+    g.compute
+        .iter()
+        .flat_map(|c| &c.gemms)
+        .map(|gemm| (Kind::Tflops, gemm.dtype.as_str(), gemm.tflops))
+        .collect()
+}
+
+/// The host transfer check's figures of one GPU: pinned, each direction.
+pub fn host(g: &GpuReport) -> Vec<GpuFigure> {
+    let pinned = g.host_transfer.as_ref().and_then(|h| h.pinned);
+    pinned
+        .iter()
+        .flat_map(|p| {
+            [
+                (Kind::HostGbps, "h2d", p.h2d_gbps),
+                (Kind::HostGbps, "d2h", p.d2h_gbps),
+            ]
+        })
+        .collect()
+}
+
+/// The peer-to-peer check's figures: each ordered pair, both directions.
+pub fn p2p(report: &NodeReport) -> Vec<Figure> {
+    let mut out = Vec::new();
     for p in report.p2p.iter().flat_map(|p| &p.pairs) {
         let scope = Scope::Pair {
             src: p.src,
@@ -146,18 +183,27 @@ pub fn node_figures(report: &NodeReport) -> Vec<Figure> {
             });
         }
     }
-    if let Some(sweep) = report.nccl.as_ref().and_then(|n| n.sweep.as_ref()) {
-        out.extend(nccl_peaks(sweep));
-    }
-    if let Some(f) = report.training.as_ref().and_then(|t| t.figures.as_ref()) {
-        out.push(Figure {
+    out
+}
+
+/// The NCCL check's figures: bus bandwidth at the largest size of each collective.
+pub fn nccl(report: &NodeReport) -> Vec<Figure> {
+    let sweep = report.nccl.as_ref().and_then(|n| n.sweep.as_ref());
+    sweep.map(|s| nccl_peaks(s).collect()).unwrap_or_default()
+}
+
+/// The training check's figure: samples per second over the node.
+pub fn training(report: &NodeReport) -> Vec<Figure> {
+    let figures = report.training.as_ref().and_then(|t| t.figures.as_ref());
+    figures
+        .map(|f| Figure {
             scope: Scope::Node,
             kind: Kind::TrainingSamplesPerSecond,
             qualifier: String::new(),
             value: f.samples_per_second,
-        });
-    }
-    out
+        })
+        .into_iter()
+        .collect()
 }
 
 /// Bus bandwidth at the largest size of each collective's curve.
