@@ -37,20 +37,20 @@ pub use planned::Planned;
 use row::{Column, Row, Slot};
 
 /// Every check, in the order they run: the one list of them.
-pub const ROWS: [&dyn Row; 8] = [
-    &topology::row::TopologyRow,
-    &memory::row::MemoryRow,
-    &compute::row::ComputeRow,
-    &p2p::row::P2pRow,
-    &host::row::HostRow,
-    &nccl::row::NcclRow,
-    &training::row::TrainingRow,
-    &io::row::IoRow,
+pub const ROWS: [&Row; 8] = [
+    &topology::row::ROW,
+    &memory::row::ROW,
+    &compute::row::ROW,
+    &p2p::row::ROW,
+    &host::row::ROW,
+    &nccl::row::ROW,
+    &training::row::ROW,
+    &io::row::ROW,
 ];
 
 /// The checks a run knows: [`ROWS`], or in a test, those and one more.
 #[derive(Clone, Copy)]
-pub struct Rows(pub &'static [&'static dyn Row]);
+pub struct Rows(pub &'static [&'static Row]);
 
 impl std::fmt::Debug for Rows {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,7 +59,7 @@ impl std::fmt::Debug for Rows {
 }
 
 impl std::ops::Deref for Rows {
-    type Target = [&'static dyn Row];
+    type Target = [&'static Row];
     fn deref(&self) -> &Self::Target {
         self.0
     }
@@ -68,7 +68,7 @@ impl std::ops::Deref for Rows {
 impl Rows {
     /// Every check's name (as in the spec and `--checks`), in the order they run.
     pub fn names(&self) -> Vec<&'static str> {
-        self.0.iter().map(|r| r.name()).collect()
+        self.0.iter().map(|r| r.name).collect()
     }
 
     /// Keeps exactly the checks named (case-insensitive), each with its settings from `checks`
@@ -82,7 +82,7 @@ impl Rows {
             return Err(format!("unknown check {n:?}: use {}", known.join(", ")));
         }
         for row in self.0 {
-            let on = names.iter().any(|n| n.eq_ignore_ascii_case(row.name()));
+            let on = names.iter().any(|n| n.eq_ignore_ascii_case(row.name));
             row.keep(checks, on);
         }
         Ok(())
@@ -90,28 +90,32 @@ impl Rows {
 
     /// Every check's command-line flags, added to `cmd`.
     pub fn flags(&self, cmd: clap::Command) -> clap::Command {
-        self.0.iter().fold(cmd, |cmd, r| r.flags(cmd))
+        self.0
+            .iter()
+            .filter_map(|r| r.flags)
+            .fold(cmd, |cmd, f| (f.add)(cmd))
     }
 
     /// Applies the flags parsed into `given` to the checks that are on (a check whose flags
     /// turn it on, on).
     pub fn apply_flags(&self, given: &clap::ArgMatches, checks: &mut Checks) -> Result<(), String> {
-        self.0.iter().try_for_each(|r| r.apply_flags(given, checks))
+        let flags = self.0.iter().filter_map(|r| r.flags);
+        flags.into_iter().try_for_each(|f| (f.apply)(given, checks))
     }
 
     /// The GPU table's check columns.
     pub fn gpu_columns(&self) -> Vec<Column> {
-        self.0.iter().filter_map(|r| r.column()).collect()
+        self.0.iter().filter_map(|r| r.column).collect()
     }
 
     /// The table sections below the GPU rows, in order.
     pub fn sections(&self, report: &NodeReport) -> String {
-        self.0.iter().map(|r| r.section(report)).collect()
+        self.0.iter().map(|r| (r.section)(report)).collect()
     }
 
     /// The status headline's parts, in order (`memory 4336-4338 GB/s`, `bf16 677-682 TFLOP/s`).
     pub fn headline_parts(&self, report: &NodeReport) -> Vec<String> {
-        self.0.iter().flat_map(|r| r.headline(report)).collect()
+        self.0.iter().flat_map(|r| (r.headline)(report)).collect()
     }
 }
 
@@ -202,8 +206,8 @@ impl Plan {
 /// The rules across GPUs of every per-GPU check (the relative rule), with default settings:
 /// for reports judged outside a run.
 pub fn compare_gpus(judge: &crate::judge::Judge<'_>, gpus: &mut [GpuReport]) {
-    for r in ROWS {
-        r.compare(judge, gpus);
+    for compare in ROWS.iter().filter_map(|r| r.compare) {
+        compare(judge, gpus);
     }
 }
 
@@ -213,7 +217,7 @@ pub type Found<'a> = (Verdict, &'a [Reason]);
 /// The results of the per-GPU checks in one GPU's report.
 pub fn gpu_results(g: &GpuReport) -> Vec<Found<'_>> {
     ROWS.iter()
-        .filter_map(|r| match r.slot() {
+        .filter_map(|r| match r.slot {
             Slot::Gpu(s) => (s.get)(g).found(),
             Slot::Node(_) => None,
         })
@@ -224,7 +228,7 @@ pub fn gpu_results(g: &GpuReport) -> Vec<Found<'_>> {
 /// them.
 pub fn node_results(report: &NodeReport) -> Vec<Found<'_>> {
     ROWS.iter()
-        .filter_map(|r| match r.slot() {
+        .filter_map(|r| match r.slot {
             Slot::Node(s) => (s.get)(report).found(),
             Slot::Gpu(_) => None,
         })
@@ -234,7 +238,7 @@ pub fn node_results(report: &NodeReport) -> Vec<Found<'_>> {
 /// Runs `f` on each per-GPU check result of `g` that is present.
 pub fn each_gpu_result(g: &mut GpuReport, f: &mut dyn FnMut(&mut dyn AnyResult)) {
     for r in ROWS {
-        if let Slot::Gpu(s) = r.slot()
+        if let Slot::Gpu(s) = r.slot
             && let Some(c) = (s.get_mut)(g).result_mut()
         {
             f(c);
@@ -245,7 +249,7 @@ pub fn each_gpu_result(g: &mut GpuReport, f: &mut dyn FnMut(&mut dyn AnyResult))
 /// Runs `f` on each node-level check result of `report` that is present.
 pub fn each_node_result(report: &mut NodeReport, f: &mut dyn FnMut(&mut dyn AnyResult)) {
     for r in ROWS {
-        if let Slot::Node(s) = r.slot()
+        if let Slot::Node(s) = r.slot
             && let Some(c) = (s.get_mut)(report).result_mut()
         {
             f(c);
@@ -256,7 +260,7 @@ pub fn each_node_result(report: &mut NodeReport, f: &mut dyn FnMut(&mut dyn AnyR
 /// Applies the spec's severity overrides to every check result in the report.
 pub fn apply_overrides(report: &mut NodeReport, o: &Overrides) {
     for r in ROWS {
-        r.slot().each_mut(report, &mut |c| c.overridden(o));
+        r.slot.each_mut(report, &mut |c| c.overridden(o));
     }
 }
 

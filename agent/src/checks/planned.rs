@@ -12,7 +12,7 @@ use crate::run_control::RunControl;
 
 /// The checks a plan asks for, each with its row.
 pub struct Planned {
-    steps: Vec<(&'static dyn Row, Box<dyn Step>)>,
+    steps: Vec<(&'static Row, Box<dyn Step>)>,
 }
 
 impl Planned {
@@ -21,7 +21,7 @@ impl Planned {
         let steps = plan
             .rows
             .iter()
-            .filter_map(|row| row.plan(plan, simulated).map(|step| (*row, step)))
+            .filter_map(|row| (row.plan)(plan, simulated).map(|step| (*row, step)))
             .collect();
         Self { steps }
     }
@@ -126,7 +126,7 @@ impl Planned {
     /// Error result saying so: a measurement that is missing is never a pass.
     pub fn require_results(&self, report: &mut NodeReport) {
         for (row, _) in &self.steps {
-            row.slot().fill_missing(report, row.name());
+            row.slot.fill_missing(report, row.name);
         }
     }
 

@@ -13,37 +13,59 @@ use super::topology::Topology;
 use crate::check::{JudgeNode, Stage};
 use crate::judge::{AnyResult, CheckResult, Code, Judge, Says};
 
-/// A check as one row.
-pub trait Row: Sync {
+/// A check as one row: a constant in the check's folder (`ROW`).
+pub struct Row {
     /// Its name in `spec.checks`, `--checks`, progress lines and the views.
-    fn name(&self) -> &'static str;
-    /// Where its result sits in the report.
-    fn slot(&self) -> Slot;
-    /// Whether `checks` asks for it.
-    fn asked(&self, checks: &Checks) -> bool;
-    /// Turns it on (with its settings from `checks`, else its defaults) or off.
-    fn keep(&self, checks: &mut Checks, on: bool);
-    /// What the runner measures and judges, when `plan` asks for it.
-    fn plan(&self, plan: &Plan, simulated: bool) -> Option<Box<dyn Step>>;
-    /// Its command-line flags, added to `cmd`.
-    fn flags(&self, cmd: clap::Command) -> clap::Command {
-        cmd
-    }
-    /// Applies its flags, as parsed into `given`, to its settings in `checks` (when it is on).
-    fn apply_flags(&self, _given: &clap::ArgMatches, _checks: &mut Checks) -> Result<(), String> {
-        Ok(())
-    }
-    /// Its rules across the node's GPUs, with its default settings: for reports judged outside
-    /// a run.
-    fn compare(&self, _judge: &Judge<'_>, _gpus: &mut [GpuReport]) {}
+    pub name: &'static str,
+    /// Where its settings sit in `spec.checks` ([`settings_in!`](crate::settings_in)).
+    pub settings: Settings,
+    /// Where its result sits in the report ([`gpu_slot!`](crate::gpu_slot),
+    /// [`node_slot!`](crate::node_slot)).
+    pub slot: Slot,
+    /// What the runner measures and judges, when the plan asks for it (`simulated`: whether
+    /// the GPU figures come from the simulated backend).
+    pub plan: fn(plan: &Plan, simulated: bool) -> Option<Box<dyn Step>>,
+    /// Its command-line flags ([`flags_of!`](crate::flags_of)).
+    pub flags: Option<FlagSet>,
+    /// Its rules across the node's GPUs with its default settings, for reports judged outside
+    /// a run (a per-GPU check with a relative rule).
+    pub compare: Option<fn(&Judge<'_>, &mut [GpuReport])>,
     /// Its column in the GPU table (a per-GPU check).
-    fn column(&self) -> Option<Column> {
-        None
-    }
+    pub column: Option<Column>,
     /// Its section of the table, below the GPU rows (empty: none).
-    fn section(&self, report: &NodeReport) -> String;
+    pub section: fn(&NodeReport) -> String,
     /// Its parts of the status headline (`memory 4336-4338 GB/s`).
-    fn headline(&self, report: &NodeReport) -> Vec<String>;
+    pub headline: fn(&NodeReport) -> Vec<String>,
+}
+
+/// Where a check's settings sit in `spec.checks`.
+#[derive(Clone, Copy)]
+pub struct Settings {
+    /// Whether `checks` asks for it.
+    pub asked: fn(&Checks) -> bool,
+    /// Turns it on (with its settings from `checks`, else its defaults) or off.
+    pub keep: fn(&mut Checks, bool),
+}
+
+/// A check's command-line flags.
+#[derive(Clone, Copy)]
+pub struct FlagSet {
+    /// Adds them to a command.
+    pub add: fn(clap::Command) -> clap::Command,
+    /// Applies them, as parsed, to its settings in `spec.checks` (when it is on).
+    pub apply: fn(&clap::ArgMatches, &mut Checks) -> Result<(), String>,
+}
+
+impl Row {
+    /// Whether `checks` asks for it.
+    pub fn asked(&self, checks: &Checks) -> bool {
+        (self.settings.asked)(checks)
+    }
+
+    /// Turns it on (with its settings from `checks`, else its defaults) or off.
+    pub fn keep(&self, checks: &mut Checks, on: bool) {
+        (self.settings.keep)(checks, on)
+    }
 }
 
 /// A GPU table column of a per-GPU check: its header, and its cell (None: the check did not run).
@@ -123,16 +145,14 @@ macro_rules! node_slot {
     };
 }
 
-/// A row's `asked` and `keep` for the check whose settings are the section `$field` of
+/// A row's [`Settings`] for the check whose settings are the section `$field` of
 /// `spec.checks`.
 #[macro_export]
 macro_rules! settings_in {
     ($field:ident) => {
-        fn asked(&self, checks: &gpuval_crds::Checks) -> bool {
-            checks.$field.is_some()
-        }
-        fn keep(&self, checks: &mut gpuval_crds::Checks, on: bool) {
-            checks.$field = on.then(|| checks.$field.take().unwrap_or_default());
+        $crate::checks::row::Settings {
+            asked: |checks| checks.$field.is_some(),
+            keep: |checks, on| checks.$field = on.then(|| checks.$field.take().unwrap_or_default()),
         }
     };
 }
@@ -235,24 +255,20 @@ pub fn parsed<F: clap::FromArgMatches>(given: &clap::ArgMatches) -> Result<F, St
     F::from_arg_matches(given).map_err(|e| e.to_string())
 }
 
-/// A row's `flags` and `apply_flags` for the check whose flags are `$flags` (with an
+/// A row's [`FlagSet`] for the check whose flags are `$flags` (with an
 /// `apply(&self, &mut Settings)`) and whose settings are the section `$field` of `spec.checks`.
 #[macro_export]
 macro_rules! flags_of {
     ($flags:ty, $field:ident) => {
-        fn flags(&self, cmd: clap::Command) -> clap::Command {
-            <$flags as clap::Args>::augment_args(cmd)
-        }
-        fn apply_flags(
-            &self,
-            given: &clap::ArgMatches,
-            checks: &mut gpuval_crds::Checks,
-        ) -> Result<(), String> {
-            let flags: $flags = $crate::checks::row::parsed(given)?;
-            if let Some(s) = checks.$field.as_mut() {
-                flags.apply(s);
-            }
-            Ok(())
-        }
+        Some($crate::checks::row::FlagSet {
+            add: <$flags as clap::Args>::augment_args,
+            apply: |given, checks| {
+                let flags: $flags = $crate::checks::row::parsed(given)?;
+                if let Some(s) = checks.$field.as_mut() {
+                    flags.apply(s);
+                }
+                Ok(())
+            },
+        })
     };
 }

@@ -10,14 +10,51 @@ use std::sync::atomic::AtomicBool;
 
 use gpuval_crds::{Checks, Code, IoCheck, IoResult, MemoryCheck, NodeReport, Thresholds, Verdict};
 
-use super::row::{Pending, Row, Slot, Step, parsed};
+use super::row::{FlagSet, Pending, Row, Slot, Step, parsed};
 use super::{Plan, ROWS, Rows};
 use crate::backend::{Backend, sim::SimBackend};
 use crate::check::Stage;
 use crate::judge::Says;
 
 /// The check added: "scratch", measured once for the node; it fails below `--scratch-floor`.
-struct ScratchRow;
+const SCRATCH: Row = Row {
+    name: "scratch",
+    settings: crate::settings_in!(io),
+    slot: crate::node_slot!(io),
+    plan: |plan, _| {
+        let spec = plan.checks.io.as_ref()?;
+        Some(Box::new(ScratchStep {
+            floor: spec.min_write_mbps,
+            measures: spec.files > 0,
+        }))
+    },
+    flags: Some(FlagSet {
+        add: <ScratchFlags as clap::Args>::augment_args,
+        apply: |given, checks| {
+            let f: ScratchFlags = parsed(given)?;
+            if let Some(s) = checks.io.as_mut() {
+                s.min_write_mbps = f.scratch_floor.or(s.min_write_mbps);
+            }
+            Ok(())
+        },
+    }),
+    compare: None,
+    column: None,
+    section: |report| {
+        report
+            .io
+            .as_ref()
+            .map(|r| format!("scratch: {:?} at {} MB/s\n", r.verdict, r.write_mbps))
+            .unwrap_or_default()
+    },
+    headline: |report| {
+        report
+            .io
+            .iter()
+            .map(|r| format!("scratch {} MB/s", r.write_mbps))
+            .collect()
+    },
+};
 
 /// Its flags.
 #[derive(clap::Args, Debug, Default)]
@@ -26,48 +63,6 @@ struct ScratchFlags {
     /// scratch: fail below this many MB/s.
     #[arg(long)]
     scratch_floor: Option<i32>,
-}
-
-impl Row for ScratchRow {
-    fn name(&self) -> &'static str {
-        "scratch"
-    }
-    fn slot(&self) -> Slot {
-        crate::node_slot!(io)
-    }
-    crate::settings_in!(io);
-
-    fn plan(&self, plan: &Plan, _simulated: bool) -> Option<Box<dyn Step>> {
-        let spec = plan.checks.io.as_ref()?;
-        Some(Box::new(ScratchStep {
-            floor: spec.min_write_mbps,
-            measures: spec.files > 0,
-        }))
-    }
-    fn flags(&self, cmd: clap::Command) -> clap::Command {
-        <ScratchFlags as clap::Args>::augment_args(cmd)
-    }
-    fn apply_flags(&self, given: &clap::ArgMatches, checks: &mut Checks) -> Result<(), String> {
-        let f: ScratchFlags = parsed(given)?;
-        if let Some(s) = checks.io.as_mut() {
-            s.min_write_mbps = f.scratch_floor.or(s.min_write_mbps);
-        }
-        Ok(())
-    }
-    fn section(&self, report: &NodeReport) -> String {
-        report
-            .io
-            .as_ref()
-            .map(|r| format!("scratch: {:?} at {} MB/s\n", r.verdict, r.write_mbps))
-            .unwrap_or_default()
-    }
-    fn headline(&self, report: &NodeReport) -> Vec<String> {
-        report
-            .io
-            .iter()
-            .map(|r| format!("scratch {} MB/s", r.write_mbps))
-            .collect()
-    }
 }
 
 struct ScratchStep {
@@ -107,8 +102,8 @@ impl Step for ScratchStep {
 
 /// Every row but io's, and the scratch check last.
 fn rows() -> Rows {
-    let mut rows: Vec<&'static dyn Row> = ROWS.into_iter().filter(|r| r.name() != "io").collect();
-    rows.push(&ScratchRow);
+    let mut rows: Vec<&'static Row> = ROWS.into_iter().filter(|r| r.name != "io").collect();
+    rows.push(&SCRATCH);
     Rows(Vec::leak(rows))
 }
 
@@ -201,19 +196,19 @@ fn each_row_names_its_own_section_of_the_spec_and_its_own_result() {
     for row in ROWS {
         let mut checks = Checks::default();
         row.keep(&mut checks, true);
-        assert!(row.asked(&checks), "{}", row.name());
+        assert!(row.asked(&checks), "{}", row.name);
         let on = serde_json::to_value(&checks).expect("checks serialize");
         let keys: Vec<&String> = on.as_object().expect("an object").keys().collect();
-        assert_eq!(keys, [row.name()], "its settings are its own section");
+        assert_eq!(keys, [row.name], "its settings are its own section");
 
         let mut report = NodeReport {
             gpus: vec![Default::default()],
             ..Default::default()
         };
         let before = serde_json::to_value(&report).expect("report serializes");
-        row.slot().fill_missing(&mut report, row.name());
+        row.slot.fill_missing(&mut report, row.name);
         let after = serde_json::to_value(&report).expect("report serializes");
-        let (before, after) = match row.slot() {
+        let (before, after) = match row.slot {
             Slot::Gpu(_) => (&before["gpus"][0], &after["gpus"][0]),
             Slot::Node(_) => (&before, &after),
         };
@@ -223,7 +218,7 @@ fn each_row_names_its_own_section_of_the_spec_and_its_own_result() {
             .keys()
             .filter(|k| before.get(k.as_str()) != after.get(k.as_str()))
             .collect();
-        assert_eq!(added, [row.name()], "its result is its own field");
+        assert_eq!(added, [row.name], "its result is its own field");
     }
 }
 

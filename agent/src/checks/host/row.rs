@@ -7,35 +7,28 @@ use gpuval_crds::NodeReport;
 use super::{Baseline, Flags, Host, headline, section};
 use crate::check::{JudgeNode, NodeCheck, Stage};
 use crate::checks::Plan;
-use crate::checks::row::{Pending, Row, Slot, Step};
+use crate::checks::row::{Pending, Row, Step};
 use crate::checks::steps::scratch_report;
 use crate::checks::{apply_overrides, remeasure};
 
-pub struct HostRow;
+pub const ROW: Row = Row {
+    name: Host::NAME,
+    settings: crate::settings_in!(host_transfer),
+    slot: crate::gpu_slot!(host_transfer),
+    plan,
+    flags: crate::flags_of!(Flags, host_transfer),
+    compare: None,
+    column: None,
+    section,
+    headline,
+};
 
-impl Row for HostRow {
-    fn name(&self) -> &'static str {
-        Host::NAME
-    }
-    fn slot(&self) -> Slot {
-        crate::gpu_slot!(host_transfer)
-    }
-    crate::settings_in!(host_transfer);
-    crate::flags_of!(Flags, host_transfer);
-
-    fn plan(&self, plan: &Plan, _simulated: bool) -> Option<Box<dyn Step>> {
-        let spec = plan.checks.host_transfer.as_ref()?;
-        Some(Box::new(HostStep {
-            check: Host::from_spec(spec),
-            baseline: None,
-        }))
-    }
-    fn section(&self, report: &NodeReport) -> String {
-        section(report)
-    }
-    fn headline(&self, report: &NodeReport) -> Vec<String> {
-        headline(report)
-    }
+fn plan(plan: &Plan, _simulated: bool) -> Option<Box<dyn Step>> {
+    let spec = plan.checks.host_transfer.as_ref()?;
+    Some(Box::new(HostStep {
+        check: Host::from_spec(spec),
+        baseline: None,
+    }))
 }
 
 /// The check, and its counters' readings before the first check.

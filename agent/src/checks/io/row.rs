@@ -1,44 +1,35 @@
 //! The io check as one row: real file I/O on the host (never the GPUs), on a thread beside the
 //! compute burn when asked (`duringCompute`), else alone after the GPU checks.
 
-use gpuval_crds::NodeReport;
-
 use super::{Flags, Io, headline, section};
 use crate::check::{GpuCheck, Stage};
 use crate::checks::Plan;
 use crate::checks::compute::Compute;
-use crate::checks::row::{Pending, Row, Slot, Step, When};
+use crate::checks::row::{Pending, Row, Step, When};
 
-pub struct IoRow;
+pub const ROW: Row = Row {
+    name: Io::NAME,
+    settings: crate::settings_in!(io),
+    slot: crate::node_slot!(io),
+    plan,
+    flags: crate::flags_of!(Flags, io),
+    compare: None,
+    column: None,
+    section,
+    headline,
+};
 
-impl Row for IoRow {
-    fn name(&self) -> &'static str {
-        Io::NAME
-    }
-    fn slot(&self) -> Slot {
-        crate::node_slot!(io)
-    }
-    crate::settings_in!(io);
-    crate::flags_of!(Flags, io);
-
-    fn plan(&self, plan: &Plan, simulated: bool) -> Option<Box<dyn Step>> {
-        let spec = plan.checks.io.as_ref()?;
-        let beside_compute = plan.checks.compute.is_some() && spec.during_compute;
-        let (dir, tuning) = (plan.io_dir.clone(), plan.io_tuning.clone());
-        Some(Box::new(Io::new(
-            spec,
-            dir,
-            tuning,
-            beside_compute,
-            simulated,
-        )))
-    }
-    fn section(&self, report: &NodeReport) -> String {
-        section(report)
-    }
-    fn headline(&self, report: &NodeReport) -> Vec<String> {
-        headline(report)
-    }
+fn plan(plan: &Plan, simulated: bool) -> Option<Box<dyn Step>> {
+    let spec = plan.checks.io.as_ref()?;
+    let beside_compute = plan.checks.compute.is_some() && spec.during_compute;
+    let (dir, tuning) = (plan.io_dir.clone(), plan.io_tuning.clone());
+    Some(Box::new(Io::new(
+        spec,
+        dir,
+        tuning,
+        beside_compute,
+        simulated,
+    )))
 }
 
 impl Step for Io {

@@ -5,35 +5,28 @@ use gpuval_crds::NodeReport;
 use super::{Flags, P2p, headline, section};
 use crate::check::{JudgeNode, NodeCheck, Stage};
 use crate::checks::Plan;
-use crate::checks::row::{Row, Slot, Step};
+use crate::checks::row::{Row, Step};
 use crate::checks::steps::{OnceForNode, scratch_report};
 use crate::checks::{apply_overrides, remeasure};
 
-pub struct P2pRow;
+pub const ROW: Row = Row {
+    name: P2p::NAME,
+    settings: crate::settings_in!(p2p),
+    slot: crate::node_slot!(p2p),
+    plan,
+    flags: crate::flags_of!(Flags, p2p),
+    compare: None,
+    column: None,
+    section,
+    headline,
+};
 
-impl Row for P2pRow {
-    fn name(&self) -> &'static str {
-        P2p::NAME
-    }
-    fn slot(&self) -> Slot {
-        crate::node_slot!(p2p)
-    }
-    crate::settings_in!(p2p);
-    crate::flags_of!(Flags, p2p);
-
-    fn plan(&self, plan: &Plan, _simulated: bool) -> Option<Box<dyn Step>> {
-        let spec = plan.checks.p2p.as_ref()?;
-        Some(Box::new(OnceForNode {
-            check: P2p::from_spec(spec, plan.p2p_seed),
-            again: Some(again),
-        }))
-    }
-    fn section(&self, report: &NodeReport) -> String {
-        section(report)
-    }
-    fn headline(&self, report: &NodeReport) -> Vec<String> {
-        headline(report)
-    }
+fn plan(plan: &Plan, _simulated: bool) -> Option<Box<dyn Step>> {
+    let spec = plan.checks.p2p.as_ref()?;
+    Some(Box::new(OnceForNode {
+        check: P2p::from_spec(spec, plan.p2p_seed),
+        again: Some(again),
+    }))
 }
 
 /// The second measurement, when the node's result fell short on performance alone.

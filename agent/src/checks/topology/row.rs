@@ -1,34 +1,26 @@
 //! The topology check as one row: read before any check loads the GPUs, re-read by the
 //! runner's sampler, judged last with what the re-reads found.
 
-use gpuval_crds::NodeReport;
-
 use super::{Topology, section};
 use crate::check::{NodeCheck, Stage};
 use crate::checks::Plan;
-use crate::checks::row::{Pending, Row, Slot, Step, When};
+use crate::checks::row::{Pending, Row, Step, When};
 
-pub struct TopologyRow;
+pub const ROW: Row = Row {
+    name: Topology::NAME,
+    settings: crate::settings_in!(topology),
+    slot: crate::node_slot!(topology),
+    plan,
+    flags: None,
+    compare: None,
+    column: None,
+    section,
+    headline: |_| Vec::new(),
+};
 
-impl Row for TopologyRow {
-    fn name(&self) -> &'static str {
-        Topology::NAME
-    }
-    fn slot(&self) -> Slot {
-        crate::node_slot!(topology)
-    }
-    crate::settings_in!(topology);
-
-    fn plan(&self, plan: &Plan, _simulated: bool) -> Option<Box<dyn Step>> {
-        let spec = plan.checks.topology.as_ref()?;
-        Some(Box::new(Topology::from_spec(spec)))
-    }
-    fn section(&self, report: &NodeReport) -> String {
-        section(report)
-    }
-    fn headline(&self, _report: &NodeReport) -> Vec<String> {
-        Vec::new()
-    }
+fn plan(plan: &Plan, _simulated: bool) -> Option<Box<dyn Step>> {
+    let spec = plan.checks.topology.as_ref()?;
+    Some(Box::new(Topology::from_spec(spec)))
 }
 
 impl Step for Topology {
