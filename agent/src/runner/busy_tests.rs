@@ -190,3 +190,26 @@ fn a_healthy_node_run_the_pods_way_does_not_see_itself_as_busy() {
     assert_eq!(r.verdict, Verdict::Pass, "{:#?}", r.failures);
     assert!(!codes(&r).iter().any(|c| c.is_busy()));
 }
+
+/// The agent's own last check's tail (the driver scrubbing the memory it freed shows as
+/// utilisation for a sample or two after the check ends, as on an H200: bench/nvml-tail) is not
+/// other work: the GPU is not busy, the node passes.
+#[test]
+fn the_tail_of_the_agent_s_own_work_is_not_other_work() {
+    for pod in ["", ",pidns=1"] {
+        let r = report(&format!("gpus=2,scrub=60{pod}"), false);
+        let busy: Vec<_> = all_reasons(&r)
+            .into_iter()
+            .filter(|x| x.code.is_busy())
+            .collect();
+        assert!(busy.is_empty(), "{pod}: {busy:#?}");
+        assert_eq!(r.verdict, Verdict::Pass, "{pod}: {:?}", r.failures);
+    }
+    // Other work behind the same tail is still seen.
+    let r = report("gpus=2,scrub=60,pidns=1,proc=1:4242:python3:1024:0.5", false);
+    assert!(
+        r.gpus[1].reasons.iter().any(|x| x.code == Code::GpuBusy),
+        "{:#?}",
+        r.gpus[1].reasons
+    );
+}

@@ -13,7 +13,10 @@
 //! whose work also takes half of GPU 2 (every figure of GPU 2 falls by half, and the GPU shows
 //! 50 % utilisation and more power while the agent is idle). `pidns=1` runs the agent as a pod
 //! does, in its own PID namespace: NVML lists only the agent's own processes, while the planted
-//! ones' memory, load and power still show in the device's figures.
+//! ones' memory, load and power still show in the device's figures. `scrub=60` has the driver
+//! scrub the memory the agent's checks free, as an H200 did after the memory check freed 132
+//! GiB: the first utilisation samples each idle probe reads show 60 %, then a quarter of it,
+//! then the GPU idle (bench/nvml-tail).
 //!
 //! Every figure is a pure function of the spec, the GPU and the request (telemetry also of how
 //! many samples were taken), so two runs with the same spec give the same report.
@@ -37,7 +40,7 @@ use crate::run_control::RunControl;
 pub mod net;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, hang, throttle, replay, hidden, proc, pidns, version, timescale, fabric, net, netfault, railnet";
+pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, hang, throttle, replay, hidden, proc, pidns, scrub, version, timescale, fabric, net, netfault, railnet";
 /// The throttle reasons `throttle=` may plant (NVML names without prefix).
 pub const THROTTLE_REASONS: [&str; 5] = [
     "SwPowerCap",
@@ -284,6 +287,9 @@ pub struct HealthFaults {
     /// `pidns=1`: the agent runs in its own PID namespace (as in a pod): NVML lists only its
     /// own processes, though the planted ones' memory and load still show device-wide.
     pub pidns: bool,
+    /// `scrub=60`: the driver scrubs the memory the agent freed: the first two utilisation
+    /// samples of every idle probe show 60 % and 15 %, the work of the agent's own last check.
+    pub scrub: u32,
 }
 
 /// A process planted on a simulated GPU.
@@ -397,6 +403,7 @@ impl SimSpec {
                 .extend(parse_list(value, |v| parse_num::<u32>(v, "a GPU index"))?),
             "proc" => self.health.procs.extend(parse_list(value, parse_proc)?),
             "pidns" => self.health.pidns = parse_flag(value)?,
+            "scrub" => self.health.scrub = parse_num::<u32>(value, "a utilisation percent")?.min(100),
             "timescale" => self.timescale = parse_timescale(value)?,
             "fabric" => self
                 .fabric
@@ -570,6 +577,8 @@ impl fmt::Display for SimSpec {
                 .into_iter()
                 .collect(),
         )?;
+        let scrub = (self.health.scrub > 0).then(|| self.health.scrub.to_string());
+        list("scrub", scrub.into_iter().collect())?;
         let fabric = self.fabric.iter().map(ToString::to_string);
         list("fabric", fabric.collect())?;
         f.write_str(&self.net.spec_parts())?;
@@ -1020,7 +1029,8 @@ impl Platform for SimBackend {
 
     /// The device as NVML shows it whatever the namespace: the agent's 512 MiB and every
     /// planted process's memory in use; the planted processes' load as utilisation (three
-    /// samples) and as power above idle.
+    /// samples, after the driver's scrub of what the agent freed, `scrub=`) and as power above
+    /// idle.
     fn occupancy(
         &self,
         gpu: u32,
@@ -1038,11 +1048,14 @@ impl Platform for SimBackend {
         let load = self.spec.load_on(gpu);
         let (_, _, power_limit) = self.spec.model.clocks_power();
         let percent = (load * 100.0).round() as u32;
+        let scrub = self.spec.health.scrub;
+        let tail = [scrub, scrub / 4].map(|s| s.max(percent));
+        let head = if scrub > 0 { &tail[..] } else { &[] };
         Ok(Occupancy {
             used_bytes: Some((512 << 20) + planted),
             listed_before: listed.clone(),
             listed_after: listed,
-            utilization: vec![percent; 3],
+            utilization: head.iter().copied().chain([percent; 3]).collect(),
             process_sm: Vec::new(),
             power_w: Some(SIM_IDLE_W + (power_limit - SIM_IDLE_W) * load),
             sm_clock_mhz: None,
