@@ -30,11 +30,14 @@ use crate::pod_resources::PodResources;
 /// Memory in use beyond what the listed processes hold that still counts as nobody's: the
 /// driver's own bookkeeping and the gap between the device's figure and the processes' sums.
 pub const UNLISTED_SLACK_MIB: u64 = 384;
-/// Mean utilisation in an idle probe's window from which the GPU counts as busy, percent.
+/// Mean utilisation over the later half of an idle probe's samples from which the GPU counts as
+/// busy, percent.
 pub const IDLE_BUSY_PERCENT: u32 = 10;
-/// How long an idle probe collects utilisation samples on a real GPU (NVML samples it about five
-/// times a second).
-pub const IDLE_WINDOW: Duration = Duration::from_millis(1000);
+/// How long an idle probe collects utilisation samples on a real GPU (NVML samples it every
+/// 200 ms on an H200). Only the later half of the samples is judged: the driver's scrub of the
+/// memory the agent's last check freed shows as utilisation for a sample or two after the
+/// check ended (bench/nvml-tail), while other work holds the GPU through the window.
+pub const IDLE_WINDOW: Duration = Duration::from_millis(1500);
 /// The start of an idle probe's window whose samples are not counted: a sample taken just after
 /// a check ended covers the end of that check's own kernels.
 pub const IDLE_SETTLE: Duration = Duration::from_millis(300);
@@ -105,9 +108,7 @@ impl BusyLog {
     /// [`BusyLog::observe`], and any utilisation in the window is someone else's.
     pub fn observe_idle(&mut self, gpu: u32, when: &str, occ: &Occupancy) {
         self.observe(gpu, when, occ);
-        // Two samples at least: one sample may straddle the end of the agent's own work.
-        let n = occ.utilization.len() as u64;
-        let mean = (n >= 2).then(|| occ.utilization.iter().map(|u| u64::from(*u)).sum::<u64>() / n);
+        let mean = later_half_mean(&occ.utilization);
         let busy_sm: Vec<(u32, u32)> = occ
             .process_sm
             .iter()
@@ -243,6 +244,18 @@ fn evidence(seen: &Seen) -> String {
         parts.push(format!("NVML sampled {}", pids.join(", ")));
     }
     parts.join("; ")
+}
+
+/// The mean of the later half of an idle probe's utilisation samples (in the order taken), when
+/// there are two samples at least: the first may carry the tail of the agent's own last check
+/// (its kernels' end, the driver scrubbing the memory it freed), which decays within a sample or
+/// two, while other work keeps the GPU busy to the window's end.
+fn later_half_mean(samples: &[u32]) -> Option<u64> {
+    if samples.len() < 2 {
+        return None;
+    }
+    let later = &samples[samples.len() / 2..];
+    Some(later.iter().map(|u| u64::from(*u)).sum::<u64>() / later.len() as u64)
 }
 
 /// Reads every GPU twice, [`IDLE_WINDOW`] apart on a real GPU (`window`), while the agent runs

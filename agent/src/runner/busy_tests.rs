@@ -206,7 +206,10 @@ fn the_tail_of_the_agent_s_own_work_is_not_other_work() {
         assert_eq!(r.verdict, Verdict::Pass, "{pod}: {:?}", r.failures);
     }
     // Other work behind the same tail is still seen.
-    let r = report("gpus=2,scrub=60,pidns=1,proc=1:4242:python3:1024:0.5", false);
+    let r = report(
+        "gpus=2,scrub=60,pidns=1,proc=1:4242:python3:1024:0.5",
+        false,
+    );
     assert!(
         r.gpus[1].reasons.iter().any(|x| x.code == Code::GpuBusy),
         "{:#?}",

@@ -376,7 +376,10 @@ impl NvmlHost {
             .map(|m| m.used)
             .map_err(|e| BackendError::gpu(gpu, "read memory in use", e))?;
         let listed_after = self.processes(gpu)?;
-        let utilization = no_samples_is_empty(dev.samples(Sampling::GpuUtilization, since_us))
+        let mut samples = no_samples_is_empty(dev.samples(Sampling::GpuUtilization, since_us));
+        // In the order taken: the idle rule judges the later ones.
+        samples.sort_by_key(|s| s.timestamp);
+        let utilization = samples
             .into_iter()
             .filter(|s| s.timestamp >= since_us)
             .filter_map(|s| sample_i64(s.value))

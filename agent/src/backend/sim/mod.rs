@@ -403,7 +403,9 @@ impl SimSpec {
                 .extend(parse_list(value, |v| parse_num::<u32>(v, "a GPU index"))?),
             "proc" => self.health.procs.extend(parse_list(value, parse_proc)?),
             "pidns" => self.health.pidns = parse_flag(value)?,
-            "scrub" => self.health.scrub = parse_num::<u32>(value, "a utilisation percent")?.min(100),
+            "scrub" => {
+                self.health.scrub = parse_num::<u32>(value, "a utilisation percent")?.min(100)
+            }
             "timescale" => self.timescale = parse_timescale(value)?,
             "fabric" => self
                 .fabric
