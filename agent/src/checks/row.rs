@@ -250,7 +250,7 @@ pub trait Step: Send + Sync {
     }
 }
 
-/// The flags of type `F` as parsed into `given`: what a row's `apply_flags` reads.
+/// The flags of type `F` as parsed into `given`: what a row's [`FlagSet::apply`] reads.
 pub fn parsed<F: clap::FromArgMatches>(given: &clap::ArgMatches) -> Result<F, String> {
     F::from_arg_matches(given).map_err(|e| e.to_string())
 }
