@@ -99,8 +99,8 @@ impl Rows {
     /// Applies the flags parsed into `given` to the checks that are on (a check whose flags
     /// turn it on, on).
     pub fn apply_flags(&self, given: &clap::ArgMatches, checks: &mut Checks) -> Result<(), String> {
-        let flags = self.0.iter().filter_map(|r| r.flags);
-        flags.into_iter().try_for_each(|f| (f.apply)(given, checks))
+        let mut flags = self.0.iter().filter_map(|r| r.flags);
+        flags.try_for_each(|f| (f.apply)(given, checks))
     }
 
     /// The GPU table's check columns.

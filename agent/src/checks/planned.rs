@@ -26,11 +26,6 @@ impl Planned {
         Self { steps }
     }
 
-    /// The names of the checks planned, in order.
-    pub fn names(&self) -> Vec<&'static str> {
-        self.steps.iter().map(|(_, s)| s.name()).collect()
-    }
-
     fn topology(&self) -> Option<&Topology> {
         self.steps.iter().find_map(|(_, s)| s.sampled_topology())
     }

@@ -158,28 +158,20 @@ macro_rules! settings_in {
 }
 
 impl Slot {
-    /// Its results in `report` that are present: one per GPU, or the node's.
-    pub fn found<'r>(&self, report: &'r NodeReport) -> Vec<(Verdict, &'r [Reason])> {
-        match self {
-            Slot::Gpu(s) => report
-                .gpus
-                .iter()
-                .filter_map(|g| (s.get)(g).found())
-                .collect(),
-            Slot::Node(s) => (s.get)(report).found().into_iter().collect(),
-        }
-    }
-
     /// Runs `f` on each of its results in `report` that is present.
     pub fn each_mut(&self, report: &mut NodeReport, f: &mut dyn FnMut(&mut dyn AnyResult)) {
         match self {
             Slot::Gpu(s) => {
                 for g in &mut report.gpus {
-                    (s.get_mut)(g).result_mut().map(&mut *f);
+                    if let Some(c) = (s.get_mut)(g).result_mut() {
+                        f(c);
+                    }
                 }
             }
             Slot::Node(s) => {
-                (s.get_mut)(report).result_mut().map(f);
+                if let Some(c) = (s.get_mut)(report).result_mut() {
+                    f(c);
+                }
             }
         }
     }
