@@ -404,19 +404,28 @@ if [[ $ways != *pod* ]]; then
   skip pod-fault-before "no pod-like way on this machine (raw/log.txt)"
   skip pod-fault-during "no pod-like way on this machine (raw/log.txt)"
 else
-  # A neighbour started before the agent.
-  if start_burn neighbour-before; then
+  # A neighbour started before the agent (none when the budget cannot hold the step).
+  if [ $((BUDGET_S - SECONDS)) -lt "$MIN_STEP_S" ]; then
+    skip pod-fault-before "only $((BUDGET_S - SECONDS))s of the ${BUDGET_S}s budget left"
+  elif start_burn neighbour-before; then
     pod_agent pod-fault-before 90 --checks memory,compute --duration 10s --dtypes bf16 \
       --memory-fraction "$MEMORY_FRACTION"
   else
     skip pod-fault-before "the neighbour never became ready (raw/neighbour-before.log)"
   fi
-  stop_burn neighbour-before
-  # A neighbour that starts 3 s into the agent's 20 s burn.
+  [ -n "${burner:-}" ] && stop_burn neighbour-before
+  # A neighbour that starts 3 s into the agent's 20 s burn, within what is left of the budget
+  # (the burn alone needs half a minute).
+  during_limit=$((BUDGET_S - SECONDS))
+  [ "$during_limit" -le 90 ] || during_limit=90
+fi
+if [[ $ways == *pod* ]] && [ "$during_limit" -lt 40 ]; then
+  skip pod-fault-during "only $((BUDGET_S - SECONDS))s of the ${BUDGET_S}s budget left"
+elif [[ $ways == *pod* ]]; then
   rm -f "$POD_OUT/pod-fault-during.json"
-  say "pod-fault-during (limit 90s)"
+  say "pod-fault-during (limit ${during_limit}s)"
   t0=$SECONDS
-  timeout -k 10 90 bash bench/podlike.sh all "$POD_BIN" run --checks compute --duration 20s \
+  timeout -k 10 "$during_limit" bash bench/podlike.sh all "$POD_BIN" run --checks compute --duration 20s \
     --dtypes bf16 -o "$POD_OUT/pod-fault-during.json" >"$RAW/pod-fault-during.log" 2>&1 &
   during=$!
   deadline=$((SECONDS + 60))
@@ -427,7 +436,7 @@ else
   wait "$during"
   rc=$?
   stop_burn neighbour-during
-  printf '%s\t%s\t%s\t%s\t%s\n' pod-fault-during "$rc" "$((SECONDS - t0))" 90 "" >>"$STEPS"
+  printf '%s\t%s\t%s\t%s\t%s\n' pod-fault-during "$rc" "$((SECONDS - t0))" "$during_limit" "" >>"$STEPS"
   [ -f "$POD_OUT/pod-fault-during.json" ] && cp "$POD_OUT/pod-fault-during.json" "$RAW/"
 fi
 
