@@ -23,6 +23,13 @@ pub const IO_MOUNT: &str = "/var/lib/gpuval-io";
 pub const STATE_MOUNT: &str = "/var/lib/gpuval-agent";
 /// The state volume's size limit (a report is tens of kilobytes).
 pub const STATE_SIZE: &str = "16Mi";
+/// The agent's temporary directory (an emptyDir; the root is read-only): `TMPDIR` names it, so
+/// the working directories of the NCCL, training and fabric child processes, NCCL's logs and
+/// its library link are made there, and `CUDA_CACHE_PATH` puts the driver's kernel cache there.
+pub const SCRATCH_MOUNT: &str = "/tmp";
+/// The temporary directory's size limit: NCCL's logs and the kernel cache are megabytes; a pod
+/// over it is evicted, so it is generous.
+pub const SCRATCH_SIZE: &str = "1Gi";
 /// The `app.kubernetes.io/name` of agent pods.
 pub const APP_LABEL: &str = labels::AGENT_APP;
 
@@ -130,6 +137,8 @@ fn container_env(gv: &GpuValidation, cfg: &OperatorConfig) -> Vec<EnvVar> {
         field_env(agent_env::POD_NAME, "metadata.name"),
         field_env(agent_env::POD_UID, "metadata.uid"),
         env(agent_env::STATE_DIR, STATE_MOUNT),
+        env("TMPDIR", SCRATCH_MOUNT),
+        env("CUDA_CACHE_PATH", format!("{SCRATCH_MOUNT}/cuda-cache")),
     ];
     if cfg.io_host_path.is_some() {
         envs.push(env(agent_env::IO_DIR, IO_MOUNT));
@@ -185,9 +194,29 @@ fn state_volume() -> (Volume, VolumeMount) {
     (volume, mount)
 }
 
-/// Memory-backed `/dev/shm` when the validation runs the nccl check: NCCL's shared-memory
-/// transport (and the P2P-off sweep) needs more than a container runtime's 64 MiB default.
-/// It needs no privilege; the memory counts against the pod.
+/// The agent's temporary directory ([`SCRATCH_MOUNT`], `TMPDIR`): every file the agent, its
+/// child processes and the libraries they load write outside the state and I/O volumes.
+fn scratch_volume() -> (Volume, VolumeMount) {
+    let volume = Volume {
+        name: "tmp".into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: None,
+            size_limit: Some(Quantity(SCRATCH_SIZE.into())),
+        }),
+        ..Default::default()
+    };
+    let mount = VolumeMount {
+        name: "tmp".into(),
+        mount_path: SCRATCH_MOUNT.into(),
+        ..Default::default()
+    };
+    (volume, mount)
+}
+
+/// Memory-backed `/dev/shm` for every validation whose steps run NCCL (the nccl check, the
+/// training check, the fabric test): NCCL's shared-memory transport (and the P2P-off sweep)
+/// needs more than a container runtime's 64 MiB default. It needs no privilege; the memory
+/// counts against the pod.
 pub const SHM_SIZE: &str = "4Gi";
 
 /// Where the host's `/sys/class` is mounted in fabric agent pods (the agent reads
@@ -261,8 +290,16 @@ fn with_pod_resources_user(mut sc: SecurityContext, cfg: &OperatorConfig) -> Sec
     sc
 }
 
+/// True when a step of the validation runs NCCL in the agent's pod.
+fn runs_nccl(gv: &GpuValidation) -> bool {
+    let checks = &gv.spec.checks;
+    checks.nccl.is_some() || checks.training.is_some() || gv.spec.fabric.is_some()
+}
+
 fn shm_volume(gv: &GpuValidation) -> Option<(Volume, VolumeMount)> {
-    gv.spec.checks.nccl.as_ref()?;
+    if !runs_nccl(gv) {
+        return None;
+    }
     let volume = Volume {
         name: "dshm".into(),
         empty_dir: Some(EmptyDirVolumeSource {
@@ -410,7 +447,8 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
     let name = gv.metadata.name.clone().unwrap_or_default();
     let generation = gv.metadata.generation.unwrap_or(0);
     let owner: Option<OwnerReference> = gv.controller_owner_ref(&());
-    let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) = std::iter::once(state_volume())
+    let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) = [state_volume(), scratch_volume()]
+        .into_iter()
         .chain(io_volume(cfg))
         .chain(shm_volume(gv))
         .chain(infiniband_volume(gv, cfg))
@@ -554,9 +592,29 @@ mod tests {
             .collect();
         assert_eq!(
             volumes,
-            ["state"],
-            "the agent's scratch directory; no I/O volume unless the admin configured one"
+            ["state", "tmp"],
+            "the agent's state and temporary directories; no I/O volume unless the admin configured one"
         );
+        let mounts: Vec<(&str, &str)> = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+            .collect();
+        assert_eq!(mounts, [("state", STATE_MOUNT), ("tmp", SCRATCH_MOUNT)]);
+        let value = |name: &str| {
+            c.env
+                .iter()
+                .flatten()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(value("TMPDIR").as_deref(), Some(SCRATCH_MOUNT));
+        assert!(
+            value("CUDA_CACHE_PATH").is_some_and(|p| p.starts_with(SCRATCH_MOUNT)),
+            "the driver's kernel cache is in the temporary directory"
+        );
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
     }
 
     #[test]
@@ -573,16 +631,28 @@ mod tests {
     }
 
     #[test]
-    fn the_nccl_check_gets_a_memory_backed_dev_shm_and_nothing_else_does() {
+    fn every_step_that_runs_nccl_gets_a_memory_backed_dev_shm_and_nothing_else_does() {
         let cfg = OperatorConfig::default();
         let plain = agent_pod(&gv(), "gpu-a", 8, &cfg).spec.unwrap();
         let dev_shm = |v: &Volume| v.name == "dshm";
         assert!(!plain.volumes.iter().flatten().any(dev_shm));
+        let mut with_training = gv();
+        with_training.spec.checks.training = Some(Default::default());
+        let mut with_fabric = gv();
+        with_fabric.spec.fabric = Some(Default::default());
+        for (what, g) in [("training", with_training), ("fabric", with_fabric)] {
+            let spec = agent_pod(&g, "gpu-a", 8, &cfg).spec.unwrap();
+            assert!(spec.volumes.iter().flatten().any(dev_shm), "{what}");
+        }
         let mut with_nccl = gv();
         with_nccl.spec.checks.nccl = Some(Default::default());
         let spec = agent_pod(&with_nccl, "gpu-a", 8, &cfg).spec.unwrap();
         let volumes = spec.volumes.unwrap();
-        assert_eq!(volumes.len(), 2, "the agent's state and /dev/shm");
+        assert_eq!(
+            volumes.len(),
+            3,
+            "the agent's state, its temporary directory and /dev/shm"
+        );
         let dir = volumes
             .iter()
             .find(|v| dev_shm(v))
