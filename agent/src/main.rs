@@ -308,6 +308,15 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
         })
         .transpose()?;
     let certified = settings.clone();
+    if let Some(asked) = &a.gpus {
+        runner::check_unique(asked).map_err(|e| Fail(e, 2))?;
+    }
+    if settings.checks.io.is_some()
+        && let Some(dir) = &a.io_dir
+    {
+        // A directory that cannot serve the check stops the run before the GPUs are busy.
+        io::usable_dir(dir).map_err(|e| Fail(format!("--io-dir: {e}"), 2))?;
+    }
     let be = backend(&a.backend)?;
     if let Some(asked) = &a.gpus
         && let Ok(inventory) = be.platform().inventory()

@@ -116,3 +116,65 @@ fn a_hidden_neighbour_is_busy_with_a_rerun_never_a_hardware_action() {
     assert!(codes.contains(&"GpuBusy"), "{codes:?}");
     assert!(!codes.contains(&"MemoryBandwidthLow"), "{codes:?}");
 }
+
+/// `gpuval-agent run` on two simulated GPUs with `args`: its output and whether it wrote a report.
+fn run_args(args: &[&str]) -> (Output, bool) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("report.json");
+    let output = Command::new(AGENT)
+        .args(["run", "--simulate", "gpus=2", "--output"])
+        .arg(&out)
+        .args(args)
+        .output()
+        .expect("run the agent");
+    (output, out.exists())
+}
+
+#[test]
+fn a_gpu_listed_twice_is_refused_naming_it() {
+    let (o, reported) = run_args(&["--checks", "memory", "--gpus", "1,0,1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("GPU 1 is listed more than once") && err.contains("--gpus 0,1"),
+        "{err}"
+    );
+    assert!(!reported, "no run, no report");
+}
+
+#[test]
+fn an_io_directory_that_cannot_serve_the_check_exits_2_naming_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").expect("write a file");
+    let missing = tmp.path().join("no-such-dir");
+    for (dir, words) in [(&missing, "does not exist"), (&file, "is not a directory")] {
+        let dir = dir.to_str().expect("a UTF-8 path");
+        let (o, reported) = run_args(&["--checks", "io", "--io-dir", dir]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains(dir) && err.contains(words), "{err}");
+        assert!(!reported, "no run, no report");
+    }
+    let (o, reported) = run_args(&[
+        "--checks",
+        "io",
+        "--io-dir",
+        tmp.path().to_str().expect("a UTF-8 path"),
+        "--io-file-size-mib",
+        "1",
+    ]);
+    assert_ne!(
+        o.status.code(),
+        Some(2),
+        "a usable directory runs: {}",
+        stderr(&o)
+    );
+    assert!(reported);
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).expect("read").count(),
+        1,
+        "the probe and the check left nothing beside the file: {}",
+        stderr(&o)
+    );
+}

@@ -243,6 +243,7 @@ codes! {
     IoMismatch => (Fail, ReplaceHardware, false, "File data read back different from what was written."),
     IoSlow => (Fail, None, false, "File write or read throughput below the spec's floor."),
     IoError => (Error, Rerun, false, "The file I/O check could not run or finish (the message says why)."),
+    IoDirUnusable => (Error, None, false, "The io check's directory is missing, not a directory, read-only, not writable by the agent or too small for the files asked for (the path is named): the installation's setting, not the node's disk; fix the directory or the settings."),
     // ---- reports written before reasons had codes ----
     Unclassified => (Fail, None, false, "A reason from a report written before reasons carried codes."),
 }
@@ -252,7 +253,8 @@ codes! {
 /// of only these is the validation's error: it never labels a node Fail, never sets
 /// `GpuValidated=False` and never taints; the operator and the views ask
 /// [`Code::is_configuration`].
-pub const CONFIGURATION_CODES: [Code; 2] = [Code::IoError, Code::LibraryMissing];
+pub const CONFIGURATION_CODES: [Code; 3] =
+    [Code::IoError, Code::IoDirUnusable, Code::LibraryMissing];
 
 impl std::fmt::Display for Code {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -155,6 +155,25 @@ fn node_facts(
     judged.fail_fast
 }
 
+/// `--gpus` names each GPU once: a GPU listed twice would be tested as two ranks of one
+/// communicator and its figures counted twice, so the list is refused with the repeats named.
+pub fn check_unique(asked: &[u32]) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let repeated: std::collections::BTreeSet<u32> =
+        asked.iter().copied().filter(|i| !seen.insert(*i)).collect();
+    if repeated.is_empty() {
+        return Ok(());
+    }
+    let list =
+        |it: &mut dyn Iterator<Item = &u32>| it.map(u32::to_string).collect::<Vec<_>>().join(",");
+    Err(format!(
+        "--gpus {}: GPU {} is listed more than once; name each GPU once (--gpus {})",
+        list(&mut asked.iter()),
+        list(&mut repeated.iter()),
+        list(&mut seen.iter())
+    ))
+}
+
 /// Refuses a `--gpus` selection that names a GPU the host does not have (bad input, not a node
 /// without GPUs): the message names the indices it has.
 pub fn check_selection(asked: &[u32], have: &[GpuInfo]) -> Result<(), String> {

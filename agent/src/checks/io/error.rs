@@ -67,6 +67,22 @@ pub enum IoError {
 }
 
 impl IoError {
+    /// True when the directory the check was given cannot serve it (missing, not a
+    /// directory, read-only, not writable, too small for the files asked for) or the request
+    /// itself is bad: the installation's settings, never the node's disk.
+    pub fn is_unusable_dir(&self) -> bool {
+        matches!(
+            self,
+            Self::NoDirectory
+                | Self::MissingDir { .. }
+                | Self::NotADirectory { .. }
+                | Self::ReadOnly { .. }
+                | Self::NotWritable { .. }
+                | Self::NoSpace { .. }
+                | Self::BadRequest(_)
+        )
+    }
+
     /// Turns an OS error into the check's error: a read-only or full filesystem and missing
     /// permission get their own variants, anything else says what was done to which path.
     pub fn classify(e: io::Error, op: &'static str, dir: &Path, path: &Path, offset: u64) -> Self {

@@ -95,11 +95,17 @@ pub fn io(spec: &IoCheck, out: &IoOutcome, ctx: Context) -> IoResult {
     }
 }
 
-/// The result of a run that could not run or finish.
+/// The result of a run that could not run or finish: a directory that cannot serve the check
+/// is the installation's to fix ([`Code::IoDirUnusable`], nothing for the node to rerun).
 pub fn io_error(spec: &IoCheck, dir: Option<&Path>, err: &IoError, ctx: Context) -> IoResult {
+    let code = if err.is_unusable_dir() {
+        Code::IoDirUnusable
+    } else {
+        Code::IoError
+    };
     IoResult {
         verdict: Verdict::Error,
-        reasons: vec![Code::IoError.says(format!("io: {err}"))],
+        reasons: vec![code.says(format!("io: {err}"))],
         dir: dir.map(|d| d.display().to_string()).unwrap_or_default(),
         files: spec.files,
         file_size_mib: i64::from(spec.file_size_mib),
@@ -246,6 +252,42 @@ mod tests {
         assert!(r.reasons[0].starts_with("io: io directory /nope does not exist"));
         assert_eq!(r.dir, "/nope");
         assert!(r.notes[0].contains("only the GPU figures"), "{:?}", r.notes);
+    }
+
+    #[test]
+    fn a_directory_that_cannot_serve_the_check_is_the_installation_s_not_a_rerun() {
+        let dir = Path::new("/data/gpuval");
+        let unusable = [
+            IoError::MissingDir { dir: dir.into() },
+            IoError::NotADirectory { dir: dir.into() },
+            IoError::ReadOnly { dir: dir.into() },
+            IoError::NotWritable {
+                dir: dir.into(),
+                errno: "EACCES",
+            },
+        ];
+        for e in &unusable {
+            let r = io_error(&IoCheck::default(), Some(dir), e, Context::default());
+            let reason = &r.reasons[0];
+            assert_eq!(reason.code, Code::IoDirUnusable, "{e}");
+            assert_eq!(reason.action, gpuval_crds::Action::None);
+            assert_eq!(
+                gpuval_crds::evidence::Evidence::of_codes(Code::IoDirUnusable.as_str()),
+                gpuval_crds::evidence::Evidence::Configuration
+            );
+            assert!(reason.message.contains("/data/gpuval"), "{reason:?}");
+        }
+        let stopped = io_error(
+            &IoCheck::default(),
+            Some(dir),
+            &IoError::Stopped,
+            Context::default(),
+        );
+        assert_eq!(
+            stopped.reasons[0].code,
+            Code::IoError,
+            "not the directory's fault"
+        );
     }
 
     #[test]
