@@ -86,6 +86,8 @@ struct PodEntry {
     container: String,
     image: String,
     container_id: String,
+    /// The runc container's id, when the pod runs under runc.
+    runc_id: Option<String>,
     log: Option<PathBuf>,
     control: Option<mpsc::UnboundedSender<Control>>,
     running: bool,
@@ -131,6 +133,9 @@ pub struct KubeletOptions {
     /// kubelet mounts as the projected service-account token), so the agent runs with exactly
     /// the rights of its service account and its token names the node it runs on.
     pub pod_tokens: bool,
+    /// Run each agent pod as a real OCI container under runc ([`crate::runc`]), from the pod
+    /// spec the operator wrote, instead of as a local process of the agent binary.
+    pub runtime: Option<Arc<crate::runc::Runtime>>,
 }
 
 impl Shared {
@@ -198,17 +203,17 @@ impl FakeKubelet {
         FakeKubelet { shared, watch }
     }
 
+    /// A handle that kills and lists agents from another task ([`KubeletHandle`]).
+    pub fn handle(&self) -> KubeletHandle {
+        KubeletHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// SIGKILLs the agent process of pod `pod_name` (a crash). False when no process of that
     /// pod is running.
     pub fn kill(&self, pod_name: &str) -> bool {
-        let st = self.shared.state();
-        let Some(entry) = st.by_name.get(pod_name).and_then(|uid| st.pods.get(uid)) else {
-            return false;
-        };
-        match (&entry.control, entry.running) {
-            (Some(tx), true) => tx.send(Control::Kill).is_ok(),
-            _ => false,
-        }
+        self.handle().kill(pod_name)
     }
 
     /// Sets an environment variable for every agent started on `node` from now on, overriding
@@ -227,15 +232,7 @@ impl FakeKubelet {
 
     /// Names of the pods whose processes are running now.
     pub fn running(&self) -> Vec<String> {
-        let st = self.shared.state();
-        let mut names: Vec<_> = st
-            .pods
-            .values()
-            .filter(|e| e.running)
-            .map(|e| e.name.clone())
-            .collect();
-        names.sort();
-        names
+        self.handle().running()
     }
 
     /// stdout and stderr of the latest process of pod `pod_name` (empty when none ran).
@@ -277,7 +274,46 @@ impl Drop for FakeKubelet {
             }
         }
         // The supervisors may not get to run again (the runtime may be ending): every child is
-        // also spawned with kill_on_drop and a parent-death signal.
+        // also spawned with kill_on_drop and a parent-death signal. A runc container outlives
+        // its `runc run`, so it is removed here.
+        if let Some(rt) = &self.shared.options.runtime {
+            for id in st.pods.values().filter_map(|e| e.runc_id.as_deref()) {
+                rt.delete(id);
+            }
+        }
+    }
+}
+
+/// What another task may do to the agents of a [`FakeKubelet`] (it does not keep them running).
+#[derive(Clone)]
+pub struct KubeletHandle {
+    shared: Arc<Shared>,
+}
+
+impl KubeletHandle {
+    /// SIGKILLs the agent of pod `pod_name` (a crash). False when none of that pod runs.
+    pub fn kill(&self, pod_name: &str) -> bool {
+        let st = self.shared.state();
+        let Some(entry) = st.by_name.get(pod_name).and_then(|uid| st.pods.get(uid)) else {
+            return false;
+        };
+        match (&entry.control, entry.running) {
+            (Some(tx), true) => tx.send(Control::Kill).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// Names of the pods whose agents are running now.
+    pub fn running(&self) -> Vec<String> {
+        let st = self.shared.state();
+        let mut names: Vec<_> = st
+            .pods
+            .values()
+            .filter(|e| e.running)
+            .map(|e| e.name.clone())
+            .collect();
+        names.sort();
+        names
     }
 }
 
@@ -442,6 +478,7 @@ fn new_entry(name: &str, pod: &Pod, delete_sent: bool) -> PodEntry {
         container: container.map(|c| c.name.clone()).unwrap_or_default(),
         image: container.and_then(|c| c.image.clone()).unwrap_or_default(),
         container_id: String::new(),
+        runc_id: None,
         log: None,
         control: None,
         running: false,
@@ -534,7 +571,11 @@ async fn start_with_pod_token(
             // The claim's devices replace the node's simulated GPU count.
             let replaced: Vec<String> = devices.iter().map(|(k, _)| k.clone()).collect();
             let node_env = node_env.into_iter().filter(|(k, _)| !replaced.contains(k));
-            let env = mounted.into_iter().chain(devices).chain(node_env).collect();
+            // A container gets the Secret volumes mounted where the pod says: no rewrites.
+            let mounted = mounted
+                .into_iter()
+                .filter(|_| shared.options.runtime.is_none());
+            let env = mounted.chain(devices).chain(node_env).collect();
             start_pod(&shared, &pod, &name, &uid, env, &kubeconfig)
         }
         Err(e) => {
@@ -724,21 +765,22 @@ fn start_pod(
     };
     entry.log = log;
 
-    let mut cmd = tokio::process::Command::new(&shared.agent_binary);
-    cmd.arg("k8s")
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("RUST_LOG", "info")
-        .envs(container_env(pod, container))
-        .envs(node_env)
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .kill_on_drop(true);
-    if let Ok(dir) = &shared.log_dir {
-        cmd.current_dir(dir.path());
-    }
+    let (mut cmd, runc) = match &shared.options.runtime {
+        Some(rt) => {
+            match container_command(shared, rt, pod, container, uid, node_env, kubeconfig) {
+                Ok((cmd, id)) => (cmd, Some((rt.clone(), id))),
+                Err(e) => {
+                    tracing::warn!(pod = %name, error = %e, "fake kubelet: could not create the container");
+                    return start_error(shared, entry, name, started_at);
+                }
+            }
+        }
+        None => (
+            process_command(shared, pod, container, node_env, kubeconfig),
+            None,
+        ),
+    };
+    cmd.stdout(stdout).stderr(stderr).kill_on_drop(true);
     // SAFETY: prctl is async-signal-safe; the child gets SIGKILL if this thread dies, so no
     // agent outlives a test process that is killed outright.
     unsafe {
@@ -751,21 +793,16 @@ fn start_pod(
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(pod = %name, binary = %shared.agent_binary.display(), error = %e, "fake kubelet: could not start the agent");
-            let t = Terminated {
-                exit_code: 128,
-                reason: "StartError",
-                started_at: started_at.clone(),
-                finished_at: now(),
-            };
-            let body = terminated_status(&entry, &t);
-            entry.terminated = Some(t);
-            tokio::spawn(write_status(shared.clone(), name.to_string(), body));
-            return entry;
+            return start_error(shared, entry, name, started_at);
         }
     };
     let pid = child.id().unwrap_or(0);
-    tracing::info!(pod = %name, pid, "fake kubelet: agent started");
-    entry.container_id = format!("fake://{pid}");
+    tracing::info!(pod = %name, pid, runc = ?runc.as_ref().map(|(_, id)| id), "fake kubelet: agent started");
+    entry.container_id = match &runc {
+        Some((_, id)) => format!("runc://{id}"),
+        None => format!("fake://{pid}"),
+    };
+    entry.runc_id = runc.as_ref().map(|(_, id)| id.clone());
     let (tx, rx) = mpsc::unbounded_channel();
     entry.control = Some(tx);
     entry.running = true;
@@ -774,12 +811,99 @@ fn start_pod(
         shared.clone(),
         name.to_string(),
         uid.to_string(),
-        child,
+        Running { child, runc },
         rx,
         started_at,
         running,
     ));
     entry
+}
+
+/// The pod's container could not be created or started: Failed with `StartError`, as a
+/// kubelet reports it.
+fn start_error(
+    shared: &Arc<Shared>,
+    mut entry: PodEntry,
+    name: &str,
+    started_at: Time,
+) -> PodEntry {
+    let t = Terminated {
+        exit_code: 128,
+        reason: "StartError",
+        started_at,
+        finished_at: now(),
+    };
+    let body = terminated_status(&entry, &t);
+    entry.terminated = Some(t);
+    tokio::spawn(write_status(shared.clone(), name.to_string(), body));
+    entry
+}
+
+/// The agent as a local process: `<agent> k8s` with the pod's environment and the kubeconfig.
+fn process_command(
+    shared: &Shared,
+    pod: &Pod,
+    container: &Container,
+    node_env: Vec<(String, String)>,
+    kubeconfig: &Path,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(&shared.agent_binary);
+    cmd.arg("k8s")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .envs(container_env(pod, container))
+        .envs(node_env)
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(Stdio::null());
+    if let Ok(dir) = &shared.log_dir {
+        cmd.current_dir(dir.path());
+    }
+    cmd
+}
+
+/// The agent as a runc container made from its pod ([`crate::runc`]): the bundle in the pod's
+/// own directory, its Secret volumes from the files [`mount_secrets`] wrote there.
+fn container_command(
+    shared: &Shared,
+    rt: &crate::runc::Runtime,
+    pod: &Pod,
+    container: &Container,
+    uid: &str,
+    node_env: Vec<(String, String)>,
+    kubeconfig: &Path,
+) -> Result<(tokio::process::Command, String), String> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let pod_dir = shared
+        .log_dir
+        .as_ref()
+        .map_err(|e| format!("no directory for the pod: {e}"))?
+        .path()
+        .join(format!(
+            "{name}-{}",
+            uid.chars().take(8).collect::<String>()
+        ));
+    let secrets = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter(|v| v.secret.is_some())
+        .map(|v| (v.name.clone(), pod_dir.join(&v.name)))
+        .collect();
+    let env = std::iter::once(("RUST_LOG".to_string(), "info".to_string()))
+        .chain(container_env(pod, container))
+        .chain(node_env)
+        .collect();
+    let prepared = rt.prepare(
+        pod,
+        container,
+        &pod_dir.join("bundle"),
+        env,
+        &secrets,
+        kubeconfig,
+    )?;
+    tracing::info!(pod = %name, devices = ?prepared.devices, bundle = %prepared.bundle.display(), "fake kubelet: runc container");
+    Ok((rt.run_command(&prepared), prepared.id))
 }
 
 fn open_log(path: &Path) -> std::io::Result<(Stdio, Stdio)> {
@@ -794,7 +918,7 @@ async fn supervise(
     shared: Arc<Shared>,
     name: String,
     uid: String,
-    mut child: tokio::process::Child,
+    mut run: Running,
     mut control: mpsc::UnboundedReceiver<Control>,
     started_at: Time,
     running: Value,
@@ -802,19 +926,22 @@ async fn supervise(
     write_status(shared.clone(), name.clone(), running).await;
     let status = loop {
         tokio::select! {
-            s = child.wait() => break s,
+            s = run.child.wait() => break s,
             Some(c) = control.recv() => match c {
                 Control::Kill => {
                     tracing::info!(pod = %name, "fake kubelet: SIGKILL (crash)");
-                    let _ = child.start_kill();
+                    run.kill();
                 }
                 Control::Terminate { grace } => {
                     tracing::info!(pod = %name, grace_s = grace.as_secs(), "fake kubelet: pod deleted; SIGTERM");
-                    break terminate(&mut child, &mut control, grace).await;
+                    break terminate(&mut run, &mut control, grace).await;
                 }
             },
         }
     };
+    if let Some((rt, id)) = &run.runc {
+        rt.delete(id);
+    }
     let exit_code = match &status {
         Ok(s) => exit_code(s),
         Err(e) => {
@@ -853,27 +980,54 @@ async fn supervise(
     }
 }
 
+/// A pod's running agent: its process, or the `runc run` of its container.
+struct Running {
+    child: tokio::process::Child,
+    runc: Option<(Arc<crate::runc::Runtime>, String)>,
+}
+
+impl Running {
+    /// SIGKILL to the agent: to every process of its container under runc (killing `runc
+    /// run` itself would leave the container running).
+    fn kill(&mut self) {
+        match &self.runc {
+            Some((rt, id)) => rt.kill(id, "KILL"),
+            None => {
+                let _ = self.child.start_kill();
+            }
+        }
+    }
+
+    fn term(&mut self) {
+        if let Some((rt, id)) = &self.runc {
+            rt.kill(id, "TERM");
+            return;
+        }
+        if let Some(pid) = self.child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
+            // SAFETY: plain kill(2) on our own child, which is not reaped yet (we hold it), so
+            // the pid cannot have been reused.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+    }
+}
+
 /// SIGTERM, then SIGKILL once `grace` is over (or at once on a kill request).
 async fn terminate(
-    child: &mut tokio::process::Child,
+    run: &mut Running,
     control: &mut mpsc::UnboundedReceiver<Control>,
     grace: Duration,
 ) -> std::io::Result<ExitStatus> {
-    if let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
-        // SAFETY: plain kill(2) on our own child, which is not reaped yet (we hold it), so the
-        // pid cannot have been reused.
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-    }
+    run.term();
     tokio::select! {
-        s = child.wait() => return s,
+        s = run.child.wait() => return s,
         () = tokio::time::sleep(grace) => {}
         // A non-kill message (or a closed channel) only disables this branch.
         Some(Control::Kill) = control.recv() => {}
     }
-    let _ = child.start_kill();
-    child.wait().await
+    run.kill();
+    run.child.wait().await
 }
 
 /// The exit code a container runtime reports: the code, or 128 + the signal.

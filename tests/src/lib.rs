@@ -35,5 +35,6 @@ pub mod proxy;
 pub mod real_node;
 pub mod replica;
 pub mod results;
+pub mod runc;
 pub mod scenario;
 pub mod waits;

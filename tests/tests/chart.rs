@@ -670,7 +670,10 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
         cp.kubeconfig().to_path_buf(),
         agent_bin,
         NS.into(),
-        KubeletOptions { pod_tokens: true },
+        KubeletOptions {
+            pod_tokens: true,
+            ..Default::default()
+        },
     );
 
     let validations: Api<GpuValidation> = Api::all(admin.clone());

@@ -31,7 +31,7 @@ use futures::StreamExt;
 use gpuval_crds::conditions::{self, READY, STALLED};
 use gpuval_crds::fabric::FabricPhase;
 use gpuval_crds::{GPU_RESOURCE, GpuNodeResult, GpuValidation, NodeVerdict, Phase, Verdict};
-use gpuval_tests::kubelet::FakeKubelet;
+use gpuval_tests::kubelet::{FakeKubelet, KubeletOptions};
 use gpuval_tests::{ControlPlane, Options, Tools};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -144,6 +144,21 @@ struct Args {
     /// fault; the others must not fail.
     #[arg(long, value_name = "I")]
     expect_node: Option<u32>,
+    /// Run each agent pod as an OCI container under this runc, made from the pod spec the
+    /// operator wrote (needs `--image` and `--cdi`), instead of as a local process.
+    #[arg(long, value_name = "PATH", requires_all = ["image", "cdi"])]
+    runc: Option<PathBuf>,
+    /// The agent image for `--runc`: `DIR/rootfs` and `DIR/image.json` (`env`, `entrypoint`,
+    /// `uid`, `gid`), as `bench/agent-rootfs.sh` writes them.
+    #[arg(long, value_name = "DIR")]
+    image: Option<PathBuf>,
+    /// The host's GPUs as a CDI spec for `--runc` (`bench/cdi-from-host.sh`).
+    #[arg(long, value_name = "FILE")]
+    cdi: Option<PathBuf>,
+    /// Kill the agent (SIGKILL, its whole container under `--runc`) this many seconds after
+    /// it starts: a crash, which must end in Error with no hardware action.
+    #[arg(long, value_name = "SECONDS")]
+    kill_agent_after: Option<u64>,
 }
 
 /// One registered Node: its name and the host GPUs (NVML indices) its agent sees.
@@ -205,6 +220,10 @@ fn simulate_with_gpus(spec: &str, n: usize) -> String {
 enum Expect {
     Passed,
     Failed,
+    /// The run ends without a hardware verdict on the node (a busy GPU, a killed agent): its
+    /// line is Error with evidence other than Hardware, `--expect-reason` in its message, and
+    /// the Node carries no failure mark.
+    NoHardwareAction,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -273,6 +292,7 @@ async fn main() -> ExitCode {
 }
 
 /// Prints a progress line with the seconds since the start.
+#[derive(Clone, Copy)]
 struct Clock(Instant);
 
 impl Clock {
@@ -474,11 +494,26 @@ async fn scenario(
         );
     }
 
-    let kubelet = FakeKubelet::start(
+    let runtime = container_runtime(args)?;
+    if let Some(rt) = &runtime {
+        clock.say(format!(
+            "agent pods run as OCI containers: {} run, image {} (uid {}), GPUs from the CDI spec {} ({} device(s))",
+            rt.runc.display(),
+            rt.image.rootfs.display(),
+            rt.image.uid,
+            args.cdi.as_deref().unwrap_or(Path::new("-")).display(),
+            rt.cdi.devices.len()
+        ));
+    }
+    let kubelet = FakeKubelet::start_with(
         client.clone(),
         cp.kubeconfig().to_path_buf(),
         agent_bin.to_path_buf(),
         ns.to_string(),
+        KubeletOptions {
+            runtime: runtime.map(std::sync::Arc::new),
+            ..Default::default()
+        },
     );
     for (i, share) in shares.iter().enumerate() {
         node_env(&kubelet, args, share, i as u32)?;
@@ -526,6 +561,23 @@ async fn scenario(
         generation.unwrap_or(0)
     ));
 
+    let _killer = args.kill_agent_after.map(|secs| {
+        let kubelet = kubelet.handle();
+        let say = *clock;
+        Abort(tokio::spawn(async move {
+            let pod = loop {
+                if let Some(p) = kubelet.running().into_iter().next() {
+                    break p;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            let killed = kubelet.kill(&pod);
+            say.say(format!(
+                "fault: SIGKILL to the agent of {pod} {secs}s after it started (sent: {killed})"
+            ));
+        }))
+    });
     let wait = await_condition(
         api.clone(),
         validation_name,
@@ -586,7 +638,7 @@ async fn scenario(
     let phase = gv.status.as_ref().and_then(|s| s.phase);
     let want = match args.expect {
         Expect::Passed => Phase::Passed,
-        Expect::Failed => Phase::Failed,
+        Expect::Failed | Expect::NoHardwareAction => Phase::Failed,
     };
     let phase_ok = phase == Some(want);
     ok &= phase_ok;
@@ -604,6 +656,11 @@ async fn scenario(
                 all.extend(check_fabric_passed(&gv, shares.len()));
             }
             all
+        }
+        (Expect::NoHardwareAction, _) => {
+            let node = &shares[0].name;
+            let object = Api::<Node>::all(client.clone()).get(node).await.ok();
+            check_no_hardware_action(&gv, node, object.as_ref(), args.expect_reason.as_deref())
         }
         (Expect::Failed, Some(i)) => {
             check_fabric_fault(&gv, &names, i as usize, args.expect_reason.as_deref())
@@ -1920,4 +1977,84 @@ mod tests {
         assert!(parse_hold("2:1.5").is_err());
         assert!(parse_hold("2").is_err());
     }
+}
+
+/// The container runtime for `--runc`: the image from `--image`, the GPUs from `--cdi`.
+fn container_runtime(args: &Args) -> Result<Option<gpuval_tests::runc::Runtime>, String> {
+    let (Some(runc), Some(image), Some(cdi)) = (&args.runc, &args.image, &args.cdi) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(image.join("image.json"))
+        .map_err(|e| format!("read {}/image.json: {e}", image.display()))?;
+    let config: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}/image.json: {e}", image.display()))?;
+    let strings = |key: &str| -> Vec<String> {
+        config[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect()
+    };
+    let id = |key: &str| {
+        config[key]
+            .as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| format!("{}/image.json: no {key}", image.display()))
+    };
+    let state = args.out.join("runc-state");
+    std::fs::create_dir_all(&state).map_err(|e| format!("create {}: {e}", state.display()))?;
+    Ok(Some(gpuval_tests::runc::Runtime {
+        runc: runc.clone(),
+        state,
+        image: gpuval_tests::runc::Image {
+            rootfs: image.join("rootfs"),
+            env: strings("env"),
+            entrypoint: strings("entrypoint"),
+            uid: id("uid")?,
+            gid: id("gid")?,
+        },
+        cdi: gpuval_tests::runc::cdi::Spec::read(cdi)?,
+    }))
+}
+
+/// The node's line is Error, not Failed, its evidence other than Hardware, its message naming
+/// `reason`; the Node carries no failure taint and no Fail verdict label.
+fn check_no_hardware_action(
+    gv: &GpuValidation,
+    node: &str,
+    object: Option<&Node>,
+    reason: Option<&str>,
+) -> Vec<(bool, String)> {
+    let s = gv.status.clone().unwrap_or_default();
+    let line = s.nodes.iter().find(|n| n.name == node);
+    let msg = line.and_then(|n| n.message.as_deref()).unwrap_or("");
+    let evidence = line.and_then(|n| n.evidence);
+    let mut checks = vec![(
+        line.is_some_and(|n| n.verdict == NodeVerdict::Error)
+            && evidence.is_some_and(|e| !e.acts_on_node())
+            && reason.is_none_or(|r| msg.contains(r)),
+        format!(
+            "node {node} Error (not Failed) with {evidence:?} evidence{} (got {:?} {:?}: {msg:?})",
+            reason
+                .map(|r| format!(", its message naming {r:?}"))
+                .unwrap_or_default(),
+            line.map(|n| n.verdict),
+            line.and_then(|n| n.codes.clone())
+        ),
+    )];
+    let failed_taint = object
+        .and_then(|n| n.spec.as_ref())
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == gpuval_crds::labels::FAILED_NODE));
+    let label = object
+        .and_then(|n| n.metadata.labels.as_ref())
+        .and_then(|l| l.get(gpuval_crds::labels::NODE_VERDICT).cloned());
+    checks.push((
+        object.is_some() && !failed_taint && label.as_deref() != Some("Fail"),
+        format!(
+            "Node {node}: no hardware action (failure taint {failed_taint}, verdict label {label:?})"
+        ),
+    ));
+    checks
 }
