@@ -55,5 +55,3 @@ pub fn headline(report: &gpuval_crds::NodeReport) -> Vec<String> {
 }
 
 pub mod row;
-#[cfg(test)]
-mod tests;
