@@ -10,7 +10,7 @@
 //! first fabric group, to test an agent lost mid-round).
 //!
 //! Like the real group's sweep, each member's NCCL gets a run directory under the temporary
-//! directory with the simulated library's `libnccl.so` link ([`crate::checks::nccl::sim`]), so a
+//! directory with the simulated library's `libnccl.so` link ([`crate::nccl::sim`]), so a
 //! temporary directory that cannot hold one fails the simulated fabric as it does the real
 //! one (this node's NCCL could not start). The exchange itself stays in the agent's process:
 //! it runs over the rendezvous connections the agent holds, where the real NCCL bootstraps
@@ -126,8 +126,7 @@ impl SimNccl {
             return Err(LOCAL_FAULT.into());
         }
         let dir = RunDir::create("gpuval-fabric-nccl").map_err(|e| e.to_string())?;
-        library::make_link(&crate::checks::nccl::sim::library(), dir.path())
-            .map_err(|e| e.to_string())?;
+        library::make_link(&crate::nccl::sim::library(), dir.path()).map_err(|e| e.to_string())?;
         Ok(dir)
     }
 

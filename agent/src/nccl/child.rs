@@ -2,7 +2,7 @@
 //! environment (`NCCL_DEBUG_FILE`, `NCCL_P2P_DISABLE`) once per process, and a process that
 //! NCCL leaves wedged can still be ended without harming the agent. This is the child's side,
 //! behind the hidden subcommand [`SUBCOMMAND`]: NCCL's engine, or the simulated node's sweep
-//! where the request carries one ([`crate::checks::nccl::sim::sweep_process`]).
+//! where the request carries one ([`super::sim::sweep_process`]).
 
 use std::process::ExitCode;
 
@@ -20,7 +20,7 @@ pub fn child_main() -> ExitCode {
         match &req.simulated {
             Some(sim) => {
                 let ctl = crate::run_control::RunControl::new(stop, progress);
-                crate::checks::nccl::sim::sweep_process(sim, &req, &ctl)
+                super::sim::sweep_process(sim, &req, &ctl)
             }
             None => engine::run(&req, stop, progress, bail),
         }

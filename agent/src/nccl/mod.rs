@@ -5,8 +5,8 @@
 //! - [`request`]: what to run ([`NcclRequest`], built from the check's spec or by the fabric);
 //! - [`run`]: each sweep in a child process ([`crate::worker`]), which runs [`engine::run`]
 //!   behind the hidden subcommand [`child::SUBCOMMAND`] ([`child::child_main`]); the
-//!   simulated node's sweep takes the same way ([`run_with`]) and its child runs
-//!   [`crate::checks::nccl::sim`] instead of the engine;
+//!   simulated node's sweep takes the same way ([`run_with`]) and its child runs [`sim`]
+//!   instead of the engine;
 //! - [`engine`]: the ranks, the communicator ([`engine::comm`]: every failed NCCL call with the
 //!   side its result and NCCL's words put it on), the verification kernels, hangs aborted;
 //! - [`outcome`]: what a sweep measured and how it ended; [`bandwidth`]: bus and algorithm
@@ -20,6 +20,7 @@ pub mod engine;
 pub mod library;
 pub mod outcome;
 pub mod request;
+pub mod sim;
 pub mod transport;
 pub mod verify;
 

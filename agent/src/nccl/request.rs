@@ -65,9 +65,9 @@ pub struct SweepRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldSlot>,
     /// The simulated node's sweep (tests and demos only): the sweep process runs the
-    /// simulator ([`crate::checks::nccl::sim`]) instead of NCCL; None on real GPUs.
+    /// simulator ([`super::sim`]) instead of NCCL; None on real GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub simulated: Option<crate::checks::nccl::sim::SimSweep>,
+    pub simulated: Option<super::sim::SimSweep>,
 }
 
 /// Where a process's ranks sit in a communicator over several processes.

@@ -8,7 +8,7 @@
 //!
 //! The step takes the real one's way ([`super::child::run_job`]): a private run directory under
 //! the temporary directory with the `libnccl.so` link of the simulated NCCL
-//! ([`crate::checks::nccl::sim::library`]), a child process of the agent behind the hidden
+//! ([`crate::nccl::sim::library`]), a child process of the agent behind the hidden
 //! `training-run` subcommand under the same silence limit, NCCL's log file in the run directory.
 //! The job carries [`SimTraining`], so the child runs [`step_process`] instead of the engine; a
 //! planted hang holds the child until the step timeout (`fabric=hang`: the step's deadline
@@ -24,7 +24,7 @@ use super::request::{Corruption, ELEMENT, Job, TrainingRequest};
 use crate::backend::BackendError;
 use crate::backend::GpuInfo;
 use crate::backend::sim::{FabricFault, SimBackend, SimCheck, listed};
-use crate::checks::nccl::sim::SIM_VERSION;
+use crate::nccl::sim::SIM_VERSION;
 use crate::run_control::RunControl;
 use crate::worker::serve::Bail;
 
@@ -94,7 +94,7 @@ pub fn run(
         simulated: Some(sim),
     };
     let exe = crate::worker::agent_exe()?;
-    super::child::run_job(&exe, &crate::checks::nccl::sim::library(), &job, ctl)
+    super::child::run_job(&exe, &crate::nccl::sim::library(), &job, ctl)
 }
 
 /// The training process's side (behind `training-run`): finds `libnccl.so` as the loader
@@ -105,10 +105,10 @@ pub fn step_process(
     ctl: &RunControl<'_>,
     bail: Bail<'_, TrainingOutcome>,
 ) -> Result<TrainingOutcome, BackendError> {
-    crate::checks::nccl::sim::require_link(std::env::var("LD_LIBRARY_PATH").ok().as_deref())?;
+    crate::nccl::sim::require_link(std::env::var("LD_LIBRARY_PATH").ok().as_deref())?;
     if let Some(file) = std::env::var_os("NCCL_DEBUG_FILE") {
         // At NCCL_DEBUG=WARN a healthy run logs nothing; the file is opened all the same.
-        crate::checks::nccl::sim::write_log(std::path::Path::new(&file), "");
+        crate::nccl::sim::write_log(std::path::Path::new(&file), "");
     }
     let req = &job.req;
     if let Some(e) = never_joined(&sim.absent, &job.gpus, req) {
