@@ -233,6 +233,7 @@ pub fn error_reason(err: &BackendError) -> Reason {
         | BackendError::CollectiveSetup { .. }
         | BackendError::Silent(_)
         | BackendError::Hung(_)
+        | BackendError::TempDir { .. }
         | BackendError::Other(_) => Code::CheckCouldNotRun,
     };
     code.says(err.to_string())

@@ -6,7 +6,9 @@
 //! passes its probes under the chart's security context (non-root, read-only root filesystem,
 //! no capabilities); the agent image runs in its pod with the downward API and the projected
 //! service-account token, writes its result through the admission policy that only a pod-bound
-//! token passes, and its I/O check writes into the administrator's host directory as UID 65532;
+//! token passes, its nccl sweep and training step run in child processes with their run
+//! directories under the container's temporary directory (the chart's root filesystem is
+//! read-only), and its I/O check writes into the administrator's host directory as UID 65532;
 //! a killed agent container gives the node Error with the reason; `helm uninstall` leaves no
 //! pod and no container. The many fault cases stay in the faster process-based tests.
 //!
@@ -57,7 +59,9 @@ async fn the_chart_runs_in_containers_on_a_real_kubelet() {
     operator_ready_and_locked_down(&node, &client).await;
     lap("operator Deployment Ready, its container locked down");
     quick_validation_passes(&node, &client, &io_dir).await;
-    lap("quick example Passed (agent container, simulated, I/O as 65532)");
+    lap(
+        "quick example Passed (agent container, simulated, nccl and training in children, I/O as 65532)",
+    );
     killed_agent_gives_error(&node, &client).await;
     lap("killed agent container: node Error with the reason");
     uninstall_leaves_nothing_running(&node, &client).await;
@@ -289,8 +293,56 @@ fn kubectl_apply(node: &RealNode, name: &str, object: &Value) {
     chart::output(&mut apply).unwrap_or_else(|e| panic!("kubectl apply {name}: {e}"));
 }
 
+/// The quick example with the nccl and training checks added, small: each runs in a child
+/// process of the agent, whose run directory (the NCCL library link, NCCL's log) lies under the
+/// container's temporary directory, on the chart's read-only root filesystem unless the pod
+/// gives it a writable one.
+fn quick_with_children() -> Value {
+    let mut gv = quick_example("quick", "1m");
+    gv["spec"]["checks"]["nccl"] = json!({
+        "maxBytes": 1 << 20, "iterations": 2, "warmupIterations": 1, "timeout": "30s"
+    });
+    gv["spec"]["checks"]["training"] = json!({
+        "hiddenSize": 256, "layers": 2, "steps": 4, "warmupSteps": 1, "checksumEvery": 2,
+        "timeout": "30s"
+    });
+    gv
+}
+
+/// The nccl and training checks passed, and in child processes: the sweep reached NCCL through
+/// the link in its run directory, and the transport came from the log file its process wrote
+/// there; the training step's note is its process's.
+fn assert_children_ran(report: &Value) {
+    let nccl = &report["nccl"];
+    assert_eq!(nccl["verdict"], "Pass", "the nccl check passed: {nccl}");
+    assert!(
+        nccl["library"]
+            .as_str()
+            .is_some_and(|l| l.contains("simulated") && l.ends_with("linked as libnccl.so")),
+        "the sweep process loaded NCCL through its run directory's link: {nccl}"
+    );
+    assert_eq!(
+        nccl["sweep"]["transport"]["kinds"],
+        json!(["P2P/CUMEM"]),
+        "the transport, read from NCCL's log in the run directory: {nccl}"
+    );
+    let training = &report["training"];
+    assert_eq!(
+        training["verdict"], "Pass",
+        "the training check passed: {training}"
+    );
+    assert!(
+        training["notes"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|x| x
+                .as_str()
+                .is_some_and(|x| x.contains("the agent's training process")))),
+        "the step ran in the training process: {training}"
+    );
+}
+
 async fn quick_validation_passes(node: &RealNode, client: &Client, io_dir: &Path) {
-    kubectl_apply(node, "quick", &quick_example("quick", "1m"));
+    kubectl_apply(node, "quick", &quick_with_children());
     let validations: Api<GpuValidation> = Api::all(client.clone());
     let gv = wait(node, validations, "quick", 300, "finished", terminal).await;
     let status = gv.status.expect("status");
@@ -313,6 +365,7 @@ async fn quick_validation_passes(node: &RealNode, client: &Client, io_dir: &Path
         report["simulated"], true,
         "the simulated backend says so: {report}"
     );
+    assert_children_ran(&report);
     let io = &report["io"];
     assert_eq!(io["verdict"], "Pass", "the I/O check passed: {io}");
     assert!(

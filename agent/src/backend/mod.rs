@@ -11,6 +11,7 @@ pub mod children;
 pub mod cuda;
 pub mod sim;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use gpuval_crds::{GpuHealth, SystemInfo};
@@ -51,8 +52,35 @@ pub enum BackendError {
     /// A host call (an NCCL setup waiting for its peers, say) did not return in time.
     #[error("{0}")]
     Hung(String),
+    /// The temporary directory cannot hold a child process's run directory (a read-only root
+    /// filesystem with no writable `TMPDIR`, say): no NCCL sweep or training step can start.
+    #[error(
+        "the agent's temporary directory {} is not usable (creating {} failed: {source}): give the agent a writable temporary directory (in a pod: a writable volume, with TMPDIR pointing at it)",
+        temp.display(),
+        dir.display()
+    )]
+    TempDir {
+        /// `std::env::temp_dir()`: `$TMPDIR`, else `/tmp`.
+        temp: PathBuf,
+        /// The run directory that could not be created.
+        dir: PathBuf,
+        #[source]
+        source: IoCause,
+    },
     #[error("{0}")]
     Other(String),
+}
+
+/// An I/O failure as the source of a [`BackendError`]: its words, kept as text so that the
+/// error still crosses a process boundary whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("{0}")]
+pub struct IoCause(pub String);
+
+impl From<std::io::Error> for IoCause {
+    fn from(e: std::io::Error) -> Self {
+        Self(e.to_string())
+    }
 }
 
 /// Whose side a collective's failure is on.

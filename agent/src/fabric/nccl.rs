@@ -69,6 +69,7 @@ pub fn request(
                 .unwrap_or(u64::MAX)
                 .max(1000),
             world: Some(WorldSlot { size, first_rank }),
+            simulated: None,
         },
         transports: false,
         log_dir: None,
@@ -136,6 +137,7 @@ pub fn sweep_failed(e: &BackendError) -> FabricError {
         | BackendError::NoGpu(_)
         | BackendError::Gpu { .. }
         | BackendError::NoSuchGpu(_)
+        | BackendError::TempDir { .. }
         | BackendError::Other(_) => FabricErrorKind::Local,
     };
     fabric_error(kind, e.to_string())

@@ -8,6 +8,13 @@
 //! fail in NCCL's words for a peer that exited), `netfault=nojoin` (it never reaches a
 //! rendezvous) or `netfault=vanish` (test-only: the agent process exits when it is assigned its
 //! first fabric group, to test an agent lost mid-round).
+//!
+//! Like the real group's sweep, each member's NCCL gets a run directory under the temporary
+//! directory with the simulated library's `libnccl.so` link ([`crate::nccl::sim`]), so a
+//! temporary directory that cannot hold one fails the simulated fabric as it does the real
+//! one (this node's NCCL could not start). The exchange itself stays in the agent's process:
+//! it runs over the rendezvous connections the agent holds, where the real NCCL bootstraps
+//! its own from the child.
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +25,8 @@ use super::rendezvous::{Control, Link, NetError, local, peer};
 use super::{Assignment, NcclFigures, NcclGroup};
 use crate::backend::sim::SimModel;
 pub use crate::backend::sim::net::{NetFault, SimNet, default_net_gbps};
+use crate::nccl::library;
+use crate::worker::run_dir::RunDir;
 
 /// Bus bandwidth of an all-reduce as a fraction of the slowest member's network bandwidth.
 pub const EFFICIENCY: f64 = 0.95;
@@ -79,9 +88,12 @@ impl NcclGroup for SimNccl {
         link: &mut Link,
     ) -> Result<NcclFigures, FabricError> {
         let start = Instant::now();
+        // Held to the end of the round, as the real group's sweep process holds its own.
+        let setup = self.setup();
+        let failed = setup.as_ref().err().map(String::as_str);
         let bus = match link {
-            Link::Host { members, .. } => self.host(a, members, self.gbps_with(env)),
-            Link::Member { host } => self.member(a, host, self.gbps_with(env)),
+            Link::Host { members, .. } => self.host(a, members, self.gbps_with(env), failed),
+            Link::Member { host } => self.member(a, host, self.gbps_with(env), failed),
         }?;
         Ok(NcclFigures {
             bus_gbps: bus,
@@ -106,12 +118,27 @@ impl NcclGroup for SimNccl {
 }
 
 impl SimNccl {
-    fn host(&self, a: &Assignment, members: &mut [Control], gbps: f64) -> Result<f64, FabricError> {
-        let mut min = gbps;
-        let mut broken: Option<FabricError> = None;
+    /// This node's NCCL as the real group's sweep process gets it: a run directory under the
+    /// temporary directory with the simulated library's `libnccl.so` link (removed when
+    /// dropped); else why NCCL could not start here (`netfault=local`, or no run directory).
+    fn setup(&self) -> Result<RunDir, String> {
         if self.fault == Some(NetFault::Local) {
-            broken = Some(local(LOCAL_FAULT.into()));
+            return Err(LOCAL_FAULT.into());
         }
+        let dir = RunDir::create("gpuval-fabric-nccl").map_err(|e| e.to_string())?;
+        library::make_link(&crate::nccl::sim::library(), dir.path()).map_err(|e| e.to_string())?;
+        Ok(dir)
+    }
+
+    fn host(
+        &self,
+        a: &Assignment,
+        members: &mut [Control],
+        gbps: f64,
+        failed: Option<&str>,
+    ) -> Result<f64, FabricError> {
+        let mut min = gbps;
+        let mut broken: Option<FabricError> = failed.map(|why| local(why.to_string()));
         for (i, ctl) in members.iter_mut().enumerate() {
             let node = a.nodes.get(i + 1).map_or("?", String::as_str);
             match ctl.recv::<SimMsg>(a.deadline) {
@@ -149,11 +176,17 @@ impl SimNccl {
         }
     }
 
-    fn member(&self, a: &Assignment, host: &mut Control, gbps: f64) -> Result<f64, FabricError> {
+    fn member(
+        &self,
+        a: &Assignment,
+        host: &mut Control,
+        gbps: f64,
+        failed: Option<&str>,
+    ) -> Result<f64, FabricError> {
         let host_name = a.nodes.first().map_or("?", String::as_str);
         let talk = |e: NetError| peer(format!("simulated NCCL with host {host_name}: {e}"));
-        if self.fault == Some(NetFault::Local) {
-            let why = LOCAL_FAULT.to_string();
+        if let Some(why) = failed {
+            let why = why.to_string();
             // The host learns at once and aborts the others; this node's failure stands anyway.
             let _ = host.send(&SimMsg::Failed { why: why.clone() }, a.deadline);
             return Err(local(why));

@@ -12,8 +12,8 @@ use crate::backend::BackendError;
 /// The oldest NCCL the check runs with (per-communicator errors, finalize, bf16).
 const MIN_VERSION: (u32, u32) = (2, 18);
 /// The name cudarc loads, and the runtime soname.
-const DEV_NAME: &str = "libnccl.so";
-const RUNTIME_NAME: &str = "libnccl.so.2";
+pub const DEV_NAME: &str = "libnccl.so";
+pub const RUNTIME_NAME: &str = "libnccl.so.2";
 
 /// The NCCL library this host has.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,15 +27,21 @@ pub struct Found {
 }
 
 impl Found {
-    /// `/usr/lib/x86_64-linux-gnu/libnccl.so.2 (2.28.3)`.
+    /// `/usr/lib/x86_64-linux-gnu/libnccl.so.2 (2.28.3)`, with `, linked as libnccl.so` where
+    /// the child process reached it through a link in its run directory.
     pub fn describe(&self) -> String {
         let path = self
             .path
             .as_ref()
             .map_or_else(|| RUNTIME_NAME.to_string(), |p| p.display().to_string());
-        match &self.version {
+        let named = match &self.version {
             Some(v) => format!("{path} ({v})"),
             None => path,
+        };
+        if self.needs_link {
+            format!("{named}, linked as {DEV_NAME}")
+        } else {
+            named
         }
     }
 }
@@ -270,7 +276,10 @@ mod tests {
         );
         assert_eq!(
             found.describe(),
-            format!("{}/libnccl.so.2 (2.28.3)", dir.path().display())
+            format!(
+                "{}/libnccl.so.2 (2.28.3), linked as libnccl.so",
+                dir.path().display()
+            )
         );
         let no_path = Found {
             path: None,

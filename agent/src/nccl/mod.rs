@@ -4,7 +4,9 @@
 //!
 //! - [`request`]: what to run ([`NcclRequest`], built from the check's spec or by the fabric);
 //! - [`run`]: each sweep in a child process ([`crate::worker`]), which runs [`engine::run`]
-//!   behind the hidden subcommand [`child::SUBCOMMAND`] ([`child::child_main`]);
+//!   behind the hidden subcommand [`child::SUBCOMMAND`] ([`child::child_main`]); the
+//!   simulated node's sweep takes the same way ([`run_with`]) and its child runs [`sim`]
+//!   instead of the engine;
 //! - [`engine`]: the ranks, the communicator ([`engine::comm`]: every failed NCCL call with the
 //!   side its result and NCCL's words put it on), the verification kernels, hangs aborted;
 //! - [`outcome`]: what a sweep measured and how it ended; [`bandwidth`]: bus and algorithm
@@ -18,6 +20,7 @@ pub mod engine;
 pub mod library;
 pub mod outcome;
 pub mod request;
+pub mod sim;
 pub mod transport;
 pub mod verify;
 
@@ -46,24 +49,27 @@ fn sweep_silence_limit(req: &NcclRequest) -> Duration {
 }
 
 /// Runs the check on real GPUs: the sweep with NCCL's default transports, then (when asked)
-/// the same with peer-to-peer off, each in a child process of this executable.
+/// the same with peer-to-peer off, each in a child process of the agent
+/// ([`crate::worker::agent_exe`]).
 pub fn run(req: &NcclRequest, ctl: &RunControl<'_>) -> Result<NcclOutcome, BackendError> {
-    let exe = std::env::current_exe()
-        .map_err(|e| BackendError::Other(format!("find the agent's own executable: {e}")))?;
-    run_with(&exe, req, ctl)
+    let exe = crate::worker::agent_exe()?;
+    let found = library::locate()?;
+    run_with(&exe, &found, req, ctl)
 }
 
-/// [`run`] with the executable to start (tests use a stand-in).
+/// [`run`] with the executable to start and the NCCL library it is to load: the simulated
+/// node's sweep (`req.sweep.simulated`) takes this same way, with the library the simulator
+/// stands for.
 pub fn run_with(
     exe: &Path,
+    found: &library::Found,
     req: &NcclRequest,
     ctl: &RunControl<'_>,
 ) -> Result<NcclOutcome, BackendError> {
     let started = Instant::now();
-    let found = library::locate()?;
     let dir = RunDir::create("gpuval-nccl")?;
     if found.needs_link {
-        library::make_link(&found, dir.path())?;
+        library::make_link(found, dir.path())?;
     }
     tracing::info!(library = %found.describe(), ranks = req.gpus.len(), "NCCL check");
     let sweep = |label: &str, extra: &[(&str, &str)]| -> Result<SweepOutcome, BackendError> {
@@ -72,7 +78,7 @@ pub fn run_with(
             exe: exe.to_path_buf(),
             subcommand: child::SUBCOMMAND,
             what: child::WHAT,
-            env: sweep_env(req, &found, dir.path(), &log, extra),
+            env: sweep_env(req, found, dir.path(), &log, extra),
             silence_limit: sweep_silence_limit(req),
             stop_grace: STOP_GRACE,
         };

@@ -64,6 +64,10 @@ pub struct SweepRequest {
     /// process's GPUs alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldSlot>,
+    /// The simulated node's sweep (tests and demos only): the sweep process runs the
+    /// simulator ([`super::sim`]) instead of NCCL; None on real GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<super::sim::SimSweep>,
 }
 
 /// Where a process's ranks sit in a communicator over several processes.
@@ -145,6 +149,7 @@ impl NcclRequest {
                 warmup: u32::try_from(spec.warmup_iterations.max(0)).unwrap_or(0),
                 timeout_ms: u64::try_from(spec.timeout.as_std().as_millis()).unwrap_or(u64::MAX),
                 world: None,
+                simulated: None,
             },
             transports: spec.transports,
             log_dir: None,

@@ -5,8 +5,6 @@
 
 pub mod aggregate;
 pub mod busy;
-#[cfg(test)]
-mod busy_tests;
 pub mod facts;
 #[cfg(test)]
 mod health_tests;

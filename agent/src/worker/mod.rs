@@ -5,15 +5,48 @@
 //! comes back as lines on stderr, the outcome as one JSON line on stdout.
 //!
 //! Both sides are here: [`supervise::run`] (the agent) and [`serve::main`] (the child). The
-//! nccl check's sweep and the training check each run in one.
+//! nccl check's sweep and the training check each run in one, on real GPUs and on the simulated
+//! node alike, each with its private [`run_dir::RunDir`] under the temporary directory.
+//! [`agent_exe`] is the executable a child runs: this process's own, unless a process that is
+//! not the agent (an integration test) named the agent's binary with [`use_agent_exe`].
 
 pub mod run_dir;
 pub mod serve;
 pub mod supervise;
 
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendError;
+
+/// The executable every child process runs, where [`use_agent_exe`] set one.
+static AGENT_EXE: OnceLock<PathBuf> = OnceLock::new();
+
+/// Starts every child process of this process from `exe`, the agent's binary, instead of this
+/// process's own executable: for a process that runs the agent's checks through the library
+/// but is not the agent (an integration test, whose executable knows no hidden subcommand).
+/// Set once, before the first child starts; a later call with another path is refused with
+/// the path in force.
+pub fn use_agent_exe(exe: PathBuf) -> Result<(), PathBuf> {
+    let set = AGENT_EXE.get_or_init(|| exe.clone());
+    if *set == exe {
+        Ok(())
+    } else {
+        Err(set.clone())
+    }
+}
+
+/// The executable a child process runs: the one [`use_agent_exe`] named, else this process's
+/// own.
+pub fn agent_exe() -> Result<PathBuf, BackendError> {
+    if let Some(exe) = AGENT_EXE.get() {
+        return Ok(exe.clone());
+    }
+    std::env::current_exe()
+        .map_err(|e| BackendError::Other(format!("find the agent's own executable: {e}")))
+}
 
 /// Prefix of a child's progress lines on stderr.
 const PROGRESS: &str = "gpuval-progress ";

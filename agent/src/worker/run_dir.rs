@@ -1,4 +1,6 @@
-//! A private directory for one child's logs and library link, removed afterwards.
+//! A private directory for one child's logs and library link, removed afterwards. It lives
+//! under the agent's temporary directory (`$TMPDIR`, else `/tmp`); where that cannot hold it
+//! (a pod's read-only root filesystem) the error says so and how to fix it.
 
 use std::path::{Path, PathBuf};
 
@@ -13,10 +15,16 @@ impl RunDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let path =
-            std::env::temp_dir().join(format!("{prefix}-{}-{nanos:08x}", std::process::id()));
-        std::fs::create_dir_all(&path)
-            .map_err(|e| BackendError::Other(format!("create {}: {e}", path.display())))?;
+        let temp = std::env::temp_dir();
+        let path = temp.join(format!("{prefix}-{}-{nanos:08x}", std::process::id()));
+        if let Err(e) = std::fs::create_dir_all(&path) {
+            tracing::warn!(temp = %temp.display(), dir = %path.display(), error = %e, "the temporary directory cannot hold a run directory");
+            return Err(BackendError::TempDir {
+                temp,
+                dir: path,
+                source: e.into(),
+            });
+        }
         Ok(Self(path))
     }
 

@@ -6,7 +6,6 @@ use gpuval_crds::{NcclCheck, NodeReport, Verdict};
 
 use super::judge::{JudgeContext, errored, failed_gpus, judge, skipped};
 use super::nvlink_between_all;
-use super::sim::SimFault;
 use crate::backend::sim::{FabricFault, SimBackend, SimCheck};
 use crate::backend::{Backend, BackendError, GpuInfo};
 use crate::check::{JudgeNode, Measurement, NodeCheck, OnNode};
@@ -15,6 +14,7 @@ use crate::checks::topology;
 use crate::link_floors::LinkFacts;
 use crate::nccl::NcclOutcome;
 use crate::nccl::request::NcclRequest;
+use crate::nccl::sim::SimFault;
 use crate::run_control::RunControl;
 
 /// The NCCL check as its spec asks for it.
@@ -175,7 +175,7 @@ fn simulated(
         FabricFault::Hang => SimFault::Hang,
         FabricFault::Shm => SimFault::ShmFallback,
     }));
-    super::sim::run(spec.gpus, spec.model.as_str(), &faults, req, ctl)
+    crate::nccl::sim::run(spec.gpus, spec.model.as_str(), &faults, req, ctl)
 }
 
 #[cfg(test)]

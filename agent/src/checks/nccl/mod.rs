@@ -7,7 +7,8 @@
 //! How the pieces fit:
 //! - [`crate::nccl::NcclRequest::from_spec`] builds the request from the spec and the node's
 //!   GPUs, and [`crate::nccl::run`] runs it on real GPUs (the NCCL engine is a library of the
-//!   agent, shared with the training check and the fabric); [`sim::run`] is the simulated node;
+//!   agent, shared with the training check and the fabric); [`crate::nccl::sim::run`] is the
+//!   simulated node, whose sweeps run in child processes of the agent as the real ones do;
 //! - [`judge::judge`] turns the outcome into the report's [`gpuval_crds::NcclResult`];
 //! - [`render::section`] and [`render::headline`] print it; [`args::NcclArgs`] are its flags;
 //!   [`Nccl`] is the check as the runner runs it.
@@ -17,7 +18,8 @@ mod check;
 pub mod judge;
 pub mod render;
 pub mod row;
-pub mod sim;
+#[cfg(test)]
+mod sim_tests;
 
 use gpuval_crds::TopologyReport;
 

@@ -43,7 +43,7 @@ impl NodeCheck for Training {
         req.corrupt = Corruption::from_env().map_err(BackendError::Other)?;
         let outcome = match backend {
             Backend::Cuda(_) => super::child::run(gpus, &req, ctl),
-            Backend::Simulated(b) => super::sim::run(b, gpus, &req),
+            Backend::Simulated(b) => super::sim::run(b, gpus, &req, ctl),
         }?;
         Ok(TrainingMeasured::Ran(Box::new(outcome)))
     }

@@ -2,7 +2,9 @@
 //! check's sweep does. A replica stuck in `ncclCommInitRank` (a GPU or peer that never joins)
 //! cannot be aborted from its own thread and holds the process: the child's watchdog answers
 //! and ends the process when a host NCCL call outlives the step timeout, and the agent kills a
-//! child that falls silent. [`run`] is the agent's side, [`child_main`] the child's.
+//! child that falls silent. [`run`] is the agent's side, [`child_main`] the child's. The
+//! simulated node's step takes the same way ([`run_job`]); its child runs
+//! [`super::sim::step_process`] instead of the engine.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -12,7 +14,8 @@ use super::engine;
 use super::outcome::TrainingOutcome;
 use super::request::{Job, TrainingRequest};
 use crate::backend::{BackendError, GpuInfo};
-use crate::nccl::{library, transport};
+use crate::nccl::library::{self, Found};
+use crate::nccl::transport;
 use crate::run_control::RunControl;
 use crate::worker::run_dir::RunDir;
 use crate::worker::supervise::{self, Launch};
@@ -23,35 +26,48 @@ pub const SUBCOMMAND: &str = "training-run";
 const WHAT: &str = "training";
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
-/// Runs the step on `gpus` in a child process of this executable.
+/// Runs the step on `gpus` in a child process of the agent ([`crate::worker::agent_exe`]).
 pub fn run(
     gpus: &[GpuInfo],
     req: &TrainingRequest,
     ctl: &RunControl<'_>,
 ) -> Result<TrainingOutcome, BackendError> {
-    let exe = std::env::current_exe()
-        .map_err(|e| BackendError::Other(format!("find the agent's own executable: {e}")))?;
+    let exe = crate::worker::agent_exe()?;
     engine::require_memory(gpus, req)?;
     let found = library::locate()?;
+    let job = Job {
+        req: req.clone(),
+        gpus: gpus.to_vec(),
+        simulated: None,
+    };
+    run_job(&exe, &found, &job, ctl)
+}
+
+/// [`run`] with the executable to start and the NCCL library it is to load: the simulated
+/// node's step (`job.simulated`) takes this same way, with the library the simulator stands
+/// for.
+pub fn run_job(
+    exe: &Path,
+    found: &Found,
+    job: &Job,
+    ctl: &RunControl<'_>,
+) -> Result<TrainingOutcome, BackendError> {
     let dir = RunDir::create("gpuval-training")?;
     if found.needs_link {
-        library::make_link(&found, dir.path())?;
+        library::make_link(found, dir.path())?;
     }
     let log = dir.path().join("nccl-training.log");
     // NCCL's warnings only: the training step reads no transport from its log.
-    let mut env = library::child_env(gpus.iter().map(|g| g.uuid.as_str()), "WARN", &log);
+    let mut env = library::child_env(job.gpus.iter().map(|g| g.uuid.as_str()), "WARN", &log);
     if found.needs_link {
         env.push((
             "LD_LIBRARY_PATH".into(),
             library::library_path_with(dir.path()),
         ));
     }
-    let launch = launch(exe, env, req);
-    let job = Job {
-        req: req.clone(),
-        gpus: gpus.to_vec(),
-    };
-    let result = supervise::run(&launch, &job, ctl);
+    tracing::info!(library = %found.describe(), ranks = job.gpus.len(), simulated = job.simulated.is_some(), "training check");
+    let launch = launch(exe.to_path_buf(), env, &job.req);
+    let result = supervise::run(&launch, job, ctl);
     with_nccl_warning(result, &log)
 }
 
@@ -95,7 +111,10 @@ fn with_nccl_warning(
 pub fn child_main() -> ExitCode {
     crate::worker::serve::main(WHAT, |job: Job, stop, progress, bail| {
         let ctl = RunControl::new(stop, progress);
-        engine::run(&job, &ctl, bail)
+        match &job.simulated {
+            Some(sim) => super::sim::step_process(sim, &job, &ctl, bail),
+            None => engine::run(&job, &ctl, bail),
+        }
     })
 }
 
@@ -147,6 +166,7 @@ mod tests {
         let job = Job {
             req,
             gpus: vec![crate::judge::testing::h200(1)],
+            simulated: None,
         };
         let text = serde_json::to_string(&job).expect("json");
         let back: Job = serde_json::from_str(&text).expect("parse");

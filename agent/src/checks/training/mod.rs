@@ -12,7 +12,8 @@
 //! - [`request::TrainingRequest`] is the step the spec asks for (shapes, buckets, FLOPs);
 //! - [`child::run`] runs it on real GPUs in a child process of the agent, which runs
 //!   [`engine::run`] (one thread per GPU, the NCCL check's communicator code, a watchdog over
-//!   its host NCCL calls); [`sim::run`] is the simulated node;
+//!   its host NCCL calls); [`sim::run`] is the simulated node, whose step runs in a child
+//!   process the same way;
 //! - [`replicas::compare`] is the divergence detector, [`judge::judge`] the verdict;
 //! - [`render`] prints it, [`args::Flags`] are its flags, [`Training`] is the check.
 //!
@@ -55,5 +56,3 @@ pub fn headline(report: &gpuval_crds::NodeReport) -> Vec<String> {
 }
 
 pub mod row;
-#[cfg(test)]
-mod tests;

@@ -63,6 +63,10 @@ impl Corruption {
 pub struct Job {
     pub req: TrainingRequest,
     pub gpus: Vec<GpuInfo>,
+    /// The simulated node's step (tests and demos only): the training process runs the
+    /// simulator ([`super::sim::step_process`]) instead of the engine; None on real GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<super::sim::SimTraining>,
 }
 
 /// The training step as run.

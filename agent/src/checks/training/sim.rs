@@ -5,13 +5,28 @@
 //! speed, so the backward pass no longer hides it), `error=training@G`, `fabric=hang`, and
 //! `hang=training@G` (GPU G's replica never joins the communicator: the others wait in its
 //! setup until the watchdog ends the run, with the words the real engine's watchdog uses).
+//!
+//! The step takes the real one's way ([`super::child::run_job`]): a private run directory under
+//! the temporary directory with the `libnccl.so` link of the simulated NCCL
+//! ([`crate::nccl::sim::library`]), a child process of the agent behind the hidden
+//! `training-run` subcommand under the same silence limit, NCCL's log file in the run directory.
+//! The job carries [`SimTraining`], so the child runs [`step_process`] instead of the engine; a
+//! planted hang holds the child until the step timeout (`fabric=hang`: the step's deadline
+//! aborts it) or the watchdog's timeout plus grace (`hang=training@G`: the child ends itself
+//! with what it knows), or until the agent stops it.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
 
 use super::outcome::{Comparison, TrainingOutcome};
-use super::request::{Corruption, ELEMENT, TrainingRequest};
+use super::request::{Corruption, ELEMENT, Job, TrainingRequest};
 use crate::backend::BackendError;
 use crate::backend::GpuInfo;
 use crate::backend::sim::{FabricFault, SimBackend, SimCheck, listed};
-use crate::checks::nccl::sim::SIM_VERSION;
+use crate::nccl::sim::SIM_VERSION;
+use crate::run_control::RunControl;
+use crate::worker::serve::Bail;
 
 /// Share of the GEMM rate a training step sustains (smaller GEMMs, activations, update).
 const STEP_EFFICIENCY: f64 = 0.82;
@@ -19,20 +34,36 @@ const STEP_EFFICIENCY: f64 = 0.82;
 const BUS_GBPS: f64 = 370.0;
 /// Share of the backward pass the all-reduce can hide behind (the rest is the last buckets).
 const HIDEABLE: f64 = 0.9;
+/// How often a simulated hang looks at the stop flag.
+const HANG_POLL: Duration = Duration::from_millis(10);
 
-/// Runs the simulated step on `gpus` of the simulated node.
+/// What the training process of the simulated node simulates: the figures of the node, with
+/// the faults its spec plants, worked out by the check from the simulator's spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimTraining {
+    /// GEMM rate one GPU sustains in a step, TFLOP/s.
+    pub tflops: f64,
+    /// The all-reduce's bus bandwidth, GB/s (`slow=training@G:F` applied).
+    pub bus_gbps: f64,
+    /// `fabric=hang`: step 1 never finishes, and the step's deadline aborts the communicator.
+    pub hang: bool,
+    /// `hang=training@G`: NVML indices of the GPUs whose replicas never join.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Vec<u32>,
+}
+
+/// Runs the simulated step on `gpus` of the simulated node, in a child process of the agent.
 pub fn run(
     b: &SimBackend,
     gpus: &[GpuInfo],
     req: &TrainingRequest,
+    ctl: &RunControl<'_>,
 ) -> Result<TrainingOutcome, BackendError> {
     for g in gpus {
         b.begin(SimCheck::Training, g.index)?;
     }
     let spec = b.spec();
-    if let Some(e) = never_joined(&spec.hang, gpus, req) {
-        return Err(e);
-    }
     let mut req = req.clone();
     if req.corrupt.is_none() {
         req.corrupt = gpus
@@ -47,10 +78,54 @@ pub fn run(
         .iter()
         .map(|g| spec.slowdown(SimCheck::Training, g.index))
         .fold(1.0, f64::min);
-    let tflops = spec.model.tflops(gpuval_crds::Dtype::Bf16) * STEP_EFFICIENCY;
-    let mut out = simulate(&req, gpus, tflops, BUS_GBPS * slow);
-    if spec.fabric.contains(&FabricFault::Hang) {
-        out.overlapped = vec![Vec::new(); gpus.len()];
+    let sim = SimTraining {
+        tflops: spec.model.tflops(gpuval_crds::Dtype::Bf16) * STEP_EFFICIENCY,
+        bus_gbps: BUS_GBPS * slow,
+        hang: spec.fabric.contains(&FabricFault::Hang),
+        absent: gpus
+            .iter()
+            .filter(|g| listed(&spec.hang, SimCheck::Training, g.index))
+            .map(|g| g.index)
+            .collect(),
+    };
+    let job = Job {
+        req,
+        gpus: gpus.to_vec(),
+        simulated: Some(sim),
+    };
+    let exe = crate::worker::agent_exe()?;
+    super::child::run_job(&exe, &crate::nccl::sim::library(), &job, ctl)
+}
+
+/// The training process's side (behind `training-run`): finds `libnccl.so` as the loader
+/// would, opens NCCL's log file as NCCL does, and runs the step, or hangs as planted.
+pub fn step_process(
+    sim: &SimTraining,
+    job: &Job,
+    ctl: &RunControl<'_>,
+    bail: Bail<'_, TrainingOutcome>,
+) -> Result<TrainingOutcome, BackendError> {
+    crate::nccl::sim::require_link(std::env::var("LD_LIBRARY_PATH").ok().as_deref())?;
+    if let Some(file) = std::env::var_os("NCCL_DEBUG_FILE") {
+        // At NCCL_DEBUG=WARN a healthy run logs nothing; the file is opened all the same.
+        crate::nccl::sim::write_log(std::path::Path::new(&file), "");
+    }
+    let req = &job.req;
+    if let Some(e) = never_joined(&sim.absent, &job.gpus, req) {
+        // As the engine's watchdog: the host call outlived the step timeout and its grace, so
+        // the process answers with what it knows and ends.
+        if !wait(req.timeout + super::engine::STUCK_GRACE, ctl) {
+            return Err(BackendError::Stopped);
+        }
+        bail(Err(e.clone()));
+        return Err(e);
+    }
+    let mut out = simulate(req, &job.gpus, sim.tflops, sim.bus_gbps);
+    if sim.hang {
+        if !wait(req.timeout, ctl) {
+            return Err(BackendError::Stopped);
+        }
+        out.overlapped = vec![Vec::new(); job.gpus.len()];
         out.comparisons.clear();
         out.error = Some(format!(
             "step 1 did not finish within {:.0}s; the communicator was aborted",
@@ -60,16 +135,21 @@ pub fn run(
     Ok(out)
 }
 
-/// `hang=training@G` for a GPU of the run: the error the real watchdog ends the run with, after
-/// the step timeout and its grace.
-fn never_joined(
-    hang: &[(SimCheck, u32)],
-    gpus: &[GpuInfo],
-    req: &TrainingRequest,
-) -> Option<BackendError> {
+/// Waits `how_long` like a call that never returns; false when a stop ended the wait.
+fn wait(how_long: Duration, ctl: &RunControl<'_>) -> bool {
+    let deadline = Instant::now() + how_long;
+    while !ctl.stopped() && Instant::now() < deadline {
+        std::thread::sleep(HANG_POLL.min(deadline.saturating_duration_since(Instant::now())));
+    }
+    !ctl.stopped()
+}
+
+/// The replicas of `absent` GPUs never joined: the error the real watchdog ends the run with,
+/// after the step timeout and its grace.
+fn never_joined(absent: &[u32], gpus: &[GpuInfo], req: &TrainingRequest) -> Option<BackendError> {
     let ranks: Vec<(u32, u32)> = gpus.iter().zip(0u32..).map(|(g, r)| (r, g.index)).collect();
-    let hung = |g: u32| listed(hang, SimCheck::Training, g);
-    let (absent, inside): (Vec<_>, Vec<_>) = ranks.into_iter().partition(|(_, g)| hung(*g));
+    let (absent, inside): (Vec<_>, Vec<_>) =
+        ranks.into_iter().partition(|(_, g)| absent.contains(g));
     if absent.is_empty() {
         return None;
     }
@@ -109,7 +189,7 @@ pub fn simulate(
         nccl_version: Some(format!("{SIM_VERSION} (simulated)")),
         error: None,
         notes: vec![
-            "simulated: step times from a model of the GPU and NVLink, not measured".into(),
+            "simulated: step times from a model of the GPU and NVLink, not measured (run by the agent's training process)".into(),
         ],
         seconds: (compute * 2.0 + compute + exposed) * f64::from(req.total_steps()),
     }

@@ -356,6 +356,7 @@ mod tests {
             warmup: 5,
             timeout_ms: 1000,
             world: None,
+            simulated: None,
         }
     }
 

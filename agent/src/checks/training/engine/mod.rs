@@ -87,7 +87,7 @@ pub fn run(
     bail: Bail<'_, TrainingOutcome>,
 ) -> Result<TrainingOutcome, BackendError> {
     let started = Instant::now();
-    let Job { req, gpus } = job;
+    let Job { req, gpus, .. } = job;
     library::require_driver()?;
     library::require_loadable()?;
     let version = comm::version();

@@ -1,6 +1,7 @@
 //! A GPU shared with other work, through the whole runner on the simulated backend, the way a
 //! pod sees it (`pidns=1`: NVML lists only the agent's processes) and the way a host process
-//! does: the GPU is busy, never broken, and no hardware action is recommended.
+//! does: the GPU is busy, never broken, and no hardware action is recommended. The nccl and
+//! training checks run in child processes of the agent's binary, as in the agent.
 
 use std::sync::atomic::AtomicBool;
 
@@ -9,10 +10,10 @@ use gpuval_crds::{
     Checks, ComputeCheck, Dtype, MemoryCheck, NodeReport, P2pCheck, Thresholds, Verdict,
 };
 
-use super::{Plan, run};
-use crate::backend::Backend;
-use crate::backend::sim::SimBackend;
-use crate::judge::Code;
+use gpuval_agent::backend::Backend;
+use gpuval_agent::backend::sim::SimBackend;
+use gpuval_agent::judge::Code;
+use gpuval_agent::runner::{Plan, run};
 
 fn checks() -> Checks {
     Checks {
@@ -29,6 +30,9 @@ fn checks() -> Checks {
 }
 
 fn report(spec: &str, allow_shared: bool) -> NodeReport {
+    // The nccl and training checks run in child processes of the agent's binary.
+    gpuval_agent::worker::use_agent_exe(env!("CARGO_BIN_EXE_gpuval-agent").into())
+        .expect("one agent binary");
     let backend = Backend::Simulated(SimBackend::new(spec.parse().expect("valid spec")));
     let mut plan = Plan::new(checks(), Thresholds::default());
     plan.allow_shared_gpus = allow_shared;
@@ -40,11 +44,11 @@ fn all_reasons(r: &NodeReport) -> Vec<gpuval_crds::Reason> {
     let mut out: Vec<_> = r.failures.iter().chain(&r.warnings).cloned().collect();
     for g in &r.gpus {
         out.extend(g.reasons.iter().cloned());
-        for (_, reasons) in crate::checks::gpu_results(g) {
+        for (_, reasons) in gpuval_agent::checks::gpu_results(g) {
             out.extend(reasons.iter().cloned());
         }
     }
-    for (_, reasons) in crate::checks::node_results(r) {
+    for (_, reasons) in gpuval_agent::checks::node_results(r) {
         out.extend(reasons.iter().cloned());
     }
     out
