@@ -226,6 +226,7 @@ pub fn below_peers_named(
 pub fn error_reason(err: &BackendError) -> Reason {
     let code = match err {
         BackendError::MissingLibrary { .. } => Code::LibraryMissing,
+        BackendError::TempDir { .. } => Code::TempDirUnusable,
         BackendError::Stopped => Code::RunStopped,
         BackendError::NoGpu(_) => Code::NoGpus,
         BackendError::Gpu { .. }
@@ -233,7 +234,6 @@ pub fn error_reason(err: &BackendError) -> Reason {
         | BackendError::CollectiveSetup { .. }
         | BackendError::Silent(_)
         | BackendError::Hung(_)
-        | BackendError::TempDir { .. }
         | BackendError::Other(_) => Code::CheckCouldNotRun,
     };
     code.says(err.to_string())

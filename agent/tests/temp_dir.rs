@@ -68,6 +68,17 @@ fn an_unwritable_temporary_directory_is_an_error_that_names_it_and_the_fix() {
                 .any(|m| m.contains(&named) && m.contains("with TMPDIR pointing at it")),
             "{check}: {why:#?}"
         );
+        let codes: Vec<&str> = report[check]["reasons"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["code"].as_str())
+            .collect();
+        assert_eq!(
+            codes,
+            ["TempDirUnusable"],
+            "{check}: the installation's to fix (Configuration evidence), nothing to rerun"
+        );
     }
 }
 

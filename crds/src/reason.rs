@@ -182,6 +182,7 @@ codes! {
     RunStopped => (Error, Rerun, false, "The run was stopped (SIGTERM) before it finished."),
     CheckCouldNotRun => (Error, Rerun, false, "A check could not run (a GPU operation failed, memory was refused, an internal error)."),
     LibraryMissing => (Error, None, false, "A library the check needs is not installed (the message says which and how to install it)."),
+    TempDirUnusable => (Error, None, false, "The agent's temporary directory (TMPDIR) cannot hold the working directory of the NCCL, training or fabric child process (read-only, missing or full; the path is named): the installation's setting, not the node's; give the agent a writable TMPDIR (the chart's pod mounts one at /tmp)."),
     MeasurementMissing => (Error, Rerun, false, "A check that was asked for produced no figure for a GPU: never a pass."),
     SecondMeasurement => (Info, None, false, "A performance figure fell short, was measured again, and the second measurement decided."),
     // ---- GPU health and telemetry during the run ----
@@ -253,8 +254,12 @@ codes! {
 /// of only these is the validation's error: it never labels a node Fail, never sets
 /// `GpuValidated=False` and never taints; the operator and the views ask
 /// [`Code::is_configuration`].
-pub const CONFIGURATION_CODES: [Code; 3] =
-    [Code::IoError, Code::IoDirUnusable, Code::LibraryMissing];
+pub const CONFIGURATION_CODES: [Code; 4] = [
+    Code::IoError,
+    Code::IoDirUnusable,
+    Code::LibraryMissing,
+    Code::TempDirUnusable,
+];
 
 impl std::fmt::Display for Code {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
