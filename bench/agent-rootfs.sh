@@ -79,6 +79,15 @@ done
 [ -e "$ROOT/lib64/ld-linux-x86-64.so.2" ] || cp -L /lib64/ld-linux-x86-64.so.2 "$ROOT/lib64/"
 printf '/usr/lib/x86_64-linux-gnu\n/usr/local/cuda/lib64\n' >"$ROOT/etc/ld.so.conf"
 ldconfig -r "$ROOT"
+# The base image's trust store (ca-certificates in NVIDIA's CUDA images): the agent's TLS client
+# loads it even where the kubeconfig names the API server's CA.
+for ca in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt; do
+  if [ -f "$ca" ]; then
+    mkdir -p "$ROOT/etc/ssl/certs"
+    cp -L "$ca" "$ROOT/etc/ssl/certs/ca-certificates.crt"
+    break
+  fi
+done
 echo "nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin" >"$ROOT/etc/passwd"
 echo "nonroot:x:65532:" >"$ROOT/etc/group"
 

@@ -14,9 +14,14 @@
 #                 fio-*.tar.gz}; nvbandwidth's Boost from the Debian packages in .device-carry/deb)
 #                 when their binaries are not given; in the background while the GPU checks run
 # Every agent step runs twice (ways.txt: `host pod`): as a host process (agent-NAME), and as the
-# chart's pod runs it (pod-agent-NAME, through bench/podlike.sh: its own PID and mount
-# namespace, only its GPUs' device nodes, uid/gid 65532, no capabilities, no_new_privs), against
-# the same references; PODLIKE=0 runs the host way alone.
+# chart's own pod runs it (pod-agent-NAME): `kubectl apply` of a validation with the same
+# settings (bench/e2e/pod-*.yaml) through the real operator, whose agent pod runs as an OCI
+# container under runc (gpu-e2e --runc: the pod spec's read-only root, user, capabilities,
+# volumes, /tmp and /dev/shm; the agent image assembled here from this machine's CUDA runtime by
+# bench/agent-rootfs.sh; the GPUs injected from a CDI spec of the host's driver files,
+# bench/cdi-from-host.sh), its stored report against the same references (pod-way.txt names the
+# runtime); PODLIKE=0 runs the host way alone. The pod way needs the packed binaries
+# (gpu-e2e.sh pack) and runc (.device-carry/deb-runc: Debian's runc and libseccomp2).
 #   topology      `gpuval-agent topo --compare` against `nvidia-smi topo -m`, the topology check
 #   memory        memory at MEMORY_FRACTION (0.25) of free; PyTorch device-to-device copy
 #   compute       a 10 s bf16 burn on every GPU at once; PyTorch sustained bf16, 10 s
@@ -32,18 +37,21 @@
 #   fault-memory  a second process holds 40% of GPU 0 during the memory check (must fail)
 #   fault-compute a second process burns bf16 on GPU 0 during a 10 s burn (must be named, with no
 #                 hardware action)
-#   pod-fault-before  pod-like: a process burning bf16 on GPU 0, started before the agent's memory
-#                 and compute checks; NVML lists it not: it must be caught as busy (GpuBusy), with
-#                 no hardware action
-#   pod-fault-during  pod-like: the burn starts 3 s into a 20 s compute burn; the same
+#   pod-fault-before  the pod: a process burning bf16 on GPU 0 (bench/neighbour.sh), started before
+#                 the validation's memory and compute checks; NVML in the container lists it not:
+#                 it must be caught as busy (GpuBusy), with no hardware action on the Node
+#   pod-fault-during  the pod: the burn starts 8 s after the validation is applied, inside its 20 s
+#                 compute burn; the same
+#   pod-killed    the pod: its container gets SIGKILL 8 s into a 2-minute burn; the node must end
+#                 Error naming exit code 137, with no hardware action on the Node
 #   fault-training  rank 1's replica never joins the training communicator (the hooks agent,
 #                 GPUVAL_TRAINING_TEST_HANG_INIT=1); the check must end in Error naming it, within
 #                 its 10 s timeout, the 5 s grace and setup (2+ GPUs)
-#   e2e           bench/gpu-e2e.sh device: `standard` (kubectl apply to Passed) and, with 2+ GPUs,
-#                 `fabric-fault` (SPLIT=<gpus> nodes, the last one's NCCL without a network);
-#                 needs .device-carry/e2e (bench/gpu-e2e.sh pack), else recorded as skipped
-# Environment: BUDGET_S (570), PODLIKE (1), E2E (1; 0 skips the operator flow, said in
-# steps.tsv), E2E_SCENARIOS (standard, and fabric-fault on 2+ GPUs), HOOKS_AGENT (the agent built with --features test-hooks; packed:
+#   e2e           bench/gpu-e2e.sh device, with 2+ GPUs: `fabric-fault` (SPLIT=<gpus> nodes, the last
+#                 one's NCCL without a network); the operator flow from kubectl apply to a verdict
+#                 is the pod way's pod-agent-checks (through the real operator and the pod's container)
+# Environment: BUDGET_S (570), PODLIKE (1), E2E (1; 0 skips the fabric flow, said in
+# steps.tsv), E2E_SCENARIOS (fabric-fault on 2+ GPUs, none on one), HOOKS_AGENT (the agent built with --features test-hooks; packed:
 # gpuval-agent-hooks), GPUVAL_COMMIT (written to raw/commit.txt: the device has no git),
 # NVBANDWIDTH, NCCL_TESTS, NVBANDWIDTH_SRC, NCCL_TESTS_SRC, BUILD_LIMIT_S (180), IO_DIR,
 # MEMORY_FRACTION.
@@ -60,7 +68,7 @@ cd "$here/.." || exit 2
 # (one copy of it travels), unpacked with xz or, without xz, Python's lzma.
 if [ "$1" = packed ]; then
   mkdir -p /tmp/gpuval-smoke-bin
-  for bin in gpuval-agent gpuval-agent-hooks; do
+  for bin in gpuval-agent gpuval-agent-hooks gpuval-operator gpu-e2e; do
     if command -v xz >/dev/null; then
       xz -dc .device-carry/e2e/gpuval.tar.xz | tar -x -C /tmp/gpuval-smoke-bin "$bin"
     else
@@ -124,42 +132,16 @@ agent() {
   shift 2
   step "$name" "$limit" - "$AGENT" run "$@" -o "$RAW/$name.json"
 }
-# The pod-like way: the agent copied where uid 65532 can run it, its reports written to a
-# folder that uid owns, then moved into raw/.
-POD_OUT=/tmp/gpuval-pod-out
-POD_BIN=/tmp/gpuval-pod-bin/gpuval-agent
+# The pod's way: the operator's own agent pod as a runc container (bench/gpu-smoke-pod.sh sets it
+# up: runc, the image, the CDI spec, the control plane; ways.txt and pod-way.txt say whether it
+# could).
 ways=host
 if [ "$PODLIKE" = 1 ]; then
-  if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && command -v setpriv >/dev/null; then
-    mkdir -p "$(dirname "$POD_BIN")" "$POD_OUT"
-    install -m 0755 "$AGENT" "$POD_BIN"
-    chmod 0755 "$(dirname "$POD_BIN")"
-    chown 65532:65532 "$POD_OUT"
-    ways="host pod"
-  else
-    echo "pod-like runs need root, unshare and setpriv: host way only" >>"$RAW/log.txt"
-  fi
+  # shellcheck source=bench/gpu-smoke-pod.sh
+  . bench/gpu-smoke-pod.sh
+  pod_setup && ways="host pod"
 fi
 echo "$ways" >"$RAW/ways.txt"
-# pod_agent NAME LIMIT ARGS...: `gpuval-agent run ARGS` the pod's way on every GPU, its report in
-# raw/NAME.json.
-pod_agent() {
-  local name=$1 limit=$2
-  shift 2
-  [[ $ways == *pod* ]] || return 0
-  rm -f "$POD_OUT/$name.json"
-  step "$name" "$limit" - bash bench/podlike.sh all "$POD_BIN" run "$@" -o "$POD_OUT/$name.json"
-  [ -f "$POD_OUT/$name.json" ] && cp "$POD_OUT/$name.json" "$RAW/$name.json"
-  return 0
-}
-# both NAME LIMIT ARGS...: the agent step the host's way (agent-NAME), then the pod's
-# (pod-agent-NAME).
-both() {
-  local name=$1 limit=$2
-  shift 2
-  agent "agent-$name" "$limit" "$@"
-  pod_agent "pod-agent-$name" "$limit" "$@"
-}
 # wait_for FILE SECONDS PID: until helper PID says it is ready (false if it died or took too long).
 wait_for() {
   local file=$1 deadline=$((SECONDS + $2)) pid=$3
@@ -248,14 +230,14 @@ fi
 # ---- topology
 nvidia-smi topo -m >"$RAW/topo-smi.txt" 2>&1
 step topo-compare 60 - "$AGENT" topo --compare "$RAW/topo-smi.txt"
-both topology 60 --checks topology
+agent agent-topology 60 --checks topology
 
 # ---- memory, beside PyTorch's device-to-device copy (and a bf16 burst)
-both memory 120 --checks memory --memory-fraction "$MEMORY_FRACTION"
+agent agent-memory 120 --checks memory --memory-fraction "$MEMORY_FRACTION"
 step torch-burst 120 "$RAW/torch-burst.json" python3 bench/torch_ref.py --phase burst --dtypes bf16
 
 # ---- compute: a 10 s bf16 burn, every GPU at once, beside PyTorch sustained for as long
-both compute 90 --checks compute --duration 10s --dtypes bf16
+agent agent-compute 90 --checks compute --duration 10s --dtypes bf16
 step torch-compute 120 "$RAW/torch-compute.json" python3 bench/torch_ref.py --phase sustained --sustained bf16:10
 
 if [ ${#build_pids[@]} -gt 0 ]; then
@@ -264,7 +246,14 @@ if [ ${#build_pids[@]} -gt 0 ]; then
 fi
 
 # ---- links: p2p and host transfers, beside nvbandwidth (else PyTorch)
-both links 150 --checks p2p,hostTransfer
+agent agent-links 150 --checks p2p,hostTransfer
+# ---- the pod's way of topology, memory, compute and links: one validation with the host way's
+# settings (bench/e2e/pod-checks.yaml), from kubectl apply to Passed through the operator; its
+# stored report stands for each of those steps.
+pod_e2e pod-agent-checks 180 pod-checks.yaml passed
+for name in topology memory compute links; do
+  [ -f "$RAW/pod-agent-checks.json" ] && cp "$RAW/pod-agent-checks.json" "$RAW/pod-agent-$name.json"
+done
 if [ -n "${NVBANDWIDTH:-}" ] && [ -x "$NVBANDWIDTH" ]; then
   echo "nvbandwidth $NVBANDWIDTH" >"$RAW/links-ref.txt"
   tests=(host_to_device_memcpy_ce device_to_host_memcpy_ce)
@@ -281,7 +270,7 @@ fi
 
 # ---- NCCL: the three collectives up to 1 GiB, beside nccl-tests
 if [ "$GPUS" -ge 2 ]; then
-  both nccl 120 --checks nccl --nccl-collectives allReduce,allGather,reduceScatter \
+  agent agent-nccl 120 --checks nccl --nccl-collectives allReduce,allGather,reduceScatter \
     --nccl-min-bytes 1M --nccl-max-bytes 1G --nccl-step-factor 4 --nccl-dtype bf16 \
     --nccl-iterations 20 --nccl-warmup 5
   if [ -n "${NCCL_TESTS:-}" ] && [ -x "$NCCL_TESTS/all_reduce_perf" ]; then
@@ -302,7 +291,13 @@ fi
 # first smoke, 4x H200 at 1cac93f: efficiency 0.81 for the agent, 0.83 for PyTorch DDP).
 if [ "$GPUS" -ge 2 ]; then
   shape=(--steps 20 --warmup 3)
-  both training 150 --checks training --training-steps 20 --training-warmup 3
+  agent agent-training 150 --checks training --training-steps 20 --training-warmup 3
+  # The pod's way: NCCL and training with the host way's settings (bench/e2e/pod-multi.yaml),
+  # their child processes under the pod's read-only root, TMPDIR and /dev/shm.
+  pod_e2e pod-agent-multi 300 pod-multi.yaml passed
+  for name in nccl training; do
+    [ -f "$RAW/pod-agent-multi.json" ] && cp "$RAW/pod-agent-multi.json" "$RAW/pod-agent-$name.json"
+  done
   step torch-training 150 - python3 -m torch.distributed.run --standalone --nproc_per_node "$GPUS" \
     bench/training_ref.py "${shape[@]}" --out "$RAW/torch-training.json"
 else
@@ -336,7 +331,7 @@ chmod 1777 "$IO_DIR"
 # by 10 % between gates (0.87 to 1.19 of fio, 2026-11-28). The summary takes each side's best.
 io_args=(--checks io --io-dir "$IO_DIR" --io-file-size-mib 1024 --io-files 2 --io-concurrency 2)
 io_host() { agent "agent-io$1" 90 "${io_args[@]}"; }
-io_pod() { pod_agent "pod-agent-io$1" 90 "${io_args[@]}"; }
+io_pod() { pod_e2e "pod-agent-io$1" 90 pod-io.yaml passed --io-host-path "$IO_DIR"; }
 io_ref() {
   if [ -n "${FIO:-}" ] && [ -x "$FIO" ]; then
     step "fio-io$1" 90 "$RAW/fio-io$1.json" bash bench/fio_ref.sh "$FIO" "$IO_DIR" 1024 2 2 8192
@@ -384,68 +379,31 @@ sleep 2
 kill "$contender" 2>/dev/null
 wait "$contender" 2>/dev/null
 
-# ---- planted, the pod's way: NVML in the agent's PID namespace lists no other process.
-# start_burn TAG: a bf16 burn on GPU 0 (a host process, outside the agent's namespace); false
-# when it never became ready.
-start_burn() {
-  rm -f "$RAW/$1.ready" "$RAW/$1.stop"
-  CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 python3 bench/gpu_hog.py burn "$RAW/$1.ready" \
-    "$RAW/$1.stop" >"$RAW/$1.log" 2>&1 &
-  burner=$!
-  wait_for "$RAW/$1.ready" 60 "$burner"
-}
-stop_burn() {
-  touch "$RAW/$1.stop"
-  sleep 2
-  kill "$burner" 2>/dev/null
-  wait "$burner" 2>/dev/null
-}
-if [[ $ways != *pod* ]]; then
-  skip pod-fault-before "no pod-like way on this machine (raw/log.txt)"
-  skip pod-fault-during "no pod-like way on this machine (raw/log.txt)"
+# ---- planted, the pod's way: NVML in the agent's container lists no other process. A bf16 burn
+# on GPU 0 (bench/neighbour.sh, a host process) started before the validation is applied, then
+# one that starts inside its compute burn; then the agent's container killed mid-run. Each must
+# end busy or Error with no hardware action on the Node (gpu-e2e checks the Node's marks).
+if [[ $ways == *pod* ]]; then
+  pod_e2e pod-fault-before 120 pod-neighbour.yaml no-hardware-action \
+    --hold-gpu-memory 0:0 --hold-command "exec bash bench/neighbour.sh 0"
+  pod_e2e pod-fault-during 120 pod-neighbour.yaml no-hardware-action \
+    --hold-gpu-memory 0:0 --hold-command "exec bash bench/neighbour.sh 8"
+  pod_e2e pod-killed 90 pod-killed.yaml no-hardware-action --kill-agent-after 8 \
+    --expect-reason "exit code 137"
 else
-  # A neighbour started before the agent (none when the budget cannot hold the step).
-  if [ $((BUDGET_S - SECONDS)) -lt "$MIN_STEP_S" ]; then
-    skip pod-fault-before "only $((BUDGET_S - SECONDS))s of the ${BUDGET_S}s budget left"
-  elif start_burn neighbour-before; then
-    pod_agent pod-fault-before 90 --checks memory,compute --duration 10s --dtypes bf16 \
-      --memory-fraction "$MEMORY_FRACTION"
-  else
-    skip pod-fault-before "the neighbour never became ready (raw/neighbour-before.log)"
-  fi
-  [ -n "${burner:-}" ] && stop_burn neighbour-before
-  # A neighbour that starts 3 s into the agent's 20 s burn, within what is left of the budget
-  # (the burn alone needs half a minute).
-  during_limit=$((BUDGET_S - SECONDS))
-  [ "$during_limit" -le 90 ] || during_limit=90
-fi
-if [[ $ways == *pod* ]] && [ "$during_limit" -lt 40 ]; then
-  skip pod-fault-during "only $((BUDGET_S - SECONDS))s of the ${BUDGET_S}s budget left"
-elif [[ $ways == *pod* ]]; then
-  rm -f "$POD_OUT/pod-fault-during.json"
-  say "pod-fault-during (limit ${during_limit}s)"
-  t0=$SECONDS
-  timeout -k 10 "$during_limit" bash bench/podlike.sh all "$POD_BIN" run --checks compute --duration 20s \
-    --dtypes bf16 -o "$POD_OUT/pod-fault-during.json" >"$RAW/pod-fault-during.log" 2>&1 &
-  during=$!
-  deadline=$((SECONDS + 60))
-  while ! grep -q '^\[compute\] starting' "$RAW/pod-fault-during.log" 2>/dev/null \
-    && [ $SECONDS -lt $deadline ] && kill -0 "$during" 2>/dev/null; do sleep 0.2; done
-  sleep 3
-  start_burn neighbour-during || say "the mid-burn neighbour never became ready"
-  wait "$during"
-  rc=$?
-  stop_burn neighbour-during
-  printf '%s\t%s\t%s\t%s\t%s\n' pod-fault-during "$rc" "$((SECONDS - t0))" "$during_limit" "" >>"$STEPS"
-  [ -f "$POD_OUT/pod-fault-during.json" ] && cp "$POD_OUT/pod-fault-during.json" "$RAW/"
+  for name in pod-fault-before pod-fault-during pod-killed; do
+    skip "$name" "no pod way on this machine (raw/log.txt)"
+  done
 fi
 
 # ---- the operator flow from kubectl apply, and the fabric with a bad node (2+ GPUs)
-scenarios=standard
-[ "$GPUS" -ge 2 ] && scenarios="standard fabric-fault"
+scenarios=
+[ "$GPUS" -ge 2 ] && scenarios="fabric-fault"
 scenarios=${E2E_SCENARIOS:-$scenarios}
 if [ "$E2E" = 0 ]; then
-  skip e2e "E2E=0: the operator flow was not part of this run"
+  skip e2e "E2E=0: the fabric flow was not part of this run"
+elif [ -z "$scenarios" ]; then
+  skip e2e "one GPU: no fabric (the operator flow ran as pod-agent-checks)"
 elif [ ! -f .device-carry/e2e/gpuval.tar.xz ] || [ ! -f .device-carry/e2e/control-plane.tar.xz ]; then
   skip e2e "no packed binaries in .device-carry/e2e (run bench/gpu-e2e.sh pack here and carry .device-carry)"
 else

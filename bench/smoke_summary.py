@@ -44,9 +44,10 @@ TARGET = 0.97
 # reference is dd keep the bench's own target, 0.90 of dd. fio, with the agent's block size, jobs
 # and direct I/O, measures like for like: against it io has the GPU figures' target.
 IO_TARGET_DD = 0.90
-# The ways the agent steps ran: on the host (agent-*.json), and the way a Kubernetes pod runs it
-# (its own PID and mount namespaces, uid 65532, no capabilities: pod-agent-*.json). The host way
-# always; the pod way when raw/ways.txt names it.
+# The ways the agent steps ran: on the host (agent-*.json), and as the chart's own pod (the
+# operator's agent pod as an OCI container, its stored report: pod-agent-*.json; raw/pod-way.txt
+# names the runtime, `runc` since issue 50, a namespaced process before). The host way always;
+# the pod way when raw/ways.txt names it.
 WAYS = ("host", "pod")
 BIG = 256 << 20  # NCCL figures at and above this size (where the floors apply)
 ORDER = ["Skipped", "Pass", "Warn", "Fail", "Error"]
@@ -58,9 +59,9 @@ NEIGHBOUR_FAULTS = [
     ("compute-contended", "host", "fault-compute", ["ForeignProcess", "GpuBusy"],
      "a second process burns bf16 on GPU 0 during a 10 s burn"),
     ("pod-neighbour-before", "pod", "pod-fault-before", ["GpuBusy", "MemoryBusy", "ForeignProcess"],
-     "a process burning bf16 on GPU 0 started before the pod-like agent's memory+compute run"),
+     "a process burning bf16 on GPU 0 started before the agent pod's memory+compute run"),
     ("pod-neighbour-during", "pod", "pod-fault-during", ["GpuBusy", "MemoryBusy", "ForeignProcess"],
-     "a process starts burning bf16 on GPU 0 a few seconds into the pod-like agent's compute burn"),
+     "a process starts burning bf16 on GPU 0 inside the agent pod's compute burn"),
 ]
 HARDWARE_ACTIONS = ("ResetGpu", "RebootNode", "ReplaceHardware")
 
@@ -78,6 +79,16 @@ class Run:
         self.steps = read_steps(os.path.join(raw, "steps.tsv"))
         named = (self.text("ways.txt") or "").split()
         self.ways = [w for w in WAYS if w == "host" or w in named]
+        # The pod way's runtime (`runc: runc version 1.1.5` on pod-way.txt's first line).
+        said = (self.text("pod-way.txt") or "").splitlines()
+        self.pod_runtime = said[0].split(":")[0].strip() if said and ":" in said[0] else None
+        self.pod_way = said
+
+    def way_name(self, way):
+        """The way as figures and faults name it: `host`, `pod: runc`."""
+        if way == "pod" and self.pod_runtime:
+            return f"pod: {self.pod_runtime}"
+        return way
 
     def path(self, name):
         return os.path.join(self.raw, name)
@@ -160,6 +171,15 @@ def way_step(way, step):
 def way_prefix(way):
     """What notPassing puts before a line about a way: nothing for the host way."""
     return "" if way == "host" else f"{way} way: "
+
+
+def pod_step(run, step):
+    """A pod-way gpu-e2e step: its exit code (0: gpu-e2e's own checks of the verdict, the node's
+    line and the Node's marks held) and the lines of its summary.txt that say PASS or FAIL."""
+    s = run.steps.get(step) or {}
+    text = run.text(f"pod/{step}/summary.txt") or ""
+    lines = [l for l in text.splitlines() if l.startswith(("PASS ", "FAIL ", "RESULT"))]
+    return s.get("rc"), lines
 
 
 def memory_figures(run, report, _step):
@@ -411,8 +431,10 @@ def checks_and_figures(run, gpus, way):
             figures += figs(run, report, step)
     if way == "host" and "topo-compare" in run.steps:
         checks["topology"]["nvidiaSmiCompareExit"] = run.steps["topo-compare"]["rc"]
+    for c in checks.values():
+        c["way"] = run.way_name(way)
     for f in figures:
-        f["way"] = way
+        f["way"] = run.way_name(way)
     return checks, figures
 
 
@@ -420,7 +442,7 @@ def neighbour_fault(run, name, way, step, expect, planted):
     """Other work on GPU 0 beside the agent: caught when an expected code is found and the agent
     recommended no hardware action (its action None or Rerun, no reason saying ResetGpu,
     RebootNode or ReplaceHardware)."""
-    f = {"name": name, "way": way, "planted": planted, "expect": expect, "caught": False}
+    f = {"name": name, "way": run.way_name(way), "planted": planted, "expect": expect, "caught": False}
     report = run.json(f"{step}.json")
     if report is None:
         f["missing"] = run.why_missing(f"{step}.json", step)
@@ -431,6 +453,27 @@ def neighbour_fault(run, name, way, step, expect, planted):
                 if r.get("action") in HARDWARE_ACTIONS]
     f.update(found=found, verdict=report.get("verdict"), action=action, hardwareActions=hardware,
              caught=any(c in found for c in expect) and action in ("None", "Rerun") and not hardware)
+    if way == "pod" and run.pod_runtime:
+        # Through the operator: gpu-e2e also held the node's line (Error, not Hardware evidence)
+        # and the Node (no failure taint, no Fail label).
+        rc, lines = pod_step(run, step)
+        f.update(operatorFlowExit=rc, operatorFlow=lines)
+        f["caught"] = f["caught"] and rc == "0"
+    return f
+
+
+def pod_killed(run):
+    """The agent pod's container killed mid-run: caught when gpu-e2e saw the node end Error
+    naming exit code 137, with evidence other than Hardware and no mark on the Node."""
+    f = {"name": "pod-killed", "way": run.way_name("pod"), "caught": False,
+         "planted": "SIGKILL to every process of the agent pod's container 8 s into a 2-minute burn",
+         "expect": ["node Error naming exit code 137", "no Hardware evidence", "no failure taint or Fail label"]}
+    s = run.steps.get("pod-killed")
+    if s is None or s["rc"] == "skipped":
+        f["missing"] = run.why_missing("pod/pod-killed/summary.txt", "pod-killed")
+        return f
+    rc, lines = pod_step(run, "pod-killed")
+    f.update(operatorFlowExit=rc, operatorFlow=lines, caught=rc == "0")
     return f
 
 
@@ -448,6 +491,8 @@ def fault_why(f):
 
 def faults(run, gpus):
     out = [neighbour_fault(run, *fault) for fault in NEIGHBOUR_FAULTS if fault[1] in run.ways]
+    if "pod" in run.ways and run.pod_runtime:
+        out.append(pod_killed(run))
     if gpus and gpus >= 2:
         out.append(training_never_joined(run))
         out.append(e2e_scenario(run, "fabric-fault", "the fabric: this host as <gpus> nodes, the last one's NCCL "
@@ -524,6 +569,20 @@ def e2e_scenario(run, scenario, planted=None):
     return f
 
 
+def operator_flow(run):
+    """The operator flow from kubectl apply to Passed: the pod way's pod-agent-checks (the real
+    operator, its agent pod as a container) where the pod way ran under a runtime, else the
+    e2e step's `standard` scenario (the agent a local process for its pod)."""
+    if not (run.pod_runtime and "pod-agent-checks" in run.steps):
+        return e2e_scenario(run, "standard")
+    rc, lines = pod_step(run, "pod-agent-checks")
+    f = {"name": "pod-agent-checks", "way": run.way_name("pod"), "exit": rc, "lines": lines,
+         "passed": rc == "0"}
+    if rc != "0":
+        f["missing"] = run.why_missing("pod/pod-agent-checks/summary.txt", "pod-agent-checks")
+    return f
+
+
 def checks_why(checks, way):
     """Why a way's checks do not pass, for notPassing."""
     why = []
@@ -561,13 +620,13 @@ def not_passing(commit, mach, by_way, figures, planted, operator):
     why += figures_why(figures)
     why += [fault_why(f) for f in planted if not f["caught"] and "skipped" not in f]
     if not operator["passed"] and "skipped" not in operator:
-        why.append("operator flow (standard): " + (operator.get("missing") or f"exit {operator.get('exit')}"))
+        why.append(f"operator flow ({operator['name']}): " + (operator.get("missing") or f"exit {operator.get('exit')}"))
     return why
 
 
 def not_run(planted, operator):
     """What was skipped on purpose (the operator flow's step), so not held against `pass`."""
-    out = [f"operator flow (standard): skipped: {operator['skipped']}"] if "skipped" in operator else []
+    out = [f"operator flow ({operator['name']}): skipped: {operator['skipped']}"] if "skipped" in operator else []
     return out + [f"fault {f['name']}: skipped: {f['skipped']}" for f in planted if "skipped" in f]
 
 
@@ -581,13 +640,14 @@ def summarize(raw, commit=None):
         by_way[way], figs = checks_and_figures(run, mach["gpus"], way)
         figures += figs
     planted = faults(run, mach["gpus"])
-    operator = e2e_scenario(run, "standard")
+    operator = operator_flow(run)
     why = not_passing(commit, mach, by_way, figures, planted, operator)
     summary = {
         "commit": commit,
         "started": (run.text("started.txt") or "").strip() or None,
         "machine": mach,
-        "ways": run.ways,
+        "ways": [run.way_name(w) for w in run.ways],
+        "podWay": run.pod_way or None,
         "target": TARGET,
         "references": {"links": LinkRef(run).tool, "nccl": "nccl-tests", "compute": "pytorch",
                        "memory": "pytorch", "training": "pytorch DDP", "io": IoRef(run).tool},

@@ -1113,3 +1113,90 @@ fn an_operator_flow_skipped_on_purpose_is_not_run_and_does_not_keep_pass_false()
         not_passing(&s)
     );
 }
+
+/// The run as the gate writes it since issue 50: the pod way is the operator's own agent pod
+/// under runc (`pod-way.txt`), each pod step a gpu-e2e run whose exit code says whether its own
+/// checks (the verdict, the node's line, the Node's marks) held.
+fn with_runc_pod_way(raw: &Path) {
+    with_pod_way(raw);
+    std::fs::write(
+        raw.join("pod-way.txt"),
+        "runc: runc version 1.1.5\nagent pod: the operator's own pod spec\n",
+    )
+    .expect("pod-way.txt");
+    for (step, lines) in [
+        (
+            "pod-agent-checks",
+            "PASS outcome: phase Some(Passed)\nRESULT: PASS\n",
+        ),
+        (
+            "pod-fault-before",
+            "PASS node gpu Error (not Failed)\nRESULT: PASS\n",
+        ),
+        (
+            "pod-fault-during",
+            "PASS node gpu Error (not Failed)\nRESULT: PASS\n",
+        ),
+        (
+            "pod-killed",
+            "PASS node gpu Error naming \"exit code 137\"\nRESULT: PASS\n",
+        ),
+    ] {
+        let dir = raw.join("pod").join(step);
+        std::fs::create_dir_all(&dir).expect("pod step dir");
+        std::fs::write(dir.join("summary.txt"), format!("gpuvalidation/x\n{lines}"))
+            .expect("summary");
+    }
+    add_steps(raw, &["pod-agent-checks", "pod-killed"]);
+}
+
+#[test]
+fn under_runc_every_pod_figure_and_fault_names_the_runtime_and_the_operator_flow_is_the_pod_s() {
+    let (_dir, raw) = raw_run();
+    with_runc_pod_way(&raw);
+    let (code, s) = summarize(&raw, &[]);
+    assert_eq!(s["pass"], true, "{:#}", s["notPassing"]);
+    assert_eq!(code, 0);
+    assert_eq!(s["ways"], json!(["host", "pod: runc"]));
+    assert_eq!(s["podWay"][0], "runc: runc version 1.1.5");
+    let pod = figures_of(&s, "pod: runc");
+    assert_eq!(
+        pod.len(),
+        figures_of(&s, "host").len(),
+        "every pod figure names runc"
+    );
+    for c in s["podChecks"].as_object().expect("pod checks").values() {
+        assert_eq!(c["way"], "pod: runc");
+    }
+    for name in ["pod-neighbour-before", "pod-neighbour-during", "pod-killed"] {
+        let f = fault(&s, name);
+        assert_eq!(
+            (&f["caught"], &f["way"]),
+            (&json!(true), &json!("pod: runc")),
+            "{f:#}"
+        );
+        assert_eq!(f["operatorFlowExit"], "0");
+    }
+    assert_eq!(s["operatorFlow"]["name"], "pod-agent-checks");
+    assert_eq!(s["operatorFlow"]["passed"], true);
+
+    // gpu-e2e saw a mark on the Node (or the wrong node line): the neighbour is not caught,
+    // though the report alone named it busy; a killed container that did not end as expected,
+    // and an operator flow that did not pass, keep `pass` false too.
+    set_step_rc(&raw, "pod-fault-during", "1");
+    set_step_rc(&raw, "pod-killed", "1");
+    set_step_rc(&raw, "pod-agent-checks", "1");
+    let (code, s) = summarize(&raw, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(fault(&s, "pod-neighbour-during")["caught"], false);
+    assert_eq!(fault(&s, "pod-neighbour-before")["caught"], true);
+    assert_eq!(fault(&s, "pod-killed")["caught"], false);
+    let why = not_passing(&s);
+    for want in [
+        "fault pod-neighbour-during not caught",
+        "fault pod-killed not caught",
+        "operator flow (pod-agent-checks)",
+    ] {
+        assert!(why.iter().any(|w| w.starts_with(want)), "{want}: {why:#?}");
+    }
+}

@@ -159,6 +159,14 @@ struct Args {
     /// it starts: a crash, which must end in Error with no hardware action.
     #[arg(long, value_name = "SECONDS")]
     kill_agent_after: Option<u64>,
+    /// Also write the (first) node's stored report, its GpuNodeResult's status, as JSON here:
+    /// the shape `gpuval-agent run -o` writes, for the GPU gate's summary.
+    #[arg(long, value_name = "FILE")]
+    report_json: Option<PathBuf>,
+    /// The operator's io host directory (`--io-host-path`, its parent allowed): the io check's
+    /// hostPath volume in the agent pod.
+    #[arg(long, value_name = "DIR")]
+    io_host_path: Option<PathBuf>,
 }
 
 /// One registered Node: its name and the host GPUs (NVML indices) its agent sees.
@@ -532,7 +540,13 @@ async fn scenario(
         ))))
     };
 
-    let mut operator = Operator::spawn(operator_bin, cp.kubeconfig(), ns, &args.out)?;
+    let mut operator = Operator::spawn(
+        operator_bin,
+        cp.kubeconfig(),
+        ns,
+        &args.out,
+        args.io_host_path.as_deref(),
+    )?;
     operator.wait_ready().await?;
     clock.say(format!(
         "gpuval-operator (pid {}) ready; metrics on {}",
@@ -622,6 +636,14 @@ async fn scenario(
     }
     operator.stop().await;
     let (gv, results) = written?;
+    if let Some(path) = &args.report_json {
+        let report = result_for(&results, &shares[0].name).and_then(|r| r.status.as_ref());
+        match report.map(serde_json::to_string_pretty) {
+            Some(Ok(text)) => write_file(path, &text),
+            Some(Err(e)) => clock.say(format!("the report could not be encoded: {e}")),
+            None => clock.say(format!("no stored report of {} to write", shares[0].name)),
+        }
+    }
     if let Err(e) = verdict {
         let pods = pod_lines(client, ns).await;
         let summary = format!(
@@ -1260,7 +1282,13 @@ struct Operator {
 }
 
 impl Operator {
-    fn spawn(bin: &Path, kubeconfig: &Path, ns: &str, out: &Path) -> Result<Self, String> {
+    fn spawn(
+        bin: &Path,
+        kubeconfig: &Path,
+        ns: &str,
+        out: &Path,
+        io_host_path: Option<&Path>,
+    ) -> Result<Self, String> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("find a free port: {e}"))?
@@ -1282,6 +1310,15 @@ impl Operator {
         ])
         .env("KUBECONFIG", kubeconfig)
         .env("RUST_LOG", "info,kube=warn")
+        .args(io_host_path.into_iter().flat_map(|p| {
+            let parent = p.parent().unwrap_or(p);
+            [
+                "--io-host-path".into(),
+                p.as_os_str().to_owned(),
+                "--io-allowed-path".into(),
+                parent.as_os_str().to_owned(),
+            ]
+        }))
         .stdin(Stdio::null())
         .stdout(o)
         .stderr(e)

@@ -159,7 +159,6 @@ impl Bundle<'_> {
             "capabilities": {
                 "bounding": caps, "effective": caps, "permitted": caps, "inheritable": [], "ambient": []
             },
-            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1_048_576, "soft": 1_048_576}],
             "noNewPrivileges": sc.allow_privilege_escalation != Some(true) && sc.privileged != Some(true),
         })
     }
