@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The GPU gate's pod way (issue 50), sourced by bench/gpu-smoke.sh: the chart's own agent pod, as
 # the operator writes it, run as an OCI container under runc on this GPU machine.
 #

@@ -182,7 +182,10 @@ fi
 
 # ---- build the references from carried sources (background, CPU only)
 NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -n 1)
-[ -n "$NVCC" ] && export PATH=$(dirname "$NVCC"):$PATH
+if [ -n "$NVCC" ]; then
+  PATH=$(dirname "$NVCC"):$PATH
+  export PATH
+fi
 NVBANDWIDTH_SRC=${NVBANDWIDTH_SRC:-.device-carry/src/nvbandwidth}
 NCCL_TESTS_SRC=${NCCL_TESTS_SRC:-.device-carry/src/nccl-tests}
 build_pids=()
