@@ -388,9 +388,9 @@ wait "$contender" 2>/dev/null
 # end busy or Error with no hardware action on the Node (gpu-e2e checks the Node's marks).
 if [[ $ways == *pod* ]]; then
   pod_e2e pod-fault-before 120 pod-neighbour.yaml no-hardware-action \
-    --hold-gpu-memory 0:0 --hold-command "exec bash bench/neighbour.sh 0"
+    --hold-gpu-memory 0:0.01 --hold-command "exec bash bench/neighbour.sh 0"
   pod_e2e pod-fault-during 120 pod-neighbour.yaml no-hardware-action \
-    --hold-gpu-memory 0:0 --hold-command "exec bash bench/neighbour.sh 8"
+    --hold-gpu-memory 0:0.01 --hold-command "exec bash bench/neighbour.sh 8"
   pod_e2e pod-killed 90 pod-killed.yaml no-hardware-action --kill-agent-after 8 \
     --expect-reason "exit code 137"
 else
