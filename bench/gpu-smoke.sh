@@ -149,6 +149,31 @@ wait_for() {
   [ -e "$file" ]
 }
 
+# ---- cgroups: the pod way's containers get cgroups of their own under the root
+# (/gpuval-gate/<id>, no limits: the pod spec sets none), while this script starts in the device
+# command's cgroup, which may carry limits of its own: the first runc gates (6ba5262, 33d3894)
+# saw the pod's io 15-20 % faster than the host agent and fio in every round. So the host steps
+# and the references run in a sibling cgroup under the root too (/gpuval-gate-host), where
+# cgroup v2 lets this shell move; raw/cgroups.txt records where each ran and the limits.
+cgroup_report() {
+  local cg
+  cg=$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup 2>/dev/null)
+  echo "$1: cgroup ${cg:-unknown}"
+  for f in cpu.max memory.max io.max pids.max; do
+    [ -r "/sys/fs/cgroup$cg/$f" ] && echo "  $f: $(tr '\n' ' ' <"/sys/fs/cgroup$cg/$f")"
+  done
+}
+{
+  cgroup_report "started in"
+  if [ -w /sys/fs/cgroup/cgroup.procs ] && mkdir -p /sys/fs/cgroup/gpuval-gate-host 2>/dev/null \
+    && echo $$ >/sys/fs/cgroup/gpuval-gate-host/cgroup.procs 2>/dev/null; then
+    cgroup_report "host steps and references run in"
+  else
+    echo "host steps and references stay where the script started (cgroup v2 root not writable)"
+  fi
+} >"$RAW/cgroups.txt" 2>&1
+cat "$RAW/cgroups.txt"
+
 # ---- machine, commit
 date -u +%Y-%m-%dT%H:%M:%SZ >"$RAW/started.txt"
 if [ -n "${GPUVAL_COMMIT:-}" ]; then
