@@ -29,7 +29,7 @@
 #   nccl          all-reduce, all-gather, reduce-scatter 1 MiB to 1 GiB (x4, so floors apply);
 #                 nccl-tests (NCCL_TESTS=dir of *_perf) as reference (2+ GPUs)
 #   training      the default shapes, 20 steps; PyTorch DDP (training_ref.py), same shapes (2+ GPUs)
-#   io            2 files x 1 GiB on a temp dir; fio (fio_ref.sh: the agent's block size, direct
+#   io            2 files x 2 GiB on a temp dir; fio (fio_ref.sh: the agent's block size, direct
 #                 I/O, one request in flight per job) on the same dir, else dd (io_ref.sh); after
 #                 an unmeasured 4 GiB write, the host agent, the reference and the pod-like agent
 #                 in turn, five rounds, the order turning each round (the summary takes each side's
@@ -357,14 +357,14 @@ chmod 1777 "$IO_DIR"
 # 1461, 1547, 1661 MB/s in that order), so a side that always went first always lost; and a
 # 2 GiB phase lasts about a second and a half, so with three rounds a side's best still moved
 # by 10 % between gates (0.87 to 1.19 of fio, 2026-11-28). The summary takes each side's best.
-io_args=(--checks io --io-dir "$IO_DIR" --io-file-size-mib 1024 --io-files 2 --io-concurrency 2)
+io_args=(--checks io --io-dir "$IO_DIR" --io-file-size-mib 2048 --io-files 2 --io-concurrency 2)
 io_host() { agent "agent-io$1" 90 "${io_args[@]}"; }
 io_pod() { pod_e2e "pod-agent-io$1" 90 pod-io.yaml passed --io-host-path "$IO_DIR"; }
 io_ref() {
   if [ -n "${FIO:-}" ] && [ -x "$FIO" ]; then
-    step "fio-io$1" 90 "$RAW/fio-io$1.json" bash bench/fio_ref.sh "$FIO" "$IO_DIR" 1024 2 2 8192
+    step "fio-io$1" 90 "$RAW/fio-io$1.json" bash bench/fio_ref.sh "$FIO" "$IO_DIR" 2048 2 2 8192
   else
-    step "dd-io$1" 90 "$RAW/dd-io$1.json" bash bench/io_ref.sh "$IO_DIR" 1024 2 2
+    step "dd-io$1" 90 "$RAW/dd-io$1.json" bash bench/io_ref.sh "$IO_DIR" 2048 2 2
   fi
 }
 step io-warmup 60 - bash -c 'dd if=/dev/zero of="$1/warmup" bs=8M count=512 oflag=direct conv=fsync \
