@@ -355,8 +355,9 @@ chmod 1777 "$IO_DIR"
 # fio-io-3; then -4 and -5 as rounds 1 and 2), after an unmeasured 4 GiB write: on this VM's
 # disk each writer ran faster than the one before it (the gate at f7f69c1: 1395, 1447, 1536,
 # 1461, 1547, 1661 MB/s in that order), so a side that always went first always lost; and a
-# 2 GiB phase lasts about a second and a half, so with three rounds a side's best still moved
-# by 10 % between gates (0.87 to 1.19 of fio, 2026-11-28). The summary takes each side's best.
+# 2 GiB phase lasts about a second, so a side's best still moved by 10 % between gates (0.87 to
+# 1.19 of fio, 2026-11-28; the shortfall moving between write and read, 2026-12-07): the files
+# are 2 GiB each since, a phase of about two seconds. The summary takes each side's best.
 io_args=(--checks io --io-dir "$IO_DIR" --io-file-size-mib 2048 --io-files 2 --io-concurrency 2)
 io_host() { agent "agent-io$1" 90 "${io_args[@]}"; }
 io_pod() { pod_e2e "pod-agent-io$1" 90 pod-io.yaml passed --io-host-path "$IO_DIR"; }
