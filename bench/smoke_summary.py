@@ -624,10 +624,14 @@ def not_passing(commit, mach, by_way, figures, planted, operator):
     return why
 
 
-def not_run(planted, operator):
-    """What was skipped on purpose (the operator flow's step), so not held against `pass`."""
+def not_run(planted, operator, run=None, gpus=None):
+    """What was skipped on purpose (the operator flow's step), so not held against `pass`, and
+    what the machine could not show (one GPU: a pod given some of the host's GPUs)."""
     out = [f"operator flow ({operator['name']}): skipped: {operator['skipped']}"] if "skipped" in operator else []
-    return out + [f"fault {f['name']}: skipped: {f['skipped']}" for f in planted if "skipped" in f]
+    out += [f"fault {f['name']}: skipped: {f['skipped']}" for f in planted if "skipped" in f]
+    if run is not None and run.pod_runtime and gpus == 1:
+        out.append("pod given some of the host's GPUs never touching the others: needs two GPUs or more")
+    return out
 
 
 def summarize(raw, commit=None):
@@ -662,7 +666,7 @@ def summarize(raw, commit=None):
         "steps": list(run.steps.values()),
         "pass": not why,
         "notPassing": why,
-        "notRun": not_run(planted, operator),
+        "notRun": not_run(planted, operator, run, mach["gpus"]),
     })
     return summary
 
