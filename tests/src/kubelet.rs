@@ -111,6 +111,8 @@ struct State {
     /// Node name → environment that overrides the pod's for agents on that node (a node's
     /// simulated hardware faults, say).
     node_env: HashMap<String, Vec<(String, String)>>,
+    /// Node name → the CDI devices of that node's share of the host's GPUs (containers only).
+    node_devices: HashMap<String, Vec<String>>,
 }
 
 struct Shared {
@@ -223,6 +225,15 @@ impl FakeKubelet {
         let env = st.node_env.entry(node.to_string()).or_default();
         env.retain(|(k, _)| k != key);
         env.push((key.to_string(), value.to_string()));
+    }
+
+    /// Gives containers on `node` the CDI devices `names` (`0`, `1`) only, where one host is
+    /// registered as several nodes: each pod sees its node's share of the GPUs, never another's.
+    pub fn set_node_devices(&self, node: &str, names: Vec<String>) {
+        self.shared
+            .state()
+            .node_devices
+            .insert(node.to_string(), names);
     }
 
     /// Names of the pods whose processes were started so far, in order.
@@ -894,14 +905,19 @@ fn container_command(
         .chain(container_env(pod, container))
         .chain(node_env)
         .collect();
-    let prepared = rt.prepare(
-        pod,
-        container,
-        &pod_dir.join("bundle"),
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let share = shared.state().node_devices.get(&node).cloned();
+    let inputs = crate::runc::Inputs {
         env,
-        &secrets,
+        secrets: &secrets,
         kubeconfig,
-    )?;
+        share: share.as_deref(),
+    };
+    let prepared = rt.prepare(pod, container, &pod_dir.join("bundle"), inputs)?;
     tracing::info!(pod = %name, devices = ?prepared.devices, bundle = %prepared.bundle.display(), "fake kubelet: runc container");
     Ok((rt.run_command(&prepared), prepared.id))
 }

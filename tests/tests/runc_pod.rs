@@ -121,11 +121,15 @@ fn gpu_e2e(dir: &Path, name: &str, runc: &Path, extra: &[&str]) -> (Option<i32>,
         .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
         .collect::<Vec<_>>()
         .join("\n");
-    (out.status.code(), format!("{summary}\nagent logs:\n{logs}"), report)
+    (
+        out.status.code(),
+        format!("{summary}\nagent logs:\n{logs}"),
+        report,
+    )
 }
 
 #[test]
-fn the_operator_s_agent_pod_runs_its_nccl_and_training_children_under_runc_and_a_kill_is_no_verdict() {
+fn the_agent_pod_runs_its_children_under_runc_and_a_kill_is_no_verdict() {
     let Some(runc) = runc_or_skip() else {
         return;
     };

@@ -525,6 +525,14 @@ async fn scenario(
     );
     for (i, share) in shares.iter().enumerate() {
         node_env(&kubelet, args, share, i as u32)?;
+        if args.runc.is_some() && args.split > 1 {
+            // Each node's container gets its share of the host's GPUs, as a device plugin
+            // allocates them: never another node's.
+            kubelet.set_node_devices(
+                &share.name,
+                share.gpus.iter().map(usize::to_string).collect(),
+            );
+        }
     }
     let names: Vec<String> = shares.iter().map(|s| s.name.clone()).collect();
     let _binder = if args.scheduler {

@@ -90,6 +90,26 @@ impl Spec {
     }
 }
 
+impl Spec {
+    /// The edits for a container given the devices named `names` (`0`, `1`: a node's share of
+    /// the host's GPUs), then the spec-wide edits; a name the spec lacks is an error.
+    pub fn edits_for_names(&self, names: &[String]) -> Result<(Vec<String>, Edits), String> {
+        let mut out = Edits::default();
+        let mut given = Vec::new();
+        for name in names {
+            let d = self
+                .devices
+                .iter()
+                .find(|d| &d.name == name)
+                .ok_or_else(|| format!("the CDI spec ({}) has no device {name}", self.kind))?;
+            given.push(format!("{}={}", self.kind, d.name));
+            out.extend(&d.container_edits);
+        }
+        out.extend(&self.container_edits);
+        Ok((given, out))
+    }
+}
+
 impl Edits {
     fn extend(&mut self, other: &Edits) {
         self.env.extend(other.env.iter().cloned());
@@ -138,6 +158,24 @@ mod tests {
             "GPU 1's node is not given"
         );
         assert_eq!(edits.mounts.len(), 1);
+    }
+
+    #[test]
+    fn a_node_s_share_is_its_named_devices_only() {
+        let (names, edits) = spec().edits_for_names(&["1".into()]).expect("edits");
+        assert_eq!(names, ["nvidia.com/gpu=1"]);
+        assert_eq!(edits.device_nodes[0].path, Path::new("/dev/nvidia1"));
+        assert!(
+            !edits
+                .device_nodes
+                .iter()
+                .any(|d| d.path == Path::new("/dev/nvidia0")),
+            "GPU 0 is another node's"
+        );
+        let e = spec()
+            .edits_for_names(&["7".into()])
+            .expect_err("no device 7");
+        assert!(e.contains("no device 7"), "{e}");
     }
 
     #[test]

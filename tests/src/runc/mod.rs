@@ -43,6 +43,20 @@ pub struct Runtime {
     pub cdi: cdi::Spec,
 }
 
+/// What the kubelet resolved for one container before it is made.
+#[derive(Debug, Clone)]
+pub struct Inputs<'a> {
+    /// The container's resolved environment (the node's additions last).
+    pub env: Vec<(String, String)>,
+    /// The host directories holding each Secret volume's files, by volume.
+    pub secrets: &'a HashMap<String, PathBuf>,
+    /// The kubeconfig the agent gets (mounted at [`KUBECONFIG_IN_CONTAINER`]).
+    pub kubeconfig: &'a Path,
+    /// The CDI devices of the pod's node where the host is split into several nodes (None:
+    /// the first devices, as many as the pod asks for).
+    pub share: Option<&'a [String]>,
+}
+
 /// What [`Runtime::prepare`] made for one container.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -54,17 +68,20 @@ pub struct Prepared {
 
 impl Runtime {
     /// Writes the bundle of `container` of `pod` under `dir`: its emptyDir directories and
-    /// `config.json`. `env` is the container's resolved environment (the node's additions
-    /// last); `secrets` the host directories holding each Secret volume's files, by volume.
+    /// `config.json`, from what the kubelet resolved for it ([`Inputs`]).
     pub fn prepare(
         &self,
         pod: &Pod,
         container: &Container,
         dir: &Path,
-        env: Vec<(String, String)>,
-        secrets: &HashMap<String, PathBuf>,
-        kubeconfig: &Path,
+        inputs: Inputs<'_>,
     ) -> Result<Prepared, String> {
+        let Inputs {
+            env,
+            secrets,
+            kubeconfig,
+            share,
+        } = inputs;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let id = format!(
             "{}-{}",
@@ -80,7 +97,10 @@ impl Runtime {
                 read_only: true,
             },
         });
-        let (devices, edits) = self.cdi.edits_for(gpus_asked(container))?;
+        let (devices, edits) = match share {
+            Some(names) => self.cdi.edits_for_names(names)?,
+            None => self.cdi.edits_for(gpus_asked(container))?,
+        };
         mounts.extend(edits.mounts.iter().map(|m| Mount {
             destination: m.container_path.display().to_string(),
             source: Source::Bind {

@@ -1,7 +1,7 @@
 //! The bundle of the operator's own agent pod: what the container would get under runc.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use gpuval_crds::GpuValidation;
 use gpuval_operator::config::OperatorConfig;
@@ -65,9 +65,12 @@ fn config(gv: &GpuValidation, gpus: i32) -> (Value, tempfile::TempDir, Prepared)
             &pod,
             &container,
             dir.path(),
-            crate::kubelet::container_env(&pod, &container),
-            &HashMap::new(),
-            &PathBuf::from("/etc/kubeconfig"),
+            Inputs {
+                env: crate::kubelet::container_env(&pod, &container),
+                secrets: &HashMap::new(),
+                kubeconfig: Path::new("/etc/kubeconfig"),
+                share: None,
+            },
         )
         .expect("a bundle");
     let text = std::fs::read_to_string(dir.path().join("config.json")).expect("config.json");
@@ -163,4 +166,40 @@ fn a_validation_that_runs_nccl_gets_its_memory_backed_dev_shm_instead() {
         shm[0]
     );
     assert_eq!(prepared.devices, ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]);
+}
+
+#[test]
+fn a_node_s_container_gets_its_share_of_the_host_s_gpus_only() {
+    let pod =
+        gpuval_operator::pod::agent_pod(&validation(false), "gpu-a", 1, &OperatorConfig::default());
+    let container = pod.spec.as_ref().expect("spec").containers[0].clone();
+    let dir = tempfile::tempdir().expect("tmp");
+    let share = ["1".to_string()];
+    let prepared = runtime()
+        .prepare(
+            &pod,
+            &container,
+            dir.path(),
+            Inputs {
+                env: Vec::new(),
+                secrets: &HashMap::new(),
+                kubeconfig: Path::new("/etc/kubeconfig"),
+                share: Some(&share),
+            },
+        )
+        .expect("a bundle");
+    assert_eq!(prepared.devices, ["nvidia.com/gpu=1"]);
+    let text = std::fs::read_to_string(dir.path().join("config.json")).expect("config.json");
+    let c: Value = serde_json::from_str(&text).expect("JSON");
+    let devices: Vec<&str> = c["linux"]["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .filter_map(|d| d["path"].as_str())
+        .collect();
+    assert_eq!(
+        devices,
+        ["/dev/nvidia1", "/dev/nvidiactl"],
+        "never GPU 0's node"
+    );
 }
