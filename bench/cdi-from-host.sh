@@ -38,16 +38,20 @@ devices = []
 for line in open(gpus_csv):
     index, bus = [x.strip() for x in line.split(",")]
     bus = bus.lower()
-    info = None
+    info, proc_dir = None, None
     for cand in (bus[4:], bus):
         p = f"/proc/driver/nvidia/gpus/{cand}/information"
         if os.path.exists(p):
-            info = open(p).read()
+            info, proc_dir = open(p).read(), os.path.dirname(p)
     minor = index
     for l in (info or "").splitlines():
         if l.startswith("Device Minor"):
             minor = l.split()[-1]
-    devices.append({"name": index, "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{minor}"}]}})
+    device = {"name": index, "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{minor}"}]}}
+    if proc_dir:
+        # A container not given this GPU sees its driver folder masked.
+        device["annotations"] = {"gpuval.io/driver-proc": proc_dir}
+    devices.append(device)
 nodes = [p for p in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] if os.path.exists(p)]
 nodes += sorted(p for p in glob.glob("/dev/nvidia-caps/*") if not os.path.isdir(p))
 libdir = os.path.dirname(libcuda)

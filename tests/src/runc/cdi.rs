@@ -25,9 +25,16 @@ pub struct Spec {
 #[serde(rename_all = "camelCase")]
 pub struct Device {
     pub name: String,
+    /// `gpuval.io/driver-proc`: the GPU's folder under `/proc/driver/nvidia/gpus`, which a
+    /// container not given this GPU sees masked (as the NVIDIA container runtime masks it).
+    #[serde(default)]
+    pub annotations: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub container_edits: Edits,
 }
+
+/// The annotation naming a GPU's driver folder under `/proc`.
+pub const DRIVER_PROC: &str = "gpuval.io/driver-proc";
 
 /// What a device adds to a container.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -107,6 +114,18 @@ impl Spec {
         }
         out.extend(&self.container_edits);
         Ok((given, out))
+    }
+}
+
+impl Spec {
+    /// The driver folders of the devices not in `given` (`nvidia.com/gpu=0` names): a
+    /// container masks them.
+    pub fn others_driver_proc(&self, given: &[String]) -> Vec<String> {
+        self.devices
+            .iter()
+            .filter(|d| !given.contains(&format!("{}={}", self.kind, d.name)))
+            .filter_map(|d| d.annotations.get(DRIVER_PROC).cloned())
+            .collect()
     }
 }
 

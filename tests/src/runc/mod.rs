@@ -119,6 +119,7 @@ impl Runtime {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
         }));
         env.push(("KUBECONFIG".into(), KUBECONFIG_IN_CONTAINER.into()));
+        let masked = self.cdi.others_driver_proc(&devices);
         let bundle = Bundle {
             pod,
             container,
@@ -126,6 +127,7 @@ impl Runtime {
             env,
             mounts,
             devices: nodes,
+            masked,
             cgroups_path: format!("/gpuval-gate/{id}"),
         };
         let text = serde_json::to_string_pretty(&bundle.config())

@@ -56,6 +56,8 @@ pub struct Bundle<'a> {
     pub env: Vec<(String, String)>,
     pub mounts: Vec<Mount>,
     pub devices: Vec<DeviceNode>,
+    /// Paths masked besides the runtime's own (other GPUs' driver folders).
+    pub masked: Vec<String>,
     pub cgroups_path: String,
 }
 
@@ -208,14 +210,28 @@ impl Bundle<'_> {
                        "fileMode": 0o666, "uid": 0, "gid": 0})
             })
             .collect();
+        let mut masked: Vec<String> = [
+            "/proc/acpi",
+            "/proc/asound",
+            "/proc/kcore",
+            "/proc/keys",
+            "/proc/latency_stats",
+            "/proc/timer_list",
+            "/proc/timer_stats",
+            "/proc/sched_debug",
+            "/proc/scsi",
+            "/sys/firmware",
+        ]
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+        masked.extend(self.masked.iter().cloned());
         json!({
             "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "cgroup"}],
             "cgroupsPath": self.cgroups_path,
             "resources": {"devices": allow},
             "devices": devices,
-            "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
-                            "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
-                            "/proc/sched_debug", "/proc/scsi", "/sys/firmware"],
+            "maskedPaths": masked,
             "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
         })
     }

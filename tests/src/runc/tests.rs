@@ -31,7 +31,8 @@ fn runtime() -> Runtime {
         "kind": "nvidia.com/gpu",
         "devices": [
             {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0", "hostPath": "/dev/null"}]}},
-            {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1", "hostPath": "/dev/zero"}]}}
+            {"name": "1", "annotations": {"gpuval.io/driver-proc": "/proc/driver/nvidia/gpus/0000:1b:00.0"},
+             "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1", "hostPath": "/dev/zero"}]}}
         ],
         "containerEdits": {
             "deviceNodes": [{"path": "/dev/nvidiactl", "hostPath": "/dev/full"}],
