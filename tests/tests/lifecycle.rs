@@ -617,7 +617,7 @@ async fn a_configuration_error_never_taints_labels_or_fails_a_node() {
     e.kubelet
         .set_node_env("gpu-b", "GPUVAL_SIMULATE", &format!("{SIM},fail=memory@3"));
     // The installation names an io host path (so the operator's preflight lets the run start),
-    // but on these nodes the directory is missing: the agents' io check reports IoError, a
+    // but on these nodes the directory is missing: the agents' io check reports IoDirUnusable, a
     // configuration code, on every node.
     for node in ["gpu-a", "gpu-b"] {
         e.kubelet
@@ -643,7 +643,7 @@ async fn a_configuration_error_never_taints_labels_or_fails_a_node() {
             .cloned()
             .expect("a node line")
     };
-    assert_eq!(line("gpu-a").codes.as_deref(), Some("IoError"));
+    assert_eq!(line("gpu-a").codes.as_deref(), Some("IoDirUnusable"));
     assert!(
         line("gpu-b")
             .codes
