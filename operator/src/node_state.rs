@@ -61,7 +61,7 @@ pub struct ResultMeta {
     /// Its verdict label (an unknown spelling reads as Error).
     pub verdict: Verdict,
     pub summary: String,
-    /// When its report was stored (else when it was created).
+    /// When the operator checked its report (else when it was created).
     pub created: Timestamp,
     /// Its `gpuval.io/action` label (None when absent or unknown).
     pub action: Remedy,
@@ -69,8 +69,7 @@ pub struct ResultMeta {
     pub codes: String,
     /// It carries `gpuval.io/simulated=true`: written by the simulated backend.
     pub simulated: bool,
-    /// It carries a report (a writer stored its status; see
-    /// [`crate::observe::has_report`]).
+    /// It carries a report the operator checked ([`crate::observe::reported_at`]).
     pub reported: bool,
     /// The UID of the Node its agent ran on (`gpuval.io/node-uid`), when the result says.
     pub node_uid: Option<String>,
@@ -172,13 +171,14 @@ pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
         generation: l.get(labels::GENERATION)?.parse().ok()?,
         verdict,
         summary,
-        // When its report was stored: the operator creates a result with the agent pod.
+        // When its report was checked: the operator creates a result with the agent pod, and
+        // nothing its writer sets about itself dates it.
         created: crate::observe::reported_at(&r.metadata)
             .or_else(|| r.metadata.creation_timestamp.as_ref().map(|t| t.0))?,
         action,
         codes,
         simulated,
-        reported: crate::observe::has_report(&r.metadata),
+        reported: crate::observe::reported_at(&r.metadata).is_some(),
         node_uid: ann.and_then(|a| a.get(labels::NODE_UID)).cloned(),
     })
 }
