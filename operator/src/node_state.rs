@@ -625,8 +625,16 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
             .as_ref()
             .and_then(|o| desired(Some(o), condition_of(&node))),
     };
+    // No news: a node with a condition keeps what it carries; one without any carries no
+    // verdict, and labels of ours there are strays (a node created again under its name).
     let want = want
-        .or_else(|| condition_of(&node).is_some().then(|| current(&node)))
+        .or_else(|| match condition_of(&node) {
+            Some(_) => Some(current(&node)),
+            None => Some(Mark {
+                labels: BTreeMap::new(),
+                condition: None,
+            }),
+        })
         .map(|m| with_offences(m, offences.as_ref()))
         .map(|m| with_runs_under_way(m, &runs_under_way(&runs, &name)));
     if let Some(want) = want.filter(|w| *w != current(&node)) {
@@ -1399,6 +1407,37 @@ mod tests {
             None,
             "no verdict: the node keeps what it carries"
         );
+    }
+
+    #[test]
+    fn a_run_under_way_is_told_in_the_message_and_changes_nothing_else() {
+        let mark = Mark {
+            labels: BTreeMap::new(),
+            condition: Some(NodeCondition {
+                message: Some("passed GpuValidation keep".into()),
+                ..c_at("True", "2026-11-23T00:30:00Z")
+            }),
+        };
+        let before = mark.condition.clone().expect("condition");
+        let told = with_runs_under_way(mark, &["nightly".to_string()]);
+        let c = told.condition.clone().expect("condition");
+        assert_eq!(
+            (&c.status, &c.last_transition_time, &c.last_heartbeat_time),
+            (
+                &before.status,
+                &before.last_transition_time,
+                &before.last_heartbeat_time
+            )
+        );
+        let message = c.message.clone().unwrap_or_default();
+        assert!(
+            message.contains("a run is under way: GpuValidation nightly"),
+            "{message}"
+        );
+        let again = with_runs_under_way(told.clone(), &["nightly".to_string()]);
+        assert_eq!(again, told, "told once");
+        let over = with_runs_under_way(told, &[]);
+        assert_eq!(over.condition.and_then(|c| c.message), before.message);
     }
 
     fn c_at(status: &str, at: &str) -> NodeCondition {
