@@ -9,7 +9,9 @@
 //! input every consumer reads); [`desired`] turns it into labels and the condition. Shell: a
 //! controller over Nodes, woken by results and validations, writes both with server-side
 //! apply under the operator's field manager (the condition through the status subresource).
-//! When no validation speaks of a node any more, the labels and the condition are removed.
+//! A node's state is a record ([`crate::failure_record`]): it changes only on news, a hardware
+//! verdict newer than the one the record was judged on, so the labels and the condition stay
+//! through a run's deletion, pruning or re-run, and a failure stands until a pass covers it.
 //!
 //! Only hardware evidence changes a node ([`gpuval_crds::Evidence`]): a pass labels it Pass
 //! and sets `GpuValidated=True`, a failure on hardware evidence labels it Fail and sets
@@ -553,7 +555,7 @@ pub struct NodeStateCtx {
     records: Written,
 }
 
-/// The verdict record this operator last wrote on each node: a reconcile that reads the node
+/// The verdict record this operator last wrote on each node (by its UID): a reconcile that reads the node
 /// from a cache that does not show it yet judges on the newer of the two, so that no verdict
 /// is judged twice against a record that missed it.
 #[derive(Debug, Default)]
@@ -561,7 +563,7 @@ pub struct Written(std::sync::Mutex<HashMap<String, Record>>);
 
 impl Written {
     /// The newer of `cached` (the node's annotation as the cache shows it) and the record last
-    /// written on node `name`.
+    /// written on the node known as `name` (its UID).
     fn newest(&self, name: &str, cached: Record) -> Record {
         let map = self
             .0
@@ -573,7 +575,7 @@ impl Written {
         }
     }
 
-    /// Notes that `record` was written on node `name`.
+    /// Notes that `record` was written on the node known as `name` (its UID).
     fn wrote(&self, name: &str, record: Record) {
         let mut map = self
             .0
@@ -603,7 +605,9 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
     let offences = offences_of(ctx, &name, &lines, now).await?;
     // The node changes only on news: a hardware verdict newer than the one its record was
     // judged on. A run deleted, pruned, edited or running again is none.
-    let mut record = nc.records.newest(&name, record_of(&node));
+    // Known by the Node object: a node created again under its name starts with no record.
+    let incarnation = node.metadata.uid.clone().unwrap_or_else(|| name.clone());
+    let mut record = nc.records.newest(&incarnation, record_of(&node));
     let judged_before = record.clone();
     let news = newest(&lines)
         .filter(Evidence::is_hardware)
@@ -665,7 +669,7 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
     follow_marks(&nc, &node, shown.as_ref()).await?;
     if record != judged_before {
         write_record(ctx, &node, &record).await?;
-        nc.records.wrote(&name, record);
+        nc.records.wrote(&incarnation, record);
     }
     nc.retries.succeeded(&name);
     Ok(match offences.and_then(|o| o.expires_in(now)) {
