@@ -623,7 +623,10 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
             .cloned()
             .collect::<Vec<_>>(),
     );
-    let want = match &shown {
+    // Without news the node shows what its record stands on, while that line is still there
+    // (a label someone changed is put back); else it keeps what it carries.
+    let shown_or_basis = shown.clone().or_else(|| basis(&record, &lines));
+    let want = match &shown_or_basis {
         Some(e) => desired(Some(e), condition_of(&node)),
         None => other
             .as_ref()
@@ -711,6 +714,25 @@ async fn follow_marks(
         }
     }
     Ok(())
+}
+
+/// The line of `lines` that `record` stands on: its newest standing failure, else the verdict
+/// it was judged on; None when that line is gone (its run deleted or pruned, or running again).
+pub fn basis(record: &Record, lines: &[Evidence]) -> Option<Evidence> {
+    let find = |run: &str, at: &str, passed: bool| {
+        lines
+            .iter()
+            .filter(|e| e.is_hardware() && e.passed == passed)
+            .find(|e| e.validation == run && e.at.to_string() == at)
+            .cloned()
+    };
+    match record.failures.last() {
+        Some(f) => find(&f.run, &f.at, false),
+        None => record
+            .judged
+            .as_ref()
+            .and_then(|j| find(&j.run, &j.at, j.passed)),
+    }
 }
 
 /// The verdict record node `node` carries (an unreadable one counts as empty, logged).
