@@ -1589,6 +1589,49 @@ mod tests {
     }
 
     #[test]
+    fn without_news_the_node_shows_the_line_its_record_stands_on_while_it_is_there() {
+        let line = |run: &str, at: &str, passed: bool| Evidence {
+            validation: run.into(),
+            at: ts(at),
+            passed,
+            category: Category::Hardware,
+            reason: if passed { "Passed" } else { "Failed" }.into(),
+            message: String::new(),
+            action: Remedy::None,
+            codes: String::new(),
+            on_failure: gpuval_crds::NodeAction::None,
+            run_created: None,
+        };
+        let failed = line("deep", "2026-11-23T01:00:00Z", false);
+        let shallow = line("nightly", "2026-11-23T02:00:00Z", true);
+        let mut record = Record::default();
+        record.judge(&shallow);
+        record.failures.push(crate::failure_record::Failure {
+            run: "deep".into(),
+            validation_uid: "u".into(),
+            schedule: None,
+            depth: Default::default(),
+            gpus: Vec::new(),
+            codes: String::new(),
+            at: failed.at.to_string(),
+            on_failure: gpuval_crds::NodeAction::None,
+        });
+        let lines = vec![failed.clone(), shallow.clone()];
+        assert_eq!(basis(&record, &lines), Some(failed), "the standing failure");
+        assert_eq!(
+            basis(&record, std::slice::from_ref(&shallow)),
+            None,
+            "its run is gone"
+        );
+        record.failures.clear();
+        assert_eq!(
+            basis(&record, &lines),
+            Some(shallow),
+            "the verdict judged on"
+        );
+    }
+
+    #[test]
     fn a_node_whose_writes_fail_tries_again_later_each_time_up_to_five_minutes() {
         let retries = Retries::default();
         let waits: Vec<Duration> = (0..14).map(|_| retries.failed("gpu-1")).collect();
