@@ -147,6 +147,105 @@ pub fn counts_for(meta: &ObjectMeta, uid: &str) -> bool {
     owned && bound && closed(meta).is_none()
 }
 
+/// Why a result's stored report does not count ([`check_report`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unchecked {
+    /// Its status is empty: whatever its labels or `managedFields` say, no report is stored.
+    #[error("no report is stored (the status is empty)")]
+    NoReport,
+    /// The operator did not bind it to a run and a pod.
+    #[error("it is not bound to a run and an agent pod")]
+    Unbound,
+    /// The report, or the result's spec, is about another node than its binding.
+    #[error("its report is about node {reported}, its binding names node {bound}")]
+    OtherNode { reported: String, bound: String },
+    /// A label or annotation beside the report says something else than the report.
+    #[error("its {what} says {beside:?}, its report {report:?}")]
+    Differs {
+        what: &'static str,
+        beside: String,
+        report: String,
+    },
+}
+
+/// Checks the report stored in `result` (read whole, status included): there is one, the
+/// result is bound ([`Binding::of`]) to the node the report and the spec name, and the verdict,
+/// action, simulated flag and codes its agent put beside it (what the operator's caches read)
+/// are the report's own. The admission policy keeps a stored report and those labels from
+/// changing, so a result that passes this once counts as it is.
+pub fn check_report(result: &GpuNodeResult) -> Result<(), Unchecked> {
+    let report = result.status.as_ref().ok_or(Unchecked::NoReport)?;
+    let bound = Binding::of(&result.metadata).ok_or(Unchecked::Unbound)?;
+    let reported = report.node.as_deref().unwrap_or(&bound.node);
+    for about in [reported, result.spec.node_name.as_str()] {
+        if about != bound.node {
+            return Err(Unchecked::OtherNode {
+                reported: about.to_string(),
+                bound: bound.node.clone(),
+            });
+        }
+    }
+    let label = |k: &str| {
+        result
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(k))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let annotation = |k: &str| {
+        result
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let simulated = if report.simulated { "true" } else { "" };
+    let beside = [
+        (
+            "verdict label",
+            label(labels::VERDICT),
+            report.verdict.as_str().to_string(),
+        ),
+        (
+            "action label",
+            label(labels::ACTION),
+            report.action.as_str().to_string(),
+        ),
+        (
+            "simulated label",
+            label(labels::SIMULATED).replace("false", ""),
+            simulated.to_string(),
+        ),
+        (
+            "codes annotation",
+            annotation(labels::CODES),
+            report.codes(),
+        ),
+    ];
+    match beside.into_iter().find(|(_, b, r)| b != r) {
+        Some((what, beside, report)) => Err(Unchecked::Differs {
+            what,
+            beside,
+            report,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// When the operator checked the report of a result with metadata `meta`
+/// ([`labels::REPORT_CHECKED`]); None when it has not (or the time does not parse).
+pub fn report_checked(meta: &ObjectMeta) -> Option<k8s_openapi::jiff::Timestamp> {
+    meta.annotations
+        .as_ref()?
+        .get(labels::REPORT_CHECKED)?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,5 +353,59 @@ mod tests {
             assert!(!writable.contains(&key.as_str()), "{key} is a binding key");
         }
         assert!(!writable.contains(&labels::CLOSED));
+    }
+    fn reported(verdict: crate::Verdict) -> GpuNodeResult {
+        let mut r = binding().result("quick", "ns");
+        let report = crate::NodeReport {
+            node: Some("gpu-0".into()),
+            verdict,
+            ..Default::default()
+        };
+        let labels = r.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.insert(labels::VERDICT.into(), verdict.as_str().into());
+        labels.insert(labels::ACTION.into(), report.action.as_str().into());
+        r.status = Some(report);
+        r
+    }
+
+    #[test]
+    fn only_a_stored_report_that_agrees_with_its_labels_and_binding_checks() {
+        let ok = reported(crate::Verdict::Pass);
+        assert_eq!(check_report(&ok), Ok(()));
+        let mut bare = ok.clone();
+        bare.status = None;
+        assert_eq!(check_report(&bare), Err(Unchecked::NoReport));
+        let mut elsewhere = ok.clone();
+        if let Some(r) = elsewhere.status.as_mut() {
+            r.node = Some("gpu-9".into());
+        }
+        assert!(matches!(
+            check_report(&elsewhere),
+            Err(Unchecked::OtherNode { .. })
+        ));
+        let mut relabelled = reported(crate::Verdict::Fail);
+        relabelled
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(labels::VERDICT.into(), "Pass".into());
+        let refused = check_report(&relabelled);
+        assert!(
+            matches!(&refused, Err(Unchecked::Differs { what, .. }) if what.contains("verdict")),
+            "{refused:?}"
+        );
+        let mut unbound = ok;
+        unbound.metadata.annotations = None;
+        assert_eq!(check_report(&unbound), Err(Unchecked::Unbound));
+    }
+
+    #[test]
+    fn a_check_time_is_read_from_the_operators_annotation_only() {
+        let mut meta = binding().result("quick", "ns").metadata;
+        assert_eq!(report_checked(&meta), None);
+        meta.annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(labels::REPORT_CHECKED.into(), "2026-12-07T05:00:00Z".into());
+        assert!(report_checked(&meta).is_some());
     }
 }

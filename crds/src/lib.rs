@@ -97,6 +97,12 @@ pub mod labels {
     /// node's verdict, e.g. `DeadlineExceeded`). A closed result is kept for the record; no
     /// agent may write it any more and no reader counts it ([`crate::binding::closed`]).
     pub const CLOSED: &str = "gpuval.io/closed";
+    /// Annotation on a node result, written by the operator alone (no agent may set it, see
+    /// [`crate::binding`]): when the operator read the stored report (the status) and found it
+    /// bound to the result and agreeing with its labels ([`crate::binding::check_report`]), in
+    /// RFC 3339. Only a result so checked counts, and its line is dated by this time, never by
+    /// anything a writer sets about itself (`managedFields`, labels).
+    pub const REPORT_CHECKED: &str = "gpuval.io/report-checked";
     /// Label on a fabric round: its round number.
     pub const ROUND: &str = "gpuval.io/round";
     /// The standard `app.kubernetes.io/managed-by` label key (its value is [`MANAGED_BY`]).

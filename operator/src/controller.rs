@@ -88,6 +88,10 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
         for (node, pod) in crate::result_binding::unbound(&gv, &ctx, to_bind.as_ref()) {
             crate::result_binding::bind(&gv, &ctx, &node, &pod).await?;
         }
+        // A result counts only once the operator has read its stored report and found it whole.
+        for name in crate::result_binding::unchecked(&gv, &ctx, to_bind.as_ref()) {
+            crate::result_binding::check(&gv, &ctx, &name).await?;
+        }
     }
     // Only now is the status stored: a run's certificates follow its terminal status.
     let certificates_due = crate::certificate_store::after_terminal(&gv, &ctx, &step.status).await;

@@ -3,11 +3,12 @@
 //! `spec.onFailure` asks a validation to label (`gpuval.io/failed=<validation>`) or taint
 //! (`gpuval.io/failed=<validation>:NoSchedule`) the nodes that fail it on hardware evidence;
 //! admission runs add the same taint to nodes that do not pass. The node-state controller
-//! derives these marks from the node's latest verdict on every reconcile ([`wanted`]), so a
-//! write that meets a conflict or an unavailable API server is tried again with backoff until
-//! it holds, and a later pass on hardware evidence removes every one of them: the node returns
-//! to service, and its `GpuValidated` message and `gpuval.io/verdict-run` label name the run
-//! that proved it.
+//! derives these marks from the hardware news its record shows on every reconcile ([`wanted`];
+//! [`crate::failure_record`]), so a write that meets a conflict or an unavailable API server is
+//! tried again with backoff until it holds, and a later pass on hardware evidence that covers
+//! every standing failure (same checks, no less depth, same GPUs, from the same validation or a
+//! schedule's run) removes every one of them: the node returns to service, and its
+//! `GpuValidated` message and `gpuval.io/verdict-run` label name the run that proved it.
 //!
 //! A repeat offender is a node, or a GPU of it, that failed on hardware evidence in two runs or
 //! more within the administrator's window ([`repeat_offences`]).
@@ -37,7 +38,7 @@ pub enum Wanted {
     ClearLabels,
 }
 
-/// The failure marks the node's latest verdict `latest` asks for.
+/// The failure marks the hardware news the node's state shows (`latest`; None: none) asks for.
 pub fn wanted(latest: Option<&Evidence>) -> Wanted {
     match latest {
         Some(e) if e.is_hardware() && e.passed => Wanted::Clear,

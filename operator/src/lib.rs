@@ -24,6 +24,7 @@ pub mod dra_claim;
 pub mod expected;
 pub mod fabric_key;
 pub mod failure_marks;
+pub mod failure_record;
 pub mod heap;
 pub mod leader;
 pub mod metrics;

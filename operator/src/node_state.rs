@@ -9,7 +9,9 @@
 //! input every consumer reads); [`desired`] turns it into labels and the condition. Shell: a
 //! controller over Nodes, woken by results and validations, writes both with server-side
 //! apply under the operator's field manager (the condition through the status subresource).
-//! When no validation speaks of a node any more, the labels and the condition are removed.
+//! A node's state is a record ([`crate::failure_record`]): it changes only on news, a hardware
+//! verdict newer than the one the record was judged on, so the labels and the condition stay
+//! through a run's deletion, pruning or re-run, and a failure stands until a pass covers it.
 //!
 //! Only hardware evidence changes a node ([`gpuval_crds::Evidence`]): a pass labels it Pass
 //! and sets `GpuValidated=True`, a failure on hardware evidence labels it Fail and sets
@@ -19,7 +21,7 @@
 //! keeps what it had, and a node with no `GpuValidated` condition gets `Unknown` with the
 //! reason and what to fix.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +41,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::context::{Ctx, Error, FIELD_MANAGER};
 use crate::failure_marks::Offences;
+use crate::failure_record::{Depth, Failure, Pass, Record};
 use crate::wakes::NodeWake;
 use tokio::sync::mpsc;
 
@@ -61,7 +64,7 @@ pub struct ResultMeta {
     /// Its verdict label (an unknown spelling reads as Error).
     pub verdict: Verdict,
     pub summary: String,
-    /// When its report was stored (else when it was created).
+    /// When the operator checked its report (else when it was created).
     pub created: Timestamp,
     /// Its `gpuval.io/action` label (None when absent or unknown).
     pub action: Remedy,
@@ -69,8 +72,7 @@ pub struct ResultMeta {
     pub codes: String,
     /// It carries `gpuval.io/simulated=true`: written by the simulated backend.
     pub simulated: bool,
-    /// It carries a report (a writer stored its status; see
-    /// [`crate::observe::has_report`]).
+    /// It carries a report the operator checked ([`crate::observe::reported_at`]).
     pub reported: bool,
     /// The UID of the Node its agent ran on (`gpuval.io/node-uid`), when the result says.
     pub node_uid: Option<String>,
@@ -172,13 +174,14 @@ pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
         generation: l.get(labels::GENERATION)?.parse().ok()?,
         verdict,
         summary,
-        // When its report was stored: the operator creates a result with the agent pod.
+        // When its report was checked: the operator creates a result with the agent pod, and
+        // nothing its writer sets about itself dates it.
         created: crate::observe::reported_at(&r.metadata)
             .or_else(|| r.metadata.creation_timestamp.as_ref().map(|t| t.0))?,
         action,
         codes,
         simulated,
-        reported: crate::observe::has_report(&r.metadata),
+        reported: crate::observe::reported_at(&r.metadata).is_some(),
         node_uid: ann.and_then(|a| a.get(labels::NODE_UID)).cloned(),
     })
 }
@@ -334,18 +337,14 @@ pub struct Mark {
     pub condition: Option<NodeCondition>,
 }
 
-/// The [`Mark`] for `evidence` (empty: none), keeping the current condition's transition time
-/// while its status does not change; None where the node is to be left as it is. Only
+/// The [`Mark`] for `evidence`, keeping the current condition's transition time while its
+/// status does not change; None where the node is to be left as it is (no evidence: a node
+/// keeps what it carries between runs, through a run's deletion, pruning or re-run). Only
 /// hardware evidence sets labels and `GpuValidated` True or False; any other kind leaves a
 /// node that has a `GpuValidated` condition as it is, and gives one that has none
 /// `GpuValidated=Unknown` with the reason and what to fix (no labels).
 pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> Option<Mark> {
-    let Some(e) = evidence else {
-        return Some(Mark {
-            labels: BTreeMap::new(),
-            condition: None,
-        });
-    };
+    let e = evidence?;
     if !e.is_hardware() {
         return current.is_none().then(|| unknown(e));
     }
@@ -552,6 +551,38 @@ pub struct NodeStateCtx {
     device_taints: Option<kube::discovery::ApiResource>,
     /// Each node's failed reconciles in a row (the backoff of its writes).
     retries: Retries,
+    /// The verdict record last written on each node (the Node cache may not show it yet).
+    records: Written,
+}
+
+/// The verdict record this operator last wrote on each node (by its UID): a reconcile that reads the node
+/// from a cache that does not show it yet judges on the newer of the two, so that no verdict
+/// is judged twice against a record that missed it.
+#[derive(Debug, Default)]
+pub struct Written(std::sync::Mutex<HashMap<String, Record>>);
+
+impl Written {
+    /// The newer of `cached` (the node's annotation as the cache shows it) and the record last
+    /// written on the node known as `name` (its UID).
+    fn newest(&self, name: &str, cached: Record) -> Record {
+        let map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match map.get(name) {
+            Some(written) => cached.newer(written.clone()),
+            None => cached,
+        }
+    }
+
+    /// Notes that `record` was written on the node known as `name` (its UID).
+    fn wrote(&self, name: &str, record: Record) {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.insert(name.to_string(), record);
+    }
 }
 
 async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Error> {
@@ -570,16 +601,54 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         .zip(results.iter().map(Option::as_ref))
         .collect();
     let lines = lines_of(&name, &runs, Policy::of(&ctx.cfg), &Incarnation::of(&node));
-    let evidence = newest(&lines);
     let now = ctx.cfg.clock.now();
     let offences = offences_of(ctx, &name, &lines, now).await?;
-    let want = desired(evidence.as_ref(), condition_of(&node))
-        .map(|m| with_offences(m, offences.as_ref()));
+    // The node changes only on news: a hardware verdict newer than the one its record was
+    // judged on. A run deleted, pruned, edited or running again is none.
+    // Known by the Node object: a node created again under its name starts with no record.
+    let incarnation = node.metadata.uid.clone().unwrap_or_else(|| name.clone());
+    let mut record = nc.records.newest(&incarnation, record_of(&node));
+    let judged_before = record.clone();
+    let news = newest(&lines)
+        .filter(Evidence::is_hardware)
+        .filter(|e| record.is_news(e, carried(condition_of(&node))));
+    let shown = match &news {
+        Some(e) => judge(ctx, &runs, &name, e, &mut record).await?,
+        None => None,
+    };
+    let other = newest(
+        &lines
+            .iter()
+            .filter(|e| !e.is_hardware())
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    // Without news the node shows what its record stands on, while that line is still there
+    // (a label someone changed is put back); else it keeps what it carries.
+    let shown_or_basis = shown.clone().or_else(|| basis(&record, &lines));
+    let want = match &shown_or_basis {
+        Some(e) => desired(Some(e), condition_of(&node)),
+        None => other
+            .as_ref()
+            .and_then(|o| desired(Some(o), condition_of(&node))),
+    };
+    // No news: a node with a condition keeps what it carries; one without any carries no
+    // verdict, and labels of ours there are strays (a node created again under its name).
+    let want = want
+        .or_else(|| match condition_of(&node) {
+            Some(_) => Some(current(&node)),
+            None => Some(Mark {
+                labels: BTreeMap::new(),
+                condition: None,
+            }),
+        })
+        .map(|m| with_offences(m, offences.as_ref()))
+        .map(|m| with_runs_under_way(m, &runs_under_way(&runs, &name)));
     if let Some(want) = want.filter(|w| *w != current(&node)) {
         tracing::info!(
             node = %name,
             verdict = ?want.labels.get(labels::NODE_VERDICT),
-            category = ?evidence.as_ref().map(|e| e.category),
+            category = ?shown.as_ref().map(|e| e.category),
             repeat_offender = want.labels.contains_key(labels::REPEAT_OFFENDER),
             "node state"
         );
@@ -600,30 +669,10 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
             node_event(ctx, &node, "RepeatOffender", true, note).await;
         }
     }
-    let wanted = crate::failure_marks::wanted(evidence.as_ref());
-    let removed = crate::node_marks::write(ctx, &name, &wanted).await?;
-    if !removed.is_empty() {
-        let run = evidence
-            .as_ref()
-            .map(|e| e.validation.as_str())
-            .unwrap_or_default();
-        let note = format!(
-            "passed GpuValidation {run} on hardware evidence: returned to service, removed {}",
-            removed.join(", ")
-        );
-        node_event(ctx, &node, "ReturnedToService", false, note).await;
-    }
-    let evidence = evidence.filter(Evidence::is_hardware);
-    if let Some(rule) = &nc.device_taints {
-        let gpus = crate::device_taints::sync_node(ctx, rule, &name, evidence.as_ref()).await?;
-        if let (Some(e), false) = (&evidence, gpus.is_empty()) {
-            let note = format!(
-                "GPUs passed GpuValidation {} on hardware evidence: returned to service, removed DeviceTaintRules {}",
-                e.validation,
-                gpus.join(", ")
-            );
-            node_event(ctx, &node, "GpuReturnedToService", false, note).await;
-        }
+    follow_marks(&nc, &node, shown.as_ref()).await?;
+    if record != judged_before {
+        write_record(ctx, &node, &record).await?;
+        nc.records.wrote(&incarnation, record);
     }
     nc.retries.succeeded(&name);
     Ok(match offences.and_then(|o| o.expires_in(now)) {
@@ -631,6 +680,230 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         Some(left) => Action::requeue(left + Duration::from_secs(1)),
         None => Action::await_change(),
     })
+}
+
+/// The failure marks and device taints `shown` (the hardware news the node's state now shows;
+/// None: none) asks for, and the events of a return to service, which name the run that
+/// proved it.
+async fn follow_marks(
+    nc: &NodeStateCtx,
+    node: &Node,
+    shown: Option<&Evidence>,
+) -> Result<(), Error> {
+    let ctx = &nc.ctx;
+    let name = node.name_any();
+    let wanted = crate::failure_marks::wanted(shown);
+    let removed = crate::node_marks::write(ctx, &name, &wanted).await?;
+    if let (Some(e), false) = (shown, removed.is_empty()) {
+        let note = format!(
+            "passed GpuValidation {} on hardware evidence: returned to service, removed {}",
+            e.validation,
+            removed.join(", ")
+        );
+        node_event(ctx, node, "ReturnedToService", false, note).await;
+    }
+    if let (Some(rule), Some(e)) = (&nc.device_taints, shown) {
+        let gpus = crate::device_taints::sync_node(ctx, rule, &name, Some(e)).await?;
+        if e.passed && !gpus.is_empty() {
+            let note = format!(
+                "GPUs passed GpuValidation {} on hardware evidence: returned to service, removed DeviceTaintRules {}",
+                e.validation,
+                gpus.join(", ")
+            );
+            node_event(ctx, node, "GpuReturnedToService", false, note).await;
+        }
+    }
+    Ok(())
+}
+
+/// The line of `lines` that `record` stands on: its newest standing failure, else the verdict
+/// it was judged on; None when that line is gone (its run deleted or pruned, or running again).
+pub fn basis(record: &Record, lines: &[Evidence]) -> Option<Evidence> {
+    let find = |run: &str, at: &str, passed: bool| {
+        lines
+            .iter()
+            .filter(|e| e.is_hardware() && e.passed == passed)
+            .find(|e| e.validation == run && e.at.to_string() == at)
+            .cloned()
+    };
+    match record.failures.last() {
+        Some(f) => find(&f.run, &f.at, false),
+        None => record
+            .judged
+            .as_ref()
+            .and_then(|j| find(&j.run, &j.at, j.passed)),
+    }
+}
+
+/// The verdict record node `node` carries (an unreadable one counts as empty, logged).
+fn record_of(node: &Node) -> Record {
+    let annotation = node
+        .annotations()
+        .get(crate::failure_record::ANNOTATION)
+        .map(String::as_str);
+    Record::parse(annotation).unwrap_or_else(|e| {
+        tracing::warn!(node = %node.name_any(), error = %e, "ignoring an unreadable verdict record");
+        Record::default()
+    })
+}
+
+/// When the hardware verdict a node carries was reached: its `GpuValidated` condition's
+/// heartbeat, when True or False.
+fn carried(condition: Option<&NodeCondition>) -> Option<Timestamp> {
+    condition
+        .filter(|c| c.status == "True" || c.status == "False")
+        .and_then(|c| c.last_heartbeat_time.as_ref())
+        .map(|t| t.0)
+}
+
+/// Judges hardware news `e` about `node` into `record`: a failure is recorded (with its run's
+/// depth and the GPUs its report failed) and shown; a pass takes away the failures it covers
+/// ([`crate::failure_record::covers`]) and is shown only when none stands. Returns what the
+/// node's state shows (None: it keeps what it has).
+async fn judge(
+    ctx: &Ctx,
+    runs: &[(&GpuValidation, Option<&ResultMeta>)],
+    node: &str,
+    e: &Evidence,
+    record: &mut Record,
+) -> Result<Option<Evidence>, kube::Error> {
+    let run = runs
+        .iter()
+        .map(|(r, _)| *r)
+        .find(|r| r.name_any() == e.validation);
+    record.judge(e);
+    let Some(run) = run else {
+        return Ok(Some(e.clone()));
+    };
+    let report = match (e.passed, record.failures.is_empty()) {
+        (true, true) => None,
+        _ => report_of(ctx, &e.validation, node).await?,
+    };
+    let uid = run.metadata.uid.clone().unwrap_or_default();
+    // The spec that ran: a spec edited since the line was reached is not what it measured, so
+    // a pass then covers nothing (a failure then takes the spec as it is: a limit, documented).
+    let edited = run.metadata.generation != run.status.as_ref().and_then(|s| s.observed_generation);
+    let depth = match (edited, e.passed) {
+        (true, true) => Depth::default(),
+        _ => Depth::of(run),
+    };
+    if !e.passed {
+        let gpus = report
+            .map(|r| crate::reconcile::device_taints::failed_gpus(&r))
+            .unwrap_or_default();
+        record.fail(Failure {
+            run: e.validation.clone(),
+            validation_uid: uid,
+            schedule: run.labels().get(labels::SCHEDULE).cloned(),
+            depth,
+            gpus: gpus.into_iter().map(|g| g.uuid).collect(),
+            codes: e.codes.clone(),
+            at: e.at.to_string(),
+            on_failure: e.on_failure,
+        });
+        return Ok(Some(e.clone()));
+    }
+    let gpus: BTreeSet<String> = report
+        .iter()
+        .flat_map(|r| r.gpus.iter().map(|g| g.uuid.clone()))
+        .collect();
+    let pass = Pass {
+        validation_uid: &uid,
+        by_schedule: by_schedule(run),
+        depth: &depth,
+        gpus: &gpus,
+        at: e.at,
+    };
+    let (cleared, stand) = record.pass(&pass);
+    for f in &cleared {
+        tracing::info!(node, run = %e.validation, failed_run = %f.run, "a pass that covers the failure clears it");
+    }
+    for (failed_run, why) in &stand {
+        tracing::info!(node, run = %e.validation, failed_run = %failed_run, reason = %why, "the failure stands: the pass does not cover it");
+    }
+    Ok(record.failures.is_empty().then(|| e.clone()))
+}
+
+/// True when run `gv` is owned by a schedule (its controller): the chart's `…-admit` policy
+/// lets only whom the administrator grants `admit` write such a run.
+fn by_schedule(gv: &GpuValidation) -> bool {
+    gv.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "GpuValidationSchedule" && o.controller == Some(true))
+}
+
+/// The report of `node`'s result of `validation`, if it has one.
+async fn report_of(
+    ctx: &Ctx,
+    validation: &str,
+    node: &str,
+) -> Result<Option<gpuval_crds::NodeReport>, kube::Error> {
+    let api: Api<GpuNodeResult> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    ctx.throttle.acquire().await;
+    Ok(api
+        .get_opt(&result_name(validation, node))
+        .await?
+        .and_then(|r| r.status))
+}
+
+/// Writes `record` on `node` (a merge patch of its annotation, bound to the node's UID).
+async fn write_record(ctx: &Ctx, node: &Node, record: &Record) -> Result<(), kube::Error> {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let patch = serde_json::json!({"metadata": {
+        "uid": node.metadata.uid,
+        "annotations": {crate::failure_record::ANNOTATION: record.annotation()},
+    }});
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    ctx.throttle.acquire().await;
+    match api
+        .patch(&node.name_any(), &pp, &Patch::Merge(&patch))
+        .await
+    {
+        Err(kube::Error::Api(s)) if gone_or_replaced(&s) => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// The runs of `runs` under way on `node`: their status lists it without a final verdict.
+pub fn runs_under_way(runs: &[(&GpuValidation, Option<&ResultMeta>)], node: &str) -> Vec<String> {
+    runs.iter()
+        .filter(|(r, _)| {
+            r.status
+                .iter()
+                .flat_map(|s| s.nodes.iter())
+                .any(|l| l.name == node && !l.verdict.is_final())
+        })
+        .map(|(r, _)| r.name_any())
+        .collect()
+}
+
+/// What a condition's message says of the runs under way.
+const UNDER_WAY: &str = " (a run is under way: GpuValidation ";
+
+/// `mark` whose True or False condition says which of `runs` are under way (none: it says
+/// nothing of them). Its status and transition time stay as they are.
+pub fn with_runs_under_way(mut mark: Mark, runs: &[String]) -> Mark {
+    let Some(c) = mark.condition.as_mut().filter(|c| c.status != "Unknown") else {
+        return mark;
+    };
+    let message = c.message.take().unwrap_or_default();
+    let base = message
+        .split_once(UNDER_WAY)
+        .map_or(message.as_str(), |(b, _)| b)
+        .to_string();
+    c.message = Some(match runs.is_empty() {
+        true => base,
+        false => gpuval_crds::text::shorten(
+            &format!("{base}{UNDER_WAY}{})", runs.join(", ")),
+            MAX_MESSAGE,
+        ),
+    });
+    mark
 }
 
 /// The node's repeated hardware failures within the administrator's window (None: fewer than
@@ -765,6 +1038,7 @@ pub async fn run(
         validations,
         device_taints,
         retries: Retries::default(),
+        records: Written::default(),
     });
     let results = nc.ctx.results.clone();
     Controller::for_stream(futures::stream::pending(), nc.ctx.nodes.clone())
@@ -1156,11 +1430,40 @@ mod tests {
         );
         assert_eq!(
             desired(None, Some(&pc)),
-            Some(Mark {
-                labels: BTreeMap::new(),
-                condition: None
-            })
+            None,
+            "no verdict: the node keeps what it carries"
         );
+    }
+
+    #[test]
+    fn a_run_under_way_is_told_in_the_message_and_changes_nothing_else() {
+        let mark = Mark {
+            labels: BTreeMap::new(),
+            condition: Some(NodeCondition {
+                message: Some("passed GpuValidation keep".into()),
+                ..c_at("True", "2026-11-23T00:30:00Z")
+            }),
+        };
+        let before = mark.condition.clone().expect("condition");
+        let told = with_runs_under_way(mark, &["nightly".to_string()]);
+        let c = told.condition.clone().expect("condition");
+        assert_eq!(
+            (&c.status, &c.last_transition_time, &c.last_heartbeat_time),
+            (
+                &before.status,
+                &before.last_transition_time,
+                &before.last_heartbeat_time
+            )
+        );
+        let message = c.message.clone().unwrap_or_default();
+        assert!(
+            message.contains("a run is under way: GpuValidation nightly"),
+            "{message}"
+        );
+        let again = with_runs_under_way(told.clone(), &["nightly".to_string()]);
+        assert_eq!(again, told, "told once");
+        let over = with_runs_under_way(told, &[]);
+        assert_eq!(over.condition.and_then(|c| c.message), before.message);
     }
 
     fn c_at(status: &str, at: &str) -> NodeCondition {
@@ -1283,6 +1586,49 @@ mod tests {
         };
         let unknown = desired(Some(&busy), None).expect("Unknown");
         assert_eq!(with_offences(unknown.clone(), Some(&offences)), unknown);
+    }
+
+    #[test]
+    fn without_news_the_node_shows_the_line_its_record_stands_on_while_it_is_there() {
+        let line = |run: &str, at: &str, passed: bool| Evidence {
+            validation: run.into(),
+            at: ts(at),
+            passed,
+            category: Category::Hardware,
+            reason: if passed { "Passed" } else { "Failed" }.into(),
+            message: String::new(),
+            action: Remedy::None,
+            codes: String::new(),
+            on_failure: gpuval_crds::NodeAction::None,
+            run_created: None,
+        };
+        let failed = line("deep", "2026-11-23T01:00:00Z", false);
+        let shallow = line("nightly", "2026-11-23T02:00:00Z", true);
+        let mut record = Record::default();
+        record.judge(&shallow);
+        record.failures.push(crate::failure_record::Failure {
+            run: "deep".into(),
+            validation_uid: "u".into(),
+            schedule: None,
+            depth: Default::default(),
+            gpus: Vec::new(),
+            codes: String::new(),
+            at: failed.at.to_string(),
+            on_failure: gpuval_crds::NodeAction::None,
+        });
+        let lines = vec![failed.clone(), shallow.clone()];
+        assert_eq!(basis(&record, &lines), Some(failed), "the standing failure");
+        assert_eq!(
+            basis(&record, std::slice::from_ref(&shallow)),
+            None,
+            "its run is gone"
+        );
+        record.failures.clear();
+        assert_eq!(
+            basis(&record, &lines),
+            Some(shallow),
+            "the verdict judged on"
+        );
     }
 
     #[test]

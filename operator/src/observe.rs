@@ -81,10 +81,10 @@ fn fabric_ports(result: &str, annotation: &str) -> Option<gpuval_crds::fabric_po
         .ok()
 }
 
-/// True when a result carries a report: some writer stored its status subresource (the agent
-/// applies the object, then the report; a result whose report never came says nothing about
-/// its node). Read from the managed fields the result cache keeps
-/// ([`crate::stores::trim_result`]).
+/// True when a result's managed fields say some writer stored its status subresource (the agent
+/// applies the object, then the report). A hint of where to look only, since a writer can set
+/// its own `managedFields`: a result counts once its report is checked ([`reported_at`]).
+/// Read from the managed fields the result cache keeps ([`crate::stores::trim_result`]).
 pub fn has_report(meta: &ObjectMeta) -> bool {
     meta.managed_fields
         .iter()
@@ -92,16 +92,12 @@ pub fn has_report(meta: &ObjectMeta) -> bool {
         .any(|f| f.subresource.as_deref() == Some("status"))
 }
 
-/// When a result's report was last stored (the newest write of its status subresource, as the
-/// API server recorded it); None without a report. The operator creates a result with its pod,
-/// so its creation time says nothing of when the node was measured.
+/// When the operator checked a result's stored report ([`gpuval_crds::binding::report_checked`]);
+/// None while it has not. Only a checked result counts, dated by this time: nothing a writer
+/// sets about itself (`managedFields` and their times, labels) makes a result count or dates
+/// it.
 pub fn reported_at(meta: &ObjectMeta) -> Option<k8s_openapi::jiff::Timestamp> {
-    meta.managed_fields
-        .iter()
-        .flatten()
-        .filter(|f| f.subresource.as_deref() == Some("status"))
-        .filter_map(|f| f.time.as_ref().map(|t| t.0))
-        .max()
+    gpuval_crds::binding::report_checked(meta)
 }
 
 /// The pod a result is bound to as its writer (`gpuval.io/pod-uid`, `gpuval.io/pod`).
@@ -159,8 +155,8 @@ fn counted(
     current: Option<PodId<'_>>,
 ) -> Option<ResultView> {
     match freshness::judge(claim_of(&view, meta), run, current) {
-        freshness::Freshness::Current if !has_report(meta) => {
-            tracing::debug!(result = %view.name, "ignoring a result without a report (yet)");
+        freshness::Freshness::Current if reported_at(meta).is_none() => {
+            tracing::debug!(result = %view.name, "ignoring a result without a checked report (yet)");
             None
         }
         freshness::Freshness::Current | freshness::Freshness::OtherGeneration { .. } => Some(view),

@@ -246,6 +246,62 @@ pub fn unbound(
         .collect()
 }
 
+/// The results of `gv`'s current run (on `nodes` only, when given) whose metadata says a report
+/// may be stored (a verdict label and a write of the status in `managedFields`, which any writer
+/// can forge: a hint of where to look, never evidence) and that the operator has not checked
+/// ([`gpuval_crds::binding::report_checked`]) or closed. The shell checks them ([`check`]).
+pub fn unchecked(gv: &GpuValidation, ctx: &Ctx, nodes: Option<&BTreeSet<String>>) -> Vec<String> {
+    let uid = gv.metadata.uid.as_deref().unwrap_or_default();
+    let generation = gv.metadata.generation.unwrap_or(0);
+    ctx.results
+        .state()
+        .iter()
+        .filter(|r| owned_by(&r.metadata, uid))
+        .filter(|r| Binding::of(&r.metadata).is_some_and(|b| b.is_run(uid, generation)))
+        .filter(|r| {
+            nodes
+                .is_none_or(|n| crate::observe::node_of(&r.metadata).is_some_and(|x| n.contains(x)))
+        })
+        .filter(|r| r.labels().contains_key(labels::VERDICT) && has_report(&r.metadata))
+        .filter(|r| {
+            binding::report_checked(&r.metadata).is_none() && binding::closed(&r.metadata).is_none()
+        })
+        .map(|r| r.name_any())
+        .collect()
+}
+
+/// Reads result `name` whole and, when its stored report holds
+/// ([`gpuval_crds::binding::check_report`]), marks it checked now
+/// ([`labels::REPORT_CHECKED`], on the version read): from then on it counts, dated by this
+/// time. One that does not hold is left unchecked (logged): it never counts.
+pub async fn check(gv: &GpuValidation, ctx: &Ctx, name: &str) -> Result<(), kube::Error> {
+    let api: Api<GpuNodeResult> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let validation = gv.name_any();
+    ctx.throttle.acquire().await;
+    let Some(result) = api.get_opt(name).await? else {
+        return Ok(());
+    };
+    if let Err(why) = binding::check_report(&result) {
+        tracing::warn!(validation = %validation, result = %name, reason = %why, "the result's report does not count");
+        return Ok(());
+    }
+    let now = ctx.cfg.clock.now();
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": result.metadata.resource_version,
+        "annotations": {labels::REPORT_CHECKED: now.to_string()},
+    }});
+    ctx.throttle.acquire().await;
+    match api.patch(name, &merge(), &Patch::Merge(&patch)).await {
+        Ok(_) => {
+            tracing::info!(validation = %validation, result = %name, checked_at = %now, "the result's stored report is checked: it counts");
+            Ok(())
+        }
+        // Written in between (the next wake checks it again), or gone.
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

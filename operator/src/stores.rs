@@ -49,14 +49,22 @@ pub fn trim_result(r: &mut PartialObjectMeta<GpuNodeResult>) {
 }
 
 /// Drops what a node carries that selection, admission, the expected GPU count and node state
-/// never read: everything but its name, version, times, labels, taints, whether it is cordoned,
+/// never read: everything but its name, version, times, labels, its verdict record annotation, taints, whether it is cordoned,
 /// its allocatable resources, its GPU capacity and its `GpuValidated` condition (annotations,
 /// addresses, other capacity, other conditions, images, volumes, ...). This is the operator's
 /// one cache of Nodes ([`crate::wakes`]).
 pub fn trim_node(n: &mut Node) {
     trim_meta(n);
     let m = &mut n.metadata;
-    m.annotations = None;
+    // The node's verdict record is the one annotation read (crate::failure_record).
+    m.annotations = m
+        .annotations
+        .take()
+        .map(|mut a| {
+            a.retain(|k, _| k == crate::failure_record::ANNOTATION);
+            a
+        })
+        .filter(|a| !a.is_empty());
     m.owner_references = None;
     m.finalizers = None;
     if let Some(spec) = n.spec.as_mut() {

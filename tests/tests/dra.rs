@@ -386,10 +386,17 @@ async fn a_failed_dra_gpu_gets_a_device_taint_removed_when_it_passes_again() {
         .collect();
     assert_eq!(names, ["gpuval-dra-a-gpu-1"], "only the failed GPU");
 
-    // The GPU is repaired; a new validation passes it (its claim tolerates the taint), and the
-    // taint goes.
+    // The GPU is repaired; the validation runs again (a new generation: only the same
+    // validation or a schedule's run, as deep, clears a failure) and passes it (its claim
+    // tolerates the taint), and the taint goes.
     kubelet.set_node_env("dra-a", "GPUVAL_SIMULATE", SIM);
-    scenario::apply_validation(&c, "e2e", "second", json!({"checks": {"memory": {}}})).await;
+    scenario::apply_validation(
+        &c,
+        "e2e",
+        "first",
+        json!({"checks": {"memory": {}}, "deadline": "11m"}),
+    )
+    .await;
     waits::until(
         "the device taint removed",
         Duration::from_secs(120),
@@ -405,7 +412,7 @@ async fn a_failed_dra_gpu_gets_a_device_taint_removed_when_it_passes_again() {
     .unwrap_or_else(|e| panic!("{e}"));
     let second = scenario::wait_validation(
         &c,
-        "second",
+        "first",
         Duration::from_secs(30),
         "Passed",
         terminal_for_generation,
@@ -434,7 +441,7 @@ async fn a_failed_dra_gpu_gets_a_device_taint_removed_when_it_passes_again() {
     .await
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        note.contains("GpuValidation second") && note.contains("gpuval-dra-a-gpu-1"),
+        note.contains("GpuValidation first") && note.contains("gpuval-dra-a-gpu-1"),
         "{note}"
     );
 }

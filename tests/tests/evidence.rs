@@ -450,3 +450,98 @@ async fn a_result_without_a_report_never_makes_its_node_validated() {
     );
     drop(cp);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_managed_fields_on_a_result_without_a_report_pass_nothing() {
+    let c = Cluster::start(NS, &["gpu-a".to_string()], 2).await;
+    let Cluster {
+        cp,
+        client,
+        kubelet,
+        ..
+    } = c;
+    // No kubelet: the agent pod is bound but never runs, so no report is ever stored.
+    drop(kubelet);
+    let _op = operator(&client, 32320);
+    scenario::apply_validation(
+        &client,
+        "evidence",
+        "forged",
+        json!({"checks": {"memory": {}}, "deadline": "30s"}),
+    )
+    .await;
+    bound_pods(&client, "forged", 1).await;
+    let name = gpuval_crds::result::result_name("forged", "gpu-a");
+    let results = Api::<GpuNodeResult>::namespaced(client.clone(), NS);
+    waits::until("the operator's result", LONG, || async {
+        results.get_opt(&name).await.ok().flatten()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    // What a writer can say about itself: a Pass label and a managedFields entry claiming that
+    // the agent stored the status, dated far in the future. No status at all.
+    let forged = json!({"metadata": {
+        "labels": {labels::VERDICT: "Pass"},
+        "managedFields": [{
+            "manager": "gpuval-agent/gpu-a",
+            "operation": "Update",
+            "apiVersion": "gpuval.io/v1alpha1",
+            "time": "2099-01-01T00:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:status": {}},
+            "subresource": "status",
+        }],
+    }});
+    let agent = PatchParams {
+        field_manager: Some("gpuval-agent/gpu-a".into()),
+        ..Default::default()
+    };
+    results
+        .patch(&name, &agent, &Patch::Merge(&forged))
+        .await
+        .expect("forge a report");
+    let stored = results.get(&name).await.expect("result");
+    assert!(stored.status.is_none(), "no report is stored");
+
+    // The run ends (its deadline) without a verdict about the node.
+    let gvs = Api::<GpuValidation>::all(client.clone());
+    let gv = waits::until("the run to end", LONG, || async {
+        gvs.get_opt("forged")
+            .await
+            .ok()
+            .flatten()
+            .filter(|g| scenario::terminal_for_generation(Some(g)))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(
+        gv.status.as_ref().and_then(|s| s.phase),
+        Some(Phase::Passed),
+        "forged managedFields are no report: {}",
+        scenario::status_now(&gvs, "forged").await
+    );
+    let node = nodes::wait_node(&client, "gpu-a", "a GpuValidated condition", LONG, |n| {
+        condition(n).is_some()
+    })
+    .await;
+    let m = marks(&node);
+    let (status, _, _) = m.condition.clone().expect("condition");
+    assert_ne!(status, "True", "{m:?}");
+    assert!(
+        !m.labels.contains_key(labels::VALIDATED_AT),
+        "no verdict, no date: {m:?}"
+    );
+    let certificates = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().labels("gpuval.io/certificate=node"))
+        .await
+        .expect("certificates");
+    assert!(
+        certificates.items.iter().all(|c| !c
+            .data
+            .iter()
+            .flatten()
+            .any(|(_, v)| v.contains("\"Pass\""))),
+        "no passing certificate"
+    );
+    drop(cp);
+}

@@ -80,6 +80,7 @@ const OPERATOR: Table = Table {
                 "pod",
                 "pod_reading",
                 "failure_marks",
+                "failure_record",
                 "node_evidence",
                 "certificates",
                 "dra_claim",

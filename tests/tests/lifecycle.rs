@@ -391,26 +391,33 @@ async fn new_nodes_are_untainted_on_a_pass_kept_out_on_a_failure_and_node_state_
         runs_of(&e.client, "gate").await
     );
 
-    // Deleting the schedule takes its runs and their results; the node state goes with them.
+    // Deleting the schedule takes its runs and their results; the node state stays (a record,
+    // not a reading: issue 52): each node keeps its condition and verdict labels, and the
+    // failed node its failure taint, until a later hardware verdict says otherwise.
+    let runs = runs_of(&e.client, "gate").await;
     Api::<GpuValidationSchedule>::all(e.client.clone())
         .delete("gate", &DeleteParams::background())
         .await
         .unwrap();
-    for node in ["gpu-new", "gpu-bad"] {
-        let cleared = wait(
-            nodes_api.clone(),
-            node,
-            120,
-            "cleared",
-            |n: Option<&Node>| {
-                n.is_some_and(|n| {
-                    condition(n).is_none() && !n.labels().contains_key("gpuval.io/verdict")
-                })
-            },
-        )
-        .await;
-        assert!(!cleared.labels().contains_key("gpuval.io/validated-at"));
+    let validations: Api<GpuValidation> = Api::all(e.client.clone());
+    for run in runs {
+        gpuval_tests::waits::until_gone(&validations, &run, Duration::from_secs(120))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     }
+    for (node, status, verdict) in [("gpu-new", "True", "Pass"), ("gpu-bad", "False", "Fail")] {
+        let kept = nodes_api.get(node).await.expect("node");
+        let (s, _, _) = condition(&kept).expect("the condition stays");
+        assert_eq!(s, status, "{node}");
+        assert_eq!(
+            kept.labels().get("gpuval.io/verdict").map(String::as_str),
+            Some(verdict),
+            "{node}"
+        );
+        assert!(kept.labels().contains_key("gpuval.io/validated-at"));
+    }
+    let bad = nodes_api.get("gpu-bad").await.expect("node");
+    assert!(node_taints(&bad).iter().any(|k| k == "gpuval.io/failed"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -214,10 +214,15 @@ async fn under_the_cluster_s_taint_controller_gpuval_writes_no_taint_and_the_con
         |n: Option<&Node>| n.and_then(condition_status).as_deref() == Some("False"),
     )
     .await;
+    // Repaired: the validation runs again (only the same validation or a schedule's run, as
+    // deep, clears a failure) and passes.
     c.kubelet.set_node_env(node, "GPUVAL_SIMULATE", SIM);
-    c.apply("proof", json!({"checks": {"memory": {"fraction": 0.1}}}))
-        .await;
-    let gv = c.wait_terminal("proof", LONG.as_secs()).await;
+    c.apply(
+        "burn",
+        json!({"checks": {"memory": {"fraction": 0.1}}, "onFailure": {"action": "Taint"}, "deadline": "11m"}),
+    )
+    .await;
+    let gv = c.wait_terminal("burn", LONG.as_secs()).await;
     assert_eq!(gv.status.and_then(|s| s.phase), Some(Phase::Passed));
     let passed = wait(
         nodes.clone(),
@@ -235,7 +240,7 @@ async fn under_the_cluster_s_taint_controller_gpuval_writes_no_taint_and_the_con
             .as_ref()
             .and_then(|l| l.get(labels::VERDICT_RUN))
             .map(String::as_str),
-        Some("proof")
+        Some("burn")
     );
     let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
     assert!(

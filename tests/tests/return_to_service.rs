@@ -178,29 +178,35 @@ async fn a_failed_node_is_tainted_until_it_holds_and_returns_to_service_on_a_pas
     assert_eq!(label(&failed, labels::VERDICT_RUN), Some("burn"));
     assert_eq!(condition(&failed).map(|c| c.status.as_str()), Some("False"));
 
-    // Repaired: a later run passes, and the node returns to service (the agent tolerates the
-    // failure taint, so the run that proves the node can run there).
+    // Repaired: the validation runs again as deep (a new generation) and passes, and the node
+    // returns to service (the agent tolerates the failure taint, so the run that proves the
+    // node can run there). A pass of another validation, not a schedule's, would not do: only
+    // the same validation or a schedule's run (whose author may admit nodes) clears a failure.
     c.kubelet.set_node_env(node, "GPUVAL_SIMULATE", SIM);
-    c.apply("proof", json!({"checks": {"memory": {"fraction": 0.1}}}))
-        .await;
-    let gv = c.wait_terminal("proof", LONG.as_secs()).await;
+    c.apply(
+        "burn",
+        json!({"checks": {"memory": {"fraction": 0.1}}, "onFailure": {"action": "Taint"}, "deadline": "11m"}),
+    )
+    .await;
+    let gv = c.wait_terminal("burn", LONG.as_secs()).await;
     assert_eq!(gv.status.and_then(|s| s.phase), Some(Phase::Passed));
     let back = nodes::wait_node(&c.client, node, "returned to service", LONG, |n| {
         failure_taint(n).is_none() && label(n, labels::NODE_VERDICT) == Some("Pass")
     })
     .await;
-    assert_eq!(label(&back, labels::VERDICT_RUN), Some("proof"));
+    assert_eq!(label(&back, labels::VERDICT_RUN), Some("burn"));
     let cond = condition(&back).expect("GpuValidated");
     assert_eq!(cond.status, "True");
     assert!(
-        cond.message.as_deref().is_some_and(|m| m.contains("proof")),
+        cond.message
+            .as_deref()
+            .is_some_and(|m| m.contains("passed GpuValidation burn")),
         "{cond:?}"
     );
     let notes = node_events(&c.client, node, "ReturnedToService").await;
     assert!(
-        notes
-            .iter()
-            .any(|n| n.contains("proof") && n.contains("taint gpuval.io/failed=burn:NoSchedule")),
+        notes.iter().any(|n| n.contains("passed GpuValidation burn")
+            && n.contains("taint gpuval.io/failed=burn:NoSchedule")),
         "{notes:?}"
     );
 }

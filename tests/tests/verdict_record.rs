@@ -1,0 +1,305 @@
+//! A node's state is a record, not the latest reading (issue 52, points 2 and 3), on a real
+//! control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes) with the
+//! operator in-process and agents run as processes by the FakeKubelet:
+//! - a failure on hardware evidence stands through a shallower re-run that passes (the taint,
+//!   the Fail label and `GpuValidated=False` stay) until a pass of the same depth clears it,
+//!   and the `ReturnedToService` event names that run;
+//! - deleting the failing run lets no older pass resurface, and a pass of another validation
+//!   (no schedule's, not the same) does not clear the failure;
+//! - `GpuValidated` never blinks: through a re-run and the deletion of the run that set it, the
+//!   condition stays with its status and its transition time, and while the re-run is under
+//!   way its message says so.
+//!
+//! The operator lets the simulated agents' results act on nodes (the test-only opt-in). Tests
+//! wait on conditions (the node's record or marks, watches), never on sleeps.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use gpuval_crds::{GpuValidation, Phase, labels};
+use gpuval_tests::operator::{OperatorHandle, test_config};
+use gpuval_tests::scenario::Cluster;
+use gpuval_tests::{nodes, waits};
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+const NS: &str = "gpuval-system";
+/// Simulated GPUs, fast.
+const SIM: &str = "gpus=2,model=H200,timescale=0.001";
+/// The same, with GPU 1's memory failing.
+const SIM_GPU1_BAD: &str = "gpus=2,model=H200,timescale=0.001,fail=memory@1";
+const CONDITION: &str = "GpuValidated";
+const RECORD: &str = "gpuval.io/verdict-record";
+const LONG: Duration = Duration::from_secs(240);
+
+fn operator(client: &Client) -> OperatorHandle {
+    let mut cfg = test_config(NS, SIM);
+    cfg.simulated_acts_on_nodes = true;
+    OperatorHandle::start(client.clone(), cfg)
+}
+
+fn condition(n: &Node) -> Option<&NodeCondition> {
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION)
+}
+
+fn failure_taint(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == labels::FAILED_NODE))
+}
+
+fn label<'a>(n: &'a Node, key: &str) -> Option<&'a str> {
+    n.labels().get(key).map(String::as_str)
+}
+
+/// The node's verdict record (JSON; null where it has none).
+fn record(n: &Node) -> Value {
+    n.annotations()
+        .get(RECORD)
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// The verdict the node's record was last judged on: its run, time and whether it passed.
+fn judged(n: &Node) -> Option<(String, String, bool)> {
+    let j = record(n).get("judged")?.clone();
+    Some((
+        j["run"].as_str()?.to_string(),
+        j["at"].as_str()?.to_string(),
+        j["passed"].as_bool()?,
+    ))
+}
+
+/// Runs `name` with `spec` (a new generation where it exists) and waits until it ended.
+async fn run(c: &Cluster, name: &str, spec: Value) -> GpuValidation {
+    c.apply(name, spec).await;
+    c.wait_terminal(name, LONG.as_secs()).await
+}
+
+fn phase(gv: &GpuValidation) -> Option<Phase> {
+    gv.status.as_ref().and_then(|s| s.phase)
+}
+
+/// The notes of the events with `reason` about node `node`, once there is one.
+async fn node_events(client: &Client, node: &str, reason: &str) -> Vec<String> {
+    waits::until(&format!("a {reason} event"), LONG, || async {
+        let notes: Vec<String> = Api::<Event>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
+            })
+            .filter_map(|e| e.note)
+            .collect();
+        (!notes.is_empty()).then_some(notes)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Asserts that `node` still stands failed by the run `run`: tainted, labelled Fail, False.
+fn assert_failed(n: &Node, run: &str, after: &str) {
+    assert!(failure_taint(n), "{after}: the failure taint stays: {n:?}");
+    assert_eq!(label(n, labels::NODE_VERDICT), Some("Fail"), "{after}");
+    assert_eq!(label(n, labels::VERDICT_RUN), Some(run), "{after}");
+    assert_eq!(
+        condition(n).map(|c| c.status.as_str()),
+        Some("False"),
+        "{after}: {:?}",
+        condition(n)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shallow_re_run_that_passes_never_clears_a_deep_failure() {
+    let node = "gpu-d";
+    let c = Cluster::start(NS, &[node.to_string()], 2).await;
+    c.kubelet
+        .set_node_env(node, "GPUVAL_SIMULATE", SIM_GPU1_BAD);
+    let _op = operator(&c.client);
+    let deep = |deadline: &str| {
+        json!({"checks": {"memory": {"fraction": 0.5, "passes": 2}},
+               "onFailure": {"action": "Taint"}, "deadline": deadline})
+    };
+    let gv = run(&c, "deep", deep("10m")).await;
+    assert_eq!(phase(&gv), Some(Phase::Failed));
+    nodes::wait_node(&c.client, node, "tainted", LONG, failure_taint).await;
+
+    // Repaired, but the re-run looks at a quarter of the memory once: it passes, and clears
+    // nothing.
+    c.kubelet.set_node_env(node, "GPUVAL_SIMULATE", SIM);
+    let shallow =
+        json!({"checks": {"memory": {"fraction": 0.1}}, "onFailure": {"action": "Taint"}});
+    let gv = run(&c, "deep", shallow).await;
+    assert_eq!(phase(&gv), Some(Phase::Passed));
+    let seen = nodes::wait_node(&c.client, node, "the shallow pass judged", LONG, |n| {
+        judged(n).is_some_and(|(_, _, passed)| passed) || !failure_taint(n)
+    })
+    .await;
+    assert_failed(&seen, "deep", "a shallower pass");
+    let standing = record(&seen);
+    assert_eq!(standing["failures"][0]["run"], "deep", "{standing}");
+    assert_eq!(
+        standing["failures"][0]["depth"]["checks"]["memory"]["fraction"], 0.5,
+        "{standing}"
+    );
+
+    // The same depth again: the failure is covered, the node returns to service.
+    let gv = run(&c, "deep", deep("11m")).await;
+    assert_eq!(phase(&gv), Some(Phase::Passed));
+    let back = nodes::wait_node(&c.client, node, "returned to service", LONG, |n| {
+        !failure_taint(n)
+            && label(n, labels::NODE_VERDICT) == Some("Pass")
+            && record(n)["failures"].is_null()
+    })
+    .await;
+    assert_eq!(condition(&back).map(|c| c.status.as_str()), Some("True"));
+    let notes = node_events(&c.client, node, "ReturnedToService").await;
+    assert!(notes.iter().all(|n| n.contains("deep")), "{notes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_failing_run_lets_no_older_or_foreign_pass_clear_it() {
+    let node = "gpu-b";
+    let c = Cluster::start(NS, &[node.to_string()], 2).await;
+    let _op = operator(&c.client);
+    let memory = json!({"checks": {"memory": {"fraction": 0.1}}, "onFailure": {"action": "Taint"}});
+    assert_eq!(
+        phase(&run(&c, "early", memory.clone()).await),
+        Some(Phase::Passed)
+    );
+    nodes::wait_node(&c.client, node, "labelled Pass", LONG, |n| {
+        label(n, labels::NODE_VERDICT) == Some("Pass")
+    })
+    .await;
+    c.kubelet
+        .set_node_env(node, "GPUVAL_SIMULATE", SIM_GPU1_BAD);
+    assert_eq!(
+        phase(&run(&c, "failing", memory.clone()).await),
+        Some(Phase::Failed)
+    );
+    nodes::wait_node(&c.client, node, "tainted", LONG, failure_taint).await;
+
+    // The failing run goes (its results with it): the older pass of "early" is no news.
+    let gvs = Api::<GpuValidation>::all(c.client.clone());
+    gvs.delete("failing", &DeleteParams::background())
+        .await
+        .expect("delete the failing run");
+    waits::until_gone(&gvs, "failing", LONG)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // A pass of another validation (no schedule's, not the failing one's) is news, judged, and
+    // clears nothing.
+    c.kubelet.set_node_env(node, "GPUVAL_SIMULATE", SIM);
+    assert_eq!(phase(&run(&c, "later", memory).await), Some(Phase::Passed));
+    let seen = nodes::wait_node(&c.client, node, "the later pass judged", LONG, |n| {
+        judged(n).is_some_and(|(run, _, _)| run == "later") || !failure_taint(n)
+    })
+    .await;
+    assert_failed(
+        &seen,
+        "failing",
+        "the failing run deleted, a foreign pass later",
+    );
+    assert_eq!(record(&seen)["failures"][0]["run"], "failing");
+}
+
+/// Every `GpuValidated` condition the watch of node `node` sees (None: the node had none).
+fn watch_condition(client: &Client, node: &str) -> Arc<Mutex<Vec<Option<NodeCondition>>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let api: Api<Node> = Api::all(client.clone());
+    let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let into = seen.clone();
+    tokio::spawn(async move {
+        let mut nodes = watcher(api, config).applied_objects().boxed();
+        while let Some(Ok(n)) = nodes.next().await {
+            if let Ok(mut v) = into.lock() {
+                v.push(condition(&n).cloned());
+            }
+        }
+    });
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_condition_keeps_its_status_through_a_re_run_and_a_deletion() {
+    let node = "gpu-c";
+    let c = Cluster::start(NS, &[node.to_string()], 2).await;
+    let _op = operator(&c.client);
+    let spec =
+        |deadline: &str| json!({"checks": {"memory": {"fraction": 0.1}}, "deadline": deadline});
+    assert_eq!(
+        phase(&run(&c, "keep", spec("10m")).await),
+        Some(Phase::Passed)
+    );
+    let first = nodes::wait_node(&c.client, node, "GpuValidated=True", LONG, |n| {
+        condition(n).is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let since = condition(&first).and_then(|c| c.last_transition_time.clone());
+    let beat = condition(&first).and_then(|c| c.last_heartbeat_time.clone());
+    let seen = watch_condition(&c.client, node);
+
+    // A re-run: the node keeps True while it is under way, and the pass moves the heartbeat
+    // only.
+    assert_eq!(
+        phase(&run(&c, "keep", spec("11m")).await),
+        Some(Phase::Passed)
+    );
+    nodes::wait_node(&c.client, node, "the re-run's pass", LONG, move |n| {
+        condition(n).is_some_and(|c| c.last_heartbeat_time != beat && c.status == "True")
+    })
+    .await;
+    // The run that set it goes; another pass later is the news the node waits for.
+    let gvs = Api::<GpuValidation>::all(c.client.clone());
+    gvs.delete("keep", &DeleteParams::background())
+        .await
+        .expect("delete the run");
+    waits::until_gone(&gvs, "keep", LONG)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        phase(&run(&c, "other", spec("10m")).await),
+        Some(Phase::Passed)
+    );
+    let last = nodes::wait_node(&c.client, node, "the other run's pass", LONG, |n| {
+        label(n, labels::VERDICT_RUN) == Some("other")
+    })
+    .await;
+    assert_eq!(
+        condition(&last).and_then(|c| c.last_transition_time.clone()),
+        since,
+        "the status never flipped"
+    );
+    let seen = seen.lock().map(|v| v.clone()).unwrap_or_default();
+    assert!(!seen.is_empty());
+    for c in &seen {
+        let c = c
+            .as_ref()
+            .unwrap_or_else(|| panic!("the condition blinked: {seen:?}"));
+        assert_eq!(c.status, "True", "{seen:?}");
+        assert_eq!(c.last_transition_time, since, "{seen:?}");
+    }
+    assert!(
+        seen.iter().flatten().any(|c| c
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("a run is under way"))),
+        "while the re-run is under way the message says so: {seen:?}"
+    );
+}
