@@ -1961,61 +1961,6 @@ fn check_fault(
     checks
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn node_names_are_sanitised() {
-        assert_eq!(node_name("GPU_Host-01").unwrap(), "gpu-host-01");
-        assert_eq!(node_name("a..b.-c-").unwrap(), "a.b.c");
-        assert!(node_name("___").is_err());
-        assert_eq!(
-            label_value("NVIDIA H200 (simulated)"),
-            "NVIDIA-H200--simulated"
-        );
-    }
-
-    #[test]
-    fn a_split_host_deals_its_gpus_out_evenly() {
-        let one = shares("h", 2, 1).unwrap();
-        assert_eq!(
-            one,
-            vec![Share {
-                name: "h".into(),
-                gpus: vec![0, 1]
-            }]
-        );
-        let two = shares("h", 8, 2).unwrap();
-        assert_eq!(two[1].name, "h-1");
-        assert_eq!(two[1].gpus, vec![4, 5, 6, 7]);
-        assert!(shares("h", 3, 2).is_err());
-        assert_eq!(
-            parse_node_env("1:NCCL_SOCKET_IFNAME=x=y", 2).unwrap(),
-            (1, "NCCL_SOCKET_IFNAME".into(), "x=y".into())
-        );
-        assert!(parse_node_env("2:A=b", 2).is_err());
-        assert!(parse_node_env("1:A", 2).is_err());
-        assert_eq!(
-            simulate_with_gpus("gpus=4,model=H200", 2),
-            "gpus=2,model=H200"
-        );
-        assert_eq!(simulate_with_gpus("model=H200", 1), "gpus=1,model=H200");
-    }
-
-    #[test]
-    fn gpu_sets_and_holds_parse() {
-        assert_eq!(GpuSet::parse("all").unwrap(), GpuSet::All);
-        let s = GpuSet::parse("3,1").unwrap();
-        assert!(s.contains(1) && s.contains(3) && !s.contains(2));
-        assert_eq!(s.first(), 1);
-        assert!(GpuSet::parse("x").is_err());
-        assert_eq!(parse_hold("2:0.25").unwrap(), (2, 0.25));
-        assert!(parse_hold("2:1.5").is_err());
-        assert!(parse_hold("2").is_err());
-    }
-}
-
 /// The container runtime for `--runc`: the image from `--image`, the GPUs from `--cdi`.
 fn container_runtime(args: &Args) -> Result<Option<gpuval_tests::runc::Runtime>, String> {
     let (Some(runc), Some(image), Some(cdi)) = (&args.runc, &args.image, &args.cdi) else {
@@ -2094,4 +2039,59 @@ fn check_no_hardware_action(
         ),
     ));
     checks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_names_are_sanitised() {
+        assert_eq!(node_name("GPU_Host-01").unwrap(), "gpu-host-01");
+        assert_eq!(node_name("a..b.-c-").unwrap(), "a.b.c");
+        assert!(node_name("___").is_err());
+        assert_eq!(
+            label_value("NVIDIA H200 (simulated)"),
+            "NVIDIA-H200--simulated"
+        );
+    }
+
+    #[test]
+    fn a_split_host_deals_its_gpus_out_evenly() {
+        let one = shares("h", 2, 1).unwrap();
+        assert_eq!(
+            one,
+            vec![Share {
+                name: "h".into(),
+                gpus: vec![0, 1]
+            }]
+        );
+        let two = shares("h", 8, 2).unwrap();
+        assert_eq!(two[1].name, "h-1");
+        assert_eq!(two[1].gpus, vec![4, 5, 6, 7]);
+        assert!(shares("h", 3, 2).is_err());
+        assert_eq!(
+            parse_node_env("1:NCCL_SOCKET_IFNAME=x=y", 2).unwrap(),
+            (1, "NCCL_SOCKET_IFNAME".into(), "x=y".into())
+        );
+        assert!(parse_node_env("2:A=b", 2).is_err());
+        assert!(parse_node_env("1:A", 2).is_err());
+        assert_eq!(
+            simulate_with_gpus("gpus=4,model=H200", 2),
+            "gpus=2,model=H200"
+        );
+        assert_eq!(simulate_with_gpus("model=H200", 1), "gpus=1,model=H200");
+    }
+
+    #[test]
+    fn gpu_sets_and_holds_parse() {
+        assert_eq!(GpuSet::parse("all").unwrap(), GpuSet::All);
+        let s = GpuSet::parse("3,1").unwrap();
+        assert!(s.contains(1) && s.contains(3) && !s.contains(2));
+        assert_eq!(s.first(), 1);
+        assert!(GpuSet::parse("x").is_err());
+        assert_eq!(parse_hold("2:0.25").unwrap(), (2, 0.25));
+        assert!(parse_hold("2:1.5").is_err());
+        assert!(parse_hold("2").is_err());
+    }
 }
