@@ -1,6 +1,6 @@
 //! Operator replicas as processes of the real binary with `--leader-elect`, each under its own
 //! service account (so the API server's audit log tells their writes apart), that a test can
-//! kill (SIGKILL), pause (SIGSTOP) and resume (SIGCONT).
+//! kill (SIGKILL), stop (SIGTERM), pause (SIGSTOP) and resume (SIGCONT).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
@@ -116,6 +116,14 @@ impl Replica {
         if self.exited().is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();
+        }
+    }
+
+    /// SIGTERM (what the kubelet sends a pod being stopped); [`exited`](Self::exited) tells
+    /// when it has ended.
+    pub fn terminate(&mut self) {
+        if self.exited().is_none() {
+            self.signal(libc::SIGTERM);
         }
     }
 
