@@ -167,8 +167,9 @@ impl Drop for Replica {
     }
 }
 
-/// Service account `name` bound to cluster-admin, and a kubeconfig with its token.
-async fn identity(
+/// Service account `name` bound to cluster-admin, and a kubeconfig with its token (the API
+/// server's audit log names its requests `system:serviceaccount:NAMESPACE:NAME`).
+pub async fn identity(
     cp: &ControlPlane,
     admin: &Client,
     namespace: &str,
