@@ -220,6 +220,24 @@ fn woken_by_node(
         .collect()
 }
 
+/// The validations each Node and each ResourceSlice of the streams may change.
+fn node_triggers(
+    node_stream: impl Stream<Item = Result<Node, watcher::Error>> + Send + 'static,
+    slice_stream: impl Stream<Item = Result<ResourceSlice, watcher::Error>> + Send + 'static,
+    ctx: &Arc<Ctx>,
+) -> [BoxStream<'static, ObjectRef<GpuValidation>>; 2] {
+    let (by_node, by_slice) = (ctx.clone(), ctx.clone());
+    [
+        triggers(node_stream, move |n: Node| {
+            woken_by_node(&n, &by_node.validations, &by_node.runs)
+        }),
+        triggers(slice_stream, move |s: ResourceSlice| {
+            let c = &by_slice;
+            woken_by_slice(&s, &c.nodes, &c.validations, &c.runs)
+        }),
+    ]
+}
+
 /// The validations a change of ResourceSlice `slice` may change: those its node's change
 /// would wake, or every unfinished one for a slice of no known node.
 fn woken_by_slice(
@@ -350,7 +368,6 @@ pub async fn run(
         trim_meta,
     );
     let node_stream = node_stream(&client, node_writer, runs.clone(), wakes);
-    let node_store = nodes.clone();
     let slice_stream = slice_stream(&client, &cfg, slice_writer);
     let gv_api: Api<GpuValidation> = Api::all(client.clone());
     let controller = Controller::new(gv_api, watcher::Config::default().any_semantic());
@@ -379,19 +396,15 @@ pub async fn run(
     let schedules = crate::schedule::shell::run(ctx.clone(), woken.nodes_changed);
     let node_state = crate::node_state::run(ctx.clone(), woken.node_state, when_filled);
     let lifecycle = [tokio::spawn(schedules), tokio::spawn(node_state)];
-    let (by_node, by_slice) = ((validations.clone(), ctx.runs.clone()), ctx.clone());
+    let [by_node, by_slice] = node_triggers(node_stream, slice_stream, &ctx);
     let triggered = futures::stream::select_all([
         triggers(pod_stream, |p: Pod| owner_ref_of(&p.metadata)),
         triggers(result_stream, |r: PartialObjectMeta<GpuNodeResult>| {
             owner_ref_of(&r.metadata)
         }),
         triggers(round_stream, |r: GpuFabricRound| owner_ref_of(&r.metadata)),
-        triggers(node_stream, move |n: Node| {
-            woken_by_node(&n, &by_node.0, &by_node.1)
-        }),
-        triggers(slice_stream, move |s: ResourceSlice| {
-            woken_by_slice(&s, &node_store, &by_slice.validations, &by_slice.runs)
-        }),
+        by_node,
+        by_slice,
     ]);
 
     controller
