@@ -265,11 +265,16 @@ async fn wait_ready(port: u16) -> Result<(), String> {
 /// memory is steady only then. Returns how long that took after the call, or None.
 async fn wait_for_figures(port: u16, nodes: usize, limit: Duration) -> Option<Duration> {
     let t = Instant::now();
-    let want = format!("gpuval_fleet_nodes{{}} {nodes}.0");
+    // One series per `simulated` value: every node counted in one of them.
+    let want = format!(" {nodes}.0");
+    let counted = |m: &str| {
+        m.lines()
+            .any(|l| l.starts_with("gpuval_fleet_nodes{") && l.ends_with(&want))
+    };
     while t.elapsed() < limit {
         if http_get(port, "/metrics")
             .await
-            .is_some_and(|m| m.contains(&want))
+            .is_some_and(|m| counted(&m))
         {
             return Some(t.elapsed());
         }
