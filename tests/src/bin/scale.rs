@@ -544,12 +544,16 @@ async fn run() -> Result<(), String> {
     let audit = cp.audit_log().ok_or("no audit log")?;
     let user = format!("system:serviceaccount:{NS}:{OPERATOR_SA}");
     let mut op_writes = BTreeMap::<String, u64>::new();
+    let mut op_refused = BTreeMap::<String, u64>::new();
     for w in gpuval_tests::audit::writes(&audit)? {
         if w.user == user && w.received >= applied_at && w.received <= verdict_at {
             let what = match &w.subresource {
                 Some(sub) => format!("{} {}/{sub}", w.verb, w.resource),
                 None => format!("{} {}", w.verb, w.resource),
             };
+            if !w.succeeded() {
+                *op_refused.entry(format!("{what} {}", w.code)).or_default() += 1;
+            }
             *op_writes.entry(what).or_default() += 1;
         }
     }
@@ -612,6 +616,7 @@ async fn run() -> Result<(), String> {
         "unrelated_pod_writes_during_run": churned.other_pods,
         "operator_writes_apply_to_verdict": op_writes_total,
         "operator_writes_by_request": op_writes,
+        "operator_writes_refused_by_request_and_code": op_refused,
         "apply_to_first_pod_s": (first_pod - applied).as_secs_f64(),
         "apply_to_verdict_s": (passed - applied).as_secs_f64(),
         "apply_to_all_pods_created_s": (created - applied).as_secs_f64(),
