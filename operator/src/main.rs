@@ -322,8 +322,8 @@ async fn serve_http(addr: SocketAddr, http: Http) -> anyhow::Result<()> {
 /// period, which leaves time to hand the Lease back.
 const DRAIN: Duration = Duration::from_secs(20);
 
-/// SIGTERM or Ctrl-C, told to every clone of the receiver (one signal listener, registered at
-/// once, so no signal comes before it listens).
+/// SIGTERM or Ctrl-C, told to every clone of the receiver: one listener for the process, so
+/// the controller's graceful stop and the bound on it ([`drained`]) hear the same signal.
 fn stop_requested() -> tokio::sync::watch::Receiver<bool> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
