@@ -187,11 +187,7 @@ async fn settle(
         }
     };
     tracing::warn!(%validation, generation, tries = tried, error = %e, "no certificates written; given up");
-    let told = crate::reconcile::PlannedEvent {
-        warning: true,
-        reason: "CertificateNotWritten",
-        note,
-    };
+    let told = crate::reconcile::PlannedEvent::new(true, "CertificateNotWritten", note);
     crate::write::events::publish(gv, ctx, &[told]).await;
     None
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use gpuval_crds::{GpuFabricRound, GpuNodeResult, GpuValidation, Phase, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -32,14 +33,12 @@ use crate::result_figures::FigureFetcher;
 use crate::runs::{Owned, Runs};
 use crate::stores::{trim_meta, trim_node, trim_result, trim_slice};
 use crate::throttle::Throttle;
-use crate::wakes::Wakes;
+use crate::wakes::{BATCH, Wakes};
 
 /// Requeue of a finished run (the periodic resync).
 const RESYNC: Duration = Duration::from_secs(600);
 /// Requeue after a failed reconcile.
 const RETRY: Duration = Duration::from_secs(5);
-/// Triggers for one validation within this window make one reconcile.
-const DEBOUNCE: Duration = Duration::from_millis(200);
 
 async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
@@ -174,11 +173,88 @@ where
         .touched_objects()
 }
 
-/// How many validations reconcile at once, and the debounce of their triggers.
+/// How many validations reconcile at once. No debounce: kube's restarts on each trigger, and
+/// the triggers are batched before they reach the controller instead ([`BATCH`]).
 fn controller_config(cfg: &OperatorConfig) -> ControllerConfig {
-    ControllerConfig::default()
-        .concurrency(cfg.concurrency)
-        .debounce(DEBOUNCE)
+    ControllerConfig::default().concurrency(cfg.concurrency)
+}
+
+/// The validations that each object `stream` yields names, through `map`; a watch error is
+/// logged (the watch itself retries with backoff).
+fn triggers<K, I>(
+    stream: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    map: impl Fn(K) -> I + Send + 'static,
+) -> BoxStream<'static, ObjectRef<GpuValidation>>
+where
+    I: IntoIterator<Item = ObjectRef<GpuValidation>>,
+    I::IntoIter: Send + 'static,
+{
+    stream
+        .filter_map(move |o| {
+            let refs = match o {
+                Ok(o) => Some(futures::stream::iter(map(o))),
+                Err(e) => {
+                    tracing::debug!(error = %e, "watch error; the watch retries");
+                    None
+                }
+            };
+            std::future::ready(refs)
+        })
+        .flatten()
+        .boxed()
+}
+
+/// The validations a change of Node `node` may change: the unfinished ones whose run holds
+/// it, or, still selecting, whose spec could select it ([`crate::selection::node_matters`]).
+fn woken_by_node(
+    node: &Node,
+    validations: &Store<GpuValidation>,
+    runs: &Runs,
+) -> Vec<ObjectRef<GpuValidation>> {
+    let name = node.name_any();
+    validations
+        .state()
+        .iter()
+        .filter(|v| !finished(v))
+        .filter(|v| {
+            let held = v.metadata.uid.as_deref().and_then(|u| runs.holds(u, &name));
+            crate::selection::node_matters(&v.spec, held, node)
+        })
+        .map(|v| ObjectRef::new(&v.name_any()))
+        .collect()
+}
+
+/// The validations each Node and each ResourceSlice of the streams may change.
+fn node_triggers(
+    node_stream: impl Stream<Item = Result<Node, watcher::Error>> + Send + 'static,
+    slice_stream: impl Stream<Item = Result<ResourceSlice, watcher::Error>> + Send + 'static,
+    ctx: &Arc<Ctx>,
+) -> [BoxStream<'static, ObjectRef<GpuValidation>>; 2] {
+    let (by_node, by_slice) = (ctx.clone(), ctx.clone());
+    [
+        triggers(node_stream, move |n: Node| {
+            woken_by_node(&n, &by_node.validations, &by_node.runs)
+        }),
+        triggers(slice_stream, move |s: ResourceSlice| {
+            let c = &by_slice;
+            woken_by_slice(&s, &c.nodes, &c.validations, &c.runs)
+        }),
+    ]
+}
+
+/// The validations a change of ResourceSlice `slice` may change: those its node's change
+/// would wake, or every unfinished one for a slice of no known node.
+fn woken_by_slice(
+    slice: &ResourceSlice,
+    nodes: &Store<Node>,
+    validations: &Store<GpuValidation>,
+    runs: &Runs,
+) -> Vec<ObjectRef<GpuValidation>> {
+    let node = slice.spec.node_name.as_deref();
+    match node.and_then(|n| nodes.get(&ObjectRef::new(n))) {
+        Some(node) => woken_by_node(&node, validations, runs),
+        None => unfinished(validations),
+    }
 }
 
 /// The label selector of everything the operator creates.
@@ -324,22 +400,21 @@ pub async fn run(
     let schedules = crate::schedule::shell::run(ctx.clone(), woken.nodes_changed);
     let node_state = crate::node_state::run(ctx.clone(), woken.node_state, when_filled);
     let lifecycle = [tokio::spawn(schedules), tokio::spawn(node_state)];
+    let [by_node, by_slice] = node_triggers(node_stream, slice_stream, &ctx);
+    let triggered = futures::stream::select_all([
+        triggers(pod_stream, |p: Pod| owner_ref_of(&p.metadata)),
+        triggers(result_stream, |r: PartialObjectMeta<GpuNodeResult>| {
+            owner_ref_of(&r.metadata)
+        }),
+        triggers(round_stream, |r: GpuFabricRound| owner_ref_of(&r.metadata)),
+        by_node,
+        by_slice,
+    ]);
 
     controller
         .with_config(controller_config(&cfg))
         .trigger_backoff(crate::watch_backoff::watch_backoff())
-        .watches_stream(pod_stream, |p: Pod| owner_ref_of(&p.metadata))
-        .watches_stream(result_stream, |r: PartialObjectMeta<GpuNodeResult>| {
-            owner_ref_of(&r.metadata)
-        })
-        .watches_stream(round_stream, |r: GpuFabricRound| owner_ref_of(&r.metadata))
-        .watches_stream(node_stream, {
-            let validations = validations.clone();
-            move |_n: Node| unfinished(&validations)
-        })
-        .watches_stream(slice_stream, move |_s: ResourceSlice| {
-            unfinished(&validations)
-        })
+        .reconcile_on(crate::wakes::batched(triggered, BATCH))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(log_outcome)

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::{Router, extract::State, http::StatusCode, routing::get};
@@ -317,6 +318,53 @@ async fn serve_http(addr: SocketAddr, http: Http) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long the reconciles in flight at SIGTERM may go on: well inside the chart's 30 s grace
+/// period, which leaves time to hand the Lease back.
+const DRAIN: Duration = Duration::from_secs(20);
+
+/// SIGTERM or Ctrl-C, told to every clone of the receiver: one listener for the process, so
+/// the controller's graceful stop and the bound on it ([`drained`]) hear the same signal.
+fn stop_requested() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!(drain_s = DRAIN.as_secs(), "stopping");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Resolves once `stop` says so (never where no stop can come any more).
+async fn told(mut stop: tokio::sync::watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Runs `run` to its end, or once `stop` is told for at most [`DRAIN`] more: reconciles still
+/// in flight then are dropped at their next await (a write either went out whole or not at
+/// all; the next leader rebuilds a run from the cluster). False when they were dropped.
+async fn drained(
+    run: impl std::future::Future<Output = ()>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    tokio::pin!(run);
+    tokio::select! {
+        () = &mut run => return true,
+        () = told(stop) => {}
+    }
+    match tokio::time::timeout(DRAIN, run).await {
+        Ok(()) => true,
+        Err(_) => {
+            tracing::warn!(
+                drain_s = DRAIN.as_secs(),
+                "reconciles still in flight after the drain; abandoned"
+            );
+            false
+        }
+    }
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 async fn shutdown_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -358,8 +406,9 @@ async fn run_as_leader(
     cfg: OperatorConfig,
     election: Election,
     http: Http,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    let shutdown = told(stop.clone());
     let lease_client = kube::Client::try_from(config.clone()).context("build the lease client")?;
     let fence = Fence::default();
     let client = kube::client::ClientBuilder::try_from(config)
@@ -381,13 +430,14 @@ async fn run_as_leader(
         () = &mut shutdown => { elector.abort(); return Ok(()) }
     }
     let (lost_tx, lost_rx) = tokio::sync::oneshot::channel();
-    let stop = async move {
+    let stop_or_lost = async move {
         tokio::select! {
             () = shutdown => elector.abort(),
             lost = &mut elector => { let _ = lost_tx.send(lost); }
         }
     };
-    controller::run(client, cfg, http.metrics, http.ready.clone(), stop).await;
+    let run = controller::run(client, cfg, http.metrics, http.ready.clone(), stop_or_lost);
+    drained(run, stop).await;
     fence.close();
     http.ready.store(false, Ordering::Relaxed);
     match lost_rx.await {
@@ -418,11 +468,13 @@ async fn main() -> anyhow::Result<()> {
         ready: Arc::new(AtomicBool::new(false)),
     };
     serve_http(args.metrics_addr, http.clone()).await?;
+    let stop = stop_requested();
     match election {
-        Some(e) => run_as_leader(config, cfg, e, http, shutdown_signal()).await?,
+        Some(e) => run_as_leader(config, cfg, e, http, stop).await?,
         None => {
             let client = kube::Client::try_from(config).context("connect to the Kubernetes API")?;
-            controller::run(client, cfg, http.metrics, http.ready, shutdown_signal()).await;
+            let run = controller::run(client, cfg, http.metrics, http.ready, told(stop.clone()));
+            drained(run, stop).await;
         }
     }
     tracing::info!("stopped");

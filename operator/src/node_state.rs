@@ -943,11 +943,7 @@ async fn offences_of(
 
 /// Publishes an event about `node` (logged when it cannot be).
 async fn node_event(ctx: &Ctx, node: &Node, reason: &'static str, warning: bool, note: String) {
-    let planned = crate::reconcile::PlannedEvent {
-        warning,
-        reason,
-        note,
-    };
+    let planned = crate::reconcile::PlannedEvent::new(warning, reason, note);
     crate::write::events::publish(node, ctx, &[planned]).await;
 }
 

@@ -8,7 +8,7 @@
 //! was away, and this bounds how long such a loss can go unseen.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::reconcile::RunNodes;
@@ -42,6 +42,18 @@ struct Run {
     changed: Changed,
     /// When a reconcile of this run last looked at everything.
     everything_at: Option<Instant>,
+    /// The nodes the run holds (its record's lines), kept while a reconcile has the record:
+    /// a Node event wakes the run only for these (see [`Runs::holds`]).
+    held: Option<HeldNodes>,
+}
+
+/// The node names of a run's record, with the generation and count they were read from (the
+/// lines of one generation never change, so they are read once per generation).
+#[derive(Debug, Clone)]
+struct HeldNodes {
+    generation: i64,
+    count: usize,
+    names: Arc<BTreeSet<String>>,
 }
 
 /// What a reconcile takes.
@@ -110,7 +122,23 @@ impl Runs {
         runs.retain(|u, _| u == uid || exists(u));
         let run = runs.entry(uid.to_string()).or_default();
         run.running = record.is_some();
+        run.held = record.as_ref().map(|r| match run.held.take() {
+            Some(h) if h.generation == r.generation() && h.count == r.lines().len() => h,
+            _ => HeldNodes {
+                generation: r.generation(),
+                count: r.lines().len(),
+                names: Arc::new(r.lines().iter().map(|l| l.name.clone()).collect()),
+            },
+        });
         run.record = record;
+    }
+
+    /// Whether validation `uid`'s run holds node `node`: None where no run of it is known
+    /// (not started yet, or not since this operator started), so that only its spec can say.
+    pub fn holds(&self, uid: &str, node: &str) -> Option<bool> {
+        let runs = self.lock();
+        let held = runs.get(uid)?.held.as_ref()?;
+        Some(held.names.contains(node))
     }
 
     /// Runs held and about how many bytes their records hold (for the logs).
@@ -168,6 +196,28 @@ mod tests {
             "a run being reconciled still hears of nodes"
         );
         assert!(runs.take("over", now).changed.nodes.is_empty());
+    }
+
+    #[test]
+    fn a_run_holds_the_nodes_of_its_record_while_a_reconcile_has_it() {
+        let runs = Runs::default();
+        assert_eq!(runs.holds("u", "gpu-1"), None, "no run known");
+        let line = |n: &str| gpuval_crds::NodeStatus {
+            name: n.into(),
+            ..Default::default()
+        };
+        let record = RunNodes::new(1, vec![line("gpu-2"), line("gpu-1")]);
+        runs.put("u", Some(record), |_| true);
+        assert_eq!(runs.holds("u", "gpu-1"), Some(true));
+        assert_eq!(runs.holds("u", "cpu-9"), Some(false));
+        let taken = runs.take("u", Instant::now());
+        assert_eq!(runs.holds("u", "gpu-2"), Some(true), "while reconciling");
+        runs.put("u", taken.record, |_| true);
+        runs.put("u", Some(RunNodes::new(2, vec![line("gpu-3")])), |_| true);
+        assert_eq!(runs.holds("u", "gpu-1"), Some(false), "a new generation");
+        assert_eq!(runs.holds("u", "gpu-3"), Some(true));
+        runs.put("u", None, |_| true);
+        assert_eq!(runs.holds("u", "gpu-3"), None, "the run is over");
     }
 
     #[test]

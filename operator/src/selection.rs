@@ -189,6 +189,32 @@ pub fn select_with(
     out
 }
 
+/// Whether a change of `node` may change the run of a validation with `spec` that is not over.
+/// `held` says whether its run holds the node (the nodes of a run are fixed once selected);
+/// None where no run of it is known (still selecting, or not seen since the operator started):
+/// then the node matters where the spec could select it (see [`could_select`]).
+pub fn node_matters(spec: &GpuValidationSpec, held: Option<bool>, node: &Node) -> bool {
+    held.unwrap_or_else(|| could_select(spec, node))
+}
+
+/// Whether `spec`'s nodeSelector (if set) and nodeNames (if set) take `node` as a candidate,
+/// whatever its GPUs and cordon say now (both may change); never with an invalid selector.
+pub fn could_select(spec: &GpuValidationSpec, node: &Node) -> bool {
+    let Some(name) = node.metadata.name.as_deref() else {
+        return false;
+    };
+    let Ok(selector) = spec
+        .node_selector
+        .clone()
+        .map(Selector::try_from)
+        .transpose()
+    else {
+        return false;
+    };
+    let names: BTreeSet<&str> = spec.node_names.iter().map(|n| n.0.as_str()).collect();
+    is_candidate(node, name, selector.as_ref(), &names)
+}
+
 /// True when node `name` matches `selector` (if any) and is among `names` (if any).
 fn is_candidate(
     node: &Node,
@@ -273,6 +299,41 @@ pub(crate) mod tests {
 
     fn names(s: &Selection) -> Vec<&str> {
         s.selected.iter().map(|n| n.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_node_matters_to_the_runs_that_hold_it_and_to_the_specs_that_could_select_it() {
+        let mut pool = spec();
+        pool.node_selector = Some(LabelSelector {
+            match_labels: Some([("pool".to_string(), "h200".to_string())].into()),
+            ..Default::default()
+        });
+        let h200 = node("gpu-a", 8, &[("pool", "h200")], false);
+        let h100 = node("gpu-c", 8, &[("pool", "h100")], false);
+        assert!(node_matters(&pool, None, &h200), "a spec still selecting");
+        assert!(!node_matters(&pool, None, &h100), "a node it cannot select");
+        assert!(node_matters(&pool, Some(true), &h100), "its run holds it");
+        assert!(
+            !node_matters(&pool, Some(false), &h200),
+            "a run's nodes are fixed"
+        );
+        assert!(
+            node_matters(&spec(), None, &h100),
+            "no selector: every node"
+        );
+        let mut named = spec();
+        named.node_names = vec![NodeName("gpu-c".into())];
+        assert!(node_matters(&named, None, &h100) && !node_matters(&named, None, &h200));
+        let mut invalid = spec();
+        invalid.node_selector = Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "pool".into(),
+                operator: "Bogus".into(),
+                values: None,
+            }]),
+            ..Default::default()
+        });
+        assert!(!node_matters(&invalid, None, &h200), "an invalid selector");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Operator replicas as processes of the real binary with `--leader-elect`, each under its own
 //! service account (so the API server's audit log tells their writes apart), that a test can
-//! kill (SIGKILL), pause (SIGSTOP) and resume (SIGCONT).
+//! kill (SIGKILL), stop (SIGTERM), pause (SIGSTOP) and resume (SIGCONT).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
@@ -119,6 +119,14 @@ impl Replica {
         }
     }
 
+    /// SIGTERM (what the kubelet sends a pod being stopped); [`exited`](Self::exited) tells
+    /// when it has ended.
+    pub fn terminate(&mut self) {
+        if self.exited().is_none() {
+            self.signal(libc::SIGTERM);
+        }
+    }
+
     /// SIGSTOP: the process keeps its sockets but runs nothing (a long GC pause, a frozen VM).
     pub fn pause(&mut self) {
         if self.exited().is_none() {
@@ -159,8 +167,9 @@ impl Drop for Replica {
     }
 }
 
-/// Service account `name` bound to cluster-admin, and a kubeconfig with its token.
-async fn identity(
+/// Service account `name` bound to cluster-admin, and a kubeconfig with its token (the API
+/// server's audit log names its requests `system:serviceaccount:NAMESPACE:NAME`).
+pub async fn identity(
     cp: &ControlPlane,
     admin: &Client,
     namespace: &str,

@@ -4,8 +4,9 @@
 //! A node waits when the template selects it and it carries the admission taint (or, with
 //! `untestedNodes`, has no verdict label), unless it carries the failure taint (an
 //! administrator removes that to try again) or an admission run already covers it. Waiting
-//! nodes are batched: a run starts once the newest of them has waited `debounce`, or at once
-//! when there are `maxBatch` of them.
+//! nodes are batched: a run starts once the newest of them has waited `debounce`, or the
+//! oldest [`MAX_DEBOUNCES`] times that (nodes that keep joining never postpone a batch for
+//! ever), or at once when there are `maxBatch` of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -29,6 +30,9 @@ pub struct NodeView {
     /// It has a `gpuval.io/verdict` label.
     pub has_verdict: bool,
 }
+
+/// A batch waits at most this many debounces after its oldest node came.
+pub const MAX_DEBOUNCES: i32 = 4;
 
 /// What a finished node of an admission run came to.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,8 +61,8 @@ pub struct AdmissionRun {
 pub struct AdmissionPlan {
     /// (run name, nodes) to start.
     pub create: Option<(String, Vec<String>)>,
-    /// Passed nodes that still carry the admission taint.
-    pub untaint: Vec<String>,
+    /// (node, run) that passed and still carry the admission taint.
+    pub untaint: Vec<(String, String)>,
     /// (node, run) that did not pass and get the failure taint.
     pub mark_failed: Vec<(String, String)>,
     /// When to look again for a batch still inside its debounce.
@@ -92,7 +96,9 @@ fn outcomes(
                 continue;
             };
             match outcome {
-                Outcome::Passed if view.tainted => plan.untaint.push(node.clone()),
+                Outcome::Passed if view.tainted => {
+                    plan.untaint.push((node.clone(), run.name.clone()));
+                }
                 Outcome::NotPassed(_) if !view.failed => {
                     plan.mark_failed.push((node.clone(), run.name.clone()));
                 }
@@ -101,7 +107,7 @@ fn outcomes(
         }
     }
     plan.untaint.sort();
-    plan.untaint.dedup();
+    plan.untaint.dedup_by(|a, b| a.0 == b.0);
     plan.mark_failed.sort();
     plan.mark_failed.dedup_by(|a, b| a.0 == b.0);
     decided
@@ -139,12 +145,12 @@ pub fn plan(
     waiting.sort_by(|a, b| a.name.cmp(&b.name));
     let max = usize::try_from(admission.max_batch).unwrap_or(1).max(1);
     let newest = waiting.iter().map(|n| n.created).max().unwrap_or(now);
-    let ready_at = newest
-        .checked_add(
-            SignedDuration::try_from(admission.debounce_or_default().as_std())
-                .unwrap_or(SignedDuration::ZERO),
-        )
-        .unwrap_or(newest);
+    let oldest = waiting.iter().map(|n| n.created).min().unwrap_or(now);
+    let debounce = SignedDuration::try_from(admission.debounce_or_default().as_std())
+        .unwrap_or(SignedDuration::ZERO);
+    let after = |t: Timestamp, d: SignedDuration| t.checked_add(d).unwrap_or(t);
+    let longest = debounce.checked_mul(MAX_DEBOUNCES).unwrap_or(debounce);
+    let ready_at = after(newest, debounce).min(after(oldest, longest));
     if waiting.len() < max && now < ready_at {
         out.requeue_after = ready_at
             .duration_since(now)
@@ -236,6 +242,33 @@ mod tests {
     }
 
     #[test]
+    fn nodes_that_keep_joining_never_postpone_a_batch_beyond_its_longest_wait() {
+        let a: Admission =
+            serde_json::from_value(serde_json::json!({"debounce": "30s", "maxBatch": 100}))
+                .unwrap();
+        // A node joins every 20 s from 01:00:00, each inside the debounce of the one before.
+        let joined = |upto: usize| -> Vec<NodeView> {
+            (0..=upto)
+                .map(|i| {
+                    let t = ts("2026-11-23T01:00:00Z") + SignedDuration::from_secs(20 * i as i64);
+                    node(&format!("n{i:02}"), &t.to_string(), true)
+                })
+                .collect()
+        };
+        let at = |s: &str| plan("gate", &a, &joined(6), &[], ts(s), false);
+        let waiting = at("2026-11-23T01:01:59Z");
+        assert_eq!(
+            waiting.create, None,
+            "inside the oldest node's longest wait"
+        );
+        assert_eq!(waiting.requeue_after, Some(Duration::from_secs(1)));
+        let (_, batch) = at("2026-11-23T01:02:00Z")
+            .create
+            .expect("four debounces after the oldest node, whoever joined since");
+        assert_eq!(batch.len(), 7);
+    }
+
+    #[test]
     fn a_full_batch_starts_at_once_and_covered_or_failed_nodes_do_not_wait() {
         let mut a = admission();
         a.untested_nodes = true;
@@ -291,7 +324,7 @@ mod tests {
             ts("2026-11-23T02:00:00Z"),
             false,
         );
-        assert_eq!(p.untaint, vec!["ok".to_string()]);
+        assert_eq!(p.untaint, [("ok".to_string(), "gate-admit-1".to_string())]);
         assert_eq!(
             p.mark_failed,
             vec![("bad".to_string(), "gate-admit-1".to_string())]

@@ -28,6 +28,39 @@ pub struct PlannedEvent {
     pub warning: bool,
     pub reason: &'static str,
     pub note: String,
+    /// The node or run the event is about, besides the object it regards (its `related`).
+    pub related: Option<Related>,
+}
+
+/// What else an event is about. The event recorder counts an event that repeats one with the
+/// same reason about the same objects in that event's series, keeping the first note: naming
+/// the node or run keeps each its own event (issue 55: "fab-0 passed" counted three times,
+/// two of them fab-1's), and the same node's repeats are counted per node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Related {
+    Node(String),
+    /// A run: a GpuValidation by name.
+    Run(String),
+}
+
+impl PlannedEvent {
+    /// An event about no other object.
+    pub fn new(warning: bool, reason: &'static str, note: String) -> Self {
+        PlannedEvent {
+            warning,
+            reason,
+            note,
+            related: None,
+        }
+    }
+
+    /// This event, about `related` too.
+    pub fn about(self, related: Related) -> Self {
+        PlannedEvent {
+            related: Some(related),
+            ..self
+        }
+    }
 }
 
 /// The note of a run whose certificates could not be signed: why, and what to do.
@@ -61,43 +94,36 @@ pub fn certificate_refused(why: &str) -> String {
 
 /// A run started on `nodes` nodes for spec generation `generation`.
 pub fn started(nodes: usize, generation: i64) -> PlannedEvent {
-    PlannedEvent {
-        warning: false,
-        reason: "Started",
-        note: format!("validating {nodes} node(s), generation {generation}"),
-    }
+    PlannedEvent::new(
+        false,
+        "Started",
+        format!("validating {nodes} node(s), generation {generation}"),
+    )
 }
 
 /// The run cannot start (`reason` is the Stalled condition's reason).
 pub fn blocked(reason: &'static str, message: &str) -> PlannedEvent {
-    PlannedEvent {
-        warning: true,
-        reason,
-        note: note(message),
-    }
+    PlannedEvent::new(true, reason, note(message))
 }
 
 /// A node reached a final verdict other than Passed.
 pub fn node_failed(line: &NodeStatus) -> PlannedEvent {
-    PlannedEvent {
-        warning: true,
-        reason: "NodeFailed",
-        note: note(&format!(
-            "{}: {}: {}",
-            line.name,
-            line.verdict,
-            line.message.as_deref().unwrap_or("")
-        )),
-    }
+    let text = format!(
+        "{}: {}: {}",
+        line.name,
+        line.verdict,
+        line.message.as_deref().unwrap_or("")
+    );
+    PlannedEvent::new(true, "NodeFailed", note(&text)).about(Related::Node(line.name.clone()))
 }
 
 /// The run reached `phase`, a terminal one (Passed or Failed).
 pub fn finished(phase: Phase, summary: &Summary) -> PlannedEvent {
-    PlannedEvent {
-        warning: phase == Phase::Failed,
-        reason: phase.as_str(),
-        note: note(&summarize::progress(summary)),
-    }
+    PlannedEvent::new(
+        phase == Phase::Failed,
+        phase.as_str(),
+        note(&summarize::progress(summary)),
+    )
 }
 
 /// When to reconcile again: never for a finished run (the periodic resync still runs);

@@ -149,15 +149,13 @@ fn decide(
             let msg = format!("round {number} ({}) of {n} nodes", round.purpose.as_str());
             step.status = Some(status(FabricPhase::Running, n, number, Some(msg)));
             step.round = Some(round_spec(inp, number, &round, &rails, gpus));
-            step.events.push(PlannedEvent {
-                warning: false,
-                reason: "FabricRound",
-                note: format!(
-                    "fabric round {number} ({}): {} group(s)",
-                    round.purpose.as_str(),
-                    round.groups.len()
-                ),
-            });
+            let note = format!(
+                "fabric round {number} ({}): {} group(s)",
+                round.purpose.as_str(),
+                round.groups.len()
+            );
+            step.events
+                .push(PlannedEvent::new(false, "FabricRound", note));
             step.requeue = Some(inp.spec.round_timeout_or_default().as_std());
         }
         Joint::Wait { awaited } => {
@@ -173,15 +171,13 @@ fn decide(
             step.status = Some(concluded(&c, n, planned.len()));
             apply_verdicts(&c, nodes, step);
             step.round = Some(end_round(inp, planned.len()));
-            step.events.push(PlannedEvent {
-                warning: !c.passed,
-                reason: if c.passed {
-                    "FabricPassed"
-                } else {
-                    "FabricFailed"
-                },
-                note: truncate(&c.message),
-            });
+            let reason = if c.passed {
+                "FabricPassed"
+            } else {
+                "FabricFailed"
+            };
+            step.events
+                .push(PlannedEvent::new(!c.passed, reason, truncate(&c.message)));
         }
     }
     if let Some(s) = step.status.as_mut() {

@@ -46,7 +46,7 @@ use crate::selection::Selection;
 
 pub use advance::RESULT_GRACE;
 pub use clock::RunClock;
-pub use events::{PlannedEvent, RUNNING_REQUEUE};
+pub use events::{PlannedEvent, RUNNING_REQUEUE, Related};
 pub use record::RunNodes;
 pub use view::{PodPhase, PodView, ResultFacts, ResultView, RoundView, World};
 

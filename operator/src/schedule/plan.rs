@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::reconcile::PlannedEvent;
+use crate::reconcile::{PlannedEvent, Related};
 pub use gpuval_crds::schedule::{MAX_NAME_PREFIX, name_prefix};
 
 /// Requeue when nothing is due sooner.
@@ -215,11 +215,7 @@ pub fn plan_with(
         &now_t,
     );
     if let (Some((reason, note)), true) = (invalid, changed) {
-        plan.events.push(PlannedEvent {
-            warning: true,
-            reason,
-            note,
-        });
+        plan.events.push(PlannedEvent::new(true, reason, note));
     }
     let cron = cron.ok().flatten();
     let active: Vec<&Run> = runs.iter().filter(|r| !r.finished()).collect();
@@ -263,11 +259,8 @@ fn start_or_skip(
     let skip = |status: &mut GpuValidationScheduleStatus, plan: &mut Plan, why: String| {
         status.last_skipped_time = Some(Time(slot));
         status.last_skipped_reason = Some(why.clone());
-        plan.events.push(PlannedEvent {
-            warning: false,
-            reason: "Skipped",
-            note: format!("run due at {slot} skipped: {why}"),
-        });
+        let note = format!("run due at {slot} skipped: {why}");
+        plan.events.push(PlannedEvent::new(false, "Skipped", note));
     };
     match admit_run(s.spec.concurrency_policy, active) {
         Admit::Skip(why) => return skip(status, plan, why),
@@ -294,11 +287,9 @@ fn start_or_skip(
     }
     let name = run_name(&s.name_any(), slot);
     status.last_schedule_time = Some(Time(slot));
-    plan.events.push(PlannedEvent {
-        warning: false,
-        reason: "Scheduled",
-        note: format!("started {name} for {slot}"),
-    });
+    let note = format!("started {name} for {slot}");
+    plan.events
+        .push(PlannedEvent::new(false, "Scheduled", note).about(Related::Run(name.clone())));
     plan.create = Some(NewRun {
         name,
         scheduled_at: slot,

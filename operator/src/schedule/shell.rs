@@ -23,7 +23,7 @@ use super::busy::{self, ClaimKey};
 use super::plan::{self, NewRun, NodeLoad, Plan, Run};
 use crate::admission::{self, plan::AdmissionPlan};
 use crate::context::{Ctx, Error, FIELD_MANAGER};
-use crate::reconcile::PlannedEvent;
+use crate::reconcile::{PlannedEvent, Related};
 
 /// Requeue after a failed reconcile.
 const RETRY: Duration = Duration::from_secs(5);
@@ -280,6 +280,27 @@ fn plan_admission(
     )
 }
 
+/// Node `node` passed admission run `run` and lost the admission taint `taint`: an event of
+/// its own (see [`Related`]), naming the run.
+fn admitted(node: &str, run: &str, taint: &str) -> PlannedEvent {
+    let note = format!("{node} passed {run}; removed taint {taint}");
+    PlannedEvent::new(false, "NodeAdmitted", note).about(Related::Node(node.into()))
+}
+
+/// Node `node` did not pass admission run `run`: it keeps `taint` and gets the failure mark.
+fn not_admitted(node: &str, run: &str, taint: &str) -> PlannedEvent {
+    let failed = labels::FAILED_NODE;
+    let note = format!("{node} did not pass {run}; kept taint {taint} and added {failed}");
+    PlannedEvent::new(true, "NodeNotAdmitted", note).about(Related::Node(node.into()))
+}
+
+/// Admission run `name` started on `nodes`: an event of each run's own.
+fn admission_started(name: &str, nodes: &[String]) -> PlannedEvent {
+    let (n, list) = (nodes.len(), nodes.join(", "));
+    let note = format!("started {name} on {n} new node(s): {list}");
+    PlannedEvent::new(false, "AdmissionStarted", note).about(Related::Run(name.into()))
+}
+
 /// Carries out the admission plan: node taints first (best effort, logged), then the new run.
 async fn apply_admission(
     s: &GpuValidationSchedule,
@@ -296,37 +317,17 @@ async fn apply_admission(
         true => (p.untaint.as_slice(), p.mark_failed.as_slice()),
         false => (&[][..], &[][..]),
     };
-    for node in untaint {
+    for (node, run) in untaint {
         admission::untaint(ctx, node, &a.taint).await?;
-        events.push(PlannedEvent {
-            warning: false,
-            reason: "NodeAdmitted",
-            note: format!("{node} passed; removed taint {}", a.taint.key),
-        });
+        events.push(admitted(node, run, &a.taint.key));
     }
     for (node, run) in mark_failed {
         admission::mark_failed(ctx, node, run).await?;
-        events.push(PlannedEvent {
-            warning: true,
-            reason: "NodeNotAdmitted",
-            note: format!(
-                "{node} did not pass {run}; kept taint {} and added {}",
-                a.taint.key,
-                labels::FAILED_NODE
-            ),
-        });
+        events.push(not_admitted(node, run, &a.taint.key));
     }
     if let Some((name, nodes)) = &p.create {
         create(ctx, &new_validation(s, name, None, Some(nodes))).await?;
-        events.push(PlannedEvent {
-            warning: false,
-            reason: "AdmissionStarted",
-            note: format!(
-                "started {name} on {} new node(s): {}",
-                nodes.len(),
-                nodes.join(", ")
-            ),
-        });
+        events.push(admission_started(name, nodes));
     }
     Ok(())
 }
@@ -426,7 +427,7 @@ pub async fn run(ctx: Arc<Ctx>, nodes_changed: tokio::sync::watch::Receiver<()>)
     .reflect(run_writer)
     .touched_objects();
     let gating_schedules = schedules.clone();
-    let node_events = crate::wakes::nodes_changed(nodes_changed)
+    let node_events = crate::wakes::nodes_changed(nodes_changed, crate::wakes::BATCH)
         .flat_map(move |()| futures::stream::iter(gating(&gating_schedules)));
     let ticks = ctx.cfg.clock.ticks();
     let sc = Arc::new(ScheduleCtx { ctx, runs });

@@ -30,11 +30,7 @@ pub async fn ensure_template(gv: &GpuValidation, ctx: &Ctx) -> Result<(), Error>
                 template.name_any(),
                 s.message
             );
-            let refused = PlannedEvent {
-                warning: true,
-                reason: "ClaimTemplateRefused",
-                note: note.clone(),
-            };
+            let refused = PlannedEvent::new(true, "ClaimTemplateRefused", note.clone());
             super::events::publish(gv, ctx, std::slice::from_ref(&refused)).await;
             Err(Error::ClaimTemplate(note))
         }

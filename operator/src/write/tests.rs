@@ -8,7 +8,7 @@ use serde_json::json;
 use super::recorded::{self, Call, status};
 use super::{claims, events, fabric, pods};
 use crate::context::Error;
-use crate::reconcile::PlannedEvent;
+use crate::reconcile::{PlannedEvent, Related};
 
 fn gv() -> GpuValidation {
     let mut g = GpuValidation::new("acceptance", crate::selection::tests::spec());
@@ -67,11 +67,7 @@ async fn an_event_the_api_refuses_is_logged_and_the_next_is_still_published() {
         created(),
     ]);
     let ctx = recorded::ctx(client);
-    let planned = |reason| PlannedEvent {
-        warning: reason == "Failed",
-        reason,
-        note: format!("{reason} note"),
-    };
+    let planned = |reason| PlannedEvent::new(reason == "Failed", reason, format!("{reason} note"));
     events::publish(&gv(), &ctx, &[planned("Failed"), planned("Passed")]).await;
     let calls = log.calls();
     assert_eq!(calls.len(), 2, "{calls:?}");
@@ -89,6 +85,53 @@ async fn an_event_the_api_refuses_is_logged_and_the_next_is_still_published() {
         assert_eq!(c.body["reason"], reason);
         assert_eq!(c.body["regarding"]["name"], "acceptance");
     }
+}
+
+#[tokio::test]
+async fn each_node_gets_its_own_event_and_only_its_own_repeats_are_counted() {
+    let (client, log) = recorded::client(vec![created(), created(), created(), created()]);
+    let ctx = recorded::ctx(client);
+    let admitted = |node: &str, run: &str| {
+        PlannedEvent::new(false, "NodeAdmitted", format!("{node} passed {run}"))
+            .about(Related::Node(node.into()))
+    };
+    let started = |run: &str| {
+        PlannedEvent::new(false, "AdmissionStarted", format!("started {run}"))
+            .about(Related::Run(run.into()))
+    };
+    let events = [
+        admitted("fab-0", "gate-admit-1"),
+        admitted("fab-1", "gate-admit-1"),
+        started("gate-admit-2"),
+        started("gate-admit-3"),
+        admitted("fab-1", "gate-admit-1"),
+    ];
+    events::publish(&gv(), &ctx, &events).await;
+    let calls = log.calls();
+    let methods: Vec<&str> = calls.iter().map(|c| c.method.as_str()).collect();
+    assert_eq!(
+        methods,
+        ["POST", "POST", "POST", "POST", "PATCH"],
+        "a new event per node and per run; a node's repeat is counted in its own"
+    );
+    let notes: Vec<&str> = calls[..4]
+        .iter()
+        .filter_map(|c| c.body["note"].as_str())
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "fab-0 passed gate-admit-1",
+            "fab-1 passed gate-admit-1",
+            "started gate-admit-2",
+            "started gate-admit-3"
+        ]
+    );
+    assert_eq!(calls[0].body["related"]["kind"], "Node");
+    assert_eq!(calls[0].body["related"]["name"], "fab-0");
+    assert_eq!(calls[2].body["related"]["kind"], "GpuValidation");
+    assert_eq!(calls[4].body["related"]["name"], "fab-1");
+    assert_eq!(calls[4].body["series"]["count"], 2);
 }
 
 #[tokio::test]

@@ -15,12 +15,21 @@
 //!   cargo build --release -p gpuval-operator -p gpuval-tests
 //!   target/release/scale --nodes 1000 --operator target/release/gpuval-operator --report sim.json --out bench/results/scale
 //!
+//! With `--churn R` the validation's own Nodes are written R times a second between the apply
+//! and the verdict (round robin, an annotation: what kubelets, GPU feature discovery and other
+//! controllers do to Nodes), and with `--burst R` unrelated Nodes and Pods (20 CPU nodes, 20
+//! pods in namespace `apps`) R times a second in bursts of 5 s every 10 s (issue 55). The
+//! operator runs as its own service account and the API server keeps an audit log, so its
+//! writes are counted from the API server's side; the output names the time to the first agent
+//! pod and to the verdict, and the operator's writes per Node event.
+//!
 //! Uses etcd, kube-apiserver and kube-scheduler from tests/scripts/build-control-plane.sh.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
@@ -41,6 +50,10 @@ struct Args {
     operator: PathBuf,
     out: PathBuf,
     report: Option<PathBuf>,
+    /// Writes a second on the validation's own Nodes during the run.
+    churn: f64,
+    /// Writes a second on unrelated Nodes and Pods, in bursts.
+    burst: f64,
 }
 
 fn args() -> Result<Args, String> {
@@ -49,6 +62,8 @@ fn args() -> Result<Args, String> {
         operator: PathBuf::from("target/release/gpuval-operator"),
         out: PathBuf::from("bench/results/scale"),
         report: None,
+        churn: 0.0,
+        burst: 0.0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -58,9 +73,11 @@ fn args() -> Result<Args, String> {
             "--operator" => a.operator = v.into(),
             "--out" => a.out = v.into(),
             "--report" => a.report = Some(v.into()),
+            "--churn" => a.churn = v.parse().map_err(|e| format!("--churn: {e}"))?,
+            "--burst" => a.burst = v.parse().map_err(|e| format!("--burst: {e}"))?,
             _ => {
                 return Err(format!(
-                    "unknown flag {k}: use --nodes N --operator PATH --out DIR [--report FILE]"
+                    "unknown flag {k}: use --nodes N --operator PATH --out DIR [--report FILE] [--churn R] [--burst R]"
                 ));
             }
         }
@@ -248,11 +265,16 @@ async fn wait_ready(port: u16) -> Result<(), String> {
 /// memory is steady only then. Returns how long that took after the call, or None.
 async fn wait_for_figures(port: u16, nodes: usize, limit: Duration) -> Option<Duration> {
     let t = Instant::now();
-    let want = format!("gpuval_fleet_nodes{{}} {nodes}.0");
+    // One series per `simulated` value: every node counted in one of them.
+    let want = format!(" {nodes}.0");
+    let counted = |m: &str| {
+        m.lines()
+            .any(|l| l.starts_with("gpuval_fleet_nodes{") && l.ends_with(&want))
+    };
     while t.elapsed() < limit {
         if http_get(port, "/metrics")
             .await
-            .is_some_and(|m| m.contains(&want))
+            .is_some_and(|m| counted(&m))
         {
             return Some(t.elapsed());
         }
@@ -290,13 +312,16 @@ async fn main() {
 }
 
 /// Starts the operator binary against `cp`; returns it and its metrics port.
-fn start_operator(a: &Args, cp: &ControlPlane) -> Result<(std::process::Child, u16), String> {
+fn start_operator(
+    a: &Args,
+    kubeconfig: &std::path::Path,
+) -> Result<(std::process::Child, u16), String> {
     let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
         .port();
     let op = Command::new(&a.operator)
-        .env("KUBECONFIG", cp.kubeconfig())
+        .env("KUBECONFIG", kubeconfig)
         .env(
             "RUST_LOG",
             std::env::var("OPERATOR_LOG").unwrap_or_else(|_| "warn".into()),
@@ -332,6 +357,7 @@ async fn run() -> Result<(), String> {
     };
     let cp = ControlPlane::start_with(Options {
         scheduler: true,
+        audit_log: true,
         ..Default::default()
     })
     .await
@@ -347,8 +373,10 @@ async fn run() -> Result<(), String> {
         .await
         .map_err(e("create namespace"))?;
 
+    // The operator as its own service account: the audit log names its writes.
+    let kubeconfig = gpuval_tests::replica::identity(&cp, &client, NS, OPERATOR_SA).await?;
     // The operator's resident memory with empty caches: a first operator, before any node.
-    let (mut op, metrics_port) = start_operator(&a, &cp)?;
+    let (mut op, metrics_port) = start_operator(&a, &kubeconfig)?;
     wait_ready(metrics_port).await?;
     let empty = proc_stat(op.id());
     let empty_heap = heap_kb(metrics_port).await.unwrap_or(0);
@@ -380,7 +408,8 @@ async fn run() -> Result<(), String> {
         t.elapsed().as_secs_f64()
     );
 
-    let (mut op, metrics_port) = start_operator(&a, &cp)?;
+    let unrelated = unrelated_objects(&client).await?;
+    let (mut op, metrics_port) = start_operator(&a, &kubeconfig)?;
     let pid = op.id();
     wait_ready(metrics_port).await?;
 
@@ -390,16 +419,19 @@ async fn run() -> Result<(), String> {
     let seen_pods = Arc::new(Mutex::new(HashSet::<String>::new()));
     let done_results = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let all_created = Arc::new(Mutex::new(None::<Instant>));
+    let first_pod = Arc::new(Mutex::new(None::<Instant>));
     let total = a.nodes;
     let agent = {
         let (pods, gvs, client, template) =
             (pods.clone(), gvs.clone(), client.clone(), template.clone());
         let (seen, done, created) = (seen_pods.clone(), done_results.clone(), all_created.clone());
+        let first = first_pod.clone();
         tokio::spawn(async move {
             watcher(pods.clone(), watcher::Config::default())
                 .default_backoff()
                 .applied_objects()
                 .for_each_concurrent(32, |p| {
+                    let first = first.clone();
                     let (pods, gvs, client, seen, done, created, template) = (
                         pods.clone(),
                         gvs.clone(),
@@ -411,6 +443,7 @@ async fn run() -> Result<(), String> {
                     );
                     async move {
                         let Ok(p) = p else { return };
+                        first.lock().await.get_or_insert_with(Instant::now);
                         {
                             let mut s = seen.lock().await;
                             let first = s.insert(format!("c/{}", p.name_any()));
@@ -459,7 +492,9 @@ async fn run() -> Result<(), String> {
 
     let before_apply = proc_stat(pid);
     let heap_before_apply = heap_kb(metrics_port).await.unwrap_or(0);
+    let churn = Churn::start(&client, &a, &unrelated);
     let applied = Instant::now();
+    let applied_at = k8s_openapi::jiff::Timestamp::now();
     let gv = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "metadata": {"name": "scale"},
                     "spec": {"checks": {"memory": {}, "compute": {"duration": "5m"}}, "deadline": "2h"}});
     gvs.patch(
@@ -493,6 +528,8 @@ async fn run() -> Result<(), String> {
         }
     };
     let (passed, final_gv) = passed_at;
+    let verdict_at = k8s_openapi::jiff::Timestamp::now();
+    let churned = churn.stop();
     let at_verdict = proc_stat(pid);
     let heap_at_verdict = heap_kb(metrics_port).await.unwrap_or(0);
     let figures_after = wait_for_figures(metrics_port, a.nodes, Duration::from_secs(600)).await;
@@ -503,6 +540,24 @@ async fn run() -> Result<(), String> {
     agent.abort();
 
     let created = all_created.lock().await.ok_or("not every pod was seen")?;
+    let first_pod = first_pod.lock().await.ok_or("no pod was seen")?;
+    let audit = cp.audit_log().ok_or("no audit log")?;
+    let user = format!("system:serviceaccount:{NS}:{OPERATOR_SA}");
+    let mut op_writes = BTreeMap::<String, u64>::new();
+    let mut op_refused = BTreeMap::<String, u64>::new();
+    for w in gpuval_tests::audit::writes(&audit)? {
+        if w.user == user && w.received >= applied_at && w.received <= verdict_at {
+            let what = match &w.subresource {
+                Some(sub) => format!("{} {}/{sub}", w.verb, w.resource),
+                None => format!("{} {}", w.verb, w.resource),
+            };
+            if !w.succeeded() {
+                *op_refused.entry(format!("{what} {}", w.code)).or_default() += 1;
+            }
+            *op_writes.entry(what).or_default() += 1;
+        }
+    }
+    let op_writes_total: u64 = op_writes.values().sum();
     let last_result = done_results
         .lock()
         .await
@@ -553,6 +608,17 @@ async fn run() -> Result<(), String> {
         "passed": summary.passed,
         "failed": summary.failed,
         "pods": pods_now,
+        "churn_node_writes_per_s": a.churn,
+        "burst_writes_per_s": a.burst,
+        "node_writes_during_run": churned.own_nodes + churned.other_nodes,
+        "own_node_writes_during_run": churned.own_nodes,
+        "unrelated_node_writes_during_run": churned.other_nodes,
+        "unrelated_pod_writes_during_run": churned.other_pods,
+        "operator_writes_apply_to_verdict": op_writes_total,
+        "operator_writes_by_request": op_writes,
+        "operator_writes_refused_by_request_and_code": op_refused,
+        "apply_to_first_pod_s": (first_pod - applied).as_secs_f64(),
+        "apply_to_verdict_s": (passed - applied).as_secs_f64(),
         "apply_to_all_pods_created_s": (created - applied).as_secs_f64(),
         "apply_to_last_result_s": (last_result - applied).as_secs_f64(),
         "last_result_to_verdict_s": passed.saturating_duration_since(last_result).as_secs_f64(),
@@ -580,7 +646,15 @@ async fn run() -> Result<(), String> {
         "machine": format!("{} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)),
     });
     std::fs::create_dir_all(&a.out).map_err(|e| e.to_string())?;
-    let file = a.out.join(format!("scale-{}.json", a.nodes));
+    let kind = if a.churn > 0.0 || a.burst > 0.0 {
+        "churn"
+    } else {
+        "quiet"
+    };
+    let file = match (a.churn > 0.0 || a.burst > 0.0, a.churn, a.burst) {
+        (false, ..) => a.out.join(format!("scale-{}.json", a.nodes)),
+        (true, c, b) => a.out.join(format!("scale-{}-{kind}-{c}-{b}.json", a.nodes)),
+    };
     std::fs::write(
         &file,
         serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?,
@@ -591,4 +665,150 @@ async fn run() -> Result<(), String> {
         serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?
     );
     Ok(())
+}
+
+/// The operator's service account (see `gpuval_tests::replica::identity`).
+const OPERATOR_SA: &str = "gpuval-operator";
+/// Unrelated objects the bursts write: CPU nodes and pods in namespace [`APPS`].
+const UNRELATED: usize = 20;
+const APPS: &str = "apps";
+
+/// Nodes without GPUs and pods on them in namespace [`APPS`], none of them the operator's.
+async fn unrelated_objects(client: &kube::Client) -> Result<Vec<String>, String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": APPS}}))
+                .map_err(|e| e.to_string())?,
+        )
+        .await
+        .map_err(|e| format!("create namespace {APPS}: {e}"))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), APPS);
+    let mut names = Vec::new();
+    for i in 0..UNRELATED {
+        let name = format!("cpu-{i:02}");
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"capacity": {"cpu": "64", "pods": "110"}, "allocatable": {"cpu": "64", "pods": "110"}},
+        }))
+        .map_err(|e| e.to_string())?;
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .map_err(|e| format!("create {name}: {e}"))?;
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("app-{i:02}")},
+            "spec": {"nodeName": name, "containers": [{"name": "app", "image": "app"}]},
+        }))
+        .map_err(|e| e.to_string())?;
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .map_err(|e| format!("create pod app-{i:02}: {e}"))?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// The writes the churn made.
+#[derive(Debug, Default, Clone, Copy)]
+struct Churned {
+    own_nodes: u64,
+    other_nodes: u64,
+    other_pods: u64,
+}
+
+/// The writers of `--churn` and `--burst`, running until [`Churn::stop`].
+struct Churn {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    counts: [Arc<AtomicU64>; 3],
+}
+
+impl Churn {
+    fn start(client: &kube::Client, a: &Args, unrelated: &[String]) -> Churn {
+        let counts = [0, 1, 2].map(|_| Arc::new(AtomicU64::new(0)));
+        let mut tasks = Vec::new();
+        let own: Vec<String> = (0..a.nodes).map(|i| format!("gpu-{i:05}")).collect();
+        if a.churn > 0.0 {
+            tasks.extend(writers(
+                client,
+                Target::Nodes(own),
+                a.churn,
+                false,
+                &counts[0],
+            ));
+        }
+        if a.burst > 0.0 {
+            let pods = (0..unrelated.len())
+                .map(|i| format!("app-{i:02}"))
+                .collect();
+            let half = a.burst / 2.0;
+            tasks.extend(writers(
+                client,
+                Target::Nodes(unrelated.to_vec()),
+                half,
+                true,
+                &counts[1],
+            ));
+            tasks.extend(writers(client, Target::Pods(pods), half, true, &counts[2]));
+        }
+        Churn { tasks, counts }
+    }
+
+    fn stop(self) -> Churned {
+        self.tasks.iter().for_each(tokio::task::JoinHandle::abort);
+        let n = |i: usize| self.counts[i].load(Ordering::Relaxed);
+        Churned {
+            own_nodes: n(0),
+            other_nodes: n(1),
+            other_pods: n(2),
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Target {
+    Nodes(Vec<String>),
+    Pods(Vec<String>),
+}
+
+/// Writers that patch an annotation of `target`'s objects in turn, `rate` times a second in
+/// all (one writer per 20 a second, each waiting for its answer), only in the first 5 s of each
+/// 10 s when `bursts`; each landed write counted in `count`.
+fn writers(
+    client: &kube::Client,
+    target: Target,
+    rate: f64,
+    bursts: bool,
+    count: &Arc<AtomicU64>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let n = (rate / 20.0).ceil().max(1.0) as usize;
+    let every = Duration::from_secs_f64(n as f64 / rate);
+    let start = tokio::time::Instant::now();
+    (0..n)
+        .map(|w| {
+            let (client, target, count) = (client.clone(), target.clone(), count.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                let nodes: Api<Node> = Api::all(client.clone());
+                let pods: Api<Pod> = Api::namespaced(client, APPS);
+                for i in (w..).step_by(n) {
+                    tick.tick().await;
+                    if bursts && start.elapsed().as_secs() % 10 >= 5 {
+                        continue;
+                    }
+                    let patch = json!({"metadata": {"annotations": {"bench.gpuval.io/write": i.to_string()}}});
+                    let (pp, p) = (PatchParams::default(), Patch::Merge(&patch));
+                    let landed = match &target {
+                        Target::Nodes(names) => nodes.patch(&names[i % names.len()], &pp, &p).await.is_ok(),
+                        Target::Pods(names) => pods.patch(&names[i % names.len()], &pp, &p).await.is_ok(),
+                    };
+                    if landed {
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect()
 }
