@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gpuval_crds::GPU_RESOURCE;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::wait::await_condition;
@@ -76,6 +76,16 @@ pub fn gpu_node(name: &str, gpus: i32, labels: &[(&str, &str)]) -> Node {
 }
 
 /// True when the node's Ready condition is True.
+/// The node's condition of type `type_` (`GpuValidated`), if it has one.
+pub fn condition<'a>(n: &'a Node, type_: &str) -> Option<&'a NodeCondition> {
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
 pub fn is_node_ready(node: &Node) -> bool {
     node.status
         .as_ref()

@@ -50,12 +50,7 @@ struct NodeMarks {
 }
 
 fn condition(n: &Node) -> Option<&NodeCondition> {
-    n.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == CONDITION)
+    gpuval_tests::nodes::condition(n, CONDITION)
 }
 
 fn marks(n: &Node) -> NodeMarks {

@@ -44,12 +44,7 @@ fn operator(client: &Client) -> OperatorHandle {
 }
 
 fn condition(n: &Node) -> Option<&NodeCondition> {
-    n.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == CONDITION)
+    gpuval_tests::nodes::condition(n, CONDITION)
 }
 
 fn failure_taint(n: &Node) -> bool {

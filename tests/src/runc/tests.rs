@@ -54,7 +54,11 @@ fn runtime() -> Runtime {
     }
 }
 
-fn config(gv: &GpuValidation, gpus: i32) -> (Value, tempfile::TempDir, Prepared) {
+fn config(
+    gv: &GpuValidation,
+    gpus: i32,
+    share: Option<&[String]>,
+) -> (Value, tempfile::TempDir, Prepared) {
     let mut pod = gpuval_operator::pod::agent_pod(gv, "gpu-a", gpus, &OperatorConfig::default());
     if let Some(spec) = pod.spec.as_mut() {
         spec.node_name = Some("gpu-a".into());
@@ -70,7 +74,7 @@ fn config(gv: &GpuValidation, gpus: i32) -> (Value, tempfile::TempDir, Prepared)
                 env: crate::kubelet::container_env(&pod, &container),
                 secrets: &HashMap::new(),
                 kubeconfig: Path::new("/etc/kubeconfig"),
-                share: None,
+                share,
             },
         )
         .expect("a bundle");
@@ -89,7 +93,7 @@ fn mount<'a>(config: &'a Value, destination: &str) -> Vec<&'a Value> {
 
 #[test]
 fn the_agent_pod_runs_locked_down_from_its_image_with_a_writable_tmp() {
-    let (c, dir, prepared) = config(&validation(false), 1);
+    let (c, dir, prepared) = config(&validation(false), 1, None);
     assert_eq!(
         c["root"]["readonly"], true,
         "the pod asks for a read-only root"
@@ -133,14 +137,8 @@ fn the_agent_pod_runs_locked_down_from_its_image_with_a_writable_tmp() {
         shm[0]
     );
     assert_eq!(prepared.devices, ["nvidia.com/gpu=0"]);
-    let devices: Vec<&str> = c["linux"]["devices"]
-        .as_array()
-        .expect("devices")
-        .iter()
-        .filter_map(|d| d["path"].as_str())
-        .collect();
     assert_eq!(
-        devices,
+        device_paths(&c),
         ["/dev/nvidia0", "/dev/nvidiactl"],
         "only its GPU's node"
     );
@@ -155,7 +153,7 @@ fn the_agent_pod_runs_locked_down_from_its_image_with_a_writable_tmp() {
 
 #[test]
 fn a_validation_that_runs_nccl_gets_its_memory_backed_dev_shm_instead() {
-    let (c, _dir, prepared) = config(&validation(true), 2);
+    let (c, _dir, prepared) = config(&validation(true), 2, None);
     let shm = mount(&c, "/dev/shm");
     assert_eq!(shm.len(), 1, "one /dev/shm: {shm:?}");
     assert_eq!(shm[0]["type"], "tmpfs");
@@ -169,37 +167,23 @@ fn a_validation_that_runs_nccl_gets_its_memory_backed_dev_shm_instead() {
     assert_eq!(prepared.devices, ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]);
 }
 
-#[test]
-fn a_node_s_container_gets_its_share_of_the_host_s_gpus_only() {
-    let pod =
-        gpuval_operator::pod::agent_pod(&validation(false), "gpu-a", 1, &OperatorConfig::default());
-    let container = pod.spec.as_ref().expect("spec").containers[0].clone();
-    let dir = tempfile::tempdir().expect("tmp");
-    let share = ["1".to_string()];
-    let prepared = runtime()
-        .prepare(
-            &pod,
-            &container,
-            dir.path(),
-            Inputs {
-                env: Vec::new(),
-                secrets: &HashMap::new(),
-                kubeconfig: Path::new("/etc/kubeconfig"),
-                share: Some(&share),
-            },
-        )
-        .expect("a bundle");
-    assert_eq!(prepared.devices, ["nvidia.com/gpu=1"]);
-    let text = std::fs::read_to_string(dir.path().join("config.json")).expect("config.json");
-    let c: Value = serde_json::from_str(&text).expect("JSON");
-    let devices: Vec<&str> = c["linux"]["devices"]
+/// The device nodes a configuration gives the container.
+fn device_paths(c: &Value) -> Vec<&str> {
+    c["linux"]["devices"]
         .as_array()
         .expect("devices")
         .iter()
         .filter_map(|d| d["path"].as_str())
-        .collect();
+        .collect()
+}
+
+#[test]
+fn a_node_s_container_gets_its_share_of_the_host_s_gpus_only() {
+    let share = ["1".to_string()];
+    let (c, _dir, prepared) = config(&validation(false), 1, Some(&share));
+    assert_eq!(prepared.devices, ["nvidia.com/gpu=1"]);
     assert_eq!(
-        devices,
+        device_paths(&c),
         ["/dev/nvidia1", "/dev/nvidiactl"],
         "never GPU 0's node"
     );

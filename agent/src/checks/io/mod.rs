@@ -283,17 +283,24 @@ pub(crate) fn run_hooked(
     Ok(out)
 }
 
-/// Whether `dir` can serve the check before anything is measured: it exists, is a directory
-/// on a read-write filesystem, and this process can make (and remove) its working directory
-/// there. The command line refuses to start on an error (exit 2); it names the path.
-pub fn usable_dir(dir: &Path) -> Result<(), IoError> {
+/// `dir` exists and is a directory.
+fn existing_dir(dir: &Path) -> Result<(), IoError> {
     let meta = std::fs::metadata(dir).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => IoError::MissingDir { dir: dir.into() },
         _ => IoError::classify(e, "stat", dir, dir, 0),
     })?;
-    if !meta.is_dir() {
-        return Err(IoError::NotADirectory { dir: dir.into() });
+    if meta.is_dir() {
+        Ok(())
+    } else {
+        Err(IoError::NotADirectory { dir: dir.into() })
     }
+}
+
+/// Whether `dir` can serve the check before anything is measured: it exists, is a directory
+/// on a read-write filesystem, and this process can make (and remove) its working directory
+/// there. The command line refuses to start on an error (exit 2); it names the path.
+pub fn usable_dir(dir: &Path) -> Result<(), IoError> {
+    existing_dir(dir)?;
     let probe =
         workdir::WorkDir::create(dir).map_err(|e| IoError::classify(e, "create", dir, dir, 0))?;
     probe
@@ -305,13 +312,7 @@ pub fn usable_dir(dir: &Path) -> Result<(), IoError> {
 /// the outcome's header (with its notes) and the filesystem type.
 fn preflight(req: &IoRequest) -> Result<(IoOutcome, Option<&'static str>), IoError> {
     let dir = req.dir.as_path();
-    let meta = std::fs::metadata(dir).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => IoError::MissingDir { dir: dir.into() },
-        _ => IoError::classify(e, "stat", dir, dir, 0),
-    })?;
-    if !meta.is_dir() {
-        return Err(IoError::NotADirectory { dir: dir.into() });
-    }
+    existing_dir(dir)?;
     let fs = sys::fs_info(dir).map_err(|e| IoError::classify(e, "statvfs", dir, dir, 0))?;
     if fs.read_only {
         return Err(IoError::ReadOnly { dir: dir.into() });
