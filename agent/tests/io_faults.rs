@@ -1,7 +1,8 @@
 //! The io check's fault cases through the real `gpuval-agent` binary, simulated GPU backend
-//! (the file I/O is real): missing directory, read-only filesystem, files larger than free
-//! space, disk full mid-run, O_DIRECT refused. Each asserts on the JSON report and that the
-//! directory is left empty; the other checks (a simulated memory check) still pass.
+//! (the file I/O is real): a missing directory and a read-only filesystem (refused before the
+//! run, exit 2, naming the path), files larger than free space, disk full mid-run, O_DIRECT
+//! refused. Each asserts on what the agent said and that the directory is left empty; where the
+//! run went on, the other checks (a simulated memory check) still pass.
 //!
 //! Small filesystems are tmpfs/ramfs mounts made inside a private mount namespace
 //! (`unshare -rm`, or `unshare -m` as root), so nothing is mounted on the host. Where neither
@@ -92,6 +93,10 @@ fn unshare_flags() -> &'static str {
 /// What a run in a fresh filesystem left behind.
 struct NsRun {
     report: Value,
+    /// The report as read, None when the run wrote none.
+    written: Option<Value>,
+    /// The agent's standard error.
+    stderr: String,
     exit: i32,
     /// Entries of the directory after the agent exited.
     left: Vec<String>,
@@ -128,8 +133,11 @@ ls -A "$dir" > "$left"
     );
     let read =
         |p: &PathBuf| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let written = out.exists().then(|| report(&out));
     NsRun {
-        report: report(&out),
+        report: written.clone().unwrap_or(Value::Null),
+        written,
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
         exit: read(&exit).trim().parse().expect("an exit code"),
         left: read(&left).lines().map(String::from).collect(),
     }
@@ -145,7 +153,7 @@ fn io_error(o: &std::process::Output, out: &Path) -> (Value, String) {
 }
 
 #[test]
-fn missing_directory_is_an_error_and_the_other_checks_go_on() {
+fn a_missing_directory_stops_the_run_before_the_gpus_are_busy() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("not-there");
     let out = tmp.path().join("report.json");
@@ -154,15 +162,13 @@ fn missing_directory_is_an_error_and_the_other_checks_go_on() {
         .env_remove("GPUVAL_IO_DIR")
         .output()
         .unwrap();
-    let (r, reason) = io_error(&o, &out);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "bad input: {stderr}");
     assert!(
-        reason.contains(&format!("{} does not exist", dir.display())),
-        "{reason}"
+        stderr.contains(&format!("{} does not exist", dir.display())),
+        "{stderr}"
     );
-    assert_memory_passed(&r);
-    assert_eq!(r["verdict"], "Error");
-    assert_eq!(r["failures"][0]["message"], reason);
-    assert_eq!(r["failures"][0]["code"], "IoError");
+    assert!(!out.exists(), "no run, no report");
     assert!(!dir.exists());
 }
 
@@ -237,9 +243,16 @@ fn assert_io_error_and_nothing_left(run: &NsRun, parts: &[&str]) {
 }
 
 #[test]
-fn read_only_filesystem_is_named() {
+fn a_read_only_filesystem_stops_the_run_naming_it() {
     let run = run_in_fresh_fs("tmpfs", "size=8m,ro", &[]);
-    assert_io_error_and_nothing_left(&run, &["is on a read-only filesystem (EROFS)"]);
+    assert_eq!(run.exit, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("is on a read-only filesystem (EROFS)"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.written.is_none(), "no run, no report");
+    assert!(run.left.is_empty(), "{:?}", run.left);
 }
 
 #[test]

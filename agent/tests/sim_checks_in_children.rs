@@ -44,11 +44,21 @@ fn run_dirs_left() -> Vec<String> {
 /// A run of `checks` on the simulated node `spec` describes, stopped when `stop` is set; no
 /// run directory of it is left behind.
 fn simulated_with(spec: &str, checks: Checks, stop: &AtomicBool) -> NodeReport {
+    simulated_seen(spec, checks, stop, &|_| {})
+}
+
+/// [`simulated_with`], with every progress line the runner prints given to `seen`.
+fn simulated_seen(
+    spec: &str,
+    checks: Checks,
+    stop: &AtomicBool,
+    seen: &(dyn Fn(&str) + Sync),
+) -> NodeReport {
     use_the_agent_binary();
     let _alone = RUN_DIRS.lock().unwrap_or_else(|p| p.into_inner());
     let backend = Backend::Simulated(SimBackend::new(spec.parse().expect("valid spec")));
     let plan = Plan::new(checks, Thresholds::default());
-    let report = run(&backend, &plan, stop, &|_| {});
+    let report = run(&backend, &plan, stop, seen);
     assert_eq!(
         run_dirs_left(),
         Vec::<String>::new(),
@@ -300,13 +310,25 @@ fn a_stop_ends_hung_children_at_once() {
         ),
     ] {
         let stop = AtomicBool::new(false);
+        // The child says it started once its signal handlers are in place: the stop is sent
+        // then, while it is held in its hang (waited for, never guessed with a sleep).
+        let child_started = AtomicBool::new(false);
+        let seen = |line: &str| {
+            if line.contains("process started") {
+                child_started.store(true, Ordering::Relaxed);
+            }
+        };
         let started = Instant::now();
         let r = std::thread::scope(|s| {
             s.spawn(|| {
-                std::thread::sleep(Duration::from_millis(1500));
+                while !child_started.load(Ordering::Relaxed)
+                    && started.elapsed() < Duration::from_secs(60)
+                {
+                    std::thread::park_timeout(Duration::from_millis(20));
+                }
                 stop.store(true, Ordering::Relaxed);
             });
-            simulated_with(spec, checks, &stop)
+            simulated_seen(spec, checks, &stop, &seen)
         });
         assert!(
             started.elapsed() < Duration::from_secs(20),

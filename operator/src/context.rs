@@ -67,6 +67,9 @@ pub struct Ctx {
     /// True once the slices are known (listed, or given up on: see `controller::settle_slices`); no
     /// node set is resolved before, so a DRA node is not left out for want of its slices.
     pub slices_settled: Arc<AtomicBool>,
+    /// True once the pod, result, Node and round stores are filled (the operator's readiness):
+    /// no node set is resolved before, so a run never starts against an empty Node cache.
+    pub stores_filled: Arc<AtomicBool>,
     pub rounds: Store<GpuFabricRound>,
     pub validations: Store<GpuValidation>,
     pub recorder: Recorder,

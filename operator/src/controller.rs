@@ -39,12 +39,19 @@ use crate::wakes::{BATCH, Wakes};
 const RESYNC: Duration = Duration::from_secs(600);
 /// Requeue after a failed reconcile.
 const RETRY: Duration = Duration::from_secs(5);
+/// Requeue of a reconcile that came before the stores were filled.
+const STORES_WAIT: Duration = Duration::from_millis(200);
 
 async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
     let uid = gv.metadata.uid.clone().unwrap_or_default();
     if !ctx.slices_settled.load(Ordering::Relaxed) {
         return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    if !ctx.stores_filled.load(Ordering::Relaxed) {
+        // Reconciles are no longer debounced: one can come before the first lists are in,
+        // and a node set resolved against an empty Node cache would fail the run.
+        return Ok(Action::requeue(STORES_WAIT));
     }
     let taken = ctx.runs.take(&uid, std::time::Instant::now());
     let recovering = taken.record.is_none();
@@ -385,6 +392,7 @@ pub async fn run(
         nodes,
         slices,
         slices_settled: Arc::new(AtomicBool::new(false)),
+        stores_filled: ready.clone(),
         rounds,
         validations: validations.clone(),
         metrics,

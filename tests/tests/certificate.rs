@@ -319,7 +319,9 @@ async fn a_key_that_cannot_sign_is_told_and_does_not_hold_back_the_verdict() {
     let gv = e.wait_terminal("unsigned", 120).await;
     assert_eq!(
         gv.status.as_ref().and_then(|s| s.phase),
-        Some(Phase::Passed)
+        Some(Phase::Passed),
+        "{:#?}",
+        gv.status
     );
     let events = Api::<k8s_openapi::api::events::v1::Event>::all(e.client.clone());
     let told = waits::until(

@@ -135,6 +135,7 @@ pub fn ctx(client: Client) -> Ctx {
         nodes: reflector::store().0,
         slices: reflector::store().0,
         slices_settled: Arc::new(AtomicBool::new(true)),
+        stores_filled: Arc::new(AtomicBool::new(true)),
         rounds: reflector::store().0,
         validations: reflector::store().0,
         metrics: Default::default(),
