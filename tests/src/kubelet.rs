@@ -111,8 +111,6 @@ struct State {
     /// Node name → environment that overrides the pod's for agents on that node (a node's
     /// simulated hardware faults, say).
     node_env: HashMap<String, Vec<(String, String)>>,
-    /// Node name → the CDI devices of that node's share of the host's GPUs (containers only).
-    node_devices: HashMap<String, Vec<String>>,
 }
 
 struct Shared {
@@ -122,6 +120,9 @@ struct Shared {
     namespace: String,
     log_dir: Result<tempfile::TempDir, String>,
     state: Mutex<State>,
+    /// Node name → the CDI devices of that node's share of the host's GPUs (containers only).
+    /// A lock of its own: a container is made while `state` is held.
+    node_devices: Mutex<HashMap<String, Vec<String>>>,
     options: KubeletOptions,
     /// Pod-bound tokens handed to agents so far.
     tokens_minted: std::sync::atomic::AtomicUsize,
@@ -198,6 +199,7 @@ impl FakeKubelet {
             namespace,
             log_dir,
             state: Mutex::new(State::default()),
+            node_devices: Mutex::new(HashMap::new()),
             options,
             tokens_minted: std::sync::atomic::AtomicUsize::new(0),
         });
@@ -231,8 +233,9 @@ impl FakeKubelet {
     /// registered as several nodes: each pod sees its node's share of the GPUs, never another's.
     pub fn set_node_devices(&self, node: &str, names: Vec<String>) {
         self.shared
-            .state()
             .node_devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .insert(node.to_string(), names);
     }
 
@@ -910,7 +913,12 @@ fn container_command(
         .as_ref()
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default();
-    let share = shared.state().node_devices.get(&node).cloned();
+    let share = shared
+        .node_devices
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&node)
+        .cloned();
     let inputs = crate::runc::Inputs {
         env,
         secrets: &secrets,
