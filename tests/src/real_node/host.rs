@@ -125,9 +125,67 @@ impl HostLock {
     }
 }
 
+/// Bytes free to an unprivileged writer on the filesystem holding `dir`.
+pub fn free_bytes(dir: &Path) -> Result<u64, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| format!("{} has a NUL byte", dir.display()))?;
+    let mut vfs = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c` is a valid NUL-terminated path and `vfs` points to writable memory of the
+    // struct's size; statvfs writes nothing else.
+    if unsafe { libc::statvfs(c.as_ptr(), vfs.as_mut_ptr()) } != 0 {
+        return Err(format!(
+            "statvfs {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct (zeroed before anyway).
+    let vfs = unsafe { vfs.assume_init() };
+    Ok(u64::from(vfs.f_bavail).saturating_mul(u64::from(vfs.f_frsize)))
+}
+
+/// What importing and unpacking `archive_bytes` of image archives needs on containerd's disk:
+/// the content store keeps the archives and the overlay snapshots hold the layers unpacked
+/// (compressed layers grow about twice), plus a margin for the pods' writes and the logs.
+pub fn space_needed(archive_bytes: u64) -> u64 {
+    archive_bytes.saturating_mul(4).saturating_add(512 << 20)
+}
+
+/// Err naming the filesystem, what is free and what is needed, when `dir` has too little room.
+pub fn check_space(dir: &Path, archive_bytes: u64) -> Result<(), String> {
+    let free = free_bytes(dir)?;
+    let needed = space_needed(archive_bytes);
+    if free >= needed {
+        return Ok(());
+    }
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    Err(format!(
+        "{:.1} GiB free under {} but the node's containerd needs about {:.1} GiB (the images \
+         stored and unpacked): free disk space there (old target/ trees, /tmp/gpuval-* left by \
+         killed runs), or point TMPDIR at a larger filesystem",
+        gib(free),
+        dir.display(),
+        gib(needed)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn too_little_room_names_the_place_and_the_need() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(free_bytes(dir.path()).unwrap() > 0);
+        check_space(dir.path(), 0).expect("half a GiB is free in a test's temp dir");
+        let err = check_space(dir.path(), u64::MAX / 8).unwrap_err();
+        assert!(
+            err.contains(&dir.path().display().to_string()) && err.contains("TMPDIR"),
+            "{err}"
+        );
+        assert!(free_bytes(&dir.path().join("none")).is_err());
+    }
 
     #[test]
     fn ci_or_the_variable_turn_a_skip_into_a_failure() {

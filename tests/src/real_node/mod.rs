@@ -127,6 +127,13 @@ impl RealNode {
             .prefix("gpuval-node-")
             .tempdir()
             .map_err(|e| step("create the node directory")(e.to_string()))?;
+        let archive_bytes = images
+            .archives()
+            .iter()
+            .filter_map(|a| std::fs::metadata(a).ok())
+            .map(|m| m.len())
+            .sum();
+        host::check_space(dir.path(), archive_bytes).map_err(step("find room for the node"))?;
         let name = format!("gpuval-node-{}", std::process::id());
         let mut node = RealNode {
             cgroup: CgroupRoot::new(&format!("/{name}")),
