@@ -22,6 +22,10 @@ pub const DATA_KEY: &str = "certificate.json";
 pub const KIND_LABEL: &str = "gpuval.io/certificate";
 /// The label key prefix of a certificate's GPUs (`gpu.gpuval.io/GPU-...`).
 pub const GPU_LABEL_PREFIX: &str = "gpu.gpuval.io/";
+/// Label on a validation certificate that is split: on part 1 (named as an unsplit one) the
+/// number of parts, on each later part its number ([`Part`]).
+pub const PARTS_LABEL: &str = "gpuval.io/certificate-parts";
+pub const PART_LABEL: &str = "gpuval.io/certificate-part";
 
 /// The label key naming GPU `uuid` on its certificates: the UUID itself where it is a valid
 /// label name, else a hash of it (the operator labels with it, the plugin selects by it).
@@ -63,6 +67,8 @@ pub struct CertificateMeta {
     /// The GPUs it covers (each labelled by [`gpu_label`]: written, never read back, since a
     /// UUID that is no label name is labelled by its hash).
     pub gpu_uuids: Vec<String>,
+    /// Which part of a split validation certificate it is (None: not split).
+    pub part: Option<Part>,
 }
 
 impl CertificateMeta {
@@ -74,6 +80,7 @@ impl CertificateMeta {
             generation,
             node,
             gpu_uuids,
+            part,
         } = self;
         use crate::labels;
         let mut l = BTreeMap::from([
@@ -96,6 +103,15 @@ impl CertificateMeta {
         }
         for u in gpu_uuids {
             l.insert(gpu_label(u), "true".to_string());
+        }
+        match part {
+            Some(p) if p.index > 1 => {
+                l.insert(PART_LABEL.to_string(), p.index.to_string());
+            }
+            Some(p) => {
+                l.insert(PARTS_LABEL.to_string(), p.of.to_string());
+            }
+            None => {}
         }
         l
     }
@@ -269,6 +285,42 @@ pub struct NodeLine {
     pub report_sha256: String,
 }
 
+/// Where a validation certificate too large for one ConfigMap (the API server keeps a
+/// ConfigMap's data under 1 MiB: about 800 nodes' lines) is split: part `index` of `of`, each
+/// part a whole signed certificate (subject, phase, settings) with its share of the nodes' lines
+/// in node order; part 1 also carries the fabric status.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Part {
+    /// 1-based.
+    pub index: u32,
+    pub of: u32,
+}
+
+/// A later part of a split validation certificate (its [`PART_LABEL`]): read through part 1,
+/// never counted or picked on its own.
+pub fn is_later_part(labels: &BTreeMap<String, String>) -> bool {
+    labels.contains_key(PART_LABEL)
+}
+
+/// The ConfigMap name of part `index` (2 or later) of a split validation certificate whose
+/// part 1 is named `first`: `first` marked `.p<index>`, which neither a node's certificate
+/// (`-<node>` after the run) nor a later generation (`.g<n>`) can end in.
+pub fn part_name(first: &str, index: u32) -> String {
+    crate::result::shortened(
+        format!("{first}.p{index}"),
+        crate::names::DNS1123_SUBDOMAIN_MAX,
+    )
+}
+
+/// How many parts the validation certificate labelled `labels` was split into (1: not split).
+pub fn parts_of(labels: &BTreeMap<String, String>) -> u32 {
+    labels
+        .get(PARTS_LABEL)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
 /// A validation's certificate: its settings and each node's line.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -282,6 +334,9 @@ pub struct ValidationCertificate {
     pub nodes: Vec<NodeLine>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fabric: Option<serde_json::Value>,
+    /// Set only when the certificate is split ([`Part`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<Part>,
 }
 
 /// What a node certificate is made from, beside the report.
@@ -389,6 +444,7 @@ mod tests {
             generation: 3,
             node: Some(long.clone()),
             gpu_uuids: vec!["GPU-1".into()],
+            part: None,
         };
         let l = node.labels();
         assert_eq!(l[KIND_LABEL], NODE_KIND);
@@ -407,6 +463,18 @@ mod tests {
             Some(CertificateOwner::Validation("burn-in".into()))
         );
         assert_eq!(CertificateMeta::owner_in(&BTreeMap::new()), None);
+        assert!(!is_later_part(&l) && parts_of(&l) == 1);
+        let first = CertificateMeta {
+            part: Some(Part { index: 1, of: 3 }),
+            ..own.clone()
+        };
+        let l = first.labels();
+        assert!(!is_later_part(&l) && parts_of(&l) == 3);
+        let later = CertificateMeta {
+            part: Some(Part { index: 3, of: 3 }),
+            ..own
+        };
+        assert!(is_later_part(&later.labels()));
     }
     use crate::report::{GpuHealth, GpuReport, MemoryResult, SystemInfo};
 

@@ -89,9 +89,13 @@ pub fn describe(signed: &Signed) -> String {
             d["hardware"]["gpus"].as_array().map_or(0, Vec::len)
         ),
         None => format!(
-            "validation: {} with {} node(s)",
+            "validation: {} with {} node(s){}",
             text(&d["phase"]),
-            d["nodes"].as_array().map_or(0, Vec::len)
+            d["nodes"].as_array().map_or(0, Vec::len),
+            match (d["part"]["index"].as_u64(), d["part"]["of"].as_u64()) {
+                (Some(i), Some(of)) => format!(" (part {i} of {of})"),
+                _ => String::new(),
+            }
         ),
     };
     format!(

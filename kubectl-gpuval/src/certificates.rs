@@ -21,6 +21,23 @@ pub fn text(cm: &ConfigMap) -> Result<&str, String> {
         })
 }
 
+/// The other parts of a split validation certificate `cm` (its part 1), by ConfigMap name, with
+/// a line that says so; None when it is not split.
+pub fn other_parts(cm: &ConfigMap) -> Option<String> {
+    let l = cm.metadata.labels.clone().unwrap_or_default();
+    let of = gpuval_crds::certificate::parts_of(&l);
+    let first = cm.metadata.name.as_deref()?;
+    (of > 1).then(|| {
+        let names: Vec<String> = (2..=of)
+            .map(|k| gpuval_crds::certificate::part_name(first, k))
+            .collect();
+        format!(
+            "this is part 1 of {of} of the validation's certificate (too many nodes for one ConfigMap); the others: {}",
+            names.join(", ")
+        )
+    })
+}
+
 /// Of the certificate ConfigMaps `of_validation` (those labelled with one validation), the one
 /// of `node`, or without a node the validation's own; the newest where several.
 pub fn pick<'a>(
@@ -30,6 +47,9 @@ pub fn pick<'a>(
 ) -> Result<&'a ConfigMap, String> {
     let wanted = |cm: &&ConfigMap| {
         let l = cm.metadata.labels.clone().unwrap_or_default();
+        if gpuval_crds::certificate::is_later_part(&l) {
+            return false;
+        }
         let owner = CertificateMeta::owner_in(&l);
         match node {
             Some(n) => owner == Some(CertificateOwner::Node(gpuval_crds::labels::node_value(n))),
@@ -206,5 +226,40 @@ mod tests {
         );
         assert!(pick(&maps, "v", Some("b")).is_err_and(|e| e.contains("node \"b\"")));
         assert_eq!(gpu_selector("GPU-a"), "gpu.gpuval.io/GPU-a");
+        assert_eq!(other_parts(&maps[1]), None);
+    }
+
+    #[test]
+    fn a_split_validation_certificate_is_picked_by_its_part_1_which_names_the_others() {
+        let first = "gpuval-cert-v-0123abcd";
+        let later = gpuval_crds::certificate::part_name(first, 2);
+        // Part 2 is the newer ConfigMap (written first, but the clock may say otherwise).
+        let maps = [
+            cert_map(
+                first,
+                "t",
+                1.0,
+                &[
+                    (KIND_LABEL, "validation"),
+                    (gpuval_crds::certificate::PARTS_LABEL, "2"),
+                ],
+            ),
+            cert_map(
+                &later,
+                "t",
+                1.0,
+                &[
+                    (KIND_LABEL, "validation"),
+                    (gpuval_crds::certificate::PART_LABEL, "2"),
+                ],
+            ),
+        ];
+        let picked = pick(&maps, "v", None).expect("part 1");
+        assert_eq!(picked.metadata.name.as_deref(), Some(first));
+        let note = other_parts(picked).expect("split");
+        assert!(
+            note.contains("part 1 of 2") && note.contains(&later),
+            "{note}"
+        );
     }
 }

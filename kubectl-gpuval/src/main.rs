@@ -286,6 +286,9 @@ async fn certificate(client: &Client, ns: &str, name: &str, node: Option<&str>) 
             format!("listing the certificates of {name:?} in namespace {ns:?} (--namespace)")
         })?;
     let cm = c::pick(&list.items, name, node).map_err(anyhow::Error::msg)?;
+    if let Some(note) = c::other_parts(cm) {
+        eprintln!("{note}");
+    }
     Ok(c::text(cm).map_err(anyhow::Error::msg)?.to_string())
 }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use gpuval_crds::baseline::{Baselines, GpuRun};
 use gpuval_crds::certificate::{
     self, CertificateMeta, CertificateOwner, NODE_KIND, NodeCertificate, NodeFabric, NodeInputs,
-    NodeLine, Settings, Subject, ValidationCertificate,
+    NodeLine, Part, Settings, Subject, ValidationCertificate,
 };
 use gpuval_crds::result_meta::ReportMeta;
 use gpuval_crds::seal::{self, Signed, VerifyError};
@@ -16,7 +16,7 @@ use gpuval_crds::{GpuNodeResult, GpuValidation, GpuValidationStatus, ResultSeen,
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-pub use gpuval_crds::certificate::{DATA_KEY, GPU_LABEL_PREFIX, KIND_LABEL, gpu_label};
+pub use gpuval_crds::certificate::{DATA_KEY, GPU_LABEL_PREFIX, KIND_LABEL, gpu_label, part_name};
 
 /// Annotation on a node certificate's ConfigMap: its GPUs' runs (JSON
 /// [`gpuval_crds::baseline::GpuRun`]s), so that a GPU's history is read from metadata alone.
@@ -36,8 +36,14 @@ pub struct Issued {
     pub gpu_uuids: Vec<String>,
     /// Its GPUs' runs, for their baselines (empty on the validation's certificate).
     pub runs: Vec<GpuRun>,
+    /// Which part of a split validation certificate (None: a node's, or not split).
+    pub part: Option<Part>,
     pub signed: Signed,
 }
+
+/// The most a certificate ConfigMap's data may hold: the API server refuses a ConfigMap whose
+/// data passes 1 MiB; a quarter of it is left for the metadata and the pretty-printing.
+pub const MAX_CERTIFICATE_BYTES: usize = 768 * 1024;
 
 /// The certificates of `gv`'s run that `status` ends, from its `results` (only those of the
 /// run's generation that are bound to this validation and not closed count:
@@ -85,6 +91,7 @@ pub fn sign_run(
                 .iter()
                 .map(|g| gpuval_crds::baseline::gpu_run(g, &finished))
                 .collect(),
+            part: None,
             signed: seal::sign(&c, pkcs8)?,
         });
     }
@@ -98,14 +105,76 @@ pub fn sign_run(
             .fabric
             .as_ref()
             .and_then(|f| serde_json::to_value(f).ok()),
+        part: None,
     };
-    out.push(Issued {
-        node: None,
-        gpu_uuids: Vec::new(),
-        runs: Vec::new(),
-        signed: seal::sign(&summary, pkcs8)?,
-    });
+    out.extend(validation_parts(summary, pkcs8, MAX_CERTIFICATE_BYTES)?);
     Ok(out)
+}
+
+/// The validation's certificate signed whole, or, when its signed text passes `max_bytes`,
+/// split into as few parts as keep each under it ([`Part`]), the nodes' lines shared out in
+/// order. Later parts come first and part 1 last: the shell writes them in this order, and
+/// part 1 existing means the run's certificates are all written.
+pub fn validation_parts(
+    whole: ValidationCertificate,
+    pkcs8: &[u8],
+    max_bytes: usize,
+) -> Result<Vec<Issued>, VerifyError> {
+    let issued = |doc: &ValidationCertificate| -> Result<Issued, VerifyError> {
+        Ok(Issued {
+            node: None,
+            gpu_uuids: Vec::new(),
+            runs: Vec::new(),
+            part: doc.part,
+            signed: seal::sign(doc, pkcs8)?,
+        })
+    };
+    let one = issued(&whole)?;
+    let size = signed_len(&one.signed)?;
+    if size <= max_bytes || whole.nodes.len() < 2 {
+        return Ok(vec![one]);
+    }
+    let lines = whole.nodes.len();
+    let mut of = size.div_ceil(max_bytes).clamp(2, lines);
+    loop {
+        let per = lines.div_ceil(of);
+        let parts: Vec<Issued> = whole
+            .nodes
+            .chunks(per)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let index = u32::try_from(i + 1).unwrap_or(u32::MAX);
+                issued(&ValidationCertificate {
+                    nodes: chunk.to_vec(),
+                    fabric: if index == 1 {
+                        whole.fabric.clone()
+                    } else {
+                        None
+                    },
+                    part: Some(Part {
+                        index,
+                        of: u32::try_from(lines.div_ceil(per)).unwrap_or(u32::MAX),
+                    }),
+                    ..whole.clone()
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let largest = parts
+            .iter()
+            .map(|p| signed_len(&p.signed))
+            .try_fold(0, |m, l| l.map(|l| m.max(l)))?;
+        if largest <= max_bytes || per == 1 {
+            return Ok(parts.into_iter().rev().collect());
+        }
+        of += 1;
+    }
+}
+
+/// The bytes of `signed` as a certificate ConfigMap holds it.
+fn signed_len(signed: &Signed) -> Result<usize, VerifyError> {
+    serde_json::to_string_pretty(signed)
+        .map(|t| t.len())
+        .map_err(doc_error)
 }
 
 /// The verdict node result `r`'s certificate signs in run `ended` (its terminal status):
@@ -242,6 +311,7 @@ pub fn config_map(
         node,
         gpu_uuids,
         runs,
+        part,
         signed,
     } = i;
     let node = node.as_deref();
@@ -253,11 +323,17 @@ pub fn config_map(
         generation,
         node: node.map(str::to_string),
         gpu_uuids: gpu_uuids.clone(),
+        part: *part,
     }
     .labels();
+    let first = name(&validation, &uid, generation, node);
+    let name = match part {
+        Some(p) if p.index > 1 => part_name(&first, p.index),
+        _ => first,
+    };
     Ok(ConfigMap {
         metadata: ObjectMeta {
-            name: Some(name(&validation, &uid, generation, node)),
+            name: Some(name),
             namespace: Some(namespace.to_string()),
             labels: Some(l),
             annotations: (!runs.is_empty())
@@ -359,11 +435,18 @@ pub fn baselines_env(history: &[GpuRun], runs: usize, tolerance: f64) -> Option<
 /// each validation name (validation certificates), oldest first by creation time then name.
 pub fn to_prune(existing: &[ConfigMap], keep: usize) -> Vec<String> {
     let mut groups: BTreeMap<CertificateOwner, Vec<(String, String)>> = BTreeMap::new();
+    let mut parts: BTreeMap<String, u32> = BTreeMap::new();
     for cm in existing {
         let l = cm.metadata.labels.clone().unwrap_or_default();
+        // A split certificate counts once, as its part 1, and goes with it.
+        if certificate::is_later_part(&l) {
+            continue;
+        }
         let Some(owner) = CertificateMeta::owner_in(&l) else {
             continue;
         };
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        parts.insert(name, certificate::parts_of(&l));
         let created = cm
             .metadata
             .creation_timestamp
@@ -379,7 +462,11 @@ pub fn to_prune(existing: &[ConfigMap], keep: usize) -> Vec<String> {
     for (_, mut items) in groups {
         items.sort();
         let extra = items.len().saturating_sub(keep);
-        out.extend(items.into_iter().take(extra).map(|(_, n)| n));
+        for (_, first) in items.into_iter().take(extra) {
+            let of = parts.get(&first).copied().unwrap_or(1);
+            out.extend((2..=of).map(|k| part_name(&first, k)));
+            out.push(first);
+        }
     }
     out
 }
@@ -419,6 +506,7 @@ mod tests {
                     generation: 1,
                     node: Some(node.into()),
                     gpu_uuids: Vec::new(),
+                    part: None,
                 }
                 .labels(),
             ),
@@ -621,5 +709,100 @@ mod tests {
         ];
         assert_eq!(to_prune(&all, 2), ["a1"]);
         assert_eq!(to_prune(&all, 1), ["a1", "a2", "v1"]);
+    }
+
+    /// A validation certificate of `nodes` 8-GPU nodes, as sign_run makes it.
+    fn big_summary(nodes: usize) -> ValidationCertificate {
+        let hex = |i: usize, salt: &str| seal::sha256_hex(format!("{salt}{i}").as_bytes());
+        ValidationCertificate {
+            format: certificate::VALIDATION_FORMAT.into(),
+            subject: subject(&gv(), None, "2026-12-07T12:00:00Z".into()),
+            phase: "Passed".into(),
+            settings: settings_of(&gv()),
+            nodes: (0..nodes)
+                .map(|i| NodeLine {
+                    node: format!("gpu-node-{i:05}.rack-{:02}.example.internal", i % 40),
+                    verdict: Verdict::Pass,
+                    gpu_uuids: (0..8)
+                        .map(|g| format!("GPU-{}", &hex(i * 8 + g, "gpu")[..32]))
+                        .collect(),
+                    certificate_sha256: hex(i, "cert"),
+                    report_sha256: hex(i, "report"),
+                })
+                .collect(),
+            fabric: Some(serde_json::json!({"phase": "Passed"})),
+            part: None,
+        }
+    }
+
+    #[test]
+    fn a_validation_certificate_too_large_for_a_configmap_is_split_into_parts_that_each_fit() {
+        let public = seal::public_key_of(&key()).expect("public");
+        // Small: one certificate, named and labelled as always.
+        let small = validation_parts(big_summary(3), &key(), MAX_CERTIFICATE_BYTES).expect("sign");
+        assert_eq!(small.len(), 1);
+        assert_eq!(small[0].part, None);
+        // 1,200 nodes (over 1 MiB whole, the size the API server refused at 1,000 nodes of a
+        // scale run): parts, each a verified certificate whose ConfigMap fits.
+        let whole = big_summary(1200);
+        let parts = validation_parts(whole.clone(), &key(), MAX_CERTIFICATE_BYTES).expect("sign");
+        assert!(parts.len() >= 2, "{} part(s)", parts.len());
+        let last = parts.last().expect("part 1");
+        assert_eq!(
+            last.part.map(|p| p.index),
+            Some(1),
+            "part 1 is written last"
+        );
+        let mut nodes = Vec::new();
+        let mut names = std::collections::BTreeSet::new();
+        let first = name("quick", "0123abcd-ef", 2, None);
+        for p in parts.iter().rev() {
+            assert_eq!(seal::verify(&p.signed, &public), Ok(()));
+            let doc: ValidationCertificate =
+                serde_json::from_value(p.signed.document.clone()).expect("part");
+            assert_eq!(doc.part, p.part);
+            assert_eq!(doc.part.map(|x| x.of), Some(parts.len() as u32));
+            assert_eq!(doc.fabric.is_some(), doc.part.map(|x| x.index) == Some(1));
+            nodes.extend(doc.nodes.into_iter().map(|l| l.node));
+            let cm = config_map(&gv(), "ns", p).expect("cm");
+            let bytes = serde_json::to_vec(&cm).expect("json").len();
+            assert!(bytes < 1 << 20, "a part's ConfigMap is {bytes} bytes");
+            let name = cm.metadata.name.clone().expect("name");
+            let l = cm.metadata.labels.clone().expect("labels");
+            match p.part.map(|x| x.index) {
+                Some(1) => {
+                    assert_eq!(name, first);
+                    assert_eq!(certificate::parts_of(&l), parts.len() as u32);
+                }
+                Some(k) => {
+                    assert_eq!(name, part_name(&first, k));
+                    assert!(certificate::is_later_part(&l));
+                }
+                None => panic!("a part without its number"),
+            }
+            names.insert(name);
+        }
+        let all: Vec<String> = whole.nodes.iter().map(|l| l.node.clone()).collect();
+        assert_eq!(nodes, all, "every node once, in order");
+        // Retention counts the split certificate once and prunes all its parts with part 1.
+        let at = |secs: i64| {
+            Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(secs).expect("time"),
+            ))
+        };
+        let mut maps: Vec<ConfigMap> = parts
+            .iter()
+            .map(|p| config_map(&gv(), "ns", p).expect("cm"))
+            .collect();
+        for m in &mut maps {
+            m.metadata.creation_timestamp = at(10);
+        }
+        let mut newer = config_map(&gv(), "ns", &small[0]).expect("cm");
+        newer.metadata.name = Some("gpuval-cert-quick-newer".into());
+        newer.metadata.creation_timestamp = at(20);
+        maps.push(newer);
+        assert!(to_prune(&maps, 2).is_empty(), "two runs kept");
+        let pruned: std::collections::BTreeSet<String> = to_prune(&maps, 1).into_iter().collect();
+        assert_eq!(pruned, names);
     }
 }
