@@ -10,8 +10,37 @@ pub const OK: u8 = 0;
 /// Exit code: the run failed (`status`, `wait`, `report --exit-code`) or `diff` found
 /// something worse.
 pub const FAILED: u8 = 1;
-/// Exit code: the command could not do its work (no cluster, no such validation, a timeout).
+/// Exit code: the command could not do its work (a bad flag, no cluster, an API error).
 pub const ERROR: u8 = 2;
+/// Exit code: the validation (or certificate) named does not exist.
+pub const NOT_FOUND: u8 = 3;
+/// Exit code: `wait` reached its `--timeout` before the run had its verdict.
+pub const TIMED_OUT: u8 = 4;
+
+/// `wait` ran out of time: its own exit code ([`TIMED_OUT`]), so a gate script can tell a slow
+/// run from a failed one.
+#[derive(Debug, thiserror::Error)]
+#[error("timed out waiting for gpuvalidation/{name} to pass or fail ({seconds}s; --timeout)")]
+pub struct TimedOut {
+    pub name: String,
+    pub seconds: u64,
+}
+
+/// The exit code of a command that ended in error `e`: [`NOT_FOUND`] when the API server said
+/// 404, [`TIMED_OUT`] for `wait`'s timeout, else [`ERROR`].
+pub fn exit_for_error(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if cause.downcast_ref::<TimedOut>().is_some() {
+            return TIMED_OUT;
+        }
+        if let Some(kube::Error::Api(status)) = cause.downcast_ref::<kube::Error>()
+            && status.code == 404
+        {
+            return NOT_FOUND;
+        }
+    }
+    ERROR
+}
 
 /// What to print for error `e` on stderr, as kubectl words it; None for a closed stdout (the
 /// reader went away: nothing to say).
@@ -75,12 +104,70 @@ pub fn report_format(
     }
 }
 
+/// `report -o`: a format, as kubectl's `-o` is. A file name there is refused with the flag that
+/// takes it (`-f`).
+pub fn parse_report_format(s: &str) -> Result<ReportFormat, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "html" => Ok(ReportFormat::Html),
+        "markdown" | "md" => Ok(ReportFormat::Markdown),
+        "json" => Ok(ReportFormat::Json),
+        _ if s.contains('.') || s.contains('/') => Err(format!(
+            "-o takes a format (html, markdown or json), not a file: write the report to a file with -f {s}"
+        )),
+        _ => Err("-o takes html, markdown or json".into()),
+    }
+}
+
+/// The format a report file is written in: its extension's (`.html`/`.htm`, `.md`/`.markdown`,
+/// `.json`), which `-o` may name too but not contradict; with another extension, or none, `-o`
+/// must say.
+pub fn file_format(
+    path: &std::path::Path,
+    asked: Option<ReportFormat>,
+) -> Result<ReportFormat, String> {
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    let by_name = match ext.as_deref() {
+        Some("html" | "htm") => Some(ReportFormat::Html),
+        Some("md" | "markdown") => Some(ReportFormat::Markdown),
+        Some("json") => Some(ReportFormat::Json),
+        _ => None,
+    };
+    match (by_name, asked) {
+        (Some(f), None) => Ok(f),
+        (Some(f), Some(a)) if f == a => Ok(f),
+        (Some(f), Some(a)) => Err(format!(
+            "{} names {} but -o asks for {}: drop -o, or give the file the format's extension",
+            path.display(),
+            f.name(),
+            a.name()
+        )),
+        (None, Some(a)) => Ok(a),
+        (None, None) => Err(format!(
+            "cannot tell the format from {}: end it in .html, .md or .json, or name the format with -o",
+            path.display()
+        )),
+    }
+}
+
 /// The formats `report` writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReportFormat {
     Html,
     Markdown,
     Json,
+}
+
+impl ReportFormat {
+    /// As `-o` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Html => "html",
+            Self::Markdown => "markdown",
+            Self::Json => "json",
+        }
+    }
 }
 
 /// The exit code of a run in `phase`: [`FAILED`] once it failed, else [`OK`].
@@ -201,6 +288,44 @@ mod tests {
         assert_eq!(report_format(Some(Html), false), Ok(Html));
         let e = report_format(Some(Html), true).expect_err("refused");
         assert!(e.contains("-f report.html"), "{e}");
+    }
+
+    #[test]
+    fn o_takes_a_format_and_a_files_extension_is_honoured_or_refused() {
+        use ReportFormat::*;
+        use std::path::Path;
+        assert_eq!(parse_report_format("html"), Ok(Html));
+        assert_eq!(parse_report_format("Markdown"), Ok(Markdown));
+        assert_eq!(parse_report_format("md"), Ok(Markdown));
+        let e = parse_report_format("report.html").expect_err("a file");
+        assert!(e.contains("-f report.html"), "{e}");
+        assert!(parse_report_format("yaml").is_err());
+        assert_eq!(file_format(Path::new("quick.md"), None), Ok(Markdown));
+        assert_eq!(file_format(Path::new("/tmp/q.HTML"), None), Ok(Html));
+        assert_eq!(file_format(Path::new("q.json"), Some(Json)), Ok(Json));
+        assert_eq!(file_format(Path::new("q"), Some(Markdown)), Ok(Markdown));
+        let e = file_format(Path::new("q.md"), Some(Html)).expect_err("contradiction");
+        assert!(e.contains("names markdown but -o asks for html"), "{e}");
+        let e = file_format(Path::new("q.txt"), None).expect_err("unknown");
+        assert!(e.contains(".html, .md or .json"), "{e}");
+    }
+
+    #[test]
+    fn not_found_and_timed_out_have_exit_codes_of_their_own() {
+        let status = Status::failure("not found", "NotFound").with_code(404);
+        let gone = anyhow::Error::new(kube::Error::Api(Box::new(status))).context("reading");
+        assert_eq!(exit_for_error(&gone), NOT_FOUND);
+        let slow = anyhow::Error::new(TimedOut {
+            name: "quick".into(),
+            seconds: 5,
+        });
+        assert_eq!(exit_for_error(&slow), TIMED_OUT);
+        let refused = Status::failure("forbidden", "Forbidden").with_code(403);
+        let refused = anyhow::Error::new(kube::Error::Api(Box::new(refused)));
+        assert_eq!(exit_for_error(&refused), ERROR);
+        let codes = [OK, FAILED, ERROR, NOT_FOUND, TIMED_OUT];
+        let distinct: std::collections::BTreeSet<u8> = codes.into_iter().collect();
+        assert_eq!(distinct.len(), codes.len());
     }
 
     #[test]

@@ -44,15 +44,17 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// The tree validation -> nodes -> GPUs, with verdicts and first reasons (every validation
-    /// when NAME is left out).
+    /// when NAME is left out); exits 1 when a validation shown has Failed, 3 when NAME does not
+    /// exist.
     Status { name: Option<String> },
     /// One validation's results as one self-contained HTML page, Markdown or JSON (HTML by
-    /// default; Markdown when written to a terminal).
+    /// default; Markdown when written to a terminal; a file's extension names its format).
     Report {
         name: String,
-        #[arg(long, short = 'o', value_enum)]
+        /// The format: html, markdown or json.
+        #[arg(long, short = 'o', value_name = "FORMAT", value_parser = cli::parse_report_format)]
         output: Option<ReportFormat>,
-        /// Write here instead of stdout.
+        /// Write here instead of stdout (.html, .md or .json, or any name with -o).
         #[arg(long, short = 'f', value_name = "FILE")]
         file: Option<PathBuf>,
         /// Exit 1 when the run failed (as `git diff --exit-code` does for differences).
@@ -60,7 +62,8 @@ enum Command {
         exit_code: bool,
     },
     /// Wait until the run of the current spec has its verdict: exit 0 once Passed, 1 once
-    /// Failed (at once when it already is), 2 after --timeout.
+    /// Failed (at once when it already is), 3 when there is no such validation, 4 after
+    /// --timeout (2: it could not watch).
     Wait {
         name: String,
         /// How long to wait: a duration (90s, 5m, 1h30m) or whole seconds.
@@ -97,8 +100,8 @@ enum Command {
         #[arg(long)]
         node: Option<String>,
         /// Write here instead of stdout.
-        #[arg(long, short = 'o', value_name = "FILE")]
-        output: Option<PathBuf>,
+        #[arg(long, short = 'f', value_name = "FILE")]
+        file: Option<PathBuf>,
     },
     /// Verify an exported certificate offline against the issuer's public key (the ConfigMap
     /// gpuval-certificate-public-key): exit 0 valid, 1 not valid, naming what is wrong.
@@ -129,7 +132,7 @@ fn main() -> ExitCode {
         Err(e) => match cli::error_message(&e) {
             Some(message) => {
                 eprintln!("{message}");
-                ExitCode::from(cli::ERROR)
+                ExitCode::from(cli::exit_for_error(&e))
             }
             None => ExitCode::from(cli::OK),
         },
@@ -175,8 +178,13 @@ async fn run(cli: Cli) -> Result<u8> {
             file,
             exit_code,
         } => {
-            let terminal = file.is_none() && std::io::IsTerminal::is_terminal(&std::io::stdout());
-            let format = cli::report_format(output, terminal).map_err(anyhow::Error::msg)?;
+            let format = match &file {
+                Some(path) => cli::file_format(path, output),
+                None => {
+                    cli::report_format(output, std::io::IsTerminal::is_terminal(&std::io::stdout()))
+                }
+            }
+            .map_err(anyhow::Error::msg)?;
             let doc = load(&client, ns, &name).await?;
             let text = match format {
                 ReportFormat::Html => gpuval_view::html(&doc),
@@ -213,9 +221,9 @@ async fn run(cli: Cli) -> Result<u8> {
         }
         Command::Wait { name, timeout } => wait(&client, &name, timeout).await,
         Command::Rerun { name, nodes } => rerun(&client, &name, &nodes).await,
-        Command::Certificate { name, node, output } => {
+        Command::Certificate { name, node, file } => {
             let text = certificate(&client, ns, &name, node.as_deref()).await?;
-            match output {
+            match file {
                 Some(path) => std::fs::write(&path, text)
                     .with_context(|| format!("writing {}", path.display()))?,
                 None => out(&text)?,
@@ -299,7 +307,7 @@ fn document_exit(doc: &Document) -> u8 {
 }
 
 /// Watches validation `name` until its current spec's run is Passed (0) or Failed (1); one that
-/// does not exist is an error at once, as `kubectl wait` says it.
+/// does not exist is told at once, as `kubectl wait` says it, with its own code (3).
 async fn wait(client: &Client, name: &str, timeout: Duration) -> Result<u8> {
     let api: Api<GpuValidation> = Api::all(client.clone());
     if api
@@ -309,7 +317,7 @@ async fn wait(client: &Client, name: &str, timeout: Duration) -> Result<u8> {
         .is_none()
     {
         eprintln!("Error from server (NotFound): gpuvalidations.gpuval.io \"{name}\" not found");
-        return Ok(cli::FAILED);
+        return Ok(cli::NOT_FOUND);
     }
     let settled = |g: Option<&GpuValidation>| g.and_then(cli::settled).is_some();
     let watch = kube::runtime::wait::await_condition(api.clone(), name, settled);
@@ -322,10 +330,13 @@ async fn wait(client: &Client, name: &str, timeout: Duration) -> Result<u8> {
                 .with_context(|| format!("reading GpuValidation {name:?}"))?
         }
         Ok(Err(e)) => return Err(e).with_context(|| format!("watching GpuValidation {name:?}")),
-        Err(_) => anyhow::bail!(
-            "timed out waiting for gpuvalidation/{name} to pass or fail ({}s; --timeout)",
-            timeout.as_secs()
-        ),
+        Err(_) => {
+            return Err(cli::TimedOut {
+                name: name.to_string(),
+                seconds: timeout.as_secs(),
+            }
+            .into());
+        }
     };
     let code = cli::settled(&gv).unwrap_or(cli::ERROR);
     out(&cli::settled_line(&gv))?;

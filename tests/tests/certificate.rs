@@ -136,7 +136,7 @@ async fn a_certificate_outlives_its_validation_verifies_and_each_tampering_is_na
             "accept",
             "--node",
             "gpu-a",
-            "-o",
+            "-f",
             cert.to_str().expect("utf8"),
         ],
     );

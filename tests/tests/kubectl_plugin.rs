@@ -112,6 +112,25 @@ async fn the_plugin_shows_status_reports_and_the_diff_of_two_runs() {
     assert!(page.contains("id=\"simulated\"") && page.contains("id=\"p2p-uni-gpu-a\""));
     let md = stdout(&plugin(kc, &["report", "after", "-o", "markdown"]));
     assert!(md.contains("| gpu-a | Fail | 8 |"), "{md}");
+    // -o is a format, as kubectl's is; a file's extension names its format.
+    let file_as_format = plugin(kc, &["report", "after", "-o", "report.html"]);
+    assert_eq!(file_as_format.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&file_as_format.stderr).contains("-f report.html"),
+        "{}",
+        String::from_utf8_lossy(&file_as_format.stderr)
+    );
+    let md_file = dir.path().join("after.md");
+    let md_path = md_file.to_string_lossy().into_owned();
+    assert!(
+        plugin(kc, &["report", "after", "-f", &md_path])
+            .status
+            .success()
+    );
+    let written = std::fs::read_to_string(&md_file).expect("markdown file");
+    assert!(written.contains("| gpu-a | Fail | 8 |"), "{written}");
+    let contradicted = plugin(kc, &["report", "after", "-o", "json", "-f", &md_path]);
+    assert_eq!(contradicted.status.code(), Some(2));
     let doc: gpuval_view::Document =
         serde_json::from_str(&stdout(&plugin(kc, &["report", "before", "-o", "json"])))
             .expect("JSON document");
@@ -146,7 +165,7 @@ async fn the_plugin_shows_status_reports_and_the_diff_of_two_runs() {
     assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
 
     let missing = plugin(kc, &["report", "nope"]);
-    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(missing.status.code(), Some(3), "not found: its own code");
     assert_eq!(
         String::from_utf8_lossy(&missing.stderr),
         "Error from server (NotFound): gpuvalidations.gpuval.io \"nope\" not found\n"
@@ -220,7 +239,11 @@ async fn like_kubectl(cp: &ControlPlane, client: &kube::Client, kc: &std::path::
     // A name that does not exist is said at once, as kubectl says it, not waited on.
     let started = std::time::Instant::now();
     let nosuch = plugin(kc, &["wait", "nosuch", "--timeout", "10m"]);
-    assert_eq!(nosuch.status.code(), Some(1));
+    assert_eq!(
+        nosuch.status.code(),
+        Some(3),
+        "not found has its own code, apart from a failed run (1)"
+    );
     assert_eq!(
         String::from_utf8_lossy(&nosuch.stderr),
         "Error from server (NotFound): gpuvalidations.gpuval.io \"nosuch\" not found\n"
@@ -241,6 +264,9 @@ async fn like_kubectl(cp: &ControlPlane, client: &kube::Client, kc: &std::path::
         new.spec.node_names,
         vec![gpuval_crds::spec::NodeName("gpu-a".into())]
     );
+    let slow = plugin(kc, &["wait", &name, "--timeout", "0"]);
+    assert_eq!(slow.status.code(), Some(4), "a timeout has its own code");
+    assert!(String::from_utf8_lossy(&slow.stderr).contains("timed out"));
     let again = plugin(kc, &["wait", &name, "--timeout", "120"]);
     assert_eq!(again.status.code(), Some(1), "the fault is still there");
 
