@@ -14,8 +14,9 @@ CARGO_CYCLONEDX_VERSION := 0.5.9
 ## Build the Go control plane (cached outside the repo), the agent, the kubectl plugin and the demo
 ## (so nothing compiles once the cluster is up), then start it, install the CRDs, apply the quick example.
 demo: control-plane
-	@echo "building the agent, the kubectl plugin and the demo (the first time takes a few minutes; cargo shows its progress) ..."
-	$(CARGO) build -p gpuval-agent -p kubectl-gpuval -p gpuval-tests --bin gpuval-agent --bin kubectl-gpuval --bin demo
+	@echo "building the agent, the kubectl plugin and the demo (the first time takes a few minutes; cargo counts the crates built and left) ..."
+	CARGO_TERM_PROGRESS_WHEN=$${CARGO_TERM_PROGRESS_WHEN:-always} CARGO_TERM_PROGRESS_WIDTH=$${CARGO_TERM_PROGRESS_WIDTH:-100} \
+	  $(CARGO) build -p gpuval-agent -p kubectl-gpuval -p gpuval-tests --bin gpuval-agent --bin kubectl-gpuval --bin demo
 	GPUVAL_AGENT_BIN="$(abspath $(TARGET_DIR))/debug/gpuval-agent" GPUVAL_PLUGIN_DIR="$(abspath $(TARGET_DIR))/debug" "$(abspath $(TARGET_DIR))/debug/demo"
 
 ## The whole test suite: unit tests, and integration tests against a real etcd + kube-apiserver.

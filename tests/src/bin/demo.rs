@@ -6,10 +6,12 @@
 //! Applies deploy/examples/quick.yaml, shows the run's progress until its verdict, prints what
 //! `kubectl` shows, then the bad node's `GpuValidated` condition flipping from False to True once
 //! it is repaired and proven (the demo alone lets simulated results mark its fake nodes), ends
-//! with the next commands to try (the kubectl plugin, the HTML report)
-//! and keeps the cluster up until Ctrl-C (`--exit` to stop at once). `make demo` builds the
-//! agent, the plugin and this binary before anything starts (GPUVAL_AGENT_BIN and
-//! GPUVAL_PLUGIN_DIR name them), so nothing compiles mid-run.
+//! with the next commands to try (the kubectl plugin, the HTML report) and where the operator's
+//! and the agents' logs are, and keeps the cluster up until Ctrl-C (`--exit` to stop at once).
+//! Everything it writes (the kubeconfig, the logs) sits in one temporary directory, removed when
+//! it stops, Ctrl-C at any point included. `make demo` builds the agent, the plugin and this
+//! binary before anything starts (GPUVAL_AGENT_BIN and GPUVAL_PLUGIN_DIR name them), so nothing
+//! compiles mid-run.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -35,13 +37,49 @@ const SIGNAL_COLUMNS: &str = "custom-columns=NODE:.metadata.name,GPU-VALIDATED:.
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
+    let dir = match tempfile::Builder::new().prefix("gpuval-demo-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: could not create the demo's directory: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = log_to(&dir.path().join(OPERATOR_LOG)) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    // Ctrl-C at any point drops the run: the cluster's processes stop and `dir` goes.
+    let outcome = tokio::select! {
+        r = run(dir.path()) => r,
+        _ = tokio::signal::ctrl_c() => {
+            println!("stopping (Ctrl-C); removing {}", dir.path().display());
+            Ok(())
+        }
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The operator's log, in the demo's directory.
+const OPERATOR_LOG: &str = "gpuval-operator.log";
+
+/// Sends the operator's (in-process) tracing to `path`.
+fn log_to(path: &Path) -> Result<(), String> {
+    let file = std::fs::File::create(path)
+        .map_err(|e| format!("could not create {}: {e}", path.display()))?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube=warn,kube_client=off".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(Mutex::new(file))
+        .with_ansi(false)
+        .try_init()
+        .map_err(|e| format!("could not set up the operator's log: {e}"))
 }
 
 fn kubectl(cp: &ControlPlane, args: &[&str]) -> Result<String, String> {
@@ -61,7 +99,7 @@ fn kubectl(cp: &ControlPlane, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-async fn run() -> Result<(), String> {
+async fn run(dir: &Path) -> Result<(), String> {
     let exit_at_once = std::env::args().any(|a| a == "--exit");
     println!(
         "starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok) ..."
@@ -188,8 +226,8 @@ async fn run() -> Result<(), String> {
             println!("  {} {}: {why}", n.name, n.verdict);
         }
     }
-    show_node_signals(&cp, &client, &kubelet).await?;
-    let kc = std::env::temp_dir().join("gpuval-demo.kubeconfig");
+    show_node_signals(&cp, &client, &kubelet, &example).await?;
+    let kc = dir.join("kubeconfig");
     std::fs::copy(cp.kubeconfig(), &kc).map_err(|e| format!("copy kubeconfig: {e}"))?;
     let kubectl = cp.tool("kubectl").map_err(|e| e.to_string())?;
     let plugin_dir = match std::env::var_os("GPUVAL_PLUGIN_DIR") {
@@ -200,22 +238,50 @@ async fn run() -> Result<(), String> {
             .ok_or("the plugin binary has no directory")?,
     };
     print!("{}", next_steps(&kc, &kubectl, &plugin_dir, !exit_at_once));
+    print!(
+        "{}",
+        logs(
+            &dir.join(OPERATOR_LOG),
+            kubelet.log_dir(),
+            &kubelet.started()
+        )
+    );
     if exit_at_once {
         return Ok(());
     }
-    tokio::signal::ctrl_c()
-        .await
-        .map_err(|e| format!("wait for Ctrl-C: {e}"))?;
-    println!("stopping");
+    std::future::pending::<()>().await;
     Ok(())
 }
 
+/// Where the logs are: the agents run as processes of the fake kubelet (a kwok node serves no
+/// `kubectl logs`), one file per pod.
+fn logs(operator: &Path, agents: Option<&Path>, pods: &[String]) -> String {
+    let mut s = format!(
+        "Logs (removed when the demo stops):\n  operator: {}\n",
+        operator.display()
+    );
+    match agents {
+        Some(dir) => {
+            s.push_str(&format!(
+                "  agents:   {}/<pod>-<uid>.log ({} pod(s) so far; kwok nodes serve no `kubectl logs`)\n",
+                dir.display(),
+                pods.len()
+            ));
+        }
+        None => s.push_str("  agents:   not kept (no log directory could be made)\n"),
+    }
+    s
+}
+
 /// The bad node's `GpuValidated` condition flipping: False after the quick run, then True once
-/// the node is "repaired" (its fault taken away) and a run on it passes.
+/// the node is "repaired" (its fault taken away) and `quick` runs again on it. Only a pass of
+/// the same validation (or a schedule's) at no less depth clears a failure
+/// (docs/operations.md), so the proof is `quick` itself, its spec narrowed to that node.
 async fn show_node_signals(
     cp: &ControlPlane,
     client: &kube::Client,
     kubelet: &FakeKubelet,
+    example: &Path,
 ) -> Result<(), String> {
     let columns = ["get", "nodes", "-o", SIGNAL_COLUMNS];
     condition_is(client, BAD_NODE, "False").await?;
@@ -223,21 +289,28 @@ async fn show_node_signals(
         "\n$ kubectl get nodes -o {SIGNAL_COLUMNS}\n{}",
         kubectl(cp, &columns)?
     );
-    println!("{BAD_NODE} is repaired (its planted fault removed); a run on it proves it:");
+    println!(
+        "{BAD_NODE} is repaired (its planted fault removed); quick runs again on it, the same checks (a shallower or another validation's pass would not clear the failure):"
+    );
     kubelet.set_node_env(BAD_NODE, "GPUVAL_SIMULATE", HEALTHY);
-    let repaired = serde_json::json!({
-        "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
-        "metadata": {"name": "repaired"},
-        "spec": {"nodeNames": [BAD_NODE], "checks": {"memory": {"fraction": 0.1}}},
-    });
     let api: Api<GpuValidation> = Api::all(client.clone());
-    api.patch(
-        "repaired",
-        &PatchParams::apply("gpuval-demo"),
-        &Patch::Apply(&repaired),
-    )
-    .await
-    .map_err(|e| format!("apply the validation repaired: {e}"))?;
+    for mut doc in crds::read_yaml_documents(example)? {
+        let name = doc["metadata"]["name"]
+            .as_str()
+            .ok_or("example without a name")?
+            .to_string();
+        doc["spec"]["nodeNames"] = serde_json::json!([BAD_NODE]);
+        println!(
+            "$ kubectl patch gpuvalidation {name} --type merge -p '{{\"spec\":{{\"nodeNames\":[\"{BAD_NODE}\"]}}}}'"
+        );
+        api.patch(
+            &name,
+            &PatchParams::apply("gpuval-demo"),
+            &Patch::Apply(&doc),
+        )
+        .await
+        .map_err(|e| format!("run {name} again on {BAD_NODE}: {e}"))?;
+    }
     condition_is(client, BAD_NODE, "True").await?;
     println!(
         "$ kubectl get nodes -o {SIGNAL_COLUMNS}\n{}",
@@ -249,7 +322,6 @@ async fn show_node_signals(
     Ok(())
 }
 
-/// Waits (up to 2 minutes) until node `name`'s `GpuValidated` condition is `status`.
 async fn condition_is(client: &kube::Client, name: &str, status: &str) -> Result<(), String> {
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     let want = status.to_string();
@@ -307,15 +379,15 @@ fn next_steps(kubeconfig: &Path, kubectl: &Path, plugin_dir: &Path, stays_up: bo
         ),
         (
             "kubectl gpuval rerun quick --node gpu-node-c",
-            "run it again on the repaired node",
+            "quick's spec again on that node, as a new validation",
         ),
         (
             "kubectl gpuval wait quick-xxxxx",
-            "exit 0 once Passed, 1 once Failed (the name rerun printed)",
+            "0 Passed, 1 Failed, 3 no such run, 4 timed out (the name rerun printed)",
         ),
         (
             "kubectl gpuval diff quick quick-xxxxx",
-            "what changed between the two runs",
+            "every figure of quick's checks, compared on gpu-node-c",
         ),
     ] {
         s.push_str(&format!("  {command:<56} # {what}\n"));
