@@ -168,17 +168,50 @@ async fn write_result(
     let rname = result_name(&name, node);
     let api: Api<GpuNodeResult> = Api::namespaced(client, NS);
     let generation = gv.metadata.generation.unwrap_or(0);
+    // The labels and annotations the agent puts beside its report: the operator counts a result
+    // only once they agree with the stored report (gpuval_crds::binding::check_report).
+    let meta = report_meta(&report);
+    let mut result_labels = serde_json::Map::new();
+    for (k, v) in meta.labels() {
+        result_labels.insert(k, json!(v));
+    }
+    for (k, v) in [
+        (labels::VALIDATION, name.clone()),
+        (labels::NODE, node.to_string()),
+        (labels::GENERATION, generation.to_string()),
+        (
+            "app.kubernetes.io/managed-by",
+            "gpuval-operator".to_string(),
+        ),
+    ] {
+        result_labels.insert(k.to_string(), json!(v));
+    }
+    let mut annotations = serde_json::Map::new();
+    for (k, v) in meta.annotations() {
+        annotations.insert(k, json!(v));
+    }
+    // The binding, as the operator writes it (it may have created the result already): the
+    // operator counts only a result bound to its run and current pod.
+    for (k, v) in [
+        (labels::NODE, node.to_string()),
+        (labels::POD, pod.name_any()),
+        (
+            labels::POD_UID,
+            pod.metadata.uid.clone().unwrap_or_default(),
+        ),
+        (
+            labels::VALIDATION_UID,
+            gv.metadata.uid.clone().unwrap_or_default(),
+        ),
+    ] {
+        annotations.insert(k.to_string(), json!(v));
+    }
     let obj = json!({
         "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuNodeResult",
         "metadata": {
             "name": rname, "namespace": NS,
-            "labels": {labels::VALIDATION: name, labels::NODE: node, labels::GENERATION: generation.to_string(),
-                       labels::VERDICT: "Pass", "app.kubernetes.io/managed-by": "gpuval-operator"},
-            // The binding, as the operator writes it (it may have created the result already):
-            // the operator counts only a result bound to its run and current pod.
-            "annotations": {labels::NODE: node, labels::SUMMARY: "", labels::POD: pod.name_any(),
-                            labels::POD_UID: pod.metadata.uid.clone().unwrap_or_default(),
-                            labels::VALIDATION_UID: gv.metadata.uid.clone().unwrap_or_default()},
+            "labels": result_labels,
+            "annotations": annotations,
             "ownerReferences": [{"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation", "name": name,
                                   "uid": gv.metadata.uid.clone().unwrap_or_default()}],
         },
@@ -191,6 +224,20 @@ async fn write_result(
     api.patch_status(&rname, &pp, &Patch::Apply(&status))
         .await?;
     Ok(())
+}
+
+/// What the agent writes beside `report` on its result (the verdict, action and simulated labels,
+/// the codes): the report's own, as `gpuval-agent` derives them.
+fn report_meta(report: &serde_json::Value) -> gpuval_crds::result_meta::ReportMeta {
+    let parsed: Option<NodeReport> = serde_json::from_value(report.clone()).ok();
+    gpuval_crds::result_meta::ReportMeta {
+        verdict: parsed.as_ref().map_or(Verdict::Error, |r| r.verdict),
+        action: parsed.as_ref().map(|r| r.action).unwrap_or_default(),
+        simulated: parsed.as_ref().is_some_and(|r| r.simulated),
+        summary: String::new(),
+        codes: parsed.as_ref().map(|r| r.codes()).unwrap_or_default(),
+        versions: parsed.as_ref().map(|r| r.versions()).unwrap_or_default(),
+    }
 }
 
 /// A process's memory and CPU so far.
