@@ -84,7 +84,25 @@ async fn every_example_is_accepted_and_defaults_are_applied() {
         if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
             continue;
         }
-        for doc in crds::read_yaml_documents(&path).unwrap() {
+        // Each example says whether `make demo`'s cluster runs it, and a file of one
+        // validation is named for it (`kubectl get gpuval standard` after applying standard.yaml).
+        let text = std::fs::read_to_string(&path).expect("read example");
+        assert!(
+            text.lines().any(|l| l.starts_with("# make demo: ")),
+            "{} does not say whether make demo runs it",
+            path.display()
+        );
+        let docs = crds::read_yaml_documents(&path).unwrap();
+        if let [only] = docs.as_slice()
+            && only["kind"] == "GpuValidation"
+        {
+            let stem = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default();
+            assert_eq!(only["metadata"]["name"], stem, "{}", path.display());
+        }
+        for doc in docs {
             if doc["kind"] != "GpuValidation" {
                 continue;
             }

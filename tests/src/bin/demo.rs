@@ -246,11 +246,30 @@ async fn run(dir: &Path) -> Result<(), String> {
             &kubelet.started()
         )
     );
+    print!(
+        "{}",
+        other_examples(&crds::repo_root().join("deploy/examples"))
+    );
     if exit_at_once {
         return Ok(());
     }
     std::future::pending::<()>().await;
     Ok(())
+}
+
+/// What each shipped example does in this cluster (its `# make demo:` line).
+fn other_examples(dir: &Path) -> String {
+    let mut s = String::from("The examples (kubectl apply -f FILE) in this cluster:\n");
+    for path in crds::sorted_entries(dir) {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        if let Some(said) = text.lines().find_map(|l| l.strip_prefix("# make demo: ")) {
+            let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
+            s.push_str(&format!("  {:<18} {said}\n", file.unwrap_or_default()));
+        }
+    }
+    s
 }
 
 /// Where the logs are: the agents run as processes of the fake kubelet (a kwok node serves no
@@ -422,6 +441,16 @@ mod tests {
         ] {
             assert!(s.contains(want), "{want}: {s}");
         }
+    }
+
+    #[test]
+    fn every_shipped_example_says_what_it_does_in_the_demo() {
+        let dir = gpuval_tests::crds::repo_root().join("deploy/examples");
+        let s = other_examples(&dir);
+        for file in ["quick.yaml", "standard.yaml", "fabric.yaml", "dra.yaml"] {
+            assert!(s.contains(&format!("  {file}")), "{file}: {s}");
+        }
+        assert!(s.contains("quick.yaml         runs"), "{s}");
     }
 
     #[test]
