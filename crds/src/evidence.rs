@@ -91,7 +91,7 @@ impl Evidence {
 impl Code {
     /// The category of a finding of this code alone.
     pub fn evidence(self) -> Evidence {
-        if self.is_busy() {
+        if self.is_about_sharing() {
             Evidence::Busy
         } else if self.is_infrastructure() {
             Evidence::Infrastructure

@@ -176,7 +176,7 @@ codes! {
     ForeignProcess => (Error, Rerun, false, "A process that is not the agent's ran on a GPU under test (its pid, name and memory are named): the GPU was busy, so its figures are not judged as hardware; stop it and rerun."),
     GpuBusy => (Error, Rerun, false, "Other work used a GPU under test, seen without a process list (memory held by processes the agent cannot see, as from another PID namespace, or utilisation while the agent ran nothing on it; what, how much and when are named): its figures are not judged as hardware; free the GPU and rerun."),
     GpuBusyAllowed => (Warn, None, false, "Other work used a GPU under test where the administrator allows sharing GPUs (what, how much and when are named): its figures may reflect the sharing."),
-    FigureWhileBusy => (Warn, Rerun, false, "A figure fell short on a GPU that was busy with other work: it may reflect the sharing, so it is not judged as hardware (the message keeps the figure and the code it would have had); rerun when the GPU is free."),
+    FigureWhileBusy => (Error, Rerun, false, "A figure fell short on a GPU that was busy with other work (or a node-level figure a busy GPU took part in): it may reflect the sharing, so it is judged neither a fault nor a pass (the message keeps the figure and the code it would have had); rerun when the GPU is free."),
     ForeignProcessAllowed => (Warn, None, false, "A process that is not the agent's ran on a GPU under test, where the administrator allows sharing GPUs."),
     ProcessUnidentified => (Warn, None, false, "A process NVML cannot name ran on a GPU under test (another PID namespace?): if it is not the agent's, stop it and rerun."),
     RunStopped => (Error, Rerun, false, "The run was stopped (SIGTERM) before it finished."),
@@ -320,6 +320,13 @@ impl Code {
                 | Code::GpuBusyAllowed
                 | Code::MemoryBusy
         )
+    }
+
+    /// True for a finding about a GPU's use rather than its hardware: one that says the GPU
+    /// was busy ([`Code::is_busy`]) or a figure not judged because it was
+    /// ([`Code::FigureWhileBusy`]). Its category is [`crate::Evidence::Busy`].
+    pub fn is_about_sharing(self) -> bool {
+        self.is_busy() || self == Code::FigureWhileBusy
     }
 
     /// True for the findings whose cause is the cluster, not the node: the run was stopped
