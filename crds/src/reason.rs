@@ -242,6 +242,7 @@ codes! {
     TrainingSlow => (Fail, RebootNode, false, "The training step's throughput, scaling or overlap fell short."),
     TrainingIncomplete => (Error, Rerun, false, "The training step stopped early or measured no step."),
     IoMismatch => (Fail, ReplaceHardware, false, "File data read back different from what was written."),
+    IoDeviceError => (Fail, ReplaceHardware, false, "The disk under the io check's directory failed an operation with an I/O error (EIO, ENXIO, ENODEV) or read back fewer bytes than were written (the file and operation are named): the node's disk, not the installation; have it checked or replaced."),
     IoSlow => (Fail, None, false, "File write or read throughput below the spec's floor."),
     IoError => (Error, Rerun, false, "The file I/O check could not run or finish (the message says why)."),
     IoDirUnusable => (Error, None, false, "The io check's directory is missing, not a directory, read-only, not writable by the agent or too small for the files asked for (the path is named): the installation's setting, not the node's disk; fix the directory or the settings."),
