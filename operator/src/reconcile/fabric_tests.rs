@@ -265,6 +265,14 @@ fn a_member_that_never_reports_times_out_and_the_others_go_on() {
             .unwrap()
             .contains("no fabric report")
     );
+    // A lost report is infrastructure everywhere: not named at fault, so no view or metric
+    // that reads `failedNodes` shows the node as failed on its fabric.
+    assert_eq!(line.evidence, Some(gpuval_crds::Evidence::Infrastructure));
+    assert!(c.fabric().failed_nodes.is_empty(), "{:?}", c.fabric());
+    let fin = gpuval_crds::final_line(&c.gv, "gpu-2", None, gpuval_crds::Trust::default())
+        .expect("a final line");
+    assert_eq!(fin.evidence, gpuval_crds::Evidence::Infrastructure);
+    assert!(!fin.failed_on_hardware());
 }
 
 #[test]
