@@ -126,6 +126,42 @@ pub struct ResultSeen {
     pub created: Option<Timestamp>,
 }
 
+impl ResultSeen {
+    /// Node result `r` as the reader needs it, read from the object itself: its metadata (the
+    /// verdict label, else its report's verdict), whether it carries a report.
+    pub fn of(r: &crate::GpuNodeResult) -> Self {
+        let meta = crate::result_meta::ReportMeta::read(
+            r.metadata.labels.as_ref(),
+            r.metadata.annotations.as_ref(),
+        );
+        let reported = r.status.as_ref().map(|s| s.verdict);
+        let (verdict, action, simulated, summary, codes) = match meta {
+            Some(m) => (Some(m.verdict), m.action, m.simulated, m.summary, m.codes),
+            None => {
+                let s = r.status.as_ref();
+                (
+                    reported,
+                    s.map(|s| s.action).unwrap_or_default(),
+                    s.is_some_and(|s| s.simulated),
+                    String::new(),
+                    s.map(crate::NodeReport::codes).unwrap_or_default(),
+                )
+            }
+        };
+        ResultSeen {
+            name: r.metadata.name.clone().unwrap_or_default(),
+            generation: r.spec.generation,
+            verdict,
+            reported: r.status.is_some(),
+            simulated,
+            summary,
+            codes,
+            action,
+            created: r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        }
+    }
+}
+
 /// Whose word counts: simulated results are no evidence unless `trust_simulated` (tests).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Trust {
@@ -162,6 +198,22 @@ impl FinalLine {
     /// `GpuValidated=False`, marks a node failed at admission or signs a failed certificate.
     pub fn failed_on_hardware(&self) -> bool {
         self.verdict != NodeVerdict::Passed && self.evidence == Evidence::Hardware
+    }
+
+    /// The line as one report verdict, the one every view and metric shows for the node (its
+    /// report's own verdict is only what its agent saw): a hardware pass is the report's Pass
+    /// or Warn (`reported`), a hardware failure Fail (the fabric may have named a node whose own
+    /// checks passed), and anything else Error: no verdict about the hardware (busy,
+    /// infrastructure, configuration, no evidence, a node the fabric could neither clear nor
+    /// name).
+    pub fn shown(&self, reported: Option<Verdict>) -> Verdict {
+        match (self.verdict, self.evidence) {
+            (NodeVerdict::Passed, Evidence::Hardware) => {
+                reported.filter(|v| v.passes()).unwrap_or(Verdict::Pass)
+            }
+            (NodeVerdict::Failed, Evidence::Hardware) => Verdict::Fail,
+            _ => Verdict::Error,
+        }
     }
 
     /// The verdict a certificate of this line signs: the result's own where the line rests on
