@@ -71,6 +71,7 @@ impl Cluster {
                 .collect(),
             rounds: Vec::new(),
             fabric_port: 0,
+            pending_limit: None,
         };
         Cluster {
             gv: validation(1),
