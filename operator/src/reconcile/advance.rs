@@ -194,8 +194,28 @@ fn stuck_pending(p: &PodView, head: &str) -> (Evidence, String) {
             known => known,
         }
     };
-    let why = gpuval_crds::text::shorten(why, MAX_PENDING_REASON);
+    let why = gpuval_crds::text::shorten(&telling(why), MAX_PENDING_REASON);
     (evidence, format!("{head} ({why}); {fix}"))
+}
+
+/// The scheduler's reason without what says nothing about this node: the other nodes that do
+/// not match the pod's node affinity (an agent pod is pinned to its node) and the preemption
+/// clause (`0/3 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, 1
+/// node(s) had untolerated taint {dedicated: infer}. preemption: ...` → `0/3 nodes are
+/// available: 1 node(s) had untolerated taint {dedicated: infer}.`).
+fn telling(why: &str) -> String {
+    let why = why.split(" preemption:").next().unwrap_or(why);
+    let Some((head, list)) = why.split_once("are available: ") else {
+        return why.to_string();
+    };
+    let kept: Vec<&str> = list
+        .split(", ")
+        .filter(|part| !part.contains("didn't match Pod's node affinity/selector"))
+        .collect();
+    if kept.is_empty() {
+        return why.to_string();
+    }
+    format!("{head}are available: {}", kept.join(", "))
 }
 
 /// What kind of trouble a failed agent pod's reason (`Evicted: ...`, `ErrImagePull: ...`,
@@ -291,6 +311,19 @@ mod tests {
         );
         assert_eq!(e, Evidence::Infrastructure);
         assert!(m.ends_with("fix what the scheduler names and rerun"), "{m}");
+    }
+
+    #[test]
+    fn the_schedulers_reason_keeps_what_concerns_the_node() {
+        let why = "Unschedulable: 0/3 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: infer}. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.";
+        assert_eq!(
+            telling(why),
+            "Unschedulable: 0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: infer}."
+        );
+        assert_eq!(
+            telling("ImagePullBackOff: registry down"),
+            "ImagePullBackOff: registry down"
+        );
     }
 
     /// A pod Pending past the operator's limit ends its line well before the deadline, as
