@@ -34,6 +34,10 @@ pub enum Evidence {
     /// The installation's settings (an io check without a host path, a library the image
     /// lacks, an agent container that cannot be created).
     Configuration,
+    /// What a validation's spec expects of the node (`spec.expect`: a GPU count, bus ids, a
+    /// mode), not a measured fault: the line says so and takes no action on the node (fix the
+    /// spec, or look at the node).
+    Spec,
     /// Nothing about the node: a simulated result, a result without a report, an agent that
     /// ended without one.
     NoEvidence,
@@ -44,6 +48,7 @@ crate::status::api_spelling!(Evidence {
     Busy => "Busy",
     Infrastructure => "Infrastructure",
     Configuration => "Configuration",
+    Spec => "Spec",
     NoEvidence => "NoEvidence",
 });
 
@@ -58,7 +63,7 @@ impl Evidence {
     /// comma-separated). The codes that decide are those whose default severity is Fail or
     /// Error (warnings beside them do not change what the finding is), else all of them. Any
     /// hardware code makes it hardware (an unknown code counts as hardware); otherwise a busy
-    /// GPU, then infrastructure, then configuration. A finding without codes is taken as the
+    /// GPU, then infrastructure, then configuration, then the spec's expectation. A finding without codes is taken as the
     /// hardware's, as the agent reported it.
     pub fn of_codes(codes: &str) -> Evidence {
         let parsed: Vec<Option<Code>> = codes
@@ -82,8 +87,8 @@ impl Evidence {
                 .map(|c| c.map_or(Evidence::Hardware, Code::evidence))
                 .collect()
         };
-        // Hardware < Busy < Infrastructure < Configuration in declaration order: the first
-        // present wins.
+        // Hardware < Busy < Infrastructure < Configuration < Spec in declaration order: the
+        // first present wins.
         kinds.into_iter().min().unwrap_or(Evidence::Hardware)
     }
 }
@@ -97,6 +102,8 @@ impl Code {
             Evidence::Infrastructure
         } else if self.is_configuration() {
             Evidence::Configuration
+        } else if self.is_from_spec() {
+            Evidence::Spec
         } else {
             Evidence::Hardware
         }

@@ -162,14 +162,15 @@ macro_rules! codes {
 
 codes! {
     // ---- the node as a whole: inventory, expectations, versions, the run ----
-    GpuCountMismatch => (Fail, RebootNode, false, "NVML sees a different number of GPUs than the node should have (spec.expect.gpuCount, the node's nvidia.com/gpu capacity, or its nvidia.com/gpu.count label); the checks were not run."),
+    GpuCountMismatch => (Fail, RebootNode, false, "NVML sees a different number of GPUs than the node should have (its nvidia.com/gpu capacity, its nvidia.com/gpu.count label, or the DRA driver's ResourceSlices); the checks were not run."),
+    GpuCountUnexpected => (Fail, None, false, "NVML sees a different number of GPUs than spec.expect.gpuCount asks for: a finding of what the spec expects, not a measured fault (a typo in the spec, or a GPU the node lost), so it takes no action on the node; the checks were not run."),
     DraAllocationMismatch => (Fail, Rerun, false, "The GPUs NVML shows the agent are not the ones its Dynamic Resource Allocation claim was given (both lists are named); the checks were not run."),
-    GpuBusIdMismatch => (Fail, RebootNode, false, "A PCI bus id listed in spec.expect.pciBusIds has no GPU (or a GPU sits at one not listed); the checks were not run."),
+    GpuBusIdMismatch => (Fail, None, false, "A PCI bus id listed in spec.expect.pciBusIds has no GPU (or a GPU sits at one not listed): a finding of what the spec expects, not a measured fault, so it takes no action on the node (fix the spec, or look at the node); the checks were not run."),
     NoGpus => (Error, RebootNode, false, "The driver reports no GPU at all."),
     InventoryFailed => (Error, Rerun, false, "The GPUs could not be inventoried (NVML refused)."),
     PersistenceModeUnexpected => (Warn, None, false, "A GPU's persistence mode is not what spec.expect.persistenceMode asks for."),
-    EccModeUnexpected => (Fail, ResetGpu, false, "A GPU's ECC mode is not what spec.expect.eccMode asks for (default On); changing it takes effect after a GPU reset."),
-    MigModeUnexpected => (Fail, ResetGpu, false, "A GPU's MIG mode is not what spec.expect.migMode asks for (default Off); changing it takes effect after a GPU reset."),
+    EccModeUnexpected => (Fail, None, false, "A GPU's ECC mode is not what spec.expect.eccMode asks for (default On); a finding of what the spec expects, not a measured fault, so it takes no action on the node; changing the mode takes effect after a GPU reset."),
+    MigModeUnexpected => (Fail, None, false, "A GPU's MIG mode is not what spec.expect.migMode asks for (default Off); a finding of what the spec expects, not a measured fault, so it takes no action on the node; changing the mode takes effect after a GPU reset."),
     VbiosMixed => (Warn, None, false, "The GPUs of one node run different VBIOS versions."),
     GpuExcludedFromCuda => (Warn, None, false, "NVML lists a GPU that CUDA_VISIBLE_DEVICES (or the container's device list) leaves out: it was not tested."),
     GpuInvisibleToCuda => (Fail, RebootNode, false, "NVML lists a GPU that CUDA cannot see although nothing restricts CUDA's devices: it was not tested."),
@@ -255,6 +256,17 @@ codes! {
 /// of only these is the validation's error: it never labels a node Fail, never sets
 /// `GpuValidated=False` and never taints; the operator and the views ask
 /// [`Code::is_configuration`].
+/// The codes of findings that come from what a validation's spec expects of the node
+/// (`spec.expect`: a GPU count, bus ids, modes) rather than from a measurement: their category
+/// is [`crate::Evidence::Spec`], they say so and take no action on the node.
+pub const SPEC_CODES: [Code; 5] = [
+    Code::GpuCountUnexpected,
+    Code::GpuBusIdMismatch,
+    Code::PersistenceModeUnexpected,
+    Code::EccModeUnexpected,
+    Code::MigModeUnexpected,
+];
+
 pub const CONFIGURATION_CODES: [Code; 4] = [
     Code::IoError,
     Code::IoDirUnusable,
@@ -334,6 +346,11 @@ impl Code {
     /// (SIGTERM: an eviction, a preemption, a drain) before it finished.
     pub fn is_infrastructure(self) -> bool {
         matches!(self, Code::RunStopped)
+    }
+
+    /// True when this code's finding comes from the spec's expectation ([`SPEC_CODES`]).
+    pub fn is_from_spec(self) -> bool {
+        SPEC_CODES.contains(&self)
     }
 
     /// True when this code's cause is configuration, not hardware ([`CONFIGURATION_CODES`]).
