@@ -223,7 +223,26 @@ fn an_unlocalized_shortfall_fails_the_validation_without_blaming_a_node() {
     c.run();
     let status = c.gv.status.clone().unwrap();
     assert_eq!(status.phase, Some(Phase::Failed));
-    assert_eq!(status.summary.as_ref().unwrap().failed, 0);
+    // No node was cleared: none counts as passed (`kubectl get` says `Failed 2 0 2`), and
+    // none is blamed on hardware evidence.
+    let summary = status.summary.as_ref().unwrap();
+    assert_eq!((summary.passed, summary.failed), (0, 2));
+    assert!(c.fabric().failed_nodes.is_empty());
+    for line in &status.nodes {
+        assert_eq!(line.verdict, NodeVerdict::Error, "{line:?}");
+        assert_eq!(
+            line.evidence,
+            Some(gpuval_crds::Evidence::NoEvidence),
+            "{line:?}"
+        );
+        assert!(
+            line.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("could neither clear nor name"),
+            "{line:?}"
+        );
+    }
     assert_eq!(c.fabric().suspects.len(), 2);
     let ready = status
         .conditions

@@ -362,7 +362,16 @@ fn conclude(
         phase = Phase::Running;
     }
     let (listed, not_listed) = record.listed();
-    match fabric.filter(|f| f.phase == FabricPhase::Failed && phase == Phase::Passed) {
+    // The fabric failed without naming a node: every node that did not pass is one it could
+    // neither clear nor name (or none), so the fabric's own words say why.
+    let only_fabric = |f: &gpuval_crds::fabric::FabricStatus| {
+        phase.is_terminal()
+            && listed
+                .iter()
+                .filter(|l| summarize::is_failed(l.verdict))
+                .all(|l| f.suspects.contains(&l.name))
+    };
+    match fabric.filter(|f| f.phase == FabricPhase::Failed && only_fabric(f)) {
         Some(f) => {
             phase = Phase::Failed;
             let msg = f.message.as_deref().unwrap_or("the fabric test failed");
