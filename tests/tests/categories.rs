@@ -85,3 +85,38 @@ async fn a_pod_pending_past_the_limit_ends_its_line_as_infrastructure_before_the
         .expect("gpu-b's final line");
     assert!(!fin.failed_on_hardware() && !fin.passed(), "{fin:#?}");
 }
+
+/// A busy GPU 0 beside a GPU 1 slow on its peer-to-peer links, through the operator: the node's
+/// line is a hardware failure naming GPU 1's pairs (the busy GPU excuses only the figures it
+/// took part in), not a Busy line that would hide the fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_gpu_beside_a_slow_one_fails_the_node_on_hardware() {
+    let c = Cluster::start(NS, &["gpu-a".to_string()], 4).await;
+    let sim =
+        "gpus=4,model=H200,pidns=1,proc=0:4242:python3:20480:0.5,slow=p2p@1:0.3,timescale=0.001";
+    let _op = OperatorHandle::start(c.client.clone(), test_config(NS, sim));
+    c.apply("busy-and-slow", json!({"checks": {"p2p": {}}}))
+        .await;
+    let gv = scenario::wait_validation(
+        &c.client,
+        "busy-and-slow",
+        WITHIN,
+        "finished",
+        scenario::terminal,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let status = gv.status.clone().expect("status");
+    assert_eq!(status.phase, Some(Phase::Failed), "{status:#?}");
+    let line = status
+        .nodes
+        .iter()
+        .find(|l| l.name == "gpu-a")
+        .expect("gpu-a's line");
+    assert_eq!(line.verdict, NodeVerdict::Failed, "{line:#?}");
+    assert_eq!(line.evidence, Some(Evidence::Hardware), "{line:#?}");
+    let codes = line.codes.as_deref().unwrap_or_default();
+    assert!(codes.starts_with("P2pSlow"), "hardware first: {codes}");
+    let message = line.message.as_deref().unwrap_or_default();
+    assert!(message.contains("GPU1->GPU"), "{message}");
+}
