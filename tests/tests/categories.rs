@@ -120,3 +120,43 @@ async fn a_busy_gpu_beside_a_slow_one_fails_the_node_on_hardware() {
     let message = line.message.as_deref().unwrap_or_default();
     assert!(message.contains("GPU1->GPU"), "{message}");
 }
+
+/// Five busy GPUs and a sixth whose memory check could not run (a hardware Error): the cap on
+/// the listed failures keeps the hardware code, so the node's line stays hardware evidence
+/// through the operator, not Busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_failure_list_never_hides_a_hardware_code_behind_busy_ones() {
+    let c = Cluster::start(NS, &["gpu-a".to_string()], 6).await;
+    let busy: Vec<String> = (0..5)
+        .map(|g| format!("{g}:{}:python3:20480:0.5", 4240 + g))
+        .collect();
+    let sim = format!(
+        "gpus=6,model=H200,pidns=1,proc={},error=memory@5,timescale=0.001",
+        busy.join("+")
+    );
+    let _op = OperatorHandle::start(c.client.clone(), test_config(NS, &sim));
+    c.apply("busy-cap", json!({"checks": {"memory": {"fraction": 0.1}}}))
+        .await;
+    let gv = scenario::wait_validation(
+        &c.client,
+        "busy-cap",
+        WITHIN,
+        "finished",
+        scenario::terminal,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let status = gv.status.clone().expect("status");
+    let line = status
+        .nodes
+        .iter()
+        .find(|l| l.name == "gpu-a")
+        .expect("gpu-a's line");
+    let codes = line.codes.as_deref().unwrap_or_default();
+    assert_eq!(
+        line.evidence,
+        Some(Evidence::Hardware),
+        "{codes}: {line:#?}"
+    );
+    assert!(!codes.starts_with("GpuBusy"), "hardware first: {codes}");
+}
