@@ -2,7 +2,8 @@
 //! controller-manager, scheduler, kwok nodes) with the operator in-process and agents run as
 //! processes by the FakeKubelet: an agent pod that stays Pending past the administrator's
 //! limit ends its node's line as infrastructure, naming the scheduler's reason and what to fix,
-//! long before the run's deadline; the node it could not test is left as it was.
+//! long before the run's deadline; a busy GPU beside a slow one, and five busy GPUs beside a
+//! hardware Error, leave the node's line a hardware failure (not Busy).
 //!
 //! Tests wait on conditions (watches, the wait helpers), never on sleeps.
 
