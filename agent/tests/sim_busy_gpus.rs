@@ -147,7 +147,8 @@ fn where_sharing_is_allowed_a_short_figure_says_it_may_reflect_the_sharing() {
         "gpus=2,model=H200,pidns=1,proc=1:4242:python3:10240:0.5",
         true,
     );
-    assert_eq!(r.verdict, Verdict::Warn, "{:#?}", r.failures);
+    // The short figure is judged neither a fault nor a pass.
+    assert_eq!(r.verdict, Verdict::Error, "{:#?}", r.failures);
     assert_eq!(r.action, Action::Rerun);
     let reasons = all_reasons(&r);
     assert!(reasons.iter().any(|x| x.code == Code::GpuBusyAllowed));
@@ -219,4 +220,58 @@ fn the_tail_of_the_agent_s_own_work_is_not_other_work() {
         "{:#?}",
         r.gpus[1].reasons
     );
+}
+
+/// A busy GPU excuses only its own figures and the node-level figures it took part in: beside
+/// a busy GPU 0, GPU 1's slow peer-to-peer pairs (none with GPU 0) still fail it as hardware,
+/// while the pairs GPU 0 took part in are excused.
+#[test]
+fn a_busy_gpu_beside_a_slow_one_does_not_hide_the_slow_ones_fault() {
+    let r = report(
+        "gpus=4,model=H200,pidns=1,proc=0:4242:python3:20480:0.5,slow=p2p@1:0.3",
+        false,
+    );
+    let p2p = r.p2p.as_ref().expect("p2p ran");
+    let slow: Vec<&gpuval_crds::Reason> = p2p
+        .reasons
+        .iter()
+        .filter(|x| x.code == Code::P2pSlow)
+        .collect();
+    assert!(
+        slow.iter().any(|x| x.message.starts_with("GPU1->GPU2")),
+        "GPU1's pair with a free GPU is judged: {:#?}",
+        p2p.reasons
+    );
+    assert!(
+        slow.iter().all(|x| !x.message.contains("GPU0")),
+        "no pair with the busy GPU is judged: {slow:#?}"
+    );
+    assert_eq!(r.verdict, Verdict::Fail, "{:#?}", r.failures);
+    let codes = r.codes();
+    assert_eq!(
+        gpuval_crds::Evidence::of_codes(&codes),
+        gpuval_crds::Evidence::Hardware,
+        "{codes}"
+    );
+    assert!(
+        r.failures.iter().any(|x| x.code == Code::P2pSlow),
+        "{:#?}",
+        r.failures
+    );
+}
+
+/// Where sharing is allowed, a figure excused because its GPU was busy is not judged either
+/// way: the node does not pass on it.
+#[test]
+fn an_excused_figure_is_never_a_pass() {
+    let r = report(
+        "gpus=2,model=H200,pidns=1,proc=1:4242:python3:10240:0.5",
+        true,
+    );
+    assert!(!r.verdict.passes(), "{:?}: {:#?}", r.verdict, r.warnings);
+    assert_eq!(
+        gpuval_crds::Evidence::of_codes(&r.codes()),
+        gpuval_crds::Evidence::Busy
+    );
+    assert_no_hardware_action(&r);
 }

@@ -34,6 +34,10 @@ pub enum Evidence {
     /// The installation's settings (an io check without a host path, a library the image
     /// lacks, an agent container that cannot be created).
     Configuration,
+    /// What a validation's spec expects of the node (`spec.expect`: a GPU count, bus ids, a
+    /// mode), not a measured fault: the line says so and takes no action on the node (fix the
+    /// spec, or look at the node).
+    Spec,
     /// Nothing about the node: a simulated result, a result without a report, an agent that
     /// ended without one.
     NoEvidence,
@@ -44,6 +48,7 @@ crate::status::api_spelling!(Evidence {
     Busy => "Busy",
     Infrastructure => "Infrastructure",
     Configuration => "Configuration",
+    Spec => "Spec",
     NoEvidence => "NoEvidence",
 });
 
@@ -58,7 +63,7 @@ impl Evidence {
     /// comma-separated). The codes that decide are those whose default severity is Fail or
     /// Error (warnings beside them do not change what the finding is), else all of them. Any
     /// hardware code makes it hardware (an unknown code counts as hardware); otherwise a busy
-    /// GPU, then infrastructure, then configuration. A finding without codes is taken as the
+    /// GPU, then infrastructure, then configuration, then the spec's expectation. A finding without codes is taken as the
     /// hardware's, as the agent reported it.
     pub fn of_codes(codes: &str) -> Evidence {
         let parsed: Vec<Option<Code>> = codes
@@ -82,8 +87,8 @@ impl Evidence {
                 .map(|c| c.map_or(Evidence::Hardware, Code::evidence))
                 .collect()
         };
-        // Hardware < Busy < Infrastructure < Configuration in declaration order: the first
-        // present wins.
+        // Hardware < Busy < Infrastructure < Configuration < Spec in declaration order: the
+        // first present wins.
         kinds.into_iter().min().unwrap_or(Evidence::Hardware)
     }
 }
@@ -91,12 +96,14 @@ impl Evidence {
 impl Code {
     /// The category of a finding of this code alone.
     pub fn evidence(self) -> Evidence {
-        if self.is_busy() {
+        if self.is_about_sharing() {
             Evidence::Busy
         } else if self.is_infrastructure() {
             Evidence::Infrastructure
         } else if self.is_configuration() {
             Evidence::Configuration
+        } else if self.is_from_spec() {
+            Evidence::Spec
         } else {
             Evidence::Hardware
         }
@@ -124,6 +131,42 @@ pub struct ResultSeen {
     pub action: Action,
     /// When it was created.
     pub created: Option<Timestamp>,
+}
+
+impl ResultSeen {
+    /// Node result `r` as the reader needs it, read from the object itself: its metadata (the
+    /// verdict label, else its report's verdict), whether it carries a report.
+    pub fn of(r: &crate::GpuNodeResult) -> Self {
+        let meta = crate::result_meta::ReportMeta::read(
+            r.metadata.labels.as_ref(),
+            r.metadata.annotations.as_ref(),
+        );
+        let reported = r.status.as_ref().map(|s| s.verdict);
+        let (verdict, action, simulated, summary, codes) = match meta {
+            Some(m) => (Some(m.verdict), m.action, m.simulated, m.summary, m.codes),
+            None => {
+                let s = r.status.as_ref();
+                (
+                    reported,
+                    s.map(|s| s.action).unwrap_or_default(),
+                    s.is_some_and(|s| s.simulated),
+                    String::new(),
+                    s.map(crate::NodeReport::codes).unwrap_or_default(),
+                )
+            }
+        };
+        ResultSeen {
+            name: r.metadata.name.clone().unwrap_or_default(),
+            generation: r.spec.generation,
+            verdict,
+            reported: r.status.is_some(),
+            simulated,
+            summary,
+            codes,
+            action,
+            created: r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        }
+    }
 }
 
 /// Whose word counts: simulated results are no evidence unless `trust_simulated` (tests).
@@ -162,6 +205,22 @@ impl FinalLine {
     /// `GpuValidated=False`, marks a node failed at admission or signs a failed certificate.
     pub fn failed_on_hardware(&self) -> bool {
         self.verdict != NodeVerdict::Passed && self.evidence == Evidence::Hardware
+    }
+
+    /// The line as one report verdict, the one every view and metric shows for the node (its
+    /// report's own verdict is only what its agent saw): a hardware pass is the report's Pass
+    /// or Warn (`reported`), a hardware failure Fail (the fabric may have named a node whose own
+    /// checks passed), and anything else Error: no verdict about the hardware (busy,
+    /// infrastructure, configuration, no evidence, a node the fabric could neither clear nor
+    /// name).
+    pub fn shown(&self, reported: Option<Verdict>) -> Verdict {
+        match (self.verdict, self.evidence) {
+            (NodeVerdict::Passed, Evidence::Hardware) => {
+                reported.filter(|v| v.passes()).unwrap_or(Verdict::Pass)
+            }
+            (NodeVerdict::Failed, Evidence::Hardware) => Verdict::Fail,
+            _ => Verdict::Error,
+        }
     }
 
     /// The verdict a certificate of this line signs: the result's own where the line rests on

@@ -238,3 +238,49 @@ fn a_busy_or_configuration_result_line_does_not_act() {
     assert_eq!(of("gpu-2"), Some((Evidence::Configuration, false)));
     assert_eq!(of("gpu-3"), Some((Evidence::Hardware, true)));
 }
+
+#[test]
+fn every_view_shows_the_final_line_not_the_results_own_verdict() {
+    let gv = run(
+        vec![
+            line("busy", NodeVerdict::Error, Some(Evidence::Busy)),
+            line("broken", NodeVerdict::Failed, Some(Evidence::Hardware)),
+        ],
+        Some(fabric(FabricPhase::Failed, &["named"])),
+    );
+    let shown = |node: &str, reported: Verdict| {
+        let mut r = passed_result(node);
+        r.verdict = Some(reported);
+        final_line(&gv, node, Some(&r), TRUST).map(|l| l.shown(Some(reported)))
+    };
+    // The fabric named a node whose own checks passed: Fail, not its result's Pass.
+    assert_eq!(shown("named", Verdict::Pass), Some(Verdict::Fail));
+    assert_eq!(shown("broken", Verdict::Fail), Some(Verdict::Fail));
+    assert_eq!(shown("busy", Verdict::Error), Some(Verdict::Error));
+    assert_eq!(shown("fine", Verdict::Warn), Some(Verdict::Warn));
+}
+
+#[test]
+fn a_result_object_reads_as_its_labels_say_else_as_its_report() {
+    let mut r = crate::GpuNodeResult::new(
+        "v-gpu-1",
+        crate::GpuNodeResultSpec {
+            validation: "v".into(),
+            generation: 3,
+            node_name: "gpu-1".into(),
+        },
+    );
+    let seen = ResultSeen::of(&r);
+    assert_eq!(
+        (seen.verdict, seen.reported, seen.generation),
+        (None, false, 3)
+    );
+    r.status = Some(crate::NodeReport {
+        verdict: Verdict::Fail,
+        ..Default::default()
+    });
+    assert_eq!(ResultSeen::of(&r).verdict, Some(Verdict::Fail));
+    r.metadata.labels = Some([(crate::labels::VERDICT.to_string(), "Warn".to_string())].into());
+    let seen = ResultSeen::of(&r);
+    assert_eq!((seen.verdict, seen.reported), (Some(Verdict::Warn), true));
+}

@@ -162,21 +162,22 @@ macro_rules! codes {
 
 codes! {
     // ---- the node as a whole: inventory, expectations, versions, the run ----
-    GpuCountMismatch => (Fail, RebootNode, false, "NVML sees a different number of GPUs than the node should have (spec.expect.gpuCount, the node's nvidia.com/gpu capacity, or its nvidia.com/gpu.count label); the checks were not run."),
+    GpuCountMismatch => (Fail, RebootNode, false, "NVML sees a different number of GPUs than the node should have (its nvidia.com/gpu capacity, its nvidia.com/gpu.count label, or the DRA driver's ResourceSlices); the checks were not run."),
+    GpuCountUnexpected => (Fail, None, false, "NVML sees a different number of GPUs than spec.expect.gpuCount asks for: a finding of what the spec expects, not a measured fault (a typo in the spec, or a GPU the node lost), so it takes no action on the node; the checks were not run."),
     DraAllocationMismatch => (Fail, Rerun, false, "The GPUs NVML shows the agent are not the ones its Dynamic Resource Allocation claim was given (both lists are named); the checks were not run."),
-    GpuBusIdMismatch => (Fail, RebootNode, false, "A PCI bus id listed in spec.expect.pciBusIds has no GPU (or a GPU sits at one not listed); the checks were not run."),
+    GpuBusIdMismatch => (Fail, None, false, "A PCI bus id listed in spec.expect.pciBusIds has no GPU (or a GPU sits at one not listed): a finding of what the spec expects, not a measured fault, so it takes no action on the node (fix the spec, or look at the node); the checks were not run."),
     NoGpus => (Error, RebootNode, false, "The driver reports no GPU at all."),
     InventoryFailed => (Error, Rerun, false, "The GPUs could not be inventoried (NVML refused)."),
     PersistenceModeUnexpected => (Warn, None, false, "A GPU's persistence mode is not what spec.expect.persistenceMode asks for."),
-    EccModeUnexpected => (Fail, ResetGpu, false, "A GPU's ECC mode is not what spec.expect.eccMode asks for (default On); changing it takes effect after a GPU reset."),
-    MigModeUnexpected => (Fail, ResetGpu, false, "A GPU's MIG mode is not what spec.expect.migMode asks for (default Off); changing it takes effect after a GPU reset."),
+    EccModeUnexpected => (Fail, None, false, "A GPU's ECC mode is not what spec.expect.eccMode asks for (default On); a finding of what the spec expects, not a measured fault, so it takes no action on the node; changing the mode takes effect after a GPU reset."),
+    MigModeUnexpected => (Fail, None, false, "A GPU's MIG mode is not what spec.expect.migMode asks for (default Off); a finding of what the spec expects, not a measured fault, so it takes no action on the node; changing the mode takes effect after a GPU reset."),
     VbiosMixed => (Warn, None, false, "The GPUs of one node run different VBIOS versions."),
     GpuExcludedFromCuda => (Warn, None, false, "NVML lists a GPU that CUDA_VISIBLE_DEVICES (or the container's device list) leaves out: it was not tested."),
     GpuInvisibleToCuda => (Fail, RebootNode, false, "NVML lists a GPU that CUDA cannot see although nothing restricts CUDA's devices: it was not tested."),
     ForeignProcess => (Error, Rerun, false, "A process that is not the agent's ran on a GPU under test (its pid, name and memory are named): the GPU was busy, so its figures are not judged as hardware; stop it and rerun."),
     GpuBusy => (Error, Rerun, false, "Other work used a GPU under test, seen without a process list (memory held by processes the agent cannot see, as from another PID namespace, or utilisation while the agent ran nothing on it; what, how much and when are named): its figures are not judged as hardware; free the GPU and rerun."),
     GpuBusyAllowed => (Warn, None, false, "Other work used a GPU under test where the administrator allows sharing GPUs (what, how much and when are named): its figures may reflect the sharing."),
-    FigureWhileBusy => (Warn, Rerun, false, "A figure fell short on a GPU that was busy with other work: it may reflect the sharing, so it is not judged as hardware (the message keeps the figure and the code it would have had); rerun when the GPU is free."),
+    FigureWhileBusy => (Error, Rerun, false, "A figure fell short on a GPU that was busy with other work (or a node-level figure a busy GPU took part in): it may reflect the sharing, so it is judged neither a fault nor a pass (the message keeps the figure and the code it would have had); rerun when the GPU is free."),
     ForeignProcessAllowed => (Warn, None, false, "A process that is not the agent's ran on a GPU under test, where the administrator allows sharing GPUs."),
     ProcessUnidentified => (Warn, None, false, "A process NVML cannot name ran on a GPU under test (another PID namespace?): if it is not the agent's, stop it and rerun."),
     RunStopped => (Error, Rerun, false, "The run was stopped (SIGTERM) before it finished."),
@@ -242,6 +243,7 @@ codes! {
     TrainingSlow => (Fail, RebootNode, false, "The training step's throughput, scaling or overlap fell short."),
     TrainingIncomplete => (Error, Rerun, false, "The training step stopped early or measured no step."),
     IoMismatch => (Fail, ReplaceHardware, false, "File data read back different from what was written."),
+    IoDeviceError => (Fail, ReplaceHardware, false, "The disk under the io check's directory failed an operation with an I/O error (EIO, ENXIO, ENODEV) or read back fewer bytes than were written (the file and operation are named): the node's disk, not the installation; have it checked or replaced."),
     IoSlow => (Fail, None, false, "File write or read throughput below the spec's floor."),
     IoError => (Error, Rerun, false, "The file I/O check could not run or finish (the message says why)."),
     IoDirUnusable => (Error, None, false, "The io check's directory is missing, not a directory, read-only, not writable by the agent or too small for the files asked for (the path is named): the installation's setting, not the node's disk; fix the directory or the settings."),
@@ -254,6 +256,17 @@ codes! {
 /// of only these is the validation's error: it never labels a node Fail, never sets
 /// `GpuValidated=False` and never taints; the operator and the views ask
 /// [`Code::is_configuration`].
+/// The codes of findings that come from what a validation's spec expects of the node
+/// (`spec.expect`: a GPU count, bus ids, modes) rather than from a measurement: their category
+/// is [`crate::Evidence::Spec`], they say so and take no action on the node.
+pub const SPEC_CODES: [Code; 5] = [
+    Code::GpuCountUnexpected,
+    Code::GpuBusIdMismatch,
+    Code::PersistenceModeUnexpected,
+    Code::EccModeUnexpected,
+    Code::MigModeUnexpected,
+];
+
 pub const CONFIGURATION_CODES: [Code; 4] = [
     Code::IoError,
     Code::IoDirUnusable,
@@ -322,10 +335,22 @@ impl Code {
         )
     }
 
+    /// True for a finding about a GPU's use rather than its hardware: one that says the GPU
+    /// was busy ([`Code::is_busy`]) or a figure not judged because it was
+    /// ([`Code::FigureWhileBusy`]). Its category is [`crate::Evidence::Busy`].
+    pub fn is_about_sharing(self) -> bool {
+        self.is_busy() || self == Code::FigureWhileBusy
+    }
+
     /// True for the findings whose cause is the cluster, not the node: the run was stopped
     /// (SIGTERM: an eviction, a preemption, a drain) before it finished.
     pub fn is_infrastructure(self) -> bool {
         matches!(self, Code::RunStopped)
+    }
+
+    /// True when this code's finding comes from the spec's expectation ([`SPEC_CODES`]).
+    pub fn is_from_spec(self) -> bool {
+        SPEC_CODES.contains(&self)
     }
 
     /// True when this code's cause is configuration, not hardware ([`CONFIGURATION_CODES`]).

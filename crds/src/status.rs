@@ -266,8 +266,9 @@ pub struct NodeStatus {
     pub result: Option<String>,
     /// What kind of evidence a final verdict rests on: only `Hardware` acts on the node
     /// (taint, `gpuval.io/verdict=Fail`, `GpuValidated=False`, admission's failure taint);
-    /// `Busy`, `Infrastructure`, `Configuration` and `NoEvidence` say what to fix in `message`
-    /// and leave the node as it was.
+    /// `Busy`, `Infrastructure`, `Configuration`, `Spec` (what `spec.expect` asks for, not a
+    /// measured fault) and `NoEvidence` say what to fix in `message` and leave the node as it
+    /// was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence: Option<crate::evidence::Evidence>,
 }

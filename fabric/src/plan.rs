@@ -52,11 +52,22 @@ pub struct Conclusion {
 }
 
 impl Conclusion {
-    /// Nodes named at fault or in error, in name order.
+    /// Nodes named at fault (hardware evidence), in name order. A node whose report was lost
+    /// is not among them ([`Conclusion::lost`]).
     pub fn failed(&self) -> Vec<String> {
         self.nodes
             .iter()
-            .filter(|(_, v)| matches!(v, NodeFabric::Failed(_) | NodeFabric::Error(_)))
+            .filter(|(_, v)| matches!(v, NodeFabric::Failed(_)))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Nodes whose agent left or went silent (their report lost: infrastructure, not the
+    /// node's fabric), in name order.
+    pub fn lost(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|(_, v)| matches!(v, NodeFabric::Error(_)))
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -552,6 +563,14 @@ fn message(c: &Conclusion, rounds: usize) -> String {
             "{} node(s) at fault after {rounds} round(s): {}",
             failed.len(),
             failed.join(", ")
+        ));
+    }
+    let lost = c.lost();
+    if !lost.is_empty() {
+        parts.push(format!(
+            "report lost from {} node(s) (their agent left or went silent; not the fabric's fault): {}",
+            lost.len(),
+            lost.join(", ")
         ));
     }
     if !suspects.is_empty() {

@@ -178,6 +178,15 @@ fn a_vanished_agent_is_that_nodes_error_and_the_test_goes_on() {
     for n in [&nodes[0], &nodes[2], &nodes[3]] {
         assert_eq!(c.nodes[n], NodeFabric::Passed);
     }
+    // A lost report is infrastructure: the node is not named at fault.
+    assert!(c.failed().is_empty(), "{:?}", c.failed());
+    assert_eq!(c.lost(), vec![nodes[1].clone()]);
+    assert!(
+        c.message.contains("report lost from 1 node(s)"),
+        "{}",
+        c.message
+    );
+    assert!(!c.message.contains("at fault"), "{}", c.message);
 }
 
 #[test]

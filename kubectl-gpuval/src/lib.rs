@@ -8,7 +8,7 @@ pub mod cli;
 use std::collections::BTreeMap;
 
 use gpuval_crds::{GpuNodeResult, GpuValidation};
-use gpuval_view::{Document, FabricLine, NodeEntry, ValidationLine};
+use gpuval_view::{Document, FabricLine, LineView, NodeEntry, ValidationLine};
 use kube::ResourceExt;
 
 /// The document of validation `gv` from `results` (any results: those not owned by this
@@ -24,7 +24,14 @@ pub fn document(gv: &GpuValidation, results: &[GpuNodeResult]) -> Document {
         }
     }
     let status = gv.status.clone().unwrap_or_default();
-    let mut nodes: Vec<NodeEntry> = by_node.into_values().map(node_entry).collect();
+    let mut nodes: Vec<NodeEntry> = by_node
+        .into_values()
+        .map(|r| {
+            let mut entry = node_entry(r);
+            entry.line = line_view(gv, &r.spec.node_name, Some(r));
+            entry
+        })
+        .collect();
     for line in &status.nodes {
         if !nodes.iter().any(|n| n.node == line.name) {
             nodes.push(NodeEntry {
@@ -36,12 +43,13 @@ pub fn document(gv: &GpuValidation, results: &[GpuNodeResult]) -> Document {
                     line.verdict.as_str(),
                     line.message.as_deref().unwrap_or("no result")
                 )),
+                line: line_view(gv, &line.name, None),
             });
         }
     }
     // Worst first, so that the top of a long tree is what needs a look.
     nodes.sort_by(|a, b| {
-        let rank = |n: &NodeEntry| std::cmp::Reverse(n.report.as_ref().map(|r| r.verdict));
+        let rank = |n: &NodeEntry| std::cmp::Reverse(n.report.as_ref().map(|_| n.verdict()));
         rank(a).cmp(&rank(b)).then_with(|| a.node.cmp(&b.node))
     });
     let summary = status.summary.clone().unwrap_or_default();
@@ -65,6 +73,23 @@ pub fn document(gv: &GpuValidation, results: &[GpuNodeResult]) -> Document {
     }
 }
 
+/// Node `node`'s final line in `gv` ([`gpuval_crds::final_line`]) as the views show it, with
+/// its result `r` if any; None while the node has none. Simulated results are read as they are:
+/// every view flags simulation on its own.
+fn line_view(gv: &GpuValidation, node: &str, r: Option<&GpuNodeResult>) -> Option<LineView> {
+    let seen = r.map(gpuval_crds::ResultSeen::of);
+    let trust = gpuval_crds::Trust {
+        trust_simulated: true,
+    };
+    let line = gpuval_crds::final_line(gv, node, seen.as_ref(), trust)?;
+    let reported = r.and_then(|r| r.status.as_ref()).map(|s| s.verdict);
+    Some(LineView {
+        verdict: line.shown(reported),
+        evidence: line.evidence.as_str().to_string(),
+        message: line.message,
+    })
+}
+
 /// A node's entry from its result: its report, or why there is none to show (not stored yet;
 /// or the result is closed, its node's line final without it: a report that came late is kept
 /// in the result for the record and is not shown as the node's).
@@ -82,6 +107,7 @@ fn node_entry(r: &GpuNodeResult) -> NodeEntry {
         result: Some(r.name_any()),
         report: r.status.clone().filter(|_| closed.is_none()),
         message,
+        line: None,
     }
 }
 
@@ -210,5 +236,42 @@ mod tests {
             node_entry(&waiting).message.as_deref(),
             Some("the agent has not stored its report yet")
         );
+    }
+
+    /// A validation that Failed on its fabric test, which named node b though b's own checks
+    /// passed: b's row is Fail (its final line), a's Pass, and the headline is no pass.
+    #[test]
+    fn every_node_reads_its_final_line_and_the_headline_the_validations() {
+        let mut gv: GpuValidation = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+            "metadata": {"name": "fab", "uid": "u1", "generation": 1},
+            "spec": {"checks": {}},
+            "status": {"observedGeneration": 1, "phase": "Failed",
+                       "summary": {"selected": 2, "pending": 0, "running": 0, "passed": 1, "failed": 1},
+                       "nodes": [{"name": "b", "verdict": "Failed", "evidence": "Hardware",
+                                  "message": "fabric: in 3 of 4 TCP pairs 7.7 Gb/s below 25"}],
+                       "fabric": {"phase": "Failed", "nodes": 2, "rounds": 2, "failedNodes": ["b"]}},
+        }))
+        .expect("validation");
+        gv.metadata.uid = Some("u1".into());
+        let results = [
+            result("a", 1, "u1", Verdict::Pass),
+            result("b", 1, "u1", Verdict::Pass),
+        ];
+        let doc = document(&gv, &results);
+        let verdicts: Vec<(&str, Verdict)> = doc
+            .nodes
+            .iter()
+            .map(|n| (n.node.as_str(), n.verdict()))
+            .collect();
+        assert_eq!(verdicts, [("b", Verdict::Fail), ("a", Verdict::Pass)]);
+        assert_eq!(
+            doc.nodes[0].line.as_ref().map(|l| l.evidence.as_str()),
+            Some("Hardware")
+        );
+        assert!(doc.nodes[0].headline().2.starts_with("fabric: in 3 of 4"));
+        assert_eq!(doc.worst(), Verdict::Fail);
+        let page = gpuval_view::html(&doc);
+        assert!(page.contains("<span class=\"badge b-Fail\">Fail</span></h1>"));
     }
 }

@@ -33,11 +33,8 @@ pub async fn apply(gv: &GpuValidation, ctx: &Ctx, step: &Step) -> Result<(), Err
         status::write::<GpuValidation>(&gv.name_any(), ctx, &step.status).await?;
         ctx.metrics
             .count_new_verdicts(&step.new_verdicts, step.status.simulated == Some(true));
-        if let Some(f) = step.status.fabric.as_ref() {
-            ctx.metrics
-                .fleet
-                .fail_named(&gv.name_any(), &f.failed_nodes);
-        }
+        let lines = crate::metrics::final_verdicts(gv, &step.status);
+        ctx.metrics.fleet.set_lines(&gv.name_any(), &lines);
     }
     // `spec.onFailure` is the node-state controller's (crate::node_marks): it marks a node
     // from its final line, tries again until the mark holds, and takes it back on a pass.

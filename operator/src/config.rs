@@ -60,6 +60,10 @@ pub struct OperatorConfig {
     /// Two hardware failures of a node (or of one of its GPUs) within this window make it a
     /// repeat offender ([`crate::failure_marks`]); zero: not counted.
     pub repeat_failure_window: std::time::Duration,
+    /// How long an agent pod may stay Pending (unscheduled, its image not pulled, its
+    /// container not created) before its node's line ends as trouble that says what to fix,
+    /// well before the run's deadline (`--agent-pending-limit`); None: only the deadline.
+    pub agent_pending_limit: Option<std::time::Duration>,
     /// Who writes node taints: gpuval (`spec.onFailure: Taint`, admission), or the cluster's
     /// own controller reading the `GpuValidated` condition (`--node-taints=cluster`).
     pub node_taints: NodeTaints,
@@ -92,6 +96,10 @@ impl NodeTaints {
         self == NodeTaints::Gpuval
     }
 }
+
+/// The default limit on an agent pod's time Pending: ten minutes, well before any deadline
+/// a burn-in allows and well after a healthy pull and schedule.
+pub const AGENT_PENDING_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The default repeat-offender window: a week.
 pub const REPEAT_FAILURE_WINDOW: std::time::Duration =
@@ -183,6 +191,7 @@ impl Default for OperatorConfig {
             fabric: FabricPods::default(),
             clock: crate::clock::Clock::system(),
             repeat_failure_window: REPEAT_FAILURE_WINDOW,
+            agent_pending_limit: Some(AGENT_PENDING_LIMIT),
             node_taints: NodeTaints::Gpuval,
             simulated_acts_on_nodes: false,
             admission_taint_keys: Vec::new(),

@@ -179,6 +179,11 @@ struct Args {
     /// GpuValidated message and an event); 0s: not counted. Written like 168h or 30m.
     #[arg(long, env = "GPUVAL_REPEAT_FAILURE_WINDOW", default_value = "168h")]
     repeat_failure_window: gpuval_crds::duration::Duration,
+    /// An agent pod Pending this long (unscheduled, image not pulled, container not created)
+    /// ends its node's line as trouble that says what to fix, before the run's deadline. Written
+    /// like 10m; 0s: only the deadline.
+    #[arg(long, env = "GPUVAL_AGENT_PENDING_LIMIT", default_value = "10m")]
+    agent_pending_limit: gpuval_crds::duration::Duration,
     /// Who writes node taints: gpuval (default), or cluster (the cluster's own controller reads
     /// the GpuValidated condition; gpuval then writes conditions, labels and DRA device taints
     /// only).
@@ -268,6 +273,7 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
             driver: a.dra_driver.trim().to_string(),
         },
         repeat_failure_window: a.repeat_failure_window.as_std(),
+        agent_pending_limit: Some(a.agent_pending_limit.as_std()).filter(|d| !d.is_zero()),
         node_taints: config::NodeTaints::parse(&a.node_taints)?,
         certificates: config::CertificateSettings {
             key_secret: a.certificate_key_secret.clone(),

@@ -181,6 +181,16 @@ pub struct NodeLatest {
     pub gpus: Vec<(i32, String, String, Verdict)>,
     /// The figures exported (p2p bidirectional is not).
     pub figures: Vec<HeldFigure>,
+    /// The node's final line in the result's validation, where it is other than a pass
+    /// ([`final_verdicts`]): the verdict exported, not the result's own.
+    pub line: Option<Verdict>,
+}
+
+impl NodeLatest {
+    /// The verdict exported: the node's final line where it is no pass, else the result's.
+    pub fn shown(&self) -> Verdict {
+        self.line.filter(|v| !v.passes()).unwrap_or(self.verdict)
+    }
 }
 
 /// What a held figure is about: the node, a GPU or an ordered GPU pair (NVML indices).
@@ -274,22 +284,39 @@ impl NodeLatest {
                 .iter()
                 .filter_map(HeldFigure::of)
                 .collect(),
+            line: None,
         }
     }
 }
 
-/// The latest result's figures of every node, exported on each scrape.
+/// The latest result's figures of every node, exported on each scrape, and the final lines of
+/// the validations' status that say otherwise than their results (a node the fabric named, a
+/// busy or infrastructure line): a line and the result it is about may arrive in either order.
 #[derive(Debug, Default)]
-pub struct Fleet(Mutex<BTreeMap<String, NodeLatest>>);
+pub struct Fleet {
+    held: Mutex<BTreeMap<String, NodeLatest>>,
+    /// Node -> (validation, its final line's verdict there), the latest status write's.
+    lines: Mutex<BTreeMap<String, (String, Verdict)>>,
+}
 
 impl Fleet {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, NodeLatest>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lines(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (String, Verdict)>> {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Keeps `latest` for `node` unless a result created later is already held, or `latest`
     /// is simulated and a real result is held (a simulated result never hides real figures).
-    pub fn update(&self, node: &str, latest: NodeLatest) {
+    /// A final line already known for the node in the result's validation comes with it.
+    pub fn update(&self, node: &str, mut latest: NodeLatest) {
+        latest.line = self
+            .lines()
+            .get(node)
+            .filter(|(v, _)| *v == latest.validation)
+            .map(|(_, verdict)| *verdict);
         let mut map = self.lock();
         if map.get(node).is_none_or(|held| {
             held.created <= latest.created && (held.simulated || !latest.simulated)
@@ -298,17 +325,21 @@ impl Fleet {
         }
     }
 
-    /// Marks Failed the nodes a validation's fabric test named, where the node's held result is
-    /// that validation's: a node whose own checks passed but whose fabric failed is never
-    /// exported as Pass (its final line is Failed on hardware evidence).
-    pub fn fail_named(&self, validation: &str, nodes: &[String]) {
-        let mut map = self.lock();
-        for node in nodes {
-            if let Some(held) = map.get_mut(node)
-                && held.validation == validation
-                && !held.simulated
-            {
-                held.verdict = held.verdict.max(Verdict::Fail);
+    /// Takes validation `validation`'s final lines as its status now says them (`lines`: each
+    /// node with a final line, [`final_verdicts`]); a node it no longer lists goes back to its
+    /// result's verdict. A node whose held result is that validation's is exported with its
+    /// line's verdict: a node whose own checks passed but whose fabric failed is never
+    /// exported as Pass.
+    pub fn set_lines(&self, validation: &str, lines: &[(String, Verdict)]) {
+        let mut known = self.lines();
+        known.retain(|node, (v, _)| v != validation || lines.iter().any(|(n, _)| n == node));
+        for (node, verdict) in lines {
+            known.insert(node.clone(), (validation.to_string(), *verdict));
+        }
+        drop(known);
+        for (node, held) in self.lock().iter_mut() {
+            if held.validation == validation {
+                held.line = lines.iter().find(|(n, _)| n == node).map(|(_, v)| *v);
             }
         }
     }
@@ -323,7 +354,34 @@ impl Fleet {
     /// Drops the nodes `exists` says are gone from the cluster.
     pub fn retain_nodes(&self, exists: impl Fn(&str) -> bool) {
         self.lock().retain(|node, _| exists(node));
+        self.lines().retain(|node, _| exists(node));
     }
+}
+
+/// The final lines of validation `gv` whose status is now `status`, each node's as one
+/// verdict ([`gpuval_crds::FinalLine::shown`]), for every node the status lists with a final
+/// verdict or the fabric test named. Simulated results are read as they are (every series says
+/// `simulated`).
+pub fn final_verdicts(
+    gv: &gpuval_crds::GpuValidation,
+    status: &gpuval_crds::GpuValidationStatus,
+) -> Vec<(String, Verdict)> {
+    let mut run = gv.clone();
+    run.status = Some(status.clone());
+    let trust = gpuval_crds::Trust {
+        trust_simulated: true,
+    };
+    let named = status.fabric.iter().flat_map(|f| f.failed_nodes.iter());
+    let mut nodes: Vec<&String> = status.nodes.iter().map(|l| &l.name).chain(named).collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes
+        .into_iter()
+        .filter_map(|node| {
+            let line = gpuval_crds::final_line(&run, node, None, trust)?;
+            Some((node.clone(), line.shown(None)))
+        })
+        .collect()
 }
 
 /// The label pairs of one series, borrowed from the held node (nothing is copied per scrape).
@@ -405,7 +463,7 @@ fn write_node(
             let labels = [
                 ("node", node),
                 ("validation", n.validation.as_str()),
-                ("verdict", n.verdict.as_str()),
+                ("verdict", n.shown().as_str()),
             ];
             return series(family, &(labels, sim), 1.0);
         }
@@ -745,9 +803,15 @@ mod tests {
             l.simulated = false;
             m.fleet.update(node, l);
         }
-        m.fleet.fail_named("other", &["vm-2".to_string()]);
         m.fleet
-            .fail_named("fab", &["vm-3".to_string(), "gone".to_string()]);
+            .set_lines("other", &[("vm-2".to_string(), Verdict::Fail)]);
+        m.fleet.set_lines(
+            "fab",
+            &[
+                ("vm-3".to_string(), Verdict::Fail),
+                ("gone".to_string(), Verdict::Fail),
+            ],
+        );
         let text = m.encode();
         let verdict_of = |node: &str| {
             text.lines()
@@ -757,6 +821,55 @@ mod tests {
         };
         assert!(verdict_of("vm-3").contains(r#"verdict="Fail""#), "{text}");
         assert!(verdict_of("vm-2").contains(r#"verdict="Pass""#), "{text}");
+    }
+
+    /// The metrics read the one final line: a fabric-named node is Fail and a busy line Error
+    /// whichever of the status and the result comes first; a later status without the line
+    /// gives the node back its result's verdict.
+    #[test]
+    fn metrics_read_the_final_line_whichever_comes_first() {
+        let gv: gpuval_crds::GpuValidation = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+            "metadata": {"name": "fab", "generation": 1}, "spec": {"checks": {}},
+        }))
+        .expect("validation");
+        let status: gpuval_crds::GpuValidationStatus = serde_json::from_value(serde_json::json!({
+            "observedGeneration": 1, "phase": "Failed",
+            "nodes": [{"name": "vm-1", "verdict": "Error", "evidence": "Busy", "result": "fab-vm-1"},
+                      {"name": "vm-4", "verdict": "Running"}],
+            "fabric": {"phase": "Failed", "nodes": 3, "rounds": 2, "failedNodes": ["vm-3"]},
+        }))
+        .expect("status");
+        let lines = final_verdicts(&gv, &status);
+        assert_eq!(
+            lines,
+            vec![
+                ("vm-1".to_string(), Verdict::Error),
+                ("vm-3".to_string(), Verdict::Fail)
+            ]
+        );
+        let m = Metrics::default();
+        let held = |node: &str| {
+            let mut l = NodeLatest::from_report("fab", node, 10, &report(4300.0, Verdict::Pass));
+            l.simulated = false;
+            l
+        };
+        m.fleet.update("vm-1", held("vm-1"));
+        m.fleet.set_lines("fab", &lines);
+        m.fleet.update("vm-3", held("vm-3"));
+        m.fleet.update("vm-2", held("vm-2"));
+        let verdict_of = |m: &Metrics, node: &str| {
+            m.encode()
+                .lines()
+                .find(|l| l.starts_with("gpuval_node_verdict{") && l.contains(node))
+                .map(str::to_string)
+                .unwrap_or_default()
+        };
+        assert!(verdict_of(&m, "vm-1").contains(r#"verdict="Error""#));
+        assert!(verdict_of(&m, "vm-3").contains(r#"verdict="Fail""#));
+        assert!(verdict_of(&m, "vm-2").contains(r#"verdict="Pass""#));
+        m.fleet.set_lines("fab", &[]);
+        assert!(verdict_of(&m, "vm-3").contains(r#"verdict="Pass""#));
     }
 
     #[test]

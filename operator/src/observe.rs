@@ -191,6 +191,7 @@ pub fn observe(gv: &GpuValidation, ctx: &Ctx) -> World {
         results: counted_results(ctx, uid, generation),
         rounds: owned_views(&ctx.rounds, uid, |r| Some(RoundView::from(&r.spec))),
         fabric_port: ctx.cfg.fabric.port,
+        pending_limit: ctx.cfg.agent_pending_limit,
     }
 }
 
@@ -224,6 +225,7 @@ pub fn news(gv: &GpuValidation, ctx: &Ctx, changed: Changed) -> News {
         }),
         rounds: owned_views(&ctx.rounds, uid, |r| Some(RoundView::from(&r.spec))),
         fabric_port: ctx.cfg.fabric.port,
+        pending_limit: ctx.cfg.agent_pending_limit,
     };
     News { nodes, world }
 }

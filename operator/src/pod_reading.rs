@@ -44,6 +44,7 @@ pub fn pod_view(p: &Pod) -> Option<PodView> {
             .and_then(|t| t.finished_at.as_ref())
             .map(|t| t.0),
         ip: status.and_then(|s| s.pod_ip.clone()),
+        created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
     })
 }
 

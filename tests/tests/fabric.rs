@@ -162,6 +162,11 @@ async fn an_agent_lost_mid_round_is_that_nodes_error_and_the_others_pass() {
         3,
         "the others re-tested and passed"
     );
+    // A lost report is infrastructure everywhere: not named at fault (so neither
+    // `Fabric-Named`, the metrics nor the reports show it as failed on its fabric).
+    let line = s.nodes.iter().find(|l| l.name == "gpu-02").expect("line");
+    assert_eq!(line.evidence, Some(gpuval_crds::Evidence::Infrastructure));
+    assert!(fabric(&gv).failed_nodes.is_empty(), "{:?}", fabric(&gv));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -72,7 +72,7 @@ fn as_the_agent_now_reports_a_contended_burn(raw: &Path) {
     each_reason(&mut report, &mut |r| {
         if r["code"] == "ComputeSlow" {
             let was = r["message"].as_str().unwrap_or_default().to_string();
-            *r = json!({"code": "FigureWhileBusy", "severity": "Warn", "action": "Rerun",
+            *r = json!({"code": "FigureWhileBusy", "severity": "Error", "action": "Rerun",
                         "message": format!("GPU0 was busy with other work (ComputeSlow): {was}")});
         }
     });

@@ -164,6 +164,7 @@ fn pages_render_in_a_browser_with_heatmaps_curves_and_the_failing_reason() {
             result: Some(r.name_any()),
             report: r.status.clone(),
             message: None,
+            line: None,
         }],
     };
     let dom = open(&chrome, &gpuval_view::html(&doc), "h200-e2e-standard", 2200);
@@ -303,6 +304,7 @@ fn a_thousand_node_report_is_one_small_page_that_opens_at_once() {
                 node.clone()
             }),
             message: None,
+            line: None,
         })
         .collect();
     let doc = Document {

@@ -87,9 +87,9 @@ pub fn html(doc: &Document) -> String {
     s
 }
 
-/// Whether a node passed (a node without a report did not).
+/// Whether a node passed, as its final line says (a node without a report did not).
 fn passes(n: &NodeEntry) -> bool {
-    n.report.as_ref().is_some_and(|r| r.verdict.passes())
+    n.passes()
 }
 
 /// The nodes' positions, those that did not pass first (the worst verdict first), each group in
@@ -100,7 +100,7 @@ fn worst_first_order(doc: &Document) -> Vec<usize> {
         let n = &doc.nodes[i];
         (
             passes(n),
-            std::cmp::Reverse(n.report.as_ref().map(|r| r.verdict)),
+            std::cmp::Reverse(n.report.as_ref().map(|_| n.verdict())),
         )
     });
     order
@@ -168,8 +168,17 @@ fn node_section(s: &mut String, n: &NodeEntry, detail: Detail) {
         "<details id=\"node-{id}\"{}><summary><h2>{} <span class=\"badge b-{v}\">{v}</span></h2></summary>",
         if detail.open { " open" } else { "" },
         escape(&n.node),
-        v = r.verdict
+        v = n.verdict()
     );
+    if let Some(l) = n.line.as_ref().filter(|l| l.verdict != r.verdict) {
+        let _ = write!(
+            s,
+            "<p class=\"reasons\" id=\"line-{id}\">{} ({} evidence): {}</p>",
+            l.verdict,
+            escape(&l.evidence),
+            escape(&l.message)
+        );
+    }
     node_facts(s, n, r);
     list(s, "reasons", &crate::worst_first(&r.failures));
     gpu_table(s, &id, &r.gpus);
@@ -804,5 +813,68 @@ mod tests {
         let page = html(&doc);
         assert!(page.contains("agent pod failed: OOMKilled"));
         assert!(page.contains("no report"));
+    }
+
+    /// A validation that Failed on its fabric test though every node's own checks passed: the
+    /// headline never says Pass, and the node the fabric named shows Fail in its row, badge and
+    /// words (its final line), not its report's Pass.
+    #[test]
+    fn the_headline_and_each_row_read_the_final_line() {
+        let mut passing = crate::sample::report();
+        passing.failures.clear();
+        passing.verdict = gpuval_crds::Verdict::Pass;
+        let entry = |node: &str, line: Option<crate::LineView>| NodeEntry {
+            node: node.into(),
+            report: Some(passing.clone()),
+            line,
+            ..Default::default()
+        };
+        let named = crate::LineView {
+            verdict: gpuval_crds::Verdict::Fail,
+            evidence: "Hardware".into(),
+            message: "fabric: in 3 of 4 TCP pairs 7.7 Gb/s below 25".into(),
+        };
+        let doc = Document {
+            title: "validation fabric-noib".into(),
+            validation: Some(crate::ValidationLine {
+                name: "fabric-noib".into(),
+                phase: "Failed".into(),
+                selected: 2,
+                fabric: Some(crate::FabricLine {
+                    phase: "Failed".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            nodes: vec![entry("vm-1", None), entry("vm-3", Some(named))],
+        };
+        let page = html(&doc);
+        assert!(
+            page.contains("<span class=\"badge b-Fail\">Fail</span></h1>"),
+            "{page}"
+        );
+        assert!(!page.contains("b-Pass\">Pass</span></h1>"), "{page}");
+        assert!(
+            page.contains(
+                "<td class=\"l v-Fail\">Fail</td><td>2</td><td class=\"l\">fabric: in 3 of 4"
+            ),
+            "{page}"
+        );
+        assert!(page.contains("id=\"line-vm-3\""), "{page}");
+        let md = crate::markdown(&doc);
+        assert!(md.contains("| vm-3 | Fail |"), "{md}");
+        assert!(md.contains("## vm-3: Fail"), "{md}");
+        assert!(
+            crate::tree(&doc).contains("vm-3  Fail"),
+            "{}",
+            crate::tree(&doc)
+        );
+        // Without a fabric failure, a Failed run whose nodes have no hardware verdict is Error.
+        let mut quiet = doc.clone();
+        quiet.nodes.truncate(1);
+        if let Some(v) = quiet.validation.as_mut() {
+            v.fabric = None;
+        }
+        assert_eq!(quiet.worst(), gpuval_crds::Verdict::Error);
     }
 }

@@ -133,23 +133,69 @@ pub struct NodeEntry {
     /// Why there is no report (a pod that failed, a run still going), from the validation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The node's final line in the validation, once it has one: the verdict every view shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<LineView>,
+}
+
+/// A node's final line in its validation (`gpuval_crds::final_line`): its verdict with the
+/// evidence it rests on, as the validation's status says it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LineView {
+    /// The line as one report verdict (`gpuval_crds::FinalLine::shown`): Fail for a node the
+    /// fabric named though its own checks passed, Error for a line that is no hardware verdict.
+    pub verdict: Verdict,
+    /// The kind of evidence it rests on (`Hardware`, `Busy`, `Infrastructure`, ...).
+    pub evidence: String,
+    /// Why, in words.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 impl NodeEntry {
-    /// The node's verdict (Error without a report), GPU count and first failure (or why there is
-    /// no report): its line in an overview.
-    /// The first failure carries the node's recommended action (`[ReplaceHardware] GPU1 ...`).
+    /// The verdict every view shows for the node: its final line's, else its report's (a run
+    /// still going, a bare-metal report), else Error (no report).
+    pub fn verdict(&self) -> Verdict {
+        match (&self.line, &self.report) {
+            (Some(l), _) => l.verdict,
+            (None, Some(r)) => r.verdict,
+            (None, None) => Verdict::Error,
+        }
+    }
+
+    /// Whether the node passed, as its final line says (a node without a report did not).
+    pub fn passes(&self) -> bool {
+        (self.report.is_some() || self.line.is_some()) && self.verdict().passes()
+    }
+
+    /// The node's verdict ([`NodeEntry::verdict`]), GPU count and first failure (or why there
+    /// is no report, or the line's own words where its report does not say why it failed): its
+    /// line in an overview. The first failure carries the node's recommended action
+    /// (`[ReplaceHardware] GPU1 ...`).
     pub fn headline(&self) -> (&'static str, usize, String) {
+        let verdict = self.verdict().as_str();
+        let line_words = self
+            .line
+            .as_ref()
+            .filter(|l| !l.verdict.passes() && !l.message.is_empty())
+            .map(|l| l.message.clone());
         match &self.report {
-            Some(r) => (
-                r.verdict.as_str(),
-                r.gpus.len(),
-                worst_first(&r.failures)
+            Some(r) => {
+                let own = worst_first(&r.failures)
                     .first()
-                    .map(|f| with_action(r.action, &f.message))
-                    .unwrap_or_default(),
+                    .map(|f| with_action(r.action, &f.message));
+                let first = match own {
+                    Some(f) if !r.verdict.passes() => f,
+                    own => line_words.or(own).unwrap_or_default(),
+                };
+                (verdict, r.gpus.len(), first)
+            }
+            None => (
+                verdict,
+                0,
+                self.message.clone().or(line_words).unwrap_or_default(),
             ),
-            None => ("Error", 0, self.message.clone().unwrap_or_default()),
         }
     }
 }
@@ -170,6 +216,7 @@ impl Document {
                 result: None,
                 report: Some(report),
                 message: None,
+                line: None,
             }],
         }
     }
@@ -184,12 +231,24 @@ impl Document {
         self.nodes.iter().filter_map(|n| n.report.as_ref())
     }
 
-    /// The worst verdict of any report (Skipped when there is none).
+    /// The verdict of the whole document, what a headline badge shows: the worst node verdict
+    /// ([`NodeEntry::verdict`]: the final lines) of the nodes with a report or a line (Skipped
+    /// when there is none), never a pass for a validation that Failed (Fail where its fabric
+    /// test failed without naming a node, else Error).
     pub fn worst(&self) -> Verdict {
-        self.reports()
-            .map(|r| r.verdict)
-            .max()
-            .unwrap_or(Verdict::Skipped)
+        let nodes = self
+            .nodes
+            .iter()
+            .filter(|n| n.report.is_some() || n.line.is_some())
+            .map(NodeEntry::verdict)
+            .max();
+        let failed_run = self.validation.as_ref().filter(|v| v.phase == "Failed");
+        match (nodes, failed_run) {
+            (Some(w), Some(_)) if w.is_bad() => w,
+            (_, Some(v)) if v.fabric.as_ref().is_some_and(|f| f.phase == "Failed") => Verdict::Fail,
+            (_, Some(_)) => Verdict::Error,
+            (w, None) => w.unwrap_or(Verdict::Skipped),
+        }
     }
 }
 

@@ -38,7 +38,7 @@ pub fn markdown(doc: &Document) -> String {
     }
     for n in &doc.nodes {
         if let Some(r) = &n.report {
-            node(&mut s, &n.node, r);
+            node(&mut s, n, r);
         }
     }
     s
@@ -49,8 +49,15 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
-fn node(s: &mut String, name: &str, r: &NodeReport) {
-    let _ = writeln!(s, "\n## {name}: {}\n", r.verdict);
+fn node(s: &mut String, n: &crate::NodeEntry, r: &NodeReport) {
+    let _ = writeln!(s, "\n## {}: {}\n", n.node, n.verdict());
+    if let Some(l) = n.line.as_ref().filter(|l| l.verdict != r.verdict) {
+        let _ = writeln!(
+            s,
+            "> {} ({} evidence): {}\n",
+            l.verdict, l.evidence, l.message
+        );
+    }
     let _ = writeln!(
         s,
         "{} to {}, backend {}, agent {}\n",

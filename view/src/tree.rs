@@ -46,15 +46,17 @@ pub fn tree(doc: &Document) -> String {
             );
             continue;
         };
-        let first = crate::worst_first(&r.failures)
-            .first()
-            .map(|f| format!("  {}", crate::with_action(r.action, &f.message)))
-            .unwrap_or_default();
+        let (_, _, first) = n.headline();
+        let first = if first.is_empty() {
+            first
+        } else {
+            format!("  {first}")
+        };
         let _ = writeln!(
             s,
             "{branch} {}  {}  {} GPUs{first}",
             n.node,
-            r.verdict,
+            n.verdict(),
             r.gpus.len()
         );
         if !r.verdict.is_bad() && r.gpus.iter().all(|g| g.verdict == r.verdict) {

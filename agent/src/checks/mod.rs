@@ -257,6 +257,19 @@ pub fn each_node_result(report: &mut NodeReport, f: &mut dyn FnMut(&mut dyn AnyR
     }
 }
 
+/// Runs `f` on each node-level check result of `report` that is present and that the node's
+/// GPUs take part in (not a check of the host alone, such as io).
+pub fn each_node_result_of_gpus(report: &mut NodeReport, f: &mut dyn FnMut(&mut dyn AnyResult)) {
+    for r in ROWS {
+        if let Slot::Node(s) = r.slot
+            && s.gpus_take_part
+            && let Some(c) = (s.get_mut)(report).result_mut()
+        {
+            f(c);
+        }
+    }
+}
+
 /// Applies the spec's severity overrides to every check result in the report.
 pub fn apply_overrides(report: &mut NodeReport, o: &Overrides) {
     for r in ROWS {

@@ -121,6 +121,9 @@ pub struct GpuSlot {
 pub struct NodeSlot {
     pub get: fn(&NodeReport) -> &dyn ResultSlot,
     pub get_mut: fn(&mut NodeReport) -> &mut dyn ResultSlot,
+    /// Whether the node's GPUs take part in its figures (p2p, NCCL, training, topology), so
+    /// that a busy GPU may excuse them; false for a check of the host alone (io).
+    pub gpus_take_part: bool,
 }
 
 /// The [`Slot`] of a per-GPU check whose result is the GPU report's field `$field`.
@@ -134,13 +137,22 @@ macro_rules! gpu_slot {
     };
 }
 
-/// The [`Slot`] of a node-level check whose result is the node report's field `$field`.
+/// The [`Slot`] of a node-level check whose result is the node report's field `$field`; with
+/// `host_only`, a check the GPUs take no part in (a busy GPU never excuses its figures).
 #[macro_export]
 macro_rules! node_slot {
     ($field:ident) => {
         $crate::checks::row::Slot::Node($crate::checks::row::NodeSlot {
             get: |n| &n.$field,
             get_mut: |n| &mut n.$field,
+            gpus_take_part: true,
+        })
+    };
+    ($field:ident, host_only) => {
+        $crate::checks::row::Slot::Node($crate::checks::row::NodeSlot {
+            get: |n| &n.$field,
+            get_mut: |n| &mut n.$field,
+            gpus_take_part: false,
         })
     };
 }

@@ -6,6 +6,7 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
+use gpuval_crds::Evidence;
 use gpuval_crds::reason::action_of;
 use gpuval_crds::xid::XidSeen;
 use gpuval_crds::{GpuHealth, GpuReport, NodeReport, TelemetrySummary, Verdict};
@@ -199,21 +200,22 @@ fn node_sources(report: &NodeReport) -> Vec<Vec<Reason>> {
     sources
 }
 
-/// The reasons whose severity `keep` takes, worst first; within a severity, each source's
-/// first reason before any source's second, so one GPU with many failures does not hide the
-/// others.
+/// The reasons whose severity `keep` takes, worst first; within a severity, hardware findings
+/// before busy, infrastructure and configuration ones (so that the cap on the listed failures
+/// never hides a hardware code behind busy GPUs), then each source's first reason before any
+/// source's second, so one GPU with many failures does not hide the others.
 fn spread(sources: &[Vec<Reason>], keep: impl Fn(Severity) -> bool) -> Vec<Reason> {
-    let mut ranked: Vec<(Severity, usize, &Reason)> = Vec::new();
+    let mut ranked: Vec<(Severity, Evidence, usize, &Reason)> = Vec::new();
     for source in sources {
         let mut seen: BTreeMap<Severity, usize> = BTreeMap::new();
         for r in source.iter().filter(|r| keep(r.severity)) {
             let rank = seen.entry(r.severity).or_default();
-            ranked.push((r.severity, *rank, r));
+            ranked.push((r.severity, r.code.evidence(), *rank, r));
             *rank += 1;
         }
     }
-    ranked.sort_by_key(|(s, rank, _)| (Reverse(*s), *rank));
-    ranked.into_iter().map(|(_, _, r)| r.clone()).collect()
+    ranked.sort_by_key(|(s, evidence, rank, _)| (Reverse(*s), *evidence, *rank));
+    ranked.into_iter().map(|(_, _, _, r)| r.clone()).collect()
 }
 
 #[cfg(test)]
@@ -641,6 +643,37 @@ mod tests {
             vec!["GPU1 memory: 2 mismatched words", io_error]
         );
         assert_eq!(report.action, gpuval_crds::reason::Action::ReplaceHardware);
+    }
+
+    /// Five busy GPUs (Errors of the Busy category) and a hardware Error beside them: the cap
+    /// on the listed failures keeps the hardware code, so the node's line is hardware.
+    #[test]
+    fn the_failure_list_never_hides_a_hardware_code_behind_busy_ones() {
+        let checks = Checks::default();
+        let mut gpus: Vec<GpuReport> = (0..6).map(|i| report_with(i, 4000.0, 780.0)).collect();
+        for g in gpus.iter_mut().take(5) {
+            let busy = format!("GPU{} was busy with other work", g.index);
+            g.reasons.push(fail(Code::GpuBusy, busy));
+        }
+        let aborted = "nccl allReduce: the collective hung; the communicators were aborted";
+        let mut report = NodeReport {
+            gpus,
+            nccl: Some(gpuval_crds::NcclResult {
+                verdict: Verdict::Error,
+                reasons: vec![fail(Code::NcclAborted, aborted)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        judge(&checks, Profile::Auto).node(&mut report);
+        assert_eq!(report.failures.len(), MAX_NODE_FAILURES);
+        assert_eq!(report.failures[0], aborted, "{:#?}", report.failures);
+        assert_eq!(
+            gpuval_crds::Evidence::of_codes(&report.codes()),
+            gpuval_crds::Evidence::Hardware,
+            "{}",
+            report.codes()
+        );
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //! Either makes the GPU busy: a [`Code::GpuBusy`] finding naming what was seen and when (action
 //! Rerun, never a hardware action), or [`Code::GpuBusyAllowed`] where the administrator allows
 //! sharing GPUs. Then [`excuse_sharing`] turns every figure that fell short on a busy GPU (and
-//! every node-level figure when any GPU was busy) into [`Code::FigureWhileBusy`]: it may
-//! reflect the sharing, so it is never reported as a hardware fault.
+//! every node-level figure that GPU took part in) into [`Code::FigureWhileBusy`]: it may
+//! reflect the sharing, so it is never reported as a hardware fault, nor as a pass.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -297,16 +297,19 @@ fn was_busy(gpu: &GpuReport) -> bool {
             .any(|(_, reasons)| reasons.iter().any(|r| r.code.is_busy()))
 }
 
-/// Turns every figure that fell short on a busy GPU, and every node-level figure when any GPU
-/// was busy, into [`Code::FigureWhileBusy`] (the old code and message kept in its message), so
-/// that sharing is never reported as a hardware fault; each changed result's verdict becomes
-/// what its reasons now give (a result in Error or Skipped keeps its verdict).
+/// Turns every figure that fell short on a busy GPU, and every node-level figure a busy GPU
+/// took part in, into [`Code::FigureWhileBusy`] (the old code and message kept in its message),
+/// so that sharing is never reported as a hardware fault, nor as a pass: the excused figure is
+/// an Error of the Busy category. A node-level figure that names GPUs (a p2p pair `GPU1->GPU2`)
+/// is excused only when one of them was busy; one that names none (NCCL, training over every
+/// GPU) when any was; a check of the host alone (io) never. Each changed result's verdict
+/// becomes what its reasons now give (a result in Error or Skipped keeps its verdict).
 pub fn excuse_sharing(report: &mut NodeReport, allow_shared: bool) {
-    let busy: Vec<String> = report
+    let busy: Vec<i32> = report
         .gpus
         .iter()
         .filter(|g| was_busy(g))
-        .map(|g| format!("GPU{}", g.index))
+        .map(|g| g.index)
         .collect();
     if busy.is_empty() {
         return;
@@ -322,20 +325,45 @@ pub fn excuse_sharing(report: &mut NodeReport, allow_shared: bool) {
     };
     for g in report.gpus.iter_mut().filter(|g| was_busy(g)) {
         let who = format!("GPU{} was", g.index);
-        crate::checks::each_gpu_result(g, &mut |r| excuse(r, &why(&who)));
+        crate::checks::each_gpu_result(g, &mut |r| excuse(r, &why(&who), &|_| true));
     }
-    let who = match busy.as_slice() {
+    let took_part = |r: &gpuval_crds::Reason| {
+        let named = named_gpus(&r.message);
+        named.is_empty() || named.iter().any(|g| busy.contains(g))
+    };
+    let names: Vec<String> = busy.iter().map(|g| format!("GPU{g}")).collect();
+    let who = match names.as_slice() {
         [one] => format!("{one} was"),
         many => format!("{} were", many.join(", ")),
     };
-    crate::checks::each_node_result(report, &mut |r| excuse(r, &why(&who)));
+    crate::checks::each_node_result_of_gpus(report, &mut |r| excuse(r, &why(&who), &took_part));
 }
 
-/// [`excuse_sharing`] of one result's reasons.
-fn excuse(result: &mut dyn AnyResult, why: &str) {
+/// The GPUs a message names (`GPU1->GPU3 unidirectional ...` names 1 and 3), each once.
+pub(crate) fn named_gpus(message: &str) -> Vec<i32> {
+    let mut named = Vec::new();
+    for (at, _) in message.match_indices("GPU") {
+        let digits: String = message[at + 3..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if let Ok(i) = digits.parse::<i32>()
+            && !named.contains(&i)
+        {
+            named.push(i);
+        }
+    }
+    named
+}
+
+/// [`excuse_sharing`] of one result's reasons: those `concerned` takes.
+fn excuse(result: &mut dyn AnyResult, why: &str, concerned: &dyn Fn(&gpuval_crds::Reason) -> bool) {
     let mut changed = false;
     for r in result.reasons_mut().iter_mut() {
-        if r.code.sharing_can_lower() && r.severity > gpuval_crds::reason::Severity::Warn {
+        if r.code.sharing_can_lower()
+            && r.severity > gpuval_crds::reason::Severity::Warn
+            && concerned(r)
+        {
             *r = Code::FigureWhileBusy.says(format!("{why} ({}): {}", r.code, r.message));
             changed = true;
         }
@@ -349,6 +377,13 @@ fn excuse(result: &mut dyn AnyResult, why: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_names_its_gpus_each_once() {
+        assert_eq!(named_gpus("GPU1->GPU12 unidirectional 3 GB/s"), vec![1, 12]);
+        assert_eq!(named_gpus("GPU3 memory: GPU3 again"), vec![3]);
+        assert!(named_gpus("nccl allReduce over 8 GPUs: 120 GB/s").is_empty());
+    }
     use crate::backend::GpuProcess;
 
     fn listed(pid: u32, mib: Option<u64>) -> GpuProcess {

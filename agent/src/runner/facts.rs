@@ -165,6 +165,10 @@ fn count_reason(want: i32, from: CountSource, seen: &[String], missing: &[String
         ));
     }
     m.push_str("; the checks were not run");
+    if from == CountSource::Spec {
+        m.push_str(" (a finding of the spec's expectation, not a measured fault: fix spec.expect.gpuCount, or look at the node)");
+        return Code::GpuCountUnexpected.says(m);
+    }
     Code::GpuCountMismatch.says(m)
 }
 
@@ -372,6 +376,43 @@ mod tests {
                 .message
                 .contains("(spec.expect.gpuCount)")
         );
+        assert_eq!(j.facts.reasons[0].code, Code::GpuCountUnexpected);
+    }
+
+    /// A count the spec asks for (`expect.gpuCount: 9` on a node of 8, a typo) is a finding of
+    /// the spec, not of the hardware: it says so, is of the Spec category and recommends no
+    /// action on the node; the same shortfall against the node's own capacity stays hardware.
+    #[test]
+    fn a_count_the_spec_expects_is_the_specs_finding_with_no_node_action() {
+        let gpus: Vec<GpuInfo> = (0..8).map(h200).collect();
+        let p = plan(|p| p.expect.gpu_count = Some(9));
+        let j = judge_seen(&p, &gpus, &SystemInfo::default());
+        assert!(j.fail_fast);
+        let r = &j.facts.reasons[0];
+        assert_eq!(r.code, Code::GpuCountUnexpected);
+        assert_eq!(r.action, gpuval_crds::Action::None);
+        assert!(r.message.contains("spec.expect.gpuCount"), "{}", r.message);
+        assert!(r.message.contains("not a measured fault"), "{}", r.message);
+        assert_eq!(
+            gpuval_crds::Evidence::of_codes(r.code.as_str()),
+            gpuval_crds::Evidence::Spec
+        );
+        let p = plan(|p| p.expected_gpus = Some((9, CountSource::Capacity)));
+        let r = &judge_seen(&p, &gpus, &SystemInfo::default()).facts.reasons[0];
+        assert_eq!(r.code, Code::GpuCountMismatch);
+        assert_eq!(
+            gpuval_crds::Evidence::of_codes(r.code.as_str()),
+            gpuval_crds::Evidence::Hardware
+        );
+        // The modes the spec expects act on nothing either.
+        for code in [
+            Code::EccModeUnexpected,
+            Code::MigModeUnexpected,
+            Code::GpuBusIdMismatch,
+        ] {
+            assert_eq!(code.action(), gpuval_crds::Action::None, "{code}");
+            assert_eq!(code.evidence(), gpuval_crds::Evidence::Spec, "{code}");
+        }
     }
 
     #[test]

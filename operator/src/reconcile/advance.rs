@@ -27,6 +27,8 @@ pub struct Seen<'a> {
 /// How much of a failed pod's reason a node line keeps (the rest of its message says what to
 /// fix).
 const MAX_POD_REASON: usize = 60;
+/// Longest scheduling reason a pod stuck Pending keeps in its line (it is what to fix).
+const MAX_PENDING_REASON: usize = 100;
 
 /// What to do to a node's agent pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,12 +150,72 @@ pub fn from_pod(line: &NodeStatus, pod: Option<&PodView>, clock: &RunClock) -> A
             let why = gpuval_crds::text::shorten(why, MAX_POD_REASON);
             error(l, evidence, format!("agent pod failed: {why}; {fix}"));
         }
+        PodPhase::Pending | PodPhase::Unknown if clock.pending_too_long(p.created) => {
+            let limit = clock
+                .pending_limit
+                .map(gpuval_crds::Duration::from_std)
+                .map(|d| d.to_string())
+                .unwrap_or_default();
+            let head = format!("agent pod Pending past the limit ({limit}, --agent-pending-limit)");
+            tracing::debug!(pod = %p.name, node = %p.node, limit = %limit, "agent pod Pending past the limit");
+            let (evidence, why) = stuck_pending(p, &head);
+            error(l, evidence, why);
+        }
         PodPhase::Pending | PodPhase::Unknown => {
             l.verdict = NodeVerdict::Pending;
             l.message = p.reason.as_deref().map(truncate);
         }
     }
     next
+}
+
+/// A pod that stayed Pending (or Unknown) for as long as `head` says (`... the agent pod
+/// stayed Pending`): a busy node where it waits for the node's GPUs, else infrastructure (or
+/// the known trouble its reason names: an image that cannot be pulled, a container that cannot
+/// be created), with the pod's scheduling reason (shortened first, so that what to fix stays
+/// whole) and what to fix.
+fn stuck_pending(p: &PodView, head: &str) -> (Evidence, String) {
+    let Some(why) = p.reason.as_deref() else {
+        return (
+            Evidence::Infrastructure,
+            format!("{head}: it never started (is the node Ready?); rerun"),
+        );
+    };
+    let (evidence, fix) = if why.contains(gpuval_crds::GPU_RESOURCE) {
+        (Evidence::Busy, "free the node's GPUs and rerun")
+    } else {
+        // A known trouble (an image that cannot be pulled, a container that cannot be
+        // created) is its kind and says what to fix.
+        match pod_trouble(why) {
+            (Evidence::NoEvidence, _) => (
+                Evidence::Infrastructure,
+                "fix what the scheduler names and rerun",
+            ),
+            known => known,
+        }
+    };
+    let why = gpuval_crds::text::shorten(&telling(why), MAX_PENDING_REASON);
+    (evidence, format!("{head} ({why}); {fix}"))
+}
+
+/// The scheduler's reason without what says nothing about this node: the other nodes that do
+/// not match the pod's node affinity (an agent pod is pinned to its node) and the preemption
+/// clause (`0/3 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, 1
+/// node(s) had untolerated taint {dedicated: infer}. preemption: ...` → `0/3 nodes are
+/// available: 1 node(s) had untolerated taint {dedicated: infer}.`).
+fn telling(why: &str) -> String {
+    let why = why.split(" preemption:").next().unwrap_or(why);
+    let Some((head, list)) = why.split_once("are available: ") else {
+        return why.to_string();
+    };
+    let kept: Vec<&str> = list
+        .split(", ")
+        .filter(|part| !part.contains("didn't match Pod's node affinity/selector"))
+        .collect();
+    if kept.is_empty() {
+        return why.to_string();
+    }
+    format!("{head}are available: {}", kept.join(", "))
 }
 
 /// What kind of trouble a failed agent pod's reason (`Evicted: ...`, `ErrImagePull: ...`,
@@ -204,27 +266,10 @@ fn out_of_time(pod: Option<&PodView>, clock: &RunClock) -> (Evidence, String) {
         let fix = "the agent pod was never created: see the operator's log and rerun";
         return (Evidence::Infrastructure, format!("{head}: {fix}"));
     };
-    match (p.phase, p.reason.as_deref()) {
-        (PodPhase::Pending, Some(why)) if why.contains(gpuval_crds::GPU_RESOURCE) => (
-            Evidence::Busy,
-            format!("{head}: the agent pod stayed Pending ({why}); free the node's GPUs and rerun"),
-        ),
-        (PodPhase::Pending | PodPhase::Unknown, Some(why)) => {
-            // A known trouble (an image that cannot be pulled, a container that cannot be
-            // created) is its kind and says what to fix.
-            let (evidence, fix) = match pod_trouble(why) {
-                (Evidence::NoEvidence, _) => (Evidence::Infrastructure, "fix that and rerun"),
-                known => known,
-            };
-            (
-                evidence,
-                format!("{head}: the agent pod stayed Pending ({why}); {fix}"),
-            )
+    match p.phase {
+        PodPhase::Pending | PodPhase::Unknown => {
+            stuck_pending(p, &format!("{head}: the agent pod stayed Pending"))
         }
-        (PodPhase::Pending | PodPhase::Unknown, None) => (
-            Evidence::Infrastructure,
-            format!("{head}: the agent pod never started (is the node Ready?); rerun"),
-        ),
         _ => (
             Evidence::Infrastructure,
             format!(
@@ -251,6 +296,7 @@ mod tests {
             deleting: false,
             finished_at: None,
             ip: None,
+            created: None,
         };
         let c = clock(3600);
         let (e, m) = out_of_time(Some(&pending("ImagePullBackOff: registry down")), &c);
@@ -264,7 +310,71 @@ mod tests {
             &c,
         );
         assert_eq!(e, Evidence::Infrastructure);
-        assert!(m.ends_with("fix that and rerun"), "{m}");
+        assert!(m.ends_with("fix what the scheduler names and rerun"), "{m}");
+    }
+
+    #[test]
+    fn the_schedulers_reason_keeps_what_concerns_the_node() {
+        let why = "Unschedulable: 0/3 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: infer}. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.";
+        assert_eq!(
+            telling(why),
+            "Unschedulable: 0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: infer}."
+        );
+        assert_eq!(
+            telling("ImagePullBackOff: registry down"),
+            "ImagePullBackOff: registry down"
+        );
+    }
+
+    /// A pod Pending past the operator's limit ends its line well before the deadline, as
+    /// infrastructure naming the scheduler's reason and what to fix; before the limit, or
+    /// without one, it waits.
+    #[test]
+    fn a_pod_pending_past_the_limit_ends_its_line_before_the_deadline() {
+        let unschedulable = "Unschedulable: 0/3 nodes are available: 3 node(s) had untolerated taint {dedicated: infer}";
+        let stuck = PodView {
+            reason: Some(unschedulable.into()),
+            created: Some(at(10)),
+            ..pod(PodPhase::Pending)
+        };
+        let limit = Some(Duration::from_secs(600));
+        let waiting = from_pod(
+            &line(NodeVerdict::Pending),
+            Some(&stuck),
+            &clock(609).with_pending_limit(limit),
+        );
+        assert_eq!(waiting.line.verdict, NodeVerdict::Pending);
+        let no_limit = from_pod(&line(NodeVerdict::Pending), Some(&stuck), &clock(3000));
+        assert_eq!(no_limit.line.verdict, NodeVerdict::Pending);
+        let ended = from_pod(
+            &line(NodeVerdict::Pending),
+            Some(&stuck),
+            &clock(610).with_pending_limit(limit),
+        );
+        let l = &ended.line;
+        assert_eq!(l.verdict, NodeVerdict::Error);
+        assert_eq!(l.evidence, Some(Evidence::Infrastructure));
+        let m = l.message.as_deref().unwrap_or_default();
+        assert!(m.contains("Pending past the limit (10m"), "{m}");
+        assert!(m.contains("untolerated taint {dedicated: infer}"), "{m}");
+        assert!(m.contains("fix what the scheduler names"), "{m}");
+        let image = PodView {
+            reason: Some("ImagePullBackOff: registry down".into()),
+            ..stuck.clone()
+        };
+        let ended = from_pod(
+            &line(NodeVerdict::Pending),
+            Some(&image),
+            &clock(610).with_pending_limit(limit),
+        );
+        assert_eq!(ended.line.evidence, Some(Evidence::Infrastructure));
+        assert!(
+            ended
+                .line
+                .message
+                .unwrap_or_default()
+                .contains("fix the registry")
+        );
     }
 
     fn at(secs: i64) -> Timestamp {

@@ -14,6 +14,8 @@ pub struct RunClock {
     pub elapsed: Duration,
     /// The validation's `spec.deadline` (or its default).
     pub deadline: gpuval_crds::Duration,
+    /// How long an agent pod may stay Pending before its line ends (None: until the deadline).
+    pub pending_limit: Option<Duration>,
 }
 
 impl RunClock {
@@ -24,7 +26,32 @@ impl RunClock {
             now,
             elapsed: since(now, started),
             deadline,
+            pending_limit: None,
         }
+    }
+
+    /// The same clock with `limit` on an agent pod's time Pending.
+    pub fn with_pending_limit(self, limit: Option<Duration>) -> Self {
+        Self {
+            pending_limit: limit,
+            ..self
+        }
+    }
+
+    /// True when a pod created at `created` has been Pending past the limit, and the limit
+    /// comes before the deadline (past the deadline the line runs out of time instead).
+    pub fn pending_too_long(&self, created: Option<Timestamp>) -> bool {
+        match (self.pending_limit, created) {
+            (Some(limit), Some(at)) => {
+                limit < self.deadline.as_std() && self.since(at) >= limit && !self.past_deadline()
+            }
+            _ => false,
+        }
+    }
+
+    /// True once the run has gone on for the pending limit: a pod may have waited that long.
+    pub fn pending_limit_reached(&self) -> bool {
+        self.pending_limit.is_some_and(|l| self.elapsed >= l)
     }
 
     /// True once the whole run has had its deadline.

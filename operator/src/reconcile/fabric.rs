@@ -271,12 +271,21 @@ fn concluded(c: &Conclusion, nodes: usize, rounds: usize) -> FabricStatus {
     }
 }
 
-/// Node lines of the nodes the fabric test failed become Failed on hardware evidence (named)
-/// or Error on infrastructure (the agent's report lost).
+/// Node lines of the nodes the fabric test failed become Failed on hardware evidence (named),
+/// Error on infrastructure (the agent's report lost), or Error on no evidence (a suspect the
+/// test could neither clear nor name): a node the fabric did not clear is never counted as
+/// passed, and only a named one is blamed.
 fn apply_verdicts(c: &Conclusion, nodes: &mut [NodeStatus], step: &mut FabricStep) {
     for line in nodes.iter_mut() {
         let (verdict, evidence, why) = match c.nodes.get(&line.name) {
             Some(NodeFabric::Failed(why)) => (NodeVerdict::Failed, Evidence::Hardware, why.clone()),
+            Some(NodeFabric::Suspect(why)) => (
+                NodeVerdict::Error,
+                Evidence::NoEvidence,
+                format!(
+                    "{why}; the fabric test could neither clear nor name this node: rerun the validation"
+                ),
+            ),
             Some(NodeFabric::Error(why)) => (
                 NodeVerdict::Error,
                 Evidence::Infrastructure,

@@ -71,6 +71,7 @@ impl Cluster {
                 .collect(),
             rounds: Vec::new(),
             fabric_port: 0,
+            pending_limit: None,
         };
         Cluster {
             gv: validation(1),
@@ -222,7 +223,26 @@ fn an_unlocalized_shortfall_fails_the_validation_without_blaming_a_node() {
     c.run();
     let status = c.gv.status.clone().unwrap();
     assert_eq!(status.phase, Some(Phase::Failed));
-    assert_eq!(status.summary.as_ref().unwrap().failed, 0);
+    // No node was cleared: none counts as passed (`kubectl get` says `Failed 2 0 2`), and
+    // none is blamed on hardware evidence.
+    let summary = status.summary.as_ref().unwrap();
+    assert_eq!((summary.passed, summary.failed), (0, 2));
+    assert!(c.fabric().failed_nodes.is_empty());
+    for line in &status.nodes {
+        assert_eq!(line.verdict, NodeVerdict::Error, "{line:?}");
+        assert_eq!(
+            line.evidence,
+            Some(gpuval_crds::Evidence::NoEvidence),
+            "{line:?}"
+        );
+        assert!(
+            line.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("could neither clear nor name"),
+            "{line:?}"
+        );
+    }
     assert_eq!(c.fabric().suspects.len(), 2);
     let ready = status
         .conditions
@@ -265,6 +285,14 @@ fn a_member_that_never_reports_times_out_and_the_others_go_on() {
             .unwrap()
             .contains("no fabric report")
     );
+    // A lost report is infrastructure everywhere: not named at fault, so no view or metric
+    // that reads `failedNodes` shows the node as failed on its fabric.
+    assert_eq!(line.evidence, Some(gpuval_crds::Evidence::Infrastructure));
+    assert!(c.fabric().failed_nodes.is_empty(), "{:?}", c.fabric());
+    let fin = gpuval_crds::final_line(&c.gv, "gpu-2", None, gpuval_crds::Trust::default())
+        .expect("a final line");
+    assert_eq!(fin.evidence, gpuval_crds::Evidence::Infrastructure);
+    assert!(!fin.failed_on_hardware());
 }
 
 #[test]

@@ -119,7 +119,7 @@ pub fn next_on_news(
     everything: impl FnOnce() -> World,
     select: impl FnOnce() -> Selection,
 ) -> Step {
-    if needs_everything(gv, record.as_ref(), now) {
+    if needs_everything(gv, record.as_ref(), now, news.world.pending_limit) {
         return next(gv, &everything(), now, record, select);
     }
     let view = View {
@@ -139,8 +139,15 @@ struct View<'a> {
 
 /// True when the news cannot do: a run that is not over has no record of this generation
 /// (it starts, or the operator restarted), is past its deadline (every unfinished node runs
-/// out of time), or has every verdict and a fabric test (which reads every pod and result).
-fn needs_everything(gv: &GpuValidation, record: Option<&RunNodes>, now: Timestamp) -> bool {
+/// out of time), has gone on for the pending limit with a node still Pending (its pod may
+/// have waited too long), or has every verdict and a fabric test (which reads every pod and
+/// result).
+fn needs_everything(
+    gv: &GpuValidation,
+    record: Option<&RunNodes>,
+    now: Timestamp,
+    pending_limit: Option<std::time::Duration>,
+) -> bool {
     let generation = gv.metadata.generation.unwrap_or(0);
     let Some(previous) = gv
         .status
@@ -156,8 +163,12 @@ fn needs_everything(gv: &GpuValidation, record: Option<&RunNodes>, now: Timestam
         return true;
     };
     let deadline = gv.spec.deadline_or_default();
-    let clock = RunClock::new(now, previous.start_time.as_ref(), deadline);
-    clock.past_deadline() || (gv.spec.fabric.is_some() && r.all_final())
+    let clock = RunClock::new(now, previous.start_time.as_ref(), deadline)
+        .with_pending_limit(pending_limit);
+    let pending = || r.lines().iter().any(|l| l.verdict == NodeVerdict::Pending);
+    clock.past_deadline()
+        || (clock.pending_limit_reached() && pending())
+        || (gv.spec.fabric.is_some() && r.all_final())
 }
 
 /// The step, from what `view` shows (when it is the news, `everything` gives the whole view,
@@ -208,7 +219,8 @@ fn decide(
         now,
         status.start_time.as_ref(),
         gv.spec.deadline_or_default(),
-    );
+    )
+    .with_pending_limit(view.world.pending_limit);
     advance_nodes(&mut record, view, &clock, &mut step);
     // Once every node has its verdict the step reads every pod and result (from `everything`
     // when it has only the news): the fabric test and the fleet's versions need them all.
@@ -350,7 +362,16 @@ fn conclude(
         phase = Phase::Running;
     }
     let (listed, not_listed) = record.listed();
-    match fabric.filter(|f| f.phase == FabricPhase::Failed && phase == Phase::Passed) {
+    // The fabric failed without naming a node: every node that did not pass is one it could
+    // neither clear nor name (or none), so the fabric's own words say why.
+    let only_fabric = |f: &gpuval_crds::fabric::FabricStatus| {
+        phase.is_terminal()
+            && listed
+                .iter()
+                .filter(|l| summarize::is_failed(l.verdict))
+                .all(|l| f.suspects.contains(&l.name))
+    };
+    match fabric.filter(|f| f.phase == FabricPhase::Failed && only_fabric(f)) {
         Some(f) => {
             phase = Phase::Failed;
             let msg = f.message.as_deref().unwrap_or("the fabric test failed");
@@ -489,6 +510,7 @@ mod tests {
             results,
             rounds: Vec::new(),
             fabric_port: 0,
+            pending_limit: None,
         };
         (at(secs), w)
     }

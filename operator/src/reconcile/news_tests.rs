@@ -82,6 +82,7 @@ impl Cluster {
             results: self.results.values().cloned().collect(),
             rounds: Vec::new(),
             fabric_port: 0,
+            pending_limit: None,
         }
     }
 
@@ -105,6 +106,7 @@ impl Cluster {
                 .collect(),
             rounds: Vec::new(),
             fabric_port: 0,
+            pending_limit: None,
         };
         News { nodes, world }
     }

@@ -52,6 +52,8 @@ pub struct PodView {
     pub deleting: bool,
     /// When the agent container finished (Succeeded/Failed pods).
     pub finished_at: Option<Timestamp>,
+    /// When the pod was created (its time Pending counts from it).
+    pub created: Option<Timestamp>,
     /// The pod's IP (where its agent hosts a fabric rendezvous).
     pub ip: Option<String>,
 }
@@ -145,6 +147,9 @@ pub struct World {
     pub rounds: Vec<RoundView>,
     /// The first fabric rendezvous port (the operator's `--fabric-port`; 0: the default).
     pub fabric_port: u16,
+    /// How long an agent pod may stay Pending (the operator's `--agent-pending-limit`; None:
+    /// until the deadline).
+    pub pending_limit: Option<std::time::Duration>,
 }
 
 impl World {

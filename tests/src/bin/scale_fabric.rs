@@ -136,6 +136,7 @@ fn driver(n: usize) -> Result<Driver, Error> {
                 .collect(),
             rounds: Vec::new(),
             fabric_port: 0,
+            pending_limit: None,
         },
         record: None,
         selection: Selection::of_nodes(names.iter().cloned(), 8),

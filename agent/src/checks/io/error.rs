@@ -1,5 +1,6 @@
 //! Why the io check could not run or finish: each error names the thing that is wrong and
-//! what to do about it. These are not hardware verdicts (the check reports `Error`).
+//! what to do about it. These are not hardware verdicts (the check reports `Error`), except a
+//! disk that failed an operation or read back short ([`IoError::is_device_fault`]: a `Fail`).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -53,6 +54,17 @@ pub enum IoError {
     },
     #[error("{file} read back {got} bytes, {want} were written")]
     ShortRead { file: String, got: u64, want: u64 },
+    #[error(
+        "{op} {}: {errno} ({source}): the disk under the io directory returned an I/O error",
+        path.display()
+    )]
+    Device {
+        op: &'static str,
+        path: PathBuf,
+        errno: &'static str,
+        #[source]
+        source: io::Error,
+    },
     #[error("{op} {}: {source}", path.display())]
     Io {
         op: &'static str,
@@ -83,8 +95,15 @@ impl IoError {
         )
     }
 
+    /// True when the disk itself failed: an I/O error from the device (EIO, ENXIO, ENODEV) or
+    /// a file that read back shorter than written. The node's hardware, never the settings.
+    pub fn is_device_fault(&self) -> bool {
+        matches!(self, Self::Device { .. } | Self::ShortRead { .. })
+    }
+
     /// Turns an OS error into the check's error: a read-only or full filesystem and missing
-    /// permission get their own variants, anything else says what was done to which path.
+    /// permission get their own variants, an I/O error of the device is the disk's fault
+    /// ([`IoError::Device`]), anything else says what was done to which path.
     pub fn classify(e: io::Error, op: &'static str, dir: &Path, path: &Path, offset: u64) -> Self {
         let file = path
             .file_name()
@@ -101,6 +120,12 @@ impl IoError {
                 file,
                 offset,
                 errno,
+            },
+            Some(errno @ ("EIO" | "ENXIO" | "ENODEV")) => Self::Device {
+                op,
+                path: path.into(),
+                errno,
+                source: e,
             },
             _ => Self::Io {
                 op,
@@ -159,6 +184,7 @@ mod tests {
         let t = IoError::classify(e(libc::EACCES), "create", d, p, 0).to_string();
         assert!(t.contains("not writable") && t.contains("EACCES"), "{t}");
         let t = IoError::classify(e(libc::EIO), "read", d, p, 0).to_string();
-        assert!(t.starts_with("read /data/w/file-0001: "), "{t}");
+        assert!(t.starts_with("read /data/w/file-0001: EIO"), "{t}");
+        assert!(t.contains("the disk"), "{t}");
     }
 }

@@ -96,15 +96,19 @@ pub fn io(spec: &IoCheck, out: &IoOutcome, ctx: Context) -> IoResult {
 }
 
 /// The result of a run that could not run or finish: a directory that cannot serve the check
-/// is the installation's to fix ([`Code::IoDirUnusable`], nothing for the node to rerun).
+/// is the installation's to fix ([`Code::IoDirUnusable`], nothing for the node to rerun); a
+/// disk that failed an operation or read back short is the node's hardware
+/// ([`Code::IoDeviceError`], a Fail).
 pub fn io_error(spec: &IoCheck, dir: Option<&Path>, err: &IoError, ctx: Context) -> IoResult {
-    let code = if err.is_unusable_dir() {
-        Code::IoDirUnusable
+    let (code, verdict) = if err.is_device_fault() {
+        (Code::IoDeviceError, Verdict::Fail)
+    } else if err.is_unusable_dir() {
+        (Code::IoDirUnusable, Verdict::Error)
     } else {
-        Code::IoError
+        (Code::IoError, Verdict::Error)
     };
     IoResult {
-        verdict: Verdict::Error,
+        verdict,
         reasons: vec![code.says(format!("io: {err}"))],
         dir: dir.map(|d| d.display().to_string()).unwrap_or_default(),
         files: spec.files,
@@ -288,6 +292,43 @@ mod tests {
             Code::IoError,
             "not the directory's fault"
         );
+    }
+
+    /// EIO from the device and a file that reads back short are the disk's fault: hardware
+    /// evidence with a hardware action, never the installation's settings.
+    #[test]
+    fn eio_and_short_reads_are_the_disk_s_hardware_fault() {
+        let dir = Path::new("/data/gpuval");
+        let file = dir.join("w/file-0003");
+        let faults = [
+            IoError::classify(
+                std::io::Error::from_raw_os_error(libc::EIO),
+                "read",
+                dir,
+                &file,
+                8 << 20,
+            ),
+            IoError::ShortRead {
+                file: "file-0003".into(),
+                got: 4096,
+                want: 1 << 30,
+            },
+        ];
+        for e in &faults {
+            let r = io_error(&IoCheck::default(), Some(dir), e, Context::default());
+            assert_eq!(r.verdict, Verdict::Fail, "{e}");
+            let reason = &r.reasons[0];
+            assert_eq!(reason.code, Code::IoDeviceError, "{e}");
+            assert_eq!(reason.action, gpuval_crds::Action::ReplaceHardware);
+            assert!(reason.message.contains("file-0003"), "{reason:?}");
+            assert_eq!(
+                gpuval_crds::evidence::Evidence::of_codes(reason.code.as_str()),
+                gpuval_crds::evidence::Evidence::Hardware,
+                "{e}"
+            );
+        }
+        let eio = faults[0].to_string();
+        assert!(eio.contains("EIO") && eio.contains("the disk"), "{eio}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::checks::row::{Pending, Row, Step, When};
 pub const ROW: Row = Row {
     name: Io::NAME,
     settings: crate::settings_in!(io),
-    slot: crate::node_slot!(io),
+    slot: crate::node_slot!(io, host_only),
     plan,
     flags: crate::flags_of!(Flags, io),
     compare: None,

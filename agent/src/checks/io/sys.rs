@@ -120,6 +120,8 @@ pub fn errno_name(e: &io::Error) -> Option<&'static str> {
         libc::EPERM => "EPERM",
         libc::EINVAL => "EINVAL",
         libc::EIO => "EIO",
+        libc::ENXIO => "ENXIO",
+        libc::ENODEV => "ENODEV",
         _ => return None,
     })
 }
