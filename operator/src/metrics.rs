@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use gpuval_crds::{NodeVerdict, Phase, Verdict};
+use gpuval_crds::{Evidence, NodeVerdict, Phase, Verdict};
 use gpuval_view::figures::{Figure, Kind, Scope};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -176,6 +176,13 @@ pub struct NodeLatest {
     pub verdict: Verdict,
     /// When its agent finished (unix seconds), if the report says.
     pub finished: Option<f64>,
+    /// What kind of evidence it is: a pass, or a failure whose codes are the hardware's, is
+    /// [`Evidence::Hardware`]; a busy GPU, infrastructure or configuration is not.
+    pub evidence: Evidence,
+    /// When the node's last hardware evidence was reached (unix seconds): this result's
+    /// `finished` when it is hardware evidence, else the one held before it. A busy GPU or a
+    /// run that failed to start never refreshes it.
+    pub last_evidence: Option<f64>,
     pub simulated: bool,
     /// Each GPU's index, UUID, model and verdict.
     pub gpus: Vec<(i32, String, String, Verdict)>,
@@ -254,16 +261,20 @@ impl NodeLatest {
         created: i64,
         report: &gpuval_crds::NodeReport,
     ) -> Self {
+        let finished = report
+            .finished_at
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .ok()
+            .map(|t| t.as_millisecond() as f64 / 1000.0);
+        let evidence = evidence_of(report);
         Self {
             validation: validation.to_string(),
             result_uid: uid.to_string(),
             created,
             verdict: report.verdict,
-            finished: report
-                .finished_at
-                .parse::<k8s_openapi::jiff::Timestamp>()
-                .ok()
-                .map(|t| t.as_millisecond() as f64 / 1000.0),
+            finished,
+            evidence,
+            last_evidence: finished.filter(|_| evidence == Evidence::Hardware),
             simulated: report.simulated,
             gpus: report
                 .gpus
@@ -278,6 +289,16 @@ impl NodeLatest {
     }
 }
 
+/// What kind of evidence `report` is: a pass is the hardware's; a finding, as its codes say
+/// ([`Evidence::of_codes`]).
+pub fn evidence_of(report: &gpuval_crds::NodeReport) -> Evidence {
+    if report.verdict.passes() {
+        Evidence::Hardware
+    } else {
+        Evidence::of_codes(&report.codes())
+    }
+}
+
 /// The latest result's figures of every node, exported on each scrape.
 #[derive(Debug, Default)]
 pub struct Fleet(Mutex<BTreeMap<String, NodeLatest>>);
@@ -289,11 +310,19 @@ impl Fleet {
 
     /// Keeps `latest` for `node` unless a result created later is already held, or `latest`
     /// is simulated and a real result is held (a simulated result never hides real figures).
-    pub fn update(&self, node: &str, latest: NodeLatest) {
+    /// A result that is no hardware evidence keeps the time of the node's last hardware
+    /// evidence held before it (of the same kind, real or simulated).
+    pub fn update(&self, node: &str, mut latest: NodeLatest) {
         let mut map = self.lock();
-        if map.get(node).is_none_or(|held| {
+        let held = map.get(node);
+        if held.is_none_or(|held| {
             held.created <= latest.created && (held.simulated || !latest.simulated)
         }) {
+            if latest.last_evidence.is_none() {
+                latest.last_evidence = held
+                    .filter(|h| h.simulated == latest.simulated)
+                    .and_then(|h| h.last_evidence);
+            }
             map.insert(node.to_string(), latest);
         }
     }
@@ -309,6 +338,8 @@ impl Fleet {
                 && !held.simulated
             {
                 held.verdict = held.verdict.max(Verdict::Fail);
+                held.evidence = Evidence::Hardware;
+                held.last_evidence = held.finished.or(held.last_evidence);
             }
         }
     }
@@ -406,11 +437,12 @@ fn write_node(
                 ("node", node),
                 ("validation", n.validation.as_str()),
                 ("verdict", n.verdict.as_str()),
+                ("evidence", n.evidence.as_str()),
             ];
             return series(family, &(labels, sim), 1.0);
         }
         "node_last_validated_timestamp_seconds" => {
-            return match n.finished {
+            return match n.last_evidence {
                 Some(t) => series(family, &([("node", node)], sim), t),
                 None => Ok(()),
             };
@@ -474,11 +506,11 @@ fn family_of(f: &HeldFigure) -> Option<&'static str> {
 pub const FLEET_FAMILIES: [(&str, &str); 10] = [
     (
         "node_verdict",
-        "Verdict of the node's latest result (1 for its verdict)",
+        "Verdict of the node's latest result (1 for its verdict), with the kind of evidence it is (Hardware, Busy, Infrastructure, Configuration)",
     ),
     (
         "node_last_validated_timestamp_seconds",
-        "When the node's latest result's agent finished, unix seconds",
+        "When the node's last hardware evidence was reached (its agent finished), unix seconds: a busy GPU or infrastructure trouble never refreshes it",
     ),
     (
         "node_nccl_busbw_gbps",
@@ -526,7 +558,7 @@ impl Collector for Fleet {
 fn node_has_family(n: &NodeLatest, name: &str) -> bool {
     match name {
         "node_verdict" => true,
-        "node_last_validated_timestamp_seconds" => n.finished.is_some(),
+        "node_last_validated_timestamp_seconds" => n.last_evidence.is_some(),
         "gpu_verdict" => !n.gpus.is_empty(),
         _ => n.figures.iter().any(|f| family_of(f) == Some(name)),
     }
@@ -621,6 +653,58 @@ mod tests {
         }
     }
 
+    /// Staleness counts from the last hardware evidence: a busy GPU's result (or any other
+    /// finding that is not the hardware's) never refreshes the node's last-validated time, and
+    /// its Error verdict is exported as busy, which the failure alert does not match.
+    #[test]
+    fn a_busy_result_never_refreshes_the_last_validated_time() {
+        let m = Metrics::default();
+        let mut pass = report(4300.0, Verdict::Pass);
+        pass.simulated = false;
+        m.fleet
+            .update("gpu-a", NodeLatest::from_report("v1", "u1", 10, &pass));
+        let mut busy = report(0.0, Verdict::Error);
+        busy.simulated = false;
+        busy.finished_at = "2026-12-01T08:05:00Z".into();
+        busy.failures = vec![gpuval_crds::Reason::new(
+            gpuval_crds::Code::GpuBusy,
+            "GPU0 busy: 70 GiB held",
+        )];
+        m.fleet
+            .update("gpu-a", NodeLatest::from_report("v2", "u2", 20, &busy));
+        let text = m.encode();
+        let pass_at = pass
+            .finished_at
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap()
+            .as_second();
+        assert!(
+            text.contains(&format!(
+                r#"gpuval_node_last_validated_timestamp_seconds{{node="gpu-a",simulated="false"}} {pass_at}.0"#
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"gpuval_node_verdict{node="gpu-a",validation="v2",verdict="Error",evidence="Busy",simulated="false"} 1.0"#),
+            "{text}"
+        );
+        // The next hardware verdict moves it on.
+        let mut fail = report(1.0, Verdict::Fail);
+        fail.simulated = false;
+        fail.finished_at = "2026-12-02T08:05:00Z".into();
+        m.fleet
+            .update("gpu-a", NodeLatest::from_report("v3", "u3", 30, &fail));
+        let text = m.encode();
+        assert!(
+            text.contains(r#"gpuval_node_last_validated_timestamp_seconds{node="gpu-a",simulated="false"} 1796198700.0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"verdict="Fail",evidence="Hardware""#),
+            "{text}"
+        );
+    }
+
     #[test]
     fn a_node_exports_its_training_throughput() {
         let m = Metrics::default();
@@ -667,7 +751,7 @@ mod tests {
             )),
             "{text}"
         );
-        assert!(text.contains(r#"gpuval_node_verdict{node="gpu-a",validation="v2",verdict="Fail",simulated="true"} 1.0"#), "{text}");
+        assert!(text.contains(r#"gpuval_node_verdict{node="gpu-a",validation="v2",verdict="Fail",evidence="Hardware",simulated="true"} 1.0"#), "{text}");
         assert!(
             text.contains(
                 r#"gpuval_p2p_gbps{node="gpu-a",src="0",dst="1",simulated="true"} 390.5"#
@@ -712,7 +796,9 @@ mod tests {
         );
         let text = m.encode();
         assert!(
-            text.contains(r#"validation="real",verdict="Pass",simulated="false""#),
+            text.contains(
+                r#"validation="real",verdict="Pass",evidence="Hardware",simulated="false""#
+            ),
             "{text}"
         );
         assert!(
