@@ -414,6 +414,53 @@ pub fn with_offences(mut mark: Mark, offences: Option<&Offences>) -> Mark {
     mark
 }
 
+/// The reason of a `GpuValidated=Unknown` set by [`with_quiet`].
+pub const NO_RECENT_EVIDENCE: &str = "NoRecentEvidence";
+
+/// `mark` for a node whose record counts `record.quiet` lines in a row without hardware
+/// evidence: from `after` such lines on (0: never), a `True` condition turns `Unknown` (reason
+/// [`NO_RECENT_EVIDENCE`]) naming the last line's kind and what it said, and when and by which
+/// run the last hardware evidence was reached. A standing failure stays `False`; the labels
+/// stay. `current` is the node's condition (an `Unknown` keeps its transition time).
+pub fn with_quiet(
+    mut mark: Mark,
+    record: &Record,
+    after: u32,
+    current: Option<&NodeCondition>,
+) -> Mark {
+    let Some(q) = record
+        .quiet
+        .as_ref()
+        .filter(|q| after > 0 && q.lines >= after)
+    else {
+        return mark;
+    };
+    let Some(c) = mark.condition.as_mut().filter(|c| {
+        c.status == "True"
+            || (c.status == "Unknown" && c.reason.as_deref() == Some(NO_RECENT_EVIDENCE))
+    }) else {
+        return mark;
+    };
+    let at = q.at.parse::<Timestamp>().ok().map(Time);
+    let last = match &record.judged {
+        Some(j) => format!("last hardware evidence {} (GpuValidation {})", j.at, j.run),
+        None => "no hardware evidence recorded".to_string(),
+    };
+    let message = format!(
+        "[{}] {} runs in a row without hardware evidence; {last}; the last, GpuValidation {}: {}",
+        q.category, q.lines, q.run, q.message
+    );
+    c.status = "Unknown".into();
+    c.reason = Some(NO_RECENT_EVIDENCE.into());
+    c.message = Some(gpuval_crds::text::shorten(&message, MAX_MESSAGE));
+    c.last_transition_time = current
+        .filter(|c| c.status == "Unknown")
+        .and_then(|c| c.last_transition_time.clone())
+        .or_else(|| at.clone());
+    c.last_heartbeat_time = at;
+    mark
+}
+
 /// `GpuValidated=Unknown` for a node without a verdict whose latest line is no hardware
 /// evidence: its reason is the kind of evidence (`Infrastructure`, ...), its message the
 /// line's, which says what to fix. No labels.
@@ -616,6 +663,10 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         Some(e) => judge(ctx, &runs, &name, e, &mut record).await?,
         None => None,
     };
+    if record.note_quiet(&lines) {
+        let q = record.quiet.as_ref();
+        tracing::info!(node = %name, lines = q.map(|q| q.lines), run = q.map(|q| q.run.as_str()), category = q.map(|q| q.category.as_str()), "a final line without hardware evidence");
+    }
     let other = newest(
         &lines
             .iter()
@@ -643,6 +694,10 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
             }),
         })
         .map(|m| with_offences(m, offences.as_ref()))
+        .map(|m| {
+            let after = ctx.cfg.unknown_after_non_evidence;
+            with_quiet(m, &record, after, condition_of(&node))
+        })
         .map(|m| with_runs_under_way(m, &runs_under_way(&runs, &name)));
     if let Some(want) = want.filter(|w| *w != current(&node)) {
         tracing::info!(
@@ -1582,6 +1637,75 @@ mod tests {
         };
         let unknown = desired(Some(&busy), None).expect("Unknown");
         assert_eq!(with_offences(unknown.clone(), Some(&offences)), unknown);
+    }
+
+    /// K lines in a row without hardware evidence, set by the administrator, turn a `True`
+    /// condition `Unknown` naming the last line and the last hardware evidence; each line is
+    /// counted once; a standing failure stays `False`; 0 is off; hardware news ends the streak.
+    #[test]
+    fn a_streak_of_lines_without_evidence_turns_a_pass_unknown() {
+        let line = |run: &str, at: &str, category: Category| Evidence {
+            validation: run.into(),
+            at: ts(at),
+            passed: category == Category::Hardware,
+            category,
+            reason: "Error".into(),
+            message: format!("{run} said so"),
+            action: Remedy::Rerun,
+            codes: String::new(),
+            on_failure: gpuval_crds::NodeAction::None,
+            run_created: None,
+        };
+        let pass = line("deep", "2026-11-23T01:00:00Z", Category::Hardware);
+        let mut record = Record::default();
+        record.judge(&pass);
+        let shown = desired(Some(&pass), None).expect("a pass");
+        let busy1 = line("n1", "2026-11-24T01:00:00Z", Category::Busy);
+        let early = line("old", "2026-11-22T01:00:00Z", Category::Infrastructure);
+        assert!(record.note_quiet(&[pass.clone(), busy1.clone(), early]));
+        assert!(!record.note_quiet(&[busy1.clone()]), "counted once");
+        assert_eq!(record.quiet.as_ref().map(|q| q.lines), Some(1));
+        assert_eq!(with_quiet(shown.clone(), &record, 2, None), shown, "1 < 2");
+        let busy2 = line("n2", "2026-11-25T01:00:00Z", Category::Infrastructure);
+        assert!(record.note_quiet(&[busy1, busy2]));
+        assert_eq!(with_quiet(shown.clone(), &record, 0, None), shown, "off");
+        let quiet = with_quiet(shown.clone(), &record, 2, shown.condition.as_ref());
+        let c = quiet.condition.clone().expect("condition");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("Unknown", Some(NO_RECENT_EVIDENCE))
+        );
+        let message = c.message.unwrap_or_default();
+        for want in [
+            "2 runs in a row",
+            "Infrastructure",
+            "n2 said so",
+            "2026-11-23T01:00:00Z",
+        ] {
+            assert!(message.contains(want), "{want}: {message}");
+        }
+        assert_eq!(
+            c.last_transition_time,
+            Some(Time(ts("2026-11-25T01:00:00Z")))
+        );
+        assert_eq!(quiet.labels, shown.labels, "the labels stay");
+        // Already Unknown: its transition time stays.
+        let again = with_quiet(shown.clone(), &record, 2, quiet.condition.as_ref());
+        assert_eq!(again, quiet);
+        // A standing failure stays False.
+        let failed = Evidence {
+            passed: false,
+            ..pass.clone()
+        };
+        let shown_failed = desired(Some(&failed), None).expect("a failure");
+        assert_eq!(
+            with_quiet(shown_failed.clone(), &record, 2, None),
+            shown_failed
+        );
+        // Hardware news ends the streak.
+        record.judge(&line("deep", "2026-11-26T01:00:00Z", Category::Hardware));
+        assert_eq!(record.quiet, None);
+        assert_eq!(with_quiet(shown.clone(), &record, 2, None), shown);
     }
 
     #[test]

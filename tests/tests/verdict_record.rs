@@ -298,3 +298,83 @@ async fn the_condition_keeps_its_status_through_a_re_run_and_a_deletion() {
         "while the re-run is under way the message says so: {seen:?}"
     );
 }
+
+/// The same simulated GPUs, GPU 0 held by a process that is not the agent's: busy.
+const SIM_BUSY: &str = "gpus=2,model=H200,timescale=0.001,proc=0:4242:python3:10240";
+
+/// No evidence for too long is a signal (issue 52, point 5): with the administrator's
+/// `unknownAfterNonEvidence: 2`, one busy run leaves the pass as it is, the second in a row turns
+/// `GpuValidated` `Unknown` (reason `NoRecentEvidence`, naming the busy run and the last
+/// hardware evidence), and the next hardware pass sets it `True` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_streak_turns_the_condition_unknown_where_the_administrator_asks() {
+    let node = "gpu-q";
+    let c = Cluster::start(NS, &[node.to_string()], 2).await;
+    let mut cfg = test_config(NS, SIM);
+    cfg.simulated_acts_on_nodes = true;
+    cfg.unknown_after_non_evidence = 2;
+    let _op = OperatorHandle::start(c.client.clone(), cfg);
+    let spec = json!({"checks": {"memory": {"fraction": 0.1}}});
+    assert_eq!(
+        phase(&run(&c, "base", spec.clone()).await),
+        Some(Phase::Passed)
+    );
+    nodes::wait_node(&c.client, node, "GpuValidated=True", LONG, |n| {
+        condition(n).is_some_and(|c| c.status == "True")
+    })
+    .await;
+
+    c.kubelet.set_node_env(node, "GPUVAL_SIMULATE", SIM_BUSY);
+    assert_ne!(
+        phase(&run(&c, "busy-1", spec.clone()).await),
+        Some(Phase::Passed)
+    );
+    let once = nodes::wait_node(&c.client, node, "one busy line counted", LONG, |n| {
+        record(n)["quiet"]["lines"] == 1
+    })
+    .await;
+    assert_eq!(
+        condition(&once).map(|c| c.status.as_str()),
+        Some("True"),
+        "one busy run is no signal: {:?}",
+        condition(&once)
+    );
+    assert_ne!(
+        phase(&run(&c, "busy-2", spec.clone()).await),
+        Some(Phase::Passed)
+    );
+    let quiet = nodes::wait_node(&c.client, node, "GpuValidated=Unknown", LONG, |n| {
+        condition(n).is_some_and(|c| c.status == "Unknown")
+    })
+    .await;
+    let cond = condition(&quiet).cloned().unwrap_or_default();
+    assert_eq!(cond.reason.as_deref(), Some("NoRecentEvidence"), "{cond:?}");
+    let message = cond.message.unwrap_or_default();
+    for want in ["2 runs in a row", "Busy", "busy-2", "GpuValidation base"] {
+        assert!(message.contains(want), "{want}: {message}");
+    }
+    assert_eq!(
+        label(&quiet, labels::NODE_VERDICT),
+        Some("Pass"),
+        "the labels stay"
+    );
+
+    // Hardware evidence again: True, and the streak is over.
+    c.kubelet.set_node_env(node, "GPUVAL_SIMULATE", SIM);
+    assert_eq!(
+        phase(
+            &run(
+                &c,
+                "base",
+                json!({"checks": {"memory": {"fraction": 0.1}}, "deadline": "11m"})
+            )
+            .await
+        ),
+        Some(Phase::Passed)
+    );
+    // (The record is written after the condition: wait for both.)
+    nodes::wait_node(&c.client, node, "True again, the streak over", LONG, |n| {
+        condition(n).is_some_and(|c| c.status == "True") && record(n)["quiet"].is_null()
+    })
+    .await;
+}
