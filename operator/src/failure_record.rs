@@ -41,6 +41,10 @@ pub struct Record {
     /// The failures on hardware evidence that stand, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<Failure>,
+    /// The last hardware verdict of a run whose author may admit nodes (a schedule's): passed
+    /// only where no failure stood after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Judged>,
     /// The final lines without hardware evidence since the verdict it was judged on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quiet: Option<Quiet>,
@@ -307,6 +311,16 @@ impl Record {
             message: last.message.clone(),
         });
         true
+    }
+
+    /// Records hardware verdict `e` of a run whose author may admit nodes: `passed` where it
+    /// passed and no failure stands.
+    pub fn admit(&mut self, e: &Evidence, passed: bool) {
+        self.admission = Some(Judged {
+            run: e.validation.clone(),
+            at: e.at.to_string(),
+            passed,
+        });
     }
 
     /// Records that the node's state was judged on `e` (hardware news ends a quiet streak).

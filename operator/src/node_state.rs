@@ -335,6 +335,8 @@ pub fn may_act_on(
 pub struct Mark {
     pub labels: BTreeMap<String, String>,
     pub condition: Option<NodeCondition>,
+    /// The `GpuAdmitted` condition ([`with_admission`]).
+    pub admitted: Option<NodeCondition>,
 }
 
 /// The [`Mark`] for `evidence`, keeping the current condition's transition time while its
@@ -378,6 +380,7 @@ pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> 
     }
     Some(Mark {
         labels: node_labels,
+        admitted: None,
         condition: Some(NodeCondition {
             type_: CONDITION.into(),
             status: status.into(),
@@ -471,6 +474,7 @@ fn unknown(e: &Evidence) -> Mark {
     );
     Mark {
         labels: BTreeMap::new(),
+        admitted: None,
         condition: Some(NodeCondition {
             type_: CONDITION.into(),
             status: "Unknown".into(),
@@ -510,6 +514,7 @@ fn current(node: &Node) -> Mark {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         condition: condition_of(node).cloned(),
+        admitted: admitted_of(node).cloned(),
     }
 }
 
@@ -520,6 +525,69 @@ fn marked(node: &Node) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     format!("{:?}", current(node)).hash(&mut h);
     h.finish()
+}
+
+/// The node's `GpuAdmitted` condition.
+pub fn admitted_of(node: &Node) -> Option<&NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == labels::ADMITTED_CONDITION)
+}
+
+/// The reason of a `GpuAdmitted=Unknown` on a node that only runs whose authors may not admit
+/// nodes passed.
+pub const NOT_ADMITTED: &str = "NotAdmitted";
+
+/// `mark` with what admits a node, from `record.admission` (the last hardware verdict of a run
+/// whose author may admit nodes): the label `gpuval.io/admission` (`Pass`, `Fail`; none before
+/// such a verdict) and the `GpuAdmitted` condition, which follows `GpuValidated` except that
+/// it is `True` only where such a run passed the node (else `Unknown`, reason
+/// [`NOT_ADMITTED`]): another author's pass never admits a node. A node without `GpuValidated`
+/// gets none. `current` is the node's `GpuAdmitted` (its transition time stays while its
+/// status does).
+pub fn with_admission(mut mark: Mark, record: &Record, current: Option<&NodeCondition>) -> Mark {
+    mark.labels.remove(labels::ADMISSION);
+    if let Some(a) = &record.admission {
+        let verdict = if a.passed { "Pass" } else { "Fail" };
+        mark.labels
+            .insert(labels::ADMISSION.to_string(), verdict.to_string());
+    }
+    let admitted = record.admission.as_ref().filter(|a| a.passed);
+    mark.admitted = mark.condition.as_ref().map(|c| {
+        let mut a = c.clone();
+        a.type_ = labels::ADMITTED_CONDITION.into();
+        match (c.status.as_str(), admitted) {
+            ("True", Some(by)) => {
+                a.reason = Some("Admitted".into());
+                a.message = Some(format!(
+                    "admitted: passed GpuValidation {} (a schedule's run, whose author may admit nodes) at {}",
+                    by.run, by.at
+                ));
+            }
+            ("True", None) => {
+                a.status = "Unknown".into();
+                a.reason = Some(NOT_ADMITTED.into());
+                a.message = Some(gpuval_crds::text::shorten(
+                    &format!(
+                        "{}; not admitted: no run whose author may admit nodes (a schedule's, such as an admission run) has passed it",
+                        c.message.as_deref().unwrap_or_default()
+                    ),
+                    MAX_MESSAGE,
+                ));
+            }
+            _ => {}
+        }
+        a.last_transition_time = current
+            .filter(|x| x.status == a.status)
+            .and_then(|x| x.last_transition_time.clone())
+            .or_else(|| c.last_heartbeat_time.clone())
+            .or_else(|| c.last_transition_time.clone());
+        a
+    });
+    mark
 }
 
 /// The node's `GpuValidated` condition.
@@ -573,14 +641,15 @@ pub fn apply_bodies(node: &Node, mark: &Mark) -> (serde_json::Value, serde_json:
     let status = serde_json::json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": identity,
-        "status": {"conditions": mark.condition.iter().collect::<Vec<_>>()},
+        "status": {"conditions": mark.condition.iter().chain(&mark.admitted).collect::<Vec<_>>()},
     });
     (meta, status)
 }
 
 /// The node labels this controller writes (and reads back to compare).
-const OUR_LABELS: [&str; 5] = [
+const OUR_LABELS: [&str; 6] = [
     labels::NODE_VERDICT,
+    labels::ADMISSION,
     labels::VALIDATED_AT,
     labels::ACTION,
     labels::VERDICT_RUN,
@@ -691,6 +760,7 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
             None => Some(Mark {
                 labels: BTreeMap::new(),
                 condition: None,
+                admitted: None,
             }),
         })
         .map(|m| with_offences(m, offences.as_ref()))
@@ -698,7 +768,8 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
             let after = ctx.cfg.unknown_after_non_evidence;
             with_quiet(m, &record, after, condition_of(&node))
         })
-        .map(|m| with_runs_under_way(m, &runs_under_way(&runs, &name)));
+        .map(|m| with_runs_under_way(m, &runs_under_way(&runs, &name)))
+        .map(|m| with_admission(m, &record, admitted_of(&node)));
     if let Some(want) = want.filter(|w| *w != current(&node)) {
         tracing::info!(
             node = %name,
@@ -856,6 +927,9 @@ async fn judge(
             at: e.at.to_string(),
             on_failure: e.on_failure,
         });
+        if by_schedule(run) {
+            record.admit(e, false);
+        }
         return Ok(Some(e.clone()));
     }
     let gpus: BTreeSet<String> = report
@@ -870,6 +944,9 @@ async fn judge(
         at: e.at,
     };
     let (cleared, stand) = record.pass(&pass);
+    if pass.by_schedule {
+        record.admit(e, record.failures.is_empty());
+    }
     for f in &cleared {
         tracing::info!(node, run = %e.validation, failed_run = %f.run, "a pass that covers the failure clears it");
     }
@@ -1490,6 +1567,7 @@ mod tests {
     fn a_run_under_way_is_told_in_the_message_and_changes_nothing_else() {
         let mark = Mark {
             labels: BTreeMap::new(),
+            admitted: None,
             condition: Some(NodeCondition {
                 message: Some("passed GpuValidation keep".into()),
                 ..c_at("True", "2026-11-23T00:30:00Z")
@@ -1637,6 +1715,76 @@ mod tests {
         };
         let unknown = desired(Some(&busy), None).expect("Unknown");
         assert_eq!(with_offences(unknown.clone(), Some(&offences)), unknown);
+    }
+
+    /// `GpuAdmitted` is `True` only where a run whose author may admit nodes passed the node;
+    /// another author's pass leaves it `Unknown` (NotAdmitted) and the node without the
+    /// admission label; a failure is `False` in both conditions.
+    #[test]
+    fn only_an_admit_capable_pass_admits() {
+        let e = |run: &str, at: &str, passed: bool| Evidence {
+            validation: run.into(),
+            at: ts(at),
+            passed,
+            category: Category::Hardware,
+            reason: if passed { "Passed" } else { "Failed" }.into(),
+            message: String::new(),
+            action: Remedy::None,
+            codes: String::new(),
+            on_failure: gpuval_crds::NodeAction::None,
+            run_created: None,
+        };
+        let trivial = e("trivial", "2026-11-23T01:00:00Z", true);
+        let mut record = Record::default();
+        record.judge(&trivial);
+        let shown = desired(Some(&trivial), None).expect("a pass");
+        let m = with_admission(shown.clone(), &record, None);
+        let a = m.admitted.clone().expect("GpuAdmitted");
+        assert_eq!(
+            (a.type_.as_str(), a.status.as_str(), a.reason.as_deref()),
+            ("GpuAdmitted", "Unknown", Some(NOT_ADMITTED))
+        );
+        assert!(!m.labels.contains_key(labels::ADMISSION));
+        assert_eq!(m.condition, shown.condition, "GpuValidated as it was");
+
+        let gate = e("gate-admit-1", "2026-11-23T02:00:00Z", true);
+        record.judge(&gate);
+        record.admit(&gate, true);
+        let shown = desired(Some(&gate), None).expect("a pass");
+        let m = with_admission(shown.clone(), &record, Some(&a));
+        let admitted = m.admitted.clone().expect("GpuAdmitted");
+        assert_eq!(admitted.status, "True");
+        assert!(
+            admitted
+                .message
+                .unwrap_or_default()
+                .contains("gate-admit-1")
+        );
+        assert_eq!(
+            m.labels.get(labels::ADMISSION).map(String::as_str),
+            Some("Pass")
+        );
+        // Still admitted after another author's later pass; its transition time stays.
+        let again = with_admission(shown.clone(), &record, m.admitted.as_ref());
+        assert_eq!(again.admitted, m.admitted);
+
+        let failed = e("trivial", "2026-11-23T03:00:00Z", false);
+        let shown = desired(Some(&failed), None).expect("a failure");
+        let m = with_admission(shown, &record, None);
+        assert_eq!(m.admitted.map(|a| a.status), Some("False".to_string()));
+        assert_eq!(
+            with_admission(
+                Mark {
+                    labels: BTreeMap::new(),
+                    condition: None,
+                    admitted: None
+                },
+                &record,
+                None
+            )
+            .admitted,
+            None
+        );
     }
 
     /// K lines in a row without hardware evidence, set by the administrator, turn a `True`
