@@ -1811,7 +1811,10 @@ mod tests {
         let busy1 = line("n1", "2026-11-24T01:00:00Z", Category::Busy);
         let early = line("old", "2026-11-22T01:00:00Z", Category::Infrastructure);
         assert!(record.note_quiet(&[pass.clone(), busy1.clone(), early]));
-        assert!(!record.note_quiet(&[busy1.clone()]), "counted once");
+        assert!(
+            !record.note_quiet(std::slice::from_ref(&busy1)),
+            "counted once"
+        );
         assert_eq!(record.quiet.as_ref().map(|q| q.lines), Some(1));
         assert_eq!(with_quiet(shown.clone(), &record, 2, None), shown, "1 < 2");
         let busy2 = line("n2", "2026-11-25T01:00:00Z", Category::Infrastructure);

@@ -142,7 +142,10 @@ pub fn free_bytes(dir: &Path) -> Result<u64, String> {
     }
     // SAFETY: statvfs returned 0, so it filled the struct (zeroed before anyway).
     let vfs = unsafe { vfs.assume_init() };
-    Ok(u64::from(vfs.f_bavail).saturating_mul(u64::from(vfs.f_frsize)))
+    // fsblkcnt_t and c_ulong are u64 here but narrower on other targets.
+    #[allow(clippy::useless_conversion)]
+    let free = u64::from(vfs.f_bavail).saturating_mul(u64::from(vfs.f_frsize));
+    Ok(free)
 }
 
 /// What importing and unpacking `archive_bytes` of image archives needs on containerd's disk:
