@@ -704,6 +704,7 @@ impl Written {
 async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Error> {
     let ctx = &nc.ctx;
     let name = node.name_any();
+    let quiet_after = ctx.cfg.unknown_after_non_evidence;
     // A validation has at most one result a node, named for both: look each up (the cost is
     // the number of validations, not of results).
     let validations = nc.validations.state();
@@ -732,10 +733,7 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         Some(e) => judge(ctx, &runs, &name, e, &mut record).await?,
         None => None,
     };
-    if record.note_quiet(&lines) {
-        let q = record.quiet.as_ref();
-        tracing::info!(node = %name, lines = q.map(|q| q.lines), run = q.map(|q| q.run.as_str()), category = q.map(|q| q.category.as_str()), "a final line without hardware evidence");
-    }
+    note_quiet(&name, &mut record, &lines);
     let other = newest(
         &lines
             .iter()
@@ -764,10 +762,7 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
             }),
         })
         .map(|m| with_offences(m, offences.as_ref()))
-        .map(|m| {
-            let after = ctx.cfg.unknown_after_non_evidence;
-            with_quiet(m, &record, after, condition_of(&node))
-        })
+        .map(|m| with_quiet(m, &record, quiet_after, condition_of(&node)))
         .map(|m| with_runs_under_way(m, &runs_under_way(&runs, &name)))
         .map(|m| with_admission(m, &record, admitted_of(&node)));
     if let Some(want) = want.filter(|w| *w != current(&node)) {
@@ -806,6 +801,15 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         Some(left) => Action::requeue(left + Duration::from_secs(1)),
         None => Action::await_change(),
     })
+}
+
+/// Counts `node`'s final lines without hardware evidence into `record` ([`Record::note_quiet`]).
+fn note_quiet(node: &str, record: &mut Record, lines: &[Evidence]) {
+    if record.note_quiet(lines)
+        && let Some(q) = record.quiet.as_ref()
+    {
+        tracing::info!(node, lines = q.lines, run = %q.run, category = %q.category, "a final line without hardware evidence");
+    }
 }
 
 /// The failure marks and device taints `shown` (the hardware news the node's state now shows;
