@@ -301,11 +301,32 @@ pub fn evidence_of(report: &gpuval_crds::NodeReport) -> Evidence {
 
 /// The latest result's figures of every node, exported on each scrape.
 #[derive(Debug, Default)]
-pub struct Fleet(Mutex<BTreeMap<String, NodeLatest>>);
+pub struct Fleet(
+    Mutex<BTreeMap<String, NodeLatest>>,
+    /// When each node's verdict record says its last hardware verdict was reached (unix
+    /// seconds): the last-validated time of a node whose held result is no hardware evidence
+    /// and came with none held before it (after a restart).
+    Mutex<BTreeMap<String, f64>>,
+);
 
 impl Fleet {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, NodeLatest>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn recorded(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, f64>> {
+        self.1.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that `node`'s verdict record was judged on hardware evidence reached at `at`
+    /// (unix seconds): a held result without a time of its own takes it.
+    pub fn note_evidence(&self, node: &str, at: f64) {
+        self.recorded().insert(node.to_string(), at);
+        if let Some(held) = self.lock().get_mut(node)
+            && held.last_evidence.is_none()
+        {
+            held.last_evidence = Some(at);
+        }
     }
 
     /// Keeps `latest` for `node` unless a result created later is already held, or `latest`
@@ -321,7 +342,8 @@ impl Fleet {
             if latest.last_evidence.is_none() {
                 latest.last_evidence = held
                     .filter(|h| h.simulated == latest.simulated)
-                    .and_then(|h| h.last_evidence);
+                    .and_then(|h| h.last_evidence)
+                    .or_else(|| self.recorded().get(node).copied());
             }
             map.insert(node.to_string(), latest);
         }
@@ -354,6 +376,7 @@ impl Fleet {
     /// Drops the nodes `exists` says are gone from the cluster.
     pub fn retain_nodes(&self, exists: impl Fn(&str) -> bool) {
         self.lock().retain(|node, _| exists(node));
+        self.recorded().retain(|node, _| exists(node));
     }
 }
 
@@ -687,6 +710,24 @@ mod tests {
         assert!(
             text.contains(r#"gpuval_node_verdict{node="gpu-a",validation="v2",verdict="Error",evidence="Busy",simulated="false"} 1.0"#),
             "{text}"
+        );
+        // After a restart the busy result is the first held: the node's record gives the time.
+        let restarted = Metrics::default();
+        restarted
+            .fleet
+            .update("gpu-a", NodeLatest::from_report("v2", "u2", 20, &busy));
+        assert!(
+            !restarted
+                .encode()
+                .contains("gpuval_node_last_validated_timestamp_seconds{"),
+            "no time before the record is read"
+        );
+        restarted.fleet.note_evidence("gpu-a", pass_at as f64);
+        assert!(
+            restarted.encode().contains(&format!(
+                r#"gpuval_node_last_validated_timestamp_seconds{{node="gpu-a",simulated="false"}} {pass_at}.0"#
+            )),
+            "from the record"
         );
         // The next hardware verdict moves it on.
         let mut fail = report(1.0, Verdict::Fail);

@@ -733,7 +733,7 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         Some(e) => judge(ctx, &runs, &name, e, &mut record).await?,
         None => None,
     };
-    note_quiet(&name, &mut record, &lines);
+    note_quiet(ctx, &name, &mut record, &lines);
     let other = newest(
         &lines
             .iter()
@@ -803,8 +803,24 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
     })
 }
 
-/// Counts `node`'s final lines without hardware evidence into `record` ([`Record::note_quiet`]).
-fn note_quiet(node: &str, record: &mut Record, lines: &[Evidence]) {
+/// Tells the metrics when `node`'s record says its last hardware verdict was reached (the
+/// staleness metric counts from it where the newest result is no hardware evidence).
+fn note_evidence(ctx: &Ctx, node: &str, record: &Record) {
+    let at = record
+        .judged
+        .as_ref()
+        .and_then(|j| j.at.parse::<Timestamp>().ok());
+    if let Some(at) = at {
+        ctx.metrics
+            .fleet
+            .note_evidence(node, at.as_millisecond() as f64 / 1000.0);
+    }
+}
+
+/// Counts `node`'s final lines without hardware evidence into `record` ([`Record::note_quiet`]),
+/// and tells the metrics when its last hardware evidence was reached.
+fn note_quiet(ctx: &Ctx, node: &str, record: &mut Record, lines: &[Evidence]) {
+    note_evidence(ctx, node, record);
     if record.note_quiet(lines)
         && let Some(q) = record.quiet.as_ref()
     {
