@@ -65,7 +65,18 @@ pub struct Quiet {
     pub category: String,
     /// What it said (what to fix).
     pub message: String,
+    /// How many of the newest lines in a row found a GPU busy with memory or load that no pod
+    /// holds (`GpuHeldByNoPod`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unheld: u32,
 }
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The code of a GPU busy with memory or load that no pod holds.
+const HELD_BY_NO_POD: &str = "GpuHeldByNoPod";
 
 /// A verdict the node's state was judged on: its run and when it was reached (RFC 3339).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -303,12 +314,23 @@ impl Record {
         };
         let before = self.quiet.as_ref().map_or(0, |q| q.lines);
         let added = u32::try_from(new.len()).unwrap_or(u32::MAX);
+        let unheld = new
+            .iter()
+            .fold(self.quiet.as_ref().map_or(0, |q| q.unheld), |n, e| match e
+                .codes
+                .split(',')
+                .any(|c| c.trim() == HELD_BY_NO_POD)
+            {
+                true => n.saturating_add(1),
+                false => 0,
+            });
         self.quiet = Some(Quiet {
             lines: before.saturating_add(added),
             run: last.validation.clone(),
             at: last.at.to_string(),
             category: last.category.as_str().to_string(),
             message: last.message.clone(),
+            unheld,
         });
         true
     }

@@ -426,11 +426,12 @@ pub const NO_RECENT_EVIDENCE: &str = "NoRecentEvidence";
 /// run the last hardware evidence was reached. A standing failure stays `False`; the labels
 /// stay. `current` is the node's condition (an `Unknown` keeps its transition time).
 pub fn with_quiet(
-    mut mark: Mark,
+    mark: Mark,
     record: &Record,
     after: u32,
     current: Option<&NodeCondition>,
 ) -> Mark {
+    let mut mark = with_stuck(mark, record);
     let Some(q) = record
         .quiet
         .as_ref()
@@ -461,6 +462,44 @@ pub fn with_quiet(
         .and_then(|c| c.last_transition_time.clone())
         .or_else(|| at.clone());
     c.last_heartbeat_time = at;
+    mark
+}
+
+/// What a stuck GPU's finding leads the condition's message with, and where its words end.
+const STUCK_TAG: &str = "[GpuHeldByNoPod; action ResetGpu]";
+const STUCK_END: &str = ": reset it; ";
+
+/// Runs in a row that find a GPU busy with memory or load no pod holds from which that is a
+/// finding of its own.
+pub const STUCK_AFTER: u32 = 2;
+
+/// `mark` for a node whose newest [`STUCK_AFTER`] lines or more in a row found a GPU busy
+/// with memory or load that no pod holds (`GpuHeldByNoPod`, where the PodResources API is
+/// mounted): a GPU stuck after a fault looks so. Its own finding: the node's action is
+/// `ResetGpu` and the condition's message leads with it; the condition's status stays (it is
+/// no hardware verdict). A node without a condition is left as it is.
+pub fn with_stuck(mut mark: Mark, record: &Record) -> Mark {
+    let Some(q) = record.quiet.as_ref().filter(|q| q.unheld >= STUCK_AFTER) else {
+        return mark;
+    };
+    let Some(c) = mark.condition.as_mut() else {
+        return mark;
+    };
+    mark.labels.insert(
+        labels::ACTION.to_string(),
+        Remedy::ResetGpu.as_str().to_string(),
+    );
+    // Told once: a message that already leads with it (a node kept as it is) keeps its rest.
+    let had = c.message.as_deref().unwrap_or_default();
+    let rest = had
+        .strip_prefix(STUCK_TAG)
+        .and_then(|m| m.split_once(STUCK_END))
+        .map_or(had, |(_, rest)| rest);
+    let message = format!(
+        "{STUCK_TAG} a GPU busy with memory or load that no pod holds in {} runs in a row (the last GpuValidation {}){STUCK_END}{rest}",
+        q.unheld, q.run,
+    );
+    c.message = Some(gpuval_crds::text::shorten(&message, MAX_MESSAGE));
     mark
 }
 
@@ -1805,6 +1844,61 @@ mod tests {
             .admitted,
             None
         );
+    }
+
+    /// A GPU held by no pod in two runs in a row is its own finding: action ResetGpu, the
+    /// message leads with it, the status stays; another line between breaks the streak.
+    #[test]
+    fn a_gpu_held_by_no_pod_in_consecutive_runs_asks_for_a_reset() {
+        let line = |run: &str, at: &str, codes: &str| Evidence {
+            validation: run.into(),
+            at: ts(at),
+            passed: false,
+            category: Category::Busy,
+            reason: "Error".into(),
+            message: "GPU0 busy".into(),
+            action: Remedy::Rerun,
+            codes: codes.into(),
+            on_failure: gpuval_crds::NodeAction::None,
+            run_created: None,
+        };
+        let pass = Evidence {
+            category: Category::Hardware,
+            passed: true,
+            ..line("deep", "2026-11-23T01:00:00Z", "")
+        };
+        let mut record = Record::default();
+        record.judge(&pass);
+        let shown = desired(Some(&pass), None).expect("a pass");
+        record.note_quiet(&[line("n1", "2026-11-24T01:00:00Z", "GpuHeldByNoPod")]);
+        assert_eq!(
+            with_stuck(shown.clone(), &record),
+            shown,
+            "once is no finding"
+        );
+        record.note_quiet(&[line("n2", "2026-11-25T01:00:00Z", "GpuBusy")]);
+        record.note_quiet(&[line("n3", "2026-11-26T01:00:00Z", "GpuHeldByNoPod")]);
+        assert_eq!(with_stuck(shown.clone(), &record), shown, "not in a row");
+        record.note_quiet(&[line("n4", "2026-11-27T01:00:00Z", "GpuHeldByNoPod,GpuBusy")]);
+        let stuck = with_stuck(shown.clone(), &record);
+        assert_eq!(
+            stuck.labels.get(labels::ACTION).map(String::as_str),
+            Some("ResetGpu")
+        );
+        assert_eq!(with_stuck(stuck.clone(), &record), stuck, "told once");
+        let c = stuck.condition.expect("condition");
+        assert_eq!(c.status, "True", "no hardware verdict");
+        let message = c.message.unwrap_or_default();
+        assert!(
+            message.starts_with("[GpuHeldByNoPod; action ResetGpu]") && message.contains("n4"),
+            "{message}"
+        );
+        // Hardware news ends it.
+        record.judge(&Evidence {
+            at: ts("2026-11-28T01:00:00Z"),
+            ..pass
+        });
+        assert_eq!(with_stuck(shown.clone(), &record), shown);
     }
 
     /// K lines in a row without hardware evidence, set by the administrator, turn a `True`
