@@ -131,6 +131,15 @@ pub mod labels {
     /// The type of the node condition the operator sets from a node's latest hardware
     /// evidence (True: passed; False: failed).
     pub const NODE_CONDITION: &str = "GpuValidated";
+    /// The type of the node condition that admits a node (the one a Node Readiness Controller
+    /// rule reads): `True` only once a run whose author may admit nodes (a schedule's: its
+    /// author holds the `admit` verb) passed it on hardware evidence and no failure stands;
+    /// otherwise as `GpuValidated` (`False` on a standing failure), or `Unknown` (reason
+    /// `NotAdmitted`) for a node that only other runs passed.
+    pub const ADMITTED_CONDITION: &str = "GpuAdmitted";
+    /// The node label with the last hardware verdict (`Pass`, `Fail`) of a run whose author may
+    /// admit nodes (a schedule's): an `untestedNodes` gate takes a node without it for untested.
+    pub const ADMISSION: &str = "gpuval.io/admission";
     /// Annotation on a node result: the UID of the Node object its agent ran on, so that a node
     /// deleted and created again under its name (a new UID) inherits no verdict.
     pub const NODE_UID: &str = "gpuval.io/node-uid";

@@ -176,6 +176,7 @@ codes! {
     GpuInvisibleToCuda => (Fail, RebootNode, false, "NVML lists a GPU that CUDA cannot see although nothing restricts CUDA's devices: it was not tested."),
     ForeignProcess => (Error, Rerun, false, "A process that is not the agent's ran on a GPU under test (its pid, name and memory are named): the GPU was busy, so its figures are not judged as hardware; stop it and rerun."),
     GpuBusy => (Error, Rerun, false, "Other work used a GPU under test, seen without a process list (memory held by processes the agent cannot see, as from another PID namespace, or utilisation while the agent ran nothing on it; what, how much and when are named): its figures are not judged as hardware; free the GPU and rerun."),
+    GpuHeldByNoPod => (Error, Rerun, false, "A GPU under test held memory or load that no process the agent can see and no pod the kubelet lists holds (the PodResources API is mounted): a host process, a container given the GPU without asking for it, or a GPU left stuck by a fault (Xid 31/43/79-class); its figures are not judged as hardware. Free it and rerun; where it is seen in consecutive runs the operator recommends ResetGpu for the node."),
     GpuBusyAllowed => (Warn, None, false, "Other work used a GPU under test where the administrator allows sharing GPUs (what, how much and when are named): its figures may reflect the sharing."),
     FigureWhileBusy => (Error, Rerun, false, "A figure fell short on a GPU that was busy with other work (or a node-level figure a busy GPU took part in): it may reflect the sharing, so it is judged neither a fault nor a pass (the message keeps the figure and the code it would have had); rerun when the GPU is free."),
     ForeignProcessAllowed => (Warn, None, false, "A process that is not the agent's ran on a GPU under test, where the administrator allows sharing GPUs."),
@@ -330,6 +331,7 @@ impl Code {
             Code::ForeignProcess
                 | Code::ForeignProcessAllowed
                 | Code::GpuBusy
+                | Code::GpuHeldByNoPod
                 | Code::GpuBusyAllowed
                 | Code::MemoryBusy
         )

@@ -127,8 +127,8 @@ pub struct Admission {
     /// `--register-with-taints`, a node pool setting) puts it on; agent pods tolerate it.
     #[serde(default)]
     pub taint: AdmissionTaint,
-    /// Also validate nodes that have no `gpuval.io/verdict` label yet (never validated), tainted
-    /// or not (default false).
+    /// Also validate nodes that have no `gpuval.io/admission` label yet (no run whose author may
+    /// admit nodes has judged them), tainted or not (default false).
     #[serde(default)]
     pub untested_nodes: bool,
     /// How long to wait after the newest waiting node appeared before starting a run, so that

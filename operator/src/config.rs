@@ -67,6 +67,14 @@ pub struct OperatorConfig {
     /// Who writes node taints: gpuval (`spec.onFailure: Taint`, admission), or the cluster's
     /// own controller reading the `GpuValidated` condition (`--node-taints=cluster`).
     pub node_taints: NodeTaints,
+    /// The PriorityClass agent pods carry (`--agent-priority-class`; None: the cluster's
+    /// default), so that the administrator decides whether tenants' work preempts them.
+    pub agent_priority_class: Option<String>,
+    /// After this many final lines in a row without hardware evidence (busy, infrastructure,
+    /// configuration, no evidence), a node's `GpuValidated` turns `Unknown` with the reason and
+    /// the time of its last hardware evidence (`--unknown-after-non-evidence`); 0: never (a
+    /// node busy with its tenants' work is normal).
+    pub unknown_after_non_evidence: u32,
 }
 
 /// Who writes node taints.
@@ -193,6 +201,8 @@ impl Default for OperatorConfig {
             repeat_failure_window: REPEAT_FAILURE_WINDOW,
             agent_pending_limit: Some(AGENT_PENDING_LIMIT),
             node_taints: NodeTaints::Gpuval,
+            agent_priority_class: None,
+            unknown_after_non_evidence: 0,
             simulated_acts_on_nodes: false,
             admission_taint_keys: Vec::new(),
             allocation: crate::allocation_config::Allocation::default(),
@@ -245,6 +255,10 @@ pub enum ConfigError {
         "invalid --node-taints {0:?}: write gpuval (gpuval taints failed nodes and untaints admitted ones) or cluster (the cluster's own controller, such as the Node Readiness Controller, taints nodes from the GpuValidated condition)"
     )]
     NodeTaints(String),
+    #[error(
+        "--agent-priority-class {0:?} is not a PriorityClass name (a DNS subdomain: lowercase alphanumerics, '-' and '.')"
+    )]
+    PriorityClass(String),
 }
 
 impl OperatorConfig {
@@ -271,6 +285,13 @@ impl OperatorConfig {
                     value: value.clone(),
                 });
             }
+        }
+        if let Some(pc) = self
+            .agent_priority_class
+            .as_ref()
+            .filter(|pc| !gpuval_crds::names::is_dns1123_subdomain(pc))
+        {
+            return Err(ConfigError::PriorityClass(pc.clone()));
         }
         if let Some(p) = &self.io_host_path {
             if !p.is_absolute()

@@ -41,7 +41,42 @@ pub struct Record {
     /// The failures on hardware evidence that stand, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<Failure>,
+    /// The last hardware verdict of a run whose author may admit nodes (a schedule's): passed
+    /// only where no failure stood after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Judged>,
+    /// The final lines without hardware evidence since the verdict it was judged on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet: Option<Quiet>,
 }
+
+/// The final lines in a row without hardware evidence (busy, infrastructure, configuration,
+/// no evidence) since the node's last hardware verdict: how many, and the newest of them.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Quiet {
+    /// How many lines.
+    pub lines: u32,
+    /// The newest line's run.
+    pub run: String,
+    /// When it was reached (RFC 3339).
+    pub at: String,
+    /// Its kind of evidence (`Busy`, `Infrastructure`, ...).
+    pub category: String,
+    /// What it said (what to fix).
+    pub message: String,
+    /// How many of the newest lines in a row found a GPU busy with memory or load that no pod
+    /// holds (`GpuHeldByNoPod`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unheld: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The code of a GPU busy with memory or load that no pod holds.
+const HELD_BY_NO_POD: &str = "GpuHeldByNoPod";
 
 /// A verdict the node's state was judged on: its run and when it was reached (RFC 3339).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -261,8 +296,58 @@ impl Record {
         }
     }
 
-    /// Records that the node's state was judged on `e`.
+    /// Counts the lines of `lines` without hardware evidence that are newer than both the
+    /// verdict this record was judged on and the newest line counted before (each line once,
+    /// oldest first); true when it counted any.
+    pub fn note_quiet(&mut self, lines: &[Evidence]) -> bool {
+        let parse = |at: &str| at.parse::<Timestamp>().ok();
+        let judged = self.judged.as_ref().and_then(|j| parse(&j.at));
+        let counted = self.quiet.as_ref().and_then(|q| parse(&q.at));
+        let floor = judged.max(counted);
+        let mut new: Vec<&Evidence> = lines
+            .iter()
+            .filter(|e| !e.is_hardware() && floor.is_none_or(|f| e.at > f))
+            .collect();
+        new.sort_by_key(|e| (e.at, e.run_created));
+        let Some(last) = new.last() else {
+            return false;
+        };
+        let before = self.quiet.as_ref().map_or(0, |q| q.lines);
+        let added = u32::try_from(new.len()).unwrap_or(u32::MAX);
+        let unheld = new
+            .iter()
+            .fold(self.quiet.as_ref().map_or(0, |q| q.unheld), |n, e| match e
+                .codes
+                .split(',')
+                .any(|c| c.trim() == HELD_BY_NO_POD)
+            {
+                true => n.saturating_add(1),
+                false => 0,
+            });
+        self.quiet = Some(Quiet {
+            lines: before.saturating_add(added),
+            run: last.validation.clone(),
+            at: last.at.to_string(),
+            category: last.category.as_str().to_string(),
+            message: last.message.clone(),
+            unheld,
+        });
+        true
+    }
+
+    /// Records hardware verdict `e` of a run whose author may admit nodes: `passed` where it
+    /// passed and no failure stands.
+    pub fn admit(&mut self, e: &Evidence, passed: bool) {
+        self.admission = Some(Judged {
+            run: e.validation.clone(),
+            at: e.at.to_string(),
+            passed,
+        });
+    }
+
+    /// Records that the node's state was judged on `e` (hardware news ends a quiet streak).
     pub fn judge(&mut self, e: &Evidence) {
+        self.quiet = None;
         self.judged = Some(Judged {
             run: e.validation.clone(),
             at: e.at.to_string(),

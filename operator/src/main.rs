@@ -189,6 +189,15 @@ struct Args {
     /// only).
     #[arg(long, env = "GPUVAL_NODE_TAINTS", default_value = "gpuval")]
     node_taints: String,
+    /// The PriorityClass agent pods carry (empty: the cluster's default). An administrator's
+    /// choice: whether tenants' work may preempt an agent.
+    #[arg(long, env = "GPUVAL_AGENT_PRIORITY_CLASS", default_value = "")]
+    agent_priority_class: String,
+    /// After this many final lines in a row without hardware evidence (busy, infrastructure,
+    /// configuration, no evidence) a node's GpuValidated turns Unknown, naming the reason and
+    /// its last hardware evidence; 0 (default): never.
+    #[arg(long, env = "GPUVAL_UNKNOWN_AFTER_NON_EVIDENCE", default_value_t = 0)]
+    unknown_after_non_evidence: u32,
     /// json (default) or text.
     #[arg(long, env = "GPUVAL_LOG_FORMAT", default_value = "json")]
     log_format: String,
@@ -275,6 +284,10 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
         repeat_failure_window: a.repeat_failure_window.as_std(),
         agent_pending_limit: Some(a.agent_pending_limit.as_std()).filter(|d| !d.is_zero()),
         node_taints: config::NodeTaints::parse(&a.node_taints)?,
+        agent_priority_class: Some(a.agent_priority_class.trim())
+            .filter(|pc| !pc.is_empty())
+            .map(str::to_string),
+        unknown_after_non_evidence: a.unknown_after_non_evidence,
         certificates: config::CertificateSettings {
             key_secret: a.certificate_key_secret.clone(),
             retention: (a.certificate_retention > 0).then_some(a.certificate_retention),

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use gpuval_crds::{NodeVerdict, Phase, Verdict};
+use gpuval_crds::{Evidence, NodeVerdict, Phase, Verdict};
 use gpuval_view::figures::{Figure, Kind, Scope};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -181,15 +181,30 @@ pub struct NodeLatest {
     pub gpus: Vec<(i32, String, String, Verdict)>,
     /// The figures exported (p2p bidirectional is not).
     pub figures: Vec<HeldFigure>,
+    /// What kind of evidence it is: a pass, or a failure whose codes are the hardware's, is
+    /// [`Evidence::Hardware`]; a busy GPU, infrastructure or configuration is not.
+    pub evidence: Evidence,
+    /// When the node's last hardware evidence was reached (unix seconds): this result's
+    /// `finished` when it is hardware evidence, else the one held before it. A busy GPU or a
+    /// run that failed to start never refreshes it.
+    pub last_evidence: Option<f64>,
     /// The node's final line in the result's validation, where it is other than a pass
-    /// ([`final_verdicts`]): the verdict exported, not the result's own.
-    pub line: Option<Verdict>,
+    /// ([`final_verdicts`]): the verdict and evidence exported, not the result's own.
+    pub line: Option<(Verdict, Evidence)>,
 }
 
 impl NodeLatest {
     /// The verdict exported: the node's final line where it is no pass, else the result's.
     pub fn shown(&self) -> Verdict {
-        self.line.filter(|v| !v.passes()).unwrap_or(self.verdict)
+        self.shown_line().0
+    }
+
+    /// The verdict and evidence exported: the node's final line where it is no pass, else the
+    /// result's.
+    pub fn shown_line(&self) -> (Verdict, Evidence) {
+        self.line
+            .filter(|(v, _)| !v.passes())
+            .unwrap_or((self.verdict, self.evidence))
     }
 }
 
@@ -264,16 +279,20 @@ impl NodeLatest {
         created: i64,
         report: &gpuval_crds::NodeReport,
     ) -> Self {
+        let finished = report
+            .finished_at
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .ok()
+            .map(|t| t.as_millisecond() as f64 / 1000.0);
+        let evidence = evidence_of(report);
         Self {
             validation: validation.to_string(),
             result_uid: uid.to_string(),
             created,
             verdict: report.verdict,
-            finished: report
-                .finished_at
-                .parse::<k8s_openapi::jiff::Timestamp>()
-                .ok()
-                .map(|t| t.as_millisecond() as f64 / 1000.0),
+            finished,
+            evidence,
+            last_evidence: finished.filter(|_| evidence == Evidence::Hardware),
             simulated: report.simulated,
             gpus: report
                 .gpus
@@ -289,14 +308,29 @@ impl NodeLatest {
     }
 }
 
+/// What kind of evidence `report` is: a pass is the hardware's; a finding, as its codes say
+/// ([`Evidence::of_codes`]).
+pub fn evidence_of(report: &gpuval_crds::NodeReport) -> Evidence {
+    if report.verdict.passes() {
+        Evidence::Hardware
+    } else {
+        Evidence::of_codes(&report.codes())
+    }
+}
+
 /// The latest result's figures of every node, exported on each scrape, and the final lines of
 /// the validations' status that say otherwise than their results (a node the fabric named, a
 /// busy or infrastructure line): a line and the result it is about may arrive in either order.
 #[derive(Debug, Default)]
 pub struct Fleet {
     held: Mutex<BTreeMap<String, NodeLatest>>,
-    /// Node -> (validation, its final line's verdict there), the latest status write's.
-    lines: Mutex<BTreeMap<String, (String, Verdict)>>,
+    /// Node -> (validation, its final line's verdict and evidence there), the latest status
+    /// write's.
+    lines: Mutex<BTreeMap<String, (String, Verdict, Evidence)>>,
+    /// When each node's verdict record says its last hardware verdict was reached (unix
+    /// seconds): the last-validated time of a node whose held result is no hardware evidence
+    /// and came with none held before it (after a restart).
+    recorded: Mutex<BTreeMap<String, f64>>,
 }
 
 impl Fleet {
@@ -304,23 +338,47 @@ impl Fleet {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lines(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (String, Verdict)>> {
+    fn lines(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (String, Verdict, Evidence)>> {
         self.lines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn recorded(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, f64>> {
+        self.recorded.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that `node`'s verdict record was judged on hardware evidence reached at `at`
+    /// (unix seconds): a held result without a time of its own takes it.
+    pub fn note_evidence(&self, node: &str, at: f64) {
+        self.recorded().insert(node.to_string(), at);
+        if let Some(held) = self.lock().get_mut(node)
+            && held.last_evidence.is_none()
+        {
+            held.last_evidence = Some(at);
+        }
     }
 
     /// Keeps `latest` for `node` unless a result created later is already held, or `latest`
     /// is simulated and a real result is held (a simulated result never hides real figures).
-    /// A final line already known for the node in the result's validation comes with it.
+    /// A final line already known for the node in the result's validation comes with it; a
+    /// result that is no hardware evidence keeps the time of the node's last hardware evidence
+    /// held before it (of the same kind, real or simulated).
     pub fn update(&self, node: &str, mut latest: NodeLatest) {
         latest.line = self
             .lines()
             .get(node)
-            .filter(|(v, _)| *v == latest.validation)
-            .map(|(_, verdict)| *verdict);
+            .filter(|(v, _, _)| *v == latest.validation)
+            .map(|(_, verdict, evidence)| (*verdict, *evidence));
         let mut map = self.lock();
-        if map.get(node).is_none_or(|held| {
+        let held = map.get(node);
+        if held.is_none_or(|held| {
             held.created <= latest.created && (held.simulated || !latest.simulated)
         }) {
+            if latest.last_evidence.is_none() {
+                latest.last_evidence = held
+                    .filter(|h| h.simulated == latest.simulated)
+                    .and_then(|h| h.last_evidence)
+                    .or_else(|| self.recorded().get(node).copied());
+            }
             map.insert(node.to_string(), latest);
         }
     }
@@ -330,16 +388,25 @@ impl Fleet {
     /// result's verdict. A node whose held result is that validation's is exported with its
     /// line's verdict: a node whose own checks passed but whose fabric failed is never
     /// exported as Pass.
-    pub fn set_lines(&self, validation: &str, lines: &[(String, Verdict)]) {
+    pub fn set_lines(&self, validation: &str, lines: &[(String, Verdict, Evidence)]) {
         let mut known = self.lines();
-        known.retain(|node, (v, _)| v != validation || lines.iter().any(|(n, _)| n == node));
-        for (node, verdict) in lines {
-            known.insert(node.clone(), (validation.to_string(), *verdict));
+        known.retain(|node, (v, _, _)| v != validation || lines.iter().any(|(n, _, _)| n == node));
+        for (node, verdict, evidence) in lines {
+            known.insert(node.clone(), (validation.to_string(), *verdict, *evidence));
         }
         drop(known);
         for (node, held) in self.lock().iter_mut() {
             if held.validation == validation {
-                held.line = lines.iter().find(|(n, _)| n == node).map(|(_, v)| *v);
+                held.line = lines
+                    .iter()
+                    .find(|(n, _, _)| n == node)
+                    .map(|(_, v, e)| (*v, *e));
+                if held
+                    .line
+                    .is_some_and(|(v, e)| !v.passes() && e == Evidence::Hardware)
+                {
+                    held.last_evidence = held.finished.or(held.last_evidence);
+                }
             }
         }
     }
@@ -355,6 +422,7 @@ impl Fleet {
     pub fn retain_nodes(&self, exists: impl Fn(&str) -> bool) {
         self.lock().retain(|node, _| exists(node));
         self.lines().retain(|node, _| exists(node));
+        self.recorded().retain(|node, _| exists(node));
     }
 }
 
@@ -365,7 +433,7 @@ impl Fleet {
 pub fn final_verdicts(
     gv: &gpuval_crds::GpuValidation,
     status: &gpuval_crds::GpuValidationStatus,
-) -> Vec<(String, Verdict)> {
+) -> Vec<(String, Verdict, Evidence)> {
     let mut run = gv.clone();
     run.status = Some(status.clone());
     let trust = gpuval_crds::Trust {
@@ -379,7 +447,7 @@ pub fn final_verdicts(
         .into_iter()
         .filter_map(|node| {
             let line = gpuval_crds::final_line(&run, node, None, trust)?;
-            Some((node.clone(), line.shown(None)))
+            Some((node.clone(), line.shown(None), line.evidence))
         })
         .collect()
 }
@@ -464,11 +532,12 @@ fn write_node(
                 ("node", node),
                 ("validation", n.validation.as_str()),
                 ("verdict", n.shown().as_str()),
+                ("evidence", n.shown_line().1.as_str()),
             ];
             return series(family, &(labels, sim), 1.0);
         }
         "node_last_validated_timestamp_seconds" => {
-            return match n.finished {
+            return match n.last_evidence {
                 Some(t) => series(family, &([("node", node)], sim), t),
                 None => Ok(()),
             };
@@ -532,11 +601,11 @@ fn family_of(f: &HeldFigure) -> Option<&'static str> {
 pub const FLEET_FAMILIES: [(&str, &str); 10] = [
     (
         "node_verdict",
-        "Verdict of the node's latest result (1 for its verdict)",
+        "Verdict of the node's final line (1 for its verdict), with the kind of evidence it is (Hardware, Busy, Infrastructure, Configuration, Spec)",
     ),
     (
         "node_last_validated_timestamp_seconds",
-        "When the node's latest result's agent finished, unix seconds",
+        "When the node's last hardware evidence was reached (its agent finished), unix seconds: a busy GPU or infrastructure trouble never refreshes it",
     ),
     (
         "node_nccl_busbw_gbps",
@@ -584,7 +653,7 @@ impl Collector for Fleet {
 fn node_has_family(n: &NodeLatest, name: &str) -> bool {
     match name {
         "node_verdict" => true,
-        "node_last_validated_timestamp_seconds" => n.finished.is_some(),
+        "node_last_validated_timestamp_seconds" => n.last_evidence.is_some(),
         "gpu_verdict" => !n.gpus.is_empty(),
         _ => n.figures.iter().any(|f| family_of(f) == Some(name)),
     }
@@ -725,7 +794,7 @@ mod tests {
             )),
             "{text}"
         );
-        assert!(text.contains(r#"gpuval_node_verdict{node="gpu-a",validation="v2",verdict="Fail",simulated="true"} 1.0"#), "{text}");
+        assert!(text.contains(r#"gpuval_node_verdict{node="gpu-a",validation="v2",verdict="Fail",evidence="Hardware",simulated="true"} 1.0"#), "{text}");
         assert!(
             text.contains(
                 r#"gpuval_p2p_gbps{node="gpu-a",src="0",dst="1",simulated="true"} 390.5"#
@@ -770,7 +839,9 @@ mod tests {
         );
         let text = m.encode();
         assert!(
-            text.contains(r#"validation="real",verdict="Pass",simulated="false""#),
+            text.contains(
+                r#"validation="real",verdict="Pass",evidence="Hardware",simulated="false""#
+            ),
             "{text}"
         );
         assert!(
@@ -803,13 +874,15 @@ mod tests {
             l.simulated = false;
             m.fleet.update(node, l);
         }
-        m.fleet
-            .set_lines("other", &[("vm-2".to_string(), Verdict::Fail)]);
+        m.fleet.set_lines(
+            "other",
+            &[("vm-2".to_string(), Verdict::Fail, Evidence::Hardware)],
+        );
         m.fleet.set_lines(
             "fab",
             &[
-                ("vm-3".to_string(), Verdict::Fail),
-                ("gone".to_string(), Verdict::Fail),
+                ("vm-3".to_string(), Verdict::Fail, Evidence::Hardware),
+                ("gone".to_string(), Verdict::Fail, Evidence::Hardware),
             ],
         );
         let text = m.encode();
@@ -821,6 +894,76 @@ mod tests {
         };
         assert!(verdict_of("vm-3").contains(r#"verdict="Fail""#), "{text}");
         assert!(verdict_of("vm-2").contains(r#"verdict="Pass""#), "{text}");
+    }
+
+    /// Staleness counts from the last hardware evidence: a busy GPU's result (or any other
+    /// finding that is not the hardware's) never refreshes the node's last-validated time, and
+    /// its Error verdict is exported as busy, which the failure alert does not match.
+    #[test]
+    fn a_busy_result_never_refreshes_the_last_validated_time() {
+        let m = Metrics::default();
+        let mut pass = report(4300.0, Verdict::Pass);
+        pass.simulated = false;
+        m.fleet
+            .update("gpu-a", NodeLatest::from_report("v1", "u1", 10, &pass));
+        let mut busy = report(0.0, Verdict::Error);
+        busy.simulated = false;
+        busy.finished_at = "2026-12-01T08:05:00Z".into();
+        busy.failures = vec![gpuval_crds::Reason::new(
+            gpuval_crds::Code::GpuBusy,
+            "GPU0 busy: 70 GiB held",
+        )];
+        m.fleet
+            .update("gpu-a", NodeLatest::from_report("v2", "u2", 20, &busy));
+        let text = m.encode();
+        let pass_at = pass
+            .finished_at
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap()
+            .as_second();
+        assert!(
+            text.contains(&format!(
+                r#"gpuval_node_last_validated_timestamp_seconds{{node="gpu-a",simulated="false"}} {pass_at}.0"#
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"gpuval_node_verdict{node="gpu-a",validation="v2",verdict="Error",evidence="Busy",simulated="false"} 1.0"#),
+            "{text}"
+        );
+        // After a restart the busy result is the first held: the node's record gives the time.
+        let restarted = Metrics::default();
+        restarted
+            .fleet
+            .update("gpu-a", NodeLatest::from_report("v2", "u2", 20, &busy));
+        assert!(
+            !restarted
+                .encode()
+                .contains("gpuval_node_last_validated_timestamp_seconds{"),
+            "no time before the record is read"
+        );
+        restarted.fleet.note_evidence("gpu-a", pass_at as f64);
+        assert!(
+            restarted.encode().contains(&format!(
+                r#"gpuval_node_last_validated_timestamp_seconds{{node="gpu-a",simulated="false"}} {pass_at}.0"#
+            )),
+            "from the record"
+        );
+        // The next hardware verdict moves it on.
+        let mut fail = report(1.0, Verdict::Fail);
+        fail.simulated = false;
+        fail.finished_at = "2026-12-02T08:05:00Z".into();
+        m.fleet
+            .update("gpu-a", NodeLatest::from_report("v3", "u3", 30, &fail));
+        let text = m.encode();
+        assert!(
+            text.contains(r#"gpuval_node_last_validated_timestamp_seconds{node="gpu-a",simulated="false"} 1796198700.0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"verdict="Fail",evidence="Hardware""#),
+            "{text}"
+        );
     }
 
     /// The metrics read the one final line: a fabric-named node is Fail and a busy line Error
@@ -844,8 +987,8 @@ mod tests {
         assert_eq!(
             lines,
             vec![
-                ("vm-1".to_string(), Verdict::Error),
-                ("vm-3".to_string(), Verdict::Fail)
+                ("vm-1".to_string(), Verdict::Error, Evidence::Busy),
+                ("vm-3".to_string(), Verdict::Fail, Evidence::Hardware)
             ]
         );
         let m = Metrics::default();

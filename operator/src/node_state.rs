@@ -335,6 +335,8 @@ pub fn may_act_on(
 pub struct Mark {
     pub labels: BTreeMap<String, String>,
     pub condition: Option<NodeCondition>,
+    /// The `GpuAdmitted` condition ([`with_admission`]).
+    pub admitted: Option<NodeCondition>,
 }
 
 /// The [`Mark`] for `evidence`, keeping the current condition's transition time while its
@@ -378,6 +380,7 @@ pub fn desired(evidence: Option<&Evidence>, current: Option<&NodeCondition>) -> 
     }
     Some(Mark {
         labels: node_labels,
+        admitted: None,
         condition: Some(NodeCondition {
             type_: CONDITION.into(),
             status: status.into(),
@@ -414,6 +417,92 @@ pub fn with_offences(mut mark: Mark, offences: Option<&Offences>) -> Mark {
     mark
 }
 
+/// The reason of a `GpuValidated=Unknown` set by [`with_quiet`].
+pub const NO_RECENT_EVIDENCE: &str = "NoRecentEvidence";
+
+/// `mark` for a node whose record counts `record.quiet` lines in a row without hardware
+/// evidence: from `after` such lines on (0: never), a `True` condition turns `Unknown` (reason
+/// [`NO_RECENT_EVIDENCE`]) naming the last line's kind and what it said, and when and by which
+/// run the last hardware evidence was reached. A standing failure stays `False`; the labels
+/// stay. `current` is the node's condition (an `Unknown` keeps its transition time).
+pub fn with_quiet(
+    mark: Mark,
+    record: &Record,
+    after: u32,
+    current: Option<&NodeCondition>,
+) -> Mark {
+    let mut mark = with_stuck(mark, record);
+    let Some(q) = record
+        .quiet
+        .as_ref()
+        .filter(|q| after > 0 && q.lines >= after)
+    else {
+        return mark;
+    };
+    let Some(c) = mark.condition.as_mut().filter(|c| {
+        c.status == "True"
+            || (c.status == "Unknown" && c.reason.as_deref() == Some(NO_RECENT_EVIDENCE))
+    }) else {
+        return mark;
+    };
+    let at = q.at.parse::<Timestamp>().ok().map(Time);
+    let last = match &record.judged {
+        Some(j) => format!("last hardware evidence {} (GpuValidation {})", j.at, j.run),
+        None => "no hardware evidence recorded".to_string(),
+    };
+    let message = format!(
+        "[{}] {} runs in a row without hardware evidence; {last}; the last, GpuValidation {}: {}",
+        q.category, q.lines, q.run, q.message
+    );
+    c.status = "Unknown".into();
+    c.reason = Some(NO_RECENT_EVIDENCE.into());
+    c.message = Some(gpuval_crds::text::shorten(&message, MAX_MESSAGE));
+    c.last_transition_time = current
+        .filter(|c| c.status == "Unknown")
+        .and_then(|c| c.last_transition_time.clone())
+        .or_else(|| at.clone());
+    c.last_heartbeat_time = at;
+    mark
+}
+
+/// What a stuck GPU's finding leads the condition's message with, and where its words end.
+const STUCK_TAG: &str = "[GpuHeldByNoPod; action ResetGpu]";
+const STUCK_END: &str = ": reset it; ";
+
+/// Runs in a row that find a GPU busy with memory or load no pod holds from which that is a
+/// finding of its own.
+pub const STUCK_AFTER: u32 = 2;
+
+/// `mark` for a node whose newest [`STUCK_AFTER`] lines or more in a row found a GPU busy
+/// with memory or load that no pod holds (`GpuHeldByNoPod`, where the PodResources API is
+/// mounted): a GPU stuck after a fault looks so. Its own finding: the node's action is
+/// `ResetGpu` and the condition's message leads with it; the condition's status stays (it is
+/// no hardware verdict). A node without a condition is left as it is.
+pub fn with_stuck(mut mark: Mark, record: &Record) -> Mark {
+    let Some(q) = record.quiet.as_ref().filter(|q| q.unheld >= STUCK_AFTER) else {
+        return mark;
+    };
+    let Some(c) = mark.condition.as_mut() else {
+        return mark;
+    };
+    mark.labels.insert(
+        labels::ACTION.to_string(),
+        Remedy::ResetGpu.as_str().to_string(),
+    );
+    // Told once: a message that already leads with it (a node kept as it is) keeps its rest.
+    let had = c.message.as_deref().unwrap_or_default();
+    let rest = had
+        .strip_prefix(STUCK_TAG)
+        .and_then(|m| m.split_once(STUCK_END))
+        .map_or(had, |(_, rest)| rest);
+    let message = format!(
+        "{STUCK_TAG} a GPU busy with memory or load that no pod holds in {} runs in a row (the last GpuValidation {}){STUCK_END}{rest}",
+        q.unheld, q.run,
+    );
+    c.message = Some(gpuval_crds::text::shorten(&message, MAX_MESSAGE));
+    mark
+}
+
 /// `GpuValidated=Unknown` for a node without a verdict whose latest line is no hardware
 /// evidence: its reason is the kind of evidence (`Infrastructure`, ...), its message the
 /// line's, which says what to fix. No labels.
@@ -424,6 +513,7 @@ fn unknown(e: &Evidence) -> Mark {
     );
     Mark {
         labels: BTreeMap::new(),
+        admitted: None,
         condition: Some(NodeCondition {
             type_: CONDITION.into(),
             status: "Unknown".into(),
@@ -463,6 +553,7 @@ fn current(node: &Node) -> Mark {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         condition: condition_of(node).cloned(),
+        admitted: admitted_of(node).cloned(),
     }
 }
 
@@ -473,6 +564,69 @@ fn marked(node: &Node) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     format!("{:?}", current(node)).hash(&mut h);
     h.finish()
+}
+
+/// The node's `GpuAdmitted` condition.
+pub fn admitted_of(node: &Node) -> Option<&NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == labels::ADMITTED_CONDITION)
+}
+
+/// The reason of a `GpuAdmitted=Unknown` on a node that only runs whose authors may not admit
+/// nodes passed.
+pub const NOT_ADMITTED: &str = "NotAdmitted";
+
+/// `mark` with what admits a node, from `record.admission` (the last hardware verdict of a run
+/// whose author may admit nodes): the label `gpuval.io/admission` (`Pass`, `Fail`; none before
+/// such a verdict) and the `GpuAdmitted` condition, which follows `GpuValidated` except that
+/// it is `True` only where such a run passed the node (else `Unknown`, reason
+/// [`NOT_ADMITTED`]): another author's pass never admits a node. A node without `GpuValidated`
+/// gets none. `current` is the node's `GpuAdmitted` (its transition time stays while its
+/// status does).
+pub fn with_admission(mut mark: Mark, record: &Record, current: Option<&NodeCondition>) -> Mark {
+    mark.labels.remove(labels::ADMISSION);
+    if let Some(a) = &record.admission {
+        let verdict = if a.passed { "Pass" } else { "Fail" };
+        mark.labels
+            .insert(labels::ADMISSION.to_string(), verdict.to_string());
+    }
+    let admitted = record.admission.as_ref().filter(|a| a.passed);
+    mark.admitted = mark.condition.as_ref().map(|c| {
+        let mut a = c.clone();
+        a.type_ = labels::ADMITTED_CONDITION.into();
+        match (c.status.as_str(), admitted) {
+            ("True", Some(by)) => {
+                a.reason = Some("Admitted".into());
+                a.message = Some(format!(
+                    "admitted: passed GpuValidation {} (a schedule's run, whose author may admit nodes) at {}",
+                    by.run, by.at
+                ));
+            }
+            ("True", None) => {
+                a.status = "Unknown".into();
+                a.reason = Some(NOT_ADMITTED.into());
+                a.message = Some(gpuval_crds::text::shorten(
+                    &format!(
+                        "{}; not admitted: no run whose author may admit nodes (a schedule's, such as an admission run) has passed it",
+                        c.message.as_deref().unwrap_or_default()
+                    ),
+                    MAX_MESSAGE,
+                ));
+            }
+            _ => {}
+        }
+        a.last_transition_time = current
+            .filter(|x| x.status == a.status)
+            .and_then(|x| x.last_transition_time.clone())
+            .or_else(|| c.last_heartbeat_time.clone())
+            .or_else(|| c.last_transition_time.clone());
+        a
+    });
+    mark
 }
 
 /// The node's `GpuValidated` condition.
@@ -526,14 +680,15 @@ pub fn apply_bodies(node: &Node, mark: &Mark) -> (serde_json::Value, serde_json:
     let status = serde_json::json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": identity,
-        "status": {"conditions": mark.condition.iter().collect::<Vec<_>>()},
+        "status": {"conditions": mark.condition.iter().chain(&mark.admitted).collect::<Vec<_>>()},
     });
     (meta, status)
 }
 
 /// The node labels this controller writes (and reads back to compare).
-const OUR_LABELS: [&str; 5] = [
+const OUR_LABELS: [&str; 6] = [
     labels::NODE_VERDICT,
+    labels::ADMISSION,
     labels::VALIDATED_AT,
     labels::ACTION,
     labels::VERDICT_RUN,
@@ -588,6 +743,7 @@ impl Written {
 async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Error> {
     let ctx = &nc.ctx;
     let name = node.name_any();
+    let quiet_after = ctx.cfg.unknown_after_non_evidence;
     // A validation has at most one result a node, named for both: look each up (the cost is
     // the number of validations, not of results).
     let validations = nc.validations.state();
@@ -616,6 +772,7 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         Some(e) => judge(ctx, &runs, &name, e, &mut record).await?,
         None => None,
     };
+    note_quiet(ctx, &name, &mut record, &lines);
     let other = newest(
         &lines
             .iter()
@@ -640,10 +797,13 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
             None => Some(Mark {
                 labels: BTreeMap::new(),
                 condition: None,
+                admitted: None,
             }),
         })
         .map(|m| with_offences(m, offences.as_ref()))
-        .map(|m| with_runs_under_way(m, &runs_under_way(&runs, &name)));
+        .map(|m| with_quiet(m, &record, quiet_after, condition_of(&node)))
+        .map(|m| with_runs_under_way(m, &runs_under_way(&runs, &name)))
+        .map(|m| with_admission(m, &record, admitted_of(&node)));
     if let Some(want) = want.filter(|w| *w != current(&node)) {
         tracing::info!(
             node = %name,
@@ -680,6 +840,31 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         Some(left) => Action::requeue(left + Duration::from_secs(1)),
         None => Action::await_change(),
     })
+}
+
+/// Tells the metrics when `node`'s record says its last hardware verdict was reached (the
+/// staleness metric counts from it where the newest result is no hardware evidence).
+fn note_evidence(ctx: &Ctx, node: &str, record: &Record) {
+    let at = record
+        .judged
+        .as_ref()
+        .and_then(|j| j.at.parse::<Timestamp>().ok());
+    if let Some(at) = at {
+        ctx.metrics
+            .fleet
+            .note_evidence(node, at.as_millisecond() as f64 / 1000.0);
+    }
+}
+
+/// Counts `node`'s final lines without hardware evidence into `record` ([`Record::note_quiet`]),
+/// and tells the metrics when its last hardware evidence was reached.
+fn note_quiet(ctx: &Ctx, node: &str, record: &mut Record, lines: &[Evidence]) {
+    note_evidence(ctx, node, record);
+    if record.note_quiet(lines)
+        && let Some(q) = record.quiet.as_ref()
+    {
+        tracing::info!(node, lines = q.lines, run = %q.run, category = %q.category, "a final line without hardware evidence");
+    }
 }
 
 /// The failure marks and device taints `shown` (the hardware news the node's state now shows;
@@ -801,6 +986,9 @@ async fn judge(
             at: e.at.to_string(),
             on_failure: e.on_failure,
         });
+        if by_schedule(run) {
+            record.admit(e, false);
+        }
         return Ok(Some(e.clone()));
     }
     let gpus: BTreeSet<String> = report
@@ -815,6 +1003,9 @@ async fn judge(
         at: e.at,
     };
     let (cleared, stand) = record.pass(&pass);
+    if pass.by_schedule {
+        record.admit(e, record.failures.is_empty());
+    }
     for f in &cleared {
         tracing::info!(node, run = %e.validation, failed_run = %f.run, "a pass that covers the failure clears it");
     }
@@ -1435,6 +1626,7 @@ mod tests {
     fn a_run_under_way_is_told_in_the_message_and_changes_nothing_else() {
         let mark = Mark {
             labels: BTreeMap::new(),
+            admitted: None,
             condition: Some(NodeCondition {
                 message: Some("passed GpuValidation keep".into()),
                 ..c_at("True", "2026-11-23T00:30:00Z")
@@ -1582,6 +1774,203 @@ mod tests {
         };
         let unknown = desired(Some(&busy), None).expect("Unknown");
         assert_eq!(with_offences(unknown.clone(), Some(&offences)), unknown);
+    }
+
+    /// `GpuAdmitted` is `True` only where a run whose author may admit nodes passed the node;
+    /// another author's pass leaves it `Unknown` (NotAdmitted) and the node without the
+    /// admission label; a failure is `False` in both conditions.
+    #[test]
+    fn only_an_admit_capable_pass_admits() {
+        let e = |run: &str, at: &str, passed: bool| Evidence {
+            validation: run.into(),
+            at: ts(at),
+            passed,
+            category: Category::Hardware,
+            reason: if passed { "Passed" } else { "Failed" }.into(),
+            message: String::new(),
+            action: Remedy::None,
+            codes: String::new(),
+            on_failure: gpuval_crds::NodeAction::None,
+            run_created: None,
+        };
+        let trivial = e("trivial", "2026-11-23T01:00:00Z", true);
+        let mut record = Record::default();
+        record.judge(&trivial);
+        let shown = desired(Some(&trivial), None).expect("a pass");
+        let m = with_admission(shown.clone(), &record, None);
+        let a = m.admitted.clone().expect("GpuAdmitted");
+        assert_eq!(
+            (a.type_.as_str(), a.status.as_str(), a.reason.as_deref()),
+            ("GpuAdmitted", "Unknown", Some(NOT_ADMITTED))
+        );
+        assert!(!m.labels.contains_key(labels::ADMISSION));
+        assert_eq!(m.condition, shown.condition, "GpuValidated as it was");
+
+        let gate = e("gate-admit-1", "2026-11-23T02:00:00Z", true);
+        record.judge(&gate);
+        record.admit(&gate, true);
+        let shown = desired(Some(&gate), None).expect("a pass");
+        let m = with_admission(shown.clone(), &record, Some(&a));
+        let admitted = m.admitted.clone().expect("GpuAdmitted");
+        assert_eq!(admitted.status, "True");
+        assert!(
+            admitted
+                .message
+                .unwrap_or_default()
+                .contains("gate-admit-1")
+        );
+        assert_eq!(
+            m.labels.get(labels::ADMISSION).map(String::as_str),
+            Some("Pass")
+        );
+        // Still admitted after another author's later pass; its transition time stays.
+        let again = with_admission(shown.clone(), &record, m.admitted.as_ref());
+        assert_eq!(again.admitted, m.admitted);
+
+        let failed = e("trivial", "2026-11-23T03:00:00Z", false);
+        let shown = desired(Some(&failed), None).expect("a failure");
+        let m = with_admission(shown, &record, None);
+        assert_eq!(m.admitted.map(|a| a.status), Some("False".to_string()));
+        assert_eq!(
+            with_admission(
+                Mark {
+                    labels: BTreeMap::new(),
+                    condition: None,
+                    admitted: None
+                },
+                &record,
+                None
+            )
+            .admitted,
+            None
+        );
+    }
+
+    /// A GPU held by no pod in two runs in a row is its own finding: action ResetGpu, the
+    /// message leads with it, the status stays; another line between breaks the streak.
+    #[test]
+    fn a_gpu_held_by_no_pod_in_consecutive_runs_asks_for_a_reset() {
+        let line = |run: &str, at: &str, codes: &str| Evidence {
+            validation: run.into(),
+            at: ts(at),
+            passed: false,
+            category: Category::Busy,
+            reason: "Error".into(),
+            message: "GPU0 busy".into(),
+            action: Remedy::Rerun,
+            codes: codes.into(),
+            on_failure: gpuval_crds::NodeAction::None,
+            run_created: None,
+        };
+        let pass = Evidence {
+            category: Category::Hardware,
+            passed: true,
+            ..line("deep", "2026-11-23T01:00:00Z", "")
+        };
+        let mut record = Record::default();
+        record.judge(&pass);
+        let shown = desired(Some(&pass), None).expect("a pass");
+        record.note_quiet(&[line("n1", "2026-11-24T01:00:00Z", "GpuHeldByNoPod")]);
+        assert_eq!(
+            with_stuck(shown.clone(), &record),
+            shown,
+            "once is no finding"
+        );
+        record.note_quiet(&[line("n2", "2026-11-25T01:00:00Z", "GpuBusy")]);
+        record.note_quiet(&[line("n3", "2026-11-26T01:00:00Z", "GpuHeldByNoPod")]);
+        assert_eq!(with_stuck(shown.clone(), &record), shown, "not in a row");
+        record.note_quiet(&[line("n4", "2026-11-27T01:00:00Z", "GpuHeldByNoPod,GpuBusy")]);
+        let stuck = with_stuck(shown.clone(), &record);
+        assert_eq!(
+            stuck.labels.get(labels::ACTION).map(String::as_str),
+            Some("ResetGpu")
+        );
+        assert_eq!(with_stuck(stuck.clone(), &record), stuck, "told once");
+        let c = stuck.condition.expect("condition");
+        assert_eq!(c.status, "True", "no hardware verdict");
+        let message = c.message.unwrap_or_default();
+        assert!(
+            message.starts_with("[GpuHeldByNoPod; action ResetGpu]") && message.contains("n4"),
+            "{message}"
+        );
+        // Hardware news ends it.
+        record.judge(&Evidence {
+            at: ts("2026-11-28T01:00:00Z"),
+            ..pass
+        });
+        assert_eq!(with_stuck(shown.clone(), &record), shown);
+    }
+
+    /// K lines in a row without hardware evidence, set by the administrator, turn a `True`
+    /// condition `Unknown` naming the last line and the last hardware evidence; each line is
+    /// counted once; a standing failure stays `False`; 0 is off; hardware news ends the streak.
+    #[test]
+    fn a_streak_of_lines_without_evidence_turns_a_pass_unknown() {
+        let line = |run: &str, at: &str, category: Category| Evidence {
+            validation: run.into(),
+            at: ts(at),
+            passed: category == Category::Hardware,
+            category,
+            reason: "Error".into(),
+            message: format!("{run} said so"),
+            action: Remedy::Rerun,
+            codes: String::new(),
+            on_failure: gpuval_crds::NodeAction::None,
+            run_created: None,
+        };
+        let pass = line("deep", "2026-11-23T01:00:00Z", Category::Hardware);
+        let mut record = Record::default();
+        record.judge(&pass);
+        let shown = desired(Some(&pass), None).expect("a pass");
+        let busy1 = line("n1", "2026-11-24T01:00:00Z", Category::Busy);
+        let early = line("old", "2026-11-22T01:00:00Z", Category::Infrastructure);
+        assert!(record.note_quiet(&[pass.clone(), busy1.clone(), early]));
+        assert!(
+            !record.note_quiet(std::slice::from_ref(&busy1)),
+            "counted once"
+        );
+        assert_eq!(record.quiet.as_ref().map(|q| q.lines), Some(1));
+        assert_eq!(with_quiet(shown.clone(), &record, 2, None), shown, "1 < 2");
+        let busy2 = line("n2", "2026-11-25T01:00:00Z", Category::Infrastructure);
+        assert!(record.note_quiet(&[busy1, busy2]));
+        assert_eq!(with_quiet(shown.clone(), &record, 0, None), shown, "off");
+        let quiet = with_quiet(shown.clone(), &record, 2, shown.condition.as_ref());
+        let c = quiet.condition.clone().expect("condition");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("Unknown", Some(NO_RECENT_EVIDENCE))
+        );
+        let message = c.message.unwrap_or_default();
+        for want in [
+            "2 runs in a row",
+            "Infrastructure",
+            "n2 said so",
+            "2026-11-23T01:00:00Z",
+        ] {
+            assert!(message.contains(want), "{want}: {message}");
+        }
+        assert_eq!(
+            c.last_transition_time,
+            Some(Time(ts("2026-11-25T01:00:00Z")))
+        );
+        assert_eq!(quiet.labels, shown.labels, "the labels stay");
+        // Already Unknown: its transition time stays.
+        let again = with_quiet(shown.clone(), &record, 2, quiet.condition.as_ref());
+        assert_eq!(again, quiet);
+        // A standing failure stays False.
+        let failed = Evidence {
+            passed: false,
+            ..pass.clone()
+        };
+        let shown_failed = desired(Some(&failed), None).expect("a failure");
+        assert_eq!(
+            with_quiet(shown_failed.clone(), &record, 2, None),
+            shown_failed
+        );
+        // Hardware news ends the streak.
+        record.judge(&line("deep", "2026-11-26T01:00:00Z", Category::Hardware));
+        assert_eq!(record.quiet, None);
+        assert_eq!(with_quiet(shown.clone(), &record, 2, None), shown);
     }
 
     #[test]

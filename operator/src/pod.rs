@@ -483,6 +483,7 @@ pub fn agent_pod(gv: &GpuValidation, node: &str, gpus: i32, cfg: &OperatorConfig
         spec: Some(PodSpec {
             restart_policy: Some("Never".into()),
             service_account_name: Some(cfg.agent_service_account.clone()),
+            priority_class_name: cfg.agent_priority_class.clone(),
             termination_grace_period_seconds: Some(30),
             affinity: Some(pinned_to(node)),
             tolerations: Some(tolerations(cfg)),
@@ -519,6 +520,30 @@ mod tests {
             .capabilities
             .as_ref()
             .unwrap()
+    }
+
+    /// The administrator's PriorityClass goes on every agent pod; none set, the pod names none
+    /// (the cluster's default) and an invalid name is refused at start.
+    #[test]
+    fn agent_pods_carry_the_administrators_priority_class() {
+        let cfg = OperatorConfig::default();
+        let spec = agent_pod(&gv(), "gpu-a", 8, &cfg).spec.unwrap();
+        assert_eq!(spec.priority_class_name, None);
+        let cfg = OperatorConfig {
+            agent_priority_class: Some("gpu-validation".into()),
+            ..OperatorConfig::default()
+        };
+        let spec = agent_pod(&gv(), "gpu-a", 8, &cfg).spec.unwrap();
+        assert_eq!(spec.priority_class_name.as_deref(), Some("gpu-validation"));
+        assert!(cfg.validate().is_ok());
+        let bad = OperatorConfig {
+            agent_priority_class: Some("Not A Name".into()),
+            ..OperatorConfig::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(crate::config::ConfigError::PriorityClass(_))
+        ));
     }
 
     #[test]

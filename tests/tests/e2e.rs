@@ -306,7 +306,7 @@ async fn metrics_match_the_results(client: &Client, op: &OperatorHandle) {
         series_value(
             &text,
             "gpuval_node_verdict",
-            r#"node="gpu-b",validation="bad-gpu",verdict="Fail",simulated="true""#
+            r#"node="gpu-b",validation="bad-gpu",verdict="Fail",evidence="Hardware",simulated="true""#
         ),
         Some(1.0)
     );
@@ -314,7 +314,7 @@ async fn metrics_match_the_results(client: &Client, op: &OperatorHandle) {
         series_value(
             &text,
             "gpuval_node_verdict",
-            r#"node="gpu-a",validation="bad-gpu",verdict="Pass",simulated="true""#
+            r#"node="gpu-a",validation="bad-gpu",verdict="Pass",evidence="Hardware",simulated="true""#
         ),
         Some(1.0)
     );

@@ -66,8 +66,13 @@ fn example(kind: &str) -> Value {
 #[test]
 fn every_example_reads_the_condition_as_the_operator_writes_it() {
     let condition = gpuval_operator::node_state::CONDITION;
+    // The readiness rule admits: it reads GpuAdmitted, which only a run whose author may
+    // admit nodes turns True (issue 52, point 4).
     let nrr = example("NodeReadinessRule");
-    assert_eq!(nrr["spec"]["conditions"][0]["type"], condition);
+    assert_eq!(
+        nrr["spec"]["conditions"][0]["type"],
+        gpuval_crds::labels::ADMITTED_CONDITION
+    );
     assert_eq!(nrr["spec"]["conditions"][0]["requiredStatus"], "True");
     assert_eq!(nrr["spec"]["enforcementMode"], "bootstrap-only");
     let mhc = example("MachineHealthCheck");

@@ -395,6 +395,7 @@ async fn marks_for_a_node_read_before_it_was_deleted_create_nothing() {
     let mark = gpuval_operator::node_state::Mark {
         labels: [(labels::NODE_VERDICT.to_string(), "Pass".to_string())].into(),
         condition: None,
+        admitted: None,
     };
     let (meta, status) = gpuval_operator::node_state::apply_bodies(&old, &mark);
     let pp = PatchParams::apply(gpuval_operator::context::FIELD_MANAGER).force();

@@ -298,3 +298,147 @@ async fn the_condition_keeps_its_status_through_a_re_run_and_a_deletion() {
         "while the re-run is under way the message says so: {seen:?}"
     );
 }
+
+/// The same simulated GPUs, GPU 0 held by a process that is not the agent's: busy.
+const SIM_BUSY: &str = "gpus=2,model=H200,timescale=0.001,proc=0:4242:python3:10240";
+
+/// No evidence for too long is a signal (issue 52, point 5): with the administrator's
+/// `unknownAfterNonEvidence: 2`, one busy run leaves the pass as it is, the second in a row turns
+/// `GpuValidated` `Unknown` (reason `NoRecentEvidence`, naming the busy run and the last
+/// hardware evidence), and the next hardware pass sets it `True` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_streak_turns_the_condition_unknown_where_the_administrator_asks() {
+    let node = "gpu-q";
+    let c = Cluster::start(NS, &[node.to_string()], 2).await;
+    let mut cfg = test_config(NS, SIM);
+    cfg.simulated_acts_on_nodes = true;
+    cfg.unknown_after_non_evidence = 2;
+    let _op = OperatorHandle::start(c.client.clone(), cfg);
+    let spec = json!({"checks": {"memory": {"fraction": 0.1}}});
+    assert_eq!(
+        phase(&run(&c, "base", spec.clone()).await),
+        Some(Phase::Passed)
+    );
+    nodes::wait_node(&c.client, node, "GpuValidated=True", LONG, |n| {
+        condition(n).is_some_and(|c| c.status == "True")
+    })
+    .await;
+
+    c.kubelet.set_node_env(node, "GPUVAL_SIMULATE", SIM_BUSY);
+    assert_ne!(
+        phase(&run(&c, "busy-1", spec.clone()).await),
+        Some(Phase::Passed)
+    );
+    let once = nodes::wait_node(&c.client, node, "one busy line counted", LONG, |n| {
+        record(n)["quiet"]["lines"] == 1
+    })
+    .await;
+    assert_eq!(
+        condition(&once).map(|c| c.status.as_str()),
+        Some("True"),
+        "one busy run is no signal: {:?}",
+        condition(&once)
+    );
+    assert_ne!(
+        phase(&run(&c, "busy-2", spec.clone()).await),
+        Some(Phase::Passed)
+    );
+    let quiet = nodes::wait_node(&c.client, node, "GpuValidated=Unknown", LONG, |n| {
+        condition(n).is_some_and(|c| c.status == "Unknown")
+    })
+    .await;
+    let cond = condition(&quiet).cloned().unwrap_or_default();
+    assert_eq!(cond.reason.as_deref(), Some("NoRecentEvidence"), "{cond:?}");
+    let message = cond.message.unwrap_or_default();
+    for want in ["2 runs in a row", "Busy", "busy-2", "GpuValidation base"] {
+        assert!(message.contains(want), "{want}: {message}");
+    }
+    assert_eq!(
+        label(&quiet, labels::NODE_VERDICT),
+        Some("Pass"),
+        "the labels stay"
+    );
+
+    // Hardware evidence again: True, and the streak is over.
+    c.kubelet.set_node_env(node, "GPUVAL_SIMULATE", SIM);
+    assert_eq!(
+        phase(
+            &run(
+                &c,
+                "base",
+                json!({"checks": {"memory": {"fraction": 0.1}}, "deadline": "11m"})
+            )
+            .await
+        ),
+        Some(Phase::Passed)
+    );
+    // (The record is written after the condition: wait for both.)
+    nodes::wait_node(&c.client, node, "True again, the streak over", LONG, |n| {
+        condition(n).is_some_and(|c| c.status == "True") && record(n)["quiet"].is_null()
+    })
+    .await;
+}
+
+fn admitted(n: &Node) -> Option<&NodeCondition> {
+    gpuval_tests::nodes::condition(n, labels::ADMITTED_CONDITION)
+}
+
+/// Admission stays the administrator's (issue 52, point 4), with the cluster's taint
+/// controller (`nodeTaints: cluster`): a pass of a validation any author may write sets
+/// `GpuValidated=True` but leaves `GpuAdmitted` (the condition the Node Readiness Controller
+/// rule reads) `Unknown` and the node without `gpuval.io/admission`, so an `untestedNodes` gate
+/// still tests it; the gate's own pass admits it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_run_whose_author_may_admit_makes_a_node_admitted() {
+    let node = "gpu-u";
+    let c = Cluster::start(NS, &[node.to_string()], 2).await;
+    let mut cfg = test_config(NS, SIM);
+    cfg.simulated_acts_on_nodes = true;
+    cfg.node_taints = gpuval_operator::config::NodeTaints::Cluster;
+    let _op = OperatorHandle::start(c.client.clone(), cfg);
+    let spec = json!({"checks": {"memory": {"fraction": 0.1}}});
+    assert_eq!(
+        phase(&run(&c, "trivial", spec.clone()).await),
+        Some(Phase::Passed)
+    );
+    let seen = nodes::wait_node(&c.client, node, "GpuValidated=True", LONG, |n| {
+        condition(n).is_some_and(|c| c.status == "True") && admitted(n).is_some()
+    })
+    .await;
+    let a = admitted(&seen).cloned().unwrap_or_default();
+    assert_eq!(
+        (a.status.as_str(), a.reason.as_deref()),
+        ("Unknown", Some("NotAdmitted")),
+        "another author's pass never admits: {a:?}"
+    );
+    assert_eq!(label(&seen, labels::ADMISSION), None);
+
+    // The administrator's gate takes the node for untested and admits it.
+    let schedule = json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidationSchedule",
+        "metadata": {"name": "gate"},
+        "spec": {"admission": {"debounce": "1s", "untestedNodes": true}, "template": spec}});
+    Api::<gpuval_crds::GpuValidationSchedule>::all(c.client.clone())
+        .patch(
+            "gate",
+            &kube::api::PatchParams::apply("verdict-record"),
+            &kube::api::Patch::Apply(&schedule),
+        )
+        .await
+        .expect("apply the schedule");
+    // (The record is written after the condition: wait for both.)
+    let admitted_node = nodes::wait_node(&c.client, node, "GpuAdmitted=True", LONG, |n| {
+        admitted(n).is_some_and(|a| a.status == "True") && record(n)["admission"].is_object()
+    })
+    .await;
+    assert_eq!(label(&admitted_node, labels::ADMISSION), Some("Pass"));
+    let by = record(&admitted_node)["admission"]["run"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(by.starts_with("gate-admit-"), "{by}");
+    let a = admitted(&admitted_node).cloned().unwrap_or_default();
+    assert!(
+        a.message.as_deref().is_some_and(|m| m.contains(&by)),
+        "{a:?}"
+    );
+}

@@ -164,10 +164,20 @@ impl BusyLog {
             else {
                 continue;
             };
+            let (holders, no_pod) = held
+                .as_ref()
+                .map(|(p, listed)| who_holds(p, listed, g))
+                .unwrap_or_default();
             let (code, what_to_do) = if allow_shared {
                 (
                     Code::GpuBusyAllowed,
                     "sharing GPUs is allowed, so its figures may reflect the sharing",
+                )
+            } else if no_pod {
+                (
+                    Code::GpuHeldByNoPod,
+                    "its figures are not judged as hardware: free the GPU and rerun (held in \
+                     consecutive runs, it may be stuck after a fault: reset it)",
                 )
             } else {
                 (
@@ -176,10 +186,6 @@ impl BusyLog {
                      on it) and rerun",
                 )
             };
-            let holders = held
-                .as_ref()
-                .map(|(p, listed)| who_holds(p, listed, g))
-                .unwrap_or_default();
             let message = format!(
                 "GPU{} was busy with other work that the agent cannot see as a process (it \
                  runs in its own PID namespace, or NVML withholds it): {}{holders}; {what_to_do}",
@@ -192,26 +198,33 @@ impl BusyLog {
     }
 }
 
-/// `; the kubelet lists pod ml/trainer-0 (container main) holding it`, or why it cannot say.
+/// `; the kubelet lists pod ml/trainer-0 (container main) holding it`, or why it cannot say;
+/// true when the kubelet's list was read and no other pod holds the GPU.
 fn who_holds(
     p: &PodResources,
     listed: &Result<Vec<crate::pod_resources::HeldDevice>, crate::pod_resources::PodResourcesError>,
     g: &GpuReport,
-) -> String {
+) -> (String, bool) {
     let index = u32::try_from(g.index).unwrap_or(u32::MAX);
     match listed {
         Ok(held) => {
             let pods = crate::pod_resources::holders(held, &g.uuid, index, p.own_pod.as_deref());
             match pods.as_slice() {
-                [] => "; the kubelet lists no other pod holding it (the work runs outside \
-                       Kubernetes' device accounting: a host process, or a container given the \
-                       GPU without asking for it)"
-                    .to_string(),
-                [one] => format!("; the kubelet lists pod {one} holding it"),
-                many => format!("; the kubelet lists pods {} holding it", many.join(", ")),
+                [] => (
+                    "; the kubelet lists no other pod holding it (the work runs outside \
+                     Kubernetes' device accounting: a host process, a container given the GPU \
+                     without asking for it, or a GPU stuck after a fault)"
+                        .to_string(),
+                    true,
+                ),
+                [one] => (format!("; the kubelet lists pod {one} holding it"), false),
+                many => (
+                    format!("; the kubelet lists pods {} holding it", many.join(", ")),
+                    false,
+                ),
             }
         }
-        Err(e) => format!("; which pod holds it is unknown: {e}"),
+        Err(e) => (format!("; which pod holds it is unknown: {e}"), false),
     }
 }
 
@@ -510,14 +523,23 @@ mod tests {
         ]);
         assert_eq!(
             who_holds(&p, &listed, &g),
-            "; the kubelet lists pod ml/trainer-0 (container main) holding it"
+            (
+                "; the kubelet lists pod ml/trainer-0 (container main) holding it".to_string(),
+                false
+            )
         );
         let none = Ok(vec![held("gpuval", "agent-n1", "GPU-bbb")]);
-        assert!(who_holds(&p, &none, &g).starts_with("; the kubelet lists no other pod"));
+        let (words, no_pod) = who_holds(&p, &none, &g);
+        assert!(words.starts_with("; the kubelet lists no other pod"));
+        assert!(no_pod, "held by no pod: its own finding");
         let failed = Err(crate::pod_resources::PodResourcesError::Call("boom".into()));
         assert_eq!(
             who_holds(&p, &failed, &g),
-            "; which pod holds it is unknown: the kubelet's PodResources List call failed: boom"
+            (
+                "; which pod holds it is unknown: the kubelet's PodResources List call failed: boom"
+                    .to_string(),
+                false
+            )
         );
     }
 

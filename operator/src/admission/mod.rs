@@ -118,7 +118,9 @@ pub fn node_views(
                 created: n.metadata.creation_timestamp.as_ref()?.0,
                 tainted: has_taint(n, &admission.taint),
                 failed: has_failed_taint(n),
-                has_verdict: n.labels().contains_key(labels::NODE_VERDICT),
+                // Only a verdict of a run whose author may admit nodes: another author's
+                // run never keeps the gate from testing a node.
+                has_verdict: n.labels().contains_key(labels::ADMISSION),
                 name,
             })
         })

@@ -2,7 +2,8 @@
 //! untaint, which failed ones to mark.
 //!
 //! A node waits when the template selects it and it carries the admission taint (or, with
-//! `untestedNodes`, has no verdict label), unless it carries the failure taint (an
+//! `untestedNodes`, has no `gpuval.io/admission` label: no run whose author may admit nodes has
+//! judged it), unless it carries the failure taint (an
 //! administrator removes that to try again) or an admission run already covers it. Waiting
 //! nodes are batched: a run starts once the newest of them has waited `debounce`, or the
 //! oldest [`MAX_DEBOUNCES`] times that (nodes that keep joining never postpone a batch for
@@ -27,7 +28,7 @@ pub struct NodeView {
     pub tainted: bool,
     /// It carries the failure taint (`gpuval.io/failed`).
     pub failed: bool,
-    /// It has a `gpuval.io/verdict` label.
+    /// It has a `gpuval.io/admission` label (a run whose author may admit nodes judged it).
     pub has_verdict: bool,
 }
 
