@@ -233,6 +233,7 @@ mod tests {
             codes: String::new(),
             on_failure: NodeAction::Taint,
             run_created: None,
+            generation: 0,
         }
     }
 

@@ -85,6 +85,9 @@ pub struct Judged {
     pub run: String,
     pub at: String,
     pub passed: bool,
+    /// The run's generation (absent in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
 }
 
 /// A failure on hardware evidence, as the node records it.
@@ -284,12 +287,19 @@ impl Record {
     }
 
     /// True when hardware verdict `e` is news to this record: newer than the verdict it was
-    /// judged on (within the same second, another run's); without a judged verdict, newer
+    /// judged on (within the same second, another validation's or a later generation's of the
+    /// same: the API's times have whole seconds and a quick re-run can end within one); without
+    /// a judged verdict, newer
     /// than `carried` (the `GpuValidated` condition's heartbeat), when the node carries one.
     pub fn is_news(&self, e: &Evidence, carried: Option<Timestamp>) -> bool {
         match &self.judged {
             Some(j) => match j.at.parse::<Timestamp>() {
-                Ok(at) => e.at > at || (e.at == at && e.validation != j.run),
+                Ok(at) => {
+                    e.at > at
+                        || (e.at == at
+                            && (e.validation != j.run
+                                || j.generation.is_some_and(|g| e.generation > g)))
+                }
                 Err(_) => true,
             },
             None => carried.is_none_or(|c| e.at >= c),
@@ -342,6 +352,7 @@ impl Record {
             run: e.validation.clone(),
             at: e.at.to_string(),
             passed,
+            generation: Some(e.generation),
         });
     }
 
@@ -352,6 +363,7 @@ impl Record {
             run: e.validation.clone(),
             at: e.at.to_string(),
             passed: e.passed,
+            generation: Some(e.generation),
         });
     }
 

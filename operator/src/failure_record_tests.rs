@@ -129,6 +129,7 @@ fn only_a_newer_verdict_is_news_and_the_record_reads_back() {
         codes: String::new(),
         on_failure: NodeAction::None,
         run_created: None,
+        generation: 0,
     };
     let mut r = Record::default();
     assert!(r.is_news(&e("a", "2026-12-01T00:00:00Z", true), None));
@@ -146,6 +147,21 @@ fn only_a_newer_verdict_is_news_and_the_record_reads_back() {
         "same second, another run"
     );
     assert!(r.is_news(&e("b", "2026-12-03T00:00:00Z", true), None));
+    // A re-run of the same validation whose verdict lands in the same whole second: its later
+    // generation is news (it was dropped, so a quick re-run could go unjudged).
+    let rerun = Evidence {
+        generation: 1,
+        ..e("b", "2026-12-02T00:00:00Z", true)
+    };
+    assert!(r.is_news(&rerun, None), "same second, a later generation");
+    r.judge(&rerun);
+    assert!(!r.is_news(&rerun, None), "that generation again");
+    // A record written before generations were kept reads as before.
+    let old = Record::parse(Some(
+        r#"{"judged":{"run":"b","at":"2026-12-02T00:00:00Z","passed":false}}"#,
+    ))
+    .expect("an old record");
+    assert!(!old.is_news(&rerun, None));
     r.fail(failure());
     r.fail(failure());
     assert_eq!(r.failures.len(), 1, "one failure a validation");

@@ -28,6 +28,9 @@ pub struct Evidence {
     /// When the validation was created: of two verdicts reached within the same second (the
     /// API's times have whole seconds), the later run's is the newer.
     pub run_created: Option<Timestamp>,
+    /// The run's generation: of two verdicts of one validation reached within the same second,
+    /// a later generation's is news.
+    pub generation: i64,
 }
 
 impl Evidence {
@@ -37,6 +40,7 @@ impl Evidence {
         Some(Evidence {
             on_failure: NodeAction::None,
             run_created: None,
+            generation: 0,
             validation: line.validation.clone(),
             at: line.at?,
             passed: line.passed(),

@@ -291,6 +291,7 @@ pub fn lines_of(
                 return None;
             }
             e.run_created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            e.generation = run.metadata.generation.unwrap_or(0);
             e.on_failure = run
                 .spec
                 .on_failure
@@ -1792,6 +1793,7 @@ mod tests {
             codes: String::new(),
             on_failure: gpuval_crds::NodeAction::None,
             run_created: None,
+            generation: 0,
         };
         let trivial = e("trivial", "2026-11-23T01:00:00Z", true);
         let mut record = Record::default();
@@ -1861,6 +1863,7 @@ mod tests {
             codes: codes.into(),
             on_failure: gpuval_crds::NodeAction::None,
             run_created: None,
+            generation: 0,
         };
         let pass = Evidence {
             category: Category::Hardware,
@@ -1917,6 +1920,7 @@ mod tests {
             codes: String::new(),
             on_failure: gpuval_crds::NodeAction::None,
             run_created: None,
+            generation: 0,
         };
         let pass = line("deep", "2026-11-23T01:00:00Z", Category::Hardware);
         let mut record = Record::default();
@@ -1986,6 +1990,7 @@ mod tests {
             codes: String::new(),
             on_failure: gpuval_crds::NodeAction::None,
             run_created: None,
+            generation: 0,
         };
         let failed = line("deep", "2026-11-23T01:00:00Z", false);
         let shallow = line("nightly", "2026-11-23T02:00:00Z", true);
