@@ -94,10 +94,18 @@ async fn reconcile(gv: Arc<GpuValidation>, ctx: Arc<Ctx>) -> Result<Action, Erro
         for (node, pod) in crate::result_binding::unbound(&gv, &ctx, to_bind.as_ref()) {
             crate::result_binding::bind(&gv, &ctx, &node, &pod).await?;
         }
-        // A result counts only once the operator has read its stored report and found it whole.
-        for name in crate::result_binding::unchecked(&gv, &ctx, to_bind.as_ref()) {
-            crate::result_binding::check(&gv, &ctx, &name).await?;
-        }
+        // A result counts only once the operator has read its stored report and found it whole:
+        // a few reads at once (the write throttle still bounds the rate), so that thousands of
+        // results are not read one round trip after another.
+        let unchecked = crate::result_binding::unchecked(&gv, &ctx, to_bind.as_ref());
+        futures::stream::iter(unchecked)
+            .map(|name| {
+                let (gv, ctx) = (&gv, &ctx);
+                async move { crate::result_binding::check(gv, ctx, &name).await }
+            })
+            .buffer_unordered(crate::result_binding::CHECKS_AT_ONCE)
+            .try_collect::<Vec<()>>()
+            .await?;
     }
     // Only now is the status stored: a run's certificates follow its terminal status.
     let certificates_due = crate::certificate_store::after_terminal(&gv, &ctx, &step.status).await;

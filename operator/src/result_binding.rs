@@ -270,6 +270,9 @@ pub fn unchecked(gv: &GpuValidation, ctx: &Ctx, nodes: Option<&BTreeSet<String>>
         .collect()
 }
 
+/// Results whose stored reports are read and checked at once.
+pub const CHECKS_AT_ONCE: usize = 8;
+
 /// Reads result `name` whole and, when its stored report holds
 /// ([`gpuval_crds::binding::check_report`]), marks it checked now
 /// ([`labels::REPORT_CHECKED`], on the version read): from then on it counts, dated by this
