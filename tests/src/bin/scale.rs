@@ -307,6 +307,12 @@ async fn wait_ready(port: u16) -> Result<(), String> {
     Err("the operator was not ready within 60 s".into())
 }
 
+/// How long the run may take to its verdict: 10 minutes, or 0.3 s a node on larger clusters
+/// (the operator's write throttle creates the pods at a few a second on two cores).
+fn verdict_limit(nodes: usize) -> Duration {
+    Duration::from_secs_f64((nodes as f64 * 0.3).max(600.0))
+}
+
 /// Waits (at most `limit`) until the operator at `port` holds the figures of `nodes` nodes
 /// (`gpuval_fleet_nodes`): it reads each finished result once, in the background, so its
 /// memory is steady only then. Returns how long that took after the call, or None.
@@ -561,11 +567,11 @@ async fn run() -> Result<(), String> {
         .default_backoff()
         .applied_objects()
         .boxed();
-        let deadline = tokio::time::sleep(Duration::from_secs(600));
+        let deadline = tokio::time::sleep(verdict_limit(a.nodes));
         tokio::pin!(deadline);
         loop {
             tokio::select! {
-                _ = &mut deadline => return Err("no verdict within 10 minutes".into()),
+                _ = &mut deadline => return Err(format!("no verdict within {} s", verdict_limit(a.nodes).as_secs()).into()),
                 ev = stream.next() => match ev {
                     Some(Ok(v)) if v.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p.is_terminal()) => break (Instant::now(), v),
                     Some(_) => {}
@@ -579,7 +585,7 @@ async fn run() -> Result<(), String> {
     let churned = churn.stop();
     let at_verdict = proc_stat(pid);
     let heap_at_verdict = heap_kb(metrics_port).await.unwrap_or(0);
-    let figures_after = wait_for_figures(metrics_port, a.nodes, Duration::from_secs(600)).await;
+    let figures_after = wait_for_figures(metrics_port, a.nodes, verdict_limit(a.nodes)).await;
     let end = proc_stat(pid);
     let heap_end = heap_kb(metrics_port).await.unwrap_or(0);
     let _ = op.kill();
