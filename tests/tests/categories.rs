@@ -25,6 +25,26 @@ const PENDING_LIMIT: Duration = Duration::from_secs(3);
 /// below the run's deadline (one hour).
 const WITHIN: Duration = Duration::from_secs(120);
 
+/// Waits for validation `name`'s verdict and gives it with `node`'s line in its status.
+async fn ended_line(
+    c: &Cluster,
+    name: &str,
+    why: &str,
+    node: &str,
+) -> (gpuval_crds::GpuValidation, gpuval_crds::NodeStatus) {
+    let gv = scenario::wait_validation(&c.client, name, WITHIN, why, scenario::terminal)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let status = gv.status.clone().expect("status");
+    let line = status
+        .nodes
+        .iter()
+        .find(|l| l.name == node)
+        .cloned()
+        .unwrap_or_else(|| panic!("no line of {node}: {status:#?}"));
+    (gv, line)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_pending_past_the_limit_ends_its_line_as_infrastructure_before_the_deadline() {
     let c = Cluster::start(NS, &["gpu-a".to_string(), "gpu-b".to_string()], 2).await;
@@ -51,22 +71,9 @@ async fn a_pod_pending_past_the_limit_ends_its_line_as_infrastructure_before_the
         json!({"checks": {"memory": {"fraction": 0.1}}, "deadline": "1h"}),
     )
     .await;
-    let gv = scenario::wait_validation(
-        &c.client,
-        "stuck",
-        WITHIN,
-        "ended before its deadline",
-        scenario::terminal,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    let (gv, line) = ended_line(&c, "stuck", "ended before its deadline", "gpu-b").await;
     let status = gv.status.clone().expect("status");
     assert_eq!(status.phase, Some(Phase::Failed), "{status:#?}");
-    let line = status
-        .nodes
-        .iter()
-        .find(|l| l.name == "gpu-b")
-        .expect("gpu-b's line");
     assert_eq!(line.verdict, NodeVerdict::Error, "{line:#?}");
     assert_eq!(line.evidence, Some(Evidence::Infrastructure), "{line:#?}");
     let message = line.message.as_deref().unwrap_or_default();
@@ -98,22 +105,8 @@ async fn a_busy_gpu_beside_a_slow_one_fails_the_node_on_hardware() {
     let _op = OperatorHandle::start(c.client.clone(), test_config(NS, sim));
     c.apply("busy-and-slow", json!({"checks": {"p2p": {}}}))
         .await;
-    let gv = scenario::wait_validation(
-        &c.client,
-        "busy-and-slow",
-        WITHIN,
-        "finished",
-        scenario::terminal,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    let status = gv.status.clone().expect("status");
-    assert_eq!(status.phase, Some(Phase::Failed), "{status:#?}");
-    let line = status
-        .nodes
-        .iter()
-        .find(|l| l.name == "gpu-a")
-        .expect("gpu-a's line");
+    let (gv, line) = ended_line(&c, "busy-and-slow", "finished", "gpu-a").await;
+    assert_eq!(gv.status.and_then(|s| s.phase), Some(Phase::Failed));
     assert_eq!(line.verdict, NodeVerdict::Failed, "{line:#?}");
     assert_eq!(line.evidence, Some(Evidence::Hardware), "{line:#?}");
     let codes = line.codes.as_deref().unwrap_or_default();
@@ -138,21 +131,7 @@ async fn the_failure_list_never_hides_a_hardware_code_behind_busy_ones() {
     let _op = OperatorHandle::start(c.client.clone(), test_config(NS, &sim));
     c.apply("busy-cap", json!({"checks": {"memory": {"fraction": 0.1}}}))
         .await;
-    let gv = scenario::wait_validation(
-        &c.client,
-        "busy-cap",
-        WITHIN,
-        "finished",
-        scenario::terminal,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    let status = gv.status.clone().expect("status");
-    let line = status
-        .nodes
-        .iter()
-        .find(|l| l.name == "gpu-a")
-        .expect("gpu-a's line");
+    let (_, line) = ended_line(&c, "busy-cap", "finished", "gpu-a").await;
     let codes = line.codes.as_deref().unwrap_or_default();
     assert_eq!(
         line.evidence,

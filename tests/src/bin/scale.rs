@@ -571,7 +571,7 @@ async fn run() -> Result<(), String> {
         tokio::pin!(deadline);
         loop {
             tokio::select! {
-                _ = &mut deadline => return Err(format!("no verdict within {} s", verdict_limit(a.nodes).as_secs()).into()),
+                _ = &mut deadline => return Err(format!("no verdict within {} s", verdict_limit(a.nodes).as_secs())),
                 ev = stream.next() => match ev {
                     Some(Ok(v)) if v.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p.is_terminal()) => break (Instant::now(), v),
                     Some(_) => {}
