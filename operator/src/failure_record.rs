@@ -286,19 +286,19 @@ impl Record {
         }
     }
 
-    /// True when hardware verdict `e` is news to this record: newer than the verdict it was
-    /// judged on (within the same second, another validation's or a later generation's of the
-    /// same: the API's times have whole seconds and a quick re-run can end within one); without
-    /// a judged verdict, newer
+    /// True when hardware verdict `e` is news to this record: a later generation of the
+    /// validation it was judged on (whatever the times say: a result's time has whole seconds,
+    /// a run's end more, and a quick re-run can end within the same second), or newer than the
+    /// verdict it was judged on (within the same second, another validation's); without a
+    /// judged verdict, newer
     /// than `carried` (the `GpuValidated` condition's heartbeat), when the node carries one.
     pub fn is_news(&self, e: &Evidence, carried: Option<Timestamp>) -> bool {
         match &self.judged {
             Some(j) => match j.at.parse::<Timestamp>() {
                 Ok(at) => {
-                    e.at > at
-                        || (e.at == at
-                            && (e.validation != j.run
-                                || j.generation.is_some_and(|g| e.generation > g)))
+                    let later_generation =
+                        e.validation == j.run && j.generation.is_some_and(|g| e.generation > g);
+                    e.at > at || later_generation || (e.at == at && e.validation != j.run)
                 }
                 Err(_) => true,
             },

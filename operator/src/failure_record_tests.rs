@@ -154,6 +154,14 @@ fn only_a_newer_verdict_is_news_and_the_record_reads_back() {
         ..e("b", "2026-12-02T00:00:00Z", true)
     };
     assert!(r.is_news(&rerun, None), "same second, a later generation");
+    let earlier_stamp = Evidence {
+        generation: 1,
+        ..e("b", "2026-12-01T23:59:59Z", true)
+    };
+    assert!(
+        r.is_news(&earlier_stamp, None),
+        "a later generation, whatever its time's precision says"
+    );
     r.judge(&rerun);
     assert!(!r.is_news(&rerun, None), "that generation again");
     // A record written before generations were kept reads as before.

@@ -291,7 +291,14 @@ pub fn lines_of(
                 return None;
             }
             e.run_created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            e.generation = run.metadata.generation.unwrap_or(0);
+            // The generation the line is of: the one the status describes (the spec may have
+            // been edited since).
+            e.generation = run
+                .status
+                .as_ref()
+                .and_then(|st| st.observed_generation)
+                .or(run.metadata.generation)
+                .unwrap_or(0);
             e.on_failure = run
                 .spec
                 .on_failure
