@@ -177,31 +177,7 @@ async fn run(cli: Cli) -> Result<u8> {
             output,
             file,
             exit_code,
-        } => {
-            let format = match &file {
-                Some(path) => cli::file_format(path, output),
-                None => {
-                    cli::report_format(output, std::io::IsTerminal::is_terminal(&std::io::stdout()))
-                }
-            }
-            .map_err(anyhow::Error::msg)?;
-            let doc = load(&client, ns, &name).await?;
-            let text = match format {
-                ReportFormat::Html => gpuval_view::html(&doc),
-                ReportFormat::Markdown => gpuval_view::markdown(&doc),
-                ReportFormat::Json => gpuval_view::json(&doc),
-            };
-            match file {
-                Some(path) => std::fs::write(&path, text)
-                    .with_context(|| format!("writing {}", path.display()))?,
-                None => out(&text)?,
-            }
-            Ok(if exit_code {
-                document_exit(&doc)
-            } else {
-                cli::OK
-            })
-        }
+        } => report(&client, ns, &name, output, file, exit_code).await,
         Command::Diff {
             before,
             after,
@@ -223,11 +199,7 @@ async fn run(cli: Cli) -> Result<u8> {
         Command::Rerun { name, nodes } => rerun(&client, &name, &nodes).await,
         Command::Certificate { name, node, file } => {
             let text = certificate(&client, ns, &name, node.as_deref()).await?;
-            match file {
-                Some(path) => std::fs::write(&path, text)
-                    .with_context(|| format!("writing {}", path.display()))?,
-                None => out(&text)?,
-            }
+            write_to(file.as_deref(), &text)?;
             Ok(cli::OK)
         }
         Command::History { gpu_uuid } => {
@@ -248,6 +220,45 @@ async fn run(cli: Cli) -> Result<u8> {
             Ok(cli::OK)
         }
         Command::Verify { certificate, key } => verify(&certificate, &key),
+    }
+}
+
+/// Writes validation `name`'s report in the format asked for (or its file's), to `file` or
+/// stdout; with `exit_code`, 1 when the run failed.
+async fn report(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    output: Option<ReportFormat>,
+    file: Option<PathBuf>,
+    exit_code: bool,
+) -> Result<u8> {
+    let format = match &file {
+        Some(path) => cli::file_format(path, output),
+        None => cli::report_format(output, std::io::IsTerminal::is_terminal(&std::io::stdout())),
+    }
+    .map_err(anyhow::Error::msg)?;
+    let doc = load(client, ns, name).await?;
+    let text = match format {
+        ReportFormat::Html => gpuval_view::html(&doc),
+        ReportFormat::Markdown => gpuval_view::markdown(&doc),
+        ReportFormat::Json => gpuval_view::json(&doc),
+    };
+    write_to(file.as_deref(), &text)?;
+    Ok(if exit_code {
+        document_exit(&doc)
+    } else {
+        cli::OK
+    })
+}
+
+/// Writes `text` to `file`, or to stdout without one.
+fn write_to(file: Option<&std::path::Path>, text: &str) -> Result<()> {
+    match file {
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+        }
+        None => out(text),
     }
 }
 

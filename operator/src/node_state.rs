@@ -291,14 +291,17 @@ pub fn lines_of(
                 return None;
             }
             e.run_created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            // The generation the line is of: the one the status describes (the spec may have
-            // been edited since).
-            e.generation = run
-                .status
-                .as_ref()
-                .and_then(|st| st.observed_generation)
-                .or(run.metadata.generation)
-                .unwrap_or(0);
+            // The generation the line is of: its result's where it rests on one (a new
+            // generation's status may still show the last one's result), else the one the
+            // status describes (the spec may have been edited since).
+            let rests_on = result.filter(|r| line.result.as_deref() == Some(r.name.as_str()));
+            e.generation = rests_on.map(|r| r.generation).unwrap_or_else(|| {
+                run.status
+                    .as_ref()
+                    .and_then(|st| st.observed_generation)
+                    .or(run.metadata.generation)
+                    .unwrap_or(0)
+            });
             e.on_failure = run
                 .spec
                 .on_failure
@@ -812,30 +815,12 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         .map(|m| with_quiet(m, &record, quiet_after, condition_of(&node)))
         .map(|m| with_runs_under_way(m, &runs_under_way(&runs, &name)))
         .map(|m| with_admission(m, &record, admitted_of(&node)));
-    if let Some(want) = want.filter(|w| *w != current(&node)) {
-        tracing::info!(
-            node = %name,
-            verdict = ?want.labels.get(labels::NODE_VERDICT),
-            category = ?shown.as_ref().map(|e| e.category),
-            repeat_offender = want.labels.contains_key(labels::REPEAT_OFFENDER),
-            "node state"
-        );
-        match write(ctx, &node, &want).await {
-            // The new node, if any, is looked at when it is seen.
-            Err(kube::Error::Api(s)) if gone_or_replaced(&s) => {
-                // Nothing more for the node that was read: no event, no failure marks (written
-                // by name) and no device taints for it.
-                tracing::info!(node = %name, code = s.code, "node gone or created again since it was read; not marked");
-                return Ok(Action::await_change());
-            }
-            other => other?,
-        }
-        if want.labels.contains_key(labels::REPEAT_OFFENDER)
-            && !node.labels().contains_key(labels::REPEAT_OFFENDER)
-        {
-            let note = offences.as_ref().map(Offences::words).unwrap_or_default();
-            node_event(ctx, &node, "RepeatOffender", true, note).await;
-        }
+    if let Some(want) = want.filter(|w| *w != current(&node))
+        && !write_mark(ctx, &node, &want, shown.as_ref(), offences.as_ref()).await?
+    {
+        // Nothing more for the node that was read: no failure marks (written by name) and no
+        // device taints for it; the new node, if any, is looked at when it is seen.
+        return Ok(Action::await_change());
     }
     follow_marks(&nc, &node, shown.as_ref()).await?;
     if record != judged_before {
@@ -848,6 +833,39 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         Some(left) => Action::requeue(left + Duration::from_secs(1)),
         None => Action::await_change(),
     })
+}
+
+/// Writes `want` on `node` (and the RepeatOffender event when it newly marks one); false when
+/// the node is gone or was created again since it was read.
+async fn write_mark(
+    ctx: &Ctx,
+    node: &Node,
+    want: &Mark,
+    shown: Option<&Evidence>,
+    offences: Option<&Offences>,
+) -> Result<bool, Error> {
+    let name = node.name_any();
+    tracing::info!(
+        node = %name,
+        verdict = ?want.labels.get(labels::NODE_VERDICT),
+        category = ?shown.map(|e| e.category),
+        repeat_offender = want.labels.contains_key(labels::REPEAT_OFFENDER),
+        "node state"
+    );
+    match write(ctx, node, want).await {
+        Err(kube::Error::Api(s)) if gone_or_replaced(&s) => {
+            tracing::info!(node = %name, code = s.code, "node gone or created again since it was read; not marked");
+            return Ok(false);
+        }
+        other => other?,
+    }
+    if want.labels.contains_key(labels::REPEAT_OFFENDER)
+        && !node.labels().contains_key(labels::REPEAT_OFFENDER)
+    {
+        let note = offences.map(Offences::words).unwrap_or_default();
+        node_event(ctx, node, "RepeatOffender", true, note).await;
+    }
+    Ok(true)
 }
 
 /// Tells the metrics when `node`'s record says its last hardware verdict was reached (the
