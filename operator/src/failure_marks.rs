@@ -234,6 +234,7 @@ mod tests {
             on_failure: NodeAction::Taint,
             run_created: None,
             generation: 0,
+            uid: None,
         }
     }
 

@@ -88,6 +88,21 @@ pub struct Judged {
     /// The run's generation (absent in records written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+    /// The run's UID (absent in records written before it was kept): with the generation, it
+    /// names the verdict whatever time a reading dates it with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+impl Judged {
+    /// True when `e` is the verdict this one is (the same run's UID and generation, and
+    /// outcome), however its time reads.
+    fn is(&self, e: &Evidence) -> bool {
+        self.uid.is_some()
+            && self.uid == e.uid
+            && self.generation == Some(e.generation)
+            && self.passed == e.passed
+    }
 }
 
 /// A failure on hardware evidence, as the node records it.
@@ -110,6 +125,9 @@ pub struct Failure {
     pub codes: String,
     /// When it was reached (RFC 3339).
     pub at: String,
+    /// The failing run's generation (absent in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
     /// What its `spec.onFailure` asked.
     #[serde(default)]
     pub on_failure: NodeAction,
@@ -294,6 +312,9 @@ impl Record {
     /// than `carried` (the `GpuValidated` condition's heartbeat), when the node carries one.
     pub fn is_news(&self, e: &Evidence, carried: Option<Timestamp>) -> bool {
         match &self.judged {
+            // The same verdict read again, dated otherwise (a line whose result was replaced
+            // by the next generation's is dated by the run's end).
+            Some(j) if j.is(e) => false,
             Some(j) => match j.at.parse::<Timestamp>() {
                 Ok(at) => {
                     let later_generation =
@@ -353,6 +374,7 @@ impl Record {
             at: e.at.to_string(),
             passed,
             generation: Some(e.generation),
+            uid: e.uid.clone(),
         });
     }
 
@@ -364,18 +386,20 @@ impl Record {
             at: e.at.to_string(),
             passed: e.passed,
             generation: Some(e.generation),
+            uid: e.uid.clone(),
         });
     }
 
     /// Records `failure`, in place of an earlier one of the same validation; the same failure
-    /// (same validation and time) judged again stays as first recorded (its depth is the one
-    /// of the spec it ran with, which may have been edited since).
+    /// (same validation, and the same time or generation) judged again stays as first recorded
+    /// (its depth is the one of the spec it ran with, which may have been edited since).
     pub fn fail(&mut self, failure: Failure) {
-        if self
-            .failures
-            .iter()
-            .any(|f| f.validation_uid == failure.validation_uid && f.at == failure.at)
-        {
+        let same = |f: &Failure| {
+            f.validation_uid == failure.validation_uid
+                && (f.at == failure.at
+                    || (f.generation.is_some() && f.generation == failure.generation))
+        };
+        if self.failures.iter().any(same) {
             return;
         }
         self.failures

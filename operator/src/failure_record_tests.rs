@@ -28,6 +28,7 @@ fn failure() -> Failure {
         gpus: vec!["GPU-1".into()],
         codes: "MemoryMismatch".into(),
         at: "2026-12-01T00:00:00Z".into(),
+        generation: None,
         on_failure: NodeAction::Taint,
     }
 }
@@ -120,6 +121,7 @@ fn a_shallower_pass_or_one_on_other_gpus_does_not_cover() {
 fn only_a_newer_verdict_is_news_and_the_record_reads_back() {
     let e = |run: &str, when: &str, passed: bool| Evidence {
         validation: run.into(),
+        uid: None,
         at: at(when),
         passed,
         category: gpuval_crds::Evidence::Hardware,
@@ -177,4 +179,52 @@ fn only_a_newer_verdict_is_news_and_the_record_reads_back() {
     assert_eq!(back, r);
     let carried = Some(at("2026-12-05T00:00:00Z"));
     assert!(!Record::default().is_news(&e("a", "2026-12-01T00:00:00Z", true), carried));
+}
+
+/// A verdict is its validation's (by UID) generation: the same failure read again with another
+/// time (its result replaced by the next generation's, the line is dated by the run's end) is
+/// no news, and judged again it keeps the depth it was first recorded with.
+#[test]
+fn the_same_verdict_dated_again_is_no_news_and_keeps_its_depth() {
+    let line = |when: &str, generation: i64, uid: &str| Evidence {
+        validation: "deep".into(),
+        uid: Some(uid.into()),
+        at: at(when),
+        passed: false,
+        category: gpuval_crds::Evidence::Hardware,
+        reason: "Failed".into(),
+        message: String::new(),
+        action: gpuval_crds::Action::None,
+        codes: "MemoryMismatch".into(),
+        on_failure: NodeAction::Taint,
+        run_created: None,
+        generation,
+    };
+    let mut r = Record::default();
+    let first = line("2026-12-01T00:00:00Z", 1, "u-deep");
+    r.judge(&first);
+    r.fail(Failure {
+        generation: Some(1),
+        ..failure()
+    });
+    let dated_by_its_end = line("2026-12-01T00:00:03Z", 1, "u-deep");
+    assert!(!r.is_news(&dated_by_its_end, None), "the same verdict");
+    assert!(
+        r.is_news(&line("2026-12-01T00:00:03Z", 2, "u-deep"), None),
+        "the next generation"
+    );
+    assert!(
+        r.is_news(&line("2026-12-01T00:00:03Z", 1, "u-again"), None),
+        "a validation created again under the name"
+    );
+    let shallow = depth(json!({"fraction": 0.1}), json!({"duration": "1m"}));
+    r.fail(Failure {
+        generation: Some(1),
+        at: "2026-12-01T00:00:03Z".into(),
+        depth: shallow,
+        ..failure()
+    });
+    assert_eq!(r.failures.len(), 1);
+    assert_eq!(r.failures[0].depth, deep(), "first recorded depth kept");
+    assert_eq!(r.failures[0].at, "2026-12-01T00:00:00Z");
 }

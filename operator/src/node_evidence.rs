@@ -10,6 +10,9 @@ use k8s_openapi::jiff::Timestamp;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evidence {
     pub validation: String,
+    /// The validation's UID (None where the reading does not know it): with the generation,
+    /// which verdict this is, whatever time the reading dates it with.
+    pub uid: Option<String>,
     pub at: Timestamp,
     pub passed: bool,
     /// What the verdict rests on: only [`Category::Hardware`] changes the node's labels and
@@ -41,6 +44,7 @@ impl Evidence {
             on_failure: NodeAction::None,
             run_created: None,
             generation: 0,
+            uid: None,
             validation: line.validation.clone(),
             at: line.at?,
             passed: line.passed(),

@@ -291,6 +291,7 @@ pub fn lines_of(
                 return None;
             }
             e.run_created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            e.uid = run.metadata.uid.clone();
             // The generation the line is of: its result's where it rests on one (a new
             // generation's status may still show the last one's result), else the one the
             // status describes (the spec may have been edited since).
@@ -929,20 +930,31 @@ async fn follow_marks(
 
 /// The line of `lines` that `record` stands on: its newest standing failure, else the verdict
 /// it was judged on; None when that line is gone (its run deleted or pruned, or running again).
+/// A line is the one recorded when its run, outcome and time agree, or its run's UID and
+/// generation (a reading may date the same verdict otherwise).
 pub fn basis(record: &Record, lines: &[Evidence]) -> Option<Evidence> {
-    let find = |run: &str, at: &str, passed: bool| {
+    let find = |run: &str, at: &str, passed: bool, id: (Option<&str>, Option<i64>)| {
+        let same = |e: &Evidence| {
+            e.at.to_string() == at
+                || matches!(id, (Some(uid), Some(g)) if e.uid.as_deref() == Some(uid) && e.generation == g)
+        };
         lines
             .iter()
             .filter(|e| e.is_hardware() && e.passed == passed)
-            .find(|e| e.validation == run && e.at.to_string() == at)
+            .find(|e| e.validation == run && same(e))
             .cloned()
     };
     match record.failures.last() {
-        Some(f) => find(&f.run, &f.at, false),
+        Some(f) => find(
+            &f.run,
+            &f.at,
+            false,
+            (Some(f.validation_uid.as_str()), f.generation),
+        ),
         None => record
             .judged
             .as_ref()
-            .and_then(|j| find(&j.run, &j.at, j.passed)),
+            .and_then(|j| find(&j.run, &j.at, j.passed, (j.uid.as_deref(), j.generation))),
     }
 }
 
@@ -1010,6 +1022,7 @@ async fn judge(
             gpus: gpus.into_iter().map(|g| g.uuid).collect(),
             codes: e.codes.clone(),
             at: e.at.to_string(),
+            generation: Some(e.generation),
             on_failure: e.on_failure,
         });
         if by_schedule(run) {
@@ -1819,6 +1832,7 @@ mod tests {
             on_failure: gpuval_crds::NodeAction::None,
             run_created: None,
             generation: 0,
+            uid: None,
         };
         let trivial = e("trivial", "2026-11-23T01:00:00Z", true);
         let mut record = Record::default();
@@ -1889,6 +1903,7 @@ mod tests {
             on_failure: gpuval_crds::NodeAction::None,
             run_created: None,
             generation: 0,
+            uid: None,
         };
         let pass = Evidence {
             category: Category::Hardware,
@@ -1946,6 +1961,7 @@ mod tests {
             on_failure: gpuval_crds::NodeAction::None,
             run_created: None,
             generation: 0,
+            uid: None,
         };
         let pass = line("deep", "2026-11-23T01:00:00Z", Category::Hardware);
         let mut record = Record::default();
@@ -2016,6 +2032,7 @@ mod tests {
             on_failure: gpuval_crds::NodeAction::None,
             run_created: None,
             generation: 0,
+            uid: None,
         };
         let failed = line("deep", "2026-11-23T01:00:00Z", false);
         let shallow = line("nightly", "2026-11-23T02:00:00Z", true);
@@ -2029,14 +2046,42 @@ mod tests {
             gpus: Vec::new(),
             codes: String::new(),
             at: failed.at.to_string(),
+            generation: None,
             on_failure: gpuval_crds::NodeAction::None,
         });
         let lines = vec![failed.clone(), shallow.clone()];
-        assert_eq!(basis(&record, &lines), Some(failed), "the standing failure");
+        assert_eq!(
+            basis(&record, &lines),
+            Some(failed.clone()),
+            "the standing failure"
+        );
         assert_eq!(
             basis(&record, std::slice::from_ref(&shallow)),
             None,
             "its run is gone"
+        );
+        // The same failure dated by its run's end (its result replaced by the next
+        // generation's) is still the one recorded, by its run's UID and generation.
+        record.failures[0].generation = Some(1);
+        let dated_again = Evidence {
+            uid: Some("u".into()),
+            generation: 1,
+            at: ts("2026-11-23T01:00:04Z"),
+            ..failed.clone()
+        };
+        assert_eq!(
+            basis(&record, &[dated_again.clone(), shallow.clone()]),
+            Some(dated_again.clone()),
+            "the same verdict, dated otherwise"
+        );
+        let next = Evidence {
+            generation: 2,
+            ..dated_again
+        };
+        assert_eq!(
+            basis(&record, &[next, shallow.clone()]),
+            None,
+            "another generation"
         );
         record.failures.clear();
         assert_eq!(

@@ -21,6 +21,7 @@ pub struct OperatorHandle {
 
 impl OperatorHandle {
     pub fn start(client: Client, cfg: OperatorConfig) -> Self {
+        test_log();
         let metrics = Arc::new(Metrics::default());
         let ready = Arc::new(AtomicBool::new(false));
         let (tx, rx) = oneshot::channel::<()>();
@@ -81,4 +82,20 @@ pub fn test_config(namespace: &str, simulate: &str) -> OperatorConfig {
         concurrency: 4,
         ..Default::default()
     }
+}
+
+/// With `GPUVAL_TEST_LOG` set (an `EnvFilter`, e.g. `info,kube=warn`), the in-process
+/// operator's tracing goes to the test's captured output, shown when the test fails. Set once
+/// a test process; off by default.
+fn test_log() {
+    let Ok(filter) = std::env::var("GPUVAL_TEST_LOG") else {
+        return;
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A second call in the same process finds the subscriber set: nothing to do.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
 }
