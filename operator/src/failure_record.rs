@@ -327,6 +327,14 @@ impl Record {
         }
     }
 
+    /// True when hardware verdict `e` is in this record: judged on it or on a newer verdict (or,
+    /// never judged, older than `carried`), or holding it as a standing failure. Until then the
+    /// run that reached it is kept (a deletion would lose a failure no node recorded).
+    pub fn took_in(&self, e: &Evidence, carried: Option<Timestamp>) -> bool {
+        let holds = |f: &Failure| e.uid.as_deref() == Some(f.validation_uid.as_str());
+        !self.is_news(e, carried) || self.failures.iter().any(holds)
+    }
+
     /// Counts the lines of `lines` without hardware evidence that are newer than both the
     /// verdict this record was judged on and the newest line counted before (each line once,
     /// oldest first); true when it counted any.

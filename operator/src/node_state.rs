@@ -958,6 +958,39 @@ pub fn basis(record: &Record, lines: &[Evidence]) -> Option<Evidence> {
     }
 }
 
+/// True while a node that run `gv` failed on hardware evidence (a listed line: passes need no
+/// keeping) has not taken that failure into its record ([`Record::took_in`], read from the
+/// node cache): deleting the run then could lose the failure.
+pub fn failure_unrecorded(ctx: &Ctx, gv: &GpuValidation) -> bool {
+    let Some(status) = gv.status.as_ref() else {
+        return false;
+    };
+    let run = gv.name_any();
+    let policy = Policy::of(&ctx.cfg);
+    status
+        .nodes
+        .iter()
+        .filter(|l| l.verdict.is_final() && l.verdict != gpuval_crds::NodeVerdict::Passed)
+        .any(|l| {
+            // A node gone has nothing to record.
+            let Some(node) = ctx.nodes.get(&ObjectRef::new(&l.name)) else {
+                return false;
+            };
+            let result = result_of(ctx, &run, &l.name);
+            let record = record_of(&node);
+            let carried = carried(condition_of(&node));
+            lines_of(
+                &l.name,
+                &[(gv, result.as_ref())],
+                policy,
+                &Incarnation::of(&node),
+            )
+            .iter()
+            .filter(|e| e.is_hardware() && !e.passed)
+            .any(|e| !record.took_in(e, carried))
+        })
+}
+
 /// The verdict record node `node` carries (an unreadable one counts as empty, logged).
 fn record_of(node: &Node) -> Record {
     let annotation = node

@@ -149,3 +149,68 @@ pub async fn tainted_node(client: &Client, name: &str, key: &str, limit: Duratio
         .await
         .expect("node ready");
 }
+
+/// Makes the API server refuse, for now, every update of a Node that adds the failure taint
+/// (a ValidatingAdmissionPolicy and its binding), once it is in force (tried in dry runs on a
+/// probe node without GPUs, which no run selects); returns the binding's name, to lift the
+/// refusal by deleting it.
+pub async fn refuse_failure_taints(client: &Client, limit: Duration) -> String {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use kube::api::{Patch, PatchParams};
+    const NAME: &str = "test-refuse-failure-taint";
+    const PROBE: &str = "policy-probe";
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &gpu_node(PROBE, 0, &[]))
+        .await
+        .expect("the probe node");
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": NAME},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["nodes"]}]},
+            "validations": [{
+                "expression": "!(has(object.spec.taints) && object.spec.taints.exists(t, t.key == 'gpuval.io/failed')) || (has(oldObject.spec.taints) && oldObject.spec.taints.exists(t, t.key == 'gpuval.io/failed'))",
+                "message": "test: the API server refuses the failure taint for now"}]}
+    }))
+    .expect("policy");
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the policy");
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": NAME},
+        "spec": {"policyName": NAME, "validationActions": ["Deny"]}
+    }))
+    .expect("binding");
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create the binding");
+    crate::waits::until("the policy in force", limit, || async {
+        let probe = serde_json::json!({"spec": {"taints": [{"key": gpuval_crds::labels::FAILED_NODE, "value": "probe", "effect": "NoSchedule"}]}});
+        let refused = nodes
+            .patch(PROBE, &PatchParams::default().dry_run(), &Patch::Merge(&probe))
+            .await
+            .err()
+            .is_some_and(|e| e.to_string().contains("refuses the failure taint"));
+        refused.then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    NAME.into()
+}
+
+/// Lifts a refusal [`refuse_failure_taints`] made (deletes its binding).
+pub async fn lift_refusal(client: &Client, binding: &str) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .delete(binding, &Default::default())
+        .await
+        .expect("lift the refusal");
+}

@@ -817,3 +817,161 @@ async fn validations_whose_names_read_alike_with_a_node_get_their_own_pods_and_r
             .unwrap_or_else(|err| panic!("{validation} on {node}: its agent pod {pod}: {err}"));
     }
 }
+
+fn failure_tainted(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == gpuval_crds::labels::FAILED_NODE))
+}
+
+fn verdict_of(n: &Node) -> (Option<String>, Option<String>, Option<String>) {
+    let l = n.labels();
+    let cond = nodes::condition(n, "GpuValidated").map(|c| c.status.clone());
+    (
+        l.get(gpuval_crds::labels::NODE_VERDICT).cloned(),
+        l.get(gpuval_crds::labels::VERDICT_RUN).cloned(),
+        cond,
+    )
+}
+
+/// A schedule's history through a failure (issue 52): with `failedHistoryLimit: 0` the failing
+/// run is kept until the node recorded its failure (here held back by the API server refusing
+/// the failure taint), then pruned; the older pass of the same schedule clears nothing; the next
+/// run of the schedule, as deep, passing on repaired GPUs, returns the node to service; and the
+/// older pass then pruned by `successfulHistoryLimit` changes nothing, not even the
+/// condition's transition time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_s_pruned_failure_stands_until_its_next_pass_covers_it() {
+    use gpuval_crds::labels;
+    let node = "gpu-h";
+    let e = env(&[node]).await;
+    let nodes_api: Api<Node> = Api::all(e.client.clone());
+    let validations: Api<GpuValidation> = Api::all(e.client.clone());
+    apply_schedule(
+        &e.client,
+        "nightly",
+        json!({"schedule": "0 * * * *", "successfulHistoryLimit": 1, "failedHistoryLimit": 0,
+            "template": {"checks": {"memory": {"fraction": 0.1}}, "onFailure": {"action": "Taint"}}}),
+    )
+    .await;
+    let first = run_name("nightly", advance_to_next(&e, "nightly").await);
+    wait(validations.clone(), &first, 120, "finished", terminal).await;
+    let passed_first = labels::node_value(&first);
+    nodes::wait_node(
+        &e.client,
+        node,
+        "labelled Pass",
+        Duration::from_secs(120),
+        {
+            let passed_first = passed_first.clone();
+            move |n| verdict_of(n).1.as_deref() == Some(passed_first.as_str())
+        },
+    )
+    .await;
+
+    // GPU 1 goes bad, and the API server refuses the failure taint for now: the next run
+    // fails, and the history keeps it (failedHistoryLimit 0) while the node has not recorded
+    // its failure.
+    let refusal = nodes::refuse_failure_taints(&e.client, Duration::from_secs(120)).await;
+    e.kubelet.set_node_env(
+        node,
+        "GPUVAL_SIMULATE",
+        "gpus=8,model=H200,timescale=0.02,fail=memory@1",
+    );
+    let failing = run_name("nightly", advance_to_next(&e, "nightly").await);
+    let failing_label = labels::node_value(&failing);
+    wait(validations.clone(), &failing, 120, "finished", terminal).await;
+    let schedules: Api<GpuValidationSchedule> = Api::all(e.client.clone());
+    let last = failing.clone();
+    wait(
+        schedules,
+        "nightly",
+        60,
+        "its status names the failing run",
+        schedule_status(move |s| {
+            s.last_validation.as_deref() == Some(last.as_str())
+                && s.last_verdict == Some(Phase::Failed)
+        }),
+    )
+    .await;
+    let held = nodes_api.get(node).await.expect("node");
+    assert!(
+        runs_of(&e.client, "nightly").await.contains(&failing),
+        "a failure no node recorded is kept: {:?}",
+        held.annotations().get("gpuval.io/verdict-record")
+    );
+    // Taken: the node records the failure, is tainted, and then the run is pruned.
+    nodes::lift_refusal(&e.client, &refusal).await;
+    nodes::wait_node(
+        &e.client,
+        node,
+        "tainted by the failing run",
+        Duration::from_secs(120),
+        {
+            let failing_label = failing_label.clone();
+            move |n| {
+                failure_tainted(n) && verdict_of(n).1.as_deref() == Some(failing_label.as_str())
+            }
+        },
+    )
+    .await;
+    gpuval_tests::waits::until_gone(&validations, &failing, Duration::from_secs(120))
+        .await
+        .unwrap_or_else(|e| panic!("the failing run is pruned: {e}"));
+    // The older pass of the same schedule is still there, and clears nothing.
+    assert_eq!(runs_of(&e.client, "nightly").await, vec![first.clone()]);
+    let after_prune = nodes_api.get(node).await.expect("node");
+    assert!(failure_tainted(&after_prune), "{:?}", after_prune.spec);
+    assert_eq!(
+        verdict_of(&after_prune),
+        (
+            Some("Fail".into()),
+            Some(failing_label.clone()),
+            Some("False".into())
+        )
+    );
+
+    // Repaired: the schedule's next run, as deep, passes and returns the node to service.
+    e.kubelet.set_node_env(node, "GPUVAL_SIMULATE", SIM);
+    let repaired = run_name("nightly", advance_to_next(&e, "nightly").await);
+    let repaired_label = labels::node_value(&repaired);
+    let back = nodes::wait_node(
+        &e.client,
+        node,
+        "returned to service",
+        Duration::from_secs(120),
+        {
+            let repaired_label = repaired_label.clone();
+            move |n| {
+                !failure_tainted(n)
+                    && verdict_of(n)
+                        == (
+                            Some("Pass".into()),
+                            Some(repaired_label.clone()),
+                            Some("True".into()),
+                        )
+            }
+        },
+    )
+    .await;
+    let since =
+        nodes::condition(&back, "GpuValidated").and_then(|c| c.last_transition_time.clone());
+    // successfulHistoryLimit 1: the first pass goes; the node keeps what it carries.
+    gpuval_tests::waits::until_gone(&validations, &first, Duration::from_secs(120))
+        .await
+        .unwrap_or_else(|e| panic!("the older pass is pruned: {e}"));
+    let kept = nodes_api.get(node).await.expect("node");
+    assert_eq!(
+        verdict_of(&kept),
+        (
+            Some("Pass".into()),
+            Some(repaired_label),
+            Some("True".into())
+        )
+    );
+    assert_eq!(
+        nodes::condition(&kept, "GpuValidated").and_then(|c| c.last_transition_time.clone()),
+        since
+    );
+}

@@ -20,9 +20,6 @@ use gpuval_crds::{Phase, labels};
 use gpuval_tests::nodes;
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::scenario::Cluster;
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -82,70 +79,13 @@ async fn node_events(client: &Client, node: &str, reason: &str) -> Vec<String> {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Makes the API server refuse, for now, every update of a Node that adds the failure taint
-/// (a ValidatingAdmissionPolicy and its binding); the binding's name, to lift it by deleting it.
-async fn refuse_failure_taints(client: &Client) -> String {
-    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "test-refuse-failure-taint"},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                "operations": ["UPDATE"], "resources": ["nodes"]}]},
-            "validations": [{
-                "expression": "!(has(object.spec.taints) && object.spec.taints.exists(t, t.key == 'gpuval.io/failed')) || (has(oldObject.spec.taints) && oldObject.spec.taints.exists(t, t.key == 'gpuval.io/failed'))",
-                "message": "test: the API server refuses the failure taint for now"}]}
-    }))
-    .expect("policy");
-    Api::<ValidatingAdmissionPolicy>::all(client.clone())
-        .create(&PostParams::default(), &policy)
-        .await
-        .expect("create the policy");
-    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": "test-refuse-failure-taint"},
-        "spec": {"policyName": "test-refuse-failure-taint", "validationActions": ["Deny"]}
-    }))
-    .expect("binding");
-    let api = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
-    api.create(&PostParams::default(), &binding)
-        .await
-        .expect("create the binding");
-    // In force once a taint edit is refused (tried in dry runs: nothing is written).
-    let nodes: Api<Node> = Api::all(client.clone());
-    gpuval_tests::waits::until("the policy in force", LONG, || async {
-        let probe = json!({"spec": {"taints": [{"key": labels::FAILED_NODE, "value": "probe", "effect": "NoSchedule"}]}});
-        let refused = nodes
-            .patch(
-                "policy-probe",
-                &PatchParams::default().dry_run(),
-                &Patch::Merge(&probe),
-            )
-            .await
-            .err()
-            .is_some_and(|e| e.to_string().contains("refuses the failure taint"));
-        refused.then_some(())
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    "test-refuse-failure-taint".into()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_node_is_tainted_until_it_holds_and_returns_to_service_on_a_pass() {
     let node = "gpu-r";
     let c = Cluster::start(NS, &[node.to_string()], 2).await;
     c.kubelet
         .set_node_env(node, "GPUVAL_SIMULATE", SIM_GPU1_BAD);
-    // A probe node the policy is tried on, without GPUs (no run selects it).
-    let api: Api<Node> = Api::all(c.client.clone());
-    api.create(
-        &PostParams::default(),
-        &nodes::gpu_node("policy-probe", 0, &[]),
-    )
-    .await
-    .expect("the probe node");
-    let binding = refuse_failure_taints(&c.client).await;
+    let binding = nodes::refuse_failure_taints(&c.client, LONG).await;
     let _op = operator(&c.client);
     c.apply(
         "burn",
@@ -161,10 +101,7 @@ async fn a_failed_node_is_tainted_until_it_holds_and_returns_to_service_on_a_pas
     .await;
     assert_eq!(failure_taint(&refused), None);
     // Once the API server takes it, the operator's next try writes it.
-    Api::<ValidatingAdmissionPolicyBinding>::all(c.client.clone())
-        .delete(&binding, &Default::default())
-        .await
-        .expect("lift the refusal");
+    nodes::lift_refusal(&c.client, &binding).await;
     let failed = nodes::wait_node(&c.client, node, "tainted gpuval.io/failed", LONG, |n| {
         failure_taint(n).is_some()
     })

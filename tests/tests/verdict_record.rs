@@ -4,6 +4,7 @@
 //! - a failure on hardware evidence stands through a shallower re-run that passes (the taint,
 //!   the Fail label and `GpuValidated=False` stay) until a pass of the same depth clears it,
 //!   and the `ReturnedToService` event names that run;
+//! - a pass that turns the failed code down (a severity override) clears nothing;
 //! - deleting the failing run lets no older pass resurface, and a pass of another validation
 //!   (no schedule's, not the same) does not clear the failure;
 //! - `GpuValidated` never blinks: through a re-run and the deletion of the run that set it, the
@@ -171,6 +172,59 @@ async fn a_shallow_re_run_that_passes_never_clears_a_deep_failure() {
     assert_eq!(condition(&back).map(|c| c.status.as_str()), Some("True"));
     let notes = node_events(&c.client, node, "ReturnedToService").await;
     assert!(notes.iter().all(|n| n.contains("deep")), "{notes:?}");
+}
+
+/// A re-run as deep as the failing run that passes only because it turns the failed code down
+/// (a severity override) proves nothing about the memory: the failure stands, with the GPU
+/// still bad and after the override is dropped again on a repaired one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_that_overrides_the_failed_code_clears_nothing() {
+    let node = "gpu-o";
+    let c = Cluster::start(NS, &[node.to_string()], 2).await;
+    c.kubelet
+        .set_node_env(node, "GPUVAL_SIMULATE", SIM_GPU1_BAD);
+    let _op = operator(&c.client);
+    let memory = json!({"checks": {"memory": {"fraction": 0.2}}, "onFailure": {"action": "Taint"}});
+    assert_eq!(
+        phase(&run(&c, "strict", memory.clone()).await),
+        Some(Phase::Failed)
+    );
+    nodes::wait_node(&c.client, node, "tainted and recorded", LONG, |n| {
+        failure_taint(n) && !record(n)["failures"].is_null()
+    })
+    .await;
+
+    // The same depth with MemoryMismatch turned down to a warning: the run passes on the same
+    // bad GPU, and clears nothing.
+    let mut lenient = memory.clone();
+    lenient["severityOverrides"] = json!([{"code": "MemoryMismatch", "severity": "Warn"}]);
+    assert_eq!(
+        phase(&run(&c, "strict", lenient).await),
+        Some(Phase::Passed)
+    );
+    let seen = nodes::wait_node(&c.client, node, "the lenient pass judged", LONG, |n| {
+        judged(n).is_some_and(|(_, _, passed)| passed) || !failure_taint(n)
+    })
+    .await;
+    assert_failed(&seen, "strict", "a pass with the failed code overridden");
+    assert_eq!(
+        record(&seen)["failures"][0]["run"],
+        "strict",
+        "{}",
+        record(&seen)
+    );
+
+    // Repaired, and the same spec without the override: that pass covers it.
+    c.kubelet.set_node_env(node, "GPUVAL_SIMULATE", SIM);
+    let mut again = memory;
+    again["deadline"] = json!("11m");
+    assert_eq!(phase(&run(&c, "strict", again).await), Some(Phase::Passed));
+    nodes::wait_node(&c.client, node, "returned to service", LONG, |n| {
+        !failure_taint(n)
+            && label(n, labels::NODE_VERDICT) == Some("Pass")
+            && record(n)["failures"].is_null()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

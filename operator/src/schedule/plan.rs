@@ -34,6 +34,9 @@ pub struct Run {
     pub created: Timestamp,
     /// Its phase (None before the operator first wrote its status).
     pub phase: Option<Phase>,
+    /// True while a node it gave a hardware verdict has not taken that verdict into its record
+    /// yet: deleting the run then could lose a failure, so the history keeps it a while.
+    pub unrecorded: bool,
 }
 
 impl Run {
@@ -148,8 +151,17 @@ pub fn idle_nodes(load: &NodeLoad) -> (Vec<String>, Vec<SkippedNode>) {
     (idle, skipped)
 }
 
+/// How soon a schedule is looked at again while a finished run waits for the nodes' records.
+pub const RECORD_WAIT: Duration = Duration::from_secs(5);
+
+/// The most runs past the limits the history keeps for nodes that have not recorded their
+/// failures (a node-state controller that cannot write keeps no history growing for ever).
+pub const MAX_UNRECORDED_KEPT: usize = 3;
+
 /// The finished runs past the history limits, oldest first: passed runs beyond
-/// `successful` and other finished runs beyond `failed`, counting from the newest.
+/// `successful` and other finished runs beyond `failed`, counting from the newest; the newest
+/// [`MAX_UNRECORDED_KEPT`] of them whose failure a node has not recorded yet
+/// ([`Run::unrecorded`]) are kept until it has.
 pub fn prune_history(runs: &[Run], successful: i32, failed: i32) -> Vec<String> {
     let mut finished: Vec<&Run> = runs.iter().filter(|r| r.finished()).collect();
     finished.sort_by_key(|r| std::cmp::Reverse(r.scheduled_at.unwrap_or(r.created)));
@@ -160,7 +172,23 @@ pub fn prune_history(runs: &[Run], successful: i32, failed: i32) -> Vec<String> 
     let mut out: Vec<&Run> = passed.into_iter().skip(keep(successful)).collect();
     out.extend(other.into_iter().skip(keep(failed)));
     out.sort_by_key(|r| r.scheduled_at.unwrap_or(r.created));
-    out.into_iter().map(|r| r.name.clone()).collect()
+    let kept: Vec<&str> = out
+        .iter()
+        .rev()
+        .filter(|r| r.unrecorded)
+        .take(MAX_UNRECORDED_KEPT)
+        .map(|r| r.name.as_str())
+        .collect();
+    for r in out
+        .iter()
+        .filter(|r| r.unrecorded && !kept.contains(&r.name.as_str()))
+    {
+        tracing::warn!(run = %r.name, "pruned past the history limit although a node has not recorded its failure ({MAX_UNRECORDED_KEPT} newer ones are kept for that)");
+    }
+    out.into_iter()
+        .filter(|r| !kept.contains(&r.name.as_str()))
+        .map(|r| r.name.clone())
+        .collect()
 }
 
 /// The newest finished run (by scheduled or creation time).
@@ -235,13 +263,14 @@ pub fn plan_with(
     );
     plan.delete.extend(deleted);
     finish_status(&mut status, runs, &plan);
+    let held = runs.iter().any(|r| r.finished() && r.unrecorded);
     plan.requeue_after = Some(
         status
             .next_schedule_time
             .as_ref()
             .map(|t| until(now, t.0))
             .unwrap_or(IDLE_REQUEUE)
-            .min(IDLE_REQUEUE),
+            .min(if held { RECORD_WAIT } else { IDLE_REQUEUE }),
     );
     plan.status = status;
     plan
@@ -350,6 +379,7 @@ mod tests {
             scheduled_at: Some(ts(at)),
             created: ts(at),
             phase,
+            unrecorded: false,
         }
     }
 
@@ -436,6 +466,15 @@ mod tests {
             run("r6", "2026-11-23T06:00:00Z", Some(Phase::Running)),
         ];
         assert_eq!(prune_history(&runs, 2, 1), vec!["r1", "r2"]);
+        // A failure no node has recorded yet stays until one has.
+        let mut waiting = runs.clone();
+        waiting[3].unrecorded = true;
+        assert_eq!(prune_history(&waiting, 0, 0), vec!["r1", "r2", "r3", "r5"]);
+        // At most a few such runs are kept: the oldest go.
+        for r in &mut waiting {
+            r.unrecorded = true;
+        }
+        assert_eq!(prune_history(&waiting, 0, 0), vec!["r1", "r2"]);
         assert_eq!(
             prune_history(&runs, 0, 0),
             vec!["r1", "r2", "r3", "r4", "r5"]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use gpuval_crds::{GpuValidation, GpuValidationSchedule, NodeName, labels};
+use gpuval_crds::{GpuValidation, GpuValidationSchedule, NodeName, Phase, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::jiff::Timestamp;
@@ -73,7 +73,7 @@ async fn fresh_runs(
 }
 
 /// A run as [`plan`] sees it; its scheduled time comes from its annotation.
-fn run_of(v: &GpuValidation) -> Run {
+fn run_of(v: &GpuValidation, ctx: &Ctx) -> Run {
     let scheduled_at = v
         .annotations()
         .get(labels::SCHEDULED_AT)
@@ -87,6 +87,12 @@ fn run_of(v: &GpuValidation) -> Run {
             .as_ref()
             .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
         phase: v.status.as_ref().and_then(|s| s.phase),
+        unrecorded: v
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(Phase::is_terminal)
+            && crate::node_state::failure_unrecorded(ctx, v),
     }
 }
 
@@ -347,7 +353,7 @@ async fn reconcile(s: Arc<GpuValidationSchedule>, sc: Arc<ScheduleCtx>) -> Resul
         Some(_) => fresh_runs(&s, ctx).await?,
         None => owned_runs(&s, &sc.runs),
     };
-    let runs: Vec<Run> = owned.iter().map(|v| run_of(v)).collect();
+    let runs: Vec<Run> = owned.iter().map(|v| run_of(v, ctx)).collect();
     let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
     let load = match (s.spec.idle_only, plan::slot_due(&s, now)) {
         (true, Some(_)) => node_load(&s, ctx, &nodes).await.or_else(forbidden_load)?,
