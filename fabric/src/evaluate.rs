@@ -70,7 +70,8 @@ impl Evidence {
 pub struct Evidence {
     pub round: u32,
     pub kind: FabricKind,
-    /// What was short, in words (`312.0 GB/s below 350`).
+    /// What was short, in words: the measurement, its figure and its floor
+    /// (`NCCL bus bandwidth 312.0 GB/s below 350`).
     pub why: String,
     /// Every member of the group, this node included (shared by all members' evidence, so a
     /// screening group of N nodes costs N pointers, not N² names).
@@ -337,7 +338,9 @@ fn shortfall(
             let floor = settings.nccl_min_bus_gbps?;
             match min(|o| o.bus_gbps) {
                 None => Some("no bus bandwidth reported".into()),
-                Some(bw) if bw < floor => Some(format!("{bw:.1} GB/s below {floor}")),
+                Some(bw) if bw < floor => {
+                    Some(format!("NCCL bus bandwidth {bw:.1} GB/s below {floor}"))
+                }
                 Some(_) => None,
             }
         }

@@ -427,7 +427,7 @@ fn named_by(node: &str, st: &crate::Standing, kind: FabricKind, ev: &Evaluation)
         FabricKind::Tcp => "TCP pairs",
     };
     Some(format!(
-        "in {} of {} {kind_name} {}; partners {}{more} passed elsewhere",
+        "in {} of {} {kind_name} ({}); partners {}{more} passed elsewhere",
         damning.len(),
         st.short.len(),
         first.why,
@@ -548,6 +548,16 @@ fn tcp_min(history: &History<'_>, states: &BTreeMap<String, NodeState>) -> Optio
     min
 }
 
+/// What fell short for the first of `nodes` (the measurement, its figure and floor, beside
+/// whom), as ` (node: why)`; empty where it has no words.
+fn first_why(c: &Conclusion, nodes: &[String]) -> String {
+    let why = nodes.first().and_then(|n| match c.nodes.get(n) {
+        Some(NodeFabric::Failed(w) | NodeFabric::Suspect(w)) => Some((n, w)),
+        _ => None,
+    });
+    why.map(|(n, w)| format!(" ({n}: {w})")).unwrap_or_default()
+}
+
 fn message(c: &Conclusion, rounds: usize) -> String {
     let failed = c.failed();
     let (suspects, more) = c.suspects();
@@ -560,9 +570,10 @@ fn message(c: &Conclusion, rounds: usize) -> String {
     }
     if !failed.is_empty() {
         parts.push(format!(
-            "{} node(s) at fault after {rounds} round(s): {}",
+            "{} node(s) at fault after {rounds} round(s): {}{}",
             failed.len(),
-            failed.join(", ")
+            failed.join(", "),
+            first_why(c, &failed)
         ));
     }
     let lost = c.lost();
@@ -580,8 +591,9 @@ fn message(c: &Conclusion, rounds: usize) -> String {
             String::new()
         };
         parts.push(format!(
-            "not localized: {}{extra} fell short beside nodes never cleared",
-            suspects.join(", ")
+            "not localized: {}{extra} fell short beside nodes never cleared{}",
+            suspects.join(", "),
+            first_why(c, &suspects)
         ));
     }
     for f in &c.between {

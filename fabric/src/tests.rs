@@ -143,6 +143,15 @@ fn two_nodes_below_the_floor_are_suspects_not_blamed() {
     assert_eq!(c.suspects().0, nodes);
     assert_eq!(rounds.len(), 1, "nothing to pair them with");
     assert!(c.message.contains("not localized"), "{}", c.message);
+    // What fell short, in the validation's own message: the measurement, figure and floor.
+    assert!(
+        c.message.contains(&format!(
+            "({}: short in fabric round 1 (NCCL bus bandwidth ",
+            nodes[0]
+        )) && c.message.contains("GB/s below 350"),
+        "{}",
+        c.message
+    );
 }
 
 #[test]

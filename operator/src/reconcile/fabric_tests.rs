@@ -210,7 +210,7 @@ fn the_slow_node_is_named_failed_and_acted_on() {
     let msg = line.message.as_deref().unwrap();
     assert!(msg.starts_with("fabric: in "), "{msg}");
     assert!(
-        msg.contains("NCCL groups 120.0 GB/s below 350; partners gpu-"),
+        msg.contains("NCCL groups (NCCL bus bandwidth 120.0 GB/s below 350); partners gpu-"),
         "{msg}"
     );
     assert!(msg.ends_with("passed elsewhere"), "{msg}");
