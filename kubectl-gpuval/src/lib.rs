@@ -29,6 +29,18 @@ pub fn document(gv: &GpuValidation, results: &[GpuNodeResult]) -> Document {
         .map(|r| {
             let mut entry = node_entry(r);
             entry.line = line_view(gv, &r.spec.node_name, Some(r));
+            // No report yet: what the status says of the node is why (an agent pod that
+            // cannot be scheduled, an image that cannot be pulled).
+            let listed = status.nodes.iter().find(|l| l.name == r.spec.node_name);
+            if let (None, None, Some(l)) =
+                (&r.status, gpuval_crds::binding::closed(&r.metadata), listed)
+                && let Some(why) = l.message.as_deref().filter(|m| !m.is_empty())
+            {
+                entry.message = Some(format!(
+                    "{}: {why} (the agent has not stored its report yet)",
+                    l.verdict.as_str()
+                ));
+            }
             entry
         })
         .collect();
@@ -234,6 +246,39 @@ mod tests {
         waiting.status = None;
         assert_eq!(
             node_entry(&waiting).message.as_deref(),
+            Some("the agent has not stored its report yet")
+        );
+    }
+
+    /// A node whose agent has stored no report says why, where the status does: its agent pod
+    /// cannot be scheduled (issue 56: `status` said only "not stored yet").
+    #[test]
+    fn a_node_without_a_report_says_what_the_status_says_of_it() {
+        let mut gv: GpuValidation = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+            "metadata": {"name": "v", "uid": "u1", "generation": 1},
+            "spec": {"checks": {}},
+            "status": {"observedGeneration": 1, "phase": "Running",
+                       "nodes": [{"name": "a", "verdict": "Pending", "gpus": 8,
+                                  "message": "Unschedulable: cannot allocate all claims"}]}
+        }))
+        .expect("validation");
+        let mut waiting = result("a", 1, "u1", Verdict::Pass);
+        waiting.status = None;
+        let doc = document(&gv, std::slice::from_ref(&waiting));
+        let message = doc.nodes[0].message.clone().unwrap_or_default();
+        assert!(
+            message.contains("Unschedulable: cannot allocate all claims")
+                && message.contains("not stored its report yet"),
+            "{message}"
+        );
+        // Without a word in the status, it says only that.
+        if let Some(st) = gv.status.as_mut() {
+            st.nodes[0].message = None;
+        }
+        let doc = document(&gv, std::slice::from_ref(&waiting));
+        assert_eq!(
+            doc.nodes[0].message.as_deref(),
             Some("the agent has not stored its report yet")
         );
     }
