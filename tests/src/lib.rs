@@ -24,6 +24,7 @@ pub mod audit;
 pub mod auth;
 pub mod bench;
 pub mod binaries;
+pub mod browser;
 pub mod chart;
 pub mod crds;
 pub mod dra;

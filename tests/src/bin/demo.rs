@@ -227,9 +227,6 @@ async fn run(dir: &Path) -> Result<(), String> {
         }
     }
     show_node_signals(&cp, &client, &kubelet, &example).await?;
-    let kc = dir.join("kubeconfig");
-    std::fs::copy(cp.kubeconfig(), &kc).map_err(|e| format!("copy kubeconfig: {e}"))?;
-    let kubectl = cp.tool("kubectl").map_err(|e| e.to_string())?;
     let plugin_dir = match std::env::var_os("GPUVAL_PLUGIN_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => gpuval_tests::binaries::workspace_binary("kubectl-gpuval", "kubectl-gpuval")?
@@ -237,6 +234,10 @@ async fn run(dir: &Path) -> Result<(), String> {
             .map(Path::to_path_buf)
             .ok_or("the plugin binary has no directory")?,
     };
+    show_fabric(&cp, &client, &kubelet, &plugin_dir).await?;
+    let kc = dir.join("kubeconfig");
+    std::fs::copy(cp.kubeconfig(), &kc).map_err(|e| format!("copy kubeconfig: {e}"))?;
+    let kubectl = cp.tool("kubectl").map_err(|e| e.to_string())?;
     print!("{}", next_steps(&kc, &kubectl, &plugin_dir, !exit_at_once));
     print!(
         "{}",
@@ -339,6 +340,145 @@ async fn show_node_signals(
         "GpuValidated flipped to True (its SINCE moved); a controller that owns taints, such as the Node Readiness Controller, reads it: docs/node-signals.md"
     );
     Ok(())
+}
+
+/// The node the fabric step adds, whose simulated fabric is planted slow for the second run.
+const SLOW_NIC_NODE: &str = "gpu-node-d";
+/// The fabric runs' nodes (gpu-node-c's GPU fault would keep it out of the fabric).
+const FABRIC_NODES: [&str; 3] = ["gpu-node-a", "gpu-node-b", SLOW_NIC_NODE];
+
+/// The fabric runs' spec: each node's memory, then one NCCL all-reduce across the nodes and a
+/// TCP pair per node (the TCP floor fits loopback on a busy laptop; the demo has no RDMA).
+fn fabric_spec() -> serde_json::Value {
+    serde_json::json!({
+        "nodeNames": FABRIC_NODES,
+        "checks": {"memory": {"fraction": 0.1}},
+        "fabric": {"nccl": {"minBusBandwidthGbps": 350},
+                   "tcp": {"streams": 2, "duration": "1s", "minGbps": 1},
+                   "roundTimeout": "60s"},
+    })
+}
+
+/// Two fabric validations over [`FABRIC_NODES`]: `fabric-pass` on healthy nodes, then
+/// `fabric-fault` after a slow NIC is planted on [`SLOW_NIC_NODE`] (simulated NCCL bus
+/// bandwidth 40 GB/s against a 350 floor): the fabric test splits the group until it names
+/// that node. Shown as `kubectl get gpuval -o wide` and `kubectl gpuval status` show them; with
+/// `GPUVAL_DEMO_REPORTS=DIR` their HTML reports are written there too (the demo's test reads
+/// them in a browser).
+async fn show_fabric(
+    cp: &ControlPlane,
+    client: &kube::Client,
+    kubelet: &FakeKubelet,
+    plugin_dir: &Path,
+) -> Result<(), String> {
+    nodes::create_gpu_node(
+        client,
+        SLOW_NIC_NODE,
+        8,
+        &[("nvidia.com/gpu.present", "true")],
+    )
+    .await
+    .map_err(|e| format!("create node {SLOW_NIC_NODE}: {e}"))?;
+    nodes::wait_node_ready(client, SLOW_NIC_NODE, Duration::from_secs(60)).await?;
+    println!(
+        "
+The fabric between nodes: {SLOW_NIC_NODE} joins; a validation over {} with a fabric test (NCCL across the nodes, a TCP pair per node):",
+        FABRIC_NODES.join(", ")
+    );
+    println!(
+        "$ kubectl apply -f - <<EOF  # fabric-pass\n{}\nEOF",
+        fabric_spec()
+    );
+    run_to_verdict(client, "fabric-pass", fabric_spec()).await?;
+    kubelet.set_node_env(
+        SLOW_NIC_NODE,
+        "GPUVAL_SIMULATE",
+        &format!("{HEALTHY},net=40"),
+    );
+    println!(
+        "{SLOW_NIC_NODE}'s NIC is planted slow (simulated NCCL bus bandwidth 40 GB/s, the floor 350); the same spec again as fabric-fault:"
+    );
+    run_to_verdict(client, "fabric-fault", fabric_spec()).await?;
+    println!(
+        "\n$ kubectl get gpuval -o wide\n{}",
+        kubectl(cp, &["get", "gpuval", "-o", "wide"])?
+    );
+    println!(
+        "$ kubectl gpuval status fabric-fault\n{}",
+        plugin(cp, plugin_dir, &["status", "fabric-fault"])?
+    );
+    if let Some(reports) = std::env::var_os("GPUVAL_DEMO_REPORTS") {
+        let reports = PathBuf::from(reports);
+        for name in ["fabric-pass", "fabric-fault"] {
+            let file = reports.join(format!("{name}.html"));
+            let path = file.to_string_lossy().into_owned();
+            plugin(cp, plugin_dir, &["report", name, "-o", "html", "-f", &path])?;
+            println!("wrote {path}");
+        }
+    }
+    Ok(())
+}
+
+/// Applies validation `name` with `spec` and prints its progress until it ends.
+async fn run_to_verdict(
+    client: &kube::Client,
+    name: &str,
+    spec: serde_json::Value,
+) -> Result<(), String> {
+    let api: Api<GpuValidation> = Api::all(client.clone());
+    let doc = serde_json::json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+        "metadata": {"name": name}, "spec": spec});
+    api.patch(
+        name,
+        &PatchParams::apply("gpuval-demo"),
+        &Patch::Apply(&doc),
+    )
+    .await
+    .map_err(|e| format!("apply {name}: {e}"))?;
+    let last = Arc::new(Mutex::new(String::new()));
+    let done = await_condition(api, name, move |g: Option<&GpuValidation>| {
+        let status = g.and_then(|g| g.status.as_ref());
+        if let Some(line) = status.and_then(progress) {
+            let mut shown = last.lock().unwrap_or_else(|e| e.into_inner());
+            if *shown != line {
+                println!("  {line}");
+                *shown = line;
+            }
+        }
+        status
+            .and_then(|s| s.phase)
+            .is_some_and(|p| p.is_terminal())
+    });
+    tokio::time::timeout(Duration::from_secs(300), done)
+        .await
+        .map_err(|_| format!("{name}: no verdict within 5 minutes"))?
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// `kubectl gpuval ARGS` with the plugin's directory first on PATH; its output (a failed
+/// run's status exits 1 and is still shown).
+fn plugin(cp: &ControlPlane, plugin_dir: &Path, args: &[&str]) -> Result<String, String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs = vec![plugin_dir.to_path_buf()];
+    dirs.extend(std::env::split_paths(&path));
+    let path = std::env::join_paths(dirs).map_err(|e| e.to_string())?;
+    let out = cp
+        .kubectl()
+        .map_err(|e| e.to_string())?
+        .env("PATH", path)
+        .arg("gpuval")
+        .args(args)
+        .output()
+        .map_err(|e| format!("run kubectl gpuval: {e}"))?;
+    match out.status.code() {
+        Some(0 | 1) => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        _ => Err(format!(
+            "kubectl gpuval {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        )),
+    }
 }
 
 async fn condition_is(client: &kube::Client, name: &str, status: &str) -> Result<(), String> {
