@@ -275,3 +275,46 @@ fn an_excused_figure_is_never_a_pass() {
     );
     assert_no_hardware_action(&r);
 }
+
+/// The fault the pod saw on a real H100: a neighbour's burn beside the agent's heated the GPU
+/// until thermal slowdown held its clocks down through the burn. The slowdown is a figure taken
+/// while the GPU was shared: busy, never a hardware fault; the same slowdown on a GPU nobody
+/// shares stays one.
+#[test]
+fn clocks_slowed_on_a_shared_gpu_are_busy_and_on_a_free_one_hardware() {
+    let shared = report(
+        "gpus=2,model=H200,pidns=1,proc=1:4242:python3:10240:0.5,throttle=1:SwThermalSlowdown",
+        false,
+    );
+    assert_no_hardware_action(&shared);
+    assert_eq!(
+        gpuval_crds::Evidence::of_codes(&shared.codes()),
+        gpuval_crds::Evidence::Busy,
+        "{}",
+        shared.codes()
+    );
+    assert!(
+        all_reasons(&shared)
+            .iter()
+            .any(|x| x.code == Code::FigureWhileBusy && x.message.contains("BurnClocksSlowed")),
+        "{:#?}",
+        all_reasons(&shared)
+    );
+    assert!(!codes(&shared).contains(&Code::BurnClocksSlowed));
+
+    let free = report(
+        "gpus=2,model=H200,pidns=1,proc=1:4242:python3:10240:0.5,throttle=0:SwThermalSlowdown",
+        false,
+    );
+    assert!(
+        free.failures
+            .iter()
+            .any(|x| x.code == Code::BurnClocksSlowed && x.message.starts_with("GPU0")),
+        "{:#?}",
+        free.failures
+    );
+    assert_eq!(
+        gpuval_crds::Evidence::of_codes(&free.codes()),
+        gpuval_crds::Evidence::Hardware
+    );
+}

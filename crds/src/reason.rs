@@ -309,7 +309,8 @@ impl Code {
 
     /// True when other work on the same GPU can make a figure fall short this way: the
     /// performance figures ([`Code::is_performance`]), the node's NCCL and training figures,
-    /// memory that could not be tested and a figure below the GPU's own baseline. Such a
+    /// memory that could not be tested, a figure below the GPU's own baseline and clocks held
+    /// down through the burn. Such a
     /// finding on a GPU that was busy becomes [`Code::FigureWhileBusy`], never a hardware one.
     pub fn sharing_can_lower(self) -> bool {
         self.is_performance()
@@ -319,6 +320,9 @@ impl Code {
                     | Code::TrainingSlow
                     | Code::MemoryUndertested
                     | Code::BelowOwnBaseline
+                    // Another process's load heats the GPU and draws its power: the slowdown
+                    // it brings is the sharing's (seen on an H100 beside a neighbour's burn).
+                    | Code::BurnClocksSlowed
             )
     }
 
