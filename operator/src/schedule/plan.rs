@@ -179,12 +179,6 @@ pub fn prune_history(runs: &[Run], successful: i32, failed: i32) -> Vec<String> 
         .take(MAX_UNRECORDED_KEPT)
         .map(|r| r.name.as_str())
         .collect();
-    for r in out
-        .iter()
-        .filter(|r| r.unrecorded && !kept.contains(&r.name.as_str()))
-    {
-        tracing::warn!(run = %r.name, "pruned past the history limit although a node has not recorded its failure ({MAX_UNRECORDED_KEPT} newer ones are kept for that)");
-    }
     out.into_iter()
         .filter(|r| !kept.contains(&r.name.as_str()))
         .map(|r| r.name.clone())

@@ -369,6 +369,12 @@ async fn reconcile(s: Arc<GpuValidationSchedule>, sc: Arc<ScheduleCtx>) -> Resul
         None => plan_admission(&s, &owned, ctx, &nodes, now),
     };
     let mut p: Plan = plan::plan_with(&s, &runs, now, || load, refused);
+    for r in runs
+        .iter()
+        .filter(|r| r.unrecorded && p.delete.contains(&r.name))
+    {
+        tracing::warn!(schedule = %s.name_any(), run = %r.name, kept = plan::MAX_UNRECORDED_KEPT, "pruned past the history limit although a node has not recorded its failure (the newest such runs are kept)");
+    }
     delete(ctx, &p.delete).await?;
     if let Some(NewRun {
         name,
