@@ -62,16 +62,24 @@ pub fn set_blocked(
 }
 
 /// Sets the conditions for a run in `phase` with counts `sum`: Ready once every node passed,
-/// Reconciling while the run goes on, Stalled once a node failed (naming the first few).
+/// Reconciling while the run goes on (its progress, and how many nodes' agents ended with
+/// their results still `awaiting` the operator's look: at thousands of nodes that can be a
+/// while), Stalled once a node failed (naming the first few).
 pub fn set_for_phase(
     conditions: &mut Vec<Condition>,
     phase: Phase,
     sum: &Summary,
     nodes: &[NodeStatus],
+    awaiting: usize,
     generation: i64,
     now: &Time,
 ) {
-    let progress = summarize::progress(sum);
+    let mut progress = summarize::progress(sum);
+    if awaiting > 0 {
+        progress.push_str(&format!(
+            "; {awaiting} agent(s) ended, their results awaiting the operator's check"
+        ));
+    }
     match phase {
         Phase::Passed => {
             let msg = format!("all {} node(s) passed", sum.selected);
@@ -182,7 +190,7 @@ mod tests {
         generation: i64,
     ) -> Vec<Condition> {
         let mut c = Vec::new();
-        set_for_phase(&mut c, phase, sum, nodes, generation, &now());
+        set_for_phase(&mut c, phase, sum, nodes, 0, generation, &now());
         c
     }
 
@@ -216,6 +224,19 @@ mod tests {
         assert_eq!(
             cond(&c, READY),
             ("False", "Running", progress.as_str(), Some(2))
+        );
+    }
+
+    /// Every agent ended, no result looked at yet (10,000 nodes: issue 55): the progress says
+    /// so, not only `0/N done`.
+    #[test]
+    fn agents_that_ended_with_results_awaiting_their_check_are_said() {
+        let mut c = Vec::new();
+        set_for_phase(&mut c, Phase::Running, &counts(3, 3, 0), &[], 3, 1, &now());
+        let (_, _, message, _) = cond(&c, RECONCILING);
+        assert_eq!(
+            message,
+            "0/3 node(s) done, 0 passed, 0 failed; 3 agent(s) ended, their results awaiting the operator's check"
         );
     }
 

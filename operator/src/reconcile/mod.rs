@@ -382,6 +382,7 @@ fn conclude(
             phase,
             &summary,
             &listed,
+            record.awaiting().len(),
             generation,
             now,
         ),
