@@ -46,8 +46,8 @@ pub struct GpuNodeResultSpec {
 /// `<validation>-<node>-<length of validation>`. The length makes it one-to-one: `a-b` on node
 /// `c` gives `a-b-c-3`, `a` on node `b-c` gives `a-b-c-1` (read from the end, the length says
 /// where the validation stops). Both names are DNS subdomains, so the length is the only
-/// separator that cannot occur in them. The admission policy computes the same string in CEL
-/// (`charts/gpuval/templates/admission-policy.yaml`).
+/// separator that cannot occur in them. Only the operator names results (it creates each with
+/// the node's agent pod); the admission policy binds a result to that pod, not to its name.
 pub fn run_node_key(validation: &str, node: &str) -> String {
     format!("{validation}-{node}-{}", validation.len())
 }

@@ -233,8 +233,10 @@ pub fn result_of(ctx: &Ctx, validation: &str, node: &str) -> Option<ResultMeta> 
 /// node's result of it, if any; see [`Policy::final_line`]): the newest hardware verdict (a
 /// pass, or a failure on hardware evidence; on a tie a failure wins), else the newest line of
 /// any other kind (busy, infrastructure, configuration, no evidence), which says what to fix
-/// but never stands over a hardware verdict.
-pub fn latest(
+/// but never stands over a hardware verdict. (The controller judges with [`lines_of`] and
+/// [`newest`] against the node's record; this is their composition, for tests.)
+#[cfg(test)]
+pub(crate) fn latest(
     node: &str,
     runs: &[(&GpuValidation, Option<&ResultMeta>)],
     policy: Policy,
@@ -330,8 +332,10 @@ pub fn newest(lines: &[Evidence]) -> Option<Evidence> {
 
 /// True when node `node`'s failure in `run` (whose status says it just failed) may act on it
 /// (`spec.onFailure`, admission's failure taint): only a failure on hardware evidence, as the
-/// node's final line says ([`gpuval_crds::final_line`]).
-pub fn may_act_on(
+/// node's final line says ([`gpuval_crds::final_line`]). For tests: the reconciles act on
+/// the node's record.
+#[cfg(test)]
+pub(crate) fn may_act_on(
     run: &GpuValidation,
     node: &str,
     result: Option<&ResultMeta>,
