@@ -4,7 +4,7 @@
 //! node affinity can ask for a recent pass with `Gt`) and, when there is something to do,
 //! `gpuval.io/action` (`Rerun`, `ResetGpu`, `RebootNode`, `ReplaceHardware`).
 //!
-//! Pure: [`latest`] picks a node's newest verdict from each validation's final line for it
+//! Pure: [`lines_of`] and [`newest`] pick a node's newest verdict from each validation's final line for it
 //! ([`gpuval_crds::final_line`]: the node's own checks and the fabric test together, the one
 //! input every consumer reads); [`desired`] turns it into labels and the condition. Shell: a
 //! controller over Nodes, woken by results and validations, writes both with server-side
@@ -52,7 +52,7 @@ const MAX_MESSAGE: usize = 300;
 
 pub use crate::node_evidence::Evidence;
 
-/// A node result's metadata, as [`latest`] reads it.
+/// A node result's metadata, as [`lines_of`] reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResultMeta {
     /// The result object's name.
