@@ -4,9 +4,9 @@
 //! node affinity can ask for a recent pass with `Gt`) and, when there is something to do,
 //! `gpuval.io/action` (`Rerun`, `ResetGpu`, `RebootNode`, `ReplaceHardware`).
 //!
-//! Pure: [`lines_of`] and [`newest`] pick a node's newest verdict from each validation's final line for it
-//! ([`gpuval_crds::final_line`]: the node's own checks and the fabric test together, the one
-//! input every consumer reads); [`desired`] turns it into labels and the condition. Shell: a
+//! Pure: [`lines_of`] and [`newest`] pick a node's newest verdict from each validation's final
+//! line for it ([`gpuval_crds::final_line`]: the node's own checks and the fabric test together,
+//! the one input every consumer reads); [`desired`] turns it into labels and the condition. Shell: a
 //! controller over Nodes, woken by results and validations, writes both with server-side
 //! apply under the operator's field manager (the condition through the status subresource).
 //! A node's state is a record ([`crate::failure_record`]): it changes only on news, a hardware
