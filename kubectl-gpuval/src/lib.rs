@@ -27,20 +27,9 @@ pub fn document(gv: &GpuValidation, results: &[GpuNodeResult]) -> Document {
     let mut nodes: Vec<NodeEntry> = by_node
         .into_values()
         .map(|r| {
-            let mut entry = node_entry(r);
-            entry.line = line_view(gv, &r.spec.node_name, Some(r));
-            // No report yet: what the status says of the node is why (an agent pod that
-            // cannot be scheduled, an image that cannot be pulled).
             let listed = status.nodes.iter().find(|l| l.name == r.spec.node_name);
-            if let (None, None, Some(l)) =
-                (&r.status, gpuval_crds::binding::closed(&r.metadata), listed)
-                && let Some(why) = l.message.as_deref().filter(|m| !m.is_empty())
-            {
-                entry.message = Some(format!(
-                    "{}: {why} (the agent has not stored its report yet)",
-                    l.verdict.as_str()
-                ));
-            }
+            let mut entry = node_entry(r, listed);
+            entry.line = line_view(gv, &r.spec.node_name, Some(r));
             entry
         })
         .collect();
@@ -102,17 +91,25 @@ fn line_view(gv: &GpuValidation, node: &str, r: Option<&GpuNodeResult>) -> Optio
     })
 }
 
-/// A node's entry from its result: its report, or why there is none to show (not stored yet;
-/// or the result is closed, its node's line final without it: a report that came late is kept
-/// in the result for the record and is not shown as the node's).
-fn node_entry(r: &GpuNodeResult) -> NodeEntry {
+/// A node's entry from its result: its report, or why there is none to show (not stored yet,
+/// with what the status's line `listed` says of the node where it says something: an agent pod
+/// that cannot be scheduled, an image that cannot be pulled; or the result is closed, its
+/// node's line final without it: a report that came late is kept in the result for the record
+/// and is not shown as the node's).
+fn node_entry(r: &GpuNodeResult, listed: Option<&gpuval_crds::NodeStatus>) -> NodeEntry {
+    const NOT_STORED: &str = "the agent has not stored its report yet";
     let closed = gpuval_crds::binding::closed(&r.metadata);
-    let message = match (closed, &r.status) {
-        (Some(verdict), _) => Some(format!(
+    let why =
+        listed.and_then(|l| Some((l.verdict, l.message.as_deref().filter(|m| !m.is_empty())?)));
+    let message = match (closed, &r.status, why) {
+        (Some(verdict), _, _) => Some(format!(
             "{verdict}: the node's line became final without its result (closed; see the result for the record)"
         )),
-        (None, None) => Some("the agent has not stored its report yet".into()),
-        (None, Some(_)) => None,
+        (None, None, Some((verdict, why))) => {
+            Some(format!("{}: {why} ({NOT_STORED})", verdict.as_str()))
+        }
+        (None, None, None) => Some(NOT_STORED.into()),
+        (None, Some(_), _) => None,
     };
     NodeEntry {
         node: r.spec.node_name.clone(),
@@ -235,7 +232,7 @@ mod tests {
             )]
             .into(),
         );
-        let entry = node_entry(&late);
+        let entry = node_entry(&late, None);
         assert_eq!(entry.report, None);
         let message = entry.message.unwrap_or_default();
         assert!(
@@ -245,7 +242,7 @@ mod tests {
         let mut waiting = result("b", 1, "u1", Verdict::Pass);
         waiting.status = None;
         assert_eq!(
-            node_entry(&waiting).message.as_deref(),
+            node_entry(&waiting, None).message.as_deref(),
             Some("the agent has not stored its report yet")
         );
     }

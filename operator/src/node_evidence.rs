@@ -37,6 +37,12 @@ pub struct Evidence {
 }
 
 impl Evidence {
+    /// True when this line is the verdict of run `uid`'s generation `generation` (false where
+    /// either is unknown): the same verdict, however a reading dates it.
+    pub fn is_of(&self, uid: Option<&str>, generation: Option<i64>) -> bool {
+        matches!((uid, generation), (Some(u), Some(g)) if self.uid.as_deref() == Some(u) && self.generation == g)
+    }
+
     /// The evidence of a final line (None while it has no time: a line without a result in
     /// a run that has not ended).
     pub fn of_line(line: &FinalLine) -> Option<Evidence> {

@@ -938,10 +938,7 @@ async fn follow_marks(
 /// generation (a reading may date the same verdict otherwise).
 pub fn basis(record: &Record, lines: &[Evidence]) -> Option<Evidence> {
     let find = |run: &str, at: &str, passed: bool, id: (Option<&str>, Option<i64>)| {
-        let same = |e: &Evidence| {
-            e.at.to_string() == at
-                || matches!(id, (Some(uid), Some(g)) if e.uid.as_deref() == Some(uid) && e.generation == g)
-        };
+        let same = |e: &Evidence| e.at.to_string() == at || e.is_of(id.0, id.1);
         lines
             .iter()
             .filter(|e| e.is_hardware() && e.passed == passed)

@@ -34,8 +34,9 @@ pub struct Run {
     pub created: Timestamp,
     /// Its phase (None before the operator first wrote its status).
     pub phase: Option<Phase>,
-    /// True while a node it gave a hardware verdict has not taken that verdict into its record
-    /// yet: deleting the run then could lose a failure, so the history keeps it a while.
+    /// True while it is finished and a node it failed on hardware evidence has not taken that
+    /// failure into its record yet: deleting the run then could lose the failure, so the
+    /// history keeps it a while.
     pub unrecorded: bool,
 }
 
@@ -257,7 +258,7 @@ pub fn plan_with(
     );
     plan.delete.extend(deleted);
     finish_status(&mut status, runs, &plan);
-    let held = runs.iter().any(|r| r.finished() && r.unrecorded);
+    let held = runs.iter().any(|r| r.unrecorded);
     plan.requeue_after = Some(
         status
             .next_schedule_time

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use gpuval_crds::{GpuValidation, GpuValidationSchedule, NodeName, Phase, labels};
+use gpuval_crds::{GpuValidation, GpuValidationSchedule, NodeName, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::jiff::Timestamp;
@@ -78,7 +78,7 @@ fn run_of(v: &GpuValidation, ctx: &Ctx) -> Run {
         .annotations()
         .get(labels::SCHEDULED_AT)
         .and_then(|t| t.parse::<Timestamp>().ok());
-    Run {
+    let mut run = Run {
         name: v.name_any(),
         scheduled_at,
         created: v
@@ -87,13 +87,10 @@ fn run_of(v: &GpuValidation, ctx: &Ctx) -> Run {
             .as_ref()
             .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
         phase: v.status.as_ref().and_then(|s| s.phase),
-        unrecorded: v
-            .status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .is_some_and(Phase::is_terminal)
-            && crate::node_state::failure_unrecorded(ctx, v),
-    }
+        unrecorded: false,
+    };
+    run.unrecorded = run.finished() && crate::node_state::failure_unrecorded(ctx, v);
+    run
 }
 
 /// Pods an `idleOnly` look lists at once: the cluster's pods come in pages of this many, so the

@@ -173,32 +173,8 @@ async fn run(dir: &Path) -> Result<(), String> {
             .as_str()
             .ok_or("example without a name")?
             .to_string();
-        api.patch(
-            &name,
-            &PatchParams::apply("gpuval-demo"),
-            &Patch::Apply(&doc),
-        )
-        .await
-        .map_err(|e| format!("apply {}: {e}", example.display()))?;
         println!("$ kubectl apply -f {}", example.display());
-        let last = Arc::new(Mutex::new(String::new()));
-        let done = await_condition(api.clone(), &name, move |g: Option<&GpuValidation>| {
-            let status = g.and_then(|g| g.status.as_ref());
-            if let Some(line) = status.and_then(progress) {
-                let mut shown = last.lock().unwrap_or_else(|e| e.into_inner());
-                if *shown != line {
-                    println!("  {line}");
-                    *shown = line;
-                }
-            }
-            status
-                .and_then(|s| s.phase)
-                .is_some_and(|p| p.is_terminal())
-        });
-        tokio::time::timeout(Duration::from_secs(300), done)
-            .await
-            .map_err(|_| "no verdict within 5 minutes".to_string())?
-            .map_err(|e| e.to_string())?;
+        run_to_verdict(&client, &doc).await?;
         println!(
             "\n$ kubectl get gpuvalidations\n{}",
             kubectl(&cp, &["get", "gpuvalidations"])?
@@ -359,6 +335,12 @@ fn fabric_spec() -> serde_json::Value {
     })
 }
 
+/// Validation `name` with [`fabric_spec`].
+fn fabric_run(name: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
+        "metadata": {"name": name}, "spec": fabric_spec()})
+}
+
 /// Two fabric validations over [`FABRIC_NODES`]: `fabric-pass` on healthy nodes, then
 /// `fabric-fault` after a slow NIC is planted on [`SLOW_NIC_NODE`] (simulated NCCL bus
 /// bandwidth 40 GB/s against a 350 floor): the fabric test splits the group until it names
@@ -389,7 +371,7 @@ The fabric between nodes: {SLOW_NIC_NODE} joins; a validation over {} with a fab
         "$ kubectl apply -f - <<EOF  # fabric-pass\n{}\nEOF",
         fabric_spec()
     );
-    run_to_verdict(client, "fabric-pass", fabric_spec()).await?;
+    run_to_verdict(client, &fabric_run("fabric-pass")).await?;
     kubelet.set_node_env(
         SLOW_NIC_NODE,
         "GPUVAL_SIMULATE",
@@ -398,7 +380,7 @@ The fabric between nodes: {SLOW_NIC_NODE} joins; a validation over {} with a fab
     println!(
         "{SLOW_NIC_NODE}'s NIC is planted slow (simulated NCCL bus bandwidth 40 GB/s, the floor 350); the same spec again as fabric-fault:"
     );
-    run_to_verdict(client, "fabric-fault", fabric_spec()).await?;
+    run_to_verdict(client, &fabric_run("fabric-fault")).await?;
     println!(
         "\n$ kubectl get gpuval -o wide\n{}",
         kubectl(cp, &["get", "gpuval", "-o", "wide"])?
@@ -419,22 +401,16 @@ The fabric between nodes: {SLOW_NIC_NODE} joins; a validation over {} with a fab
     Ok(())
 }
 
-/// Applies validation `name` with `spec` and prints its progress until it ends.
-async fn run_to_verdict(
-    client: &kube::Client,
-    name: &str,
-    spec: serde_json::Value,
-) -> Result<(), String> {
+/// Applies validation document `doc` (named in its metadata) and prints its progress until it
+/// ends.
+async fn run_to_verdict(client: &kube::Client, doc: &serde_json::Value) -> Result<(), String> {
+    let name = doc["metadata"]["name"]
+        .as_str()
+        .ok_or("a validation without a name")?;
     let api: Api<GpuValidation> = Api::all(client.clone());
-    let doc = serde_json::json!({"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
-        "metadata": {"name": name}, "spec": spec});
-    api.patch(
-        name,
-        &PatchParams::apply("gpuval-demo"),
-        &Patch::Apply(&doc),
-    )
-    .await
-    .map_err(|e| format!("apply {name}: {e}"))?;
+    api.patch(name, &PatchParams::apply("gpuval-demo"), &Patch::Apply(doc))
+        .await
+        .map_err(|e| format!("apply {name}: {e}"))?;
     let last = Arc::new(Mutex::new(String::new()));
     let done = await_condition(api, name, move |g: Option<&GpuValidation>| {
         let status = g.and_then(|g| g.status.as_ref());
