@@ -968,28 +968,55 @@ pub fn failure_unrecorded(ctx: &Ctx, gv: &GpuValidation) -> bool {
     };
     let run = gv.name_any();
     let policy = Policy::of(&ctx.cfg);
-    status
+    let results = ctx.results.state();
+    let of_run = results.iter().filter_map(|r| {
+        let l = r.metadata.labels.as_ref()?;
+        (l.get(labels::VALIDATION) == Some(&run))
+            .then(|| {
+                r.metadata
+                    .annotations
+                    .as_ref()?
+                    .get(labels::NODE)
+                    .or(l.get(labels::NODE))
+            })
+            .flatten()
+            .map(String::as_str)
+    });
+    maybe_failed(status, of_run).into_iter().any(|name| {
+        // A node gone has nothing to record.
+        let Some(node) = ctx.nodes.get(&ObjectRef::new(name)) else {
+            return false;
+        };
+        let result = result_of(ctx, &run, name);
+        let record = record_of(&node);
+        let carried = carried(condition_of(&node));
+        lines_of(
+            name,
+            &[(gv, result.as_ref())],
+            policy,
+            &Incarnation::of(&node),
+        )
+        .iter()
+        .filter(|e| e.is_hardware() && !e.passed)
+        .any(|e| !record.took_in(e, carried))
+    })
+}
+
+/// The nodes a finished run may have failed: its listed lines that ended and did not pass, and,
+/// where the list is full (it holds at most [`gpuval_crds::MAX_LISTED_NODES`] lines, so more
+/// failures may stand unlisted), every node with a result of the run (`with_results`), whose
+/// line then rests on that result.
+fn maybe_failed<'a>(
+    status: &'a gpuval_crds::GpuValidationStatus,
+    with_results: impl Iterator<Item = &'a str>,
+) -> BTreeSet<&'a str> {
+    let listed = status
         .nodes
         .iter()
         .filter(|l| l.verdict.is_final() && l.verdict != gpuval_crds::NodeVerdict::Passed)
-        .any(|l| {
-            // A node gone has nothing to record.
-            let Some(node) = ctx.nodes.get(&ObjectRef::new(&l.name)) else {
-                return false;
-            };
-            let result = result_of(ctx, &run, &l.name);
-            let record = record_of(&node);
-            let carried = carried(condition_of(&node));
-            lines_of(
-                &l.name,
-                &[(gv, result.as_ref())],
-                policy,
-                &Incarnation::of(&node),
-            )
-            .iter()
-            .filter(|e| e.is_hardware() && !e.passed)
-            .any(|e| !record.took_in(e, carried))
-        })
+        .map(|l| l.name.as_str());
+    let full = status.nodes.len() >= gpuval_crds::MAX_LISTED_NODES;
+    listed.chain(with_results.filter(|_| full)).collect()
 }
 
 /// The verdict record node `node` carries (an unreadable one counts as empty, logged).
@@ -1359,6 +1386,32 @@ impl Marks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A full list may hide failures: the nodes with a result of the run are looked at too;
+    /// a list with room names every failure, and passes are never kept for.
+    #[test]
+    fn a_full_list_of_lines_looks_past_itself_for_failures() {
+        use gpuval_crds::{MAX_LISTED_NODES, NodeStatus, NodeVerdict};
+        let mut status = gpuval_crds::GpuValidationStatus {
+            nodes: (0..MAX_LISTED_NODES)
+                .map(|i| NodeStatus {
+                    name: format!("n{i:03}"),
+                    verdict: NodeVerdict::Failed,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let with_results = ["n000", "n077"];
+        let names = maybe_failed(&status, with_results.into_iter());
+        assert!(names.contains("n077"), "beyond the list");
+        assert_eq!(names.len(), MAX_LISTED_NODES + 1);
+        status.nodes.truncate(3);
+        status.nodes[0].verdict = NodeVerdict::Passed;
+        status.nodes[2].verdict = NodeVerdict::Running;
+        let names = maybe_failed(&status, with_results.into_iter());
+        assert_eq!(names, BTreeSet::from(["n001"]));
+    }
     use gpuval_crds::{Evidence as Category, NodeStatus, NodeVerdict, Phase};
 
     fn ts(s: &str) -> Timestamp {

@@ -43,6 +43,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::pod_resources::{Held, PodResourcesServer};
+
 /// The shortest grace period a deleted pod's process gets (kubelet's minimum is 2s too).
 const MIN_GRACE: Duration = Duration::from_secs(2);
 /// The longest grace period a deleted pod's process gets in tests.
@@ -156,6 +158,8 @@ impl Shared {
 pub struct FakeKubelet {
     shared: Arc<Shared>,
     watch: JoinHandle<()>,
+    /// Node name → the PodResources API served for agents on that node.
+    pod_resources: Mutex<HashMap<String, PodResourcesServer>>,
 }
 
 impl FakeKubelet {
@@ -204,7 +208,11 @@ impl FakeKubelet {
             tokens_minted: std::sync::atomic::AtomicUsize::new(0),
         });
         let watch = tokio::spawn(watch_pods(shared.clone()));
-        FakeKubelet { shared, watch }
+        FakeKubelet {
+            shared,
+            watch,
+            pod_resources: Mutex::new(HashMap::new()),
+        }
     }
 
     /// A handle that kills and lists agents from another task ([`KubeletHandle`]).
@@ -227,6 +235,28 @@ impl FakeKubelet {
         let env = st.node_env.entry(node.to_string()).or_default();
         env.retain(|(k, _)| k != key);
         env.push((key.to_string(), value.to_string()));
+    }
+
+    /// Serves the kubelet's PodResources API for agents started on `node` from now on (the
+    /// socket the operator mounts where the administrator opts in, `agent.podResources`),
+    /// answering that `held` is held; a later call changes the answer.
+    pub fn serve_pod_resources(&self, node: &str, held: Vec<Held>) {
+        let mut servers = self.pod_resources.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = servers.get(node) {
+            s.set(held);
+            return;
+        }
+        let dir = match &self.shared.log_dir {
+            Ok(d) => d.path().to_path_buf(),
+            Err(e) => panic!("no directory for the PodResources socket: {e}"),
+        };
+        let socket = dir.join(format!("pod-resources-{node}.sock"));
+        let server = PodResourcesServer::start(&socket)
+            .unwrap_or_else(|e| panic!("serve PodResources on {}: {e}", socket.display()));
+        server.set(held);
+        let path = server.socket().display().to_string();
+        self.set_node_env(node, gpuval_crds::agent_env::POD_RESOURCES_SOCKET, &path);
+        servers.insert(node.to_string(), server);
     }
 
     /// Gives containers on `node` the CDI devices `names` (`0`, `1`) only, where one host is

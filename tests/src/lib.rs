@@ -32,6 +32,7 @@ pub mod kubelet;
 pub mod layers;
 pub mod nodes;
 pub mod operator;
+pub mod pod_resources;
 pub mod proxy;
 pub mod real_node;
 pub mod replica;

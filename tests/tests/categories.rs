@@ -3,16 +3,20 @@
 //! processes by the FakeKubelet: an agent pod that stays Pending past the administrator's
 //! limit ends its node's line as infrastructure, naming the scheduler's reason and what to fix,
 //! long before the run's deadline; a busy GPU beside a slow one, and five busy GPUs beside a
-//! hardware Error, leave the node's line a hardware failure (not Busy).
+//! hardware Error, leave the node's line a hardware failure (not Busy); a disk that fails the io
+//! check's read with EIO or reads back short fails its node on hardware evidence, while one
+//! that fills up marks nothing.
 //!
 //! Tests wait on conditions (watches, the wait helpers), never on sleeps.
 
 use std::time::Duration;
 
 use gpuval_crds::{Evidence, NodeVerdict, Phase};
+use gpuval_tests::nodes;
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::scenario::{self, Cluster};
 use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -139,4 +143,97 @@ async fn the_failure_list_never_hides_a_hardware_code_behind_busy_ones() {
         "{codes}: {line:#?}"
     );
     assert!(!codes.starts_with("GpuBusy"), "hardware first: {codes}");
+}
+
+/// The io check's real file I/O on three nodes whose simulated disks fail at the call the
+/// kernel would fail (`disk=`): EIO on the read-back and a file that reads back short are the
+/// disk's hardware fault (the node Failed on hardware evidence, ReplaceHardware, tainted and
+/// labelled Fail), while a filesystem that fills up during the check is the installation's
+/// (Configuration: no taint, no Fail label).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_disk_fails_its_node_on_hardware_and_a_full_one_marks_nothing() {
+    let nodes = ["gpu-a", "gpu-b", "gpu-c"].map(String::from);
+    let c = Cluster::start(NS, &nodes, 2).await;
+    let io = tempfile::tempdir().expect("a directory for the io check");
+    let faults = [
+        ("gpu-a", "eio@read"),
+        ("gpu-b", "short@read"),
+        ("gpu-c", "full@write"),
+    ];
+    for (node, fault) in faults {
+        let k = &c.kubelet;
+        k.set_node_env(node, "GPUVAL_SIMULATE", &format!("{SIM},disk={fault}"));
+        k.set_node_env(node, "GPUVAL_IO_DIR", &io.path().display().to_string());
+    }
+    let mut cfg = test_config(NS, SIM);
+    cfg.simulated_acts_on_nodes = true;
+    cfg.io_host_path = Some("/var/lib/gpuval-io".into());
+    let _op = OperatorHandle::start(c.client.clone(), cfg);
+    c.apply(
+        "disks",
+        json!({"checks": {"memory": {"fraction": 0.1}, "io": {"fileSizeMib": 1, "files": 2}},
+               "onFailure": {"action": "Taint"}}),
+    )
+    .await;
+    for (node, fault) in &faults[..2] {
+        let (_, line) = ended_line(&c, "disks", "finished", node).await;
+        assert_eq!(line.verdict, NodeVerdict::Failed, "{fault}: {line:#?}");
+        assert_eq!(
+            line.evidence,
+            Some(Evidence::Hardware),
+            "{fault}: {line:#?}"
+        );
+        assert_eq!(
+            line.codes.as_deref(),
+            Some("IoDeviceError"),
+            "{fault}: {line:#?}"
+        );
+        let message = line.message.as_deref().unwrap_or_default();
+        assert!(message.contains("file-00000"), "{fault}: {message}");
+        let marked = nodes::wait_node(
+            &c.client,
+            node,
+            "tainted and labelled Fail for its disk",
+            WITHIN,
+            |n| failure_taint(n) && verdict_label(n) == Some("Fail"),
+        )
+        .await;
+        let action = marked.labels().get("gpuval.io/action").cloned();
+        assert_eq!(action.as_deref(), Some("ReplaceHardware"), "{fault}");
+    }
+    let (_, full) = ended_line(&c, "disks", "finished", "gpu-c").await;
+    assert_eq!(full.verdict, NodeVerdict::Error, "{full:#?}");
+    assert_eq!(full.evidence, Some(Evidence::Configuration), "{full:#?}");
+    assert!(
+        full.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("ENOSPC"),
+        "{full:#?}"
+    );
+    let told = nodes::wait_node(
+        &c.client,
+        "gpu-c",
+        "told why it has no verdict",
+        WITHIN,
+        |n| nodes::condition(n, "GpuValidated").is_some(),
+    )
+    .await;
+    assert!(
+        !failure_taint(&told),
+        "a full disk marks nothing: {:?}",
+        told.spec
+    );
+    assert_eq!(verdict_label(&told), None);
+}
+
+fn failure_taint(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == "gpuval.io/failed"))
+}
+
+fn verdict_label(n: &Node) -> Option<&str> {
+    n.labels().get("gpuval.io/verdict").map(String::as_str)
 }

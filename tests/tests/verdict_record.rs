@@ -9,7 +9,9 @@
 //!   (no schedule's, not the same) does not clear the failure;
 //! - `GpuValidated` never blinks: through a re-run and the deletion of the run that set it, the
 //!   condition stays with its status and its transition time, and while the re-run is under
-//!   way its message says so.
+//!   way its message says so;
+//! - a GPU held by no pod (the kubelet's PodResources API says so on its socket) in runs in a
+//!   row asks for a reset, a tenant's pod on it does not.
 //!
 //! The operator lets the simulated agents' results act on nodes (the test-only opt-in). Tests
 //! wait on conditions (the node's record or marks, watches), never on sleeps.
@@ -18,8 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use gpuval_crds::{GpuValidation, Phase, labels};
+use gpuval_crds::{GpuNodeResult, GpuValidation, Phase, labels};
 use gpuval_tests::operator::{OperatorHandle, test_config};
+use gpuval_tests::pod_resources::Held;
 use gpuval_tests::scenario::Cluster;
 use gpuval_tests::{nodes, waits};
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
@@ -503,4 +506,102 @@ async fn only_a_run_whose_author_may_admit_makes_a_node_admitted() {
         a.message.as_deref().is_some_and(|m| m.contains(&by)),
         "{a:?}"
     );
+}
+
+/// GPU 1 busy with memory and load (pid 4242, outside the agent's PID namespace).
+const SIM_HELD: &str = "gpus=2,model=H200,timescale=0.001,pidns=1,proc=1:4242:python3:20480:0.5";
+
+/// A GPU stuck after a fault (issue 52, point 5): memory and load on GPU 1 that no pod holds,
+/// as the kubelet's PodResources API tells the agent on its node's socket, in two runs in a row
+/// sets `gpuval.io/action=ResetGpu` and leads the condition's message with the finding while the
+/// condition keeps its status (no hardware verdict); the same load held by a tenant's pod is
+/// only busy, and no reset is asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_held_by_no_pod_in_runs_in_a_row_asks_for_a_reset() {
+    let (stuck, tenant) = ("gpu-s", "gpu-t");
+    let c = Cluster::start(NS, &[stuck.to_string(), tenant.to_string()], 2).await;
+    let mut cfg = test_config(NS, SIM);
+    cfg.simulated_acts_on_nodes = true;
+    cfg.agent_pod_resources = true;
+    let _op = OperatorHandle::start(c.client.clone(), cfg);
+    c.kubelet.serve_pod_resources(stuck, Vec::new());
+    let trainer = Held::gpus("ml", "trainer-0", &[gpuval_tests::dra::sim_uuid(1)]);
+    c.kubelet.serve_pod_resources(tenant, vec![trainer]);
+    let spec = json!({"checks": {"memory": {"fraction": 0.1}}});
+    assert_eq!(
+        phase(&run(&c, "base", spec.clone()).await),
+        Some(Phase::Passed)
+    );
+    for node in [stuck, tenant] {
+        nodes::wait_node(&c.client, node, "GpuValidated=True", LONG, |n| {
+            condition(n).is_some_and(|c| c.status == "True")
+        })
+        .await;
+        c.kubelet
+            .set_node_env(node, gpuval_crds::agent_env::SIMULATE, SIM_HELD);
+    }
+    for (runs, name) in [(1u64, "held-1"), (2, "held-2")] {
+        let gv = run(&c, name, spec.clone()).await;
+        assert_ne!(phase(&gv), Some(Phase::Passed), "busy is no pass");
+        let status = gv.status.clone().unwrap_or_default();
+        let line = |node: &str| status.nodes.iter().find(|l| l.name == node).cloned();
+        let held = line(stuck).and_then(|l| l.codes).unwrap_or_default();
+        assert!(held.contains("GpuHeldByNoPod"), "{held}: {status:#?}");
+        let busy = line(tenant).expect("the tenant's line");
+        let codes = busy.codes.clone().unwrap_or_default();
+        assert!(
+            !codes.contains("GpuHeldByNoPod") && codes.contains("GpuBusy"),
+            "{codes}"
+        );
+        let results = Api::<GpuNodeResult>::namespaced(c.client.clone(), NS);
+        let r = results
+            .get(&gpuval_crds::result::result_name(name, tenant))
+            .await
+            .expect("the tenant's result");
+        let gpu1 = r
+            .status
+            .and_then(|s| s.gpus.into_iter().find(|g| g.index == 1));
+        let says: Vec<String> = gpu1
+            .iter()
+            .flat_map(|g| &g.reasons)
+            .map(|x| x.message.clone())
+            .collect();
+        assert!(
+            says.iter()
+                .any(|m| m.contains("the kubelet lists pod ml/trainer-0")),
+            "the kubelet names the pod: {says:?}"
+        );
+        for node in [stuck, tenant] {
+            nodes::wait_node(&c.client, node, "the busy line counted", LONG, move |n| {
+                record(n)["quiet"]["lines"] == runs
+            })
+            .await;
+        }
+    }
+    let n = nodes::wait_node(&c.client, stuck, "asked to reset the GPU", LONG, |n| {
+        label(n, labels::ACTION) == Some("ResetGpu")
+    })
+    .await;
+    let cond = condition(&n).cloned().unwrap_or_default();
+    assert_eq!(cond.status, "True", "no hardware verdict: {cond:?}");
+    let message = cond.message.unwrap_or_default();
+    assert!(
+        message.starts_with("[GpuHeldByNoPod; action ResetGpu]") && message.contains("held-2"),
+        "{message}"
+    );
+    assert!(
+        !failure_taint(&n),
+        "a stuck GPU is no failure on hardware evidence"
+    );
+    let t = Api::<Node>::all(c.client.clone())
+        .get(tenant)
+        .await
+        .expect("the tenant's node");
+    assert_ne!(
+        label(&t, labels::ACTION),
+        Some("ResetGpu"),
+        "a tenant's work is no stuck GPU"
+    );
+    assert_eq!(record(&t)["quiet"]["unheld"], Value::Null, "{}", record(&t));
+    assert_eq!(condition(&t).map(|c| c.status.as_str()), Some("True"));
 }

@@ -378,6 +378,15 @@ impl Backend {
     pub fn kind(&self) -> BackendKind {
         self.platform().kind()
     }
+
+    /// The disk fault a simulated node plants in the io check's file I/O (`disk=`); never on
+    /// the real backend.
+    pub fn planted_disk_fault(&self) -> Option<sim::disk::DiskFault> {
+        match self {
+            Backend::Cuda(_) => None,
+            Backend::Simulated(b) => b.spec().disk,
+        }
+    }
 }
 
 /// Which backend to open: the one choice the CLI and the Kubernetes mode both make.

@@ -16,7 +16,8 @@
 //! ones' memory, load and power still show in the device's figures. `scrub=60` has the driver
 //! scrub the memory the agent's checks free, as an H200 did after the memory check freed 132
 //! GiB: the first utilisation samples each idle probe reads show 60 %, then a quarter of it,
-//! then the GPU idle (bench/nvml-tail).
+//! then the GPU idle (bench/nvml-tail). `disk=eio@read` has the io check's real file I/O meet a
+//! failing disk ([`disk`]).
 //!
 //! Every figure is a pure function of the spec, the GPU and the request (telemetry also of how
 //! many samples were taken), so two runs with the same spec give the same report.
@@ -37,10 +38,11 @@ use super::{
 };
 use crate::run_control::RunControl;
 
+pub mod disk;
 pub mod net;
 
 /// The keys a spec string may use.
-pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, hang, throttle, replay, hidden, proc, pidns, scrub, version, timescale, fabric, net, netfault, railnet";
+pub const SPEC_KEYS: &str = "gpus, model, fail, slow, flaky, xid, linkdown, error, hang, throttle, replay, hidden, proc, pidns, scrub, version, timescale, fabric, net, netfault, railnet, disk";
 /// The throttle reasons `throttle=` may plant (NVML names without prefix).
 pub const THROTTLE_REASONS: [&str; 5] = [
     "SwPowerCap",
@@ -270,6 +272,8 @@ pub struct SimSpec {
     pub flaky: Vec<(SimCheck, u32, f64)>,
     /// `version=driver:535.104.05+vbios:96.00.89.00.01`: the versions the node reports.
     pub versions: Vec<(gpuval_crds::facts::Component, String)>,
+    /// `disk=eio@read`: the io check's real file I/O meets a failing disk (see [`disk`]).
+    pub disk: Option<disk::DiskFault>,
 }
 
 /// Faults of the GPUs' health signals.
@@ -347,6 +351,7 @@ impl Default for SimSpec {
             net: Default::default(),
             flaky: Vec::new(),
             versions: Vec::new(),
+            disk: None,
         }
     }
 }
@@ -411,6 +416,7 @@ impl SimSpec {
                 .fabric
                 .extend(parse_list(value, |v| v.parse::<FabricFault>())?),
             "net" | "netfault" | "railnet" => self.net.set(key, value)?,
+            "disk" => self.disk = Some(value.parse()?),
             _ => return Err(format!("unknown key {key:?}")),
         }
         Ok(())

@@ -9,6 +9,7 @@ use gpuval_crds::{IoCheck, IoResult, Verdict};
 
 use super::judge::{self, Context};
 use super::{IoError, IoOutcome, IoRequest, Tuning, human};
+use crate::backend::sim::disk::DiskFault;
 use crate::check::given;
 use crate::run_control::{ProgressSink, RunControl, ThrottledProgress};
 
@@ -50,16 +51,23 @@ impl Io {
     }
 
     /// Runs the engine with progress lines (`[io] starting: 4 files of 1.0 GiB in /data with 4
-    /// workers`, `[io]  40% ...`, `[io] done: ...`).
-    pub fn measure(&self, stop: &AtomicBool, sink: ProgressSink<'_>) -> IoMeasured {
+    /// workers`, `[io]  40% ...`, `[io] done: ...`); `planted`: the failing disk a simulated
+    /// node plants in the real file I/O.
+    pub fn measure(
+        &self,
+        stop: &AtomicBool,
+        sink: ProgressSink<'_>,
+        planted: Option<DiskFault>,
+    ) -> IoMeasured {
         let Some(dir) = self.dir.as_deref() else {
             let e = IoError::NoDirectory;
             sink(&format!("[io] error: {e}"));
             return Err(e);
         };
-        let req = self.tuning.apply(IoRequest::from_spec(&self.spec, dir));
+        let mut req = self.tuning.apply(IoRequest::from_spec(&self.spec, dir));
+        req.planted = planted;
         sink(&format!(
-            "[io] starting: {} files of {} in {} with {} workers{}",
+            "[io] starting: {} files of {} in {} with {} workers{}{}",
             req.files,
             human(req.file_size),
             dir.display(),
@@ -68,7 +76,10 @@ impl Io {
                 ", beside the compute burn"
             } else {
                 ""
-            }
+            },
+            planted.map_or(String::new(), |p| format!(
+                " [SIMULATED failing disk: disk={p}]"
+            ))
         ));
         let throttled = ThrottledProgress::new(sink, "[io]");
         let progress = |done: f64, note: &str| throttled.report(done, note);
@@ -85,12 +96,19 @@ impl Io {
         r
     }
 
-    /// Judges what the engine did; an engine error is the result's Error.
-    pub fn judge(&self, measured: IoMeasured) -> IoResult {
-        match measured {
+    /// Judges what the engine did; an engine error is the result's Error. A failing disk the
+    /// simulated backend planted says so in the result's notes.
+    pub fn judge(&self, measured: IoMeasured, planted: Option<DiskFault>) -> IoResult {
+        let mut r = match measured {
             Ok(out) => judge::io(&self.spec, &out, self.context),
             Err(e) => judge::io_error(&self.spec, self.dir.as_deref(), &e, self.context),
+        };
+        if let Some(p) = planted {
+            r.notes.push(format!(
+                "SIMULATED failing disk (disk={p}): the simulated backend planted this error in the real file I/O"
+            ));
         }
+        r
     }
 
     /// The result of an io thread that panicked.

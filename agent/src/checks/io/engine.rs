@@ -13,6 +13,7 @@ use std::time::Instant;
 use super::buffer::AlignedBuf;
 use super::pattern::Pattern;
 use super::{IoError, IoRequest, MismatchAt, pipeline, sys};
+use crate::backend::sim::disk::DiskOp;
 use crate::run_control::RunControl;
 
 /// O_DIRECT needs buffers, offsets and lengths aligned to the device's logical block; 4 KiB
@@ -95,6 +96,15 @@ impl<'a> Phases<'a> {
         IoError::classify(e, op, &self.req.dir, path, offset)
     }
 
+    /// The error a simulated failing disk gives call `op` of `file` at `offset` instead of
+    /// the real outcome (`disk=`; never on the real backend).
+    fn planted(&self, op: DiskOp, file: u32, offset: u64) -> io::Result<()> {
+        match self.req.planted.and_then(|f| f.error_at(op, file, offset)) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     /// Runs `f` on every file with `concurrency` threads, each with its own aligned buffers.
     /// The first error (or a stop) ends the other workers at their next block.
     fn pool<T: Send>(
@@ -168,12 +178,16 @@ impl<'a> Phases<'a> {
             },
             |offset, buf| {
                 self.keep_going()?;
+                self.planted(DiskOp::Write, file, offset)
+                    .map_err(|e| self.os("write", &path, offset, e))?;
                 write_full_at(&f, buf, offset).map_err(|(e, at)| self.os("write", &path, at, e))?;
                 self.advance(buf.len() as u64, "writing");
                 Ok(())
             },
         )?;
-        f.sync_all().map_err(|e| self.os("fsync", &path, size, e))?;
+        self.planted(DiskOp::Fsync, file, 0)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| self.os("fsync", &path, size, e))?;
         if !self.direct
             && let Err(e) = sys::drop_cache(&f)
         {
@@ -196,8 +210,14 @@ impl<'a> Phases<'a> {
             pipeline::blocks(size, self.req.block_size),
             |offset, buf| {
                 self.keep_going()?;
-                let got =
-                    read_full_at(&f, buf, offset).map_err(|e| self.os("read", &path, offset, e))?;
+                let got = self
+                    .planted(DiskOp::Read, file, offset)
+                    .and_then(|()| read_full_at(&f, buf, offset))
+                    .map_err(|e| self.os("read", &path, offset, e))?;
+                let got = self
+                    .req
+                    .planted
+                    .map_or(got, |p| p.bytes_read(file, offset, got));
                 if got < buf.len() {
                     return Err(IoError::ShortRead {
                         file: name.clone(),

@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use gpuval_crds::IoCheck;
 
+use crate::backend::sim::disk::DiskFault;
 use crate::run_control::RunControl;
 pub use check::{Flags, Io, IoMeasured};
 pub use engine::file_name;
@@ -62,6 +63,9 @@ pub struct IoRequest {
     /// Check free space before writing (on, except in tests of the mid-run disk-full path).
     pub preflight: bool,
     pub max_logged: usize,
+    /// A failing disk the simulated backend plants in the real file I/O (`disk=`); None on
+    /// the real backend.
+    pub planted: Option<DiskFault>,
 }
 
 /// A test callback that gets a directory.
@@ -89,6 +93,7 @@ impl std::fmt::Debug for IoRequest {
             .field("block_size", &self.block_size)
             .field("seed", &self.seed)
             .field("preflight", &self.preflight)
+            .field("planted", &self.planted)
             .finish_non_exhaustive()
     }
 }
@@ -107,6 +112,7 @@ impl IoRequest {
             seed: fresh_seed(),
             preflight: true,
             max_logged: MAX_LOGGED,
+            planted: None,
         }
     }
 

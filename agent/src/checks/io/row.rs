@@ -51,8 +51,9 @@ impl Step for Io {
         true
     }
     fn measure(&self, stage: &Stage<'_>) -> Pending<'_> {
-        let measured = Io::measure(self, stage.stop, stage.sink);
-        Box::new(move |_, report| report.io = Some(self.judge(measured)))
+        let planted = stage.backend.planted_disk_fault();
+        let measured = Io::measure(self, stage.stop, stage.sink, planted);
+        Box::new(move |_, report| report.io = Some(self.judge(measured, planted)))
     }
     fn lost(&self) -> Pending<'_> {
         Box::new(|_, report| report.io = Some(Io::panicked()))

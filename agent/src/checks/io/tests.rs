@@ -376,3 +376,53 @@ fn read_only_filesystem_is_named() {
     assert!(matches!(err, IoError::ReadOnly { .. }), "{err}");
     assert!(err.to_string().contains("read-only filesystem (EROFS)"));
 }
+
+#[test]
+fn a_planted_failing_disk_meets_the_check_where_the_kernel_would() {
+    use crate::backend::sim::disk::DiskFault;
+    let d = tempfile::tempdir().unwrap();
+    let stop = AtomicBool::new(false);
+    let p = quiet();
+    let ran = |fault: &str| {
+        let mut req = small(d.path(), 512 * KIB, 3, 2);
+        req.planted = Some(fault.parse::<DiskFault>().expect("a disk fault"));
+        let e = run(&req, &RunControl::new(&stop, &p)).expect_err(fault);
+        assert_eq!(
+            entries(d.path()),
+            Vec::<String>::new(),
+            "{fault}: cleaned up"
+        );
+        e
+    };
+    for (fault, op) in [
+        ("eio@read", "read"),
+        ("eio@write", "write"),
+        ("eio@fsync", "fsync"),
+    ] {
+        let e = ran(fault);
+        assert!(e.is_device_fault(), "{fault}: {e}");
+        let t = e.to_string();
+        assert!(
+            t.starts_with(op) && t.contains("file-00000: EIO"),
+            "{fault}: {t}"
+        );
+    }
+    let short = ran("short@read");
+    assert!(
+        matches!(short, IoError::ShortRead { ref file, got, want } if file == "file-00000" && got == 128 * KIB && want == 512 * KIB),
+        "{short:?}"
+    );
+    // A full filesystem is no fault of the disk.
+    let full = ran("full@write");
+    assert!(
+        matches!(
+            full,
+            IoError::DiskFull {
+                errno: "ENOSPC",
+                ..
+            }
+        ),
+        "{full:?}"
+    );
+    assert!(!full.is_device_fault());
+}
