@@ -58,7 +58,7 @@ enum Command {
     #[command(name = "training-run", hide = true)]
     TrainingRun,
     /// Render a JSON report (this agent's --output, or a GpuNodeResult) as one self-contained
-    /// HTML page, Markdown or JSON, chosen by the output file's extension.
+    /// HTML page, Markdown, JSON or JUnit XML, chosen by the output file's extension.
     Report(ReportArgs),
     /// Verify a signed certificate offline (exported with `kubectl gpuval certificate`, or
     /// written by `run --certificate-key`): exit 0 valid, 1 not valid (naming what is wrong),
@@ -79,7 +79,7 @@ struct VerifyArgs {
 struct ReportArgs {
     /// The JSON report.
     input: PathBuf,
-    /// Where to write: `.html`, `.md` or `.json`.
+    /// Where to write: `.html`, `.md`, `.json` or `.xml` (JUnit).
     #[arg(long, short = 'o', value_name = "FILE")]
     output: PathBuf,
 }
@@ -138,6 +138,9 @@ struct RunArgs {
     /// Print the JSON report on stdout instead of the table.
     #[arg(long)]
     json: bool,
+    /// Also write the report as JUnit XML here, for CI systems (a test case per check and GPU).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
     /// Sign the run's certificate with this ed25519 PKCS#8 PEM key and write it beside the
     /// --output report (`NAME.cert.json`); needs --output.
     #[arg(long, value_name = "PEM", requires = "output")]
@@ -184,6 +187,11 @@ struct SelftestArgs {
     flips: u32,
 }
 
+/// The title of a bare run's JUnit report: the JSON report it was written beside, else `run`.
+fn plan_title(output: Option<&std::path::Path>) -> String {
+    output.map_or_else(|| "run".to_string(), |p| p.display().to_string())
+}
+
 /// `report`: reads the JSON report, writes the page the output's extension names.
 fn cmd_report(a: &ReportArgs) -> Result<u8, Fail> {
     let what = a.input.display().to_string();
@@ -194,6 +202,7 @@ fn cmd_report(a: &ReportArgs) -> Result<u8, Fail> {
     let page = match a.output.extension().and_then(|e| e.to_str()) {
         Some("md") => gpuval_view::markdown(&doc),
         Some("json") => gpuval_view::json(&doc),
+        Some("xml") => gpuval_view::junit(&doc),
         _ => gpuval_view::html(&doc),
     };
     std::fs::write(&a.output, page)
@@ -366,6 +375,13 @@ fn cmd_run(a: RunArgs) -> Result<u8, Fail> {
                 .map_err(|e| Fail(format!("write {}: {e}", at.display()), 2))?;
             eprintln!("certificate written to {}", at.display());
         }
+    }
+    if let Some(path) = &a.junit {
+        let title = plan_title(a.output.as_deref());
+        let doc = gpuval_view::Document::single(title, report.clone());
+        std::fs::write(path, gpuval_view::junit(&doc))
+            .map_err(|e| Fail(format!("write --junit {}: {e}", path.display()), 2))?;
+        eprintln!("JUnit report written to {}", path.display());
     }
     if a.json {
         println!("{json}");

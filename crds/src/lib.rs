@@ -10,6 +10,7 @@
 // kube-derive printcolumn(...) repeats `type_ = "integer"` etc.; that is data, not a mistake.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod attestation;
 pub mod baseline;
 pub mod binding;
 pub mod certificate;

@@ -79,7 +79,16 @@ pub fn verify_text(certificate_json: &str, key_pem: &str) -> Result<Signed, Veri
 
 /// One line that says what a verified certificate certifies.
 pub fn describe(signed: &Signed) -> String {
-    let d = &signed.document;
+    format!(
+        "valid: {}; signed by key {}",
+        describe_document(&signed.document),
+        signed.seal.key_id
+    )
+}
+
+/// What certificate document `d` certifies: `node gpu-a: Pass with 8 GPU(s); validation quick
+/// generation 1, finished ...`.
+pub fn describe_document(d: &Value) -> String {
     let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
     let s = &d["subject"];
     let what = match s["node"].as_str() {
@@ -99,11 +108,10 @@ pub fn describe(signed: &Signed) -> String {
         ),
     };
     format!(
-        "valid: {what}; validation {} generation {}, finished {}; signed by key {}",
+        "{what}; validation {} generation {}, finished {}",
         text(&s["validation"]),
         s["generation"],
         text(&s["finishedAt"]),
-        signed.seal.key_id
     )
 }
 

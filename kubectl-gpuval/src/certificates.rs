@@ -9,15 +9,24 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 pub use gpuval_crds::certificate::{DATA_KEY, GPU_LABEL_PREFIX, KIND_LABEL};
 
-/// The certificate text of `cm`.
-pub fn text(cm: &ConfigMap) -> Result<&str, String> {
+/// The certificate text of `cm`, or (`attestation`) its in-toto attestation's (the DSSE
+/// envelope beside it).
+pub fn text(cm: &ConfigMap, attestation: bool) -> Result<&str, String> {
     let name = cm.metadata.name.as_deref().unwrap_or("?");
+    let key = if attestation {
+        gpuval_crds::attestation::DATA_KEY
+    } else {
+        DATA_KEY
+    };
     cm.data
         .as_ref()
-        .and_then(|d| d.get(DATA_KEY))
+        .and_then(|d| d.get(key))
         .map(String::as_str)
-        .ok_or_else(|| {
-            format!("ConfigMap {name} has no {DATA_KEY}: it is not a gpuval certificate")
+        .ok_or_else(|| match attestation {
+            true => format!(
+                "ConfigMap {name} has no {key}: it was written before gpuval wrote attestations (export the certificate without --attestation)"
+            ),
+            false => format!("ConfigMap {name} has no {key}: it is not a gpuval certificate"),
         })
 }
 
@@ -83,7 +92,7 @@ pub fn history(uuid: &str, certificates: &[ConfigMap]) -> String {
     let mut rows: Vec<Row> = Vec::new();
     let mut skipped = Vec::new();
     for cm in certificates {
-        let parsed = text(cm).and_then(|t| {
+        let parsed = text(cm, false).and_then(|t| {
             let s: Signed = serde_json::from_str(t).map_err(|e| e.to_string())?;
             serde_json::from_value::<NodeCertificate>(s.document).map_err(|e| e.to_string())
         });

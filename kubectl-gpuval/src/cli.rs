@@ -111,16 +111,17 @@ pub fn parse_report_format(s: &str) -> Result<ReportFormat, String> {
         "html" => Ok(ReportFormat::Html),
         "markdown" | "md" => Ok(ReportFormat::Markdown),
         "json" => Ok(ReportFormat::Json),
+        "junit" => Ok(ReportFormat::Junit),
         _ if s.contains('.') || s.contains('/') => Err(format!(
-            "-o takes a format (html, markdown or json), not a file: write the report to a file with -f {s}"
+            "-o takes a format (html, markdown, json or junit), not a file: write the report to a file with -f {s}"
         )),
-        _ => Err("-o takes html, markdown or json".into()),
+        _ => Err("-o takes html, markdown, json or junit".into()),
     }
 }
 
 /// The format a report file is written in: its extension's (`.html`/`.htm`, `.md`/`.markdown`,
-/// `.json`), which `-o` may name too but not contradict; with another extension, or none, `-o`
-/// must say.
+/// `.json`, `.xml` for JUnit), which `-o` may name too but not contradict; with another
+/// extension, or none, `-o` must say.
 pub fn file_format(
     path: &std::path::Path,
     asked: Option<ReportFormat>,
@@ -132,6 +133,7 @@ pub fn file_format(
         Some("html" | "htm") => Some(ReportFormat::Html),
         Some("md" | "markdown") => Some(ReportFormat::Markdown),
         Some("json") => Some(ReportFormat::Json),
+        Some("xml") => Some(ReportFormat::Junit),
         _ => None,
     };
     match (by_name, asked) {
@@ -145,7 +147,7 @@ pub fn file_format(
         )),
         (None, Some(a)) => Ok(a),
         (None, None) => Err(format!(
-            "cannot tell the format from {}: end it in .html, .md or .json, or name the format with -o",
+            "cannot tell the format from {}: end it in .html, .md, .json or .xml (JUnit), or name the format with -o",
             path.display()
         )),
     }
@@ -157,6 +159,8 @@ pub enum ReportFormat {
     Html,
     Markdown,
     Json,
+    /// JUnit XML, for CI systems.
+    Junit,
 }
 
 impl ReportFormat {
@@ -166,6 +170,7 @@ impl ReportFormat {
             Self::Html => "html",
             Self::Markdown => "markdown",
             Self::Json => "json",
+            Self::Junit => "junit",
         }
     }
 }
@@ -304,10 +309,12 @@ mod tests {
         assert_eq!(file_format(Path::new("/tmp/q.HTML"), None), Ok(Html));
         assert_eq!(file_format(Path::new("q.json"), Some(Json)), Ok(Json));
         assert_eq!(file_format(Path::new("q"), Some(Markdown)), Ok(Markdown));
+        assert_eq!(parse_report_format("junit"), Ok(Junit));
+        assert_eq!(file_format(Path::new("results.xml"), None), Ok(Junit));
         let e = file_format(Path::new("q.md"), Some(Html)).expect_err("contradiction");
         assert!(e.contains("names markdown but -o asks for html"), "{e}");
         let e = file_format(Path::new("q.txt"), None).expect_err("unknown");
-        assert!(e.contains(".html, .md or .json"), "{e}");
+        assert!(e.contains(".html, .md, .json or .xml"), "{e}");
     }
 
     #[test]

@@ -47,14 +47,15 @@ enum Command {
     /// when NAME is left out); exits 1 when a validation shown has Failed, 3 when NAME does not
     /// exist.
     Status { name: Option<String> },
-    /// One validation's results as one self-contained HTML page, Markdown or JSON (HTML by
-    /// default; Markdown when written to a terminal; a file's extension names its format).
+    /// One validation's results as one self-contained HTML page, Markdown, JSON or JUnit XML
+    /// (HTML by default; Markdown when written to a terminal; a file's extension names its
+    /// format).
     Report {
         name: String,
-        /// The format: html, markdown or json.
+        /// The format: html, markdown, json or junit (JUnit XML, for CI systems).
         #[arg(long, short = 'o', value_name = "FORMAT", value_parser = cli::parse_report_format)]
         output: Option<ReportFormat>,
-        /// Write here instead of stdout (.html, .md or .json, or any name with -o).
+        /// Write here instead of stdout (.html, .md, .json or .xml for JUnit, or any name with -o).
         #[arg(long, short = 'f', value_name = "FILE")]
         file: Option<PathBuf>,
         /// Exit 1 when the run failed (as `git diff --exit-code` does for differences).
@@ -99,12 +100,17 @@ enum Command {
         /// The certificate of this node of validation NAME.
         #[arg(long)]
         node: Option<String>,
+        /// The certificate as an in-toto attestation (a DSSE envelope, signed with the same
+        /// key), for standard verifiers (cosign verify-blob-attestation, securesystemslib).
+        #[arg(long)]
+        attestation: bool,
         /// Write here instead of stdout.
         #[arg(long, short = 'f', value_name = "FILE")]
         file: Option<PathBuf>,
     },
-    /// Verify an exported certificate offline against the issuer's public key (the ConfigMap
-    /// gpuval-certificate-public-key): exit 0 valid, 1 not valid, naming what is wrong.
+    /// Verify an exported certificate or attestation offline against the issuer's public key
+    /// (the ConfigMap gpuval-certificate-public-key): exit 0 valid, 1 not valid, naming what is
+    /// wrong.
     Verify {
         certificate: PathBuf,
         /// The public key (PEM).
@@ -197,8 +203,13 @@ async fn run(cli: Cli) -> Result<u8> {
         }
         Command::Wait { name, timeout } => wait(&client, &name, timeout).await,
         Command::Rerun { name, nodes } => rerun(&client, &name, &nodes).await,
-        Command::Certificate { name, node, file } => {
-            let text = certificate(&client, ns, &name, node.as_deref()).await?;
+        Command::Certificate {
+            name,
+            node,
+            attestation,
+            file,
+        } => {
+            let text = certificate(&client, ns, &name, node.as_deref(), attestation).await?;
             write_to(file.as_deref(), &text)?;
             Ok(cli::OK)
         }
@@ -243,6 +254,7 @@ async fn report(
         ReportFormat::Html => gpuval_view::html(&doc),
         ReportFormat::Markdown => gpuval_view::markdown(&doc),
         ReportFormat::Json => gpuval_view::json(&doc),
+        ReportFormat::Junit => gpuval_view::junit(&doc),
     };
     write_to(file.as_deref(), &text)?;
     Ok(if exit_code {
@@ -267,7 +279,24 @@ fn verify(certificate: &std::path::Path, key: &std::path::Path) -> Result<u8> {
     let read = |p: &std::path::Path| {
         std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
     };
-    match gpuval_crds::seal::verify_text(&read(certificate)?, &read(key)?) {
+    let (text, key) = (read(certificate)?, read(key)?);
+    if gpuval_crds::attestation::is_envelope(&text) {
+        return match gpuval_crds::attestation::verify_text(&text, &key) {
+            Ok(statement) => {
+                let keyid = gpuval_crds::seal::public_key_from_pem(&key)
+                    .map(|k| gpuval_crds::seal::key_id(&k))
+                    .unwrap_or_default();
+                let said = gpuval_crds::attestation::describe(&statement, &keyid);
+                out(&format!("{said}\n"))?;
+                Ok(cli::OK)
+            }
+            Err(e) => {
+                eprintln!("{} does not verify: {e}", certificate.display());
+                Ok(cli::FAILED)
+            }
+        };
+    }
+    match gpuval_crds::seal::verify_text(&text, &key) {
         Ok(signed) => {
             out(&format!("{}\n", gpuval_crds::seal::describe(&signed)))?;
             Ok(cli::OK)
@@ -281,7 +310,13 @@ fn verify(certificate: &std::path::Path, key: &std::path::Path) -> Result<u8> {
 
 /// The certificate text `name` means: a certificate ConfigMap of that name, else validation
 /// `name`'s (of `node` when given).
-async fn certificate(client: &Client, ns: &str, name: &str, node: Option<&str>) -> Result<String> {
+async fn certificate(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: Option<&str>,
+    attestation: bool,
+) -> Result<String> {
     use kubectl_gpuval::certificates as c;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     if node.is_none()
@@ -290,7 +325,9 @@ async fn certificate(client: &Client, ns: &str, name: &str, node: Option<&str>) 
             .await
             .with_context(|| format!("reading ConfigMap {name:?} in namespace {ns:?}"))?
     {
-        return Ok(c::text(&cm).map_err(anyhow::Error::msg)?.to_string());
+        return Ok(c::text(&cm, attestation)
+            .map_err(anyhow::Error::msg)?
+            .to_string());
     }
     let selector = format!(
         "{},{}={}",
@@ -308,7 +345,9 @@ async fn certificate(client: &Client, ns: &str, name: &str, node: Option<&str>) 
     if let Some(note) = c::other_parts(cm) {
         eprintln!("{note}");
     }
-    Ok(c::text(cm).map_err(anyhow::Error::msg)?.to_string())
+    Ok(c::text(cm, attestation)
+        .map_err(anyhow::Error::msg)?
+        .to_string())
 }
 
 /// The exit code of the run a document shows ([`cli::FAILED`] once it failed).

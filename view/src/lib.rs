@@ -1,7 +1,7 @@
 //! What a person reads of a run: node reports ([`gpuval_crds::NodeReport`]) rendered as one
 //! self-contained HTML page ([`html()`]: inline SVG, no script, nothing fetched), as Markdown
-//! ([`markdown()`]) or as JSON ([`json()`]), and two runs compared figure by figure
-//! ([`diff()`]). The key figures of a report ([`figures`]) are shared with the operator's
+//! ([`markdown()`]), as JSON ([`json()`]) or as JUnit XML for CI systems ([`junit()`]), and two
+//! runs compared figure by figure ([`diff()`]). The key figures of a report ([`figures`]) are shared with the operator's
 //! metrics, so a dashboard, a diff and a page agree on what a figure is.
 //!
 //! Pure: no I/O. The agent, the kubectl plugin and the operator read and write.
@@ -10,6 +10,7 @@ pub mod checks;
 pub mod diff;
 pub mod figures;
 pub mod html;
+pub mod junit;
 pub mod markdown;
 mod svg;
 pub mod tree;
@@ -17,6 +18,7 @@ pub mod tree;
 pub use diff::{Change, Diff, Tolerance, diff};
 pub use figures::{Figure, Scope, node_figures};
 pub use html::html;
+pub use junit::junit;
 pub use markdown::markdown;
 pub use tree::tree;
 
