@@ -61,7 +61,8 @@ tools:
 	@scripts/install-cargo-tool.sh cargo-deny $(CARGO_DENY_VERSION)
 	@scripts/install-cargo-tool.sh cargo-cyclonedx $(CARGO_CYCLONEDX_VERSION)
 
-## Regenerate the CRD YAML from the API types (deploy/crds/ and charts/gpuval/crds/).
+## Regenerate the CRD YAML from the API types (deploy/crds/ and charts/gpuval/crds/) and the
+## JSON schemas of the attestations' predicates (docs/attestation/).
 crds:
 	$(CARGO) run -q -p gpuval-crds --bin crdgen -- --write
 

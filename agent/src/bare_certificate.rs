@@ -50,6 +50,7 @@ pub fn sign(
                 floors: Vec::new(),
             },
             image: None,
+            image_id: None,
             fabric: None,
             report_sha256,
         },

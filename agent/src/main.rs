@@ -216,9 +216,9 @@ fn cmd_verify(a: &VerifyArgs) -> Result<u8, Fail> {
         std::fs::read_to_string(p).map_err(|e| Fail(format!("reading {}: {e}", p.display()), 2))
     };
     let (cert, key) = (read(&a.certificate)?, read(&a.key)?);
-    match gpuval_crds::seal::verify_text(&cert, &key) {
-        Ok(signed) => {
-            println!("{}", gpuval_crds::seal::describe(&signed));
+    match gpuval_crds::attestation::verify_exported(&cert, &key) {
+        Ok(said) => {
+            println!("{said}");
             Ok(0)
         }
         Err(e) => Err(Fail(

@@ -258,6 +258,29 @@ pub fn verify_text(envelope_json: &str, key_pem: &str) -> Result<Statement, Atte
     verify(&envelope, &key)
 }
 
+/// Where the predicates' JSON schemas are committed, relative to the repository root (written
+/// by `make crds`, held to the code by a test).
+pub const SCHEMA_FILES: [&str; 2] = [
+    "docs/attestation/node-v1.schema.json",
+    "docs/attestation/validation-v1.schema.json",
+];
+
+/// The JSON schemas of the two predicates, in [`SCHEMA_FILES`] order, as committed (pretty,
+/// with a trailing newline).
+pub fn predicate_schemas() -> Result<[String; 2], serde_json::Error> {
+    let with_id = |mut s: schemars::Schema, id: &str| {
+        s.insert("$id".into(), Value::String(id.into()));
+        serde_json::to_string_pretty(&s).map(|t| t + "\n")
+    };
+    Ok([
+        with_id(schemars::schema_for!(NodeCertificate), NODE_PREDICATE)?,
+        with_id(
+            schemars::schema_for!(ValidationCertificate),
+            VALIDATION_PREDICATE,
+        )?,
+    ])
+}
+
 /// One line that says what a verified attestation attests.
 pub fn describe(statement: &Statement, keyid: &str) -> String {
     format!(
@@ -266,6 +289,29 @@ pub fn describe(statement: &Statement, keyid: &str) -> String {
         statement.subject.len(),
         crate::seal::describe_document(&statement.predicate)
     )
+}
+
+/// Why an exported certificate or attestation does not verify.
+#[derive(thiserror::Error, Debug, PartialEq)]
+pub enum ExportedError {
+    #[error(transparent)]
+    Certificate(#[from] crate::seal::VerifyError),
+    #[error(transparent)]
+    Attestation(#[from] AttestationError),
+}
+
+/// Verifies an exported certificate or its attestation, whichever `json` is, with the public
+/// key in `key_pem`: the line that says what it certifies.
+pub fn verify_exported(json: &str, key_pem: &str) -> Result<String, ExportedError> {
+    if is_envelope(json) {
+        let statement = verify_text(json, key_pem)?;
+        let key = crate::seal::public_key_from_pem(key_pem)?;
+        Ok(describe(&statement, &key_id(&key)))
+    } else {
+        Ok(crate::seal::describe(&crate::seal::verify_text(
+            json, key_pem,
+        )?))
+    }
 }
 
 /// True when `json` looks like a DSSE envelope (it has a `payloadType`), not a certificate.

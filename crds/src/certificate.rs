@@ -147,7 +147,7 @@ fn kind_value(of_node: bool) -> &'static str {
 }
 
 /// What a certificate is about: which run of which validation, and when it ended.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Subject {
     /// The GpuValidation's name (or `bare-metal` for an agent run on its own).
@@ -164,7 +164,7 @@ pub struct Subject {
 }
 
 /// One GPU's identity.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct GpuIdentity {
     pub index: i32,
@@ -184,7 +184,7 @@ pub struct GpuIdentity {
 }
 
 /// The node's hardware: its GPUs, its host (DMI) and its network adapters, as far as readable.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Hardware {
     pub gpus: Vec<GpuIdentity>,
@@ -195,7 +195,7 @@ pub struct Hardware {
 }
 
 /// The software the figures were measured with.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Software {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -211,10 +211,15 @@ pub struct Software {
     /// The agent image (as configured; a digest where the reference has one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The image as the node ran it: the agent container's `imageID` from its pod's status
+    /// (`docker.io/library/gpuval-agent@sha256:...`, a digest however the image was named),
+    /// where the pod status gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
 }
 
 /// The settings in force and where they came from.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Settings {
     /// Where `spec` came from (`GpuValidation default/quick generation 3`, a settings file).
@@ -228,7 +233,7 @@ pub struct Settings {
 }
 
 /// The fabric test's outcome for one node.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeFabric {
     /// The fabric phase of the validation (`Passed`, `Failed`, ...).
@@ -245,7 +250,7 @@ pub struct NodeFabric {
 }
 
 /// The SHA-256 of a raw report's canonical JSON.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ReportDigest {
     pub node: String,
@@ -253,7 +258,7 @@ pub struct ReportDigest {
 }
 
 /// One node's certificate.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeCertificate {
     /// [`NODE_FORMAT`].
@@ -274,7 +279,7 @@ pub struct NodeCertificate {
 }
 
 /// One node's line in a validation certificate.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeLine {
     pub node: String,
@@ -289,7 +294,9 @@ pub struct NodeLine {
 /// ConfigMap's data under 1 MiB: about 800 nodes' lines) is split: part `index` of `of`, each
 /// part a whole signed certificate (subject, phase, settings) with its share of the nodes' lines
 /// in node order; part 1 also carries the fabric status.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct Part {
     /// 1-based.
@@ -322,7 +329,7 @@ pub fn parts_of(labels: &BTreeMap<String, String>) -> u32 {
 }
 
 /// A validation's certificate: its settings and each node's line.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ValidationCertificate {
     /// [`VALIDATION_FORMAT`].
@@ -345,6 +352,8 @@ pub struct NodeInputs {
     pub subject: Subject,
     pub settings: Settings,
     pub image: Option<String>,
+    /// The image as the node ran it (the pod status's `imageID`), where known.
+    pub image_id: Option<String>,
     pub fabric: Option<NodeFabric>,
     /// SHA-256 (hex) of the report's canonical JSON ([`crate::seal::sha256_hex`]).
     pub report_sha256: String,
@@ -356,6 +365,7 @@ pub fn node_certificate(report: &NodeReport, inputs: NodeInputs) -> NodeCertific
         subject,
         settings,
         image,
+        image_id,
         fabric,
         report_sha256,
     } = inputs;
@@ -384,6 +394,7 @@ pub fn node_certificate(report: &NodeReport, inputs: NodeInputs) -> NodeCertific
             backend: report.backend.clone(),
             simulated: report.simulated,
             image,
+            image_id,
         },
         settings,
         verdict: report.verdict,

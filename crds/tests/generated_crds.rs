@@ -17,6 +17,27 @@ fn committed_crd_yaml_is_up_to_date() {
 }
 
 #[test]
+fn committed_attestation_schemas_are_up_to_date() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let generated = gpuval_crds::attestation::predicate_schemas().expect("serialise the schemas");
+    for (rel, text) in gpuval_crds::attestation::SCHEMA_FILES.iter().zip(generated) {
+        let path = root.join(rel);
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == text,
+            "{} is stale: run `make crds` (crdgen --write) and commit the result",
+            path.display()
+        );
+        let schema: serde_json::Value = serde_json::from_str(&committed).expect("JSON");
+        assert!(
+            schema["$id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("https://gpuval.io/attestation/"))
+        );
+    }
+}
+
+#[test]
 fn crds_carry_the_agreed_names_and_columns() {
     use kube::CustomResourceExt;
     let gv = gpuval_crds::GpuValidation::crd();

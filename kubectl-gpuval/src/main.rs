@@ -280,25 +280,9 @@ fn verify(certificate: &std::path::Path, key: &std::path::Path) -> Result<u8> {
         std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
     };
     let (text, key) = (read(certificate)?, read(key)?);
-    if gpuval_crds::attestation::is_envelope(&text) {
-        return match gpuval_crds::attestation::verify_text(&text, &key) {
-            Ok(statement) => {
-                let keyid = gpuval_crds::seal::public_key_from_pem(&key)
-                    .map(|k| gpuval_crds::seal::key_id(&k))
-                    .unwrap_or_default();
-                let said = gpuval_crds::attestation::describe(&statement, &keyid);
-                out(&format!("{said}\n"))?;
-                Ok(cli::OK)
-            }
-            Err(e) => {
-                eprintln!("{} does not verify: {e}", certificate.display());
-                Ok(cli::FAILED)
-            }
-        };
-    }
-    match gpuval_crds::seal::verify_text(&text, &key) {
-        Ok(signed) => {
-            out(&format!("{}\n", gpuval_crds::seal::describe(&signed)))?;
+    match gpuval_crds::attestation::verify_exported(&text, &key) {
+        Ok(said) => {
+            out(&format!("{said}\n"))?;
             Ok(cli::OK)
         }
         Err(e) => {

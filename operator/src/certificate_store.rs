@@ -237,7 +237,17 @@ async fn write(
     }
     let pkcs8 = signing_key(&ctx.client, ns, &settings.key_secret).await?;
     let results = run_results(ctx, &validation).await?;
-    let signed = certificates::sign_run(gv, status, &results, &ctx.cfg.agent_image, &pkcs8)
+    let image = certificates::AgentImage {
+        configured: ctx.cfg.agent_image.clone(),
+        ran: ctx
+            .pods
+            .owned_by(&uid)
+            .into_iter()
+            .filter(|p| p.generation == generation)
+            .filter_map(|p| Some((p.node, p.image_id?)))
+            .collect(),
+    };
+    let signed = certificates::sign_run(gv, status, &results, &image, &pkcs8)
         .map_err(|e| Error::Certificate(e.to_string()))?;
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),

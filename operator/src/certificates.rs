@@ -59,6 +59,14 @@ pub enum SignError {
 /// data passes 1 MiB; a quarter of it is left for the metadata and the pretty-printing.
 pub const MAX_CERTIFICATE_BYTES: usize = 768 * 1024;
 
+/// The agent image: as the operator was configured with it, and as each node ran it (its pod's
+/// `imageID`, by node, where the pod status gave one).
+#[derive(Debug, Clone, Default)]
+pub struct AgentImage {
+    pub configured: String,
+    pub ran: BTreeMap<String, String>,
+}
+
 /// The certificates of `gv`'s run that `status` ends, from its `results` (only those of the
 /// run's generation that are bound to this validation and not closed count:
 /// [`gpuval_crds::binding::counts_for`]), signed with `pkcs8`: each node's, then the
@@ -67,7 +75,7 @@ pub fn sign_run(
     gv: &GpuValidation,
     status: &GpuValidationStatus,
     results: &[GpuNodeResult],
-    image: &str,
+    image: &AgentImage,
     pkcs8: &[u8],
 ) -> Result<Vec<Issued>, SignError> {
     let generation = gv.metadata.generation.unwrap_or(0);
@@ -263,7 +271,7 @@ fn node_certificate(
     r: &GpuNodeResult,
     nodes: &[String],
     settings: &Settings,
-    image: &str,
+    image: &AgentImage,
 ) -> NodeCertificate {
     let report = r.status.clone().unwrap_or_default();
     let node = r.spec.node_name.clone();
@@ -281,12 +289,14 @@ fn node_certificate(
             .unwrap_or_default(),
     });
     let report_sha256 = seal::digest_of(&report).unwrap_or_default();
+    let image_id = image.ran.get(&node).cloned();
     certificate::node_certificate(
         &report,
         NodeInputs {
             subject: subject(gv, Some(node), report.finished_at.clone()),
             settings: settings.clone(),
-            image: Some(image.to_string()),
+            image: Some(image.configured.clone()),
+            image_id,
             fabric,
             report_sha256,
         },
@@ -579,6 +589,14 @@ mod tests {
         r
     }
 
+    /// `img`, run on node `a` as its digest; node `b`'s pod gave none.
+    fn image() -> AgentImage {
+        AgentImage {
+            configured: "img".into(),
+            ran: BTreeMap::from([("a".into(), "docker.io/library/img@sha256:abc".into())]),
+        }
+    }
+
     fn key() -> Vec<u8> {
         let mut der = vec![
             0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22,
@@ -596,7 +614,7 @@ mod tests {
             result("old", 1, "GPU-o"),
         ];
         let signed =
-            sign_run(&gv(), &status(Phase::Passed, 2), &results, "img", &key()).expect("sign");
+            sign_run(&gv(), &status(Phase::Passed, 2), &results, &image(), &key()).expect("sign");
         assert_eq!(signed.len(), 3, "two nodes of generation 2 and the summary");
         let public = seal::public_key_of(&key()).expect("public");
         for i in &signed {
@@ -607,6 +625,13 @@ mod tests {
                 "the certificate, attested"
             );
         }
+        let software = |i: usize| signed[i].signed.document["software"].clone();
+        assert_eq!(software(0)["image"], "img");
+        assert_eq!(software(0)["imageId"], "docker.io/library/img@sha256:abc");
+        assert!(
+            software(1).get("imageId").is_none(),
+            "b's pod gave no digest"
+        );
         assert_eq!(signed[0].node.as_deref(), Some("a"));
         assert_eq!(signed[0].gpu_uuids, vec!["GPU-a".to_string()]);
         let summary: ValidationCertificate =
@@ -687,7 +712,7 @@ mod tests {
         unbound.metadata.annotations = None;
         let results = [result("a", 2, "GPU-a"), closed, earlier, unbound];
         let signed =
-            sign_run(&gv(), &status(Phase::Passed, 2), &results, "img", &key()).expect("sign");
+            sign_run(&gv(), &status(Phase::Passed, 2), &results, &image(), &key()).expect("sign");
         let nodes: Vec<Option<&str>> = signed.iter().map(|i| i.node.as_deref()).collect();
         assert_eq!(nodes, [Some("a"), None], "a and the summary only");
     }

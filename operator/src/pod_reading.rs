@@ -27,10 +27,10 @@ pub fn pod_view(p: &Pod) -> Option<PodView> {
         .or_else(|| labels.get(labels::NODE))
         .cloned()?;
     let status = p.status.as_ref();
-    let state = status
+    let container = status
         .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|c| c.first())
-        .and_then(|c| c.state.as_ref());
+        .and_then(|c| c.first());
+    let state = container.and_then(|c| c.state.as_ref());
     let (phase, reason) = phase_and_reason(status, state);
     Some(PodView {
         name: p.name_any(),
@@ -44,6 +44,9 @@ pub fn pod_view(p: &Pod) -> Option<PodView> {
             .and_then(|t| t.finished_at.as_ref())
             .map(|t| t.0),
         ip: status.and_then(|s| s.pod_ip.clone()),
+        image_id: container
+            .map(|c| c.image_id.clone())
+            .filter(|i| !i.is_empty()),
         created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
     })
 }

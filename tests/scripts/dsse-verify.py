@@ -3,10 +3,12 @@
 Systems Lab's maintained DSSE implementation (what in-toto's own tools build on), not with
 gpuval's code: ed25519 over DSSE's pre-authentication encoding, with the issuer's public key.
 
-    dsse-verify.py ENVELOPE.json PUBLIC.pem KEYID
+    dsse-verify.py ENVELOPE.json PUBLIC.pem [KEYID]
 
 KEYID is the id the issuer publishes beside its key (the ConfigMap
-gpuval-certificate-public-key's keyId); securesystemslib matches a signature to a key by it.
+gpuval-certificate-public-key's keyId); securesystemslib matches a signature to a key by it
+(default: the envelope's first signature's, which selects the signature to check: the key
+given is what binds). Needs `pip install 'securesystemslib[crypto]'`.
 Prints the Statement's type, predicate type and subjects as JSON and exits 0 when it verifies;
 exits 1 naming why when it does not; 2 when the files cannot be read.
 """
@@ -20,14 +22,15 @@ from securesystemslib.signer import SSlibKey
 
 
 def main() -> int:
-    if len(sys.argv) != 4:
+    if len(sys.argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
         return 2
     try:
         with open(sys.argv[1], encoding="utf-8") as f:
             envelope = Envelope.from_dict(json.load(f))
+        keyid = sys.argv[3] if len(sys.argv) == 4 else next(iter(envelope.signatures), "")
         with open(sys.argv[2], "rb") as f:
-            key = SSlibKey.from_crypto(load_pem_public_key(f.read()), keyid=sys.argv[3])
+            key = SSlibKey.from_crypto(load_pem_public_key(f.read()), keyid=keyid)
     except (OSError, ValueError, KeyError) as e:
         print(f"cannot read the envelope or the key: {e}", file=sys.stderr)
         return 2

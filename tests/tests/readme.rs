@@ -270,8 +270,11 @@ async fn write_certificate(client: &Client) {
     ];
     pkcs8.extend([2u8; 32]);
     let status = gv.status.clone().unwrap_or_default();
-    let issued =
-        certificates::sign_run(&gv, &status, &[result], "gpuval-agent:test", &pkcs8).expect("sign");
+    let image = certificates::AgentImage {
+        configured: "gpuval-agent:test".into(),
+        ..Default::default()
+    };
+    let issued = certificates::sign_run(&gv, &status, &[result], &image, &pkcs8).expect("sign");
     let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NS);
     for i in &issued {
         let cm = certificates::config_map(&gv, NS, i).expect("certificate map");

@@ -383,6 +383,55 @@ async fn quick_validation_passes(node: &RealNode, client: &Client, io_dir: &Path
         0,
         "the I/O check cleaned up after itself"
     );
+    certificate_names_the_image_by_digest(node, client).await;
+}
+
+/// The node's certificate names the agent image as containerd ran it: the pod status's
+/// `imageID`, a digest, beside the image as configured.
+async fn certificate_names_the_image_by_digest(node: &RealNode, client: &Client) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod = pods
+        .list(&ListParams::default().labels("gpuval.io/validation=quick"))
+        .await
+        .expect("list the agent pods")
+        .items
+        .into_iter()
+        .next()
+        .expect("the quick run's pod");
+    let ran = pod
+        .status
+        .and_then(|s| s.container_statuses)
+        .and_then(|c| c.into_iter().next())
+        .map(|c| c.image_id)
+        .expect("a container status");
+    assert!(ran.contains("sha256:"), "containerd's imageID: {ran}");
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NS);
+    let selector = format!(
+        "gpuval.io/certificate=node,gpuval.io/validation=quick,gpuval.io/node={}",
+        node.name()
+    );
+    let cm = gpuval_tests::waits::until(
+        "the node's certificate",
+        Duration::from_secs(60),
+        || async {
+            maps.list(&ListParams::default().labels(&selector))
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .next()
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let text = cm
+        .data
+        .and_then(|d| d.get("certificate.json").cloned())
+        .expect("certificate.json");
+    let signed: Value = serde_json::from_str(&text).expect("a certificate");
+    let software = &signed["document"]["software"];
+    assert_eq!(software["imageId"], ran.as_str(), "{software}");
+    assert!(software["image"].is_string(), "{software}");
 }
 
 async fn killed_agent_gives_error(node: &RealNode, client: &Client) {

@@ -297,6 +297,7 @@ mod tests {
             finished_at: None,
             ip: None,
             created: None,
+            image_id: None,
         };
         let c = clock(3600);
         let (e, m) = out_of_time(Some(&pending("ImagePullBackOff: registry down")), &c);

@@ -56,6 +56,9 @@ pub struct PodView {
     pub created: Option<Timestamp>,
     /// The pod's IP (where its agent hosts a fabric rendezvous).
     pub ip: Option<String>,
+    /// The image its agent container ran, as the kubelet resolved it (the container status's
+    /// `imageID`, a digest), once it started.
+    pub image_id: Option<String>,
 }
 
 /// One of this validation's node results (metadata only: verdict label and summary annotation).
