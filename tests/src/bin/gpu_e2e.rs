@@ -638,6 +638,13 @@ async fn scenario(
 
     // Whatever happened, write what the API holds.
     let written = write_objects(client, ns, validation_name, &args.out).await;
+    if let Ok((gv, results)) = &written {
+        let evidence = write_evidence(client, ns, gv, results, &args.out).await;
+        clock.say(match evidence {
+            Ok(n) => format!("evidence written: {n} attestation(s), the public key, junit.xml"),
+            Err(e) => format!("evidence not written: {e}"),
+        });
+    }
     for pod in kubelet.started() {
         let path = args.out.join("logs").join(format!("agent-{pod}.log"));
         write_file(&path, &kubelet.logs(&pod));
@@ -1587,6 +1594,60 @@ async fn write_objects(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("read the GpuNodeResults: {e}"))?;
     Ok((typed_gv, typed_results))
+}
+
+/// The run's evidence as the ecosystem reads it, into `out/evidence/`: each certificate's
+/// in-toto attestation (`<ConfigMap>.intoto.json`, once the operator wrote the validation's,
+/// waited for up to 60 s), the public key (`public.pem`, `keyId`) and the run as JUnit XML
+/// (`junit.xml`). Gives the number of attestations.
+async fn write_evidence(
+    client: &Client,
+    ns: &str,
+    gv: &GpuValidation,
+    results: &[GpuNodeResult],
+    out: &Path,
+) -> Result<usize, String> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let dir = out.join("evidence");
+    let doc = kubectl_gpuval::document(gv, results);
+    write_file(&dir.join("junit.xml"), &gpuval_view::junit(&doc));
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let name = gv.name_any();
+    let summary = gpuval_operator::certificates::name(
+        &name,
+        gv.metadata.uid.as_deref().unwrap_or_default(),
+        gv.metadata.generation.unwrap_or(1),
+        None,
+    );
+    gpuval_tests::waits::until(
+        "the validation's certificate",
+        Duration::from_secs(60),
+        || async { maps.get_opt(&summary).await.ok().flatten() },
+    )
+    .await?;
+    let selector = format!("gpuval.io/certificate,gpuval.io/validation={name}");
+    let list = maps
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| format!("list the certificates: {e}"))?;
+    let mut n = 0;
+    for cm in &list.items {
+        let data = cm.data.clone().unwrap_or_default();
+        if let Some(text) = data.get(gpuval_crds::attestation::DATA_KEY) {
+            write_file(&dir.join(format!("{}.intoto.json", cm.name_any())), text);
+            n += 1;
+        }
+    }
+    let key = maps
+        .get("gpuval-certificate-public-key")
+        .await
+        .map_err(|e| format!("read the public key: {e}"))?
+        .data
+        .unwrap_or_default();
+    for file in ["public.pem", "keyId"] {
+        write_file(&dir.join(file), key.get(file).map_or("", String::as_str));
+    }
+    Ok(n)
 }
 
 async fn pod_lines(client: &Client, ns: &str) -> String {
