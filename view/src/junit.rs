@@ -164,6 +164,13 @@ fn cases(n: &NodeEntry) -> Vec<Case<'_>> {
     out
 }
 
+/// The checks a case is written for on each GPU, and once a node, in [`CHECK_SECTIONS`]'s
+/// names (a test holds the two lists to it, so a new check fails it until it has its case).
+///
+/// [`CHECK_SECTIONS`]: gpuval_crds::rules::CHECK_SECTIONS
+const GPU_CHECKS: [&str; 3] = ["memory", "compute", "hostTransfer"];
+const NODE_CHECKS: [&str; 5] = ["topology", "p2p", "io", "nccl", "training"];
+
 /// A check's name and, where it ran, its verdict and findings.
 type Checked<'a> = (&'static str, Option<(Verdict, &'a [Reason])>);
 
@@ -186,17 +193,18 @@ fn push_checks<'a>(classname: &str, checks: &[Checked<'a>], out: &mut Vec<Case<'
 fn gpu_cases<'a>(node: &str, r: &'a NodeReport, out: &mut Vec<Case<'a>>) {
     for g in &r.gpus {
         let classname = format!("{node}.GPU{}", g.index);
+        let [memory, compute, host] = GPU_CHECKS;
         let checks: [Checked<'a>; 3] = [
             (
-                "memory",
+                memory,
                 g.memory.as_ref().map(|m| (m.verdict, &m.reasons[..])),
             ),
             (
-                "compute",
+                compute,
                 g.compute.as_ref().map(|m| (m.verdict, &m.reasons[..])),
             ),
             (
-                "hostTransfer",
+                host,
                 g.host_transfer
                     .as_ref()
                     .map(|m| (m.verdict, &m.reasons[..])),
@@ -230,16 +238,17 @@ fn gpu_cases<'a>(node: &str, r: &'a NodeReport, out: &mut Vec<Case<'a>>) {
 }
 
 fn node_cases<'a>(node: &str, r: &'a NodeReport, out: &mut Vec<Case<'a>>) {
+    let [topology, p2p, io, nccl, training] = NODE_CHECKS;
     let checks: [Checked<'a>; 5] = [
         (
-            "topology",
+            topology,
             r.topology.as_ref().map(|c| (c.verdict, &c.reasons[..])),
         ),
-        ("p2p", r.p2p.as_ref().map(|c| (c.verdict, &c.reasons[..]))),
-        ("io", r.io.as_ref().map(|c| (c.verdict, &c.reasons[..]))),
-        ("nccl", r.nccl.as_ref().map(|c| (c.verdict, &c.reasons[..]))),
+        (p2p, r.p2p.as_ref().map(|c| (c.verdict, &c.reasons[..]))),
+        (io, r.io.as_ref().map(|c| (c.verdict, &c.reasons[..]))),
+        (nccl, r.nccl.as_ref().map(|c| (c.verdict, &c.reasons[..]))),
         (
-            "training",
+            training,
             r.training.as_ref().map(|c| (c.verdict, &c.reasons[..])),
         ),
     ];
@@ -331,6 +340,15 @@ fn xml(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::{LineView, sample};
+
+    #[test]
+    fn every_check_of_the_api_has_its_case() {
+        let mut ours: Vec<&str> = GPU_CHECKS.iter().chain(&NODE_CHECKS).copied().collect();
+        let mut api = gpuval_crds::rules::CHECK_SECTIONS.to_vec();
+        ours.sort_unstable();
+        api.sort_unstable();
+        assert_eq!(ours, api, "a new check needs its JUnit case");
+    }
 
     #[test]
     fn markup_and_control_characters_never_break_the_xml() {
