@@ -38,16 +38,22 @@ def tampered(envelope, edit):
 
 
 def edit_of(statement):
-    """A change a forger would want: a node's first GPU serial, or a validation's first verdict."""
+    """A change a forger would want: a node's first GPU serial, a validation's first node
+    verdict, or (a validation without a node certificate) its phase."""
     p = statement["predicate"]
     if p.get("hardware", {}).get("gpus"):
         def edit(s):
             s["predicate"]["hardware"]["gpus"][0]["serial"] = "1650924060077"
         return "a GPU serial", edit
 
+    if p.get("nodes"):
+        def edit(s):
+            s["predicate"]["nodes"][0]["verdict"] = "Pass" if p["nodes"][0]["verdict"] != "Pass" else "Fail"
+        return "a node's verdict", edit
+
     def edit(s):
-        s["predicate"]["nodes"][0]["verdict"] = "Pass" if p["nodes"][0]["verdict"] != "Pass" else "Fail"
-    return "a node's verdict", edit
+        s["predicate"]["phase"] = "Passed" if p.get("phase") != "Passed" else "Failed"
+    return "the run's phase", edit
 
 
 def main():
