@@ -35,13 +35,14 @@ pub async fn signing_key(client: &Client, namespace: &str, secret: &str) -> Resu
         .as_ref()
         .and_then(|d| d.get(PRIVATE_KEY_DATA))
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .ok_or_else(|| {
-            Error::Certificate(format!(
+        .ok_or_else(|| Error::Certificate {
+            what: format!(
                 "the Secret {namespace}/{secret} has no {PRIVATE_KEY_DATA}: store an ed25519 PKCS#8 PEM under that key (openssl genpkey -algorithm ed25519)"
-            ))
+            ),
+            source: None,
         })?;
     let pkcs8 = seal::private_key_from_pem(&pem)
-        .map_err(|e| Error::Certificate(format!("the Secret {namespace}/{secret}: {e}")))?;
+        .map_err(|e| Error::certificate(format!("the Secret {namespace}/{secret}: {e}"), e))?;
     publish_public_key(client, namespace, &pkcs8).await?;
     Ok(pkcs8)
 }
@@ -51,8 +52,12 @@ async fn create_key_secret(
     namespace: &str,
     name: &str,
 ) -> Result<Secret, Error> {
-    let pkcs8 = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new())
-        .map_err(|_| Error::Certificate("the system's random number generator failed".into()))?;
+    let pkcs8 =
+        Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).map_err(|_| Error::Certificate {
+            // ring's error says nothing more (it is opaque on purpose).
+            what: "the system's random number generator failed".into(),
+            source: None,
+        })?;
     let pem = gpuval_crds::pem::encode("PRIVATE KEY", pkcs8.as_ref());
     let secret = Secret {
         metadata: ObjectMeta {
@@ -88,7 +93,7 @@ async fn create_key_secret(
 }
 
 async fn publish_public_key(client: &Client, namespace: &str, pkcs8: &[u8]) -> Result<(), Error> {
-    let public = seal::public_key_of(pkcs8).map_err(|e| Error::Certificate(e.to_string()))?;
+    let public = seal::public_key_of(pkcs8).map_err(|e| Error::certificate(e.to_string(), e))?;
     let cm = certificates::public_key_map(namespace, &public);
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let mut value = serde_json::to_value(&cm)?;
@@ -169,7 +174,7 @@ async fn settle(
         Err(e) => e,
     };
     let policy = &ctx.cfg.certificates.retry;
-    let note = if is_transient(&e) {
+    let note = if e.is_transient() {
         match ctx.certificates.failed(run, Instant::now(), policy) {
             AfterFailure::RetryIn(pause) => {
                 tracing::warn!(%validation, generation, tries = tried, retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX), error = %e, "certificates not written; trying again");
@@ -182,7 +187,9 @@ async fn settle(
     } else {
         ctx.certificates.give_up(run);
         match &e {
-            Error::Certificate(why) => crate::reconcile::events::certificate_not_written(why),
+            Error::Certificate { what, .. } => {
+                crate::reconcile::events::certificate_not_written(what)
+            }
             other => crate::reconcile::events::certificate_refused(&other.to_string()),
         }
     };
@@ -190,19 +197,6 @@ async fn settle(
     let told = crate::reconcile::PlannedEvent::new(true, "CertificateNotWritten", note);
     crate::write::events::publish(gv, ctx, &[told]).await;
     None
-}
-
-/// True for an error another try may not meet: throttling (429), a conflict (409), a list
-/// whose continue token expired (410), server trouble (5xx), a timeout (408), a lost
-/// connection. A key that cannot sign, or a refusal (403, 404, 422), is final.
-pub fn is_transient(e: &Error) -> bool {
-    match e {
-        Error::Kube(kube::Error::Api(s)) => matches!(s.code, 408 | 409 | 410 | 429 | 500..=599),
-        Error::Kube(
-            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_),
-        ) => true,
-        _ => false,
-    }
 }
 
 /// What a successful try found.
@@ -248,7 +242,7 @@ async fn write(
             .collect(),
     };
     let signed = certificates::sign_run(gv, status, &results, &image, &pkcs8)
-        .map_err(|e| Error::Certificate(e.to_string()))?;
+        .map_err(|e| Error::certificate(e.to_string(), e))?;
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
@@ -345,14 +339,20 @@ mod tests {
     #[test]
     fn throttling_conflicts_and_server_trouble_are_tried_again_refusals_are_not() {
         for code in [408, 409, 410, 429, 500, 503, 504] {
-            assert!(is_transient(&api(code)), "{code}");
+            assert!(api(code).is_transient(), "{code}");
         }
         for code in [400, 403, 404, 422] {
-            assert!(!is_transient(&api(code)), "{code}");
+            assert!(!api(code).is_transient(), "{code}");
         }
         let lost = Error::Kube(kube::Error::Service("connection reset".into()));
-        assert!(is_transient(&lost));
-        let key = Error::Certificate("the Secret has no private.pem".into());
-        assert!(!is_transient(&key), "a key that cannot sign is final");
+        assert!(lost.is_transient());
+        let bad = gpuval_crds::seal::private_key_from_pem("no key").expect_err("not a PEM");
+        let key = Error::certificate("the Secret gpuval-system/k", bad);
+        assert!(!key.is_transient(), "a key that cannot sign is final");
+        let cause = std::error::Error::source(&key).map(ToString::to_string);
+        assert!(
+            cause.as_deref().is_some_and(|c| c.contains("PEM")),
+            "the cause is kept: {cause:?}"
+        );
     }
 }

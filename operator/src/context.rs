@@ -25,22 +25,65 @@ use crate::throttle::Throttle;
 
 /// The field manager of everything the operator writes.
 pub const FIELD_MANAGER: &str = "gpuval-operator";
-/// Why a reconcile failed.
+/// The cause an error carries where another error caused it.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a reconcile failed. Each variant keeps what caused it (`source()`).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error("serialising status: {0}")]
     Serde(#[from] serde_json::Error),
+    /// The rendezvous key could not be made, or an earlier validation's stood in its place (it
+    /// was deleted: the next try makes it).
     #[error("the fabric rendezvous key: {0}")]
     FabricKey(String),
-    #[error("the DRA claim template: {0}")]
-    ClaimTemplate(String),
-    #[error("certificates: {0}")]
-    Certificate(String),
+    /// The API server refused the validation's claim template: only a change of
+    /// `spec.dra.selector` (or the device class) lifts it.
+    #[error("the DRA claim template: {note}")]
+    ClaimTemplate {
+        note: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A certificate could not be signed or stored: the key, its Secret, the signing.
+    #[error("certificates: {what}")]
+    Certificate {
+        what: String,
+        #[source]
+        source: Option<Cause>,
+    },
 }
 
 impl Error {
+    /// A certificate error saying `what`, caused by `source`.
+    pub fn certificate(what: impl Into<String>, source: impl Into<Cause>) -> Self {
+        Error::Certificate {
+            what: what.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// True for an error another try may not meet: throttling (429), a conflict (409), a list
+    /// whose continue token expired (410), server trouble (5xx), a timeout (408), a lost
+    /// connection, a fabric key made again on the next try. A refusal (400, 403, 404, 422), a
+    /// claim template the API server refused, a key that cannot sign, a status that does not
+    /// serialize is final: the same try meets it again until something changes.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Kube(kube::Error::Api(s)) => {
+                matches!(s.code, 408 | 409 | 410 | 429 | 500..=599)
+            }
+            Error::Kube(
+                kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_),
+            ) => true,
+            Error::FabricKey(_) => true,
+            Error::Kube(_) | Error::Serde(_) | Error::ClaimTemplate { .. } => false,
+            Error::Certificate { .. } => false,
+        }
+    }
+
     /// The `error` label of the reconcile-errors metric.
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -48,8 +91,8 @@ impl Error {
             Error::Kube(_) => "client",
             Error::Serde(_) => "serde",
             Error::FabricKey(_) => "fabric_key",
-            Error::ClaimTemplate(_) => "claim_template",
-            Error::Certificate(_) => "certificate",
+            Error::ClaimTemplate { .. } => "claim_template",
+            Error::Certificate { .. } => "certificate",
         }
     }
 }

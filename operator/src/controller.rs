@@ -37,8 +37,11 @@ use crate::wakes::{BATCH, Wakes};
 
 /// Requeue of a finished run (the periodic resync).
 const RESYNC: Duration = Duration::from_secs(600);
-/// Requeue after a failed reconcile.
+/// Requeue after a failed reconcile that another try may not meet ([`Error::is_transient`]).
 const RETRY: Duration = Duration::from_secs(5);
+/// Requeue after a final error (a refusal the same try meets again): the validation's own
+/// changes wake it sooner; this only looks again now and then.
+const FINAL_RETRY: Duration = Duration::from_secs(300);
 /// Requeue of a reconcile that came before the stores were filled.
 const STORES_WAIT: Duration = Duration::from_millis(200);
 
@@ -165,8 +168,19 @@ fn error_policy(gv: Arc<GpuValidation>, err: &Error, ctx: Arc<Ctx>) -> Action {
             error: err.metric_label().into(),
         })
         .inc();
-    tracing::warn!(validation = %gv.name_any(), error = %err, "reconcile failed; retrying");
-    Action::requeue(RETRY)
+    let delay = retry_after(err);
+    tracing::warn!(validation = %gv.name_any(), error = %err, cause = ?std::error::Error::source(err).map(ToString::to_string), retry_in_s = delay.as_secs(), "reconcile failed; retrying");
+    Action::requeue(delay)
+}
+
+/// How long a failed reconcile waits: [`RETRY`] where another try may not meet the error,
+/// [`FINAL_RETRY`] where it would (not every 5 s for a refusal that only a change lifts).
+fn retry_after(err: &Error) -> Duration {
+    if err.is_transient() {
+        RETRY
+    } else {
+        FINAL_RETRY
+    }
 }
 
 /// Watches `api` into `writer`'s store, trimming each object with `trim` first (what the
@@ -525,6 +539,34 @@ async fn log_outcome(
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    /// A refusal only a change lifts waits long; what another try may not meet comes back
+    /// soon; either keeps its cause.
+    #[test]
+    fn a_final_error_is_not_tried_again_every_few_seconds() {
+        let status = |code: u16| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                message: "refused".into(),
+                ..Default::default()
+            }))
+        };
+        let api = |code: u16| Error::Kube(status(code));
+        let template = Error::ClaimTemplate {
+            note: "the API server refused the ResourceClaimTemplate t".into(),
+            source: status(422),
+        };
+        assert_eq!(retry_after(&template), FINAL_RETRY);
+        let cause = std::error::Error::source(&template).map(ToString::to_string);
+        assert!(
+            cause.as_deref().is_some_and(|c| c.contains("refused")),
+            "{cause:?}"
+        );
+        assert_eq!(retry_after(&api(403)), FINAL_RETRY);
+        assert_eq!(retry_after(&api(409)), RETRY);
+        assert_eq!(retry_after(&api(503)), RETRY);
+        assert_eq!(retry_after(&Error::FabricKey("made again".into())), RETRY);
+    }
 
     #[test]
     fn a_trimmed_slice_keeps_what_the_allocation_decision_reads() {

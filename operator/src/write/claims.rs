@@ -12,7 +12,8 @@ use crate::reconcile::PlannedEvent;
 /// Creates the claim template of the validation's generation before its DRA pods, which name
 /// it (one that exists already is fine). The API server compiles `spec.dra.selector` here: a
 /// refusal is a Warning event on the validation (`ClaimTemplateRefused`, with the server's
-/// message) and fails the step, which is tried again.
+/// message) and fails the step, which is tried again when the validation changes (or after
+/// [`crate::controller`]'s long wait for a final error).
 pub async fn ensure_template(gv: &GpuValidation, ctx: &Ctx) -> Result<(), Error> {
     let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     let template = dra_claim::claim_template(gv, &ctx.cfg.allocation, &ctx.cfg.namespace);
@@ -32,7 +33,10 @@ pub async fn ensure_template(gv: &GpuValidation, ctx: &Ctx) -> Result<(), Error>
             );
             let refused = PlannedEvent::new(true, "ClaimTemplateRefused", note.clone());
             super::events::publish(gv, ctx, std::slice::from_ref(&refused)).await;
-            Err(Error::ClaimTemplate(note))
+            Err(Error::ClaimTemplate {
+                note,
+                source: kube::Error::Api(s),
+            })
         }
         Err(e) => Err(e.into()),
     }

@@ -231,7 +231,7 @@ async fn a_refused_claim_template_is_told_on_the_validation_and_fails_the_step()
     let ctx = recorded::ctx(client);
     let out = claims::ensure_template(&gv(), &ctx).await;
     assert!(
-        matches!(&out, Err(Error::ClaimTemplate(m)) if m.contains("compilation failed")),
+        matches!(&out, Err(Error::ClaimTemplate { note, .. }) if note.contains("compilation failed")),
         "{out:?}"
     );
     let calls = log.calls();
