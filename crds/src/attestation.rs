@@ -1,8 +1,7 @@
 //! A certificate as an in-toto attestation, the form supply-chain tools verify: an in-toto v1
-//! Statement in a DSSE envelope signed with the certificate's own ed25519 key. Standard tools
-//! check it offline (cosign `verify-blob-attestation --key`, securesystemslib's DSSE, in-toto
-//! verifiers, policy engines over attestations); `kubectl gpuval certificate verify` checks it
-//! too. Pure: keys come in as bytes.
+//! Statement in a DSSE envelope signed with the certificate's own ed25519 key, so that a
+//! standard DSSE verifier checks it offline (the tests use securesystemslib's); `kubectl gpuval
+//! verify` and `gpuval-agent verify` check it too. Pure: keys come in as bytes.
 //!
 //! - **Subjects**: a node attestation's are the node's GPUs (name `gpu/<UUID>`, digest the
 //!   SHA-256 of `gpuval.io/gpu-identity/v1\n<UUID>\n<board serial>`, the serial empty where

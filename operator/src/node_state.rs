@@ -968,21 +968,17 @@ pub fn failure_unrecorded(ctx: &Ctx, gv: &GpuValidation) -> bool {
     };
     let run = gv.name_any();
     let policy = Policy::of(&ctx.cfg);
-    let results = ctx.results.state();
-    let of_run = results.iter().filter_map(|r| {
-        let l = r.metadata.labels.as_ref()?;
-        (l.get(labels::VALIDATION) == Some(&run))
-            .then(|| {
-                r.metadata
-                    .annotations
-                    .as_ref()?
-                    .get(labels::NODE)
-                    .or(l.get(labels::NODE))
-            })
-            .flatten()
-            .map(String::as_str)
-    });
-    maybe_failed(status, of_run).into_iter().any(|name| {
+    // Read only where the list is full: the cache holds every run's results.
+    let of_run = || {
+        ctx.results
+            .state()
+            .iter()
+            .filter_map(|r| result_meta(r))
+            .filter(|m| m.validation == run)
+            .map(|m| m.node)
+            .collect()
+    };
+    maybe_failed(status, of_run).iter().any(|name| {
         // A node gone has nothing to record.
         let Some(node) = ctx.nodes.get(&ObjectRef::new(name)) else {
             return false;
@@ -1004,19 +1000,22 @@ pub fn failure_unrecorded(ctx: &Ctx, gv: &GpuValidation) -> bool {
 
 /// The nodes a finished run may have failed: its listed lines that ended and did not pass, and,
 /// where the list is full (it holds at most [`gpuval_crds::MAX_LISTED_NODES`] lines, so more
-/// failures may stand unlisted), every node with a result of the run (`with_results`), whose
-/// line then rests on that result.
-fn maybe_failed<'a>(
-    status: &'a gpuval_crds::GpuValidationStatus,
-    with_results: impl Iterator<Item = &'a str>,
-) -> BTreeSet<&'a str> {
+/// failures may stand unlisted), every node with a result of the run (`with_results`, asked
+/// only then), whose line then rests on that result.
+fn maybe_failed(
+    status: &gpuval_crds::GpuValidationStatus,
+    with_results: impl FnOnce() -> Vec<String>,
+) -> BTreeSet<String> {
     let listed = status
         .nodes
         .iter()
         .filter(|l| l.verdict.is_final() && l.verdict != gpuval_crds::NodeVerdict::Passed)
-        .map(|l| l.name.as_str());
-    let full = status.nodes.len() >= gpuval_crds::MAX_LISTED_NODES;
-    listed.chain(with_results.filter(|_| full)).collect()
+        .map(|l| l.name.clone());
+    let mut names: BTreeSet<String> = listed.collect();
+    if status.nodes.len() >= gpuval_crds::MAX_LISTED_NODES {
+        names.extend(with_results());
+    }
+    names
 }
 
 /// The verdict record node `node` carries (an unreadable one counts as empty, logged).
@@ -1403,14 +1402,15 @@ mod tests {
             ..Default::default()
         };
         let with_results = ["n000", "n077"];
-        let names = maybe_failed(&status, with_results.into_iter());
+        let of_run = || with_results.map(String::from).to_vec();
+        let names = maybe_failed(&status, of_run);
         assert!(names.contains("n077"), "beyond the list");
         assert_eq!(names.len(), MAX_LISTED_NODES + 1);
         status.nodes.truncate(3);
         status.nodes[0].verdict = NodeVerdict::Passed;
         status.nodes[2].verdict = NodeVerdict::Running;
-        let names = maybe_failed(&status, with_results.into_iter());
-        assert_eq!(names, BTreeSet::from(["n001"]));
+        let names = maybe_failed(&status, of_run);
+        assert_eq!(names, BTreeSet::from(["n001".to_string()]));
     }
     use gpuval_crds::{Evidence as Category, NodeStatus, NodeVerdict, Phase};
 

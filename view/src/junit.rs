@@ -11,7 +11,7 @@
 //! report is its verdict's test case alone, an `<error>` saying why. Warnings are written to the
 //! test case's `<system-out>`: a Warn passes.
 
-use gpuval_crds::reason::{Action, Severity};
+use gpuval_crds::reason::Action;
 use gpuval_crds::{NodeReport, Reason, Verdict};
 
 use crate::{Document, NodeEntry, worst_first};
@@ -227,7 +227,7 @@ fn gpu_cases<'a>(node: &str, r: &'a NodeReport, out: &mut Vec<Case<'a>>) {
                 name: "health".into(),
                 verdict: own
                     .iter()
-                    .map(|x| verdict_of(x.severity))
+                    .map(|x| x.severity.verdict())
                     .max()
                     .unwrap_or_default(),
                 reasons: own,
@@ -253,15 +253,6 @@ fn node_cases<'a>(node: &str, r: &'a NodeReport, out: &mut Vec<Case<'a>>) {
         ),
     ];
     push_checks(node, &checks, out);
-}
-
-fn verdict_of(s: Severity) -> Verdict {
-    match s {
-        Severity::Info => Verdict::Pass,
-        Severity::Warn => Verdict::Warn,
-        Severity::Error => Verdict::Error,
-        Severity::Fail => Verdict::Fail,
-    }
 }
 
 /// `[MemoryMismatch] GPU1 ... (action: ReplaceHardware)`.
