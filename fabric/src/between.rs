@@ -229,7 +229,7 @@ fn probe_pair(ev: &Evaluation, u: &GroupFailure, a: &String, b: &String, why: St
         };
     }
     let (lo, hi) = (ia.min(ib), ia.max(ib));
-    let near = crate::plan::Neighbours::new(ev, kind);
+    let near = crate::neighbours::Neighbours::new(ev, kind);
     let mut lo_side = vec![names[lo].clone()];
     let mut hi_side = vec![names[hi].clone()];
     let mut next = Vec::new();

@@ -23,6 +23,7 @@ pub mod between;
 pub mod evaluate;
 #[cfg(any(test, feature = "model"))]
 pub mod model;
+pub mod neighbours;
 pub mod plan;
 #[cfg(test)]
 mod property;

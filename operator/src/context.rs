@@ -1,8 +1,8 @@
 //! What the operator's shell stands on: the context every reconcile reads ([`Ctx`]: the client,
 //! the configuration, the stores and the write throttle), the shell's errors and the field
-//! manager of everything it writes. The controllers ([`crate::controller`],
-//! [`crate::node_state`], [`crate::schedule`], [`crate::admission`]) and the modules that write
-//! ([`crate::apply`] and the others) all stand on it; it names none of them.
+//! manager of everything it writes. The controllers ([`crate::wiring`],
+//! [`crate::controllers::node_state`], [`crate::schedule`], [`crate::controllers::admission`]) and the modules that write
+//! ([`crate::write::apply`] and the others) all stand on it; it names none of them.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -15,13 +15,13 @@ use kube::api::PartialObjectMeta;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
-use crate::config::OperatorConfig;
-use crate::metrics::Metrics;
-use crate::pod_views::PodViews;
-use crate::reconcile::allocation::{self, DraInventory};
-use crate::runs::Runs;
-use crate::selection;
-use crate::throttle::Throttle;
+use crate::caches::pod_views::PodViews;
+use crate::caches::runs::Runs;
+use crate::decide::reconcile::allocation::{self, DraInventory};
+use crate::decide::selection;
+use crate::services::metrics::Metrics;
+use crate::services::throttle::Throttle;
+use crate::settings::config::OperatorConfig;
 
 /// The field manager of everything the operator writes.
 pub const FIELD_MANAGER: &str = "gpuval-operator";
@@ -107,7 +107,7 @@ pub struct Ctx {
     /// The ResourceSlices of the DRA driver (`--dra-driver`), trimmed to their GPUs' names and
     /// UUIDs; empty when `--gpu-allocation extendedResource`.
     pub slices: Store<ResourceSlice>,
-    /// True once the slices are known (listed, or given up on: see `controller::settle_slices`); no
+    /// True once the slices are known (listed, or given up on: see `wiring::settle_slices`); no
     /// node set is resolved before, so a DRA node is not left out for want of its slices.
     pub slices_settled: Arc<AtomicBool>,
     /// True once the pod, result, Node and round stores are filled (the operator's readiness):
@@ -122,7 +122,7 @@ pub struct Ctx {
     /// The rate limit of API writes (`--api-qps`, `--api-burst`).
     pub throttle: Throttle,
     /// Where each ended run's certificates stand (written, given up, or when to try again).
-    pub certificates: crate::certificate_retry::Ledger,
+    pub certificates: crate::services::certificate_retry::Ledger,
 }
 
 /// The GPUs of the DRA driver per node, from the slices the operator holds.

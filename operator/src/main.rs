@@ -11,10 +11,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use axum::{Router, extract::State, http::StatusCode, routing::get};
 use clap::Parser;
-use gpuval_operator::config::{self, OperatorConfig};
-use gpuval_operator::leader::{self, Election, Fence, FenceLayer, Timing};
-use gpuval_operator::reconcile::allocation;
-use gpuval_operator::{controller, heap, metrics::Metrics};
+use gpuval_operator::caches::leader::{self, Election, Fence, FenceLayer, Timing};
+use gpuval_operator::decide::reconcile::allocation;
+use gpuval_operator::settings::config::{self, OperatorConfig};
+use gpuval_operator::{services::heap, services::metrics::Metrics, wiring};
 
 /// Counts the heap in use for `/metrics` (`gpuval_operator_heap_bytes`).
 #[global_allocator]
@@ -270,7 +270,7 @@ fn build_config(a: &Args) -> anyhow::Result<OperatorConfig> {
                 .collect(),
             port: a.fabric_port,
         },
-        clock: gpuval_operator::schedule::Clock::system(),
+        clock: gpuval_operator::settings::clock::Clock::system(),
         // Test-only, never from a flag: simulated results do not act on Nodes here.
         simulated_acts_on_nodes: false,
         admission_taint_keys: entries(&a.admission_taint_keys)
@@ -455,7 +455,7 @@ async fn run_as_leader(
             lost = &mut elector => { let _ = lost_tx.send(lost); }
         }
     };
-    let run = controller::run(client, cfg, http.metrics, http.ready.clone(), stop_or_lost);
+    let run = wiring::run(client, cfg, http.metrics, http.ready.clone(), stop_or_lost);
     drained(run, stop).await;
     fence.close();
     http.ready.store(false, Ordering::Relaxed);
@@ -492,7 +492,7 @@ async fn main() -> anyhow::Result<()> {
         Some(e) => run_as_leader(config, cfg, e, http, stop).await?,
         None => {
             let client = kube::Client::try_from(config).context("connect to the Kubernetes API")?;
-            let run = controller::run(client, cfg, http.metrics, http.ready, told(stop.clone()));
+            let run = wiring::run(client, cfg, http.metrics, http.ready, told(stop.clone()));
             drained(run, stop).await;
         }
     }

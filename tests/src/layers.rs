@@ -11,8 +11,9 @@ pub struct Table {
     /// Where the table lives, for the messages (`tests/tests/layers.rs: AGENT`).
     pub name: &'static str,
     pub layers: &'static [(&'static str, &'static [&'static str])],
-    /// `#[macro_export]` macros, named `crate::NAME!` from anywhere, and the module of each.
-    pub macros: &'static [(&'static str, &'static str)],
+    /// Names used as `crate::NAME` that are not modules (`#[macro_export]` macros, items of the
+    /// crate's root or re-exported there), and the module each comes from (`lib`: the root).
+    pub aliases: &'static [(&'static str, &'static str)],
 }
 
 impl Table {
@@ -23,12 +24,12 @@ impl Table {
             .position(|(_, modules)| modules.contains(&module))
     }
 
-    /// The top-level module a path names: `crate::backend::sim::X` → `backend`, a macro → the
+    /// The top-level module a path names: `crate::backend::sim::X` → `backend`, an alias → the
     /// module defining it.
     fn target_module<'a>(&self, name: &'a str) -> &'a str {
-        self.macros
+        self.aliases
             .iter()
-            .find(|(macro_name, _)| *macro_name == name)
+            .find(|(alias, _)| *alias == name)
             .map_or(name, |(_, module)| module)
     }
 
@@ -64,6 +65,11 @@ impl Table {
         found
     }
 
+    /// The circles among the crate's top-level modules, each name read through the aliases.
+    pub fn circles(&self, src: &Path) -> Vec<Vec<String>> {
+        circles_through(src, |name| self.target_module(name).to_string())
+    }
+
     /// The layer violations of the crate whose sources are under `src`, each with its file.
     pub fn check(&self, src: &Path) -> Vec<String> {
         let mut problems = Vec::new();
@@ -79,10 +85,19 @@ impl Table {
 /// The circles among the top-level modules of the crate under `src` (each as its modules,
 /// sorted; none when the imports point one way).
 pub fn circles(src: &Path) -> Vec<Vec<String>> {
+    circles_through(src, |name| name.to_string())
+}
+
+/// [`circles`], with each name a module uses read through `module_of` (an alias to its module).
+fn circles_through(src: &Path, module_of: impl Fn(&str) -> String) -> Vec<Vec<String>> {
     let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (_, module, source) in production_files(src) {
-        let entry = uses.entry(module.clone()).or_default();
-        entry.extend(crate_modules(&source).into_iter().filter(|m| *m != module));
+        let used: BTreeSet<String> = crate_modules(&source)
+            .iter()
+            .map(|m| module_of(m))
+            .filter(|m| *m != module)
+            .collect();
+        uses.entry(module).or_default().extend(used);
     }
     circles_of(&uses)
 }
@@ -149,9 +164,8 @@ fn production_files(src: &Path) -> Vec<(PathBuf, String, String)> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
     assert!(
-        files.len() > 10,
-        "found only {} files under {}",
-        files.len(),
+        files.len() > 1,
+        "found no module files under {}",
         src.display()
     );
     files
@@ -294,4 +308,205 @@ pub fn glob_imports(source: &str) -> Vec<String> {
         .filter(|l| (l.starts_with("use ") || l.starts_with("pub use ")) && l.ends_with("::*;"))
         .map(str::to_string)
         .collect()
+}
+
+/// A crate whose tree is its table: each top-level folder (or single file) of `src/` is one
+/// layer, named here top first, and the modules of a layer are the folder's entries. Nothing
+/// of the tree may be missing from the list, nor the list name what the tree lacks; no module
+/// names a layer above its own; and the modules (`layer::module`) form no circle.
+pub struct Tree {
+    /// Where the list lives, for the messages (`tests/tests/layers.rs: OPERATOR`).
+    pub name: &'static str,
+    /// The layers, top first: `main` (the binary's root), then folders or files of `src/`.
+    pub layers: &'static [&'static str],
+}
+
+impl Tree {
+    /// The same layers as a [`Table`] whose every layer is one top-level module, so that the
+    /// upward check reads a folder as one module.
+    pub fn table(&self) -> Table {
+        let layers: Vec<(&'static str, &'static [&'static str])> = self
+            .layers
+            .iter()
+            .map(|l| -> (&'static str, &'static [&'static str]) { (l, Box::leak(Box::new([*l]))) })
+            .collect();
+        Table {
+            name: self.name,
+            layers: Box::leak(layers.into_boxed_slice()),
+            aliases: &[],
+        }
+    }
+
+    /// Where the tree under `src` and the list disagree, in words.
+    pub fn mismatches(&self, src: &Path) -> Vec<String> {
+        let on_disk: BTreeSet<String> = std::fs::read_dir(src)
+            .unwrap_or_else(|e| panic!("read {}: {e}", src.display()))
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                let module = name.strip_suffix(".rs").unwrap_or(&name).to_string();
+                (module != "lib").then_some(module)
+            })
+            .collect();
+        let listed: BTreeSet<String> = self.layers.iter().map(|l| l.to_string()).collect();
+        let missing = on_disk.difference(&listed).map(|m| {
+            format!(
+                "`src/{m}` is in no layer: move it into a layer's folder, or add the layer to {}",
+                self.name
+            )
+        });
+        let absent = listed
+            .difference(&on_disk)
+            .map(|m| format!("{} names layer `{m}`, which the tree lacks", self.name));
+        missing.chain(absent).collect()
+    }
+
+    /// Every problem of the crate under `src`: the tree against the list, upward imports, and
+    /// the circles among its modules (`layer::module`).
+    pub fn check(&self, src: &Path) -> Vec<String> {
+        let mut problems = self.mismatches(src);
+        problems.extend(self.table().check(src));
+        problems.extend(
+            module_circles(src)
+                .into_iter()
+                .map(|c| format!("a circle of modules: {}", c.join(" -> "))),
+        );
+        problems
+    }
+}
+
+/// The circles among the second-level modules (`layer::module`, or the layer itself for a
+/// single file) of the crate under `src`.
+pub fn module_circles(src: &Path) -> Vec<Vec<String>> {
+    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    for path in files.iter().filter(|p| !is_test_file(p)) {
+        let Some(relative) = path.strip_prefix(src).ok() else {
+            continue;
+        };
+        let own = module_path(relative);
+        if own.is_empty() {
+            continue; // lib.rs
+        }
+        let own_key = own.iter().take(2).cloned().collect::<Vec<_>>().join("::");
+        let source = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let entry = uses.entry(own_key.clone()).or_default();
+        for used in named_paths(&source, &own) {
+            let key = used.iter().take(2).cloned().collect::<Vec<_>>().join("::");
+            if key != own_key && !key.is_empty() {
+                entry.insert(key);
+            }
+        }
+    }
+    circles_of(&uses)
+}
+
+/// The module path of a file of `src` (`decide/reconcile/mod.rs` → `decide::reconcile`,
+/// `write/pods.rs` → `write::pods`, `lib.rs` → nothing, `main.rs` → `main`).
+fn module_path(relative: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = relative
+        .components()
+        .filter_map(|c| c.as_os_str().to_str().map(str::to_string))
+        .collect();
+    if let Some(last) = parts.pop() {
+        let stem = last.strip_suffix(".rs").unwrap_or(&last).to_string();
+        if stem != "mod" && !(parts.is_empty() && stem == "lib") {
+            parts.push(stem);
+        }
+    }
+    parts
+}
+
+/// The paths a file of module `own` names from its own crate (`crate::…`, `super::…`,
+/// `self::…`), each as the crate-level path of its first two modules.
+pub fn named_paths(source: &str, own: &[String]) -> BTreeSet<Vec<String>> {
+    let code = production_code(source);
+    let mut found = BTreeSet::new();
+    for start in ["crate::", "super::", "self::"] {
+        let mut rest = code.as_str();
+        while let Some(at) = rest.find(start) {
+            let before = rest[..at].chars().next_back();
+            let tail = &rest[at..];
+            rest = &rest[at + start.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue; // `gpuval_crate::`, or the second `super::` of a chain
+            }
+            let (base, path) = resolve(tail, own);
+            for p in use_tree(path) {
+                let mut whole = base.clone();
+                whole.extend(p);
+                found.insert(whole.into_iter().take(2).collect());
+            }
+        }
+    }
+    found
+}
+
+/// The module a relative path starts from and the rest of the path: `super::super::x` from
+/// `a::b::c` → (`a`, `x…`).
+fn resolve<'a>(mut tail: &'a str, own: &[String]) -> (Vec<String>, &'a str) {
+    if let Some(rest) = tail.strip_prefix("crate::") {
+        return (Vec::new(), rest);
+    }
+    if let Some(rest) = tail.strip_prefix("self::") {
+        return (own.to_vec(), rest);
+    }
+    let mut base = own.to_vec();
+    while let Some(rest) = tail.strip_prefix("super::") {
+        base.pop();
+        tail = rest;
+    }
+    (base, tail)
+}
+
+/// The paths of a use tree at the start of `s` (`a::b::{c, d::e}` → `a::b::c`, `a::b::d::e`),
+/// each cut at its first two names.
+fn use_tree(s: &str) -> Vec<Vec<String>> {
+    let mut path = Vec::new();
+    let mut rest = s;
+    loop {
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut out = Vec::new();
+            for entry in split_group(group) {
+                for tail in use_tree(entry.trim_start()) {
+                    let mut whole = path.clone();
+                    whole.extend(tail);
+                    out.push(whole);
+                }
+            }
+            return out;
+        }
+        let name = ident(rest);
+        if name.is_empty() || name == "self" {
+            return vec![path];
+        }
+        path.push(name.to_string());
+        match rest[name.len()..].strip_prefix("::") {
+            Some(next) if path.len() < 2 => rest = next,
+            _ => return vec![path],
+        }
+    }
+}
+
+/// The entries of a `{…}` group, up to its closing brace.
+fn split_group(group: &str) -> Vec<&str> {
+    let mut entries = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                entries.push(&group[start..i]);
+                return entries;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                entries.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    entries
 }

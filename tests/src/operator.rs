@@ -1,12 +1,12 @@
-//! The operator run in-process for end-to-end tests (the same `controller::run` the binary
+//! The operator run in-process for end-to-end tests (the same `wiring::run` the binary
 //! runs), so a test can stop it mid-run and start a fresh one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use gpuval_operator::config::OperatorConfig;
-use gpuval_operator::controller;
-use gpuval_operator::metrics::Metrics;
+use gpuval_operator::services::metrics::Metrics;
+use gpuval_operator::settings::config::OperatorConfig;
+use gpuval_operator::wiring;
 use kube::Client;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -28,7 +28,7 @@ impl OperatorHandle {
         let shutdown = async move {
             let _ = rx.await;
         };
-        let task = tokio::spawn(controller::run(
+        let task = tokio::spawn(wiring::run(
             client,
             cfg,
             metrics.clone(),

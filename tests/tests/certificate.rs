@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use gpuval_crds::{GpuValidation, Phase};
-use gpuval_operator::certificate_retry::RetryPolicy;
+use gpuval_operator::services::certificate_retry::RetryPolicy;
 use gpuval_tests::api_faults::{Faults, Seen};
 use gpuval_tests::binaries::run_plugin as plugin;
 use gpuval_tests::kubelet::agent_binary;
@@ -87,7 +87,7 @@ async fn a_certificate_outlives_its_validation_verifies_and_each_tampering_is_na
     // The certificates follow the terminal status; the validation's is written last.
     let maps: Api<ConfigMap> = Api::namespaced(e.client.clone(), NS);
     let uid = gv.metadata.uid.clone().expect("uid");
-    let summary = gpuval_operator::certificates::name("accept", &uid, 1, None);
+    let summary = gpuval_operator::decide::certificates::name("accept", &uid, 1, None);
     waits::until(
         "the validation's certificate",
         Duration::from_secs(60),
@@ -401,7 +401,7 @@ async fn certificates_follow_the_stored_terminal_status_read_results_in_pages_an
         "refused certificates do not hold back the verdict"
     );
     let uid = applied.metadata.uid.clone().expect("uid");
-    let summary = gpuval_operator::certificates::name("paged", &uid, 1, None);
+    let summary = gpuval_operator::decide::certificates::name("paged", &uid, 1, None);
     let maps: Api<ConfigMap> = Api::namespaced(e.client.clone(), NS);
     waits::until(
         "the validation's certificate",
@@ -479,7 +479,7 @@ async fn certificates_follow_the_stored_terminal_status_read_results_in_pages_an
     written.sort();
     let mut expected: Vec<String> = nodes
         .iter()
-        .map(|n| gpuval_operator::certificates::name("paged", &uid, 1, Some(n)))
+        .map(|n| gpuval_operator::decide::certificates::name("paged", &uid, 1, Some(n)))
         .collect();
     expected.push(summary.clone());
     expected.sort();

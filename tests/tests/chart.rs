@@ -516,7 +516,7 @@ fn check_observability(defaults: &[Value], on: &[Value]) {
         "{rules_text}"
     );
     assert!(rules_text.contains(&(45 * 86400).to_string()) && rules_text.contains("critical"));
-    let exported: Vec<String> = gpuval_operator::metrics::FLEET_FAMILIES
+    let exported: Vec<String> = gpuval_operator::services::metrics::FLEET_FAMILIES
         .iter()
         .map(|(n, _)| format!("gpuval_{n}"))
         .collect();
@@ -959,7 +959,7 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     refused(
         "an agent reads a secret",
         Api::<Secret>::namespaced(agent.clone(), NS)
-            .get(&gpuval_operator::fabric_key::secret_name("chart"))
+            .get(&gpuval_operator::decide::fabric_key::secret_name("chart"))
             .await,
     );
     // A token of the agent service account that is not bound to a scheduled pod names no node.
@@ -986,7 +986,7 @@ async fn operator_and_agents_complete_a_validation_under_the_charts_own_rbac() {
     // What it may do with Secrets is what a fabric key needs: create, read back, delete.
     let op_secrets = Api::<Secret>::namespaced(op.clone(), NS);
     let key: Secret = serde_json::from_value(json!({
-        "metadata": {"name": gpuval_operator::fabric_key::secret_name("probe")},
+        "metadata": {"name": gpuval_operator::decide::fabric_key::secret_name("probe")},
         "data": {"key": "a2V5"},
     }))
     .unwrap();

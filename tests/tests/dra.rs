@@ -163,14 +163,14 @@ async fn extended_resource_and_dra_nodes_pass_together_and_a_busy_dra_node_waits
     // idleOnly: the node whose GPU another pod holds through its claim is busy, named with the
     // claim; the agents' own claims make no node busy, and without the claims nothing would.
     let claims: Api<ResourceClaim> = Api::all(c.clone());
-    let held = gpuval_operator::schedule::shell::gpu_claims(&claims, dra::DRIVER, 1)
+    let held = gpuval_operator::controllers::schedule::gpu_claims(&claims, dra::DRIVER, 1)
         .await
         .expect("claims in pages");
     let pods: Api<Pod> = Api::all(c.clone());
     let selected: Vec<String> = ["gpu-er", "dra-a", "dra-bad", "dra-busy"]
         .map(String::from)
         .to_vec();
-    let busy = gpuval_operator::schedule::shell::busy_nodes(&pods, &held, &selected, 2)
+    let busy = gpuval_operator::controllers::schedule::busy_nodes(&pods, &held, &selected, 2)
         .await
         .expect("pods in pages");
     assert_eq!(busy.keys().collect::<Vec<_>>(), ["dra-busy"], "{busy:?}");
@@ -178,10 +178,14 @@ async fn extended_resource_and_dra_nodes_pass_together_and_a_busy_dra_node_waits
         busy["dra-busy"],
         "busy: pod default/hog holds GPUs through ResourceClaim default/hog"
     );
-    let blind =
-        gpuval_operator::schedule::shell::busy_nodes(&pods, &Default::default(), &selected, 2)
-            .await
-            .expect("pods in pages");
+    let blind = gpuval_operator::controllers::schedule::busy_nodes(
+        &pods,
+        &Default::default(),
+        &selected,
+        2,
+    )
+    .await
+    .expect("pods in pages");
     assert!(
         blind.is_empty(),
         "the pods alone show no busy node: {blind:?}"
@@ -311,8 +315,8 @@ async fn a_cel_selector_narrows_the_claim_to_the_matching_gpus() {
 const SIM_GPU1_BAD: &str = "gpus=8,model=H200,timescale=0.002,fail=memory@1";
 
 /// Operator settings whose simulated results act on nodes (labels, taints), as real ones do.
-fn acting_config() -> gpuval_operator::config::OperatorConfig {
-    gpuval_operator::config::OperatorConfig {
+fn acting_config() -> gpuval_operator::settings::config::OperatorConfig {
+    gpuval_operator::settings::config::OperatorConfig {
         simulated_acts_on_nodes: true,
         ..test_config(NS, SIM)
     }

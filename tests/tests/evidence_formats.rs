@@ -82,7 +82,7 @@ async fn the_attestation_verifies_with_a_standard_tool_and_the_junit_report_pars
     );
     let maps: Api<ConfigMap> = Api::namespaced(e.client.clone(), NS);
     let uid = gv.metadata.uid.clone().expect("uid");
-    let summary = gpuval_operator::certificates::name("formats", &uid, 1, None);
+    let summary = gpuval_operator::decide::certificates::name("formats", &uid, 1, None);
     waits::until("the certificates", Duration::from_secs(60), || async {
         maps.get_opt(&summary).await.ok().flatten()
     })

@@ -248,7 +248,7 @@ async fn the_fabric_key_is_the_validation_s_own_mounted_only_in_its_pods_and_goe
     c.wait_terminal("plain", 240).await;
 
     let secrets: Api<Secret> = Api::namespaced(c.client.clone(), NS);
-    let name = gpuval_operator::fabric_key::secret_name("fabric-keyed");
+    let name = gpuval_operator::decide::fabric_key::secret_name("fabric-keyed");
     let secret = secrets
         .get(&name)
         .await
@@ -258,11 +258,11 @@ async fn the_fabric_key_is_the_validation_s_own_mounted_only_in_its_pods_and_goe
         (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
         ("GpuValidation", gv.uid().unwrap().as_str(), Some(true))
     );
-    let key = &secret.data.as_ref().expect("data")[gpuval_operator::fabric_key::FILE];
-    assert_eq!(key.0.len(), gpuval_operator::fabric_key::KEY_BYTES);
+    let key = &secret.data.as_ref().expect("data")[gpuval_operator::decide::fabric_key::FILE];
+    assert_eq!(key.0.len(), gpuval_operator::decide::fabric_key::KEY_BYTES);
     assert!(
         secrets
-            .get_opt(&gpuval_operator::fabric_key::secret_name("plain"))
+            .get_opt(&gpuval_operator::decide::fabric_key::secret_name("plain"))
             .await
             .expect("read")
             .is_none(),
@@ -288,7 +288,7 @@ async fn the_fabric_key_is_the_validation_s_own_mounted_only_in_its_pods_and_goe
         .collect();
     let mut want: Vec<String> = nodes[..2]
         .iter()
-        .map(|n| gpuval_operator::pod::pod_name("fabric-keyed", n, 1))
+        .map(|n| gpuval_operator::decide::pod::pod_name("fabric-keyed", n, 1))
         .collect();
     want.sort();
     let mut got = mounting;

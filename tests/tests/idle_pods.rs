@@ -2,7 +2,7 @@
 //! pod holds is found however many pages come before that pod, agents and pods on nodes the
 //! template does not select are left out.
 
-use gpuval_operator::schedule::shell::busy_nodes;
+use gpuval_operator::controllers::schedule::busy_nodes;
 use gpuval_tests::{ControlPlane, crds};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpuval_tests::layers::{self, Table};
+use gpuval_tests::layers::{self, Table, Tree};
 
 /// The agent, top first.
 const AGENT: Table = Table {
@@ -38,7 +38,7 @@ const AGENT: Table = Table {
         ),
         ("hardware names", &["pci", "host_identity"]),
     ],
-    macros: &[
+    aliases: &[
         ("check_result", "judge"),
         ("gpu_slot", "checks"),
         ("node_slot", "checks"),
@@ -47,62 +47,99 @@ const AGENT: Table = Table {
     ],
 };
 
-/// The operator, top first: the wiring, the controllers, what writes, what reads the caches,
-/// the context every shell module stands on, the caches, the pure decisions, the settings,
-/// the services.
-const OPERATOR: Table = Table {
+/// The operator, top first: its folders (and single files) of `src/` are its layers, so the
+/// tree is this list and each folder's entries are its modules.
+const OPERATOR: Tree = Tree {
     name: "OPERATOR in tests/tests/layers.rs",
     layers: &[
-        ("wiring", &["main", "controller"]),
-        ("controllers", &["schedule", "admission", "node_state"]),
-        (
-            "writers",
-            &[
-                "apply",
-                "write",
-                "certificate_store",
-                "node_marks",
-                "device_taints",
-                "result_binding",
-            ],
-        ),
-        ("readers", &["observe", "result_figures", "baselines"]),
-        ("context", &["context"]),
-        (
-            "caches",
-            &["pod_views", "stores", "wakes", "watch_backoff", "leader"],
-        ),
-        (
-            "decisions",
-            &[
-                "reconcile",
-                "selection",
-                "pod",
-                "pod_reading",
-                "failure_marks",
-                "failure_record",
-                "node_evidence",
-                "certificates",
-                "dra_claim",
-                "expected",
-                "fabric_key",
-                "runs",
-            ],
-        ),
-        ("settings", &["config", "allocation_config", "clock"]),
-        (
-            "services",
-            &[
-                "metrics",
-                "port_metrics",
-                "heap",
-                "throttle",
-                "paged",
-                "certificate_retry",
-            ],
-        ),
+        "main",
+        "wiring",
+        "controllers",
+        "write",
+        "read",
+        "context",
+        "caches",
+        "decide",
+        "settings",
+        "services",
     ],
-    macros: &[],
+};
+
+/// The fabric planner, top first. `lib` is the crate's root: the round and group types.
+const FABRIC: Table = Table {
+    name: "FABRIC in tests/tests/layers.rs",
+    layers: &[
+        ("models for tests", &["model", "property"]),
+        ("the planner", &["plan"]),
+        ("faults between nodes", &["between"]),
+        ("who is near whom", &["neighbours"]),
+        ("what the rounds say", &["evaluate"]),
+        ("settings and the round types", &["settings", "lib"]),
+    ],
+    aliases: &[
+        ("BetweenFault", "between"),
+        ("Evaluation", "evaluate"),
+        ("Evidence", "evaluate"),
+        ("GroupFailure", "evaluate"),
+        ("History", "evaluate"),
+        ("NodeState", "evaluate"),
+        ("Standing", "evaluate"),
+        ("Conclusion", "plan"),
+        ("Decision", "plan"),
+        ("NodeFabric", "plan"),
+        ("next", "plan"),
+        ("Settings", "settings"),
+        ("Purpose", "lib"),
+        ("Group", "lib"),
+        ("Round", "lib"),
+    ],
+};
+
+/// The views, top first. `lib` is the crate's root: the document and its lines.
+const VIEW: Table = Table {
+    name: "VIEW in tests/tests/layers.rs",
+    layers: &[
+        ("pages", &["html", "junit", "tree"]),
+        ("Markdown", &["markdown"]),
+        ("comparison", &["diff"]),
+        ("the list of checks' views", &["checks"]),
+        ("figures and drawing", &["figures", "svg"]),
+        ("the document", &["lib", "sample"]),
+    ],
+    aliases: &[
+        ("Document", "lib"),
+        ("ValidationLine", "lib"),
+        ("FabricLine", "lib"),
+        ("NodeEntry", "lib"),
+        ("LineView", "lib"),
+        ("with_action", "lib"),
+        ("worst_first", "lib"),
+        ("json", "lib"),
+        ("ReadError", "lib"),
+        ("parse_report", "lib"),
+        ("diff", "diff"),
+        ("html", "html"),
+        ("junit", "junit"),
+        ("markdown", "markdown"),
+        ("tree", "tree"),
+        ("node_figures", "checks"),
+        ("Figure", "figures"),
+        ("Scope", "figures"),
+        ("Change", "diff"),
+        ("Diff", "diff"),
+        ("Tolerance", "diff"),
+    ],
+};
+
+/// The kubectl plugin, top first. `lib` is the crate's root: a validation as a document.
+const PLUGIN: Table = Table {
+    name: "PLUGIN in tests/tests/layers.rs",
+    layers: &[
+        ("the command", &["main"]),
+        ("arguments and certificates", &["cli", "certificates"]),
+        ("the document", &["lib"]),
+    ],
+    aliases: &[("document", "lib"), ("ready_message", "lib")],
 };
 
 fn src_of(krate: &str) -> PathBuf {
@@ -121,7 +158,7 @@ fn assert_holds(table: &Table, krate: &str) {
         "layer violations:\n{}",
         problems.join("\n")
     );
-    assert_eq!(layers::circles(&src), Vec::<Vec<String>>::new());
+    assert_eq!(table.circles(&src), Vec::<Vec<String>>::new());
 }
 
 #[test]
@@ -130,13 +167,50 @@ fn no_module_of_the_agent_imports_a_higher_layer_or_closes_a_circle() {
 }
 
 #[test]
-fn no_module_of_the_operator_imports_a_higher_layer_or_closes_a_circle() {
-    assert_holds(&OPERATOR, "operator");
+fn the_operators_tree_is_its_table_and_no_module_imports_a_higher_layer_or_closes_a_circle() {
+    let problems = OPERATOR.check(&src_of("operator"));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_module_outside_the_operators_layers_or_a_circle_of_its_modules_fails() {
+    let dir = tempfile::tempdir().expect("a scratch tree");
+    let src = dir.path();
+    for layer in OPERATOR.layers {
+        let folder = src.join(layer);
+        std::fs::create_dir_all(&folder).expect("a layer folder");
+        std::fs::write(folder.join("mod.rs"), "").expect("a mod.rs");
+    }
+    for (file, source) in [
+        ("decide/a.rs", "use crate::decide::b::X;\n"),
+        ("decide/b.rs", "use super::a::Y;\n"),
+        ("decide/c.rs", "use crate::write::apply;\n"),
+        ("stray.rs", ""),
+    ] {
+        std::fs::write(src.join(file), source).expect("a planted file");
+    }
+    let problems = OPERATOR.check(src);
+    let said = problems.join("\n");
+    assert!(said.contains("`src/stray` is in no layer"), "{said}");
+    assert!(said.contains("a layer above it"), "{said}");
+    assert!(
+        said.contains("a circle of modules: decide::a -> decide::b"),
+        "{said}"
+    );
+    assert_eq!(problems.len(), 3, "{said}");
+}
+
+#[test]
+fn no_module_of_the_fabric_planner_the_views_or_the_plugin_imports_a_higher_layer_or_closes_a_circle()
+ {
+    assert_holds(&FABRIC, "fabric");
+    assert_holds(&VIEW, "view");
+    assert_holds(&PLUGIN, "kubectl-gpuval");
 }
 
 #[test]
 fn every_module_is_placed_once() {
-    for table in [&AGENT, &OPERATOR] {
+    for table in [&AGENT, &OPERATOR.table(), &FABRIC, &VIEW, &PLUGIN] {
         let mut seen = std::collections::BTreeSet::new();
         for (_, modules) in table.layers {
             for m in *modules {
@@ -153,7 +227,7 @@ fn a_planted_upward_import_fails() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].contains("crate::config"), "{found:?}");
     let planted = "use crate::context::Ctx;\n";
-    assert_eq!(OPERATOR.violations("reconcile", planted).len(), 1);
+    assert_eq!(OPERATOR.table().violations("decide", planted).len(), 1);
 }
 
 #[test]
@@ -286,7 +360,7 @@ fn table_rows(table: &Table) -> Vec<Vec<String>> {
 fn the_architecture_page_shows_each_table_as_it_is() {
     for (heading, table) in [
         ("The agent's layers", &AGENT),
-        ("The operator's layers", &OPERATOR),
+        ("The operator's layers", &OPERATOR.table()),
     ] {
         let mut documented = documented_rows(heading);
         let mut code = table_rows(table);

@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use gpuval_crds::{GpuValidation, GpuValidationSchedule, Phase};
-use gpuval_operator::schedule::Clock;
-use gpuval_operator::schedule::plan::run_name;
+use gpuval_operator::decide::schedule::run_name;
+use gpuval_operator::settings::clock::Clock;
 use gpuval_tests::kubelet::FakeKubelet;
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::scenario::{self, terminal, wait};
@@ -62,7 +62,7 @@ async fn env_io(gpu_nodes: &[&str]) -> Env {
 
 async fn env_configured(
     gpu_nodes: &[&str],
-    configure: impl FnOnce(&mut gpuval_operator::config::OperatorConfig),
+    configure: impl FnOnce(&mut gpuval_operator::settings::config::OperatorConfig),
 ) -> Env {
     let names: Vec<String> = gpu_nodes.iter().map(|n| n.to_string()).collect();
     let c = scenario::Cluster::start(NS, &names, 8).await;
@@ -810,7 +810,7 @@ async fn validations_whose_names_read_alike_with_a_node_get_their_own_pods_and_r
             ),
             (validation, node)
         );
-        let pod = gpuval_operator::pod::pod_name(validation, node, 1);
+        let pod = gpuval_operator::decide::pod::pod_name(validation, node, 1);
         Api::<Pod>::namespaced(e.client.clone(), NS)
             .get(&pod)
             .await

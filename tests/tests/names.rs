@@ -102,7 +102,7 @@ fn label_values_of_names_are_always_valid() {
     }
 }
 
-/// Pod names are the operator's (`gpuval_operator::pod::pod_name`, the API crate's
+/// Pod names are the operator's (`gpuval_operator::decide::pod::pod_name`, the API crate's
 /// `agent_pod_name`); they must be DNS-1123
 /// subdomains (the API server's rule for pod names) of at most 63 characters (the function's
 /// promise: a pod name becomes the pod's hostname).
@@ -117,7 +117,7 @@ fn pod_names_are_always_dns_subdomains_of_at_most_63_characters() {
         } else {
             rng.random_range(1..i64::MAX)
         };
-        let name = gpuval_operator::pod::pod_name(&validation, &node, generation);
+        let name = gpuval_operator::decide::pod::pod_name(&validation, &node, generation);
         assert!(
             names::is_dns1123_subdomain(&name) && name.len() <= names::DNS1123_LABEL_MAX,
             "case {case}: pod_name({validation:?}, {node:?}, {generation}) = {name:?}"

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use gpuval_crds::{Phase, labels};
-use gpuval_operator::config::NodeTaints;
+use gpuval_operator::settings::config::NodeTaints;
 use gpuval_tests::operator::{OperatorHandle, test_config};
 use gpuval_tests::scenario::{Cluster, wait};
 use gpuval_tests::{ControlPlane, crds};
@@ -65,7 +65,7 @@ fn example(kind: &str) -> Value {
 
 #[test]
 fn every_example_reads_the_condition_as_the_operator_writes_it() {
-    let condition = gpuval_operator::node_state::CONDITION;
+    let condition = gpuval_operator::decide::node_state::CONDITION;
     // The readiness rule admits: it reads GpuAdmitted, which only a run whose author may
     // admit nodes turns True (issue 52, point 4).
     let nrr = example("NodeReadinessRule");
@@ -176,7 +176,7 @@ fn condition_status(n: &Node) -> Option<String> {
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == gpuval_operator::node_state::CONDITION)
+        .find(|c| c.type_ == gpuval_operator::decide::node_state::CONDITION)
         .map(|c| c.status.clone())
 }
 

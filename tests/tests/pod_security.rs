@@ -5,8 +5,8 @@
 //! refuses, so such privileges stay the administrator's opt-in.
 
 use gpuval_crds::GpuValidation;
-use gpuval_operator::config::OperatorConfig;
-use gpuval_operator::pod::agent_pod;
+use gpuval_operator::decide::pod::agent_pod;
+use gpuval_operator::settings::config::OperatorConfig;
 use gpuval_tests::{ControlPlane, chart};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};

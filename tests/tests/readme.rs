@@ -236,7 +236,7 @@ const GPU: &str = "GPU-8f2c1e5a-5b7d-4c1e-9a3f-2d6b7e9c0a14";
 /// The certificate of `quick` on NODE and the public key, as the operator would have written
 /// them when the run ended (signed with a fixed test key).
 async fn write_certificate(client: &Client) {
-    use gpuval_operator::certificates;
+    use gpuval_operator::decide::certificates;
     let gv = Api::<GpuValidation>::all(client.clone())
         .get("quick")
         .await

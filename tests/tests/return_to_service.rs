@@ -329,12 +329,12 @@ async fn marks_for_a_node_read_before_it_was_deleted_create_nothing() {
         .create(&PostParams::default(), &nodes::gpu_node(node, 2, &[]))
         .await
         .expect("node");
-    let mark = gpuval_operator::node_state::Mark {
+    let mark = gpuval_operator::decide::node_state::Mark {
         labels: [(labels::NODE_VERDICT.to_string(), "Pass".to_string())].into(),
         condition: None,
         admitted: None,
     };
-    let (meta, status) = gpuval_operator::node_state::apply_bodies(&old, &mark);
+    let (meta, status) = gpuval_operator::decide::node_state::apply_bodies(&old, &mark);
     let pp = PatchParams::apply(gpuval_operator::context::FIELD_MANAGER).force();
     api.delete(node, &Default::default()).await.expect("delete");
     gpuval_tests::waits::until_gone(&api, node, LONG)
@@ -343,7 +343,10 @@ async fn marks_for_a_node_read_before_it_was_deleted_create_nothing() {
 
     match api.patch(node, &pp, &Patch::Apply(&meta)).await {
         Err(kube::Error::Api(s)) => {
-            assert!(gpuval_operator::node_state::gone_or_replaced(&s), "{s:?}")
+            assert!(
+                gpuval_operator::decide::node_state::gone_or_replaced(&s),
+                "{s:?}"
+            )
         }
         other => panic!("the apply created {other:?}"),
     }
@@ -353,7 +356,10 @@ async fn marks_for_a_node_read_before_it_was_deleted_create_nothing() {
     );
     match api.patch_status(node, &pp, &Patch::Apply(&status)).await {
         Err(kube::Error::Api(s)) => {
-            assert!(gpuval_operator::node_state::gone_or_replaced(&s), "{s:?}")
+            assert!(
+                gpuval_operator::decide::node_state::gone_or_replaced(&s),
+                "{s:?}"
+            )
         }
         other => panic!("the status apply found a node: {other:?}"),
     }
@@ -366,14 +372,14 @@ async fn marks_for_a_node_read_before_it_was_deleted_create_nothing() {
         .expect("node again");
     match api.patch(node, &pp, &Patch::Apply(&meta)).await {
         Err(kube::Error::Api(s)) => assert!(
-            gpuval_operator::node_state::gone_or_replaced(&s) && s.code != 404,
+            gpuval_operator::decide::node_state::gone_or_replaced(&s) && s.code != 404,
             "{s:?}"
         ),
         other => panic!("the old node's marks were not refused: {other:?}"),
     }
     let unmarked = api.get(node).await.expect("read");
     assert_eq!(label(&unmarked, labels::NODE_VERDICT), None);
-    let (meta, _) = gpuval_operator::node_state::apply_bodies(&new, &mark);
+    let (meta, _) = gpuval_operator::decide::node_state::apply_bodies(&new, &mark);
     let marked = api
         .patch(node, &pp, &Patch::Apply(&meta))
         .await

@@ -459,7 +459,7 @@ async fn only_a_run_whose_author_may_admit_makes_a_node_admitted() {
     let c = Cluster::start(NS, &[node.to_string()], 2).await;
     let mut cfg = test_config(NS, SIM);
     cfg.simulated_acts_on_nodes = true;
-    cfg.node_taints = gpuval_operator::config::NodeTaints::Cluster;
+    cfg.node_taints = gpuval_operator::settings::config::NodeTaints::Cluster;
     let _op = OperatorHandle::start(c.client.clone(), cfg);
     let spec = json!({"checks": {"memory": {"fraction": 0.1}}});
     assert_eq!(

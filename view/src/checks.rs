@@ -1,6 +1,6 @@
 //! The one list of what every check gives each view of a run: its part of the HTML page and of
 //! the Markdown page, its key figures (drawn from the report by its entry's functions, which
-//! [`crate::figures::node_figures`] reads; compared by `kubectl gpuval diff`, listed by
+//! [`node_figures`] reads; compared by `kubectl gpuval diff`, listed by
 //! `kubectl gpuval report -o json`, exported by the operator as metrics, in the families named
 //! here) and its entry in docs/checks-and-reasons.md. The list has one entry per section of
 //! `spec.checks` ([`CHECK_SECTIONS`]): a new check does not compile until it has one, and the
@@ -129,13 +129,40 @@ pub const CHECK_VIEWS: [CheckViews; CHECK_SECTIONS.len()] = [
     },
 ];
 
+/// Every key figure of `report`, GPUs in report order, then pairs, then the node's: each
+/// check's, as its entry in [`CHECK_VIEWS`] extracts them.
+pub fn node_figures(report: &NodeReport) -> Vec<figures::Figure> {
+    let views = &CHECK_VIEWS;
+    let mut out = Vec::new();
+    for g in &report.gpus {
+        let scope = figures::Scope::Gpu {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            model: g.name.clone(),
+        };
+        let of_gpu = views
+            .iter()
+            .filter_map(|c| c.gpu_figures)
+            .flat_map(|f| f(g));
+        out.extend(of_gpu.map(|(kind, qualifier, value)| figures::Figure {
+            scope: scope.clone(),
+            kind,
+            qualifier: qualifier.into(),
+            value,
+        }));
+    }
+    for f in views.iter().filter_map(|c| c.node_figures) {
+        out.extend(f(report));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use gpuval_crds::{IoResult, NodeReport, TopologyReport, Verdict};
 
     use super::*;
     use crate::Document;
-    use crate::figures::node_figures;
 
     /// The sample report with every check's result.
     fn every_check() -> NodeReport {

@@ -7,7 +7,8 @@ use std::fmt::Write;
 use gpuval_crds::{NodeReport, Verdict};
 use serde::{Deserialize, Serialize};
 
-use crate::figures::{Figure, Kind, Scope, node_figures};
+use crate::checks::node_figures;
+use crate::figures::{Figure, Kind, Scope};
 use crate::svg::num;
 use crate::{Document, FabricLine};
 

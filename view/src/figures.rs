@@ -104,34 +104,6 @@ impl Figure {
 /// A figure of one GPU, before its scope is attached: kind, qualifier, value.
 pub type GpuFigure = (Kind, &'static str, f64);
 
-/// Every key figure of `report`, GPUs in report order, then pairs, then the node's: each
-/// check's, as its entry in [`crate::checks::CHECK_VIEWS`] extracts them.
-pub fn node_figures(report: &NodeReport) -> Vec<Figure> {
-    let views = &crate::checks::CHECK_VIEWS;
-    let mut out = Vec::new();
-    for g in &report.gpus {
-        let scope = Scope::Gpu {
-            index: g.index,
-            uuid: g.uuid.clone(),
-            model: g.name.clone(),
-        };
-        let of_gpu = views
-            .iter()
-            .filter_map(|c| c.gpu_figures)
-            .flat_map(|f| f(g));
-        out.extend(of_gpu.map(|(kind, qualifier, value)| Figure {
-            scope: scope.clone(),
-            kind,
-            qualifier: qualifier.into(),
-            value,
-        }));
-    }
-    for f in views.iter().filter_map(|c| c.node_figures) {
-        out.extend(f(report));
-    }
-    out
-}
-
 /// The memory check's figure of one GPU.
 pub fn memory(g: &GpuReport) -> Vec<GpuFigure> {
     g.memory
@@ -222,6 +194,7 @@ fn nccl_peaks(sweep: &NcclSweep) -> impl Iterator<Item = Figure> + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checks::node_figures;
 
     #[test]
     fn a_report_gives_each_gpu_its_figures_and_each_pair_both_directions() {

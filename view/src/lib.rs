@@ -15,8 +15,9 @@ pub mod markdown;
 mod svg;
 pub mod tree;
 
+pub use checks::node_figures;
 pub use diff::{Change, Diff, Tolerance, diff};
-pub use figures::{Figure, Scope, node_figures};
+pub use figures::{Figure, Scope};
 pub use html::html;
 pub use junit::junit;
 pub use markdown::markdown;

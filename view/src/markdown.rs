@@ -5,7 +5,8 @@ use std::fmt::Write;
 use gpuval_crds::NodeReport;
 
 use crate::Document;
-use crate::figures::{Kind, node_figures};
+use crate::checks::node_figures;
+use crate::figures::Kind;
 use crate::svg::num;
 
 /// The Markdown page for `doc`.

@@ -6,17 +6,17 @@ use kube::api::{Api, ResourceExt};
 
 use super::create_params;
 use crate::context::{Ctx, Error};
-use crate::dra_claim;
-use crate::reconcile::PlannedEvent;
+use crate::decide::claims;
+use crate::decide::reconcile::PlannedEvent;
 
 /// Creates the claim template of the validation's generation before its DRA pods, which name
 /// it (one that exists already is fine). The API server compiles `spec.dra.selector` here: a
 /// refusal is a Warning event on the validation (`ClaimTemplateRefused`, with the server's
 /// message) and fails the step, which is tried again when the validation changes (or after
-/// [`crate::controller`]'s long wait for a final error).
+/// [`crate::wiring`]'s long wait for a final error).
 pub async fn ensure_template(gv: &GpuValidation, ctx: &Ctx) -> Result<(), Error> {
     let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
-    let template = dra_claim::claim_template(gv, &ctx.cfg.allocation, &ctx.cfg.namespace);
+    let template = claims::claim_template(gv, &ctx.cfg.allocation, &ctx.cfg.namespace);
     let pp = create_params();
     ctx.throttle.acquire().await;
     match api.create(&pp, &template).await {

@@ -8,7 +8,7 @@ use kube::api::ResourceExt;
 use kube::runtime::events::{Event, EventType};
 
 use crate::context::Ctx;
-use crate::reconcile::{PlannedEvent, Related};
+use crate::decide::reconcile::{PlannedEvent, Related};
 
 /// The reference an event's `related` names: the recorder keeps events about different nodes
 /// or runs apart by it (see [`Related`]).

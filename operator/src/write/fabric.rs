@@ -6,7 +6,7 @@ use kube::api::{Api, DeleteParams, ResourceExt};
 
 use super::{create_params, ignore_not_found};
 use crate::context::{Ctx, Error};
-use crate::{fabric_key, pod};
+use crate::{decide::fabric_key, decide::pod};
 
 /// Creates the validation's fabric key Secret before its fabric pods, which mount it. One that
 /// exists is kept when it is this validation's; an earlier validation's of the same name (still

@@ -1,13 +1,18 @@
 //! The shell's writers: one module per kind of thing the operator writes for a run, each a few
 //! API calls standing on [`crate::context`] and the pure builders (pods, claims, the fabric key
-//! and rounds), and tested against a recorded API ([`recorded`]). [`crate::apply`] orders them
+//! and rounds), and tested against a recorded API ([`recorded`]). [`crate::write::apply`] orders them
 //! for one reconcile step; the schedule, node-state and certificate shells use them too.
-//! The node's own marks are [`crate::node_marks`]'s and [`crate::node_state`]'s.
+//! The node's own marks are [`crate::write::node_marks`]'s and [`crate::controllers::node_state`]'s.
 
+pub mod apply;
+pub mod certificates;
 pub mod claims;
+pub mod device_taints;
 pub mod events;
 pub mod fabric;
+pub mod node_marks;
 pub mod pods;
+pub mod result_binding;
 pub mod status;
 
 #[cfg(test)]

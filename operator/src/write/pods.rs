@@ -10,8 +10,9 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::{create_params, ignore_not_found};
 use crate::context::{Ctx, Error};
-use crate::reconcile::allocation::{self, NodeAllocation};
-use crate::{dra_claim, expected, pod, result_binding};
+use crate::decide::reconcile::allocation::{self, NodeAllocation};
+use crate::decide::{claims, expected, pod};
+use crate::write::result_binding;
 
 /// Deletes the named objects of kind `K` in the operator's namespace (gone already is fine).
 pub async fn delete_all<K>(ctx: &Ctx, names: &[String]) -> Result<(), kube::Error>
@@ -88,7 +89,7 @@ pub async fn create_pods(
         .map(|((node, gpus), how)| (node.clone(), agent_pod(gv, ctx, node, *gpus, how)))
         .collect();
     let names: Vec<String> = nodes.iter().map(|(n, _)| n.clone()).collect();
-    let mut baselines = crate::baselines::baselines_for(ctx, &names).await;
+    let mut baselines = crate::read::baselines::baselines_for(ctx, &names).await;
     let created = futures::stream::iter(pods.into_iter().map(|(node, mut pod)| {
         let (api, pp) = (api.clone(), pp.clone());
         expected::add_baselines(&mut pod, baselines.remove(&node));
@@ -141,10 +142,10 @@ fn agent_pod(gv: &GpuValidation, ctx: &Ctx, node: &str, gpus: i32, how: &NodeAll
         }
         NodeAllocation::Dra(published) => {
             let name = gv.metadata.name.as_deref().unwrap_or_default();
-            let template = dra_claim::template_name(name, gv.metadata.generation.unwrap_or(0));
+            let template = claims::template_name(name, gv.metadata.generation.unwrap_or(0));
             let selector = gv.spec.dra.as_ref().is_some_and(|d| d.selector.is_some());
-            dra_claim::use_claim(&mut pod, &template, published, selector);
-            dra_claim::expected_gpus(&gv.spec, published)
+            claims::use_claim(&mut pod, &template, published, selector);
+            claims::expected_gpus(&gv.spec, published)
         }
     };
     expected::add_to_pod(&mut pod, expectation);

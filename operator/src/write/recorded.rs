@@ -15,9 +15,9 @@ use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
 
-use crate::config::OperatorConfig;
 use crate::context::{Ctx, FIELD_MANAGER};
-use crate::throttle::Throttle;
+use crate::services::throttle::Throttle;
+use crate::settings::config::OperatorConfig;
 
 /// One request the writers made.
 #[derive(Debug, Clone)]

@@ -8,10 +8,10 @@ use serde_json::json;
 use super::recorded::{self, Call, status};
 use super::{claims, events, fabric, pods};
 use crate::context::Error;
-use crate::reconcile::{PlannedEvent, Related};
+use crate::decide::reconcile::{PlannedEvent, Related};
 
 fn gv() -> GpuValidation {
-    let mut g = GpuValidation::new("acceptance", crate::selection::tests::spec());
+    let mut g = GpuValidation::new("acceptance", crate::decide::selection::tests::spec());
     g.metadata.generation = Some(3);
     g.metadata.uid = Some("uid-1".into());
     g
@@ -175,7 +175,7 @@ async fn a_round_that_exists_already_is_no_error_and_another_refusal_is() {
 
 #[tokio::test]
 async fn an_earlier_validations_key_is_deleted_and_the_step_tried_again() {
-    let name = crate::fabric_key::secret_name("acceptance");
+    let name = crate::decide::fabric_key::secret_name("acceptance");
     let earlier = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": name, "namespace": "gpuval-system",
             "ownerReferences": [{"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",
@@ -211,7 +211,7 @@ async fn an_earlier_validations_key_is_deleted_and_the_step_tried_again() {
 
 #[tokio::test]
 async fn this_validations_key_is_kept() {
-    let name = crate::fabric_key::secret_name("acceptance");
+    let name = crate::decide::fabric_key::secret_name("acceptance");
     let own = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": name, "namespace": "gpuval-system",
             "ownerReferences": [{"apiVersion": "gpuval.io/v1alpha1", "kind": "GpuValidation",

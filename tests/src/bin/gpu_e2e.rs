@@ -1613,7 +1613,7 @@ async fn write_evidence(
     write_file(&dir.join("junit.xml"), &gpuval_view::junit(&doc));
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let name = gv.name_any();
-    let summary = gpuval_operator::certificates::name(
+    let summary = gpuval_operator::decide::certificates::name(
         &name,
         gv.metadata.uid.as_deref().unwrap_or_default(),
         gv.metadata.generation.unwrap_or(1),

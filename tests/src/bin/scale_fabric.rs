@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use gpuval_crds::fabric::{FabricOutcome, FabricPhase, FabricRoundSpec};
 use gpuval_crds::{GpuValidation, GpuValidationSpec, NodeVerdict, Phase};
-use gpuval_operator::reconcile::{
+use gpuval_operator::decide::reconcile::{
     PodPhase, PodView, ResultView, RoundView, RunNodes, Step, World, next,
 };
-use gpuval_operator::selection::Selection;
+use gpuval_operator::decide::selection::Selection;
 use gpuval_tests::bench::{Args, Column, Error, ms, node_name, print_header, print_row, start};
 use k8s_openapi::jiff::Timestamp;
 
@@ -58,7 +58,7 @@ impl Driver {
         let parts = gpuval_crds::fabric_shard::shard(r, gpuval_crds::fabric_shard::MAX_PART_BYTES);
         self.most_parts = self.most_parts.max(parts.len());
         for part in &parts {
-            let object = gpuval_operator::pod::fabric_round(&self.gv, part);
+            let object = gpuval_operator::decide::pod::fabric_round(&self.gv, part);
             self.largest_round = self.largest_round.max(serde_json::to_vec(&object)?.len());
             self.world.rounds.push(RoundView::from(part));
         }

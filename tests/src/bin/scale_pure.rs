@@ -23,10 +23,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use gpuval_crds::{Action, GpuValidation, GpuValidationSpec, Phase, Verdict};
-use gpuval_operator::reconcile::{
+use gpuval_operator::decide::reconcile::{
     News, PodPhase, PodView, ResultFacts, ResultView, RunNodes, Step, World, next, next_on_news,
 };
-use gpuval_operator::selection::Selection;
+use gpuval_operator::decide::selection::Selection;
 use gpuval_tests::bench::{Args, Column, Error, ms, node_name, print_header, print_row, start};
 use k8s_openapi::jiff::Timestamp;
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use gpuval_crds::GpuValidation;
-use gpuval_operator::config::OperatorConfig;
+use gpuval_operator::settings::config::OperatorConfig;
 use serde_json::Value;
 
 use super::*;
@@ -59,7 +59,8 @@ fn config(
     gpus: i32,
     share: Option<&[String]>,
 ) -> (Value, tempfile::TempDir, Prepared) {
-    let mut pod = gpuval_operator::pod::agent_pod(gv, "gpu-a", gpus, &OperatorConfig::default());
+    let mut pod =
+        gpuval_operator::decide::pod::agent_pod(gv, "gpu-a", gpus, &OperatorConfig::default());
     if let Some(spec) = pod.spec.as_mut() {
         spec.node_name = Some("gpu-a".into());
     }
