@@ -68,7 +68,7 @@ pub enum MemoryPattern {
     Random,
 }
 
-crate::status::api_spelling!(MemoryPattern {
+crate::spelling::api_spelling!(MemoryPattern {
     Address => "address",
     MovingInversions => "movingInversions",
     Random => "random",
@@ -77,7 +77,7 @@ crate::status::api_spelling!(MemoryPattern {
 impl std::str::FromStr for MemoryPattern {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::status::loosely_named(s, &MemoryPattern::ALL, MemoryPattern::as_str).ok_or_else(
+        crate::spelling::loosely_named(s, &MemoryPattern::ALL, MemoryPattern::as_str).ok_or_else(
             || format!("unknown memory pattern {s:?}: use address, movingInversions or random"),
         )
     }

@@ -237,7 +237,7 @@ impl<'de> Deserialize<'de> for Duration {
 
 // A string of bounded length; its form and range are one rule on the field
 // ([`DurationRange::rule`]), so that a bad value gets one message.
-crate::schema::inline_schema!(Duration, |_| json_schema!({
+crate::schema_inline::inline_schema!(Duration, |_| json_schema!({
     "type": "string",
     "maxLength": MAX_LEN,
     "description": "A duration such as 90s, 5m, 1h30m or 24h (units ms, s, m, h; no sign).",
@@ -339,6 +339,9 @@ pub fn cel_quote(s: &str) -> String {
     out.push('"');
     out
 }
+
+/// Default for `spec.deadline`.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
 
 #[cfg(test)]
 mod tests {

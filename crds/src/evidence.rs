@@ -10,55 +10,13 @@
 //! failed certificate); the others say what to fix and leave the node as it was.
 
 use k8s_openapi::jiff::Timestamp;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
+pub use crate::kinds::Evidence;
+use crate::kinds::Verdict;
 use crate::reason::{Action, Code, Severity};
-use crate::report::Verdict;
 use crate::status::{GpuValidationStatus, NodeStatus, NodeVerdict};
 
-/// What kind of evidence a node's finding is.
-#[derive(
-    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
-)]
-pub enum Evidence {
-    /// The node's hardware was measured: a pass, or a fault of the GPUs, the node or its
-    /// fabric. The only category that acts on a node.
-    Hardware,
-    /// A GPU was busy with other work: its figures were not judged (free it and rerun).
-    Busy,
-    /// The cluster, not the node: an image that cannot be pulled, a pod evicted, preempted or
-    /// never scheduled, a node gone, API errors, a lost fabric report, a deadline with no
-    /// result.
-    Infrastructure,
-    /// The installation's settings (an io check without a host path, a library the image
-    /// lacks, an agent container that cannot be created).
-    Configuration,
-    /// What a validation's spec expects of the node (`spec.expect`: a GPU count, bus ids, a
-    /// mode), not a measured fault: the line says so and takes no action on the node (fix the
-    /// spec, or look at the node).
-    Spec,
-    /// Nothing about the node: a simulated result, a result without a report, an agent that
-    /// ended without one.
-    NoEvidence,
-}
-
-crate::status::api_spelling!(Evidence {
-    Hardware => "Hardware",
-    Busy => "Busy",
-    Infrastructure => "Infrastructure",
-    Configuration => "Configuration",
-    Spec => "Spec",
-    NoEvidence => "NoEvidence",
-});
-
 impl Evidence {
-    /// True only for [`Evidence::Hardware`]: the one category that may taint a node, label it
-    /// Fail, set `GpuValidated=False`, keep it out at admission or sign a failed certificate.
-    pub fn acts_on_node(self) -> bool {
-        self == Evidence::Hardware
-    }
-
     /// The category of a finding whose codes are `codes` (a result's or node line's,
     /// comma-separated). The codes that decide are those whose default severity is Fail or
     /// Error (warnings beside them do not change what the finding is), else all of them. Any

@@ -231,7 +231,7 @@ pub enum FabricKind {
     Tcp,
 }
 
-crate::status::api_spelling!(FabricKind {
+crate::spelling::api_spelling!(FabricKind {
     Nccl => "Nccl",
     Tcp => "Tcp",
 });
@@ -439,7 +439,7 @@ impl FabricPhase {
     }
 }
 
-crate::status::api_spelling!(FabricPhase {
+crate::spelling::api_spelling!(FabricPhase {
     Waiting => "Waiting",
     Running => "Running",
     Passed => "Passed",

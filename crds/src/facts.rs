@@ -7,7 +7,7 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::report::Verdict;
+use crate::kinds::Verdict;
 
 /// The most bus ids `spec.expect.pciBusIds` may list.
 pub const MAX_BUS_IDS: usize = 64;
@@ -23,7 +23,7 @@ pub enum ModeExpectation {
     Any,
 }
 
-crate::status::api_spelling!(ModeExpectation {
+crate::spelling::api_spelling!(ModeExpectation {
     On => "On",
     Off => "Off",
     Any => "Any",
@@ -126,7 +126,7 @@ pub enum CountSource {
     ResourceSlice,
 }
 
-crate::status::api_spelling!(CountSource {
+crate::spelling::api_spelling!(CountSource {
     Spec => "Spec",
     Capacity => "Capacity",
     Label => "Label",
@@ -182,7 +182,7 @@ pub enum Component {
     Nccl,
 }
 
-crate::status::api_spelling!(Component {
+crate::spelling::api_spelling!(Component {
     Driver => "driver",
     Vbios => "vbios",
     Cuda => "cuda",

@@ -6,7 +6,7 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Duration, report::Verdict};
+use crate::{Duration, kinds::Verdict};
 
 /// A collective operation.
 #[derive(
@@ -23,7 +23,7 @@ pub enum Collective {
     AllToAll,
 }
 
-crate::status::api_spelling!(Collective {
+crate::spelling::api_spelling!(Collective {
     AllReduce => "allReduce",
     AllGather => "allGather",
     ReduceScatter => "reduceScatter",
@@ -34,7 +34,7 @@ crate::status::api_spelling!(Collective {
 impl std::str::FromStr for Collective {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::status::loosely_named(s, &Collective::ALL, Collective::as_str).ok_or_else(|| {
+        crate::spelling::loosely_named(s, &Collective::ALL, Collective::as_str).ok_or_else(|| {
             format!(
                 "unknown collective {s:?}: use allReduce, allGather, reduceScatter, broadcast or allToAll"
             )
@@ -51,7 +51,7 @@ pub enum NcclDtype {
     Fp32,
 }
 
-crate::status::api_spelling!(NcclDtype {
+crate::spelling::api_spelling!(NcclDtype {
     Bf16 => "bf16",
     Fp32 => "fp32",
 });
@@ -207,7 +207,7 @@ pub struct NcclResult {
     pub seconds: f64,
     /// The bus bandwidth floors each collective was held to, and where each came from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub floors: Vec<crate::report::BandwidthFloor>,
+    pub floors: Vec<crate::kinds::BandwidthFloor>,
 }
 
 /// One sweep: a curve per collective and the transports NCCL chose.

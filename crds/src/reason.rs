@@ -14,12 +14,12 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::report::Verdict;
+use crate::kinds::Verdict;
 
 /// A JSON schema `{type: string, enum: [...]}` over an [`api_spelling!`] enum's `ALL`.
 macro_rules! string_enum_schema {
     ($ty:ident, $description:literal) => {
-        crate::schema::inline_schema!($ty, |_| {
+        crate::schema_inline::inline_schema!($ty, |_| {
             let names: Vec<&str> = $ty::ALL.iter().map(|v| v.as_str()).collect();
             schemars::json_schema!({
                 "type": "string",
@@ -46,7 +46,7 @@ pub enum Severity {
     Fail,
 }
 
-crate::status::api_spelling!(Severity {
+crate::spelling::api_spelling!(Severity {
     Info => "Info",
     Warn => "Warn",
     Fail => "Fail",
@@ -89,7 +89,7 @@ pub enum Action {
     ReplaceHardware,
 }
 
-crate::status::api_spelling!(Action {
+crate::spelling::api_spelling!(Action {
     None => "None",
     Rerun => "Rerun",
     ResetGpu => "ResetGpu",
@@ -282,13 +282,13 @@ impl std::fmt::Display for Code {
 }
 
 impl std::str::FromStr for Code {
-    type Err = crate::status::UnknownValue;
+    type Err = crate::spelling::UnknownValue;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Code::ALL
             .into_iter()
             .find(|c| c.as_str() == s)
-            .ok_or_else(|| crate::status::UnknownValue {
+            .ok_or_else(|| crate::spelling::UnknownValue {
                 kind: "reason code",
                 value: s.to_string(),
                 expected: Code::ALL
@@ -523,7 +523,7 @@ impl<'de> Deserialize<'de> for Reason {
     }
 }
 
-crate::schema::inline_schema!(Reason, |g| {
+crate::schema_inline::inline_schema!(Reason, |g| {
     schemars::json_schema!({
         "type": "object",
         "description": "Why a verdict is what it is: a stable code, its severity, the recommended action, and the message in plain words.",

@@ -3,61 +3,11 @@
 //! words at each level (check, GPU, node).
 
 use kube::KubeSchema;
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::kinds::Dtype;
+pub use crate::kinds::{BandwidthFloor, Verdict};
 use crate::reason::Action;
-use crate::spec::Dtype;
-
-/// The outcome of a check, a GPU or a node. Ordered from best to worst so `max` combines: a
-/// measured hardware Fail is worse than an Error (a check that could not measure).
-#[derive(
-    JsonSchema,
-    Serialize,
-    Deserialize,
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-)]
-pub enum Verdict {
-    /// Not run (not asked for, or not applicable on this node).
-    Skipped,
-    #[default]
-    Pass,
-    /// Passed, with something worth a look (a throttle reason, a figure near its floor).
-    Warn,
-    /// Could not run (missing library, allocation refused, internal error): not a hardware verdict.
-    /// Worse than a pass, but a hardware Fail found beside it leads.
-    Error,
-    /// Ran, and the hardware fell short: the worst, so a fault found beside an Error leads.
-    Fail,
-}
-
-crate::status::api_spelling!(Verdict {
-    Skipped => "Skipped",
-    Pass => "Pass",
-    Warn => "Warn",
-    Fail => "Fail",
-    Error => "Error",
-});
-
-impl Verdict {
-    /// Whether a node with this verdict passed (warnings and skipped checks pass).
-    pub fn passes(self) -> bool {
-        matches!(self, Verdict::Pass | Verdict::Warn | Verdict::Skipped)
-    }
-
-    /// True for Fail and Error.
-    pub fn is_bad(self) -> bool {
-        matches!(self, Verdict::Fail | Verdict::Error)
-    }
-}
 
 /// The whole report of one node.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -395,17 +345,6 @@ pub struct HostTransferResult {
     /// The floor the pinned rates were held to, and where it came from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub floors: Vec<BandwidthFloor>,
-}
-
-/// A bandwidth floor in force and its source: the spec, a model profile, or what the node is
-/// (`0.70 × NVLink 4 × 18 links through NVSwitch (NVML) (450 GB/s one way)`).
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct BandwidthFloor {
-    /// What the floor applies to (`unidirectional`, `pinned per direction`, `allReduce`).
-    pub what: String,
-    pub gbps: f64,
-    pub source: String,
 }
 
 /// Host-to-device and device-to-host rates, GB/s.

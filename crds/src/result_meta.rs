@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 
 use crate::facts::Versions;
+use crate::kinds::Verdict;
 use crate::labels;
 use crate::reason::Action;
-use crate::report::Verdict;
 
 /// A result's report as its metadata carries it.
 #[derive(Debug, Clone, PartialEq)]

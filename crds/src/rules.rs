@@ -8,11 +8,13 @@ use kube::core::{Message, Reason, Rule};
 use serde_json::Value;
 
 use crate::{
-    DEFAULT_DEADLINE, Duration,
-    duration::{DURATION_PATTERN, cel_quote},
+    Duration,
+    duration::{DEFAULT_DEADLINE, DURATION_PATTERN, cel_quote},
     names,
-    selector::MAX_SELECTOR_VALUES,
 };
+
+/// The most values all `matchExpressions` of a selector may hold together.
+pub const MAX_SELECTOR_VALUES: usize = 1024;
 
 /// The sections of `spec.checks`, each one check (a test keeps this in step with [`crate::Checks`]).
 pub const CHECK_SECTIONS: [&str; 8] = [

@@ -190,7 +190,7 @@ pub enum TaintEffect {
 }
 
 // The effect as the Node API writes it.
-crate::status::api_spelling!(TaintEffect {
+crate::spelling::api_spelling!(TaintEffect {
     NoSchedule => "NoSchedule",
     PreferNoSchedule => "PreferNoSchedule",
     NoExecute => "NoExecute",

@@ -12,8 +12,7 @@ use crate::{names, rules};
 pub const MAX_MATCH_LABELS: usize = 64;
 /// The most `matchExpressions` a selector may have.
 pub const MAX_MATCH_EXPRESSIONS: usize = 64;
-/// The most values all `matchExpressions` of a selector may hold together.
-pub const MAX_SELECTOR_VALUES: usize = 1024;
+pub use crate::rules::MAX_SELECTOR_VALUES;
 
 /// The operators of a label selector requirement.
 pub const OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];

@@ -8,6 +8,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::kinds::Dtype;
 use crate::{Duration, duration::DurationRange, names, rules, status::GpuValidationStatus};
 
 /// The largest integer a JSON number holds exactly (2^53 - 1): the bound of the `i64` fields.
@@ -157,8 +158,7 @@ impl GpuValidationSpec {
 /// The most entries `spec.severityOverrides` may have.
 pub const MAX_SEVERITY_OVERRIDES: usize = 64;
 
-/// Default for `spec.deadline`.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
+pub use crate::duration::DEFAULT_DEADLINE;
 /// The range of `spec.deadline`.
 pub const DEADLINE_RANGE: DurationRange =
     DurationRange::new(Duration::from_secs(30), Duration::from_secs(720 * 3600));
@@ -177,7 +177,7 @@ pub const MAX_NODE_NAMES: usize = 5000;
 #[serde(transparent)]
 pub struct NodeName(pub String);
 
-crate::schema::inline_schema!(NodeName, |_| schemars::json_schema!({
+crate::schema_inline::inline_schema!(NodeName, |_| schemars::json_schema!({
     "type": "string",
     "maxLength": names::DNS1123_SUBDOMAIN_MAX,
     "pattern": names::NODE_NAME_PATTERN,
@@ -283,35 +283,6 @@ fn default_memory_fraction() -> f64 {
 }
 fn default_passes() -> i32 {
     1
-}
-
-/// A matrix-multiply data type.
-#[derive(
-    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Dtype {
-    Bf16,
-    Fp16,
-    Tf32,
-    Fp32,
-}
-
-crate::status::api_spelling!(Dtype {
-    Bf16 => "bf16",
-    Fp16 => "fp16",
-    Tf32 => "tf32",
-    Fp32 => "fp32",
-});
-
-impl std::str::FromStr for Dtype {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Dtype::ALL
-            .into_iter()
-            .find(|d| d.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown dtype {s:?}: use one of bf16, fp16, tf32, fp32"))
-    }
 }
 
 /// Compute burn settings.

@@ -10,79 +10,15 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::report::Verdict;
+use crate::kinds::Verdict;
+pub use crate::spelling::UnknownValue;
+pub(crate) use crate::spelling::api_spelling;
+use crate::spelling::parse_named;
 
 /// Most node lines in `status.nodes`; the rest are counted in `status.nodesNotListed`.
 pub const MAX_LISTED_NODES: usize = 50;
 /// Most reasons in `status.summary.reasons` (the most frequent first).
 pub const MAX_REASONS: usize = 10;
-
-/// A string that names none of an enum's values (as written in the API).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {kind} '{value}': use one of {expected}")]
-pub struct UnknownValue {
-    /// What was being parsed (`phase`, `node verdict`, `verdict`).
-    pub kind: &'static str,
-    /// The string as given.
-    pub value: String,
-    /// The accepted values, comma-separated.
-    pub expected: String,
-}
-
-/// Finds the value of `all` whose API name is `s` (exact, as the API writes it).
-fn parse_named<T: Copy>(
-    s: &str,
-    all: &[T],
-    name: impl Fn(T) -> &'static str,
-    kind: &'static str,
-) -> Result<T, UnknownValue> {
-    all.iter()
-        .copied()
-        .find(|v| name(*v) == s)
-        .ok_or_else(|| UnknownValue {
-            kind,
-            value: s.to_string(),
-            expected: all.iter().map(|v| name(*v)).collect::<Vec<_>>().join(", "),
-        })
-}
-
-/// Finds the value of `all` whose API name is `s` written loosely, as on a command line: any
-/// case, `_` and `-` ignored (`moving-inversions`, `ALL_REDUCE`).
-pub(crate) fn loosely_named<T: Copy>(
-    s: &str,
-    all: &[T],
-    name: impl Fn(T) -> &'static str,
-) -> Option<T> {
-    let wanted: String = s.chars().filter(|c| *c != '_' && *c != '-').collect();
-    all.iter()
-        .copied()
-        .find(|v| name(*v).eq_ignore_ascii_case(&wanted))
-}
-
-/// `ALL` (in declaration order), `as_str` and `Display` of a field-less API enum, from one table
-/// of the spelling the API writes for each value.
-macro_rules! api_spelling {
-    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            /// Every value, in declaration order.
-            pub const ALL: [$ty; [$($name),+].len()] = [$($ty::$variant),+];
-
-            /// The value as the API writes it.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($ty::$variant => $name,)+
-                }
-            }
-        }
-
-        impl std::fmt::Display for $ty {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-pub(crate) use api_spelling;
 
 /// `FromStr` of an [`api_spelling!`] enum: the exact API name, else [`UnknownValue`] naming
 /// `kind` and the choices.
@@ -270,7 +206,7 @@ pub struct NodeStatus {
     /// measured fault) and `NoEvidence` say what to fix in `message` and leave the node as it
     /// was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub evidence: Option<crate::evidence::Evidence>,
+    pub evidence: Option<crate::kinds::Evidence>,
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Duration, report::Verdict};
+use crate::{Duration, kinds::Verdict};
 
 /// The element type of the weights, activations and gradients.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -22,7 +22,7 @@ pub enum TrainingDtype {
     Bf16,
 }
 
-crate::status::api_spelling!(TrainingDtype {
+crate::spelling::api_spelling!(TrainingDtype {
     Bf16 => "bf16",
 });
 

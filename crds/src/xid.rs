@@ -26,7 +26,7 @@ pub enum XidResolution {
     Report,
 }
 
-crate::status::api_spelling!(XidResolution {
+crate::spelling::api_spelling!(XidResolution {
     Ignore => "Ignore",
     RestartApp => "RestartApp",
     ResetGpu => "ResetGpu",

@@ -44,7 +44,7 @@ pub struct ResultMeta {
     pub codes: String,
     /// It carries `gpuval.io/simulated=true`: written by the simulated backend.
     pub simulated: bool,
-    /// It carries a report the operator checked ([`crate::read::observe::reported_at`]).
+    /// It carries a report the operator checked ([`gpuval_crds::binding::report_checked`]).
     pub reported: bool,
     /// The UID of the Node its agent ran on (`gpuval.io/node-uid`), when the result says.
     pub node_uid: Option<String>,
@@ -148,12 +148,12 @@ pub fn result_meta(r: &PartialObjectMeta<GpuNodeResult>) -> Option<ResultMeta> {
         summary,
         // When its report was checked: the operator creates a result with the agent pod, and
         // nothing its writer sets about itself dates it.
-        created: crate::read::observe::reported_at(&r.metadata)
+        created: gpuval_crds::binding::report_checked(&r.metadata)
             .or_else(|| r.metadata.creation_timestamp.as_ref().map(|t| t.0))?,
         action,
         codes,
         simulated,
-        reported: crate::read::observe::reported_at(&r.metadata).is_some(),
+        reported: gpuval_crds::binding::report_checked(&r.metadata).is_some(),
         node_uid: ann.and_then(|a| a.get(labels::NODE_UID)).cloned(),
     })
 }
