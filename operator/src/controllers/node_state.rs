@@ -21,7 +21,7 @@
 //! keeps what it had, and a node with no `GpuValidated` condition gets `Unknown` with the
 //! reason and what to fix.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,10 +38,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::context::{Ctx, Error, FIELD_MANAGER};
 use crate::decide::node_state::{
-    Incarnation, Mark, Policy, ResultMeta, admitted_of, apply_bodies, basis, by_schedule, carried,
-    condition_of, current, desired, gone_or_replaced, lines_of, marked, maybe_failed, newest,
-    record_of, result_meta, retry_delay, runs_under_way, with_admission, with_offences, with_quiet,
-    with_runs_under_way, written_by_its_agent,
+    Incarnation, Mark, Policy, ResultMeta, Seen, apply_bodies, by_schedule, carried, condition_of,
+    gone_or_replaced, lines_of, mark_for, marked, maybe_failed, newest, record_of, result_meta,
+    retry_delay, runs_under_way, written_by_its_agent,
 };
 
 use crate::caches::wakes::NodeWake;
@@ -162,48 +161,23 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         None => None,
     };
     note_quiet(ctx, &name, &mut record, &lines);
-    let other = newest(
-        &lines
-            .iter()
-            .filter(|e| !e.is_hardware())
-            .cloned()
-            .collect::<Vec<_>>(),
-    );
-    // Without news the node shows what its record stands on, while that line is still there
-    // (a label someone changed is put back); else it keeps what it carries.
-    let shown_or_basis = shown.clone().or_else(|| basis(&record, &lines));
-    let want = match &shown_or_basis {
-        Some(e) => desired(Some(e), condition_of(&node)),
-        None => other
-            .as_ref()
-            .and_then(|o| desired(Some(o), condition_of(&node))),
+    let seen = Seen {
+        shown: shown.as_ref(),
+        record: &record,
+        lines: &lines,
+        offences: offences.as_ref(),
+        quiet_after,
+        under_way: &runs_under_way(&runs, &name),
     };
-    // No news: a node with a condition keeps what it carries; one without any carries no
-    // verdict, and labels of ours there are strays (a node created again under its name).
-    let want = want
-        .or_else(|| match condition_of(&node) {
-            Some(_) => Some(current(&node)),
-            None => Some(Mark {
-                labels: BTreeMap::new(),
-                condition: None,
-                admitted: None,
-            }),
-        })
-        .map(|m| with_offences(m, offences.as_ref()))
-        .map(|m| with_quiet(m, &record, quiet_after, condition_of(&node)))
-        .map(|m| with_runs_under_way(m, &runs_under_way(&runs, &name)))
-        .map(|m| with_admission(m, &record, admitted_of(&node)));
-    if let Some(want) = want.filter(|w| *w != current(&node))
-        && !write_mark(ctx, &node, &want, shown.as_ref(), offences.as_ref()).await?
-    {
+    let step = NodeStep {
+        mark: mark_for(&node, &seen),
+        shown,
+        record: (record != judged_before).then_some(record),
+    };
+    if !apply(&nc, &node, &incarnation, step, offences.as_ref()).await? {
         // Nothing more for the node that was read: no failure marks (written by name) and no
         // device taints for it; the new node, if any, is looked at when it is seen.
         return Ok(Action::await_change());
-    }
-    follow_marks(&nc, &node, shown.as_ref()).await?;
-    if record != judged_before {
-        write_record(ctx, &node, &record).await?;
-        nc.records.wrote(&incarnation, record);
     }
     nc.retries.succeeded(&name);
     Ok(match offences.and_then(|o| o.expires_in(now)) {
@@ -211,6 +185,41 @@ async fn reconcile(node: Arc<Node>, nc: Arc<NodeStateCtx>) -> Result<Action, Err
         Some(left) => Action::requeue(left + Duration::from_secs(1)),
         None => Action::await_change(),
     })
+}
+
+/// What one reconcile of a node writes, decided before any of it is written.
+struct NodeStep {
+    /// The labels and condition to write, when they differ from what the node carries.
+    mark: Option<Mark>,
+    /// The hardware news the node now shows, if any: its failure marks and device taints follow.
+    shown: Option<Evidence>,
+    /// The node's verdict record, when this reconcile changed it.
+    record: Option<Record>,
+}
+
+/// Writes `step` on `node`, in this order: the labels and condition (with the RepeatOffender
+/// event), the failure marks and device taints `step.shown` asks for (with the return-to-service
+/// events), then the verdict record. False, with nothing more written, when the node is gone
+/// or was created again since it was read.
+async fn apply(
+    nc: &NodeStateCtx,
+    node: &Node,
+    incarnation: &str,
+    step: NodeStep,
+    offences: Option<&Offences>,
+) -> Result<bool, Error> {
+    let ctx = &nc.ctx;
+    if let Some(want) = &step.mark
+        && !write_mark(ctx, node, want, step.shown.as_ref(), offences).await?
+    {
+        return Ok(false);
+    }
+    follow_marks(nc, node, step.shown.as_ref()).await?;
+    if let Some(record) = step.record {
+        write_record(ctx, node, &record).await?;
+        nc.records.wrote(incarnation, record);
+    }
+    Ok(true)
 }
 
 /// Writes `want` on `node` (and the RepeatOffender event when it newly marks one); false when
@@ -636,6 +645,7 @@ mod tests {
     use gpuval_crds::Verdict;
     use k8s_openapi::api::core::v1::NodeCondition;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use std::collections::BTreeMap;
 
     /// A full list may hide failures: the nodes with a result of the run are looked at too;
     /// a list with room names every failure, and passes are never kept for.

@@ -777,3 +777,60 @@ pub fn retry_delay(name: &str, attempt: u32) -> Duration {
     let jitter = base.mul_f64((seed % 1000) as f64 / 5000.0);
     (base + jitter).min(MAX_RETRY + MAX_RETRY / 5)
 }
+
+/// What a node's reconcile has seen and judged, from which its labels and condition follow.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// The hardware news the node now shows (judged against its record), if any.
+    pub shown: Option<&'a Evidence>,
+    /// The node's verdict record, as this reconcile left it.
+    pub record: &'a Record,
+    /// The node's final lines, one a validation ([`lines_of`]).
+    pub lines: &'a [Evidence],
+    /// Its failures counted within the repeat-offender window.
+    pub offences: Option<&'a Offences>,
+    /// How many final lines without hardware evidence in a row make its condition Unknown.
+    pub quiet_after: u32,
+    /// The runs under way on it ([`runs_under_way`]).
+    pub under_way: &'a [String],
+}
+
+/// The labels and condition `node` should carry after what its reconcile `seen`, or None when
+/// it carries them already. Without news the node shows what its record stands on while that
+/// line is still there (a label someone changed is put back), else it keeps what it carries;
+/// a node with no condition carries no verdict, and labels of ours there are strays (a node
+/// created again under its name).
+pub fn mark_for(node: &Node, seen: &Seen<'_>) -> Option<Mark> {
+    let current_condition = condition_of(node);
+    let other = newest(
+        &seen
+            .lines
+            .iter()
+            .filter(|e| !e.is_hardware())
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    let shown_or_basis = seen
+        .shown
+        .cloned()
+        .or_else(|| basis(seen.record, seen.lines));
+    let want = match &shown_or_basis {
+        Some(e) => desired(Some(e), current_condition),
+        None => other
+            .as_ref()
+            .and_then(|o| desired(Some(o), current_condition)),
+    };
+    let want = want.unwrap_or_else(|| match current_condition {
+        Some(_) => current(node),
+        None => Mark {
+            labels: BTreeMap::new(),
+            condition: None,
+            admitted: None,
+        },
+    });
+    let want = with_offences(want, seen.offences);
+    let want = with_quiet(want, seen.record, seen.quiet_after, current_condition);
+    let want = with_runs_under_way(want, seen.under_way);
+    let want = with_admission(want, seen.record, admitted_of(node));
+    (want != current(node)).then_some(want)
+}
