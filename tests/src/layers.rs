@@ -65,9 +65,19 @@ impl Table {
         found
     }
 
-    /// The circles among the crate's top-level modules, each name read through the aliases.
+    /// The circles among the crate's top-level modules (each as its modules, sorted; none when
+    /// the imports point one way), each name read through the aliases.
     pub fn circles(&self, src: &Path) -> Vec<Vec<String>> {
-        circles_through(src, |name| self.target_module(name).to_string())
+        let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (_, module, source) in production_files(src) {
+            let used: BTreeSet<String> = crate_modules(&source)
+                .iter()
+                .map(|m| self.target_module(m).to_string())
+                .filter(|m| *m != module)
+                .collect();
+            uses.entry(module).or_default().extend(used);
+        }
+        circles_of(&uses)
     }
 
     /// The layer violations of the crate whose sources are under `src`, each with its file.
@@ -80,26 +90,6 @@ impl Table {
         }
         problems
     }
-}
-
-/// The circles among the top-level modules of the crate under `src` (each as its modules,
-/// sorted; none when the imports point one way).
-pub fn circles(src: &Path) -> Vec<Vec<String>> {
-    circles_through(src, |name| name.to_string())
-}
-
-/// [`circles`], with each name a module uses read through `module_of` (an alias to its module).
-fn circles_through(src: &Path, module_of: impl Fn(&str) -> String) -> Vec<Vec<String>> {
-    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (_, module, source) in production_files(src) {
-        let used: BTreeSet<String> = crate_modules(&source)
-            .iter()
-            .map(|m| module_of(m))
-            .filter(|m| *m != module)
-            .collect();
-        uses.entry(module).or_default().extend(used);
-    }
-    circles_of(&uses)
 }
 
 /// The strongly connected groups of more than one module in `uses` (Tarjan's algorithm).
@@ -378,22 +368,12 @@ impl Tree {
 /// single file) of the crate under `src`.
 pub fn module_circles(src: &Path) -> Vec<Vec<String>> {
     let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    for path in files.iter().filter(|p| !is_test_file(p)) {
-        let Some(relative) = path.strip_prefix(src).ok() else {
-            continue;
-        };
-        let own = module_path(relative);
-        if own.is_empty() {
-            continue; // lib.rs
-        }
+    for (relative, _, source) in production_files(src) {
+        let own = module_path(&relative);
         let own_key = own.iter().take(2).cloned().collect::<Vec<_>>().join("::");
-        let source = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let entry = uses.entry(own_key.clone()).or_default();
         for used in named_paths(&source, &own) {
-            let key = used.iter().take(2).cloned().collect::<Vec<_>>().join("::");
+            let key = used.join("::");
             if key != own_key && !key.is_empty() {
                 entry.insert(key);
             }
@@ -403,7 +383,7 @@ pub fn module_circles(src: &Path) -> Vec<Vec<String>> {
 }
 
 /// The module path of a file of `src` (`decide/reconcile/mod.rs` → `decide::reconcile`,
-/// `write/pods.rs` → `write::pods`, `lib.rs` → nothing, `main.rs` → `main`).
+/// `write/pods.rs` → `write::pods`, `main.rs` → `main`).
 fn module_path(relative: &Path) -> Vec<String> {
     let mut parts: Vec<String> = relative
         .components()
@@ -411,7 +391,7 @@ fn module_path(relative: &Path) -> Vec<String> {
         .collect();
     if let Some(last) = parts.pop() {
         let stem = last.strip_suffix(".rs").unwrap_or(&last).to_string();
-        if stem != "mod" && !(parts.is_empty() && stem == "lib") {
+        if stem != "mod" {
             parts.push(stem);
         }
     }

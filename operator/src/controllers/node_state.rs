@@ -48,7 +48,7 @@ use crate::decide::failure_record::{Depth, Failure, Pass, Record};
 use crate::decide::node_marks::Offences;
 use tokio::sync::mpsc;
 
-pub use crate::decide::node_evidence::Evidence;
+use crate::decide::node_evidence::Evidence;
 
 /// Node `node`'s result of validation `validation` in the operator's result store, when its
 /// own agent wrote it and it counts for that validation as it is now (bound to its uid, not

@@ -16,7 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{PartialObjectMeta, ResourceExt};
 
 use crate::decide::failure_record::Record;
-pub use crate::decide::node_evidence::Evidence;
+use crate::decide::node_evidence::Evidence;
 use crate::decide::node_marks::Offences;
 
 /// The Node condition type.
