@@ -328,6 +328,10 @@ impl Seen<'_> {
             return Some(self.line(NodeVerdict::Passed, Evidence::NoEvidence, message.into()));
         }
         if !r.reported {
+            // Until the run ends its report may still be checked: no line yet.
+            if !self.status.phase.is_some_and(|p| p.is_terminal()) {
+                return None;
+            }
             let message = format!(
                 "result {} carries no report (its agent did not store one): no verdict about the node; rerun the validation",
                 r.name

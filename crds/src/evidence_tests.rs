@@ -154,6 +154,21 @@ fn a_result_without_a_report_never_makes_its_node_pass() {
     assert!(!l.passed() && !l.failed_on_hardware(), "{l:?}");
     assert_eq!(l.evidence, Evidence::NoEvidence);
     assert!(l.message.contains("no report"), "{}", l.message);
+    // Nor while the run is under way and its status does not list the node (a large run
+    // lists a few): the operator checks a stored report some time after it lands, and the
+    // node's line waits for that check, not counted once unchecked and again checked.
+    let mut under_way = run(vec![], None);
+    if let Some(s) = under_way.status.as_mut() {
+        s.phase = Some(Phase::Running);
+        s.completion_time = None;
+        s.nodes_not_listed = 1;
+    }
+    assert_eq!(final_line(&under_way, "gpu-1", Some(&r), TRUST), None);
+    assert!(
+        final_line(&under_way, "gpu-1", Some(&passed_result("gpu-1")), TRUST)
+            .is_some_and(|l| l.passed()),
+        "a checked report is the node's line at once"
+    );
     // While the run still waits for the node, there is no final line at all.
     let gv = run(vec![line("gpu-1", NodeVerdict::Pending, None)], None);
     assert_eq!(

@@ -58,11 +58,46 @@ struct ResponseStatus {
 }
 
 /// Every write in the audit log at `path`, in the order logged (lines that are not events are
-/// skipped).
+/// skipped), the files it was rotated into first ([`pieces`]): a count that read only `path`
+/// would miss whatever the API server had already moved aside.
 pub fn writes(path: &Path) -> Result<Vec<Write>, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    Ok(text.lines().filter_map(parse).collect())
+    let mut all = Vec::new();
+    for piece in pieces(path)? {
+        let text = std::fs::read_to_string(&piece)
+            .map_err(|e| format!("read {}: {e}", piece.display()))?;
+        all.extend(text.lines().filter_map(parse));
+    }
+    Ok(all)
+}
+
+/// The files of the audit log at `path`, oldest first: those it was rotated into
+/// (`<stem>-<time>.<ext>` beside it, whose names sort by time), then `path` itself. The API
+/// server rotates its log at 100 MB unless told `--audit-log-maxsize=0`.
+pub fn pieces(path: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let (Some(dir), Some(stem), ext) = (
+        path.parent(),
+        path.file_stem().and_then(|s| s.to_str()),
+        path.extension()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default(),
+    ) else {
+        return Err(format!("{} names no audit log file", path.display()));
+    };
+    let prefix = format!("{stem}-");
+    let suffix = format!(".{ext}");
+    let mut rotated: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("list {}: {e}", dir.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(&suffix))
+        })
+        .collect();
+    rotated.sort();
+    rotated.push(path.to_path_buf());
+    Ok(rotated)
 }
 
 fn parse(line: &str) -> Option<Write> {
@@ -91,6 +126,37 @@ fn parse(line: &str) -> Option<Write> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn line(name: &str, at: &str) -> String {
+        format!(
+            r#"{{"kind":"Event","verb":"create","user":{{"username":"op"}},"objectRef":{{"resource":"pods","name":"{name}"}},"responseStatus":{{"code":201}},"requestReceivedTimestamp":"{at}"}}"#
+        )
+    }
+
+    #[test]
+    fn writes_moved_aside_by_rotation_are_counted_oldest_first() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let current = dir.path().join("audit.log");
+        let put = |file: &str, lines: &[String]| {
+            std::fs::write(dir.path().join(file), lines.join("\n")).expect("write a log file");
+        };
+        put(
+            "audit-2026-01-02T03-04-06.000.log",
+            &[line("b", "2026-01-02T03:04:06Z")],
+        );
+        put(
+            "audit-2026-01-02T03-04-05.000.log",
+            &[line("a", "2026-01-02T03:04:05Z")],
+        );
+        put("audit.log", &[line("c", "2026-01-02T03:04:07Z")]);
+        put("audit-policy.yaml", &["rules: []".to_string()]);
+        let names: Vec<_> = writes(&current)
+            .expect("read the log")
+            .into_iter()
+            .filter_map(|w| w.name)
+            .collect();
+        assert_eq!(names, ["a", "b", "c"]);
+    }
 
     #[test]
     fn an_audit_event_reads_as_a_write() {

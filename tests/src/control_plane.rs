@@ -240,6 +240,8 @@ impl ControlPlane {
                 cp.dir.path().join("audit.log").display()
             ));
             extra.push("--audit-log-mode=blocking".into());
+            // Never rotated (the default moves it aside at 100 MB): one file holds every write.
+            extra.push("--audit-log-maxsize=0".into());
         }
         if opts.device_taint_rules {
             extra.push("--feature-gates=DRADeviceTaintRules=true".into());

@@ -50,7 +50,8 @@ pub fn trim_result(r: &mut PartialObjectMeta<GpuNodeResult>) {
 
 /// Drops what a node carries that selection, admission, the expected GPU count and node state
 /// never read: everything but its name, version, times, labels, its verdict record annotation, taints, whether it is cordoned,
-/// its allocatable resources, its GPU capacity and its `GpuValidated` condition (annotations,
+/// its allocatable resources, its GPU capacity and its `GpuValidated` and `GpuAdmitted`
+/// conditions (annotations,
 /// addresses, other capacity, other conditions, images, volumes, ...). This is the operator's
 /// one cache of Nodes ([`crate::caches::wakes`]).
 pub fn trim_node(n: &mut Node) {
@@ -78,7 +79,12 @@ pub fn trim_node(n: &mut Node) {
         let mut capacity = s.capacity.take().unwrap_or_default();
         capacity.retain(|k, _| k == gpuval_crds::GPU_RESOURCE);
         let mut conditions = s.conditions.take().unwrap_or_default();
-        conditions.retain(|c| c.type_ == gpuval_crds::labels::NODE_CONDITION);
+        // Both conditions node state writes: a mark read back without one of them differs
+        // from the mark wanted, and the node would be written again on every wake.
+        conditions.retain(|c| {
+            c.type_ == gpuval_crds::labels::NODE_CONDITION
+                || c.type_ == gpuval_crds::labels::ADMITTED_CONDITION
+        });
         *s = k8s_openapi::api::core::v1::NodeStatus {
             allocatable: s.allocatable.take(),
             capacity: (!capacity.is_empty()).then_some(capacity),

@@ -412,13 +412,16 @@ impl Record {
         self.failures.push(failure);
     }
 
-    /// The newer of this record and `other` (by the verdict each was judged on; a record
-    /// judged on nothing is the older).
+    /// The newer of this record and `other`: by the verdict each was judged on (a record
+    /// judged on nothing is the older), then by the last line without hardware evidence each
+    /// counted (a record that counted none is the older; on a tie, this one).
     pub fn newer(self, other: Record) -> Record {
         let at = |r: &Record| {
-            r.judged
-                .as_ref()
-                .and_then(|j| j.at.parse::<Timestamp>().ok())
+            let parse = |at: &str| at.parse::<Timestamp>().ok();
+            (
+                r.judged.as_ref().and_then(|j| parse(&j.at)),
+                r.quiet.as_ref().and_then(|q| parse(&q.at)),
+            )
         };
         if at(&other) > at(&self) { other } else { self }
     }

@@ -228,3 +228,40 @@ fn the_same_verdict_dated_again_is_no_news_and_keeps_its_depth() {
     assert_eq!(r.failures[0].depth, deep(), "first recorded depth kept");
     assert_eq!(r.failures[0].at, "2026-12-01T00:00:00Z");
 }
+
+#[test]
+fn a_record_that_counted_a_line_more_is_the_newer_of_two_judged_alike() {
+    let quiet = |at: &str| Quiet {
+        lines: 1,
+        run: "scale".into(),
+        at: at.into(),
+        category: "NoEvidence".into(),
+        message: "a simulated report".into(),
+        unheld: 0,
+    };
+    let cached = Record::default();
+    let written = Record {
+        quiet: Some(quiet("2026-12-08T01:26:12Z")),
+        ..Record::default()
+    };
+    // The cache has not caught up with the write: the write stands.
+    assert_eq!(cached.clone().newer(written.clone()), written);
+    assert_eq!(written.clone().newer(cached), written);
+    let later = Record {
+        quiet: Some(quiet("2026-12-08T01:30:00Z")),
+        ..Record::default()
+    };
+    assert_eq!(written.clone().newer(later.clone()), later);
+    // A record judged on a verdict stays newer than one that only counted lines.
+    let judged = Record {
+        judged: Some(Judged {
+            run: "r".into(),
+            at: "2026-12-08T01:00:00Z".into(),
+            passed: true,
+            generation: None,
+            uid: None,
+        }),
+        ..Record::default()
+    };
+    assert_eq!(later.newer(judged.clone()), judged);
+}

@@ -640,6 +640,10 @@ pub fn apply_bodies(node: &Node, mark: &Mark) -> (serde_json::Value, serde_json:
     (meta, status)
 }
 
+/// The node labels this controller writes, for tests that write each of them.
+#[cfg(test)]
+pub const OUR_LABELS_FOR_TESTS: [&str; 6] = OUR_LABELS;
+
 /// The node labels this controller writes (and reads back to compare).
 const OUR_LABELS: [&str; 6] = [
     labels::NODE_VERDICT,
