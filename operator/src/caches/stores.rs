@@ -79,12 +79,10 @@ pub fn trim_node(n: &mut Node) {
         let mut capacity = s.capacity.take().unwrap_or_default();
         capacity.retain(|k, _| k == gpuval_crds::GPU_RESOURCE);
         let mut conditions = s.conditions.take().unwrap_or_default();
-        // Both conditions node state writes: a mark read back without one of them differs
+        // Every condition node state writes: a mark read back without one of them differs
         // from the mark wanted, and the node would be written again on every wake.
-        conditions.retain(|c| {
-            c.type_ == gpuval_crds::labels::NODE_CONDITION
-                || c.type_ == gpuval_crds::labels::ADMITTED_CONDITION
-        });
+        let ours = crate::decide::node_state::OUR_CONDITIONS;
+        conditions.retain(|c| ours.contains(&c.type_.as_str()));
         *s = k8s_openapi::api::core::v1::NodeStatus {
             allocatable: s.allocatable.take(),
             capacity: (!capacity.is_empty()).then_some(capacity),

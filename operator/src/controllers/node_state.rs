@@ -661,7 +661,7 @@ mod tests {
             last_heartbeat_time: Some(Time(ts("2026-12-08T01:00:00Z"))),
         };
         let mark = Mark {
-            labels: OUR_LABELS_FOR_TESTS
+            labels: OUR_LABELS
                 .iter()
                 .map(|k| (k.to_string(), "Pass".to_string()))
                 .collect(),

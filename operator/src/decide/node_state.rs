@@ -640,12 +640,12 @@ pub fn apply_bodies(node: &Node, mark: &Mark) -> (serde_json::Value, serde_json:
     (meta, status)
 }
 
-/// The node labels this controller writes, for tests that write each of them.
-#[cfg(test)]
-pub const OUR_LABELS_FOR_TESTS: [&str; 6] = OUR_LABELS;
+/// The node conditions this controller writes (and reads back to compare): the Node cache
+/// keeps them ([`crate::caches::stores::trim_node`]).
+pub const OUR_CONDITIONS: [&str; 2] = [CONDITION, labels::ADMITTED_CONDITION];
 
 /// The node labels this controller writes (and reads back to compare).
-const OUR_LABELS: [&str; 6] = [
+pub(crate) const OUR_LABELS: [&str; 6] = [
     labels::NODE_VERDICT,
     labels::ADMISSION,
     labels::VALIDATED_AT,
